@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's test command: everything CI checks, runnable on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/fetch-models.sh
+export LODE_MODELS_DIR="${LODE_MODELS_DIR:-$HOME/.cache/lode/models}"
+cargo build --release --locked
+cargo test --release --locked --workspace -- --test-threads=2

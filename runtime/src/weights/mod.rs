@@ -1,0 +1,1 @@
+//! weights (to be built).

@@ -1,0 +1,71 @@
+//! The `lode` binary: parses the command line and hands each subcommand to `lode-tools`.
+
+use clap::{Parser, Subcommand};
+use lode_tools as tools;
+
+#[derive(Parser)]
+#[command(
+    name = "lode",
+    version,
+    about = "Run quantized LLMs from GGUF files on AMD, NVIDIA and the CPU — every weight resident once.",
+    long_about = None
+)]
+struct Cli {
+    /// Log filter (also RUST_LOG), e.g. `info`, `lode_runtime=debug`.
+    #[arg(long, global = true, default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt (default model: Gemma 3 270M Q4_K_M).
+    Generate(tools::generate::Args),
+    /// Interactive multi-turn chat through the model's chat template.
+    Chat(tools::chat::Args),
+    /// Print the token ids of a text.
+    Tokenize(tools::tokenize::Args),
+    /// Perplexity (and KL divergence against saved logits) over a text file.
+    Perplexity(tools::perplexity::Args),
+    /// llama-bench-style prefill (ppN) and decode (tgN) speed.
+    Bench(tools::bench::Args),
+    /// Print a GGUF file's metadata and tensor table.
+    Inspect(tools::inspect::Args),
+    /// Write a GGUF with a real architecture's shapes and random weights.
+    Synth(tools::synth::Args),
+    /// OpenAI-compatible HTTP server.
+    Serve(tools::serve::Args),
+    /// Check every kernel of a backend against the CPU reference.
+    Selftest(tools::selftest::Args),
+    /// Will a model fit on the device, and with how much context?
+    Fit(tools::fit::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.log.clone());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Generate(a) => tools::generate::run(a),
+        Command::Chat(a) => tools::chat::run(a),
+        Command::Tokenize(a) => tools::tokenize::run(a),
+        Command::Perplexity(a) => tools::perplexity::run(a),
+        Command::Bench(a) => tools::bench::run(a),
+        Command::Inspect(a) => tools::inspect::run(a),
+        Command::Synth(a) => tools::synth::run(a),
+        Command::Serve(a) => tools::serve::run(a),
+        Command::Selftest(a) => tools::selftest::run(a),
+        Command::Fit(a) => tools::fit::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

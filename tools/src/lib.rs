@@ -1,0 +1,13 @@
+//! lode's subcommands. Each module holds one subcommand: its clap `Args` and its `run`.
+//! The library (`lode-runtime`) knows nothing of the command line.
+
+pub mod bench;
+pub mod chat;
+pub mod fit;
+pub mod generate;
+pub mod inspect;
+pub mod perplexity;
+pub mod selftest;
+pub mod serve;
+pub mod synth;
+pub mod tokenize;
