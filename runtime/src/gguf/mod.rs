@@ -75,6 +75,7 @@ pub struct GgufFile {
     version: u32,
     alignment: u64,
     data_offset: u64,
+    tensor_info_offset: u64,
     metadata: Vec<(String, MetaValue)>,
     meta_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
@@ -113,6 +114,7 @@ impl GgufFile {
             version: p.version,
             alignment: p.alignment,
             data_offset: p.data_offset,
+            tensor_info_offset: p.tensor_info_offset,
             metadata: p.metadata,
             meta_index,
             tensors: p.tensors,
@@ -132,6 +134,11 @@ impl GgufFile {
     /// Absolute offset of the data section.
     pub fn data_offset(&self) -> u64 {
         self.data_offset
+    }
+
+    /// Absolute offset where the tensor-info records start (right after the metadata).
+    pub fn tensor_info_offset(&self) -> u64 {
+        self.tensor_info_offset
     }
 
     /// All metadata, in file order.

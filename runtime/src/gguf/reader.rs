@@ -26,6 +26,7 @@ pub(crate) struct Parsed {
     pub version: u32,
     pub alignment: u64,
     pub data_offset: u64,
+    pub tensor_info_offset: u64,
     pub metadata: Vec<(String, MetaValue)>,
     pub tensors: Vec<TensorInfo>,
 }
@@ -134,13 +135,14 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
 
     let metadata = read_metadata(&mut c, n_kv)?;
     let alignment = alignment_of(&metadata)?;
+    let tensor_info_offset = c.offset();
     let tensors = read_tensor_infos(&mut c, n_tensors)?;
 
     let data_offset = validate::align_up(c.offset(), alignment).ok_or_else(|| {
         GgufError::Invalid(format!("data offset overflows after byte {}", c.offset()))
     })?;
     validate::tensor_data(&tensors, data_offset, alignment, bytes.len() as u64)?;
-    Ok(Parsed { version, alignment, data_offset, metadata, tensors })
+    Ok(Parsed { version, alignment, data_offset, tensor_info_offset, metadata, tensors })
 }
 
 fn read_metadata(c: &mut Cursor, n_kv: u64) -> Result<Vec<(String, MetaValue)>, GgufError> {
