@@ -128,8 +128,12 @@ fn exact_scale_blocks(ty: GgmlType, n: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
     let w: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
     let x: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
     let (mut wq, mut xq) = (quant(ty, &w), quant(xt, &x));
-    let pow2_f16 = |r: &mut Lcg| half::f16::from_f32(2f32.powi(r.below(6) as i32 - 3)).to_bits().to_le_bytes();
-    let set_f16 = |b: &mut [u8], off: usize, r: &mut Lcg| b[off..off + 2].copy_from_slice(&pow2_f16(r));
+    // One power of two for every scale of the case: all partial sums stay integers times
+    // that power, far below 2^24, so every float step is exact in any order.
+    let p2 = 2f32.powi(rng.below(6) as i32 - 3);
+    let p2_f16 = half::f16::from_f32(p2).to_bits().to_le_bytes();
+    let set_f16 = |b: &mut [u8], off: usize, _: &mut Lcg| b[off..off + 2].copy_from_slice(&p2_f16);
+    let small_int = |i: usize, m: usize| (i % m) as f32 - (m / 2) as f32;
     let fields: &[usize] = match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
@@ -143,10 +147,9 @@ fn exact_scale_blocks(ty: GgmlType, n: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
                 set_f16(b, f, &mut rng);
             }
         }
-    } else if ty == GgmlType::F32 {
-        for (i, b) in wq.chunks_mut(4).enumerate() {
-            b.copy_from_slice(&((i % 7) as f32 - 3.0).to_le_bytes());
-        }
+    } else {
+        let v: Vec<f32> = (0..n).map(|i| small_int(i, 7)).collect();
+        wq = quant(ty, &v);
     }
     match xt {
         GgmlType::Q8_0 | GgmlType::Q8_1 => {
@@ -159,15 +162,13 @@ fn exact_scale_blocks(ty: GgmlType, n: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
         }
         GgmlType::Q8_K => {
             for b in xq.chunks_mut(292) {
-                b[0..4].copy_from_slice(&2f32.powi(rng.below(6) as i32 - 3).to_le_bytes());
+                b[0..4].copy_from_slice(&p2.to_le_bytes());
             }
         }
-        GgmlType::F32 => {
-            for (i, b) in xq.chunks_mut(4).enumerate() {
-                b.copy_from_slice(&((i % 5) as f32 - 2.0).to_le_bytes());
-            }
+        _ => {
+            let v: Vec<f32> = (0..n).map(|i| small_int(i * 3, 5)).collect();
+            xq = quant(xt, &v);
         }
-        _ => {}
     }
     (wq, xq)
 }
