@@ -138,16 +138,34 @@ impl ChatTemplate {
         Ok(t)
     }
 
-    /// Render exactly as the template says.
+    /// Render exactly as the template says. A template that rejects a system turn (Gemma
+    /// 2's raises "System role not supported") gets the system text folded into the first
+    /// user turn instead, separated by a blank line, as llama.cpp's template polyfills do.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, ChatError> {
-        let tmpl = self.env.get_template(NAME).map_err(|e| self.render_err(e))?;
+        match self.render_raw(messages, add_generation_prompt) {
+            Err(first) if messages.first().is_some_and(|m| m.role == "system") => {
+                let folded = fold_system(messages);
+                match self.render_raw(&folded, add_generation_prompt) {
+                    Ok(text) => {
+                        tracing::debug!("chat template rejects a system turn; folded it into the first user turn");
+                        Ok(text)
+                    }
+                    Err(_) => Err(self.render_err(first)),
+                }
+            }
+            r => r.map_err(|e| self.render_err(e)),
+        }
+    }
+
+    fn render_raw(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, minijinja::Error> {
+        let tmpl = self.env.get_template(NAME)?;
         let ctx = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
-        tmpl.render(ctx).map_err(|e| self.render_err(e))
+        tmpl.render(ctx)
     }
 
     /// Render the prompt to tokenize (with special parsing): like [`render`](Self::render),
@@ -166,6 +184,23 @@ impl ChatTemplate {
     fn render_err(&self, e: minijinja::Error) -> ChatError {
         ChatError::Render { which: format!("{:?}", self.source), detail: format!("{e:#}") }
     }
+}
+
+/// The system turn's text prepended to the next user turn (or made a user turn).
+fn fold_system(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+    let (sys, rest) = messages.split_first().expect("caller checked a first message");
+    let mut out = Vec::with_capacity(messages.len());
+    match rest.first() {
+        Some(u) if u.role == "user" => {
+            out.push(ChatMessage::new("user", format!("{}\n\n{}", sys.content, u.content)));
+            out.extend_from_slice(&rest[1..]);
+        }
+        _ => {
+            out.push(ChatMessage::new("user", sys.content.clone()));
+            out.extend_from_slice(rest);
+        }
+    }
+    out
 }
 
 /// `raise_exception(msg)`: templates reject unsupported conversations with it.
