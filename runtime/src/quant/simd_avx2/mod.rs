@@ -104,20 +104,29 @@ pub(crate) fn dot_u8i8(a: __m256i, b: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
 }
 
-/// 16 packed nibble bytes → 32 bytes: low nibbles (elements 0..15) then high (16..31).
+/// 16 packed nibble bytes at `p` → 32 bytes: low nibbles (elements 0..15) then high
+/// (16..31).
+///
+/// # Safety
+/// `p..p+16` must be readable.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn nibbles32(qs: &[u8]) -> __m256i {
-    let t = ld128(qs);
+unsafe fn nibbles32p(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 16 readable bytes; `loadu` needs no alignment.
+    let t = unsafe { _mm_loadu_si128(p as *const __m128i) };
     let both = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
     _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
 }
 
-/// The 32 bits of `qh` (LE u32) → 32 bytes, 0xFF where the bit is set.
+/// The 32 bits at `p` (LE u32) → 32 bytes, 0xFF where the bit is set.
+///
+/// # Safety
+/// `p..p+4` must be readable.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn bits32(qh: &[u8]) -> __m256i {
-    let h = i32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+unsafe fn bits32p(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 4 readable bytes; unaligned read.
+    let h = unsafe { (p as *const i32).read_unaligned() };
     // byte k of the result takes source byte k/8 …
     let spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32(h),
@@ -194,45 +203,66 @@ fn bf16_body(w: &[u8], x: &[u8], n: usize) -> f32 {
 
 // ---- 32-element blocks ------------------------------------------------------------------
 
-/// Shared loop of the `_0` types against Q8_0 (34-byte blocks, codes at +2): `codes`
-/// turns one weight block into 32 signed bytes `q − offset`.
+/// 32 bytes at `p`.
+///
+/// # Safety
+/// `p..p+32` must be readable.
+#[inline(always)]
+unsafe fn ldp256(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 32 readable bytes; `loadu` needs no alignment.
+    unsafe { _mm256_loadu_si256(p as *const __m256i) }
+}
+
+/// The two f16 at `p` (e.g. `d`, `m` of a block) as the low two f32 lanes.
+///
+/// # Safety
+/// `p..p+4` must be readable.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q_0_loop(w: &[u8], x: &[u8], n: usize, wb: usize, codes: impl Fn(&[u8]) -> __m256i) -> f32 {
+unsafe fn f16x2(p: *const u8) -> __m128 {
+    // SAFETY: the caller guarantees 4 readable bytes; unaligned read.
+    let v = unsafe { (p as *const i32).read_unaligned() };
+    _mm_cvtph_ps(_mm_cvtsi32_si128(v))
+}
+
+/// Shared loop of the `_0` types against Q8_0 (34-byte blocks, codes at +2): `codes`
+/// turns the weight block at a pointer into 32 signed bytes `q − offset`. Two blocks
+/// per step, two accumulators (the FMA latency chain is the limit otherwise).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q_0_loop(w: &[u8], x: &[u8], n: usize, wb: usize, codes: impl Fn(*const u8) -> __m256i) -> f32 {
     let nb = n / 32;
     let (w, x) = (&w[..nb * wb], &x[..nb * 34]);
-    let mut acc0 = _mm256_setzero_ps();
-    let mut acc1 = _mm256_setzero_ps();
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 2];
     let mut i = 0;
-    while i + 1 < nb {
-        let (b0, b1) = (&w[i * wb..], &w[(i + 1) * wb..]);
-        let (y0, y1) = (&x[i * 34..], &x[(i + 1) * 34..]);
-        let d0 = _mm256_set1_ps(f16_at(b0, 0) * f16_at(y0, 0));
-        let d1 = _mm256_set1_ps(f16_at(b1, 0) * f16_at(y1, 0));
-        let p0 = _mm256_cvtepi32_ps(dot_i8(codes(b0), ld256(&y0[2..])));
-        let p1 = _mm256_cvtepi32_ps(dot_i8(codes(b1), ld256(&y1[2..])));
-        acc0 = _mm256_fmadd_ps(d0, p0, acc0);
-        acc1 = _mm256_fmadd_ps(d1, p1, acc1);
+    while i < nb {
+        let m = if i + 1 < nb { 2 } else { 1 };
+        for (k, a) in acc.iter_mut().enumerate().take(m) {
+            // SAFETY: block i + k < nb lies inside `w` / `x` (sliced to nb blocks above);
+            // the f16 pair read at a Q8_0 block start covers d and the first code byte.
+            unsafe {
+                let (b, y) = (wp.add((i + k) * wb), xp.add((i + k) * 34));
+                let d = _mm_mul_ss(f16x2(b), f16x2(y));
+                let p = _mm256_cvtepi32_ps(dot_i8(codes(b), ldp256(y.add(2))));
+                *a = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), p, *a);
+            }
+        }
         i += 2;
     }
-    if i < nb {
-        let (b0, y0) = (&w[i * wb..], &x[i * 34..]);
-        let d0 = _mm256_set1_ps(f16_at(b0, 0) * f16_at(y0, 0));
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(dot_i8(codes(b0), ld256(&y0[2..]))), acc0);
-    }
-    hsum(_mm256_add_ps(acc0, acc1))
+    hsum(_mm256_add_ps(acc[0], acc[1]))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q8_0_body(w: &[u8], x: &[u8], n: usize) -> f32 {
-    q_0_loop(w, x, n, 34, |b| ld256(&b[2..]))
+    // SAFETY (closures below): `q_0_loop` passes pointers to whole blocks of `wb` bytes.
+    q_0_loop(w, x, n, 34, |b| unsafe { ldp256(b.add(2)) })
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_0_body(w: &[u8], x: &[u8], n: usize) -> f32 {
-    q_0_loop(w, x, n, 18, |b| {
-        _mm256_sub_epi8(nibbles32(&b[2..]), _mm256_set1_epi8(8))
-    })
+    // SAFETY: `q_0_loop` passes pointers to whole 18-byte blocks.
+    q_0_loop(w, x, n, 18, |b| _mm256_sub_epi8(unsafe { nibbles32p(b.add(2)) }, _mm256_set1_epi8(8)))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -240,40 +270,52 @@ fn q5_0_body(w: &[u8], x: &[u8], n: usize) -> f32 {
     q_0_loop(w, x, n, 22, |b| {
         // q − 16 as a signed byte: the low nibble, with 0xF0 OR-ed in where the fifth
         // bit is clear (x | 0xF0 = x − 16 in two's complement).
-        let hi = _mm256_andnot_si256(bits32(&b[2..]), _mm256_set1_epi8(0xf0u8 as i8));
-        _mm256_or_si256(nibbles32(&b[6..]), hi)
+        // SAFETY: `q_0_loop` passes pointers to whole 22-byte blocks.
+        let (h, q) = unsafe { (bits32p(b.add(2)), nibbles32p(b.add(6))) };
+        _mm256_or_si256(q, _mm256_andnot_si256(h, _mm256_set1_epi8(0xf0u8 as i8)))
     })
 }
 
 /// Shared loop of the `_1` types against Q8_1 (36-byte blocks, `d`, `s`, codes at +4).
+/// Weight `(d, m)` and activation `(d, s)` are converted as pairs: one multiply gives
+/// `(d·d8, m·s8)`; the second lane accumulates the min term.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q_1_loop(w: &[u8], x: &[u8], n: usize, wb: usize, codes: impl Fn(&[u8]) -> __m256i) -> f32 {
+fn q_1_loop(w: &[u8], x: &[u8], n: usize, wb: usize, codes: impl Fn(*const u8) -> __m256i) -> f32 {
     let nb = n / 32;
     let (w, x) = (&w[..nb * wb], &x[..nb * 36]);
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0f32;
-    for i in 0..nb {
-        let (b, y) = (&w[i * wb..], &x[i * 36..]);
-        let d = _mm256_set1_ps(f16_at(b, 0) * f16_at(y, 0));
-        summs += f16_at(b, 2) * f16_at(y, 2);
-        let p = _mm256_cvtepi32_ps(dot_u8i8(codes(b), ld256(&y[4..])));
-        acc = _mm256_fmadd_ps(d, p, acc);
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut acc_ms = _mm_setzero_ps();
+    let mut i = 0;
+    while i < nb {
+        let m = if i + 1 < nb { 2 } else { 1 };
+        for (k, a) in acc.iter_mut().enumerate().take(m) {
+            // SAFETY: block i + k < nb lies inside `w` / `x` (sliced to nb blocks above).
+            unsafe {
+                let (b, y) = (wp.add((i + k) * wb), xp.add((i + k) * 36));
+                let dm = _mm_mul_ps(f16x2(b), f16x2(y));
+                acc_ms = _mm_add_ps(acc_ms, dm);
+                let p = _mm256_cvtepi32_ps(dot_u8i8(codes(b), ldp256(y.add(4))));
+                *a = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), p, *a);
+            }
+        }
+        i += 2;
     }
-    hsum(acc) + summs
+    hsum(_mm256_add_ps(acc[0], acc[1])) + _mm_cvtss_f32(_mm_movehdup_ps(acc_ms))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_1_body(w: &[u8], x: &[u8], n: usize) -> f32 {
-    q_1_loop(w, x, n, 20, |b| {
-        nibbles32(&b[4..])
-    })
+    // SAFETY: `q_1_loop` passes pointers to whole 20-byte blocks.
+    q_1_loop(w, x, n, 20, |b| unsafe { nibbles32p(b.add(4)) })
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q5_1_body(w: &[u8], x: &[u8], n: usize) -> f32 {
     q_1_loop(w, x, n, 24, |b| {
-        let hi = _mm256_and_si256(bits32(&b[4..]), _mm256_set1_epi8(0x10));
-        _mm256_or_si256(nibbles32(&b[8..]), hi)
+        // SAFETY: `q_1_loop` passes pointers to whole 24-byte blocks.
+        let (h, q) = unsafe { (bits32p(b.add(4)), nibbles32p(b.add(8))) };
+        _mm256_or_si256(q, _mm256_and_si256(h, _mm256_set1_epi8(0x10)))
     })
 }
