@@ -45,6 +45,8 @@ pub enum QuantError {
     NoDot(GgmlType),
     #[error("matmul: {what}: expected {expected} elements, got {got}")]
     Shape { what: &'static str, expected: usize, got: usize },
+    #[error("{0} has no row64 layout (only Q4_K and Q6_K do)")]
+    NoRow64(GgmlType),
     #[error("matmul: {weight} weights need {} activations, got {got}", vec_dot_type(*weight))]
     ActivationType { weight: GgmlType, got: GgmlType },
 }
