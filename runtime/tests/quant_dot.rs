@@ -6,7 +6,7 @@
 //! - `matmul` (1 and many tokens, uneven row counts) equals a naive f64 reference.
 
 use lode_runtime::quant::{
-    dequantize, kernel, matmul, matmul_with, quantize, quantize_rows, scalar_kernel, vec_dot_type,
+    dequantize, kernel, matmul, matmul_with, quantize, quantize_rows, rows_kernel, scalar_kernel, vec_dot_type,
     GgmlType, Isa,
 };
 use proptest::prelude::*;
@@ -106,6 +106,30 @@ proptest! {
             let s = scalar_kernel(ty).unwrap()(&wq, &xq, n);
             let v = kernel(ty, Isa::Avx2).unwrap()(&wq, &xq, n);
             prop_assert_eq!(s.to_bits(), v.to_bits(), "{}: scalar {} avx2 {}", ty, s, v);
+        }
+    }
+
+    /// The many-rows kernels (four rows per pass, then the rest) equal the scalar
+    /// one-row kernel row by row, exactly, under exact scales.
+    #[test]
+    fn rows_kernels_equal_scalar_exactly(seed in any::<u64>(), n_rows in 1usize..11) {
+        prop_assume!(Isa::Avx2.available());
+        for ty in WEIGHT_TYPES {
+            let n = 256;
+            let rb = ty.bytes_for(n as u64).unwrap() as usize;
+            let mut w = Vec::new();
+            let mut xq = Vec::new();
+            for r in 0..n_rows {
+                let (wr, x) = exact_scale_blocks(ty, n, seed.wrapping_add(r as u64 * 7919));
+                w.extend_from_slice(&wr);
+                if r == 0 { xq = x; }
+            }
+            let mut out = vec![f32::NAN; n_rows];
+            rows_kernel(ty, Isa::Avx2).unwrap().rows(&w, rb, &xq, n, &mut out);
+            for r in 0..n_rows {
+                let s = scalar_kernel(ty).unwrap()(&w[r * rb..(r + 1) * rb], &xq, n);
+                prop_assert_eq!(s.to_bits(), out[r].to_bits(), "{} row {}: scalar {} rows-kernel {}", ty, r, s, out[r]);
+            }
         }
     }
 

@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use super::dot::{kernel, DotFn, Isa};
+use super::dot::{rows_kernel, Isa, Kernel};
 use super::types::GgmlType;
 use super::{quantize, vec_dot_type, QuantError};
 
@@ -71,8 +71,9 @@ pub fn quantize_rows(
     Ok(QuantizedRows { ty, n_rows, k_len, row_bytes: rb, data })
 }
 
-/// Tokens per tile when more than one activation row is multiplied.
-const TOKEN_TILE: usize = 16;
+/// Weight bytes per band of rows when many tokens are multiplied (fits L1/L2 with room
+/// for the activation row).
+const ROW_BAND_BYTES: usize = 32 * 1024;
 
 /// `y[t*rows + r] = Σ_k W[r][k]·x_t[k]` with `x` already converted ([`quantize_rows`]).
 pub fn matmul_quantized(
@@ -90,7 +91,7 @@ pub fn matmul_quantized(
     if xq.ty != vec_dot_type(ty) {
         return Err(QuantError::ActivationType { weight: ty, got: xq.ty });
     }
-    let dot = kernel(ty, isa).ok_or(QuantError::NoDot(ty))?;
+    let kern = rows_kernel(ty, isa).ok_or(QuantError::NoDot(ty))?;
     let n_tok = xq.n_rows;
     if rows == 0 || n_tok == 0 {
         return Ok(());
@@ -100,10 +101,7 @@ pub fn matmul_quantized(
         let x0 = xq.row(0);
         let work = |(ci, ys): (usize, &mut [f32])| {
             let r0 = ci * chunk;
-            for (i, y) in ys.iter_mut().enumerate() {
-                let r = r0 + i;
-                *y = dot(&w[r * wrb..(r + 1) * wrb], x0, k_len);
-            }
+            kern.rows(&w[r0 * wrb..(r0 + ys.len()) * wrb], wrb, x0, k_len, ys);
         };
         if rows > chunk {
             y.par_chunks_mut(chunk).enumerate().for_each(work);
@@ -118,7 +116,7 @@ pub fn matmul_quantized(
     tmp.par_chunks_mut(n_tok * chunk).enumerate().for_each(|(ci, out)| {
         let r0 = ci * chunk;
         let nr = out.len() / n_tok;
-        tile(dot, &w[r0 * wrb..(r0 + nr) * wrb], wrb, xq, nr, out);
+        tile(kern, &w[r0 * wrb..(r0 + nr) * wrb], wrb, xq, nr, out);
     });
     y.par_chunks_mut(rows).enumerate().for_each(|(t, yt)| {
         for (ci, ys) in yt.chunks_mut(chunk).enumerate() {
@@ -130,16 +128,19 @@ pub fn matmul_quantized(
     Ok(())
 }
 
-/// One chunk of `nr` weight rows against every token, a tile of tokens at a time.
-fn tile(dot: DotFn, w: &[u8], wrb: usize, xq: &QuantizedRows, nr: usize, out: &mut [f32]) {
+/// One chunk of `nr` weight rows against every token: a band of rows small enough to
+/// stay in L1/L2 is run against each token in turn, so it is read from memory once.
+fn tile(kern: Kernel, w: &[u8], wrb: usize, xq: &QuantizedRows, nr: usize, out: &mut [f32]) {
     let n_tok = xq.n_rows;
-    for t0 in (0..n_tok).step_by(TOKEN_TILE) {
-        let t1 = (t0 + TOKEN_TILE).min(n_tok);
-        for r in 0..nr {
-            let wr = &w[r * wrb..(r + 1) * wrb];
-            for t in t0..t1 {
-                out[t * nr + r] = dot(wr, xq.row(t), xq.k_len);
-            }
+    let band = (ROW_BAND_BYTES / wrb.max(1)).clamp(4, nr.max(4)) / 4 * 4;
+    let mut tmp = vec![0f32; band];
+    for r0 in (0..nr).step_by(band) {
+        let r1 = (r0 + band).min(nr);
+        let wb = &w[r0 * wrb..r1 * wrb];
+        for t in 0..n_tok {
+            let o = &mut tmp[..r1 - r0];
+            kern.rows(wb, wrb, xq.row(t), xq.k_len, o);
+            out[t * nr + r0..t * nr + r1].copy_from_slice(o);
         }
     }
 }

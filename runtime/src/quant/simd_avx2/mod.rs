@@ -5,51 +5,87 @@
 //! through `maddubs`/`madd`, which cannot overflow for these code ranges), and scales
 //! them in f32 lanes; only the order of the float additions differs from the scalar one.
 //!
-//! Callers pass `w`/`x` holding at least `n` elements' worth of blocks (the dispatchers
-//! in `matmul` check sizes first); every load below goes through a bounds-checked slice.
+//! Loads go through bounds-checked slices, or through raw pointers into slices whose
+//! length each kernel checked once at its entry (a short buffer panics there; the
+//! dispatchers in `matmul` check sizes first, so it never happens).
 
 use std::arch::x86_64::*;
 
 mod kquant;
+mod q32;
 
-use super::dot::DotFn;
+use super::dot::{DotFn, RowsFn};
 use super::types::GgmlType;
 
-/// The AVX2 kernel for `ty`, if there is one. The caller has checked the CPU.
-pub(crate) fn kernel(ty: GgmlType) -> Option<DotFn> {
+/// The AVX2 kernels for `ty` (one row; many rows), if there are. The caller has checked
+/// the CPU.
+pub(crate) fn kernels(ty: GgmlType) -> Option<(DotFn, RowsFn)> {
     Some(match ty {
-        GgmlType::F32 => dot_f32,
-        GgmlType::F16 => dot_f16,
-        GgmlType::BF16 => dot_bf16,
-        GgmlType::Q4_0 => dot_q4_0,
-        GgmlType::Q4_1 => dot_q4_1,
-        GgmlType::Q5_0 => dot_q5_0,
-        GgmlType::Q5_1 => dot_q5_1,
-        GgmlType::Q8_0 => dot_q8_0,
-        GgmlType::Q4_K => dot_q4_k,
-        GgmlType::Q5_K => dot_q5_k,
-        GgmlType::Q6_K => dot_q6_k,
+        GgmlType::F32 => (dot_f32, rows_f32),
+        GgmlType::F16 => (dot_f16, rows_f16),
+        GgmlType::BF16 => (dot_bf16, rows_bf16),
+        GgmlType::Q4_0 => (dot_q4_0, rows_q4_0),
+        GgmlType::Q4_1 => (dot_q4_1, rows_q4_1),
+        GgmlType::Q5_0 => (dot_q5_0, rows_q5_0),
+        GgmlType::Q5_1 => (dot_q5_1, rows_q5_1),
+        GgmlType::Q8_0 => (dot_q8_0, rows_q8_0),
+        GgmlType::Q4_K => (dot_q4_k, rows_q4_k),
+        GgmlType::Q5_K => (dot_q5_k, rows_q5_k),
+        GgmlType::Q6_K => (dot_q6_k, rows_q6_k),
         GgmlType::Q8_1 | GgmlType::Q8_K => return None,
     })
 }
 
-/// Safe entry points: each calls its `#[target_feature]` body.
-macro_rules! entry {
-    ($($name:ident => $body:path),* $(,)?) => {$(
-        fn $name(w: &[u8], x: &[u8], n: usize) -> f32 {
-            // SAFETY: these functions are reachable only through `kernel`, which
-            // `dot::kernel` calls only after detecting AVX2, FMA and F16C.
+/// Safe entry points for kernels written one row at a time: `dot_*` calls the body,
+/// `rows_*` calls it per row.
+macro_rules! row_entry {
+    ($($dot:ident, $rows:ident => $body:path;)*) => {$(
+        fn $dot(w: &[u8], x: &[u8], n: usize) -> f32 {
+            // SAFETY: reachable only through `kernels`, which `dot::kernel` calls only
+            // after detecting AVX2, FMA and F16C.
             unsafe { $body(w, x, n) }
+        }
+        fn $rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+            let rb = if out.is_empty() { 0 } else { w.len() / out.len() };
+            for (o, wr) in out.iter_mut().zip(w.chunks(rb.max(1))) {
+                *o = $dot(wr, x, n);
+            }
         }
     )*};
 }
 
-entry! {
-    dot_f32 => f32_body, dot_f16 => f16_body, dot_bf16 => bf16_body,
-    dot_q4_0 => q4_0_body, dot_q4_1 => q4_1_body, dot_q5_0 => q5_0_body,
-    dot_q5_1 => q5_1_body, dot_q8_0 => q8_0_body,
-    dot_q4_k => kquant::q4_k_body, dot_q5_k => kquant::q5_k_body,
-    dot_q6_k => kquant::q6_k_body,
+/// Safe entry points for kernels written for many rows: `rows_*` calls the body, `dot_*`
+/// is the one-row case.
+macro_rules! rows_entry {
+    ($($dot:ident, $rows:ident => $body:path;)*) => {$(
+        fn $rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+            // SAFETY: reachable only through `kernels`, which `dot::kernel` calls only
+            // after detecting AVX2, FMA and F16C.
+            unsafe { $body(w, x, n, out) }
+        }
+        fn $dot(w: &[u8], x: &[u8], n: usize) -> f32 {
+            let mut o = [0f32];
+            $rows(w, x, n, &mut o);
+            o[0]
+        }
+    )*};
+}
+
+row_entry! {
+    dot_f32, rows_f32 => f32_body;
+    dot_f16, rows_f16 => f16_body;
+    dot_bf16, rows_bf16 => bf16_body;
+    dot_q4_k, rows_q4_k => kquant::q4_k_body;
+    dot_q5_k, rows_q5_k => kquant::q5_k_body;
+    dot_q6_k, rows_q6_k => kquant::q6_k_body;
+}
+
+rows_entry! {
+    dot_q4_0, rows_q4_0 => q32::q4_0_rows;
+    dot_q4_1, rows_q4_1 => q32::q4_1_rows;
+    dot_q5_0, rows_q5_0 => q32::q5_0_rows;
+    dot_q5_1, rows_q5_1 => q32::q5_1_rows;
+    dot_q8_0, rows_q8_0 => q32::q8_0_rows;
 }
 
 // ---- helpers --------------------------------------------------------------------------
@@ -88,53 +124,11 @@ pub(crate) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// Σ over pairs of signed bytes `a·b`, as 8 i32 lanes (each lane: 4 products).
-/// `maddubs` wants one unsigned operand: use |a| and b·sign(a).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot_i8(a: __m256i, b: __m256i) -> __m256i {
-    let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-    _mm256_madd_epi16(p16, _mm256_set1_epi16(1))
-}
-
 /// Σ over pairs of unsigned `a` (< 128) times signed `b`, as 8 i32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn dot_u8i8(a: __m256i, b: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
-}
-
-/// 16 packed nibble bytes at `p` → 32 bytes: low nibbles (elements 0..15) then high
-/// (16..31).
-///
-/// # Safety
-/// `p..p+16` must be readable.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles32p(p: *const u8) -> __m256i {
-    // SAFETY: the caller guarantees 16 readable bytes; `loadu` needs no alignment.
-    let t = unsafe { _mm_loadu_si128(p as *const __m128i) };
-    let both = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
-}
-
-/// The 32 bits at `p` (LE u32) → 32 bytes, 0xFF where the bit is set.
-///
-/// # Safety
-/// `p..p+4` must be readable.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bits32p(p: *const u8) -> __m256i {
-    // SAFETY: the caller guarantees 4 readable bytes; unaligned read.
-    let h = unsafe { (p as *const i32).read_unaligned() };
-    // byte k of the result takes source byte k/8 …
-    let spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(h),
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
-    );
-    // … and keeps only bit k%8.
-    let sel = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
-    _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel)
 }
 
 // ---- floats ---------------------------------------------------------------------------
@@ -199,123 +193,4 @@ fn bf16_body(w: &[u8], x: &[u8], n: usize) -> f32 {
         s += super::float::dot_bf16(&w[2 * i..], &x[2 * i..], 1);
     }
     s
-}
-
-// ---- 32-element blocks ------------------------------------------------------------------
-
-/// 32 bytes at `p`.
-///
-/// # Safety
-/// `p..p+32` must be readable.
-#[inline(always)]
-unsafe fn ldp256(p: *const u8) -> __m256i {
-    // SAFETY: the caller guarantees 32 readable bytes; `loadu` needs no alignment.
-    unsafe { _mm256_loadu_si256(p as *const __m256i) }
-}
-
-/// The two f16 at `p` (e.g. `d`, `m` of a block) as the low two f32 lanes.
-///
-/// # Safety
-/// `p..p+4` must be readable.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16x2(p: *const u8) -> __m128 {
-    // SAFETY: the caller guarantees 4 readable bytes; unaligned read.
-    let v = unsafe { (p as *const i32).read_unaligned() };
-    _mm_cvtph_ps(_mm_cvtsi32_si128(v))
-}
-
-/// Shared loop of the `_0` types against Q8_0 (34-byte blocks, codes at +2): `codes`
-/// turns the weight block at a pointer into 32 signed bytes `q − offset`. Two blocks
-/// per step, two accumulators (the FMA latency chain is the limit otherwise).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q_0_loop(w: &[u8], x: &[u8], n: usize, wb: usize, codes: impl Fn(*const u8) -> __m256i) -> f32 {
-    let nb = n / 32;
-    let (w, x) = (&w[..nb * wb], &x[..nb * 34]);
-    let (wp, xp) = (w.as_ptr(), x.as_ptr());
-    let mut acc = [_mm256_setzero_ps(); 2];
-    let mut i = 0;
-    while i < nb {
-        let m = if i + 1 < nb { 2 } else { 1 };
-        for (k, a) in acc.iter_mut().enumerate().take(m) {
-            // SAFETY: block i + k < nb lies inside `w` / `x` (sliced to nb blocks above);
-            // the f16 pair read at a Q8_0 block start covers d and the first code byte.
-            unsafe {
-                let (b, y) = (wp.add((i + k) * wb), xp.add((i + k) * 34));
-                let d = _mm_mul_ss(f16x2(b), f16x2(y));
-                let p = _mm256_cvtepi32_ps(dot_i8(codes(b), ldp256(y.add(2))));
-                *a = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), p, *a);
-            }
-        }
-        i += 2;
-    }
-    hsum(_mm256_add_ps(acc[0], acc[1]))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q8_0_body(w: &[u8], x: &[u8], n: usize) -> f32 {
-    // SAFETY (closures below): `q_0_loop` passes pointers to whole blocks of `wb` bytes.
-    q_0_loop(w, x, n, 34, |b| unsafe { ldp256(b.add(2)) })
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q4_0_body(w: &[u8], x: &[u8], n: usize) -> f32 {
-    // SAFETY: `q_0_loop` passes pointers to whole 18-byte blocks.
-    q_0_loop(w, x, n, 18, |b| _mm256_sub_epi8(unsafe { nibbles32p(b.add(2)) }, _mm256_set1_epi8(8)))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q5_0_body(w: &[u8], x: &[u8], n: usize) -> f32 {
-    q_0_loop(w, x, n, 22, |b| {
-        // q − 16 as a signed byte: the low nibble, with 0xF0 OR-ed in where the fifth
-        // bit is clear (x | 0xF0 = x − 16 in two's complement).
-        // SAFETY: `q_0_loop` passes pointers to whole 22-byte blocks.
-        let (h, q) = unsafe { (bits32p(b.add(2)), nibbles32p(b.add(6))) };
-        _mm256_or_si256(q, _mm256_andnot_si256(h, _mm256_set1_epi8(0xf0u8 as i8)))
-    })
-}
-
-/// Shared loop of the `_1` types against Q8_1 (36-byte blocks, `d`, `s`, codes at +4).
-/// Weight `(d, m)` and activation `(d, s)` are converted as pairs: one multiply gives
-/// `(d·d8, m·s8)`; the second lane accumulates the min term.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q_1_loop(w: &[u8], x: &[u8], n: usize, wb: usize, codes: impl Fn(*const u8) -> __m256i) -> f32 {
-    let nb = n / 32;
-    let (w, x) = (&w[..nb * wb], &x[..nb * 36]);
-    let (wp, xp) = (w.as_ptr(), x.as_ptr());
-    let mut acc = [_mm256_setzero_ps(); 2];
-    let mut acc_ms = _mm_setzero_ps();
-    let mut i = 0;
-    while i < nb {
-        let m = if i + 1 < nb { 2 } else { 1 };
-        for (k, a) in acc.iter_mut().enumerate().take(m) {
-            // SAFETY: block i + k < nb lies inside `w` / `x` (sliced to nb blocks above).
-            unsafe {
-                let (b, y) = (wp.add((i + k) * wb), xp.add((i + k) * 36));
-                let dm = _mm_mul_ps(f16x2(b), f16x2(y));
-                acc_ms = _mm_add_ps(acc_ms, dm);
-                let p = _mm256_cvtepi32_ps(dot_u8i8(codes(b), ldp256(y.add(4))));
-                *a = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), p, *a);
-            }
-        }
-        i += 2;
-    }
-    hsum(_mm256_add_ps(acc[0], acc[1])) + _mm_cvtss_f32(_mm_movehdup_ps(acc_ms))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q4_1_body(w: &[u8], x: &[u8], n: usize) -> f32 {
-    // SAFETY: `q_1_loop` passes pointers to whole 20-byte blocks.
-    q_1_loop(w, x, n, 20, |b| unsafe { nibbles32p(b.add(4)) })
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q5_1_body(w: &[u8], x: &[u8], n: usize) -> f32 {
-    q_1_loop(w, x, n, 24, |b| {
-        // SAFETY: `q_1_loop` passes pointers to whole 24-byte blocks.
-        let (h, q) = unsafe { (bits32p(b.add(4)), nibbles32p(b.add(8))) };
-        _mm256_or_si256(q, _mm256_and_si256(h, _mm256_set1_epi8(0x10)))
-    })
 }
