@@ -4,9 +4,14 @@
 //!
 //! ```text
 //! cargo run --release -p lode-runtime --example quant_bench -- [--mb 64] [--reps 10] [--types q4_k,q8_0] [--threads 1,2] [--tokens 1]
+//! cargo run --release -p lode-runtime --example quant_bench -- --gguf MODEL.gguf [--reps 10] [--threads 1,2]
 //! ```
 //! The weight matrix (`--mb` MiB, K = 2048) is far larger than the caches, so the numbers
 //! are what decode sees: memory bandwidth once the kernel is fast enough.
+//!
+//! With `--gguf`, every 2-D weight of the model (and the tied output, `token_embd`, when
+//! there is no `output.weight`) is multiplied by one activation row, in file order, as a
+//! decode step would: the time per pass bounds decode tokens/s from the matmuls alone.
 
 use std::time::Instant;
 
@@ -19,6 +24,7 @@ struct Opts {
     threads: Vec<usize>,
     tokens: usize,
     k: usize,
+    gguf: Option<String>,
 }
 
 fn parse() -> Opts {
@@ -41,6 +47,7 @@ fn parse() -> Opts {
         threads: vec![1, 2],
         tokens: 1,
         k: 2048,
+        gguf: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -51,6 +58,7 @@ fn parse() -> Opts {
             "--reps" => o.reps = v.parse().expect("--reps N"),
             "--tokens" => o.tokens = v.parse().expect("--tokens N"),
             "--k" => o.k = v.parse().expect("--k N"),
+            "--gguf" => o.gguf = Some(v.clone()),
             "--threads" => o.threads = v.split(',').map(|t| t.parse().expect("--threads 1,2")).collect(),
             "--types" => {
                 o.types = v
@@ -106,8 +114,61 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
     (m, var.sqrt())
 }
 
+/// One decode step's matmuls over a real model's weights, timed per pass.
+fn model_pass(o: &Opts, path: &str) {
+    use lode_runtime::gguf::GgufFile;
+    let f = GgufFile::open(path).expect("open gguf");
+    let heap = std::env::var_os("QB_HEAP").is_some();
+    let mut owned: Vec<Vec<u8>> = Vec::new();
+    let mut mats: Vec<(String, GgmlType, usize, usize, &[u8])> = Vec::new();
+    let has_output = f.tensors().iter().any(|t| t.name == "output.weight");
+    for t in f.tensors() {
+        let is_mat = t.dims.len() == 2 && t.name != "token_embd.weight";
+        let tied_out = t.name == "token_embd.weight" && !has_output;
+        if is_mat || tied_out {
+            let v = f.tensor(&t.name).unwrap();
+            mats.push((t.name.clone(), t.ty, t.dims[1] as usize, t.dims[0] as usize, v.data));
+            if heap {
+                owned.push(v.data.to_vec());
+            }
+        }
+    }
+    let mats: Vec<(String, GgmlType, usize, usize, &[u8])> = if heap {
+        mats.into_iter().zip(&owned).map(|(m, o)| (m.0, m.1, m.2, m.3, &o[..])).collect()
+    } else {
+        mats
+    };
+    let bytes: usize = mats.iter().map(|m| m.4.len()).sum();
+    println!("{path}: {} matmuls per token, {:.1} MiB of weights", mats.len(), bytes as f64 / (1 << 20) as f64);
+    println!("| threads | ms per token (mean ± sd) | tokens/s | weight GB/s |");
+    println!("|---|---|---|---|");
+    let xs: Vec<Vec<f32>> = mats.iter().map(|m| (0..m.3).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect()).collect();
+    let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; m.2]).collect();
+    for &t in &o.threads {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+        let mut ms = Vec::new();
+        pool.install(|| {
+            for rep in 0..=o.reps {
+                let t0 = Instant::now();
+                for ((m, x), y) in mats.iter().zip(&xs).zip(ys.iter_mut()) {
+                    lode_runtime::quant::matmul(m.4, m.1, m.2, m.3, x, 1, y).unwrap();
+                }
+                if rep > 0 {
+                    ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        });
+        let (m, sd) = mean_sd(&ms);
+        println!("| {t} | {m:.2} ± {sd:.2} | {:.1} | {:.1} |", 1e3 / m, bytes as f64 / m / 1e6);
+    }
+}
+
 fn main() {
     let o = parse();
+    if let Some(p) = &o.gguf {
+        model_pass(&o, p);
+        return;
+    }
     let k = o.k;
     println!("| type | isa | threads | tokens | weight MiB | GB/s wall (mean ± sd) | GB/s per CPU-second (1 thread) |");
     println!("|---|---|---|---|---|---|---|");

@@ -249,3 +249,40 @@ impl Lcg {
         self.next() % n
     }
 }
+
+/// `matmul_batch` (q/k/v-style weights sharing one input, one parallel pass) gives each
+/// weight exactly what `matmul_quantized` gives it alone.
+#[test]
+fn matmul_batch_equals_separate_matmuls() {
+    use lode_runtime::quant::{matmul_batch, matmul_quantized, BatchItem};
+    let k = 512;
+    let mut rng = Lcg(42);
+    for (types, n_tok) in [
+        (vec![GgmlType::Q5_0, GgmlType::Q5_0, GgmlType::Q8_0], 1),
+        (vec![GgmlType::Q4_K, GgmlType::Q6_K], 1),
+        (vec![GgmlType::Q4_1, GgmlType::Q4_1], 3),
+    ] {
+        let rows = [37usize, 64, 200];
+        let ws: Vec<Vec<u8>> = types
+            .iter()
+            .zip(rows)
+            .map(|(&ty, r)| quant(ty, &(0..r * k).map(|_| rng.f32()).collect::<Vec<_>>()))
+            .collect();
+        let x: Vec<f32> = (0..n_tok * k).map(|_| rng.f32()).collect();
+        let xq = quantize_rows(types[0], &x, n_tok, k).unwrap();
+        let mut want: Vec<Vec<f32>> = Vec::new();
+        for (i, &ty) in types.iter().enumerate() {
+            let mut y = vec![0f32; n_tok * rows[i]];
+            matmul_quantized(&ws[i], ty, rows[i], &xq, &mut y, Isa::best()).unwrap();
+            want.push(y);
+        }
+        let mut got: Vec<Vec<f32>> = types.iter().zip(rows).map(|(_, r)| vec![f32::NAN; n_tok * r]).collect();
+        let mut items: Vec<BatchItem> = got
+            .iter_mut()
+            .enumerate()
+            .map(|(i, y)| BatchItem { w: &ws[i], ty: types[i], rows: rows[i], y })
+            .collect();
+        matmul_batch(&mut items, &xq, Isa::best()).unwrap();
+        assert_eq!(got, want, "{types:?}");
+    }
+}

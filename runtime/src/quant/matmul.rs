@@ -156,6 +156,51 @@ fn chunk_rows(rows: usize, row_bytes: usize) -> usize {
     c.div_ceil(8) * 8
 }
 
+/// One weight of a [`matmul_batch`]: `rows` rows of type `ty` in `w`, output into `y`
+/// (`[n_tok, rows]`).
+pub struct BatchItem<'a> {
+    pub w: &'a [u8],
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub y: &'a mut [f32],
+}
+
+/// Several weights that read the same input (q/k/v; gate/up) in one parallel pass: the
+/// union of their rows is split into chunks and handed to the pool at once, so a decode
+/// step pays one fork/join instead of one per weight. Every weight's `vec_dot_type` must
+/// equal `xq.ty`.
+pub fn matmul_batch(items: &mut [BatchItem<'_>], xq: &QuantizedRows, isa: Isa) -> Result<(), QuantError> {
+    let k_len = xq.k_len;
+    for it in items.iter() {
+        check_len("weight bytes (rows × row bytes)", it.rows * row_bytes(it.ty, k_len)?, it.w.len())?;
+        check_len("output (n_tok × rows)", xq.n_rows * it.rows, it.y.len())?;
+        if xq.ty != vec_dot_type(it.ty) {
+            return Err(QuantError::ActivationType { weight: it.ty, got: xq.ty });
+        }
+        rows_kernel(it.ty, isa).ok_or(QuantError::NoDot(it.ty))?;
+    }
+    if xq.n_rows != 1 {
+        for it in items.iter_mut() {
+            matmul_quantized(it.w, it.ty, it.rows, xq, it.y, isa)?;
+        }
+        return Ok(());
+    }
+    let x0 = xq.row(0);
+    // (kernel, weight rows, row bytes, outputs) per task
+    let mut tasks: Vec<(Kernel, &[u8], usize, &mut [f32])> = Vec::new();
+    for it in items.iter_mut() {
+        let wrb = row_bytes(it.ty, k_len)?;
+        let kern = rows_kernel(it.ty, isa).ok_or(QuantError::NoDot(it.ty))?;
+        let chunk = chunk_rows(it.rows, wrb);
+        for (ci, ys) in it.y.chunks_mut(chunk).enumerate() {
+            let r0 = ci * chunk;
+            tasks.push((kern, &it.w[r0 * wrb..(r0 + ys.len()) * wrb], wrb, ys));
+        }
+    }
+    tasks.into_par_iter().for_each(|(kern, w, wrb, ys)| kern.rows(w, wrb, x0, k_len, ys));
+    Ok(())
+}
+
 /// [`quantize_rows`] then [`matmul_quantized`].
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_with(

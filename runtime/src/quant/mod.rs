@@ -29,7 +29,7 @@ mod simd_avx2;
 mod types;
 
 pub use dot::{kernel, rows_kernel, scalar_kernel, DotFn, Isa, Kernel, RowsFn};
-pub use matmul::{matmul_quantized, matmul_with, quantize_rows, QuantizedRows};
+pub use matmul::{matmul_batch, matmul_quantized, matmul_with, quantize_rows, BatchItem, QuantizedRows};
 pub use types::GgmlType;
 
 /// A quant-kernel usage error (sizes that do not match the type's blocks).
