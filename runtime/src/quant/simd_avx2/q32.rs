@@ -4,7 +4,7 @@
 //! chains. Decode (one token) is a long run of such dots, so this is its inner loop.
 //!
 //! Integer identities (exact, as in the scalar twins):
-//! * Q8_0 · Q8_0: `Σ w·y = Σ |y| · (w·sign y)` (`maddubs` needs one unsigned side).
+//! * Q8_0 · Q8_0: `Σ w·y = Σ |w| · (y·sign w)` (`maddubs` needs one unsigned side).
 //! * Q4_0 / Q5_0 · Q8_0: codes kept unsigned, `Σ (q − o)·y = Σ q·y − o·Σ y`, with
 //!   `Σ y` (per 4-byte lane) computed once per activation block for all rows.
 //! * Q4_1 / Q5_1 · Q8_1: `Σ q·y` plus the min term `m·s`, both f16 pairs converted
@@ -73,8 +73,8 @@ unsafe fn bit4_32(p: *const u8) -> __m256i {
 struct Act {
     /// The 32 codes.
     q: __m256i,
-    /// Per 4-byte lane `Σ y` times the weight type's code offset (Q4_0: 8, Q5_0: 16),
-    /// or `|y|` for Q8_0 weights.
+    /// Per 4-byte lane `Σ y` times the weight type's code offset (Q4_0: 8, Q5_0: 16);
+    /// unused (a copy of `q`) otherwise.
     aux: __m256i,
     /// (d, s) of the activation block (s only for Q8_1).
     ds: __m128,
@@ -175,12 +175,15 @@ pub(super) fn q8_0_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
     let prep = |y: *const u8| {
         // SAFETY: `rows` passes pointers to whole 34-byte blocks.
         let (q, ds) = unsafe { (ldp256(y.add(2)), f16x2(y)) };
-        Act { q, aux: _mm256_abs_epi8(q), ds }
+        Act { q, aux: q, ds }
     };
-    // SAFETY: `rows` passes pointers to whole 34-byte weight blocks.
+    // Σ w·y = Σ |w| · (y·sign w): |w| is read unsigned, so a weight code of −128 (never
+    // written by a quantizer, but legal in a file) still multiplies correctly; activation
+    // codes are within ±127.
     let isum = |b: *const u8, a: &Act| {
+        // SAFETY: `rows` passes pointers to whole 34-byte weight blocks.
         let wq = unsafe { ldp256(b.add(2)) };
-        dot_u8i8(a.aux, _mm256_sign_epi8(wq, a.q))
+        dot_u8i8(_mm256_abs_epi8(wq), _mm256_sign_epi8(a.q, wq))
     };
     rows::<false>(w, x, n, out, 34, 34, prep, isum);
 }
