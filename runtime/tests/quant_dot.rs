@@ -286,3 +286,23 @@ fn matmul_batch_equals_separate_matmuls() {
         assert_eq!(got, want, "{types:?}");
     }
 }
+
+/// A Q8_0 weight code of −128 is legal in a file (no quantizer writes it); the SIMD
+/// kernel must still multiply it exactly, against positive and negative activations.
+#[test]
+fn q8_0_weight_code_minus_128_is_exact() {
+    let mut w = vec![0u8; 34 * 2];
+    let mut x = vec![0u8; 34 * 2];
+    for b in 0..2 {
+        w[34 * b..34 * b + 2].copy_from_slice(&half::f16::from_f32(1.0).to_bits().to_le_bytes());
+        x[34 * b..34 * b + 2].copy_from_slice(&half::f16::from_f32(1.0).to_bits().to_le_bytes());
+        for i in 0..32 {
+            w[34 * b + 2 + i] = if i % 3 == 0 { 0x80 } else { (i as i8 - 16) as u8 };
+            x[34 * b + 2 + i] = ((i as i32 * 37 % 255) - 127) as i8 as u8;
+        }
+    }
+    let s = scalar_kernel(GgmlType::Q8_0).unwrap()(&w, &x, 64);
+    for isa in [Isa::Scalar, Isa::Avx2] {
+        assert_eq!(kernel(GgmlType::Q8_0, isa).unwrap()(&w, &x, 64), s, "{isa:?}");
+    }
+}
