@@ -25,6 +25,7 @@ struct Opts {
     tokens: usize,
     k: usize,
     gguf: Option<String>,
+    rows: Option<usize>,
 }
 
 fn parse() -> Opts {
@@ -48,6 +49,7 @@ fn parse() -> Opts {
         tokens: 1,
         k: 2048,
         gguf: None,
+        rows: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -59,6 +61,7 @@ fn parse() -> Opts {
             "--tokens" => o.tokens = v.parse().expect("--tokens N"),
             "--k" => o.k = v.parse().expect("--k N"),
             "--gguf" => o.gguf = Some(v.clone()),
+            "--rows" => o.rows = Some(v.parse().expect("--rows N")),
             "--threads" => o.threads = v.split(',').map(|t| t.parse().expect("--threads 1,2")).collect(),
             "--types" => {
                 o.types = v
@@ -174,7 +177,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|");
     for &ty in &o.types {
         let rb = ty.bytes_for(k as u64).unwrap() as usize;
-        let rows = (o.mb << 20) / rb / 64 * 64;
+        let rows = o.rows.unwrap_or((o.mb << 20) / rb / 64 * 64);
         let w = weights(ty, rows, k);
         let x: Vec<f32> = (0..o.tokens * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
         let xq = quantize_rows(ty, &x, o.tokens, k).unwrap();
@@ -206,8 +209,9 @@ fn main() {
                 } else {
                     "–".to_string()
                 };
+                let us = w.len() as f64 / m / 1e3;
                 println!(
-                    "| {} | {} | {} | {} | {:.0} | {:.2} ± {:.2} | {} |",
+                    "| {} | {} | {} | {} | {:.2} ({us:.1} µs) | {:.2} ± {:.2} | {} |",
                     ty,
                     isa.name(),
                     t,
