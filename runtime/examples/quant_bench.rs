@@ -143,26 +143,37 @@ fn model_pass(o: &Opts, path: &str) {
     };
     let bytes: usize = mats.iter().map(|m| m.4.len()).sum();
     println!("{path}: {} matmuls per token, {:.1} MiB of weights", mats.len(), bytes as f64 / (1 << 20) as f64);
-    println!("| threads | ms per token (mean ± sd) | tokens/s | weight GB/s |");
-    println!("|---|---|---|---|");
+    println!("| threads | ms per token (mean ± sd) | tokens/s | weight GB/s | CPU ms per token (1 thread) |");
+    println!("|---|---|---|---|---|");
     let xs: Vec<Vec<f32>> = mats.iter().map(|m| (0..m.3).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect()).collect();
     let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; m.2]).collect();
     for &t in &o.threads {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
         let mut ms = Vec::new();
+        let mut cpu = Vec::new();
         pool.install(|| {
             for rep in 0..=o.reps {
+                let c0 = thread_cpu_ns();
                 let t0 = Instant::now();
                 for ((m, x), y) in mats.iter().zip(&xs).zip(ys.iter_mut()) {
                     lode_runtime::quant::matmul(m.4, m.1, m.2, m.3, x, 1, y).unwrap();
                 }
                 if rep > 0 {
                     ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                    if let (Some(a), Some(b)) = (c0, thread_cpu_ns()) {
+                        cpu.push((b - a) as f64 / 1e6);
+                    }
                 }
             }
         });
         let (m, sd) = mean_sd(&ms);
-        println!("| {t} | {m:.2} ± {sd:.2} | {:.1} | {:.1} |", 1e3 / m, bytes as f64 / m / 1e6);
+        let cpu_col = if t == 1 && !cpu.is_empty() {
+            let (cm, csd) = mean_sd(&cpu);
+            format!("{cm:.2} ± {csd:.2}")
+        } else {
+            "–".into()
+        };
+        println!("| {t} | {m:.2} ± {sd:.2} | {:.1} | {:.1} | {cpu_col} |", 1e3 / m, bytes as f64 / m / 1e6);
     }
 }
 

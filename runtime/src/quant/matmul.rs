@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use super::dot::{rows_kernel, Isa, Kernel};
+use super::dot::{rows_kernel, stream_kernel, Isa, Kernel};
 use super::types::GgmlType;
 use super::{quantize, vec_dot_type, QuantError};
 
@@ -98,6 +98,7 @@ pub fn matmul_quantized(
     }
     let chunk = chunk_rows(rows, wrb);
     if n_tok == 1 {
+        let kern = stream_kernel(ty, isa).ok_or(QuantError::NoDot(ty))?;
         let x0 = xq.row(0);
         let work = |(ci, ys): (usize, &mut [f32])| {
             let r0 = ci * chunk;
@@ -190,7 +191,7 @@ pub fn matmul_batch(items: &mut [BatchItem<'_>], xq: &QuantizedRows, isa: Isa) -
     let mut tasks: Vec<(Kernel, &[u8], usize, &mut [f32])> = Vec::new();
     for it in items.iter_mut() {
         let wrb = row_bytes(it.ty, k_len)?;
-        let kern = rows_kernel(it.ty, isa).ok_or(QuantError::NoDot(it.ty))?;
+        let kern = stream_kernel(it.ty, isa).ok_or(QuantError::NoDot(it.ty))?;
         let chunk = chunk_rows(it.rows, wrb);
         for (ci, ys) in it.y.chunks_mut(chunk).enumerate() {
             let r0 = ci * chunk;

@@ -28,7 +28,7 @@ pub mod row64;
 mod simd_avx2;
 mod types;
 
-pub use dot::{kernel, rows_kernel, scalar_kernel, DotFn, Isa, Kernel, RowsFn};
+pub use dot::{kernel, rows_kernel, scalar_kernel, stream_kernel, DotFn, Isa, Kernel, RowsFn};
 pub use matmul::{matmul_batch, matmul_quantized, matmul_with, quantize_rows, BatchItem, QuantizedRows};
 pub use types::GgmlType;
 
