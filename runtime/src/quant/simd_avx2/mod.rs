@@ -1,0 +1,196 @@
+//! AVX2 + FMA + F16C dot kernels, chosen at run time by [`super::dot::kernel`] only after
+//! the CPU reported all three features. The only `unsafe` code of `quant`.
+//!
+//! Each kernel computes the same exact integer sums as its scalar twin (int8 products
+//! through `maddubs`/`madd`, which cannot overflow for these code ranges), and scales
+//! them in f32 lanes; only the order of the float additions differs from the scalar one.
+//!
+//! Loads go through bounds-checked slices, or through raw pointers into slices whose
+//! length each kernel checked once at its entry (a short buffer panics there; the
+//! dispatchers in `matmul` check sizes first, so it never happens).
+
+use std::arch::x86_64::*;
+
+mod kquant;
+mod q32;
+
+use super::dot::{DotFn, RowsFn};
+use super::types::GgmlType;
+
+/// The AVX2 kernels for `ty` (one row; many rows), if there are. The caller has checked
+/// the CPU.
+pub(crate) fn kernels(ty: GgmlType) -> Option<(DotFn, RowsFn)> {
+    Some(match ty {
+        GgmlType::F32 => (dot_f32, rows_f32),
+        GgmlType::F16 => (dot_f16, rows_f16),
+        GgmlType::BF16 => (dot_bf16, rows_bf16),
+        GgmlType::Q4_0 => (dot_q4_0, rows_q4_0),
+        GgmlType::Q4_1 => (dot_q4_1, rows_q4_1),
+        GgmlType::Q5_0 => (dot_q5_0, rows_q5_0),
+        GgmlType::Q5_1 => (dot_q5_1, rows_q5_1),
+        GgmlType::Q8_0 => (dot_q8_0, rows_q8_0),
+        GgmlType::Q4_K => (dot_q4_k, rows_q4_k),
+        GgmlType::Q5_K => (dot_q5_k, rows_q5_k),
+        GgmlType::Q6_K => (dot_q6_k, rows_q6_k),
+        GgmlType::Q8_1 | GgmlType::Q8_K => return None,
+    })
+}
+
+/// Safe entry points for kernels written one row at a time: `dot_*` calls the body,
+/// `rows_*` calls it per row.
+macro_rules! row_entry {
+    ($($dot:ident, $rows:ident => $body:path;)*) => {$(
+        fn $dot(w: &[u8], x: &[u8], n: usize) -> f32 {
+            // SAFETY: reachable only through `kernels`, which `dot::kernel` calls only
+            // after detecting AVX2, FMA and F16C.
+            unsafe { $body(w, x, n) }
+        }
+        fn $rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+            let rb = if out.is_empty() { 0 } else { w.len() / out.len() };
+            for (o, wr) in out.iter_mut().zip(w.chunks(rb.max(1))) {
+                *o = $dot(wr, x, n);
+            }
+        }
+    )*};
+}
+
+/// Safe entry points for kernels written for many rows: `rows_*` calls the body, `dot_*`
+/// is the one-row case.
+macro_rules! rows_entry {
+    ($($dot:ident, $rows:ident => $body:path;)*) => {$(
+        fn $rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+            // SAFETY: reachable only through `kernels`, which `dot::kernel` calls only
+            // after detecting AVX2, FMA and F16C.
+            unsafe { $body(w, x, n, out) }
+        }
+        fn $dot(w: &[u8], x: &[u8], n: usize) -> f32 {
+            let mut o = [0f32];
+            $rows(w, x, n, &mut o);
+            o[0]
+        }
+    )*};
+}
+
+row_entry! {
+    dot_f32, rows_f32 => f32_body;
+    dot_f16, rows_f16 => f16_body;
+    dot_bf16, rows_bf16 => bf16_body;
+    dot_q4_k, rows_q4_k => kquant::q4_k_body;
+    dot_q5_k, rows_q5_k => kquant::q5_k_body;
+    dot_q6_k, rows_q6_k => kquant::q6_k_body;
+}
+
+rows_entry! {
+    dot_q4_0, rows_q4_0 => q32::q4_0_rows;
+    dot_q4_1, rows_q4_1 => q32::q4_1_rows;
+    dot_q5_0, rows_q5_0 => q32::q5_0_rows;
+    dot_q5_1, rows_q5_1 => q32::q5_1_rows;
+    dot_q8_0, rows_q8_0 => q32::q8_0_rows;
+}
+
+// ---- helpers --------------------------------------------------------------------------
+
+/// 32 bytes from the start of `s` (bounds-checked).
+#[inline(always)]
+pub(crate) fn ld256(s: &[u8]) -> __m256i {
+    let s = &s[..32];
+    // SAFETY: `s` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(s.as_ptr() as *const __m256i) }
+}
+
+/// 16 bytes from the start of `s` (bounds-checked).
+#[inline(always)]
+pub(crate) fn ld128(s: &[u8]) -> __m128i {
+    let s = &s[..16];
+    // SAFETY: `s` is 16 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm_loadu_si128(s.as_ptr() as *const __m128i) }
+}
+
+/// The f16 at `b[off..off+2]` as f32, through F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn f16_at(b: &[u8], off: usize) -> f32 {
+    let h = u16::from_le_bytes([b[off], b[off + 1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// Sum of the 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Σ over pairs of unsigned `a` (< 128) times signed `b`, as 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot_u8i8(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+}
+
+// ---- floats ---------------------------------------------------------------------------
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f32_body(w: &[u8], x: &[u8], n: usize) -> f32 {
+    let (w, x) = (&w[..4 * n], &x[..4 * n]);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let main = n / 32 * 32;
+    for i in (0..main).step_by(32) {
+        for (k, a) in acc.iter_mut().enumerate() {
+            let o = 4 * (i + 8 * k);
+            let wv = _mm256_castsi256_ps(ld256(&w[o..]));
+            let xv = _mm256_castsi256_ps(ld256(&x[o..]));
+            *a = _mm256_fmadd_ps(wv, xv, *a);
+        }
+    }
+    let acc = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut s = hsum(acc);
+    for i in main..n {
+        s += super::float::dot_f32(&w[4 * i..], &x[4 * i..], 1);
+    }
+    s
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_body(w: &[u8], x: &[u8], n: usize) -> f32 {
+    let (w, x) = (&w[..2 * n], &x[..2 * n]);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let main = n / 32 * 32;
+    for i in (0..main).step_by(32) {
+        for (k, a) in acc.iter_mut().enumerate() {
+            let o = 2 * (i + 8 * k);
+            let wv = _mm256_cvtph_ps(ld128(&w[o..]));
+            let xv = _mm256_cvtph_ps(ld128(&x[o..]));
+            *a = _mm256_fmadd_ps(wv, xv, *a);
+        }
+    }
+    let acc = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut s = hsum(acc);
+    for i in main..n {
+        s += super::float::dot_f16(&w[2 * i..], &x[2 * i..], 1);
+    }
+    s
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bf16_body(w: &[u8], x: &[u8], n: usize) -> f32 {
+    let (w, x) = (&w[..2 * n], &x[..2 * n]);
+    let widen = |v: __m128i| _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let main = n / 32 * 32;
+    for i in (0..main).step_by(32) {
+        for (k, a) in acc.iter_mut().enumerate() {
+            let o = 2 * (i + 8 * k);
+            *a = _mm256_fmadd_ps(widen(ld128(&w[o..])), widen(ld128(&x[o..])), *a);
+        }
+    }
+    let acc = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut s = hsum(acc);
+    for i in main..n {
+        s += super::float::dot_bf16(&w[2 * i..], &x[2 * i..], 1);
+    }
+    s
+}
