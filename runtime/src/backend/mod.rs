@@ -1,1 +1,3 @@
 //! backend (to be built).
+
+pub mod gpu;
