@@ -6,10 +6,30 @@
 //!   weight type (Q8_K for K-quants, Q8_0 / Q8_1 for the 32-blocks, F16/BF16/F32 for floats).
 //! - [`matmul`] computes `y[t][r] = Σ_k W[r][k]·x[t][k]` over rayon's pool, quantizing the
 //!   activations to [`vec_dot_type`] first, exactly as llama.cpp does.
-//! - `row64` packs Q4_K / Q6_K into the GPU row-interleaved layout and back.
+//!   [`quantize_rows`] + [`matmul_quantized`] split the two steps so one converted input
+//!   can feed several weights.
+//! - [`row64`] packs Q4_K / Q6_K into the GPU row-interleaved layout and back.
+//!
+//! Files: `float` (F32/F16/BF16), `q8` (Q8_0/Q8_1), `q32` (Q4_0/Q4_1/Q5_0/Q5_1),
+//! `kquant` (Q4_K/Q5_K), `q6k`, `q8k`, `fit` (the K-quant scale searches), `dot` (kernel
+//! choice), `simd_avx2` (the only `unsafe` here), `matmul`, `row64`.
 
+mod dot;
+mod fit;
+mod float;
+mod kquant;
+mod matmul;
+mod q32;
+mod q6k;
+mod q8;
+mod q8k;
+pub mod row64;
+#[cfg(target_arch = "x86_64")]
+mod simd_avx2;
 mod types;
 
+pub use dot::{kernel, scalar_kernel, DotFn, Isa};
+pub use matmul::{matmul_quantized, matmul_with, quantize_rows, QuantizedRows};
 pub use types::GgmlType;
 
 /// A quant-kernel usage error (sizes that do not match the type's blocks).
@@ -21,28 +41,86 @@ pub enum QuantError {
     ByteLen { ty: GgmlType, expected: usize, got: usize },
     #[error("{0} cannot be quantized to")]
     NoQuantizer(GgmlType),
+    #[error("{0} is an activation-only format: there is no dot product with it as weights")]
+    NoDot(GgmlType),
+    #[error("matmul: {what}: expected {expected} elements, got {got}")]
+    Shape { what: &'static str, expected: usize, got: usize },
+    #[error("matmul: {weight} weights need {} activations, got {got}", vec_dot_type(*weight))]
+    ActivationType { weight: GgmlType, got: GgmlType },
 }
 
-/// Decode `dst.len()` elements of type `ty` from `src`.
+/// Check that `n` elements of `ty` are whole blocks occupying exactly `bytes` bytes.
+fn check_blocks(ty: GgmlType, n: usize, bytes: usize) -> Result<(), QuantError> {
+    let be = ty.block_elems();
+    if n % be != 0 {
+        return Err(QuantError::PartialBlock { ty, n, block: be });
+    }
+    let expected = n / be * ty.block_bytes();
+    if bytes != expected {
+        return Err(QuantError::ByteLen { ty, expected, got: bytes });
+    }
+    Ok(())
+}
+
+/// Decode `dst.len()` elements of type `ty` from `src` (exactly `ty.bytes_for(dst.len())`
+/// bytes). Bit-exact with ggml's `dequantize_row_*` and gguf-py's `dequantize`.
 pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
-    let _ = (ty, src, dst);
-    todo!("quant")
+    check_blocks(ty, dst.len(), src.len())?;
+    match ty {
+        GgmlType::F32 => float::dequant_f32(src, dst),
+        GgmlType::F16 => float::dequant_f16(src, dst),
+        GgmlType::BF16 => float::dequant_bf16(src, dst),
+        GgmlType::Q4_0 => q32::dequant_q4_0(src, dst),
+        GgmlType::Q4_1 => q32::dequant_q4_1(src, dst),
+        GgmlType::Q5_0 => q32::dequant_q5_0(src, dst),
+        GgmlType::Q5_1 => q32::dequant_q5_1(src, dst),
+        GgmlType::Q8_0 => q8::dequant_q8_0(src, dst),
+        GgmlType::Q8_1 => q8::dequant_q8_1(src, dst),
+        GgmlType::Q4_K => kquant::dequant_q4_k(src, dst),
+        GgmlType::Q5_K => kquant::dequant_q5_k(src, dst),
+        GgmlType::Q6_K => q6k::dequant_q6_k(src, dst),
+        GgmlType::Q8_K => q8k::dequant_q8_k(src, dst),
+    }
+    Ok(())
 }
 
-/// Encode `src` as type `ty` into `dst` (exactly `ty.bytes_for(src.len())` bytes).
+/// Encode `src` as type `ty` into `dst` (exactly `ty.bytes_for(src.len())` bytes), with
+/// ggml's reference quantizers (`quantize_row_*_ref`).
 pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    let _ = (ty, src, dst);
-    todo!("quant")
+    check_blocks(ty, src.len(), dst.len())?;
+    match ty {
+        GgmlType::F32 => float::quant_f32(src, dst),
+        GgmlType::F16 => float::quant_f16(src, dst),
+        GgmlType::BF16 => float::quant_bf16(src, dst),
+        GgmlType::Q4_0 => q32::quant_q4_0(src, dst),
+        GgmlType::Q4_1 => q32::quant_q4_1(src, dst),
+        GgmlType::Q5_0 => q32::quant_q5_0(src, dst),
+        GgmlType::Q5_1 => q32::quant_q5_1(src, dst),
+        GgmlType::Q8_0 => q8::quant_q8_0(src, dst),
+        GgmlType::Q8_1 => q8::quant_q8_1(src, dst),
+        GgmlType::Q4_K => kquant::quant_q4_k(src, dst),
+        GgmlType::Q5_K => kquant::quant_q5_k(src, dst),
+        GgmlType::Q6_K => q6k::quant_q6_k(src, dst),
+        GgmlType::Q8_K => q8k::quant_q8_k(src, dst),
+    }
+    Ok(())
 }
 
 /// The activation type llama.cpp's CPU dot product pairs with weights of type `ty`.
 pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
-    let _ = ty;
-    todo!("quant")
+    match ty {
+        GgmlType::F32 => GgmlType::F32,
+        GgmlType::F16 => GgmlType::F16,
+        GgmlType::BF16 => GgmlType::BF16,
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => GgmlType::Q8_0,
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => GgmlType::Q8_1,
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_K => GgmlType::Q8_K,
+    }
 }
 
 /// `y[t*rows + r] = Σ_k W[r][k] · x[t*k_len + k]` for `t < n_tok`.
-/// `w` holds `rows` rows of `k_len` elements of type `ty`.
+/// `w` holds `rows` rows of `k_len` elements of type `ty`; runs the fastest kernels this
+/// CPU has ([`Isa::best`]) on rayon's current pool.
 pub fn matmul(
     w: &[u8],
     ty: GgmlType,
@@ -52,6 +130,5 @@ pub fn matmul(
     n_tok: usize,
     y: &mut [f32],
 ) -> Result<(), QuantError> {
-    let _ = (w, ty, rows, k_len, x, n_tok, y);
-    todo!("quant")
+    matmul_with(Isa::best(), w, ty, rows, k_len, x, n_tok, y)
 }

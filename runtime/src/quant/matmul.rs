@@ -1,0 +1,172 @@
+//! `y = W·x` over rayon's pool, as llama.cpp's CPU backend does it: every activation row
+//! is converted once to the weight type's `vec_dot_type`, then output rows are split
+//! into large chunks (one task per chunk, a few chunks per thread so stealing evens
+//! out), and each chunk walks its weight rows once per tile of tokens so a weight row
+//! is read from memory once and reused from cache for the whole tile.
+
+use rayon::prelude::*;
+
+use super::dot::{kernel, DotFn, Isa};
+use super::types::GgmlType;
+use super::{quantize, vec_dot_type, QuantError};
+
+/// Activation rows already converted to a weight type's `vec_dot_type` — compute this
+/// once and reuse it for every weight that reads the same input (q/k/v, gate/up).
+#[derive(Clone, Debug)]
+pub struct QuantizedRows {
+    /// The activation type (`vec_dot_type` of the weights).
+    pub ty: GgmlType,
+    pub n_rows: usize,
+    pub k_len: usize,
+    /// Bytes per row: `ty.bytes_for(k_len)`.
+    pub row_bytes: usize,
+    // [n_rows, row_bytes] u8
+    pub data: Vec<u8>,
+}
+
+impl QuantizedRows {
+    /// Row `t`'s bytes.
+    pub fn row(&self, t: usize) -> &[u8] {
+        &self.data[t * self.row_bytes..(t + 1) * self.row_bytes]
+    }
+}
+
+fn row_bytes(ty: GgmlType, k_len: usize) -> Result<usize, QuantError> {
+    let be = ty.block_elems();
+    if k_len % be != 0 {
+        return Err(QuantError::PartialBlock { ty, n: k_len, block: be });
+    }
+    Ok(k_len / be * ty.block_bytes())
+}
+
+fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), QuantError> {
+    if expected != got {
+        return Err(QuantError::Shape { what, expected, got });
+    }
+    Ok(())
+}
+
+/// Convert `n_rows` rows of `k_len` f32 (`x`: [n_rows, k_len]) to the activation type
+/// that weights of type `weight_ty` pair with.
+pub fn quantize_rows(
+    weight_ty: GgmlType,
+    x: &[f32],
+    n_rows: usize,
+    k_len: usize,
+) -> Result<QuantizedRows, QuantError> {
+    let ty = vec_dot_type(weight_ty);
+    let rb = row_bytes(ty, k_len)?;
+    row_bytes(weight_ty, k_len)?;
+    check_len("activations (n_tok × k_len)", n_rows * k_len, x.len())?;
+    let mut data = vec![0u8; n_rows * rb];
+    if n_rows > 1 && n_rows * k_len >= 1 << 15 {
+        data.par_chunks_mut(rb)
+            .zip(x.par_chunks(k_len))
+            .try_for_each(|(d, s)| quantize(ty, s, d))?;
+    } else {
+        for (d, s) in data.chunks_mut(rb.max(1)).zip(x.chunks(k_len.max(1))) {
+            quantize(ty, s, d)?;
+        }
+    }
+    Ok(QuantizedRows { ty, n_rows, k_len, row_bytes: rb, data })
+}
+
+/// Tokens per tile when more than one activation row is multiplied.
+const TOKEN_TILE: usize = 16;
+
+/// `y[t*rows + r] = Σ_k W[r][k]·x_t[k]` with `x` already converted ([`quantize_rows`]).
+pub fn matmul_quantized(
+    w: &[u8],
+    ty: GgmlType,
+    rows: usize,
+    xq: &QuantizedRows,
+    y: &mut [f32],
+    isa: Isa,
+) -> Result<(), QuantError> {
+    let k_len = xq.k_len;
+    let wrb = row_bytes(ty, k_len)?;
+    check_len("weight bytes (rows × row bytes)", rows * wrb, w.len())?;
+    check_len("output (n_tok × rows)", xq.n_rows * rows, y.len())?;
+    if xq.ty != vec_dot_type(ty) {
+        return Err(QuantError::ActivationType { weight: ty, got: xq.ty });
+    }
+    let dot = kernel(ty, isa).ok_or(QuantError::NoDot(ty))?;
+    let n_tok = xq.n_rows;
+    if rows == 0 || n_tok == 0 {
+        return Ok(());
+    }
+    let chunk = chunk_rows(rows, wrb);
+    if n_tok == 1 {
+        let x0 = xq.row(0);
+        let work = |(ci, ys): (usize, &mut [f32])| {
+            let r0 = ci * chunk;
+            for (i, y) in ys.iter_mut().enumerate() {
+                let r = r0 + i;
+                *y = dot(&w[r * wrb..(r + 1) * wrb], x0, k_len);
+            }
+        };
+        if rows > chunk {
+            y.par_chunks_mut(chunk).enumerate().for_each(work);
+        } else {
+            work((0, y));
+        }
+        return Ok(());
+    }
+    // Each chunk writes its block of outputs as [n_tok, chunk rows]; scattered after.
+    // [n_chunks, n_tok, chunk] f32 (the last chunk may be short)
+    let mut tmp = vec![0f32; n_tok * rows];
+    tmp.par_chunks_mut(n_tok * chunk).enumerate().for_each(|(ci, out)| {
+        let r0 = ci * chunk;
+        let nr = out.len() / n_tok;
+        tile(dot, &w[r0 * wrb..(r0 + nr) * wrb], wrb, xq, nr, out);
+    });
+    y.par_chunks_mut(rows).enumerate().for_each(|(t, yt)| {
+        for (ci, ys) in yt.chunks_mut(chunk).enumerate() {
+            let nr = ys.len();
+            let base = ci * chunk * n_tok + t * nr;
+            ys.copy_from_slice(&tmp[base..base + nr]);
+        }
+    });
+    Ok(())
+}
+
+/// One chunk of `nr` weight rows against every token, a tile of tokens at a time.
+fn tile(dot: DotFn, w: &[u8], wrb: usize, xq: &QuantizedRows, nr: usize, out: &mut [f32]) {
+    let n_tok = xq.n_rows;
+    for t0 in (0..n_tok).step_by(TOKEN_TILE) {
+        let t1 = (t0 + TOKEN_TILE).min(n_tok);
+        for r in 0..nr {
+            let wr = &w[r * wrb..(r + 1) * wrb];
+            for t in t0..t1 {
+                out[t * nr + r] = dot(wr, xq.row(t), xq.k_len);
+            }
+        }
+    }
+}
+
+/// Rows per task: about four tasks per thread, but never so few rows that a task
+/// reads less than ~64 KiB of weights (task overhead would dominate), and a multiple
+/// of 8.
+fn chunk_rows(rows: usize, row_bytes: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let by_threads = rows.div_ceil(threads * 4);
+    let by_bytes = (64 * 1024usize).div_ceil(row_bytes.max(1));
+    let c = by_threads.max(by_bytes).max(1);
+    c.div_ceil(8) * 8
+}
+
+/// [`quantize_rows`] then [`matmul_quantized`].
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with(
+    isa: Isa,
+    w: &[u8],
+    ty: GgmlType,
+    rows: usize,
+    k_len: usize,
+    x: &[f32],
+    n_tok: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    let xq = quantize_rows(ty, x, n_tok, k_len)?;
+    matmul_quantized(w, ty, rows, &xq, y, isa)
+}

@@ -1,0 +1,163 @@
+//! AVX2 K-quant × Q8_K kernels (Q4_K, Q5_K, Q6_K). Per super-block: codes widened to
+//! bytes, `maddubs` against the Q8_K codes (unsigned × signed pairs → i16), `madd` with
+//! the sub-block scales (→ i32), one f32 FMA with `d·d8` per super-block; the Q4_K/Q5_K
+//! min term comes from Q8_K's `bsums`. All integer steps are exact for these ranges.
+
+use std::arch::x86_64::*;
+
+use super::{f16_at, ld128, ld256};
+
+const Q8K: usize = 292;
+
+/// Q8_K's f32 `d`.
+#[inline(always)]
+fn d8(y: &[u8]) -> f32 {
+    f32::from_le_bytes([y[0], y[1], y[2], y[3]])
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum128(v: __m128) -> f32 {
+    let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// The 12 packed scale bytes → 16 i16: eight 6-bit scales (low 128 bits), then the
+/// eight 6-bit mins (high 128 bits). Same unpacking as `kquant::scale_min`, on u32s.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scales_mins(s: &[u8]) -> __m256i {
+    let u = |o: usize| u32::from_le_bytes([s[o], s[o + 1], s[o + 2], s[o + 3]]);
+    let (s0, s1, s2) = (u(0), u(4), u(8));
+    const LOW6: u32 = 0x3f3f_3f3f;
+    let sc_lo = s0 & LOW6;
+    let mn_lo = s1 & LOW6;
+    let sc_hi = (s2 & 0x0f0f_0f0f) | (((s0 >> 6) & 0x0303_0303) << 4);
+    let mn_hi = ((s2 >> 4) & 0x0f0f_0f0f) | (((s1 >> 6) & 0x0303_0303) << 4);
+    let bytes = _mm_set_epi32(mn_hi as i32, mn_lo as i32, sc_hi as i32, sc_lo as i32);
+    _mm256_cvtepu8_epi16(bytes)
+}
+
+/// Broadcast i16 lane `j` of each 128-bit half to all lanes of that half.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lane16(v: __m256i, j: i32) -> __m256i {
+    let idx = ((2 * j + 1) << 8) | (2 * j);
+    _mm256_shuffle_epi8(v, _mm256_set1_epi16(idx as i16))
+}
+
+/// `Σ_j m_j · (bsums[2j] + bsums[2j+1])` as 4 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn min_term(ms: __m256i, y: &[u8]) -> __m128i {
+    let bs = ld256(&y[260..]);
+    let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s)
+}
+
+/// Shared Q4_K / Q5_K loop. `high(b, c)` gives the fifth bits (already at 0x10) of
+/// chunk `c`'s low and high halves, or zeros for Q4_K; codes start at `qs_off`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k45_loop(
+    w: &[u8],
+    x: &[u8],
+    n: usize,
+    wb: usize,
+    qs_off: usize,
+    high: impl Fn(&[u8], i32) -> (__m256i, __m256i),
+) -> f32 {
+    let nb = n / 256;
+    let (w, x) = (&w[..nb * wb], &x[..nb * Q8K]);
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for i in 0..nb {
+        let (b, y) = (&w[i * wb..(i + 1) * wb], &x[i * Q8K..(i + 1) * Q8K]);
+        let dy = d8(y);
+        let d = dy * f16_at(b, 0);
+        let dmin = dy * f16_at(b, 2);
+        let ms = scales_mins(&b[4..16]);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(min_term(ms, y)), acc_m);
+        let sc = _mm256_permute2x128_si256(ms, ms, 0x00); // scales in both halves
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..4 {
+            let q = ld256(&b[qs_off + 32 * c..]);
+            let (hl, hh) = high(b, c as i32);
+            let ql = _mm256_or_si256(_mm256_and_si256(q, m4), hl);
+            let qh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh);
+            let yl = ld256(&y[4 + 64 * c..]);
+            let yh = ld256(&y[4 + 64 * c + 32..]);
+            let pl = _mm256_madd_epi16(lane16(sc, 2 * c as i32), _mm256_maddubs_epi16(ql, yl));
+            let ph = _mm256_madd_epi16(lane16(sc, 2 * c as i32 + 1), _mm256_maddubs_epi16(qh, yh));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    super::hsum(acc) - hsum128(acc_m)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_k_body(w: &[u8], x: &[u8], n: usize) -> f32 {
+    let zero = _mm256_setzero_si256();
+    k45_loop(w, x, n, 144, 16, |_, _| (zero, zero))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5_k_body(w: &[u8], x: &[u8], n: usize) -> f32 {
+    k45_loop(w, x, n, 176, 48, |b, c| {
+        let qh = ld256(&b[16..]);
+        let one = _mm256_set1_epi8(1);
+        let bit = |s: i32| {
+            let v = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(s));
+            _mm256_slli_epi16(_mm256_and_si256(v, one), 4)
+        };
+        (bit(2 * c), bit(2 * c + 1))
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q6_k_body(w: &[u8], x: &[u8], n: usize) -> f32 {
+    let nb = n / 256;
+    let (w, x) = (&w[..nb * 210], &x[..nb * Q8K]);
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m3 = _mm256_set1_epi8(3);
+    let k32 = _mm256_set1_epi8(32);
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..nb {
+        let (b, y) = (&w[i * 210..(i + 1) * 210], &x[i * Q8K..(i + 1) * Q8K]);
+        let d = d8(y) * f16_at(b, 208);
+        let scales = ld128(&b[192..]);
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let ql1 = ld256(&b[64 * h..]);
+            let ql2 = ld256(&b[64 * h + 32..]);
+            let qh = ld256(&b[128 + 32 * h..]);
+            let hi = |s: i32| {
+                let v = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(s));
+                _mm256_slli_epi16(_mm256_and_si256(v, m3), 4)
+            };
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(ql1, m4), hi(0)),
+                _mm256_or_si256(_mm256_and_si256(ql2, m4), hi(2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), hi(4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql2, 4), m4), hi(6)),
+            ];
+            for (k, &qk) in q.iter().enumerate() {
+                let yk = ld256(&y[4 + 128 * h + 32 * k..]);
+                // Σ (q − 32)·u = Σ q·u − 32·Σ u, both through maddubs (no overflow).
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(qk, yk), _mm256_maddubs_epi16(k32, yk));
+                // group g's two scales: sc[2g] for the low 16 elements, sc[2g+1] for the high.
+                let g = (4 * h + k) as i8;
+                let pick = _mm_set_epi8(
+                    2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1,
+                    2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g,
+                );
+                let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    super::hsum(acc)
+}
