@@ -157,3 +157,53 @@ struct __attribute__((aligned(4))) block_q8_1 {
     u16 s;
     i8 qs[32];
 };
+
+// ---- matrix cores: one 16x16x16 f16 product, f32 accumulate, per 32-lane warp ----
+// A: 16 (M) rows x 16 (K) f16 at sA (row stride lda, in u16 units), B: 16 (N) rows x 16 (K)
+// f16 at sB (stride ldb): acc += A * B^T. Lane l's acc[i] is element (m, n) given by
+// mma_coord(i, l). gfx11: one v_wmma_f32_16x16x16_f16 (wave32; A/B rows in lanes 0-15,
+// replicated in 16-31; D element (2i + l/16, l%16)). NVIDIA: two mma.sync m16n8k16.
+#ifdef LODE_AMD
+typedef _Float16 lode_v16h __attribute__((ext_vector_type(16)));
+typedef float lode_v8f __attribute__((ext_vector_type(8)));
+DEV void mma16x16x16(const u16* sA, int lda, const u16* sB, int ldb, float* acc) {
+    const int l = __builtin_amdgcn_mbcnt_lo(~0u, 0) & 15;
+    lode_v16h a, b;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        a[k] = __builtin_bit_cast(_Float16, sA[l * lda + k]);
+        b[k] = __builtin_bit_cast(_Float16, sB[l * ldb + k]);
+    }
+    lode_v8f c;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) c[i] = acc[i];
+    c = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a, b, c);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = c[i];
+}
+DEV void mma_coord(int i, int lane, int* m, int* n) {
+    *m = 2 * i + (lane >> 4);
+    *n = lane & 15;
+}
+#else
+DEV u32 ld_h2(const u16* p) { return *(const u32*)p; }
+DEV void mma16x16x16(const u16* sA, int lda, const u16* sB, int ldb, float* acc) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const u32 a0 = ld_h2(sA + g * lda + 2 * t), a1 = ld_h2(sA + (g + 8) * lda + 2 * t);
+    const u32 a2 = ld_h2(sA + g * lda + 2 * t + 8), a3 = ld_h2(sA + (g + 8) * lda + 2 * t + 8);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const u16* b = sB + (8 * h + g) * ldb;
+        const u32 b0 = ld_h2(b + 2 * t), b1 = ld_h2(b + 2 * t + 8);
+        float* c = acc + 4 * h;
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+}
+DEV void mma_coord(int i, int lane, int* m, int* n) {
+    const int g = lane >> 2, t = lane & 3, h = i >> 2, j = i & 3;
+    *m = g + ((j & 2) ? 8 : 0);
+    *n = 8 * h + 2 * t + (j & 1);
+}
+#endif

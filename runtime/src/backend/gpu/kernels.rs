@@ -58,6 +58,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
             "get_rows_q5_1", "get_rows_q8_0", "get_rows_q4_K", "get_rows_q5_K", "get_rows_q6_K",
         ],
     ),
+    ("gemm", include_str!("../../../../kernels-hip/gemm.hip"), &["gemm_q4_K_f16"]),
 ];
 
 /// The full compilable source of a family: common.h inlined in place of its #include.

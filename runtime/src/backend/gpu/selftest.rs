@@ -24,6 +24,10 @@ pub trait Target {
     #[allow(clippy::too_many_arguments)]
     fn attention(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<Vec<f32>>;
     fn elementwise(&self, op: Elt, a: &[f32], b: &[f32], p: f32) -> Out<Vec<f32>>;
+    /// Prefill GEMM, Q4_K weights × f32 rows: y [n, rows].
+    fn gemm_q4_k(&self, _w: &[u8], _rows: usize, _k: usize, _x: &[f32], _n: usize) -> Out<Vec<f32>> {
+        Ok(None)
+    }
     fn f32_to_f16_rows(&self, src: &[f32], rows: usize, n: usize, stride: usize, row0: usize, dst_rows: usize) -> Out<Vec<u16>>;
 }
 
@@ -219,6 +223,7 @@ pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64)
     for ty in WEIGHT_TYPES {
         names.push(format!("get_rows_{}", ty.name().to_lowercase()));
     }
+    names.push("gemm_q4_k".into());
     for n in ["rmsnorm", "rope_norm", "rope_neox", "attention_decode", "attention_prefill", "add", "mul", "scale", "swiglu", "geglu", "softcap", "f32_to_f16_rows"] {
         names.push(n.into());
     }
@@ -290,24 +295,30 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                     acc.cmp(&case, &y, &want, |i| tol[i]);
                 }
                 None => {
+                    // A target without q8_1 (the CPU) quantizes activations to
+                    // vec_dot_type(ty); the reference reads the same rounded activations.
+                    let vt = quant::vec_dot_type(ty);
+                    let mut xq = vec![0u8; vt.bytes_for(k as u64).unwrap_or(0) as usize];
+                    let mut xh = vec![0f32; ncols * k];
+                    for col in 0..ncols {
+                        let src = &x[col * k..(col + 1) * k];
+                        if quant::quantize(vt, src, &mut xq).is_ok() && quant::dequantize(vt, &xq, &mut xh[col * k..(col + 1) * k]).is_ok() {
+                            continue;
+                        }
+                        xh[col * k..(col + 1) * k].copy_from_slice(src);
+                    }
                     let mut want = vec![0f64; ncols * rows];
                     let mut tol = vec![0f64; ncols * rows];
-                    // Float weights take exact activations; other targets may quantize
-                    // activations (≤ amax/254 per element → bound by Σ|w|·amax/127).
-                    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
-                    let qerr = if ty.is_quantized() { amax / 127.0 } else { 0.0 };
                     for col in 0..ncols {
                         for r in 0..rows {
-                            let (mut dot, mut mag, mut wabs) = (0f64, 0f64, 0f64);
+                            let (mut dot, mut mag) = (0f64, 0f64);
                             for i in 0..k {
-                                let wv = wf[r * k + i] as f64;
-                                let xv = x[col * k + i] as f64;
-                                dot += wv * xv;
-                                mag += (wv * xv).abs();
-                                wabs += wv.abs();
+                                let p = wf[r * k + i] as f64 * xh[col * k + i] as f64;
+                                dot += p;
+                                mag += p.abs();
                             }
                             want[col * rows + r] = dot;
-                            tol[col * rows + r] = 2e-5 * mag + wabs * qerr + 1e-5;
+                            tol[col * rows + r] = 5e-5 * mag + 1e-5;
                         }
                     }
                     acc.cmp(&case, &y, &want, |i| tol[i]);
@@ -332,6 +343,34 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
         return Ok(Some(acc.finish()));
     }
     match name {
+        "gemm_q4_k" => {
+            let ns = [1usize, 2, 7, 15, 16, 17, 63, 64, 65, 127, 128, 129];
+            for c in 0..cases {
+                let n = if c < ns.len() { ns[c] } else { rng.range(1, 300) };
+                let k = 256 * rng.range(1, 8);
+                let rows = rng.range(1, 200);
+                let w = random_weights(rng, GgmlType::Q4_K, rows, k);
+                let x = rng.vec(n * k, 1.0);
+                let Some(y) = t.gemm_q4_k(&w, rows, k, &x, n)? else { return Ok(None) };
+                let wf = dequant(GgmlType::Q4_K, &w, rows * k)?;
+                let mut want = vec![0f64; n * rows];
+                let mut tol = vec![0f64; n * rows];
+                for tk in 0..n {
+                    for r in 0..rows {
+                        let (mut dot, mut mag) = (0f64, 0f64);
+                        for i in 0..k {
+                            let p = wf[r * k + i] as f64 * x[tk * k + i] as f64;
+                            dot += p;
+                            mag += p.abs();
+                        }
+                        want[tk * rows + r] = dot;
+                        // f16 operands: each product off by ≤ ~2·2^-11 relative.
+                        tol[tk * rows + r] = 1.5e-3 * mag + 1e-5;
+                    }
+                }
+                acc.cmp(&format!("rows={rows} k={k} n={n}"), &y, &want, |i| tol[i]);
+            }
+        }
         "quantize_q8_1" => {
             for _ in 0..cases {
                 let rows = rng.range(1, 7);
@@ -606,6 +645,14 @@ impl Target for GpuTarget<'_> {
         }
         Ok(Some(d.read_f32(y, n)?))
     }
+    fn gemm_q4_k(&self, w: &[u8], rows: usize, k: usize, x: &[f32], n: usize) -> Out<Vec<f32>> {
+        let d = self.0;
+        let wb = d.upload(w)?;
+        let xb = d.upload_f32(x)?;
+        let yb = self.out_buf(n * rows * 4)?;
+        ops::gemm_q4_k(d, wb.ptr(), rows, k, xb.ptr(), yb.ptr(), n)?;
+        Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
+    }
     fn f32_to_f16_rows(&self, src: &[f32], rows: usize, n: usize, stride: usize, row0: usize, dst_rows: usize) -> Out<Vec<u16>> {
         let d = self.0;
         let sb = d.upload_f32(src)?;
@@ -656,5 +703,58 @@ impl Target for HostTarget {
     }
     fn f32_to_f16_rows(&self, _: &[f32], _: usize, _: usize, _: usize, _: usize, _: usize) -> Out<Vec<u16>> {
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The selftest's check bodies on the CPU target: quant::matmul and quant::dequantize
+    /// against the f64 references (the GPU runs the same bodies in `lode selftest`).
+    #[test]
+    fn cpu_target_passes_the_kernel_checks() {
+        let reports = run_checks(&HostTarget, None, 4, 7);
+        assert!(reports.iter().any(|r| !r.skipped));
+        for r in &reports {
+            assert!(r.skipped || r.passed(), "{}", r.line());
+        }
+    }
+
+    /// A check must be able to fail: a target that perturbs one output is caught.
+    #[test]
+    fn a_wrong_matvec_is_caught() {
+        struct Off;
+        impl Target for Off {
+            fn label(&self) -> String {
+                "off-by-one-block".into()
+            }
+            fn matvec(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], ncols: usize) -> Out<(Vec<f32>, Option<Vec<u8>>)> {
+                let mut y = HostTarget.matvec(w, ty, rows, k, x, ncols)?.unwrap().0;
+                // Drop the last 32 elements' contribution of row 0 (a classic tail bug).
+                let mut wf = vec![0f32; k];
+                quant::dequantize(ty, &w[..ty.bytes_for(k as u64).unwrap() as usize], &mut wf).unwrap();
+                y[0] -= (k - 32..k).map(|i| wf[i] * x[i]).sum::<f32>();
+                Ok(Some((y, None)))
+            }
+            fn quantize_q8_1(&self, _: &[f32], _: usize, _: usize) -> Out<Vec<u8>> { Ok(None) }
+            fn get_rows(&self, _: &[u8], _: GgmlType, _: usize, _: &[i32], _: f32) -> Out<Vec<f32>> { Ok(None) }
+            fn rmsnorm(&self, _: &[f32], _: Option<&[f32]>, _: usize, _: usize, _: f32) -> Out<Vec<f32>> { Ok(None) }
+            fn rope(&self, _: &[f32], _: &[i32], _: &[f32], _: usize, _: usize, _: usize, _: bool, _: f32) -> Out<Vec<f32>> { Ok(None) }
+            fn attention(&self, _: &[f32], _: &[u16], _: &[u16], _: usize, _: usize, _: usize, _: usize, _: usize, _: usize, _: f32) -> Out<Vec<f32>> { Ok(None) }
+            fn elementwise(&self, _: Elt, _: &[f32], _: &[f32], _: f32) -> Out<Vec<f32>> { Ok(None) }
+            fn f32_to_f16_rows(&self, _: &[f32], _: usize, _: usize, _: usize, _: usize, _: usize) -> Out<Vec<u16>> { Ok(None) }
+        }
+        let reports = run_checks(&Off, Some("matvec_q8_0"), 4, 3);
+        assert_eq!(reports.len(), 1);
+        assert!(!reports[0].passed(), "{}", reports[0].line());
+    }
+
+    #[test]
+    fn attention_reference_is_softmax_weighted_values() {
+        // One key: the output is that key's value row whatever the scores.
+        let h = |v: f32| half::f16::from_f32(v).to_bits();
+        let out = ref_attention(&[1.0, 2.0], &[h(3.0), h(4.0)], &[h(0.5), h(-1.5)], 1, 1, 1, 2, 0, 0, 1.0);
+        assert_eq!(out, vec![0.5, -1.5]);
     }
 }
