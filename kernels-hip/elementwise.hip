@@ -17,6 +17,12 @@ KERNEL void scale_f32(const float* x, float* y, int n, float s) {
     if (i < n) y[i] = x[i] * s;
 }
 
+// x[t][i] += b[i] for x [total / n, n]  (projection biases)
+KERNEL void add_bias_f32(float* x, const float* b, int n, int total) {
+    const int i = bid_x() * 256 + tid_x();
+    if (i < total) x[i] += b[i % n];
+}
+
 // y = silu(g) * u  (SwiGLU)
 KERNEL void swiglu_f32(const float* g, const float* u, float* y, int n) {
     const int i = bid_x() * 256 + tid_x();

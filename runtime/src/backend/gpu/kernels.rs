@@ -53,7 +53,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
         "elementwise",
         include_str!("../../../../kernels-hip/elementwise.hip"),
         &[
-            "add_f32", "mul_f32", "scale_f32", "swiglu_f32", "geglu_f32", "softcap_f32", "f32_to_f16_rows",
+            "add_f32", "add_bias_f32", "mul_f32", "scale_f32", "swiglu_f32", "geglu_f32", "softcap_f32", "f32_to_f16_rows",
             "get_rows_f32", "get_rows_f16", "get_rows_bf16", "get_rows_q4_0", "get_rows_q4_1", "get_rows_q5_0",
             "get_rows_q5_1", "get_rows_q8_0", "get_rows_q4_K", "get_rows_q5_K", "get_rows_q6_K",
         ],

@@ -138,6 +138,10 @@ fn flat(d: &GpuDevice, name: &'static str, n: usize, args: &[KArg]) -> R {
 pub fn add(d: &GpuDevice, a: DevPtr, b: DevPtr, y: DevPtr, n: usize) -> R {
     flat(d, "add_f32", n, &[KArg::Ptr(a), KArg::Ptr(b), KArg::Ptr(y), i(n)])
 }
+/// x[t][i] += b[i] over `total` elements of rows of n. x: [total/n, n] f32; b: [n] f32.
+pub fn add_bias(d: &GpuDevice, x: DevPtr, b: DevPtr, n: usize, total: usize) -> R {
+    flat(d, "add_bias_f32", total, &[KArg::Ptr(x), KArg::Ptr(b), i(n), i(total)])
+}
 /// y = a ⊙ b, n f32.
 pub fn mul(d: &GpuDevice, a: DevPtr, b: DevPtr, y: DevPtr, n: usize) -> R {
     flat(d, "mul_f32", n, &[KArg::Ptr(a), KArg::Ptr(b), KArg::Ptr(y), i(n)])
