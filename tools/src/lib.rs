@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod common;
 pub mod fit;
 pub mod generate;
 pub mod inspect;

