@@ -18,6 +18,7 @@
 //! [`open`] turns a `--device` choice into a backend; the GPU backends plug in there.
 
 pub mod cpu;
+pub mod gpu;
 
 use crate::quant::QuantError;
 use crate::weights::WeightRef;
