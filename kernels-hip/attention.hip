@@ -5,13 +5,14 @@
 #define ATT_WARPS 4
 #define ATT_MAXE 8 // head_dim <= 256: 8 elements per lane
 
-// q:   [n_tok, n_head, head_dim] f32 (query t sits at position pos0 + t)
+// q:   [n_tok, n_head, head_dim] f32 (query t sits at position pos[t], read on the device
+//      so a captured decode graph replays unchanged as the cache grows)
 // kc:  [n_ctx, n_kv_head * head_dim] f16 (row p = key at position p), vc likewise
 // out: [n_tok, n_head, head_dim] f32
 // Query at position P attends keys p in [max(0, P - window + 1) if window > 0 else 0, P].
 // grid (n_head, n_tok), block 128 (4 warps split the keys; merged through shared memory).
 KERNEL void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
-                     int pos0, int window, float scale) {
+                     const int* pos, int window, float scale) {
     __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
     __shared__ float s_acc[ATT_WARPS][ATT_MAXE * 32];
     const int head = bid_x(), tok = bid_y();
@@ -26,7 +27,7 @@ KERNEL void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, i
         qr[e] = e < epl ? qv[e] * scale : 0.0f;
         acc[e] = 0.0f;
     }
-    const int P = pos0 + tok;
+    const int P = pos[tok];
     const int k0 = window > 0 ? (P - window + 1 > 0 ? P - window + 1 : 0) : 0;
     float m = -3.0e38f, l = 0.0f;
     for (int p = k0 + warp; p <= P; p += ATT_WARPS) {

@@ -143,13 +143,17 @@ DEV void sincos_p(float x, float* s, float* c) {
     *c = cc;
 }
 
-DEV float silu_f(float x) { return x * rcp(1.0f + exp_fast(-x)); }
-DEV float gelu_tanh_f(float x) {
-    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); tanh(u) = 1 - 2 / (exp(2u) + 1)
-    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    float t = 1.0f - 2.0f * rcp(exp_fast(2.0f * u) + 1.0f);
-    return 0.5f * x * (1.0f + t);
+// tanh: odd Taylor polynomial near 0 (where 1 - 2/(e^2x + 1) cancels), exp form elsewhere.
+DEV float tanh_f(float x) {
+    if (fabs_f(x) < 0.125f) {
+        const float x2 = x * x;
+        return x * (1.0f + x2 * (-0.33333333f + x2 * (0.13333333f + x2 * -0.053968254f)));
+    }
+    return 1.0f - 2.0f * rcp(exp_fast(2.0f * x) + 1.0f);
 }
+DEV float silu_f(float x) { return x * rcp(1.0f + exp_fast(-x)); }
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+DEV float gelu_tanh_f(float x) { return 0.5f * x * (1.0f + tanh_f(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
 
 // q8_1 activation block: 32 int8 codes, d = amax/127, s = sum of the unquantized values.
 struct __attribute__((aligned(4))) block_q8_1 {

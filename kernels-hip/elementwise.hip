@@ -39,16 +39,16 @@ KERNEL void geglu_f32(const float* g, const float* u, float* y, int n) {
 KERNEL void softcap_f32(const float* x, float* y, int n, float cap) {
     const int i = bid_x() * 256 + tid_x();
     if (i < n) {
-        const float t = x[i] / cap;
-        y[i] = (1.0f - 2.0f * rcp(exp_fast(2.0f * t) + 1.0f)) * cap;
+        y[i] = tanh_f(x[i] / cap) * cap;
     }
 }
 
-// dst[(row0 + r) * dst_stride + i] = f16(src[r * n + i]) for r < rows, i < n.
-// The KV-cache write. grid (ceil(n / 256), rows), block 256.
-KERNEL void f32_to_f16_rows(const float* src, u16* dst, int n, int dst_stride, int row0) {
+// dst[rows[r] * dst_stride + i] = f16(src[r * n + i]) for r < n_rows, i < n.
+// The KV-cache write (rows = the tokens' positions, read on the device).
+// grid (ceil(n / 256), n_rows), block 256.
+KERNEL void f32_to_f16_rows(const float* src, u16* dst, int n, int dst_stride, const int* rows) {
     const int i = bid_x() * 256 + tid_x(), r = bid_y();
-    if (i < n) dst[(u64)(row0 + r) * dst_stride + i] = f2h(src[(u64)r * n + i]);
+    if (i < n) dst[(u64)rows[r] * dst_stride + i] = f2h(src[(u64)r * n + i]);
 }
 
 // ---- dequantize one element e of a row, for every stored type ----

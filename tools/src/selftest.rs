@@ -21,11 +21,52 @@ pub struct Args {
     /// Random seed (the same seed gives the same shapes and data).
     #[arg(long, default_value_t = 0x10de)]
     pub seed: u64,
+    /// Also run these GGUF models end to end on the GPU and on the CPU and compare
+    /// (greedy tokens, KL divergence, same top-1); skips the kernel checks if
+    /// `--cases 0`.
+    #[arg(long = "model")]
+    pub models: Vec<std::path::PathBuf>,
+    /// Kernel-level decode bandwidth benchmarks on the GPU (after the checks).
+    #[arg(long)]
+    pub bench: bool,
+    /// Decode steps timed per model (0: none).
+    #[arg(long, default_value_t = 128)]
+    pub tg: usize,
+    /// Only time the GPU (no CPU comparison) for `--model`.
+    #[arg(long)]
+    pub speed_only: bool,
+    /// Greedy steps per model.
+    #[arg(long, default_value_t = 32)]
+    pub gen: usize,
+    /// Teacher-forced tokens per model for the KL divergence.
+    #[arg(long, default_value_t = 128)]
+    pub text_tokens: usize,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let choice: DeviceChoice = args.device.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let dev = gpu::select(choice)?;
+    let mut model_fail = 0;
+    if let Some(d) = &dev {
+        for m in &args.models {
+            match crate::selftest_model::compare(d, m, args.gen, args.text_tokens, crate::common::physical_cores(), args.tg, args.speed_only) {
+                Ok(true) => {}
+                Ok(false) => model_fail += 1,
+                Err(e) => {
+                    println!("FAIL model {}: {e:#}", m.display());
+                    model_fail += 1
+                }
+            }
+        }
+    } else if !args.models.is_empty() {
+        println!("SKIP --model: no GPU to compare against the CPU");
+    }
+    if args.cases == 0 {
+        if model_fail > 0 {
+            anyhow::bail!("{model_fail} model comparison(s) failed");
+        }
+        return Ok(());
+    }
     let reports = match &dev {
         Some(d) => {
             let t = selftest::GpuTarget(d);
@@ -54,11 +95,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     println!("{passed} passed, {failed} failed, {} skipped", reports.iter().filter(|r| r.skipped).count());
+    if let (true, Some(d)) = (args.bench, &dev) {
+        crate::selftest_bench::run(d)?;
+    }
     if reports.is_empty() {
         anyhow::bail!("no check matches filter {:?}", args.filter);
     }
-    if failed > 0 {
-        anyhow::bail!("{failed} kernel check(s) failed");
+    if failed > 0 || model_fail > 0 {
+        anyhow::bail!("{failed} kernel check(s) and {model_fail} model comparison(s) failed");
     }
     Ok(())
 }

@@ -9,12 +9,15 @@
 //! What runs on an NVIDIA GPU is what runs on an AMD one: only `driver/{cuda,hip}.rs`
 //! differ, and the kernels are one HIP C++ source built for both.
 
+pub mod backend;
 pub mod device;
 pub mod driver;
 pub mod kernels;
 pub mod ops;
+pub mod replay;
 pub mod selftest;
 
+pub use backend::GpuBackend;
 pub use device::{DeviceBuffer, GpuDevice};
 pub use driver::{Api, DriverError};
 
@@ -53,24 +56,37 @@ impl std::str::FromStr for DeviceChoice {
 /// found no GPU (a one-line note on stderr says so). An explicit `cuda`/`hip` that cannot
 /// be opened is an error naming what is missing (e.g. `libcuda.so.1`).
 pub fn select(choice: DeviceChoice) -> Result<Option<GpuDevice>, GpuError> {
+    match open_device(choice)? {
+        Ok(d) => Ok(Some(d)),
+        Err(note) => {
+            if choice != DeviceChoice::Cpu {
+                eprintln!("note: {note}");
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Like [`select`] but returns the CPU fallback note instead of printing it:
+/// `Ok(Ok(device))`, `Ok(Err(note))` (run on the CPU), or an error for an explicit GPU.
+pub fn open_device(choice: DeviceChoice) -> Result<Result<GpuDevice, String>, GpuError> {
     let ordinal = std::env::var("LODE_DEVICE_ORDINAL").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     match choice {
-        DeviceChoice::Cpu => Ok(None),
-        DeviceChoice::Cuda => Ok(Some(GpuDevice::open(Api::Cuda, ordinal)?)),
-        DeviceChoice::Hip => Ok(Some(GpuDevice::open(Api::Hip, ordinal)?)),
+        DeviceChoice::Cpu => Ok(Err("CPU requested".into())),
+        DeviceChoice::Cuda => Ok(Ok(GpuDevice::open(Api::Cuda, ordinal)?)),
+        DeviceChoice::Hip => Ok(Ok(GpuDevice::open(Api::Hip, ordinal)?)),
         DeviceChoice::Auto => {
             let mut why = Vec::new();
             for api in [Api::Cuda, Api::Hip] {
                 match GpuDevice::open(api, ordinal).map_err(GpuError::from) {
-                    Ok(d) => return Ok(Some(d)),
+                    Ok(d) => return Ok(Ok(d)),
                     Err(e @ GpuError::Driver(DriverError::LibraryMissing { .. })) | Err(e @ GpuError::Driver(DriverError::NoDevice { .. })) => {
                         why.push(short_reason(&e, api))
                     }
                     Err(e) => return Err(e),
                 }
             }
-            eprintln!("note: no GPU found ({}); running on the CPU", why.join("; "));
-            Ok(None)
+            Ok(Err(format!("no GPU found ({}); running on the CPU", why.join("; "))))
         }
     }
 }

@@ -3,11 +3,23 @@
 //! caller owns them (and their sizes). Vendor-neutral: these go through `GpuDevice`.
 
 use super::device::GpuDevice;
-use super::driver::{DevPtr, KArg};
+use super::driver::{DevPtr, DriverError, KArg};
 use super::GpuError;
 use crate::quant::GgmlType;
 
 type R = Result<(), GpuError>;
+
+/// Where launches go: straight to the device, or through a recorder (the backend's
+/// graph capture records every launch of a step).
+pub trait Launch {
+    fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), DriverError>;
+}
+
+impl Launch for GpuDevice {
+    fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), DriverError> {
+        GpuDevice::launch(self, name, grid, block, args)
+    }
+}
 
 fn unsupported(what: String) -> GpuError {
     GpuError::Unsupported(what)
@@ -27,7 +39,7 @@ pub fn q8_1_bytes(k: usize, rows: usize) -> usize {
 }
 
 /// x: [rows, k] f32 → y: [rows, ceil(k/32)] q8_1 blocks.
-pub fn quantize_q8_1(d: &GpuDevice, x: DevPtr, y: DevPtr, k: usize, rows: usize) -> R {
+pub fn quantize_q8_1(d: &dyn Launch, x: DevPtr, y: DevPtr, k: usize, rows: usize) -> R {
     let kb = k.div_ceil(32);
     d.launch("quantize_q8_1", [ceil(kb, 8), rows as u32, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(y), i(k), i(kb)])?;
     Ok(())
@@ -58,7 +70,7 @@ fn matvec_names(ty: GgmlType) -> Option<(&'static str, &'static str)> {
 /// y[c][r] = Σ_k W[r][k]·x[c][k] for c < ncols.
 /// w: [rows, k] of `ty` (stored layout); x: [ncols, k] f32, or q8_1 blocks when
 /// [`matvec_takes_q8_1`]; y: [ncols, rows] f32.
-pub fn matvec(d: &GpuDevice, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x: DevPtr, y: DevPtr, ncols: usize) -> R {
+pub fn matvec(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x: DevPtr, y: DevPtr, ncols: usize) -> R {
     let (n1, n8) = matvec_names(ty).ok_or_else(|| unsupported(format!("matvec of {ty} weights")))?;
     if k % ty.block_elems() != 0 {
         return Err(unsupported(format!("matvec: k = {k} is not a multiple of {ty}'s {}-element block", ty.block_elems())));
@@ -78,7 +90,7 @@ pub fn matvec(d: &GpuDevice, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x: 
 }
 
 /// y = x / rms(x) · w over rows of n. x, y: [rows, n] f32 (may alias); w: [n] or none.
-pub fn rmsnorm(d: &GpuDevice, x: DevPtr, w: Option<DevPtr>, y: DevPtr, rows: usize, n: usize, eps: f32) -> R {
+pub fn rmsnorm(d: &dyn Launch, x: DevPtr, w: Option<DevPtr>, y: DevPtr, rows: usize, n: usize, eps: f32) -> R {
     d.launch("rmsnorm_f32", [rows as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), i(n), KArg::F32(eps)])?;
     Ok(())
 }
@@ -96,7 +108,7 @@ pub fn rope_inv_freq(n_rot: usize, base: f32, freq_scale: f32, factors: Option<&
 
 /// RoPE in place. x: [n_tok, n_head, head_dim] f32; pos: [n_tok] i32; inv_freq: [n_rot/2] f32.
 #[allow(clippy::too_many_arguments)]
-pub fn rope(d: &GpuDevice, x: DevPtr, pos: DevPtr, inv_freq: DevPtr, n_tok: usize, n_head: usize, head_dim: usize, n_rot: usize, neox: bool, attn_factor: f32) -> R {
+pub fn rope(d: &dyn Launch, x: DevPtr, pos: DevPtr, inv_freq: DevPtr, n_tok: usize, n_head: usize, head_dim: usize, n_rot: usize, neox: bool, attn_factor: f32) -> R {
     if n_rot > head_dim || n_rot % 2 != 0 {
         return Err(unsupported(format!("rope: n_rot {n_rot} with head_dim {head_dim}")));
     }
@@ -109,11 +121,11 @@ pub fn rope(d: &GpuDevice, x: DevPtr, pos: DevPtr, inv_freq: DevPtr, n_tok: usiz
     Ok(())
 }
 
-/// Attention of n_tok queries at positions pos0.. over an f16 cache.
+/// Attention of n_tok queries at positions pos[t] (device i32 array) over an f16 cache.
 /// q, out: [n_tok, n_head, head_dim] f32; kc, vc: [n_ctx, n_kv_head·head_dim] f16
-/// (positions 0..=pos0+n_tok−1 filled). window = 0: full causal.
+/// (slots 0..=max pos filled). window = 0: full causal.
 #[allow(clippy::too_many_arguments)]
-pub fn attention(d: &GpuDevice, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, n_tok: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos0: usize, window: usize, scale: f32) -> R {
+pub fn attention(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, n_tok: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
     if head_dim % 32 != 0 || head_dim > 256 || n_kv_head == 0 || n_head % n_kv_head != 0 {
         return Err(unsupported(format!("attention: head_dim {head_dim}, heads {n_head}/{n_kv_head}")));
     }
@@ -121,12 +133,12 @@ pub fn attention(d: &GpuDevice, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, 
         "attn_f16",
         [n_head as u32, n_tok as u32, 1],
         [128, 1, 1],
-        &[KArg::Ptr(q), KArg::Ptr(kc), KArg::Ptr(vc), KArg::Ptr(out), i(n_head), i(n_kv_head), i(head_dim), i(pos0), i(window), KArg::F32(scale)],
+        &[KArg::Ptr(q), KArg::Ptr(kc), KArg::Ptr(vc), KArg::Ptr(out), i(n_head), i(n_kv_head), i(head_dim), KArg::Ptr(pos), i(window), KArg::F32(scale)],
     )?;
     Ok(())
 }
 
-fn flat(d: &GpuDevice, name: &'static str, n: usize, args: &[KArg]) -> R {
+fn flat(d: &dyn Launch, name: &'static str, n: usize, args: &[KArg]) -> R {
     if n == 0 {
         return Ok(());
     }
@@ -135,41 +147,42 @@ fn flat(d: &GpuDevice, name: &'static str, n: usize, args: &[KArg]) -> R {
 }
 
 /// y = a + b, n f32.
-pub fn add(d: &GpuDevice, a: DevPtr, b: DevPtr, y: DevPtr, n: usize) -> R {
+pub fn add(d: &dyn Launch, a: DevPtr, b: DevPtr, y: DevPtr, n: usize) -> R {
     flat(d, "add_f32", n, &[KArg::Ptr(a), KArg::Ptr(b), KArg::Ptr(y), i(n)])
 }
 /// x[t][i] += b[i] over `total` elements of rows of n. x: [total/n, n] f32; b: [n] f32.
-pub fn add_bias(d: &GpuDevice, x: DevPtr, b: DevPtr, n: usize, total: usize) -> R {
+pub fn add_bias(d: &dyn Launch, x: DevPtr, b: DevPtr, n: usize, total: usize) -> R {
     flat(d, "add_bias_f32", total, &[KArg::Ptr(x), KArg::Ptr(b), i(n), i(total)])
 }
 /// y = a ⊙ b, n f32.
-pub fn mul(d: &GpuDevice, a: DevPtr, b: DevPtr, y: DevPtr, n: usize) -> R {
+pub fn mul(d: &dyn Launch, a: DevPtr, b: DevPtr, y: DevPtr, n: usize) -> R {
     flat(d, "mul_f32", n, &[KArg::Ptr(a), KArg::Ptr(b), KArg::Ptr(y), i(n)])
 }
 /// y = s·x, n f32.
-pub fn scale(d: &GpuDevice, x: DevPtr, y: DevPtr, n: usize, s: f32) -> R {
+pub fn scale(d: &dyn Launch, x: DevPtr, y: DevPtr, n: usize, s: f32) -> R {
     flat(d, "scale_f32", n, &[KArg::Ptr(x), KArg::Ptr(y), i(n), KArg::F32(s)])
 }
 /// y = act(g) ⊙ u with act = SiLU (gelu = false) or GELU-tanh (gelu = true).
-pub fn glu(d: &GpuDevice, g: DevPtr, u: DevPtr, y: DevPtr, n: usize, gelu: bool) -> R {
+pub fn glu(d: &dyn Launch, g: DevPtr, u: DevPtr, y: DevPtr, n: usize, gelu: bool) -> R {
     flat(d, if gelu { "geglu_f32" } else { "swiglu_f32" }, n, &[KArg::Ptr(g), KArg::Ptr(u), KArg::Ptr(y), i(n)])
 }
 /// y = tanh(x / cap)·cap.
-pub fn softcap(d: &GpuDevice, x: DevPtr, y: DevPtr, n: usize, cap: f32) -> R {
+pub fn softcap(d: &dyn Launch, x: DevPtr, y: DevPtr, n: usize, cap: f32) -> R {
     flat(d, "softcap_f32", n, &[KArg::Ptr(x), KArg::Ptr(y), i(n), KArg::F32(cap)])
 }
 
-/// dst row (row0 + r) ← f16(src row r). src: [rows, n] f32; dst: rows of dst_stride f16.
-pub fn f32_to_f16_rows(d: &GpuDevice, src: DevPtr, dst: DevPtr, rows: usize, n: usize, dst_stride: usize, row0: usize) -> R {
+/// dst row rows_idx[r] ← f16(src row r). src: [rows, n] f32; dst: rows of dst_stride f16;
+/// rows_idx: [rows] i32 on the device.
+pub fn f32_to_f16_rows(d: &dyn Launch, src: DevPtr, dst: DevPtr, rows: usize, n: usize, dst_stride: usize, rows_idx: DevPtr) -> R {
     if rows == 0 || n == 0 {
         return Ok(());
     }
-    d.launch("f32_to_f16_rows", [ceil(n, 256), rows as u32, 1], [256, 1, 1], &[KArg::Ptr(src), KArg::Ptr(dst), i(n), i(dst_stride), i(row0)])?;
+    d.launch("f32_to_f16_rows", [ceil(n, 256), rows as u32, 1], [256, 1, 1], &[KArg::Ptr(src), KArg::Ptr(dst), i(n), i(dst_stride), KArg::Ptr(rows_idx)])?;
     Ok(())
 }
 
 /// y[r] = scale · dequant(W[ids[r]]). w: [n_rows_w, k] of `ty`; ids: [n_ids] i32; y: [n_ids, k] f32.
-pub fn get_rows(d: &GpuDevice, w: DevPtr, ty: GgmlType, k: usize, ids: DevPtr, n_ids: usize, y: DevPtr, scale: f32) -> R {
+pub fn get_rows(d: &dyn Launch, w: DevPtr, ty: GgmlType, k: usize, ids: DevPtr, n_ids: usize, y: DevPtr, scale: f32) -> R {
     let name = match ty {
         GgmlType::F32 => "get_rows_f32",
         GgmlType::F16 => "get_rows_f16",
@@ -194,7 +207,7 @@ pub fn get_rows(d: &GpuDevice, w: DevPtr, ty: GgmlType, k: usize, ids: DevPtr, n
 
 /// Prefill GEMM on matrix cores: y[n][m] = Σ_k W[m][k]·x[n][k].
 /// w: [m, k] Q4_K (stored layout, k a multiple of 256); x: [n, k] f32; y: [n, m] f32.
-pub fn gemm_q4_k(d: &GpuDevice, w: DevPtr, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize) -> R {
+pub fn gemm_q4_k(d: &dyn Launch, w: DevPtr, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize) -> R {
     if k % 256 != 0 {
         return Err(unsupported(format!("gemm_q4_k: k = {k} is not a multiple of 256")));
     }
