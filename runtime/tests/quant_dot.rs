@@ -306,3 +306,22 @@ fn q8_0_weight_code_minus_128_is_exact() {
         assert_eq!(kernel(GgmlType::Q8_0, isa).unwrap()(&w, &x, 64), s, "{isa:?}");
     }
 }
+
+/// Many tokens (where 32-element-block bands are expanded to byte codes first) give each
+/// token exactly what a one-token matmul gives it.
+#[test]
+fn many_token_matmul_equals_one_token_matmuls() {
+    let (rows, k, n_tok) = (45usize, 512usize, 33usize);
+    let mut rng = Lcg(7);
+    for ty in WEIGHT_TYPES {
+        let w = quant(ty, &(0..rows * k).map(|_| rng.f32()).collect::<Vec<_>>());
+        let x: Vec<f32> = (0..n_tok * k).map(|_| rng.f32()).collect();
+        let mut y = vec![f32::NAN; n_tok * rows];
+        matmul(&w, ty, rows, k, &x, n_tok, &mut y).unwrap();
+        for t in 0..n_tok {
+            let mut y1 = vec![f32::NAN; rows];
+            matmul(&w, ty, rows, k, &x[t * k..(t + 1) * k], 1, &mut y1).unwrap();
+            assert_eq!(&y[t * rows..(t + 1) * rows], &y1[..], "{ty} token {t}");
+        }
+    }
+}

@@ -6,7 +6,8 @@
 
 use rayon::prelude::*;
 
-use super::dot::{rows_kernel, stream_kernel, Isa, Kernel};
+use super::dot::{expanded_kernel, rows_kernel, stream_kernel, Isa, Kernel};
+use super::q32;
 use super::types::GgmlType;
 use super::{quantize, vec_dot_type, QuantError};
 
@@ -114,10 +115,15 @@ pub fn matmul_quantized(
     // Each chunk writes its block of outputs as [n_tok, chunk rows]; scattered after.
     // [n_chunks, n_tok, chunk] f32 (the last chunk may be short)
     let mut tmp = vec![0f32; n_tok * rows];
+    let expanded = if n_tok >= EXPAND_MIN_TOKENS { expanded_kernel(ty, isa) } else { None };
     tmp.par_chunks_mut(n_tok * chunk).enumerate().for_each(|(ci, out)| {
         let r0 = ci * chunk;
         let nr = out.len() / n_tok;
-        tile(kern, &w[r0 * wrb..(r0 + nr) * wrb], wrb, xq, nr, out);
+        let w = &w[r0 * wrb..(r0 + nr) * wrb];
+        match expanded {
+            Some((ek, eb)) => tile_expanded(ty, ek, eb, w, wrb, xq, nr, out),
+            None => tile(kern, w, wrb, xq, nr, out),
+        }
     });
     y.par_chunks_mut(rows).enumerate().for_each(|(t, yt)| {
         for (ci, ys) in yt.chunks_mut(chunk).enumerate() {
@@ -141,6 +147,40 @@ fn tile(kern: Kernel, w: &[u8], wrb: usize, xq: &QuantizedRows, nr: usize, out: 
         for t in 0..n_tok {
             let o = &mut tmp[..r1 - r0];
             kern.rows(wb, wrb, xq.row(t), xq.k_len, o);
+            out[t * nr + r0..t * nr + r1].copy_from_slice(o);
+        }
+    }
+}
+
+/// From this many tokens on, a band of 32-element-block weights is first expanded to
+/// byte codes (`q32::expand`) so the per-token kernel skips the nibble unpacking.
+const EXPAND_MIN_TOKENS: usize = 8;
+
+/// [`tile`] for a band expanded to byte codes first (once per band, for all tokens).
+#[allow(clippy::too_many_arguments)]
+fn tile_expanded(
+    ty: GgmlType,
+    kern: Kernel,
+    eb: usize,
+    w: &[u8],
+    wrb: usize,
+    xq: &QuantizedRows,
+    nr: usize,
+    out: &mut [f32],
+) {
+    let n_tok = xq.n_rows;
+    let erb = xq.k_len / 32 * eb;
+    let band = (ROW_BAND_BYTES / erb.max(1)).clamp(4, nr.max(4)) / 4 * 4;
+    // [band, erb] u8: the band's rows as byte codes
+    let mut ex = vec![0u8; band * erb];
+    let mut tmp = vec![0f32; band];
+    for r0 in (0..nr).step_by(band) {
+        let r1 = (r0 + band).min(nr);
+        let exb = &mut ex[..(r1 - r0) * erb];
+        q32::expand(ty, &w[r0 * wrb..r1 * wrb], exb);
+        for t in 0..n_tok {
+            let o = &mut tmp[..r1 - r0];
+            kern.rows(exb, erb, xq.row(t), xq.k_len, o);
             out[t * nr + r0..t * nr + r1].copy_from_slice(o);
         }
     }

@@ -230,3 +230,11 @@ pub(super) fn q5_1_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
     };
     rows::<true>(w, x, n, out, 24, 36, |y| prep_q8_1(y), isum);
 }
+
+/// Expanded `_1` blocks (`f16 d`, `f16 m`, 32 × u8 codes; see `q32::expand`) · Q8_1.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn u8_1_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+    // SAFETY (closure): `rows` passes pointers to whole 36-byte weight blocks.
+    let isum = |b: *const u8, a: &Act| dot_u8i8(unsafe { ldp256(b.add(4)) }, a.q);
+    rows::<true>(w, x, n, out, 36, 36, |y| prep_q8_1(y), isum);
+}
