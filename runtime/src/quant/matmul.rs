@@ -35,14 +35,22 @@ impl QuantizedRows {
 fn row_bytes(ty: GgmlType, k_len: usize) -> Result<usize, QuantError> {
     let be = ty.block_elems();
     if k_len % be != 0 {
-        return Err(QuantError::PartialBlock { ty, n: k_len, block: be });
+        return Err(QuantError::PartialBlock {
+            ty,
+            n: k_len,
+            block: be,
+        });
     }
     Ok(k_len / be * ty.block_bytes())
 }
 
 fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), QuantError> {
     if expected != got {
-        return Err(QuantError::Shape { what, expected, got });
+        return Err(QuantError::Shape {
+            what,
+            expected,
+            got,
+        });
     }
     Ok(())
 }
@@ -69,7 +77,13 @@ pub fn quantize_rows(
             quantize(ty, s, d)?;
         }
     }
-    Ok(QuantizedRows { ty, n_rows, k_len, row_bytes: rb, data })
+    Ok(QuantizedRows {
+        ty,
+        n_rows,
+        k_len,
+        row_bytes: rb,
+        data,
+    })
 }
 
 /// Weight bytes per band of rows when many tokens are multiplied (fits L1/L2 with room
@@ -90,7 +104,10 @@ pub fn matmul_quantized(
     check_len("weight bytes (rows × row bytes)", rows * wrb, w.len())?;
     check_len("output (n_tok × rows)", xq.n_rows * rows, y.len())?;
     if xq.ty != vec_dot_type(ty) {
-        return Err(QuantError::ActivationType { weight: ty, got: xq.ty });
+        return Err(QuantError::ActivationType {
+            weight: ty,
+            got: xq.ty,
+        });
     }
     let kern = rows_kernel(ty, isa).ok_or(QuantError::NoDot(ty))?;
     let n_tok = xq.n_rows;
@@ -115,16 +132,22 @@ pub fn matmul_quantized(
     // Each chunk writes its block of outputs as [n_tok, chunk rows]; scattered after.
     // [n_chunks, n_tok, chunk] f32 (the last chunk may be short)
     let mut tmp = vec![0f32; n_tok * rows];
-    let expanded = if n_tok >= EXPAND_MIN_TOKENS { expanded_kernel(ty, isa) } else { None };
-    tmp.par_chunks_mut(n_tok * chunk).enumerate().for_each(|(ci, out)| {
-        let r0 = ci * chunk;
-        let nr = out.len() / n_tok;
-        let w = &w[r0 * wrb..(r0 + nr) * wrb];
-        match expanded {
-            Some((ek, eb)) => tile_expanded(ty, ek, eb, w, wrb, xq, nr, out),
-            None => tile(kern, w, wrb, xq, nr, out),
-        }
-    });
+    let expanded = if n_tok >= EXPAND_MIN_TOKENS {
+        expanded_kernel(ty, isa)
+    } else {
+        None
+    };
+    tmp.par_chunks_mut(n_tok * chunk)
+        .enumerate()
+        .for_each(|(ci, out)| {
+            let r0 = ci * chunk;
+            let nr = out.len() / n_tok;
+            let w = &w[r0 * wrb..(r0 + nr) * wrb];
+            match expanded {
+                Some((ek, eb)) => tile_expanded(ty, ek, eb, w, wrb, xq, nr, out),
+                None => tile(kern, w, wrb, xq, nr, out),
+            }
+        });
     y.par_chunks_mut(rows).enumerate().for_each(|(t, yt)| {
         for (ci, ys) in yt.chunks_mut(chunk).enumerate() {
             let nr = ys.len();
@@ -210,13 +233,24 @@ pub struct BatchItem<'a> {
 /// union of their rows is split into chunks and handed to the pool at once, so a decode
 /// step pays one fork/join instead of one per weight. Every weight's `vec_dot_type` must
 /// equal `xq.ty`.
-pub fn matmul_batch(items: &mut [BatchItem<'_>], xq: &QuantizedRows, isa: Isa) -> Result<(), QuantError> {
+pub fn matmul_batch(
+    items: &mut [BatchItem<'_>],
+    xq: &QuantizedRows,
+    isa: Isa,
+) -> Result<(), QuantError> {
     let k_len = xq.k_len;
     for it in items.iter() {
-        check_len("weight bytes (rows × row bytes)", it.rows * row_bytes(it.ty, k_len)?, it.w.len())?;
+        check_len(
+            "weight bytes (rows × row bytes)",
+            it.rows * row_bytes(it.ty, k_len)?,
+            it.w.len(),
+        )?;
         check_len("output (n_tok × rows)", xq.n_rows * it.rows, it.y.len())?;
         if xq.ty != vec_dot_type(it.ty) {
-            return Err(QuantError::ActivationType { weight: it.ty, got: xq.ty });
+            return Err(QuantError::ActivationType {
+                weight: it.ty,
+                got: xq.ty,
+            });
         }
         rows_kernel(it.ty, isa).ok_or(QuantError::NoDot(it.ty))?;
     }
@@ -238,7 +272,9 @@ pub fn matmul_batch(items: &mut [BatchItem<'_>], xq: &QuantizedRows, isa: Isa) -
             tasks.push((kern, &it.w[r0 * wrb..(r0 + ys.len()) * wrb], wrb, ys));
         }
     }
-    tasks.into_par_iter().for_each(|(kern, w, wrb, ys)| kern.rows(w, wrb, x0, k_len, ys));
+    tasks
+        .into_par_iter()
+        .for_each(|(kern, w, wrb, ys)| kern.rows(w, wrb, x0, k_len, ys));
     Ok(())
 }
 

@@ -171,13 +171,20 @@ pub(crate) fn dequant_q5_1(src: &[u8], dst: &mut [f32]) {
 /// Σ (q_w − offset)·q_x over one block, exact.
 #[inline(always)]
 fn isum(q: &[u8; QK], offset: i32, x: &[u8]) -> i32 {
-    q.iter().zip(&x[..QK]).map(|(&a, &b)| (a as i32 - offset) * b as i8 as i32).sum()
+    q.iter()
+        .zip(&x[..QK])
+        .map(|(&a, &b)| (a as i32 - offset) * b as i8 as i32)
+        .sum()
 }
 
 /// Q4_0 · Q8_0: Σ_blocks (d_w·d_x) · Σ (q−8)·u.
 pub(crate) fn dot_q4_0(w: &[u8], x: &[u8], n: usize) -> f32 {
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q4_0_BYTES).zip(x.chunks_exact(Q8_0_BYTES)).take(n / QK) {
+    for (bw, bx) in w
+        .chunks_exact(Q4_0_BYTES)
+        .zip(x.chunks_exact(Q8_0_BYTES))
+        .take(n / QK)
+    {
         let s = isum(&codes(&bw[2..], None), 8, &bx[2..]);
         sum += (f16_at(bw, 0) * f16_at(bx, 0)) * s as f32;
     }
@@ -187,7 +194,11 @@ pub(crate) fn dot_q4_0(w: &[u8], x: &[u8], n: usize) -> f32 {
 /// Q5_0 · Q8_0: Σ_blocks (d_w·d_x) · Σ (q−16)·u.
 pub(crate) fn dot_q5_0(w: &[u8], x: &[u8], n: usize) -> f32 {
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q5_0_BYTES).zip(x.chunks_exact(Q8_0_BYTES)).take(n / QK) {
+    for (bw, bx) in w
+        .chunks_exact(Q5_0_BYTES)
+        .zip(x.chunks_exact(Q8_0_BYTES))
+        .take(n / QK)
+    {
         let s = isum(&codes(&bw[6..], Some(&bw[2..6])), 16, &bx[2..]);
         sum += (f16_at(bw, 0) * f16_at(bx, 0)) * s as f32;
     }
@@ -197,7 +208,11 @@ pub(crate) fn dot_q5_0(w: &[u8], x: &[u8], n: usize) -> f32 {
 /// Q4_1 · Q8_1: Σ_blocks (d_w·d_x)·Σ q·u + m_w·s_x.
 pub(crate) fn dot_q4_1(w: &[u8], x: &[u8], n: usize) -> f32 {
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q4_1_BYTES).zip(x.chunks_exact(Q8_1_BYTES)).take(n / QK) {
+    for (bw, bx) in w
+        .chunks_exact(Q4_1_BYTES)
+        .zip(x.chunks_exact(Q8_1_BYTES))
+        .take(n / QK)
+    {
         let s = isum(&codes(&bw[4..], None), 0, &bx[4..]);
         sum += (f16_at(bw, 0) * f16_at(bx, 0)) * s as f32 + f16_at(bw, 2) * f16_at(bx, 2);
     }
@@ -207,7 +222,11 @@ pub(crate) fn dot_q4_1(w: &[u8], x: &[u8], n: usize) -> f32 {
 /// Q5_1 · Q8_1: Σ_blocks (d_w·d_x)·Σ q·u + m_w·s_x.
 pub(crate) fn dot_q5_1(w: &[u8], x: &[u8], n: usize) -> f32 {
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q5_1_BYTES).zip(x.chunks_exact(Q8_1_BYTES)).take(n / QK) {
+    for (bw, bx) in w
+        .chunks_exact(Q5_1_BYTES)
+        .zip(x.chunks_exact(Q8_1_BYTES))
+        .take(n / QK)
+    {
         let s = isum(&codes(&bw[8..], Some(&bw[4..8])), 0, &bx[4..]);
         sum += (f16_at(bw, 0) * f16_at(bx, 0)) * s as f32 + f16_at(bw, 2) * f16_at(bx, 2);
     }
