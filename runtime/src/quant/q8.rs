@@ -15,10 +15,10 @@ pub(crate) const Q8_1_BYTES: usize = 36;
 fn quant_block(x: &[f32]) -> (f32, [i8; QK]) {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let mut q = [0i8; QK];
     for (q, &v) in q.iter_mut().zip(x) {
-        *q = (v * id).round() as i8;
+        *q = (v * id).round_ties_even() as i8;
     }
     (d, q)
 }
