@@ -42,7 +42,11 @@ enum Command {
     Fit(tools::fit::Args),
 }
 
+// Kernel code objects compiled by build.rs (see its header); empty without toolchains.
+include!(concat!(env!("OUT_DIR"), "/kernels_embedded.rs"));
+
 fn main() -> std::process::ExitCode {
+    lode_runtime::backend::gpu::kernels::register_embedded(EMBEDDED);
     let cli = Cli::parse();
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.log.clone());
     tracing_subscriber::fmt()

@@ -6,7 +6,7 @@
 //! - `matmul` (1 and many tokens, uneven row counts) equals a naive f64 reference.
 
 use lode_runtime::quant::{
-    dequantize, kernel, matmul, matmul_with, quantize, quantize_rows, scalar_kernel, vec_dot_type,
+    dequantize, kernel, matmul, matmul_with, quantize, quantize_rows, rows_kernel, scalar_kernel, vec_dot_type,
     GgmlType, Isa,
 };
 use proptest::prelude::*;
@@ -106,6 +106,30 @@ proptest! {
             let s = scalar_kernel(ty).unwrap()(&wq, &xq, n);
             let v = kernel(ty, Isa::Avx2).unwrap()(&wq, &xq, n);
             prop_assert_eq!(s.to_bits(), v.to_bits(), "{}: scalar {} avx2 {}", ty, s, v);
+        }
+    }
+
+    /// The many-rows kernels (four rows per pass, then the rest) equal the scalar
+    /// one-row kernel row by row, exactly, under exact scales.
+    #[test]
+    fn rows_kernels_equal_scalar_exactly(seed in any::<u64>(), n_rows in 1usize..11) {
+        prop_assume!(Isa::Avx2.available());
+        for ty in WEIGHT_TYPES {
+            let n = 256;
+            let rb = ty.bytes_for(n as u64).unwrap() as usize;
+            let mut w = Vec::new();
+            let mut xq = Vec::new();
+            for r in 0..n_rows {
+                let (wr, x) = exact_scale_blocks(ty, n, seed.wrapping_add(r as u64 * 7919));
+                w.extend_from_slice(&wr);
+                if r == 0 { xq = x; }
+            }
+            let mut out = vec![f32::NAN; n_rows];
+            rows_kernel(ty, Isa::Avx2).unwrap().rows(&w, rb, &xq, n, &mut out);
+            for r in 0..n_rows {
+                let s = scalar_kernel(ty).unwrap()(&w[r * rb..(r + 1) * rb], &xq, n);
+                prop_assert_eq!(s.to_bits(), out[r].to_bits(), "{} row {}: scalar {} rows-kernel {}", ty, r, s, out[r]);
+            }
         }
     }
 
@@ -223,5 +247,62 @@ impl Lcg {
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+}
+
+/// `matmul_batch` (q/k/v-style weights sharing one input, one parallel pass) gives each
+/// weight exactly what `matmul_quantized` gives it alone.
+#[test]
+fn matmul_batch_equals_separate_matmuls() {
+    use lode_runtime::quant::{matmul_batch, matmul_quantized, BatchItem};
+    let k = 512;
+    let mut rng = Lcg(42);
+    for (types, n_tok) in [
+        (vec![GgmlType::Q5_0, GgmlType::Q5_0, GgmlType::Q8_0], 1),
+        (vec![GgmlType::Q4_K, GgmlType::Q6_K], 1),
+        (vec![GgmlType::Q4_1, GgmlType::Q4_1], 3),
+    ] {
+        let rows = [37usize, 64, 200];
+        let ws: Vec<Vec<u8>> = types
+            .iter()
+            .zip(rows)
+            .map(|(&ty, r)| quant(ty, &(0..r * k).map(|_| rng.f32()).collect::<Vec<_>>()))
+            .collect();
+        let x: Vec<f32> = (0..n_tok * k).map(|_| rng.f32()).collect();
+        let xq = quantize_rows(types[0], &x, n_tok, k).unwrap();
+        let mut want: Vec<Vec<f32>> = Vec::new();
+        for (i, &ty) in types.iter().enumerate() {
+            let mut y = vec![0f32; n_tok * rows[i]];
+            matmul_quantized(&ws[i], ty, rows[i], &xq, &mut y, Isa::best()).unwrap();
+            want.push(y);
+        }
+        let mut got: Vec<Vec<f32>> = types.iter().zip(rows).map(|(_, r)| vec![f32::NAN; n_tok * r]).collect();
+        let mut items: Vec<BatchItem> = got
+            .iter_mut()
+            .enumerate()
+            .map(|(i, y)| BatchItem { w: &ws[i], ty: types[i], rows: rows[i], y })
+            .collect();
+        matmul_batch(&mut items, &xq, Isa::best()).unwrap();
+        assert_eq!(got, want, "{types:?}");
+    }
+}
+
+/// A Q8_0 weight code of −128 is legal in a file (no quantizer writes it); the SIMD
+/// kernel must still multiply it exactly, against positive and negative activations.
+#[test]
+fn q8_0_weight_code_minus_128_is_exact() {
+    let mut w = vec![0u8; 34 * 2];
+    let mut x = vec![0u8; 34 * 2];
+    for b in 0..2 {
+        w[34 * b..34 * b + 2].copy_from_slice(&half::f16::from_f32(1.0).to_bits().to_le_bytes());
+        x[34 * b..34 * b + 2].copy_from_slice(&half::f16::from_f32(1.0).to_bits().to_le_bytes());
+        for i in 0..32 {
+            w[34 * b + 2 + i] = if i % 3 == 0 { 0x80 } else { (i as i8 - 16) as u8 };
+            x[34 * b + 2 + i] = ((i as i32 * 37 % 255) - 127) as i8 as u8;
+        }
+    }
+    let s = scalar_kernel(GgmlType::Q8_0).unwrap()(&w, &x, 64);
+    for isa in [Isa::Scalar, Isa::Avx2] {
+        assert_eq!(kernel(GgmlType::Q8_0, isa).unwrap()(&w, &x, 64), s, "{isa:?}");
     }
 }

@@ -9,6 +9,8 @@ pub mod generate;
 pub mod inspect;
 pub mod perplexity;
 pub mod selftest;
+pub mod selftest_bench;
+pub mod selftest_model;
 pub mod serve;
 pub mod synth;
 pub mod tokenize;

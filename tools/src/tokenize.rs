@@ -1,5 +1,5 @@
 //! `lode tokenize`: print the token ids (and pieces) of a text, as llama-tokenize does.
-//! Needs only the vocabulary, so vocabulary-only GGUFs work.
+//! Needs only the vocabulary, so vocabulary-only GGUFs work; no tensor is touched.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,7 +11,8 @@ use lode_runtime::tokenizer::Tokenizer;
 /// Arguments of `lode tokenize`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// GGUF file (a full model or a vocabulary-only file).
+    /// GGUF file (a full model or a vocabulary-only file; default: Gemma 3 270M Q4_K_M,
+    /// fetched on first use).
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
     /// Print `{"ids": [...], "pieces": [...]}` instead of a table.
@@ -31,7 +32,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let path = args.model.as_ref().context("no model given: pass -m FILE (a GGUF model or vocabulary file)")?;
+    let path = &crate::common::resolve_model(args.model.as_deref())?;
     let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
     let tok = Tokenizer::from_gguf(&file).with_context(|| format!("loading the tokenizer of {}", path.display()))?;
     let text = match args.text {

@@ -18,6 +18,7 @@
 //! [`open`] turns a `--device` choice into a backend; the GPU backends plug in there.
 
 pub mod cpu;
+pub mod gpu;
 
 use crate::quant::QuantError;
 use crate::weights::WeightRef;
@@ -241,27 +242,17 @@ pub trait Backend: Send {
 /// Opens the backend `kind` asks for. `Auto` falls back to the CPU with a one-line note
 /// (returned as the second value) when no GPU backend opens.
 pub fn open(kind: DeviceKind, threads: usize) -> Result<(Box<dyn Backend>, Option<String>)> {
-    match kind {
-        DeviceKind::Cpu => Ok((Box::new(cpu::CpuBackend::new(threads)?), None)),
-        DeviceKind::Cuda | DeviceKind::Hip => Err(gpu_unavailable(kind)),
-        DeviceKind::Auto => {
-            let cuda = gpu_unavailable(DeviceKind::Cuda);
-            let hip = gpu_unavailable(DeviceKind::Hip);
-            let note = format!("no GPU backend available ({cuda}; {hip}); running on the CPU");
-            Ok((Box::new(cpu::CpuBackend::new(threads)?), Some(note)))
-        }
+    use gpu::{DeviceChoice, GpuBackend};
+    let choice = match kind {
+        DeviceKind::Cpu => return Ok((Box::new(cpu::CpuBackend::new(threads)?), None)),
+        DeviceKind::Cuda => DeviceChoice::Cuda,
+        DeviceKind::Hip => DeviceChoice::Hip,
+        DeviceKind::Auto => DeviceChoice::Auto,
+    };
+    match gpu::open_device(choice) {
+        Ok(Ok(dev)) => Ok((Box::new(GpuBackend::new(dev)), None)),
+        Ok(Err(note)) => Ok((Box::new(cpu::CpuBackend::new(threads)?), Some(note))),
+        Err(e) => Err(BackendError::Unavailable(e.to_string())),
     }
 }
 
-/// Why a GPU backend did not open. The GPU backends replace this with their driver
-/// loader's error (e.g. "no CUDA driver found (libcuda.so.1): …").
-fn gpu_unavailable(kind: DeviceKind) -> BackendError {
-    match kind {
-        DeviceKind::Cuda => BackendError::Unavailable(
-            "the CUDA backend is not available in this build (no CUDA driver loaded)".into(),
-        ),
-        _ => BackendError::Unavailable(
-            "the HIP backend is not available in this build (no HIP runtime loaded)".into(),
-        ),
-    }
-}

@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use super::dot::{kernel, DotFn, Isa};
+use super::dot::{rows_kernel, stream_kernel, Isa, Kernel};
 use super::types::GgmlType;
 use super::{quantize, vec_dot_type, QuantError};
 
@@ -71,8 +71,9 @@ pub fn quantize_rows(
     Ok(QuantizedRows { ty, n_rows, k_len, row_bytes: rb, data })
 }
 
-/// Tokens per tile when more than one activation row is multiplied.
-const TOKEN_TILE: usize = 16;
+/// Weight bytes per band of rows when many tokens are multiplied (fits L1/L2 with room
+/// for the activation row).
+const ROW_BAND_BYTES: usize = 32 * 1024;
 
 /// `y[t*rows + r] = Σ_k W[r][k]·x_t[k]` with `x` already converted ([`quantize_rows`]).
 pub fn matmul_quantized(
@@ -90,20 +91,18 @@ pub fn matmul_quantized(
     if xq.ty != vec_dot_type(ty) {
         return Err(QuantError::ActivationType { weight: ty, got: xq.ty });
     }
-    let dot = kernel(ty, isa).ok_or(QuantError::NoDot(ty))?;
+    let kern = rows_kernel(ty, isa).ok_or(QuantError::NoDot(ty))?;
     let n_tok = xq.n_rows;
     if rows == 0 || n_tok == 0 {
         return Ok(());
     }
     let chunk = chunk_rows(rows, wrb);
     if n_tok == 1 {
+        let kern = stream_kernel(ty, isa).ok_or(QuantError::NoDot(ty))?;
         let x0 = xq.row(0);
         let work = |(ci, ys): (usize, &mut [f32])| {
             let r0 = ci * chunk;
-            for (i, y) in ys.iter_mut().enumerate() {
-                let r = r0 + i;
-                *y = dot(&w[r * wrb..(r + 1) * wrb], x0, k_len);
-            }
+            kern.rows(&w[r0 * wrb..(r0 + ys.len()) * wrb], wrb, x0, k_len, ys);
         };
         if rows > chunk {
             y.par_chunks_mut(chunk).enumerate().for_each(work);
@@ -118,7 +117,7 @@ pub fn matmul_quantized(
     tmp.par_chunks_mut(n_tok * chunk).enumerate().for_each(|(ci, out)| {
         let r0 = ci * chunk;
         let nr = out.len() / n_tok;
-        tile(dot, &w[r0 * wrb..(r0 + nr) * wrb], wrb, xq, nr, out);
+        tile(kern, &w[r0 * wrb..(r0 + nr) * wrb], wrb, xq, nr, out);
     });
     y.par_chunks_mut(rows).enumerate().for_each(|(t, yt)| {
         for (ci, ys) in yt.chunks_mut(chunk).enumerate() {
@@ -130,16 +129,19 @@ pub fn matmul_quantized(
     Ok(())
 }
 
-/// One chunk of `nr` weight rows against every token, a tile of tokens at a time.
-fn tile(dot: DotFn, w: &[u8], wrb: usize, xq: &QuantizedRows, nr: usize, out: &mut [f32]) {
+/// One chunk of `nr` weight rows against every token: a band of rows small enough to
+/// stay in L1/L2 is run against each token in turn, so it is read from memory once.
+fn tile(kern: Kernel, w: &[u8], wrb: usize, xq: &QuantizedRows, nr: usize, out: &mut [f32]) {
     let n_tok = xq.n_rows;
-    for t0 in (0..n_tok).step_by(TOKEN_TILE) {
-        let t1 = (t0 + TOKEN_TILE).min(n_tok);
-        for r in 0..nr {
-            let wr = &w[r * wrb..(r + 1) * wrb];
-            for t in t0..t1 {
-                out[t * nr + r] = dot(wr, xq.row(t), xq.k_len);
-            }
+    let band = (ROW_BAND_BYTES / wrb.max(1)).clamp(4, nr.max(4)) / 4 * 4;
+    let mut tmp = vec![0f32; band];
+    for r0 in (0..nr).step_by(band) {
+        let r1 = (r0 + band).min(nr);
+        let wb = &w[r0 * wrb..r1 * wrb];
+        for t in 0..n_tok {
+            let o = &mut tmp[..r1 - r0];
+            kern.rows(wb, wrb, xq.row(t), xq.k_len, o);
+            out[t * nr + r0..t * nr + r1].copy_from_slice(o);
         }
     }
 }
@@ -153,6 +155,51 @@ fn chunk_rows(rows: usize, row_bytes: usize) -> usize {
     let by_bytes = (64 * 1024usize).div_ceil(row_bytes.max(1));
     let c = by_threads.max(by_bytes).max(1);
     c.div_ceil(8) * 8
+}
+
+/// One weight of a [`matmul_batch`]: `rows` rows of type `ty` in `w`, output into `y`
+/// (`[n_tok, rows]`).
+pub struct BatchItem<'a> {
+    pub w: &'a [u8],
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub y: &'a mut [f32],
+}
+
+/// Several weights that read the same input (q/k/v; gate/up) in one parallel pass: the
+/// union of their rows is split into chunks and handed to the pool at once, so a decode
+/// step pays one fork/join instead of one per weight. Every weight's `vec_dot_type` must
+/// equal `xq.ty`.
+pub fn matmul_batch(items: &mut [BatchItem<'_>], xq: &QuantizedRows, isa: Isa) -> Result<(), QuantError> {
+    let k_len = xq.k_len;
+    for it in items.iter() {
+        check_len("weight bytes (rows × row bytes)", it.rows * row_bytes(it.ty, k_len)?, it.w.len())?;
+        check_len("output (n_tok × rows)", xq.n_rows * it.rows, it.y.len())?;
+        if xq.ty != vec_dot_type(it.ty) {
+            return Err(QuantError::ActivationType { weight: it.ty, got: xq.ty });
+        }
+        rows_kernel(it.ty, isa).ok_or(QuantError::NoDot(it.ty))?;
+    }
+    if xq.n_rows != 1 {
+        for it in items.iter_mut() {
+            matmul_quantized(it.w, it.ty, it.rows, xq, it.y, isa)?;
+        }
+        return Ok(());
+    }
+    let x0 = xq.row(0);
+    // (kernel, weight rows, row bytes, outputs) per task
+    let mut tasks: Vec<(Kernel, &[u8], usize, &mut [f32])> = Vec::new();
+    for it in items.iter_mut() {
+        let wrb = row_bytes(it.ty, k_len)?;
+        let kern = stream_kernel(it.ty, isa).ok_or(QuantError::NoDot(it.ty))?;
+        let chunk = chunk_rows(it.rows, wrb);
+        for (ci, ys) in it.y.chunks_mut(chunk).enumerate() {
+            let r0 = ci * chunk;
+            tasks.push((kern, &it.w[r0 * wrb..(r0 + ys.len()) * wrb], wrb, ys));
+        }
+    }
+    tasks.into_par_iter().for_each(|(kern, w, wrb, ys)| kern.rows(w, wrb, x0, k_len, ys));
+    Ok(())
 }
 
 /// [`quantize_rows`] then [`matmul_quantized`].

@@ -28,8 +28,8 @@ pub mod row64;
 mod simd_avx2;
 mod types;
 
-pub use dot::{kernel, scalar_kernel, DotFn, Isa};
-pub use matmul::{matmul_quantized, matmul_with, quantize_rows, QuantizedRows};
+pub use dot::{kernel, rows_kernel, scalar_kernel, stream_kernel, DotFn, Isa, Kernel, RowsFn};
+pub use matmul::{matmul_batch, matmul_quantized, matmul_with, quantize_rows, BatchItem, QuantizedRows};
 pub use types::GgmlType;
 
 /// A quant-kernel usage error (sizes that do not match the type's blocks).
@@ -45,6 +45,8 @@ pub enum QuantError {
     NoDot(GgmlType),
     #[error("matmul: {what}: expected {expected} elements, got {got}")]
     Shape { what: &'static str, expected: usize, got: usize },
+    #[error("{0} has no row64 layout (only Q4_K and Q6_K do)")]
+    NoRow64(GgmlType),
     #[error("matmul: {weight} weights need {} activations, got {got}", vec_dot_type(*weight))]
     ActivationType { weight: GgmlType, got: GgmlType },
 }

@@ -104,6 +104,7 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
         env.add_template_owned(NAME, template.to_string()).map_err(|e| ChatError::Parse {
             which: format!("{source:?}"),
             detail: format!("{e:#}"),
@@ -208,6 +209,61 @@ fn raise_exception(msg: String) -> Result<Value, minijinja::Error> {
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, format!("template raised: {msg}")))
 }
 
+/// `tojson` as `transformers` defines it (Python's `json.dumps(x, ensure_ascii=False,
+/// indent=indent)`): `", "`/`": "` separators, no HTML escaping. Keys come out sorted
+/// (minijinja maps are ordered by key), where Python keeps insertion order.
+fn tojson(value: Value, kwargs: minijinja::value::Kwargs) -> Result<Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let _: Option<bool> = kwargs.get("ensure_ascii")?; // accepted; output is always UTF-8
+    let _: Option<bool> = kwargs.get("sort_keys")?;
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(&value)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    let mut out = String::new();
+    write_py_json(&json, indent, 0, &mut out);
+    Ok(Value::from_safe_string(out))
+}
+
+fn write_py_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut String) {
+    use serde_json::Value as J;
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    };
+    let sep = if indent.is_some() { "," } else { ", " };
+    match v {
+        J::Array(items) if !items.is_empty() => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                write_py_json(item, indent, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        J::Object(map) if !map.is_empty() => {
+            out.push('{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                out.push_str(&J::String(k.clone()).to_string());
+                out.push_str(": ");
+                write_py_json(item, indent, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
 /// `strftime_now(fmt)`: the current UTC time, for templates that print today's date.
 fn strftime_now(fmt: String) -> Result<String, minijinja::Error> {
     let secs = std::time::SystemTime::now()
@@ -308,6 +364,14 @@ mod tests {
             t.render(&msgs, true).unwrap(),
             "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n<start_of_turn>model\n"
         );
+    }
+
+    #[test]
+    fn tojson_writes_like_python_json_dumps() {
+        let t = ChatTemplate::new("{{ x | tojson }}|{{ x | tojson(indent=2) }}", "", "").unwrap();
+        let env_ctx = minijinja::context! { x => minijinja::context! { b => vec![1, 2], a => "<é>" } };
+        let text = t.env.get_template(NAME).unwrap().render(env_ctx).unwrap();
+        assert_eq!(text, "{\"a\": \"<é>\", \"b\": [1, 2]}|{\n  \"a\": \"<é>\",\n  \"b\": [\n    1,\n    2\n  ]\n}");
     }
 
     #[test]

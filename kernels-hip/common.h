@@ -1,0 +1,213 @@
+// lode's portability header: one kernel source for NVIDIA (nvcc / NVRTC) and AMD gfx11
+// (clang -x hip with no ROCm install, or hipRTC).
+//
+// Both targets run 32-wide: a CUDA warp, and an RDNA3 wave32 (gfx11's default). Kernels
+// are written for a 32-lane "warp" and use only what this header defines:
+//   thread/block ids (tid_x(), bid_x() …), sync(), warp shuffles (shfl_xor),
+//   f16 <-> f32 on raw u16 bits (h2f, f2h), bf16 -> f32, int8 dot of 4 (dot4),
+//   fast exp/exp2, a portable sincos (same code on both vendors).
+// Halves are always carried as uint16 bits so no vendor half type leaks into kernels.
+// The matrix-core path (issue 6) uses LODE_WMMA_* below: `__builtin_amdgcn_wmma_*` on
+// gfx11, `mma.sync` on NVIDIA.
+#pragma once
+
+#if defined(__HIPCC_RTC__) || defined(__HIP__) || defined(__AMDGCN__)
+#define LODE_AMD 1
+#else
+#define LODE_NV 1
+#endif
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+
+#if defined(LODE_AMD) && !defined(__HIPCC_RTC__)
+// clang -x hip -nogpuinc: no HIP headers, so define the language keywords ourselves.
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+#define __forceinline__ __attribute__((always_inline)) inline
+#endif
+
+#define DEV static __device__ __forceinline__
+#define KERNEL extern "C" __global__
+
+#ifdef LODE_AMD
+DEV u32 tid_x() { return __builtin_amdgcn_workitem_id_x(); }
+DEV u32 bid_x() { return __builtin_amdgcn_workgroup_id_x(); }
+DEV u32 bid_y() { return __builtin_amdgcn_workgroup_id_y(); }
+DEV u32 bid_z() { return __builtin_amdgcn_workgroup_id_z(); }
+DEV void sync() {
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+    __builtin_amdgcn_s_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+DEV float shfl_xor(float v, int m) {
+    int lane = __builtin_amdgcn_mbcnt_lo(~0u, 0);
+    int src = (lane ^ m) << 2;
+    return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute(src, __builtin_bit_cast(int, v)));
+}
+DEV int shfl_xor_i(int v, int m) {
+    int lane = __builtin_amdgcn_mbcnt_lo(~0u, 0);
+    return __builtin_amdgcn_ds_bpermute((lane ^ m) << 2, v);
+}
+DEV float h2f(u16 h) { return (float)__builtin_bit_cast(_Float16, h); }
+DEV u16 f2h(float f) { return __builtin_bit_cast(u16, (_Float16)f); }
+// signed int8 x4 dot: v_dot4_i32_iu8 (gfx11 "dot8-insts").
+DEV int dot4(int a, int b, int c) { return __builtin_amdgcn_sudot4(true, a, true, b, c, false); }
+DEV float exp2_fast(float x) { return __builtin_amdgcn_exp2f(x); }
+DEV float rcp(float x) { return 1.0f / x; }
+DEV float sqrt_f(float x) { return __builtin_sqrtf(x); }
+DEV float fabs_f(float x) { return __builtin_fabsf(x); }
+DEV float fmax_f(float a, float b) { return __builtin_fmaxf(a, b); }
+DEV float rint_f(float x) { return __builtin_rintf(x); }
+DEV float fma_f(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+#else
+DEV u32 tid_x() { return threadIdx.x; }
+DEV u32 bid_x() { return blockIdx.x; }
+DEV u32 bid_y() { return blockIdx.y; }
+DEV u32 bid_z() { return blockIdx.z; }
+DEV void sync() { __syncthreads(); }
+DEV float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m, 32); }
+DEV int shfl_xor_i(int v, int m) { return __shfl_xor_sync(0xffffffffu, v, m, 32); }
+DEV float h2f(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+DEV u16 f2h(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+DEV int dot4(int a, int b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+DEV float exp2_fast(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+DEV float rcp(float x) { return 1.0f / x; }
+DEV float sqrt_f(float x) { return sqrtf(x); }
+DEV float fabs_f(float x) { return fabsf(x); }
+DEV float fmax_f(float a, float b) { return fmaxf(a, b); }
+DEV float rint_f(float x) { return rintf(x); }
+DEV float fma_f(float a, float b, float c) { return fmaf(a, b, c); }
+#endif
+
+DEV float bf2f(u16 b) { return __builtin_bit_cast(float, ((u32)b) << 16); }
+DEV float exp_fast(float x) { return exp2_fast(x * 1.4426950408889634f); }
+
+DEV float warp_sum(float v) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) v += shfl_xor(v, m);
+    return v;
+}
+DEV float warp_max(float v) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) v = fmax_f(v, shfl_xor(v, m));
+    return v;
+}
+
+// Unaligned little-endian loads from byte pointers (blocks of 18, 22, 210 bytes are only
+// 2-byte aligned).
+DEV u32 ld_u32_a2(const u8* p) {
+    const u16* q = (const u16*)p;
+    return (u32)q[0] | ((u32)q[1] << 16);
+}
+DEV u16 ld_u16(const u8* p) { return *(const u16*)p; }
+DEV u32 ld_u32(const u8* p) { return *(const u32*)p; }
+
+// sin and cos of x by Cody-Waite reduction to [-pi/4, pi/4] and minimax polynomials, the
+// same arithmetic on both vendors (no device math library is linked on AMD).
+DEV void sincos_p(float x, float* s, float* c) {
+    float k = rint_f(x * 0.63661977236758134f);  // 2/pi
+    float r = fma_f(k, -1.5707963705062866f, x);
+    r = fma_f(k, 4.3711388286737929e-08f, r);
+    r = fma_f(k, 1.7151245100059206e-15f, r);
+    int q = (int)k;
+    float r2 = r * r;
+    float sp = r + r * r2 * (-1.6666654611e-1f + r2 * (8.3321608736e-3f + r2 * -1.9515295891e-4f));
+    float cp = 1.0f - 0.5f * r2 + r2 * r2 * (4.166664568298827e-2f + r2 * (-1.388731625493765e-3f + r2 * 2.443315711809948e-5f));
+    float ss = (q & 1) ? cp : sp;
+    float cc = (q & 1) ? sp : cp;
+    if (q & 2) ss = -ss;
+    if ((q + 1) & 2) cc = -cc;
+    *s = ss;
+    *c = cc;
+}
+
+// tanh: odd Taylor polynomial near 0 (where 1 - 2/(e^2x + 1) cancels), exp form elsewhere.
+DEV float tanh_f(float x) {
+    if (fabs_f(x) < 0.125f) {
+        const float x2 = x * x;
+        return x * (1.0f + x2 * (-0.33333333f + x2 * (0.13333333f + x2 * -0.053968254f)));
+    }
+    return 1.0f - 2.0f * rcp(exp_fast(2.0f * x) + 1.0f);
+}
+DEV float silu_f(float x) { return x * rcp(1.0f + exp_fast(-x)); }
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+DEV float gelu_tanh_f(float x) { return 0.5f * x * (1.0f + tanh_f(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+
+// q8_1 activation block: 32 int8 codes, d = amax/127, s = sum of the unquantized values.
+struct __attribute__((aligned(4))) block_q8_1 {
+    u16 d;
+    u16 s;
+    i8 qs[32];
+};
+
+// ---- matrix cores: one 16x16x16 f16 product, f32 accumulate, per 32-lane warp ----
+// A: 16 (M) rows x 16 (K) f16 at sA (row stride lda, in u16 units), B: 16 (N) rows x 16 (K)
+// f16 at sB (stride ldb): acc += A * B^T. Lane l's acc[i] is element (m, n) given by
+// mma_coord(i, l). gfx11: one v_wmma_f32_16x16x16_f16 (wave32; A/B rows in lanes 0-15,
+// replicated in 16-31; D element (2i + l/16, l%16)). NVIDIA: two mma.sync m16n8k16.
+#ifdef LODE_AMD
+typedef _Float16 lode_v16h __attribute__((ext_vector_type(16)));
+typedef float lode_v8f __attribute__((ext_vector_type(8)));
+DEV void mma16x16x16(const u16* sA, int lda, const u16* sB, int ldb, float* acc) {
+    const int l = __builtin_amdgcn_mbcnt_lo(~0u, 0) & 15;
+    lode_v16h a, b;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        a[k] = __builtin_bit_cast(_Float16, sA[l * lda + k]);
+        b[k] = __builtin_bit_cast(_Float16, sB[l * ldb + k]);
+    }
+    lode_v8f c;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) c[i] = acc[i];
+    c = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a, b, c);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = c[i];
+}
+DEV void mma_coord(int i, int lane, int* m, int* n) {
+    *m = 2 * i + (lane >> 4);
+    *n = lane & 15;
+}
+#else
+DEV u32 ld_h2(const u16* p) { return *(const u32*)p; }
+DEV void mma16x16x16(const u16* sA, int lda, const u16* sB, int ldb, float* acc) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const u32 a0 = ld_h2(sA + g * lda + 2 * t), a1 = ld_h2(sA + (g + 8) * lda + 2 * t);
+    const u32 a2 = ld_h2(sA + g * lda + 2 * t + 8), a3 = ld_h2(sA + (g + 8) * lda + 2 * t + 8);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const u16* b = sB + (8 * h + g) * ldb;
+        const u32 b0 = ld_h2(b + 2 * t), b1 = ld_h2(b + 2 * t + 8);
+        float* c = acc + 4 * h;
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+}
+DEV void mma_coord(int i, int lane, int* m, int* n) {
+    const int g = lane >> 2, t = lane & 3, h = i >> 2, j = i & 3;
+    *m = g + ((j & 2) ? 8 : 0);
+    *n = 8 * h + 2 * t + (j & 1);
+}
+#endif

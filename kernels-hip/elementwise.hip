@@ -1,0 +1,137 @@
+// Elementwise ops, gated activations, embedding rows (every weight type), f32 -> f16 rows.
+#include "common.h"
+
+// All flat ops: grid (ceil(n / 256)), block 256.
+KERNEL void add_f32(const float* a, const float* b, float* y, int n) {
+    const int i = bid_x() * 256 + tid_x();
+    if (i < n) y[i] = a[i] + b[i];
+}
+
+KERNEL void mul_f32(const float* a, const float* b, float* y, int n) {
+    const int i = bid_x() * 256 + tid_x();
+    if (i < n) y[i] = a[i] * b[i];
+}
+
+KERNEL void scale_f32(const float* x, float* y, int n, float s) {
+    const int i = bid_x() * 256 + tid_x();
+    if (i < n) y[i] = x[i] * s;
+}
+
+// x[t][i] += b[i] for x [total / n, n]  (projection biases)
+KERNEL void add_bias_f32(float* x, const float* b, int n, int total) {
+    const int i = bid_x() * 256 + tid_x();
+    if (i < total) x[i] += b[i % n];
+}
+
+// y = silu(g) * u  (SwiGLU)
+KERNEL void swiglu_f32(const float* g, const float* u, float* y, int n) {
+    const int i = bid_x() * 256 + tid_x();
+    if (i < n) y[i] = silu_f(g[i]) * u[i];
+}
+
+// y = gelu_tanh(g) * u  (GeGLU, Gemma)
+KERNEL void geglu_f32(const float* g, const float* u, float* y, int n) {
+    const int i = bid_x() * 256 + tid_x();
+    if (i < n) y[i] = gelu_tanh_f(g[i]) * u[i];
+}
+
+// y = tanh(x / cap) * cap  (final logit soft-capping)
+KERNEL void softcap_f32(const float* x, float* y, int n, float cap) {
+    const int i = bid_x() * 256 + tid_x();
+    if (i < n) {
+        y[i] = tanh_f(x[i] / cap) * cap;
+    }
+}
+
+// dst[rows[r] * dst_stride + i] = f16(src[r * n + i]) for r < n_rows, i < n.
+// The KV-cache write (rows = the tokens' positions, read on the device).
+// grid (ceil(n / 256), n_rows), block 256.
+KERNEL void f32_to_f16_rows(const float* src, u16* dst, int n, int dst_stride, const int* rows) {
+    const int i = bid_x() * 256 + tid_x(), r = bid_y();
+    if (i < n) dst[(u64)rows[r] * dst_stride + i] = f2h(src[(u64)r * n + i]);
+}
+
+// ---- dequantize one element e of a row, for every stored type ----
+
+DEV float dq_q4_K(const u8* row, int e) {
+    const u8* b = row + (u64)(e / 256) * 144;
+    const int i = e % 256, c = i / 64, j = i / 32, l = i % 32;
+    const u8* s = b + 4;
+    int sc, m;
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+    const u8 q = b[16 + 32 * c + l];
+    const int code = (j & 1) ? (q >> 4) : (q & 15);
+    return h2f(ld_u16(b)) * sc * code - h2f(ld_u16(b + 2)) * m;
+}
+
+DEV float dq_q5_K(const u8* row, int e) {
+    const u8* b = row + (u64)(e / 256) * 176;
+    const int i = e % 256, c = i / 64, j = i / 32, l = i % 32;
+    const u8* s = b + 4;
+    int sc, m;
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+    const u8 q = b[48 + 32 * c + l];
+    int code = (j & 1) ? (q >> 4) : (q & 15);
+    code += ((b[16 + l] >> j) & 1) << 4;
+    return h2f(ld_u16(b)) * sc * code - h2f(ld_u16(b + 2)) * m;
+}
+
+DEV float dq_q6_K(const u8* row, int e) {
+    const u8* b = row + (u64)(e / 256) * 210;
+    const int i = e % 256, h = i / 128, g = (i % 128) / 32, l = i % 32;
+    const u8* L = b + 64 * h;
+    const u8* H = b + 128 + 32 * h;
+    const int lo = (g & 1 ? L[l + 32] : L[l]) >> (g & 2 ? 4 : 0) & 15;
+    const int hi = (H[l] >> (2 * g)) & 3;
+    const int q = (lo | (hi << 4)) - 32;
+    return h2f(ld_u16(b + 208)) * (float)((const i8*)(b + 192))[i / 16] * q;
+}
+
+DEV float dq_b32(int type, const u8* row, int e) {
+    const int BB = type == 0 ? 18 : type == 1 ? 20 : type == 2 ? 22 : type == 3 ? 24 : 34;
+    const u8* b = row + (u64)(e / 32) * BB;
+    const int i = e % 32;
+    const float d = h2f(ld_u16(b));
+    if (type == 4) return d * ((const i8*)(b + 2))[i];
+    const int qoff = type == 0 ? 2 : type == 1 ? 4 : type == 2 ? 6 : 8;
+    const u8 byte = b[qoff + (i % 16)];
+    int q = i < 16 ? (byte & 15) : (byte >> 4);
+    if (type == 2) q |= ((ld_u32_a2(b + 2) >> i) & 1) << 4;
+    if (type == 3) q |= ((ld_u32_a2(b + 4) >> i) & 1) << 4;
+    if (type == 0) return d * (q - 8);
+    if (type == 2) return d * (q - 16);
+    return d * q + h2f(ld_u16(b + 2));
+}
+
+// y[r][:] = scale * dequant(W[ids[r]][:]); W rows of k elements, row_bytes each.
+// grid (n_ids), block 256.
+#define GET_ROWS(NAME, EXPR)                                                                             \
+    KERNEL void NAME(const u8* W, const int* ids, float* y, int k, int row_bytes, float scale) {         \
+        const u8* row = W + (u64)ids[bid_x()] * row_bytes;                                               \
+        float* out = y + (u64)bid_x() * k;                                                               \
+        for (int e = tid_x(); e < k; e += 256) out[e] = scale * (EXPR);                                  \
+    }
+
+GET_ROWS(get_rows_f32, ((const float*)row)[e])
+GET_ROWS(get_rows_f16, h2f(((const u16*)row)[e]))
+GET_ROWS(get_rows_bf16, bf2f(((const u16*)row)[e]))
+GET_ROWS(get_rows_q4_0, dq_b32(0, row, e))
+GET_ROWS(get_rows_q4_1, dq_b32(1, row, e))
+GET_ROWS(get_rows_q5_0, dq_b32(2, row, e))
+GET_ROWS(get_rows_q5_1, dq_b32(3, row, e))
+GET_ROWS(get_rows_q8_0, dq_b32(4, row, e))
+GET_ROWS(get_rows_q4_K, dq_q4_K(row, e))
+GET_ROWS(get_rows_q5_K, dq_q5_K(row, e))
+GET_ROWS(get_rows_q6_K, dq_q6_K(row, e))

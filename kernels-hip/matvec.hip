@@ -1,0 +1,282 @@
+// Decode matvec: y[c][r] = sum_k W[r][k] * x[c][k] for up to NC activation columns.
+//
+// Weights are read in the GGUF stored block layout (§2 of the reference). Quantized
+// weights meet q8_1 activations (int8 dot4, §2.5 identities; the min/offset term uses
+// the q8_1 block's s = sum(x)); float weights meet f32 activations.
+//
+// One warp per output row, 4 rows per 128-thread block; grid (ceil(rows / 4)).
+// NC = 1 is the decode kernel; NC = 8 serves prefill chunks (columns past `ncols` unused).
+// Arguments (every matvec_* kernel): W, x (block_q8_1* or float*), y [ncols, rows] f32,
+// rows, k, ncols.
+#include "common.h"
+
+struct __attribute__((aligned(16))) u32x4 { u32 x, y, z, w; };
+
+DEV void scale_min_k4(int j, const u8* s, float* sc, float* m) {
+    if (j < 4) {
+        *sc = (float)(s[j] & 63);
+        *m = (float)(s[j + 4] & 63);
+    } else {
+        *sc = (float)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+        *m = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+DEV const int* q8qs(const block_q8_1* b) { return (const int*)b->qs; }
+
+template <int NC>
+DEV void store(float* y, const float* acc, int rows, int row, int ncols) {
+    const int lane = tid_x() & 31;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+        float v = warp_sum(acc[c]);
+        if (lane == 0 && c < ncols) y[(u64)c * rows + row] = v;
+    }
+}
+
+// ---- K-quants: 8 lanes per 256-element super-block, 4 super-blocks per warp step ----
+
+template <int NC>
+DEV void mv_q4_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
+    const int lane = tid_x() & 31, j = lane & 7, c = j >> 1, h = j & 1;
+    for (int sb = lane >> 3; sb < nsb; sb += 4) {
+        const u8* b = wr + (u64)sb * 144;
+        const float d = h2f(ld_u16(b)), dmin = h2f(ld_u16(b + 2));
+        float sc0, m0, sc1, m1;
+        scale_min_k4(2 * c, b + 4, &sc0, &m0);
+        scale_min_k4(2 * c + 1, b + 4, &sc1, &m1);
+        const u32x4 q = *(const u32x4*)(b + 16 + 32 * c + 16 * h);
+        const u32 qw[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int col = 0; col < NC; ++col) {
+            if (col >= ncols) break;
+            const block_q8_1* xb = x + (u64)col * kb + sb * 8 + 2 * c;
+            const int* a0 = q8qs(xb) + 4 * h;
+            const int* a1 = q8qs(xb + 1) + 4 * h;
+            int s0 = 0, s1 = 0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                s0 = dot4((int)(qw[i] & 0x0F0F0F0F), a0[i], s0);
+                s1 = dot4((int)((qw[i] >> 4) & 0x0F0F0F0F), a1[i], s1);
+            }
+            float v = d * (sc0 * h2f(xb[0].d) * (float)s0 + sc1 * h2f(xb[1].d) * (float)s1);
+            if (h == 0) v -= dmin * (m0 * h2f(xb[0].s) + m1 * h2f(xb[1].s));
+            acc[col] += v;
+        }
+    }
+}
+
+template <int NC>
+DEV void mv_q5_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
+    const int lane = tid_x() & 31, j = lane & 7, c = j >> 1, h = j & 1;
+    for (int sb = lane >> 3; sb < nsb; sb += 4) {
+        const u8* b = wr + (u64)sb * 176;
+        const float d = h2f(ld_u16(b)), dmin = h2f(ld_u16(b + 2));
+        float sc0, m0, sc1, m1;
+        scale_min_k4(2 * c, b + 4, &sc0, &m0);
+        scale_min_k4(2 * c + 1, b + 4, &sc1, &m1);
+        const u32x4 q = *(const u32x4*)(b + 48 + 32 * c + 16 * h);
+        const u32x4 qh = *(const u32x4*)(b + 16 + 16 * h);
+        const u32 qw[4] = {q.x, q.y, q.z, q.w};
+        const u32 hw[4] = {qh.x, qh.y, qh.z, qh.w};
+#pragma unroll
+        for (int col = 0; col < NC; ++col) {
+            if (col >= ncols) break;
+            const block_q8_1* xb = x + (u64)col * kb + sb * 8 + 2 * c;
+            const int* a0 = q8qs(xb) + 4 * h;
+            const int* a1 = q8qs(xb + 1) + 4 * h;
+            int s0 = 0, s1 = 0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const u32 lo = (qw[i] & 0x0F0F0F0F) | (((hw[i] >> (2 * c)) & 0x01010101) << 4);
+                const u32 hi = ((qw[i] >> 4) & 0x0F0F0F0F) | (((hw[i] >> (2 * c + 1)) & 0x01010101) << 4);
+                s0 = dot4((int)lo, a0[i], s0);
+                s1 = dot4((int)hi, a1[i], s1);
+            }
+            float v = d * (sc0 * h2f(xb[0].d) * (float)s0 + sc1 * h2f(xb[1].d) * (float)s1);
+            if (h == 0) v -= dmin * (m0 * h2f(xb[0].s) + m1 * h2f(xb[1].s));
+            acc[col] += v;
+        }
+    }
+}
+
+template <int NC>
+DEV void mv_q6_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
+    const int lane = tid_x() & 31, j = lane & 7, h = j >> 2, l0 = 8 * (j & 3);
+    for (int sb = lane >> 3; sb < nsb; sb += 4) {
+        const u8* b = wr + (u64)sb * 210;
+        const u8* L = b + 64 * h;
+        const u8* H = b + 128 + 32 * h;
+        const i8* S = (const i8*)(b + 192);
+        const float d = h2f(ld_u16(b + 208));
+        u32 q[4][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const u32 lw = ld_u32_a2(L + l0 + 4 * i), lw32 = ld_u32_a2(L + 32 + l0 + 4 * i), hw = ld_u32_a2(H + l0 + 4 * i);
+            q[0][i] = (lw & 0x0F0F0F0F) | ((hw & 0x03030303) << 4);
+            q[1][i] = (lw32 & 0x0F0F0F0F) | (((hw >> 2) & 0x03030303) << 4);
+            q[2][i] = ((lw >> 4) & 0x0F0F0F0F) | (((hw >> 4) & 0x03030303) << 4);
+            q[3][i] = ((lw32 >> 4) & 0x0F0F0F0F) | (((hw >> 6) & 0x03030303) << 4);
+        }
+#pragma unroll
+        for (int col = 0; col < NC; ++col) {
+            if (col >= ncols) break;
+            float v = 0.0f;
+#pragma unroll
+            for (int g = 0; g < 4; ++g) {
+                const block_q8_1* xb = x + (u64)col * kb + sb * 8 + 4 * h + g;
+                const int* a = q8qs(xb) + l0 / 4;
+                int s = dot4((int)q[g][0], a[0], 0);
+                s = dot4((int)q[g][1], a[1], s);
+                s -= dot4(0x20202020, a[0], dot4(0x20202020, a[1], 0));
+                v += (float)S[8 * h + 2 * g + l0 / 16] * h2f(xb->d) * (float)s;
+            }
+            acc[col] += d * v;
+        }
+    }
+}
+
+// ---- 32-element blocks: 2 lanes per block (16 elements each), 16 blocks per warp step ----
+
+// Expand 4 bits (bit i -> byte i, bit 4).
+DEV u32 spread4(u32 x) { return ((x & 1) << 4) | ((x & 2) << 11) | ((x & 4) << 18) | ((x & 8) << 25); }
+
+// TYPE: 0 = Q4_0, 1 = Q4_1, 2 = Q5_0, 3 = Q5_1, 4 = Q8_0
+template <int TYPE, int NC>
+DEV void mv_b32(const u8* wr, const block_q8_1* x, int kb, int ncols, float* acc) {
+    constexpr int BB = TYPE == 0 ? 18 : TYPE == 1 ? 20 : TYPE == 2 ? 22 : TYPE == 3 ? 24 : 34;
+    const int lane = tid_x() & 31, hh = lane & 1;
+    for (int blk = lane >> 1; blk < kb; blk += 16) {
+        const u8* b = wr + (u64)blk * BB;
+        const float d = h2f(ld_u16(b));
+        float m = 0.0f;
+        int w[4];
+        if (TYPE == 4) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) w[i] = (int)ld_u32_a2(b + 2 + 16 * hh + 4 * i);
+        } else {
+            const int qoff = TYPE == 0 ? 2 : TYPE == 1 ? 4 : TYPE == 2 ? 6 : 8;
+            if (TYPE == 1 || TYPE == 3) m = h2f(ld_u16(b + 2));
+            u32 H = 0;
+            if (TYPE == 2) H = ld_u32_a2(b + 2);
+            if (TYPE == 3) H = ld_u32_a2(b + 4);
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const u32 qw = ld_u32_a2(b + qoff + 8 * hh + 4 * i);
+                u32 lo = qw & 0x0F0F0F0F, hi = (qw >> 4) & 0x0F0F0F0F;
+                if (TYPE == 2 || TYPE == 3) {
+                    lo |= spread4((H >> (8 * hh + 4 * i)) & 15);
+                    hi |= spread4((H >> (16 + 8 * hh + 4 * i)) & 15);
+                }
+                w[i] = (int)lo;
+                w[2 + i] = (int)hi;
+            }
+        }
+#pragma unroll
+        for (int col = 0; col < NC; ++col) {
+            if (col >= ncols) break;
+            const block_q8_1* xb = x + (u64)col * kb + blk;
+            const int* a = q8qs(xb);
+            int s = 0;
+            if (TYPE == 4) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) s = dot4(w[i], a[4 * hh + i], s);
+            } else {
+                s = dot4(w[0], a[2 * hh], s);
+                s = dot4(w[1], a[2 * hh + 1], s);
+                s = dot4(w[2], a[4 + 2 * hh], s);
+                s = dot4(w[3], a[4 + 2 * hh + 1], s);
+            }
+            float v = d * h2f(xb->d) * (float)s;
+            if (hh == 0) {
+                const float s8 = h2f(xb->s);
+                if (TYPE == 0) v -= 8.0f * d * s8;
+                if (TYPE == 2) v -= 16.0f * d * s8;
+                if (TYPE == 1 || TYPE == 3) v += m * s8;
+            }
+            acc[col] += v;
+        }
+    }
+}
+
+// ---- float weights x f32 activations ----
+
+// TYPE: 0 = F32, 1 = F16, 2 = BF16
+template <int TYPE, int NC>
+DEV void mv_float(const u8* wr, const float* x, int k, int ncols, float* acc) {
+    const int lane = tid_x() & 31;
+    for (int i = lane; i < k; i += 32) {
+        float wv;
+        if (TYPE == 0) wv = ((const float*)wr)[i];
+        else if (TYPE == 1) wv = h2f(((const u16*)wr)[i]);
+        else wv = bf2f(((const u16*)wr)[i]);
+#pragma unroll
+        for (int col = 0; col < NC; ++col) {
+            if (col >= ncols) break;
+            acc[col] += wv * x[(u64)col * k + i];
+        }
+    }
+}
+
+#define ROW_SETUP                                   \
+    const int row = bid_x() * 4 + (tid_x() >> 5);   \
+    if (row >= rows) return;                        \
+    float acc[NC];                                  \
+    _Pragma("unroll") for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+
+#define MV_K(NAME, FN, BB)                                                                         \
+    template <int NC>                                                                              \
+    DEV void NAME##_body(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+        ROW_SETUP                                                                                  \
+        const int nsb = k / 256;                                                                   \
+        FN<NC>(W + (u64)row * nsb * BB, x, k / 32, nsb, ncols, acc);                               \
+        store<NC>(y, acc, rows, row, ncols);                                                       \
+    }                                                                                              \
+    KERNEL void NAME##_n1(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+        NAME##_body<1>(W, x, y, rows, k, ncols);                                                   \
+    }                                                                                              \
+    KERNEL void NAME##_n8(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+        NAME##_body<8>(W, x, y, rows, k, ncols);                                                   \
+    }
+
+MV_K(matvec_q4_K, mv_q4_K, 144)
+MV_K(matvec_q5_K, mv_q5_K, 176)
+MV_K(matvec_q6_K, mv_q6_K, 210)
+
+#define MV_B32(NAME, T, BB)                                                                        \
+    template <int NC>                                                                              \
+    DEV void NAME##_body(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+        ROW_SETUP                                                                                  \
+        mv_b32<T, NC>(W + (u64)row * (k / 32) * BB, x, k / 32, ncols, acc);                        \
+        store<NC>(y, acc, rows, row, ncols);                                                       \
+    }                                                                                              \
+    KERNEL void NAME##_n1(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+        NAME##_body<1>(W, x, y, rows, k, ncols);                                                   \
+    }                                                                                              \
+    KERNEL void NAME##_n8(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+        NAME##_body<8>(W, x, y, rows, k, ncols);                                                   \
+    }
+
+MV_B32(matvec_q4_0, 0, 18)
+MV_B32(matvec_q4_1, 1, 20)
+MV_B32(matvec_q5_0, 2, 22)
+MV_B32(matvec_q5_1, 3, 24)
+MV_B32(matvec_q8_0, 4, 34)
+
+#define MV_F(NAME, T, EB)                                                                      \
+    template <int NC>                                                                          \
+    DEV void NAME##_body(const u8* W, const float* x, float* y, int rows, int k, int ncols) { \
+        ROW_SETUP                                                                              \
+        mv_float<T, NC>(W + (u64)row * k * EB, x, k, ncols, acc);                              \
+        store<NC>(y, acc, rows, row, ncols);                                                   \
+    }                                                                                          \
+    KERNEL void NAME##_n1(const u8* W, const float* x, float* y, int rows, int k, int ncols) { \
+        NAME##_body<1>(W, x, y, rows, k, ncols);                                               \
+    }                                                                                          \
+    KERNEL void NAME##_n8(const u8* W, const float* x, float* y, int rows, int k, int ncols) { \
+        NAME##_body<8>(W, x, y, rows, k, ncols);                                               \
+    }
+
+MV_F(matvec_f32, 0, 4)
+MV_F(matvec_f16, 1, 2)
+MV_F(matvec_bf16, 2, 2)

@@ -1,0 +1,487 @@
+//! [`Backend`] for CUDA and HIP: one implementation over [`GpuDevice`], so the forward
+//! pass the model code issues runs the same host code on an NVIDIA or an AMD GPU.
+//!
+//! Weights: the first op that names a weight uploads its stored bytes from the mapping
+//! (one device copy per weight, keyed by the mapping address; the residency work replaces
+//! this map with the full `WeightCache`). Small f32 vectors (norm weights, biases) that a
+//! file stores in another type are dequantized on the host once, then uploaded.
+//! Activations: every `Buf` is a device f32 buffer. Matmuls of quantized weights quantize
+//! the activations to q8_1 in a reused scratch buffer first.
+//! Host slices (token ids, positions) are uploaded to per-step staging slots (an
+//! identical position list is staged once per step); kernels read positions on the device.
+//! Steps (the work between two read-backs) are recorded and, once two consecutive steps
+//! are identical, replayed as one device graph (`replay.rs`; `LODE_GRAPHS=0` disables).
+//! KV cache: f16 only (`KvType::F32` is refused with a clear error).
+
+use super::device::{DeviceBuffer, GpuDevice};
+use super::driver::DevPtr;
+use super::replay::{Entry, Rec, Replay, ReplayStats};
+use super::{ops, GpuError};
+use std::cell::RefCell;
+use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, Result, Rope, RopeMode};
+use crate::quant::{self, GgmlType};
+use crate::weights::WeightRef;
+use std::collections::HashMap;
+
+/// Map a GPU error into the backend's error type, naming the op.
+fn err(op: &'static str) -> impl Fn(GpuError) -> BackendError {
+    move |e| BackendError::Invalid { op, msg: e.to_string() }
+}
+fn derr(op: &'static str) -> impl Fn(super::DriverError) -> BackendError {
+    move |e| BackendError::Invalid { op, msg: e.to_string() }
+}
+
+struct Kv {
+    spec: KvSpec,
+    /// Per layer: K then V, each [n_ctx, n_kv_head * head_dim] f16.
+    layers: Vec<(DeviceBuffer, DeviceBuffer)>,
+}
+
+/// A reusable device scratch region that only grows.
+#[derive(Default)]
+struct Scratch {
+    buf: Option<DeviceBuffer>,
+    /// Times the region was reallocated (its contents lost).
+    grown: u64,
+}
+impl Scratch {
+    fn get(&mut self, dev: &GpuDevice, bytes: usize) -> std::result::Result<DevPtr, super::DriverError> {
+        if self.buf.as_ref().map(|b| b.len() < bytes).unwrap_or(true) {
+            self.grown += 1;
+            self.buf = None;
+            self.buf = Some(dev.alloc(bytes.next_power_of_two().max(4096))?);
+        }
+        Ok(self.buf.as_ref().map(|b| b.ptr()).unwrap_or(0))
+    }
+}
+
+pub struct GpuBackend {
+    dev: GpuDevice,
+    /// Activation buffers: (memory, f32 length, version bumped by every op that writes it).
+    bufs: HashMap<u32, (DeviceBuffer, usize, u64)>,
+    tick: u64,
+    /// (buffer, version, k, n_tok) whose q8_1 quantization the scratch holds: q, k and v
+    /// (and gate and up) projections of one input quantize it once.
+    q8_of: Option<(u32, u64, usize, usize)>,
+    kvs: HashMap<u32, Kv>,
+    next: u32,
+    /// Stored-layout weight copies, keyed by (mapping address, bytes).
+    weights: HashMap<(usize, usize), DeviceBuffer>,
+    /// f32 copies of small vectors stored in another type, same key.
+    weights_f32: HashMap<(usize, usize), DeviceBuffer>,
+    inv_freq: HashMap<(usize, u32, u32, usize), DeviceBuffer>,
+    q8: Scratch,
+    /// Per-step staging of host inputs (ids, positions): slot addresses repeat per step.
+    stage: Scratch,
+    stage_used: usize,
+    /// Staging regions replaced mid-step (kept until the step's work has run).
+    retired: Vec<DeviceBuffer>,
+    /// Positions staged in this step and where.
+    step_pos: Option<(Vec<u32>, DevPtr)>,
+    replay: RefCell<Replay>,
+    /// Bytes of weights uploaded and how many copies (accounting for bench/reports).
+    pub weight_bytes: u64,
+    pub weight_copies: u64,
+}
+
+impl GpuBackend {
+    pub fn new(dev: GpuDevice) -> GpuBackend {
+        GpuBackend {
+            dev,
+            bufs: HashMap::new(),
+            tick: 0,
+            q8_of: None,
+            kvs: HashMap::new(),
+            next: 1,
+            weights: HashMap::new(),
+            weights_f32: HashMap::new(),
+            inv_freq: HashMap::new(),
+            q8: Scratch::default(),
+            stage: Scratch::default(),
+            stage_used: 0,
+            retired: Vec::new(),
+            step_pos: None,
+            replay: RefCell::new(Replay::new()),
+            weight_bytes: 0,
+            weight_copies: 0,
+        }
+    }
+
+    pub fn device(&self) -> &GpuDevice {
+        &self.dev
+    }
+
+    /// Graph capture / replay counters.
+    pub fn replay_stats(&self) -> ReplayStats {
+        self.replay.borrow().stats
+    }
+
+    /// Launch target for ops: through the step recorder.
+    fn rec(&self) -> Rec<'_> {
+        Rec { dev: &self.dev, replay: &self.replay }
+    }
+
+    /// Work outside the step record follows (host write, allocation, upload).
+    fn barrier(&mut self) -> Result<()> {
+        self.replay.get_mut().barrier(&self.dev).map_err(derr("graph replay"))
+    }
+
+    /// Copy host values into this step's next staging slot; returns its address.
+    fn stage_bytes(&mut self, bytes: &[u8]) -> Result<DevPtr> {
+        let need = self.stage_used + bytes.len().div_ceil(256) * 256;
+        if self.stage.buf.as_ref().map(|b| b.len() < need).unwrap_or(true) {
+            if let Some(old) = self.stage.buf.take() {
+                self.retired.push(old);
+            }
+            self.stage_used = 0;
+            self.stage.get(&self.dev, (need * 2).max(1 << 16)).map_err(derr("staging"))?;
+        }
+        let p = self.stage.buf.as_ref().map(|b| b.ptr()).unwrap_or(0) + self.stage_used as u64;
+        self.stage_used += bytes.len().div_ceil(256) * 256;
+        self.dev.write(p, bytes).map_err(derr("staging"))?;
+        Ok(p)
+    }
+
+    /// End of a step: replay or capture, then recycle the staging slots.
+    fn end_step(&mut self) -> Result<()> {
+        self.replay.get_mut().end_step(&self.dev).map_err(derr("graph replay"))?;
+        self.stage_used = 0;
+        self.step_pos = None;
+        Ok(())
+    }
+
+    fn buf(&self, b: Buf) -> Result<(DevPtr, usize)> {
+        self.bufs.get(&b.0).map(|(d, n, _)| (d.ptr(), *n)).ok_or(BackendError::BadHandle(b))
+    }
+
+    /// Record that an op wrote `b` (invalidates cached derived data such as its q8_1 form).
+    fn touch(&mut self, b: Buf) {
+        self.tick += 1;
+        if let Some(e) = self.bufs.get_mut(&b.0) {
+            e.2 = self.tick;
+        }
+    }
+    fn version(&self, b: Buf) -> u64 {
+        self.bufs.get(&b.0).map(|e| e.2).unwrap_or(0)
+    }
+
+    fn check_len(op: &'static str, b: Buf, have: usize, need: usize) -> Result<()> {
+        if need > have {
+            return Err(BackendError::Invalid { op, msg: format!("buffer {b:?} holds {have} values, the op needs {need}") });
+        }
+        Ok(())
+    }
+
+    /// Device address of a weight's stored bytes (uploaded on first use).
+    fn weight(&mut self, w: &WeightRef) -> Result<DevPtr> {
+        let key = (w.data().as_ptr() as usize, w.data().len());
+        if let Some(b) = self.weights.get(&key) {
+            return Ok(b.ptr());
+        }
+        self.barrier()?;
+        let b = self.dev.upload(w.data()).map_err(|e| match e {
+            super::DriverError::Call { code: 2, .. } => BackendError::OutOfMemory { what: "weight upload", bytes: w.data().len() as u64 },
+            e => BackendError::Invalid { op: "weight upload", msg: format!("{}: {e}", w.name()) },
+        })?;
+        self.weight_bytes += w.data().len() as u64;
+        self.weight_copies += 1;
+        if std::env::var_os("LODE_WEIGHT_TRACE").is_some() {
+            eprintln!("weight copy: {} {} {} bytes (stored layout)", w.name(), w.ty(), w.data().len());
+        }
+        let p = b.ptr();
+        self.weights.insert(key, b);
+        Ok(p)
+    }
+
+    /// Device address of a weight as an f32 vector (norm weights, biases, rope factors).
+    fn weight_f32(&mut self, w: &WeightRef) -> Result<DevPtr> {
+        if w.ty() == GgmlType::F32 {
+            return self.weight(w);
+        }
+        let key = (w.data().as_ptr() as usize, w.data().len());
+        if let Some(b) = self.weights_f32.get(&key) {
+            return Ok(b.ptr());
+        }
+        self.barrier()?;
+        let n = w.row_len() * w.n_rows();
+        let mut v = vec![0f32; n];
+        quant::dequantize(w.ty(), w.data(), &mut v).map_err(|source| BackendError::Quant { op: "dequantize", weight: w.name().into(), source })?;
+        let b = self.dev.upload_f32(&v).map_err(derr("weight upload"))?;
+        let p = b.ptr();
+        self.weights_f32.insert(key, b);
+        Ok(p)
+    }
+
+    /// Stage positions once per step (as i32) and return their device address.
+    fn positions(&mut self, pos: &[u32]) -> Result<DevPtr> {
+        if let Some((p, ptr)) = &self.step_pos {
+            if p.as_slice() == pos {
+                return Ok(*ptr);
+            }
+        }
+        let v: Vec<i32> = pos.iter().map(|&p| p as i32).collect();
+        let ptr = self.stage_bytes(bytemuck::cast_slice(&v))?;
+        self.step_pos = Some((pos.to_vec(), ptr));
+        Ok(ptr)
+    }
+
+    fn rope_table(&mut self, r: &Rope) -> Result<DevPtr> {
+        let fkey = r.freq_factors.map(|f| f.data().as_ptr() as usize).unwrap_or(0);
+        let key = (r.n_rot, r.freq_base.to_bits(), r.freq_scale.to_bits(), fkey);
+        if let Some(b) = self.inv_freq.get(&key) {
+            return Ok(b.ptr());
+        }
+        let factors: Option<Vec<f32>> = match r.freq_factors {
+            Some(f) => {
+                let mut v = vec![0f32; f.row_len() * f.n_rows()];
+                quant::dequantize(f.ty(), f.data(), &mut v).map_err(|source| BackendError::Quant { op: "rope", weight: f.name().into(), source })?;
+                Some(v)
+            }
+            None => None,
+        };
+        let inv = ops::rope_inv_freq(r.n_rot, r.freq_base, r.freq_scale, factors.as_deref());
+        self.barrier()?;
+        let b = self.dev.upload_f32(&inv).map_err(derr("rope"))?;
+        let p = b.ptr();
+        self.inv_freq.insert(key, b);
+        Ok(p)
+    }
+}
+
+impl Backend for GpuBackend {
+    fn name(&self) -> String {
+        let i = self.dev.info();
+        format!("{}:0 ({}, {})", self.dev.api(), i.name, i.arch)
+    }
+
+    fn alloc(&mut self, len: usize) -> Result<Buf> {
+        self.barrier()?;
+        let b = self.dev.alloc(len * 4).map_err(|e| match e {
+            super::DriverError::Call { code: 2, .. } => BackendError::OutOfMemory { what: "activation buffer", bytes: len as u64 * 4 },
+            e => BackendError::Invalid { op: "alloc", msg: e.to_string() },
+        })?;
+        self.dev.memset(b.ptr(), 0, len * 4).map_err(derr("alloc"))?;
+        let h = self.next;
+        self.next += 1;
+        self.tick += 1;
+        self.bufs.insert(h, (b, len, self.tick));
+        Ok(Buf(h))
+    }
+
+    fn free(&mut self, buf: Buf) -> Result<()> {
+        self.barrier()?;
+        self.bufs.remove(&buf.0).map(|_| ()).ok_or(BackendError::BadHandle(buf))
+    }
+
+    fn write(&mut self, buf: Buf, src: &[f32]) -> Result<()> {
+        let (p, n) = self.buf(buf)?;
+        Self::check_len("write", buf, n, src.len())?;
+        self.touch(buf);
+        self.barrier()?;
+        self.dev.write(p, bytemuck::cast_slice(src)).map_err(derr("write"))
+    }
+
+    fn read(&mut self, buf: Buf, dst: &mut [f32]) -> Result<()> {
+        let (p, n) = self.buf(buf)?;
+        Self::check_len("read", buf, n, dst.len())?;
+        self.end_step()?;
+        self.retired.clear();
+        self.dev.read(p, bytemuck::cast_slice_mut(dst)).map_err(derr("read"))
+    }
+
+    fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
+        self.barrier()?;
+        if spec.ty != KvType::F16 {
+            return Err(BackendError::Invalid { op: "alloc_kv", msg: "the GPU backends keep the KV cache in f16 (use --kv-type f16)".into() });
+        }
+        if spec.head_dim_k != spec.head_dim_v {
+            return Err(BackendError::Invalid { op: "alloc_kv", msg: format!("head_dim_k {} != head_dim_v {}", spec.head_dim_k, spec.head_dim_v) });
+        }
+        let mut layers = Vec::with_capacity(spec.n_layer);
+        for _ in 0..spec.n_layer {
+            let k = self.dev.alloc(spec.n_ctx * spec.n_kv_head * spec.head_dim_k * 2);
+            let v = self.dev.alloc(spec.n_ctx * spec.n_kv_head * spec.head_dim_v * 2);
+            match (k, v) {
+                (Ok(k), Ok(v)) => layers.push((k, v)),
+                _ => {
+                    let bytes = spec.n_layer as u64 * spec.n_ctx as u64 * spec.n_kv_head as u64 * (spec.head_dim_k + spec.head_dim_v) as u64 * 2;
+                    return Err(BackendError::OutOfMemory { what: "KV cache", bytes });
+                }
+            }
+        }
+        let h = self.next;
+        self.next += 1;
+        self.kvs.insert(h, Kv { spec: *spec, layers });
+        Ok(KvCache(h))
+    }
+
+    fn free_kv(&mut self, kv: KvCache) -> Result<()> {
+        self.barrier()?;
+        self.kvs.remove(&kv.0).map(|_| ()).ok_or(BackendError::BadKvHandle(kv))
+    }
+
+    fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
+        let k = w.row_len();
+        let (o, n) = self.buf(out)?;
+        Self::check_len("get_rows", out, n, ids.len() * k)?;
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= w.n_rows()) {
+            return Err(BackendError::Invalid { op: "get_rows", msg: format!("row {bad} of `{}` which has {} rows", w.name(), w.n_rows()) });
+        }
+        let wp = self.weight(w)?;
+        let idp = self.stage_bytes(bytemuck::cast_slice(ids))?;
+        let r = ops::get_rows(&self.rec(), wp, w.ty(), k, idp, ids.len(), o, 1.0).map_err(err("get_rows"));
+        self.touch(out);
+        r
+    }
+
+    fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()> {
+        let (k, rows) = (w.row_len(), w.n_rows());
+        let (xp, xn) = self.buf(x)?;
+        let (yp, yn) = self.buf(y)?;
+        Self::check_len("matmul", x, xn, n_tok * k)?;
+        Self::check_len("matmul", y, yn, n_tok * rows)?;
+        let wp = self.weight(w)?;
+        let ty = w.ty();
+        let map = |e: GpuError| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) };
+        let r = if ops::matvec_takes_q8_1(ty) {
+            let grown = self.q8.grown;
+            let q = self.q8.get(&self.dev, ops::q8_1_bytes(k, n_tok)).map_err(derr("matmul"))?;
+            let key = (x.0, self.version(x), k, n_tok);
+            if self.q8_of != Some(key) || self.q8.grown != grown {
+                ops::quantize_q8_1(&self.rec(), xp, q, k, n_tok).map_err(map)?;
+                self.q8_of = Some(key);
+            }
+            ops::matvec(&self.rec(), wp, ty, rows, k, q, yp, n_tok).map_err(map)
+        } else {
+            ops::matvec(&self.rec(), wp, ty, rows, k, xp, yp, n_tok).map_err(map)
+        };
+        self.touch(y);
+        r
+    }
+
+    fn rms_norm(&mut self, x: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+        let (xp, xn) = self.buf(x)?;
+        let (op, on) = self.buf(out)?;
+        Self::check_len("rms_norm", x, xn, n_rows * row_len)?;
+        Self::check_len("rms_norm", out, on, n_rows * row_len)?;
+        let wp = match w {
+            Some(w) => {
+                if w.row_len() * w.n_rows() != row_len {
+                    return Err(BackendError::Invalid { op: "rms_norm", msg: format!("weight `{}` has {} values, rows have {row_len}", w.name(), w.row_len() * w.n_rows()) });
+                }
+                Some(self.weight_f32(w)?)
+            }
+            None => None,
+        };
+        let r = ops::rmsnorm(&self.rec(), xp, wp, op, n_rows, row_len, eps).map_err(err("rms_norm"));
+        self.touch(out);
+        r
+    }
+
+    fn rope(&mut self, x: Buf, n_head: usize, head_dim: usize, pos: &[u32], rope: &Rope) -> Result<()> {
+        let (xp, xn) = self.buf(x)?;
+        Self::check_len("rope", x, xn, pos.len() * n_head * head_dim)?;
+        let table = self.rope_table(rope)?;
+        let pp = self.positions(pos)?;
+        let r = ops::rope(&self.rec(), xp, pp, table, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, 1.0).map_err(err("rope"));
+        self.touch(x);
+        r
+    }
+
+    fn add(&mut self, a: Buf, b: Buf, out: Buf, n: usize) -> Result<()> {
+        let (ap, an) = self.buf(a)?;
+        let (bp, bn) = self.buf(b)?;
+        let (op, on) = self.buf(out)?;
+        Self::check_len("add", a, an, n)?;
+        Self::check_len("add", b, bn, n)?;
+        Self::check_len("add", out, on, n)?;
+        let r = ops::add(&self.rec(), ap, bp, op, n).map_err(err("add"));
+        self.touch(out);
+        r
+    }
+
+    fn add_bias(&mut self, x: Buf, n_tok: usize, bias: &WeightRef) -> Result<()> {
+        let n = bias.row_len() * bias.n_rows();
+        let (xp, xn) = self.buf(x)?;
+        Self::check_len("add_bias", x, xn, n_tok * n)?;
+        let bp = self.weight_f32(bias)?;
+        let r = ops::add_bias(&self.rec(), xp, bp, n, n_tok * n).map_err(err("add_bias"));
+        self.touch(x);
+        r
+    }
+
+    fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
+        let (xp, xn) = self.buf(x)?;
+        Self::check_len("scale", x, xn, n)?;
+        let r = ops::scale(&self.rec(), xp, xp, n, s).map_err(err("scale"));
+        self.touch(x);
+        r
+    }
+
+    fn glu(&mut self, gate: Buf, up: Buf, out: Buf, n: usize, act: Glu) -> Result<()> {
+        let (gp, gn) = self.buf(gate)?;
+        let (up_, un) = self.buf(up)?;
+        let (op, on) = self.buf(out)?;
+        Self::check_len("glu", gate, gn, n)?;
+        Self::check_len("glu", up, un, n)?;
+        Self::check_len("glu", out, on, n)?;
+        let r = ops::glu(&self.rec(), gp, up_, op, n, act == Glu::GeluTanh).map_err(err("glu"));
+        self.touch(out);
+        r
+    }
+
+    fn copy(&mut self, src: Buf, src_off: usize, dst: Buf, dst_off: usize, n: usize) -> Result<()> {
+        let (sp, sn) = self.buf(src)?;
+        let (dp, dn) = self.buf(dst)?;
+        Self::check_len("copy", src, sn, src_off + n)?;
+        Self::check_len("copy", dst, dn, dst_off + n)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let e = Entry::Copy { dst: dp + dst_off as u64 * 4, src: sp + src_off as u64 * 4, bytes: n * 4 };
+        let r = self.replay.get_mut().submit(&self.dev, e).map_err(derr("copy"));
+        self.touch(dst);
+        r
+    }
+
+    fn kv_write(&mut self, kv: KvCache, layer: usize, k: Buf, v: Buf, pos: &[u32]) -> Result<()> {
+        let (kp, kn) = self.buf(k)?;
+        let (vp, vn) = self.buf(v)?;
+        let c = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
+        let s = c.spec;
+        let (kc, vc) = c.layers.get(layer).map(|(a, b)| (a.ptr(), b.ptr())).ok_or(BackendError::Invalid { op: "kv_write", msg: format!("layer {layer} of {}", s.n_layer) })?;
+        let (rk, rv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
+        Self::check_len("kv_write", k, kn, pos.len() * rk)?;
+        Self::check_len("kv_write", v, vn, pos.len() * rv)?;
+        if let Some(&bad) = pos.iter().find(|&&p| p as usize >= s.n_ctx) {
+            return Err(BackendError::Invalid { op: "kv_write", msg: format!("position {bad} past the cache's {} slots", s.n_ctx) });
+        }
+        let pp = self.positions(pos)?;
+        let f = err("kv_write");
+        ops::f32_to_f16_rows(&self.rec(), kp, kc, pos.len(), rk, rk, pp).map_err(&f)?;
+        ops::f32_to_f16_rows(&self.rec(), vp, vc, pos.len(), rv, rv, pp).map_err(&f)?;
+        Ok(())
+    }
+
+    fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        let (qp, qn) = self.buf(q)?;
+        let (op, on) = self.buf(out)?;
+        Self::check_len("attention", q, qn, pos.len() * p.n_head * p.head_dim_k)?;
+        Self::check_len("attention", out, on, pos.len() * p.n_head * p.head_dim_v)?;
+        let c = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
+        let (kc, vc) = c.layers.get(layer).map(|(a, b)| (a.ptr(), b.ptr())).ok_or(BackendError::Invalid { op: "attention", msg: format!("layer {layer} of {}", c.spec.n_layer) })?;
+        if p.head_dim_k != p.head_dim_v || p.n_kv_head != c.spec.n_kv_head || p.head_dim_k != c.spec.head_dim_k {
+            return Err(BackendError::Invalid { op: "attention", msg: "attention shape differs from the KV cache's".into() });
+        }
+        let window = p.window.unwrap_or(0);
+        let pp = self.positions(pos)?;
+        self.touch(out);
+        ops::attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))
+    }
+}
+
+impl Drop for GpuBackend {
+    fn drop(&mut self) {
+        self.replay.get_mut().release(&self.dev);
+    }
+}

@@ -1,0 +1,268 @@
+//! A GPU device as the rest of lode sees it: one driver table, one stream, the loaded
+//! kernels, and owned buffers. Vendor-neutral: everything here goes through [`Driver`].
+//!
+//! Buffers free themselves on drop. Work is issued on the device's one stream in order;
+//! `download` synchronizes. The graph hooks (capture / instantiate / update / replay)
+//! are exposed as-is for the graph-replay work.
+
+use super::driver::{self, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, KArg, RawHandle};
+use super::kernels::KernelSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub type Result<T> = std::result::Result<T, DriverError>;
+
+/// Shared device state; buffers hold an `Arc` of it so they can free themselves.
+pub struct DeviceCore {
+    pub drv: Box<dyn Driver>,
+    pub stream: RawHandle,
+    kernels: Mutex<Option<KernelSet>>,
+    funcs: Mutex<std::collections::HashMap<&'static str, RawHandle>>,
+    /// Bytes currently allocated through this device, and the high-water mark.
+    pub allocated: AtomicU64,
+    pub peak: AtomicU64,
+}
+
+impl Drop for DeviceCore {
+    fn drop(&mut self) {
+        let _ = self.drv.stream_sync(self.stream);
+        if let Ok(mut k) = self.kernels.lock() {
+            if let Some(mut k) = k.take() {
+                k.unload(self.drv.as_ref());
+            }
+        }
+        let _ = self.drv.stream_destroy(self.stream);
+    }
+}
+
+/// An open GPU: cheap to clone.
+#[derive(Clone)]
+pub struct GpuDevice {
+    core: Arc<DeviceCore>,
+}
+
+/// An owned device allocation. `[bytes]` of raw memory; typed views are the caller's.
+pub struct DeviceBuffer {
+    core: Arc<DeviceCore>,
+    ptr: DevPtr,
+    bytes: usize,
+}
+
+impl DeviceBuffer {
+    pub fn ptr(&self) -> DevPtr {
+        self.ptr
+    }
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+    /// Address `offset` bytes in, checked against the allocation.
+    pub fn at(&self, offset: usize) -> DevPtr {
+        assert!(offset <= self.bytes, "device offset {offset} past a {}-byte buffer", self.bytes);
+        self.ptr + offset as u64
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // Frees are ordered after queued work by the driver (cuMemFree/hipFree synchronize).
+        let _ = self.core.drv.free(self.ptr);
+        self.core.allocated.fetch_sub(self.bytes as u64, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer({:#x}, {} B)", self.ptr, self.bytes)
+    }
+}
+
+/// A host range registered for device reads (the `mapped` residency mode).
+pub struct HostRegistration<'a> {
+    core: Arc<DeviceCore>,
+    host: &'a [u8],
+    pub device_ptr: DevPtr,
+}
+
+impl Drop for HostRegistration<'_> {
+    fn drop(&mut self) {
+        let _ = self.core.drv.stream_sync(self.core.stream);
+        let _ = self.core.drv.host_unregister(self.host);
+    }
+}
+
+/// A pair of timing events.
+pub struct Timer {
+    core: Arc<DeviceCore>,
+    start: RawHandle,
+    end: RawHandle,
+}
+
+impl Timer {
+    pub fn start(&self) -> Result<()> {
+        self.core.drv.event_record(self.start, self.core.stream)
+    }
+    /// Record the end and return milliseconds since `start`.
+    pub fn stop_ms(&self) -> Result<f32> {
+        self.core.drv.event_record(self.end, self.core.stream)?;
+        self.core.drv.event_sync(self.end)?;
+        self.core.drv.event_elapsed_ms(self.start, self.end)
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        let _ = self.core.drv.event_destroy(self.start);
+        let _ = self.core.drv.event_destroy(self.end);
+    }
+}
+
+impl GpuDevice {
+    /// Open device `ordinal` of `api` and load every kernel family.
+    pub fn open(api: Api, ordinal: i32) -> Result<GpuDevice> {
+        let drv = driver::open(api, ordinal)?;
+        let stream = drv.stream_create()?;
+        let kernels = KernelSet::load(drv.as_ref())?;
+        let core = DeviceCore {
+            drv,
+            stream,
+            kernels: Mutex::new(Some(kernels)),
+            funcs: Mutex::new(Default::default()),
+            allocated: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+        };
+        Ok(GpuDevice { core: Arc::new(core) })
+    }
+
+    pub fn api(&self) -> Api {
+        self.core.drv.api()
+    }
+    pub fn info(&self) -> &DeviceInfo {
+        self.core.drv.info()
+    }
+    pub fn driver(&self) -> &dyn Driver {
+        self.core.drv.as_ref()
+    }
+    pub fn stream(&self) -> RawHandle {
+        self.core.stream
+    }
+    pub fn attribute(&self, a: DevAttr) -> Result<i32> {
+        self.core.drv.attribute(a)
+    }
+    /// True on an integrated GPU that shares system memory (the `mapped` default).
+    pub fn is_integrated(&self) -> bool {
+        self.attribute(DevAttr::Integrated).map(|v| v != 0).unwrap_or(false)
+    }
+    pub fn mem_info(&self) -> Result<(u64, u64)> {
+        self.core.drv.mem_info()
+    }
+    /// How each kernel family was obtained (embedded arch, cache file, compiled).
+    pub fn kernel_origins(&self) -> Vec<(&'static str, super::kernels::Origin)> {
+        self.core.kernels.lock().map(|k| k.as_ref().map(|k| k.origins.clone()).unwrap_or_default()).unwrap_or_default()
+    }
+    pub fn allocated_bytes(&self) -> u64 {
+        self.core.allocated.load(Ordering::Relaxed)
+    }
+    pub fn peak_allocated_bytes(&self) -> u64 {
+        self.core.peak.load(Ordering::Relaxed)
+    }
+
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
+        let ptr = self.core.drv.malloc(bytes)?;
+        let now = self.core.allocated.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+        self.core.peak.fetch_max(now, Ordering::Relaxed);
+        Ok(DeviceBuffer { core: self.core.clone(), ptr, bytes })
+    }
+    pub fn upload(&self, data: &[u8]) -> Result<DeviceBuffer> {
+        let b = self.alloc(data.len())?;
+        self.core.drv.htod(b.ptr, data, self.core.stream)?;
+        Ok(b)
+    }
+    pub fn upload_f32(&self, data: &[f32]) -> Result<DeviceBuffer> {
+        self.upload(bytemuck::cast_slice(data))
+    }
+    pub fn upload_i32(&self, data: &[i32]) -> Result<DeviceBuffer> {
+        self.upload(bytemuck::cast_slice(data))
+    }
+    /// Write host bytes at `dst` (inside a buffer the caller owns).
+    pub fn write(&self, dst: DevPtr, data: &[u8]) -> Result<()> {
+        self.core.drv.htod(dst, data, self.core.stream)
+    }
+    pub fn copy(&self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<()> {
+        self.core.drv.dtod(dst, src, bytes, self.core.stream)
+    }
+    /// Read `out.len()` bytes at `src` (waits for all queued work).
+    pub fn read(&self, src: DevPtr, out: &mut [u8]) -> Result<()> {
+        self.core.drv.dtoh(out, src, self.core.stream)
+    }
+    pub fn read_f32(&self, src: DevPtr, n: usize) -> Result<Vec<f32>> {
+        let mut v = vec![0f32; n];
+        self.read(src, bytemuck::cast_slice_mut(&mut v))?;
+        Ok(v)
+    }
+    pub fn memset(&self, dst: DevPtr, value: u8, bytes: usize) -> Result<()> {
+        self.core.drv.memset_d8(dst, value, bytes, self.core.stream)
+    }
+    /// Fill a buffer with 0xFF bytes: every f32 and f16 in it reads as NaN.
+    pub fn poison(&self, b: &DeviceBuffer) -> Result<()> {
+        self.memset(b.ptr, 0xFF, b.bytes)
+    }
+    pub fn sync(&self) -> Result<()> {
+        self.core.drv.stream_sync(self.core.stream)
+    }
+    pub fn register_host<'a>(&self, host: &'a [u8]) -> Result<HostRegistration<'a>> {
+        let device_ptr = self.core.drv.host_register(host)?;
+        Ok(HostRegistration { core: self.core.clone(), host, device_ptr })
+    }
+    pub fn timer(&self) -> Result<Timer> {
+        let start = self.core.drv.event_create()?;
+        let end = self.core.drv.event_create()?;
+        Ok(Timer { core: self.core.clone(), start, end })
+    }
+
+    /// Launch kernel `name` on the device stream.
+    pub fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<()> {
+        let f = {
+            let mut cache = self.core.funcs.lock().map_err(|_| poisoned())?;
+            match cache.get(name) {
+                Some(&f) => f,
+                None => {
+                    let k = self.core.kernels.lock().map_err(|_| poisoned())?;
+                    let f = k.as_ref().ok_or_else(poisoned)?.get(name)?;
+                    cache.insert(name, f);
+                    f
+                }
+            }
+        };
+        self.core.drv.launch(f, grid, block, 0, self.core.stream, args)
+    }
+
+    // ---- graph hooks ----
+    pub fn capture_begin(&self) -> Result<()> {
+        self.core.drv.capture_begin(self.core.stream)
+    }
+    pub fn capture_end(&self) -> Result<RawHandle> {
+        self.core.drv.capture_end(self.core.stream)
+    }
+    pub fn graph_instantiate(&self, graph: RawHandle) -> Result<RawHandle> {
+        self.core.drv.graph_instantiate(graph)
+    }
+    pub fn graph_update(&self, exec: RawHandle, graph: RawHandle) -> Result<bool> {
+        self.core.drv.graph_exec_update(exec, graph)
+    }
+    pub fn graph_launch(&self, exec: RawHandle) -> Result<()> {
+        self.core.drv.graph_launch(exec, self.core.stream)
+    }
+    pub fn graph_destroy(&self, graph: RawHandle) -> Result<()> {
+        self.core.drv.graph_destroy(graph)
+    }
+    pub fn graph_exec_destroy(&self, exec: RawHandle) -> Result<()> {
+        self.core.drv.graph_exec_destroy(exec)
+    }
+}
+
+fn poisoned() -> DriverError {
+    DriverError::Other { api: Api::Cuda, what: "kernel table lock poisoned".into() }
+}

@@ -1,0 +1,487 @@
+//! The CUDA driver API (`libcuda.so.1`) and NVRTC, opened at run time.
+//!
+//! lode uses the device's primary context, made current on whichever thread calls in
+//! (each call sets it; the cost is a TLS write). Signatures follow `cuda.h` of CUDA 12/13;
+//! the `_v2` names are the ones the header's macros select.
+
+use super::{open_first, sym, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, KArg, RawHandle, Result};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::sync::OnceLock;
+
+type CuResult = c_int;
+type Ctx = *mut c_void;
+
+/// Function pointers into libcuda, resolved once.
+#[allow(clippy::type_complexity)]
+struct Table {
+    init: unsafe extern "C" fn(c_uint) -> CuResult,
+    driver_get_version: unsafe extern "C" fn(*mut c_int) -> CuResult,
+    device_get_count: unsafe extern "C" fn(*mut c_int) -> CuResult,
+    device_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult,
+    device_get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult,
+    device_get_attribute: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult,
+    device_total_mem: unsafe extern "C" fn(*mut usize, c_int) -> CuResult,
+    primary_ctx_retain: unsafe extern "C" fn(*mut Ctx, c_int) -> CuResult,
+    ctx_set_current: unsafe extern "C" fn(Ctx) -> CuResult,
+    get_error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
+    mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> CuResult,
+    mem_free: unsafe extern "C" fn(u64) -> CuResult,
+    memset_d8_async: unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> CuResult,
+    memcpy_htod_async: unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> CuResult,
+    memcpy_dtoh_async: unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CuResult,
+    memcpy_dtod_async: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CuResult,
+    mem_host_register: unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CuResult,
+    mem_host_unregister: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    mem_host_get_device_pointer: unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CuResult,
+    stream_create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuResult,
+    stream_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    stream_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    event_create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuResult,
+    event_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    event_record: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult,
+    event_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    event_elapsed_time: unsafe extern "C" fn(*mut f32, *mut c_void, *mut c_void) -> CuResult,
+    module_load_data: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult,
+    module_unload: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    module_get_function: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> CuResult,
+    launch_kernel: unsafe extern "C" fn(
+        *mut c_void,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        *mut c_void,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> CuResult,
+    stream_begin_capture: unsafe extern "C" fn(*mut c_void, c_int) -> CuResult,
+    stream_end_capture: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> CuResult,
+    graph_instantiate: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, u64) -> CuResult,
+    graph_exec_update: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut [u64; 3]) -> CuResult,
+    graph_launch: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult,
+    graph_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    graph_exec_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
+}
+
+/// NVRTC, opened on first run-time compile.
+struct Nvrtc {
+    create: unsafe extern "C" fn(*mut *mut c_void, *const c_char, *const c_char, c_int, *const *const c_char, *const *const c_char) -> c_int,
+    compile: unsafe extern "C" fn(*mut c_void, c_int, *const *const c_char) -> c_int,
+    log_size: unsafe extern "C" fn(*mut c_void, *mut usize) -> c_int,
+    log: unsafe extern "C" fn(*mut c_void, *mut c_char) -> c_int,
+    cubin_size: unsafe extern "C" fn(*mut c_void, *mut usize) -> c_int,
+    cubin: unsafe extern "C" fn(*mut c_void, *mut c_char) -> c_int,
+    destroy: unsafe extern "C" fn(*mut *mut c_void) -> c_int,
+    _lib: libloading::Library,
+}
+
+pub struct CudaDriver {
+    t: Table,
+    ctx: Ctx,
+    dev: c_int,
+    info: DeviceInfo,
+    nvrtc: OnceLock<std::result::Result<Nvrtc, String>>,
+    _lib: libloading::Library,
+}
+
+// SAFETY: the CUDA driver API is thread-safe; the context handle is a process-wide
+// primary context that every call makes current on its own thread first.
+unsafe impl Send for CudaDriver {}
+// SAFETY: as above; the table holds only function pointers and immutable data.
+unsafe impl Sync for CudaDriver {}
+
+const LIBS: &[&str] = &["libcuda.so.1", "libcuda.so"];
+const HINT: &str = "no CUDA driver was found (libcuda.so.1); install the NVIDIA driver or use --device cpu";
+
+impl CudaDriver {
+    pub fn open(ordinal: i32) -> Result<CudaDriver> {
+        let (lib, name) = open_first(Api::Cuda, LIBS, HINT)?;
+        let a = Api::Cuda;
+        let s = |n| (a, &lib, name.as_str(), n);
+        macro_rules! get {
+            ($n:expr) => {{
+                let (a, l, ln, n) = s($n);
+                sym(a, l, ln, n)?
+            }};
+        }
+        let elapsed = sym(a, &lib, &name, "cuEventElapsedTime_v2").or_else(|_| sym(a, &lib, &name, "cuEventElapsedTime"))?;
+        let t = Table {
+            init: get!("cuInit"),
+            driver_get_version: get!("cuDriverGetVersion"),
+            device_get_count: get!("cuDeviceGetCount"),
+            device_get: get!("cuDeviceGet"),
+            device_get_name: get!("cuDeviceGetName"),
+            device_get_attribute: get!("cuDeviceGetAttribute"),
+            device_total_mem: get!("cuDeviceTotalMem_v2"),
+            primary_ctx_retain: get!("cuDevicePrimaryCtxRetain"),
+            ctx_set_current: get!("cuCtxSetCurrent"),
+            get_error_name: get!("cuGetErrorName"),
+            mem_get_info: get!("cuMemGetInfo_v2"),
+            mem_alloc: get!("cuMemAlloc_v2"),
+            mem_free: get!("cuMemFree_v2"),
+            memset_d8_async: get!("cuMemsetD8Async"),
+            memcpy_htod_async: get!("cuMemcpyHtoDAsync_v2"),
+            memcpy_dtoh_async: get!("cuMemcpyDtoHAsync_v2"),
+            memcpy_dtod_async: get!("cuMemcpyDtoDAsync_v2"),
+            mem_host_register: get!("cuMemHostRegister_v2"),
+            mem_host_unregister: get!("cuMemHostUnregister"),
+            mem_host_get_device_pointer: get!("cuMemHostGetDevicePointer_v2"),
+            stream_create: get!("cuStreamCreate"),
+            stream_destroy: get!("cuStreamDestroy_v2"),
+            stream_synchronize: get!("cuStreamSynchronize"),
+            event_create: get!("cuEventCreate"),
+            event_destroy: get!("cuEventDestroy_v2"),
+            event_record: get!("cuEventRecord"),
+            event_synchronize: get!("cuEventSynchronize"),
+            event_elapsed_time: elapsed,
+            module_load_data: get!("cuModuleLoadData"),
+            module_unload: get!("cuModuleUnload"),
+            module_get_function: get!("cuModuleGetFunction"),
+            launch_kernel: get!("cuLaunchKernel"),
+            stream_begin_capture: get!("cuStreamBeginCapture_v2"),
+            stream_end_capture: get!("cuStreamEndCapture"),
+            graph_instantiate: get!("cuGraphInstantiateWithFlags"),
+            graph_exec_update: get!("cuGraphExecUpdate_v2"),
+            graph_launch: get!("cuGraphLaunch"),
+            graph_destroy: get!("cuGraphDestroy"),
+            graph_exec_destroy: get!("cuGraphExecDestroy"),
+        };
+        let mut d = CudaDriver {
+            t,
+            ctx: std::ptr::null_mut(),
+            dev: 0,
+            info: DeviceInfo { name: String::new(), arch: String::new(), driver_version: 0, total_mem: 0 },
+            nvrtc: OnceLock::new(),
+            _lib: lib,
+        };
+        // SAFETY: cuInit(0) is the documented first call; the out-pointers are locals.
+        unsafe {
+            d.check("cuInit", (d.t.init)(0))?;
+            let mut n = 0;
+            d.check("cuDeviceGetCount", (d.t.device_get_count)(&mut n))?;
+            if n <= ordinal {
+                return Err(DriverError::NoDevice { api: Api::Cuda });
+            }
+            let mut dev = 0;
+            d.check("cuDeviceGet", (d.t.device_get)(&mut dev, ordinal))?;
+            d.dev = dev;
+            let mut ctx = std::ptr::null_mut();
+            d.check("cuDevicePrimaryCtxRetain", (d.t.primary_ctx_retain)(&mut ctx, d.dev))?;
+            d.ctx = ctx;
+            d.check("cuCtxSetCurrent", (d.t.ctx_set_current)(d.ctx))?;
+            let mut name = [0 as c_char; 256];
+            d.check("cuDeviceGetName", (d.t.device_get_name)(name.as_mut_ptr(), 256, d.dev))?;
+            d.info.name = CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
+            let (mut major, mut minor) = (0, 0);
+            d.check("cuDeviceGetAttribute", (d.t.device_get_attribute)(&mut major, 75, d.dev))?;
+            d.check("cuDeviceGetAttribute", (d.t.device_get_attribute)(&mut minor, 76, d.dev))?;
+            d.info.arch = format!("sm_{major}{minor}");
+            let mut ver = 0;
+            d.check("cuDriverGetVersion", (d.t.driver_get_version)(&mut ver))?;
+            d.info.driver_version = ver;
+            let mut total = 0usize;
+            d.check("cuDeviceTotalMem", (d.t.device_total_mem)(&mut total, d.dev))?;
+            d.info.total_mem = total as u64;
+        }
+        Ok(d)
+    }
+
+    fn check(&self, call: &'static str, code: CuResult) -> Result<()> {
+        if code == 0 {
+            return Ok(());
+        }
+        let mut p: *const c_char = std::ptr::null();
+        // SAFETY: cuGetErrorName writes a pointer to a static string (or leaves null).
+        let name = unsafe {
+            (self.t.get_error_name)(code, &mut p);
+            if p.is_null() { format!("CUresult {code}") } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
+        };
+        Err(DriverError::Call { api: Api::Cuda, call, code, name })
+    }
+
+    /// Make the primary context current on the calling thread.
+    fn cur(&self) -> Result<()> {
+        // SAFETY: `ctx` was retained in `open` and is never released while `self` lives.
+        self.check("cuCtxSetCurrent", unsafe { (self.t.ctx_set_current)(self.ctx) })
+    }
+
+    fn nvrtc(&self) -> Result<&Nvrtc> {
+        let r = self.nvrtc.get_or_init(|| {
+            let names = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
+            let (lib, n) = open_first(Api::Cuda, &names, "NVRTC (libnvrtc.so) is needed to compile kernels for this GPU")
+                .map_err(|e| e.to_string())?;
+            macro_rules! g {
+                ($s:expr) => {
+                    sym(Api::Cuda, &lib, &n, $s).map_err(|e| e.to_string())
+                };
+            }
+            Ok(Nvrtc {
+                create: g!("nvrtcCreateProgram")?,
+                compile: g!("nvrtcCompileProgram")?,
+                log_size: g!("nvrtcGetProgramLogSize")?,
+                log: g!("nvrtcGetProgramLog")?,
+                cubin_size: g!("nvrtcGetCUBINSize")?,
+                cubin: g!("nvrtcGetCUBIN")?,
+                destroy: g!("nvrtcDestroyProgram")?,
+                _lib: lib,
+            })
+        });
+        r.as_ref().map_err(|e| DriverError::Other { api: Api::Cuda, what: e.clone() })
+    }
+}
+
+fn h(p: RawHandle) -> *mut c_void {
+    p as *mut c_void
+}
+
+impl Driver for CudaDriver {
+    fn api(&self) -> Api {
+        Api::Cuda
+    }
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+    fn attribute(&self, attr: DevAttr) -> Result<i32> {
+        let id = match attr {
+            DevAttr::MultiprocessorCount => 16,
+            DevAttr::Integrated => 18,
+            DevAttr::CanMapHostMemory => 19,
+            DevAttr::L2CacheBytes => 38,
+            DevAttr::UnifiedAddressing => 41,
+            DevAttr::PageableMemoryAccess => 88,
+            DevAttr::SharedMemPerBlockOptin => 97,
+        };
+        let mut v = 0;
+        // SAFETY: out-pointer is a local; `dev` is a valid device ordinal from open().
+        self.check("cuDeviceGetAttribute", unsafe { (self.t.device_get_attribute)(&mut v, id, self.dev) })?;
+        Ok(v)
+    }
+    fn mem_info(&self) -> Result<(u64, u64)> {
+        self.cur()?;
+        let (mut f, mut t) = (0usize, 0usize);
+        // SAFETY: out-pointers are locals.
+        self.check("cuMemGetInfo", unsafe { (self.t.mem_get_info)(&mut f, &mut t) })?;
+        Ok((f as u64, t as u64))
+    }
+    fn malloc(&self, bytes: usize) -> Result<DevPtr> {
+        self.cur()?;
+        let mut p = 0u64;
+        // SAFETY: out-pointer is a local; a zero-size request is rounded up to 1 byte.
+        self.check("cuMemAlloc", unsafe { (self.t.mem_alloc)(&mut p, bytes.max(1)) })?;
+        Ok(p)
+    }
+    fn free(&self, ptr: DevPtr) -> Result<()> {
+        self.cur()?;
+        // SAFETY: `ptr` came from malloc() of this driver (the caller's buffer owns it once).
+        self.check("cuMemFree", unsafe { (self.t.mem_free)(ptr) })
+    }
+    fn memset_d8(&self, dst: DevPtr, value: u8, bytes: usize, stream: RawHandle) -> Result<()> {
+        self.cur()?;
+        // SAFETY: the caller's buffer covers [dst, dst+bytes) on this device.
+        self.check("cuMemsetD8Async", unsafe { (self.t.memset_d8_async)(dst, value, bytes, h(stream)) })
+    }
+    fn htod(&self, dst: DevPtr, src: &[u8], stream: RawHandle) -> Result<()> {
+        self.cur()?;
+        // SAFETY: `src` is a live slice; from pageable memory the call returns after the
+        // bytes are staged, so `src` may be reused when it returns.
+        self.check("cuMemcpyHtoDAsync", unsafe { (self.t.memcpy_htod_async)(dst, src.as_ptr().cast(), src.len(), h(stream)) })
+    }
+    fn dtoh(&self, dst: &mut [u8], src: DevPtr, stream: RawHandle) -> Result<()> {
+        self.cur()?;
+        // SAFETY: `dst` is a live exclusive slice and we synchronize before returning.
+        unsafe {
+            self.check("cuMemcpyDtoHAsync", (self.t.memcpy_dtoh_async)(dst.as_mut_ptr().cast(), src, dst.len(), h(stream)))?;
+            self.check("cuStreamSynchronize", (self.t.stream_synchronize)(h(stream)))
+        }
+    }
+    fn dtod(&self, dst: DevPtr, src: DevPtr, bytes: usize, stream: RawHandle) -> Result<()> {
+        self.cur()?;
+        // SAFETY: both ranges lie inside buffers of this device (checked by the caller).
+        self.check("cuMemcpyDtoDAsync", unsafe { (self.t.memcpy_dtod_async)(dst, src, bytes, h(stream)) })
+    }
+    fn host_register(&self, host: &[u8]) -> Result<DevPtr> {
+        self.cur()?;
+        let mut d = 0u64;
+        // SAFETY: `host` is live; flags 0x2 = DEVICEMAP (0x8 READ_ONLY is added: the GPU
+        // never writes mapped weights). The caller unregisters before freeing.
+        unsafe {
+            self.check("cuMemHostRegister", (self.t.mem_host_register)(host.as_ptr() as *mut c_void, host.len(), 0x2 | 0x8))?;
+            self.check("cuMemHostGetDevicePointer", (self.t.mem_host_get_device_pointer)(&mut d, host.as_ptr() as *mut c_void, 0))?;
+        }
+        Ok(d)
+    }
+    fn host_unregister(&self, host: &[u8]) -> Result<()> {
+        self.cur()?;
+        // SAFETY: `host` was registered by host_register.
+        self.check("cuMemHostUnregister", unsafe { (self.t.mem_host_unregister)(host.as_ptr() as *mut c_void) })
+    }
+    fn stream_create(&self) -> Result<RawHandle> {
+        self.cur()?;
+        let mut s = std::ptr::null_mut();
+        // SAFETY: out-pointer is a local; flag 1 = non-blocking w.r.t. the legacy stream.
+        self.check("cuStreamCreate", unsafe { (self.t.stream_create)(&mut s, 1) })?;
+        Ok(s as RawHandle)
+    }
+    fn stream_destroy(&self, stream: RawHandle) -> Result<()> {
+        self.cur()?;
+        // SAFETY: the stream was created by stream_create and is destroyed once.
+        self.check("cuStreamDestroy", unsafe { (self.t.stream_destroy)(h(stream)) })
+    }
+    fn stream_sync(&self, stream: RawHandle) -> Result<()> {
+        self.cur()?;
+        // SAFETY: valid stream handle (or 0, the legacy stream).
+        self.check("cuStreamSynchronize", unsafe { (self.t.stream_synchronize)(h(stream)) })
+    }
+    fn event_create(&self) -> Result<RawHandle> {
+        self.cur()?;
+        let mut e = std::ptr::null_mut();
+        // SAFETY: out-pointer is a local; flags 0 = timing-enabled event.
+        self.check("cuEventCreate", unsafe { (self.t.event_create)(&mut e, 0) })?;
+        Ok(e as RawHandle)
+    }
+    fn event_destroy(&self, event: RawHandle) -> Result<()> {
+        // SAFETY: event from event_create, destroyed once.
+        self.check("cuEventDestroy", unsafe { (self.t.event_destroy)(h(event)) })
+    }
+    fn event_record(&self, event: RawHandle, stream: RawHandle) -> Result<()> {
+        // SAFETY: valid handles from this driver.
+        self.check("cuEventRecord", unsafe { (self.t.event_record)(h(event), h(stream)) })
+    }
+    fn event_sync(&self, event: RawHandle) -> Result<()> {
+        // SAFETY: valid event handle.
+        self.check("cuEventSynchronize", unsafe { (self.t.event_synchronize)(h(event)) })
+    }
+    fn event_elapsed_ms(&self, start: RawHandle, end: RawHandle) -> Result<f32> {
+        let mut ms = 0f32;
+        // SAFETY: valid recorded events; out-pointer is a local.
+        self.check("cuEventElapsedTime", unsafe { (self.t.event_elapsed_time)(&mut ms, h(start), h(end)) })?;
+        Ok(ms)
+    }
+    fn module_load(&self, image: &[u8]) -> Result<RawHandle> {
+        self.cur()?;
+        let mut m = std::ptr::null_mut();
+        // PTX must be NUL-terminated; cubins carry their own length in the ELF header.
+        let owned: Vec<u8>;
+        let img: &[u8] = if image.starts_with(b"\x7fELF") || image.last() == Some(&0) {
+            image
+        } else {
+            owned = image.iter().copied().chain(std::iter::once(0)).collect();
+            &owned
+        };
+        // SAFETY: `img` is a complete cubin/PTX image alive for the call (the driver copies it).
+        self.check("cuModuleLoadData", unsafe { (self.t.module_load_data)(&mut m, img.as_ptr().cast()) })?;
+        Ok(m as RawHandle)
+    }
+    fn module_unload(&self, module: RawHandle) -> Result<()> {
+        self.cur()?;
+        // SAFETY: module from module_load, unloaded once.
+        self.check("cuModuleUnload", unsafe { (self.t.module_unload)(h(module)) })
+    }
+    fn module_function(&self, module: RawHandle, name: &str) -> Result<RawHandle> {
+        let c = CString::new(name).map_err(|_| DriverError::Other { api: Api::Cuda, what: format!("bad kernel name {name:?}") })?;
+        let mut f = std::ptr::null_mut();
+        // SAFETY: valid module; `c` is NUL-terminated and alive for the call.
+        self.check("cuModuleGetFunction", unsafe { (self.t.module_get_function)(&mut f, h(module), c.as_ptr()) })
+            .map_err(|e| match e {
+                DriverError::Call { api, code, name: n, .. } => DriverError::Call { api, call: "cuModuleGetFunction", code, name: format!("{n}: kernel `{name}`") },
+                e => e,
+            })?;
+        Ok(f as RawHandle)
+    }
+    fn launch(&self, func: RawHandle, grid: [u32; 3], block: [u32; 3], shared_bytes: u32, stream: RawHandle, args: &[KArg]) -> Result<()> {
+        self.cur()?;
+        let mut store = Vec::with_capacity(args.len());
+        let mut ptrs = super::marshal_args(args, &mut store);
+        // SAFETY: `ptrs` point into `store`, alive across the call; the driver copies the
+        // argument values at launch. Argument count/types match the kernel's signature by
+        // construction in kernels.rs (each launch site names the kernel's parameters).
+        self.check("cuLaunchKernel", unsafe {
+            (self.t.launch_kernel)(
+                h(func), grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes, h(stream),
+                ptrs.as_mut_ptr(), std::ptr::null_mut(),
+            )
+        })
+    }
+    fn capture_begin(&self, stream: RawHandle) -> Result<()> {
+        self.cur()?;
+        // SAFETY: valid stream; mode 2 = CU_STREAM_CAPTURE_MODE_RELAXED.
+        self.check("cuStreamBeginCapture", unsafe { (self.t.stream_begin_capture)(h(stream), 2) })
+    }
+    fn capture_end(&self, stream: RawHandle) -> Result<RawHandle> {
+        let mut g = std::ptr::null_mut();
+        // SAFETY: valid capturing stream; out-pointer is a local.
+        self.check("cuStreamEndCapture", unsafe { (self.t.stream_end_capture)(h(stream), &mut g) })?;
+        Ok(g as RawHandle)
+    }
+    fn graph_instantiate(&self, graph: RawHandle) -> Result<RawHandle> {
+        let mut e = std::ptr::null_mut();
+        // SAFETY: valid graph; out-pointer is a local.
+        self.check("cuGraphInstantiate", unsafe { (self.t.graph_instantiate)(&mut e, h(graph), 0) })?;
+        Ok(e as RawHandle)
+    }
+    fn graph_exec_update(&self, exec: RawHandle, graph: RawHandle) -> Result<bool> {
+        let mut info = [0u64; 3];
+        // SAFETY: valid handles; `info` matches CUgraphExecUpdateResultInfo (enum + 2 pointers).
+        let r = unsafe { (self.t.graph_exec_update)(h(exec), h(graph), &mut info) };
+        match r {
+            0 => Ok(true),
+            910 => Ok(false), // CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+            c => self.check("cuGraphExecUpdate", c).map(|_| false),
+        }
+    }
+    fn graph_launch(&self, exec: RawHandle, stream: RawHandle) -> Result<()> {
+        self.cur()?;
+        // SAFETY: valid instantiated graph and stream.
+        self.check("cuGraphLaunch", unsafe { (self.t.graph_launch)(h(exec), h(stream)) })
+    }
+    fn graph_destroy(&self, graph: RawHandle) -> Result<()> {
+        // SAFETY: graph from capture_end, destroyed once.
+        self.check("cuGraphDestroy", unsafe { (self.t.graph_destroy)(h(graph)) })
+    }
+    fn graph_exec_destroy(&self, exec: RawHandle) -> Result<()> {
+        // SAFETY: exec from graph_instantiate, destroyed once.
+        self.check("cuGraphExecDestroy", unsafe { (self.t.graph_exec_destroy)(h(exec)) })
+    }
+    fn rtc_compile(&self, source: &str, name: &str, arch: &str) -> Result<Vec<u8>> {
+        let n = self.nvrtc()?;
+        let fail = |log: String| DriverError::Compile { api: Api::Cuda, what: name.to_string(), arch: arch.to_string(), log };
+        let src = CString::new(source).map_err(|_| fail("source holds a NUL byte".into()))?;
+        let cname = CString::new(name).map_err(|_| fail("bad name".into()))?;
+        let opts: Vec<CString> = [format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into(), "-DLODE_RTC=1".into()]
+            .into_iter()
+            .map(|o| CString::new(o).unwrap_or_default())
+            .collect();
+        let optp: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+        // SAFETY: every pointer passed is a live NUL-terminated string; the program is
+        // destroyed on every path after creation.
+        unsafe {
+            let mut prog = std::ptr::null_mut();
+            if (n.create)(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null()) != 0 {
+                return Err(fail("nvrtcCreateProgram failed".into()));
+            }
+            let rc = (n.compile)(prog, optp.len() as c_int, optp.as_ptr());
+            let mut ls = 0usize;
+            (n.log_size)(prog, &mut ls);
+            let mut log = vec![0u8; ls.max(1)];
+            (n.log)(prog, log.as_mut_ptr().cast());
+            let log = String::from_utf8_lossy(&log).trim_end_matches('\0').to_string();
+            if rc != 0 {
+                (n.destroy)(&mut prog);
+                return Err(fail(log));
+            }
+            let mut cs = 0usize;
+            (n.cubin_size)(prog, &mut cs);
+            let mut out = vec![0u8; cs];
+            let rc2 = (n.cubin)(prog, out.as_mut_ptr().cast());
+            (n.destroy)(&mut prog);
+            if rc2 != 0 || cs == 0 {
+                return Err(fail(format!("nvrtcGetCUBIN failed ({rc2})")));
+            }
+            Ok(out)
+        }
+    }
+}

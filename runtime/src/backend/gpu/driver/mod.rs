@@ -1,0 +1,209 @@
+//! The vendor driver tables behind one trait.
+//!
+//! CUDA (`libcuda.so.1` + `libnvrtc`) and HIP (`libamdhip64` + `libhiprtc`) are opened at
+//! run time with `libloading`; every symbol lode calls is resolved when the table is
+//! opened, so a missing library or symbol is an error naming it before any work starts —
+//! never a panic, never a link-time dependency. Everything above this module
+//! (`device.rs`, `kernels.rs`, the backend) is written once against [`Driver`], so the code
+//! that runs on the H200 is the code that runs on an AMD card.
+//!
+//! This folder is the only place in lode with `unsafe` FFI. Handles cross the trait as
+//! plain integers ([`DevPtr`], [`RawHandle`]); the vendor module casts them back.
+
+pub mod cuda;
+pub mod hip;
+
+use std::fmt;
+
+/// A device address (CUDA `CUdeviceptr`, HIP `void*`).
+pub type DevPtr = u64;
+
+/// An opaque vendor handle (stream, event, module, function, graph, graph exec).
+pub type RawHandle = usize;
+
+/// Which vendor API a driver table speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Api {
+    Cuda,
+    Hip,
+}
+
+impl fmt::Display for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Api::Cuda => "cuda",
+            Api::Hip => "hip",
+        })
+    }
+}
+
+/// A driver-level failure. Every variant names what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("{api}: could not open any of {tried:?} ({reason}) — {hint}")]
+    LibraryMissing { api: Api, tried: Vec<String>, reason: String, hint: &'static str },
+    #[error("{api}: symbol `{symbol}` missing from {library}")]
+    SymbolMissing { api: Api, library: String, symbol: &'static str },
+    #[error("{api}: {call} failed with {code} ({name})")]
+    Call { api: Api, call: &'static str, code: i32, name: String },
+    #[error("{api}: no GPU device found")]
+    NoDevice { api: Api },
+    #[error("{api}: run-time compile of {what} for {arch} failed:\n{log}")]
+    Compile { api: Api, what: String, arch: String, log: String },
+    #[error("{api}: {what}")]
+    Other { api: Api, what: String },
+}
+
+pub type Result<T> = std::result::Result<T, DriverError>;
+
+/// One kernel argument, passed by value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KArg {
+    Ptr(DevPtr),
+    I32(i32),
+    U32(u32),
+    F32(f32),
+    U64(u64),
+}
+
+/// Device properties lode asks about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DevAttr {
+    MultiprocessorCount,
+    /// An integrated GPU sharing system memory (e.g. gfx1151 Strix Halo).
+    Integrated,
+    UnifiedAddressing,
+    CanMapHostMemory,
+    L2CacheBytes,
+    SharedMemPerBlockOptin,
+    PageableMemoryAccess,
+}
+
+/// Static facts about the device a table was opened on.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub name: String,
+    /// `sm_90`, `gfx1100`, `gfx1151` …
+    pub arch: String,
+    /// The driver's version number (CUDA: 13000 = 13.0; HIP: its build number).
+    pub driver_version: i32,
+    pub total_mem: u64,
+}
+
+/// The thin table both vendors implement. Methods mirror the vendor calls one to one;
+/// policy (caching, pooling, choosing kernels) lives above this trait.
+pub trait Driver: Send + Sync {
+    fn api(&self) -> Api;
+    fn info(&self) -> &DeviceInfo;
+    fn attribute(&self, attr: DevAttr) -> Result<i32>;
+    /// (free, total) bytes of device memory.
+    fn mem_info(&self) -> Result<(u64, u64)>;
+
+    fn malloc(&self, bytes: usize) -> Result<DevPtr>;
+    fn free(&self, ptr: DevPtr) -> Result<()>;
+    fn memset_d8(&self, dst: DevPtr, value: u8, bytes: usize, stream: RawHandle) -> Result<()>;
+    /// Copy host → device. Returns once `src` may be reused.
+    fn htod(&self, dst: DevPtr, src: &[u8], stream: RawHandle) -> Result<()>;
+    /// Copy device → host and wait for it.
+    fn dtoh(&self, dst: &mut [u8], src: DevPtr, stream: RawHandle) -> Result<()>;
+    fn dtod(&self, dst: DevPtr, src: DevPtr, bytes: usize, stream: RawHandle) -> Result<()>;
+    /// Page-lock `host` for device reads and return the device address that reads it.
+    /// The caller keeps `host` alive and unregisters it before freeing it.
+    fn host_register(&self, host: &[u8]) -> Result<DevPtr>;
+    fn host_unregister(&self, host: &[u8]) -> Result<()>;
+
+    fn stream_create(&self) -> Result<RawHandle>;
+    fn stream_destroy(&self, stream: RawHandle) -> Result<()>;
+    fn stream_sync(&self, stream: RawHandle) -> Result<()>;
+    fn event_create(&self) -> Result<RawHandle>;
+    fn event_destroy(&self, event: RawHandle) -> Result<()>;
+    fn event_record(&self, event: RawHandle, stream: RawHandle) -> Result<()>;
+    fn event_sync(&self, event: RawHandle) -> Result<()>;
+    fn event_elapsed_ms(&self, start: RawHandle, end: RawHandle) -> Result<f32>;
+
+    /// Load a code object (cubin / PTX / AMD HSA code object).
+    fn module_load(&self, image: &[u8]) -> Result<RawHandle>;
+    fn module_unload(&self, module: RawHandle) -> Result<()>;
+    fn module_function(&self, module: RawHandle, name: &str) -> Result<RawHandle>;
+    fn launch(
+        &self,
+        func: RawHandle,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_bytes: u32,
+        stream: RawHandle,
+        args: &[KArg],
+    ) -> Result<()>;
+
+    // Graph hooks (issue 7 builds replay on these).
+    fn capture_begin(&self, stream: RawHandle) -> Result<()>;
+    /// End capture and return the captured graph.
+    fn capture_end(&self, stream: RawHandle) -> Result<RawHandle>;
+    fn graph_instantiate(&self, graph: RawHandle) -> Result<RawHandle>;
+    /// Update an instantiated graph's kernel parameters from a newly captured graph of the
+    /// same topology. `Ok(false)` when the topology differs and a new instance is needed.
+    fn graph_exec_update(&self, exec: RawHandle, graph: RawHandle) -> Result<bool>;
+    fn graph_launch(&self, exec: RawHandle, stream: RawHandle) -> Result<()>;
+    fn graph_destroy(&self, graph: RawHandle) -> Result<()>;
+    fn graph_exec_destroy(&self, exec: RawHandle) -> Result<()>;
+
+    /// Compile kernel source at run time (NVRTC / hipRTC) for `arch`; returns a loadable
+    /// image. The RTC library is opened on first use, so a missing one only fails here.
+    fn rtc_compile(&self, source: &str, name: &str, arch: &str) -> Result<Vec<u8>>;
+}
+
+/// Open the first library of `names` that loads; the error lists every name tried.
+pub(crate) fn open_first(api: Api, names: &[&str], hint: &'static str) -> Result<(libloading::Library, String)> {
+    let mut reasons = Vec::new();
+    for name in names {
+        // SAFETY: opening a vendor runtime runs its initialisers; these are the vendors'
+        // own shared libraries, loaded the same way their runtimes document.
+        match unsafe { libloading::Library::new(name) } {
+            Ok(lib) => return Ok((lib, (*name).to_string())),
+            Err(e) => reasons.push(e.to_string()),
+        }
+    }
+    Err(DriverError::LibraryMissing {
+        api,
+        tried: names.iter().map(|s| s.to_string()).collect(),
+        reason: reasons.last().cloned().unwrap_or_default(),
+        hint,
+    })
+}
+
+/// Resolve `symbol` in `lib` as a function pointer of type `T` (copied out of the
+/// library so the table can own both).
+pub(crate) fn sym<T: Copy>(api: Api, lib: &libloading::Library, lib_name: &str, symbol: &'static str) -> Result<T> {
+    let mut cname = symbol.as_bytes().to_vec();
+    cname.push(0);
+    // SAFETY: `T` is the function-pointer type of this symbol's C declaration (each call
+    // site names the vendor header's signature); the Library outlives the pointer
+    // because the table stores both and drops the pointer table first.
+    unsafe {
+        lib.get::<T>(&cname)
+            .map(|s| *s)
+            .map_err(|_| DriverError::SymbolMissing { api, library: lib_name.to_string(), symbol })
+    }
+}
+
+/// Marshal kernel arguments into the `void**` array both vendors' launch calls take.
+/// `store` must outlive the launch call; the returned pointers point into it.
+pub(crate) fn marshal_args(args: &[KArg], store: &mut Vec<u64>) -> Vec<*mut std::ffi::c_void> {
+    store.clear();
+    store.extend(args.iter().map(|a| match *a {
+        KArg::Ptr(p) | KArg::U64(p) => p,
+        KArg::I32(v) => v as u32 as u64,
+        KArg::U32(v) => v as u64,
+        KArg::F32(v) => v.to_bits() as u64,
+    }));
+    // Little-endian: the low 4 bytes of each u64 slot are the 32-bit value.
+    store.iter_mut().map(|s| s as *mut u64 as *mut std::ffi::c_void).collect()
+}
+
+/// Open the driver table for `api` on device `ordinal`.
+pub fn open(api: Api, ordinal: i32) -> Result<Box<dyn Driver>> {
+    match api {
+        Api::Cuda => Ok(Box::new(cuda::CudaDriver::open(ordinal)?)),
+        Api::Hip => Ok(Box::new(hip::HipDriver::open(ordinal)?)),
+    }
+}

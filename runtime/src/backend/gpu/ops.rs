@@ -1,0 +1,219 @@
+//! Typed launchers: one function per kernel, checking shapes and types on the host and
+//! choosing the grid. Buffers are passed as device addresses with shape comments; the
+//! caller owns them (and their sizes). Vendor-neutral: these go through `GpuDevice`.
+
+use super::device::GpuDevice;
+use super::driver::{DevPtr, DriverError, KArg};
+use super::GpuError;
+use crate::quant::GgmlType;
+
+type R = Result<(), GpuError>;
+
+/// Where launches go: straight to the device, or through a recorder (the backend's
+/// graph capture records every launch of a step).
+pub trait Launch {
+    fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), DriverError>;
+}
+
+impl Launch for GpuDevice {
+    fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), DriverError> {
+        GpuDevice::launch(self, name, grid, block, args)
+    }
+}
+
+fn unsupported(what: String) -> GpuError {
+    GpuError::Unsupported(what)
+}
+
+fn ceil(a: usize, b: usize) -> u32 {
+    a.div_ceil(b) as u32
+}
+
+fn i(v: usize) -> KArg {
+    KArg::I32(v as i32)
+}
+
+/// Bytes of q8_1 activations for `rows` rows of `k` values.
+pub fn q8_1_bytes(k: usize, rows: usize) -> usize {
+    rows * k.div_ceil(32) * 36
+}
+
+/// x: [rows, k] f32 → y: [rows, ceil(k/32)] q8_1 blocks.
+pub fn quantize_q8_1(d: &dyn Launch, x: DevPtr, y: DevPtr, k: usize, rows: usize) -> R {
+    let kb = k.div_ceil(32);
+    d.launch("quantize_q8_1", [ceil(kb, 8), rows as u32, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(y), i(k), i(kb)])?;
+    Ok(())
+}
+
+/// True when the matvec for `ty` takes q8_1 activations (else f32).
+pub fn matvec_takes_q8_1(ty: GgmlType) -> bool {
+    !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
+fn matvec_names(ty: GgmlType) -> Option<(&'static str, &'static str)> {
+    Some(match ty {
+        GgmlType::F32 => ("matvec_f32_n1", "matvec_f32_n8"),
+        GgmlType::F16 => ("matvec_f16_n1", "matvec_f16_n8"),
+        GgmlType::BF16 => ("matvec_bf16_n1", "matvec_bf16_n8"),
+        GgmlType::Q4_0 => ("matvec_q4_0_n1", "matvec_q4_0_n8"),
+        GgmlType::Q4_1 => ("matvec_q4_1_n1", "matvec_q4_1_n8"),
+        GgmlType::Q5_0 => ("matvec_q5_0_n1", "matvec_q5_0_n8"),
+        GgmlType::Q5_1 => ("matvec_q5_1_n1", "matvec_q5_1_n8"),
+        GgmlType::Q8_0 => ("matvec_q8_0_n1", "matvec_q8_0_n8"),
+        GgmlType::Q4_K => ("matvec_q4_K_n1", "matvec_q4_K_n8"),
+        GgmlType::Q5_K => ("matvec_q5_K_n1", "matvec_q5_K_n8"),
+        GgmlType::Q6_K => ("matvec_q6_K_n1", "matvec_q6_K_n8"),
+        _ => return None,
+    })
+}
+
+/// y[c][r] = Σ_k W[r][k]·x[c][k] for c < ncols.
+/// w: [rows, k] of `ty` (stored layout); x: [ncols, k] f32, or q8_1 blocks when
+/// [`matvec_takes_q8_1`]; y: [ncols, rows] f32.
+pub fn matvec(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x: DevPtr, y: DevPtr, ncols: usize) -> R {
+    let (n1, n8) = matvec_names(ty).ok_or_else(|| unsupported(format!("matvec of {ty} weights")))?;
+    if k % ty.block_elems() != 0 {
+        return Err(unsupported(format!("matvec: k = {k} is not a multiple of {ty}'s {}-element block", ty.block_elems())));
+    }
+    let x_col_bytes = if matvec_takes_q8_1(ty) { q8_1_bytes(k, 1) } else { k * 4 };
+    let grid = [ceil(rows, 4), 1, 1];
+    let mut c = 0;
+    while c < ncols {
+        let n = (ncols - c).min(8);
+        let name = if n == 1 { n1 } else { n8 };
+        let xa = x + (c * x_col_bytes) as u64;
+        let ya = y + (c * rows * 4) as u64;
+        d.launch(name, grid, [128, 1, 1], &[KArg::Ptr(w), KArg::Ptr(xa), KArg::Ptr(ya), i(rows), i(k), i(n)])?;
+        c += n;
+    }
+    Ok(())
+}
+
+/// y = x / rms(x) · w over rows of n. x, y: [rows, n] f32 (may alias); w: [n] or none.
+pub fn rmsnorm(d: &dyn Launch, x: DevPtr, w: Option<DevPtr>, y: DevPtr, rows: usize, n: usize, eps: f32) -> R {
+    d.launch("rmsnorm_f32", [rows as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), i(n), KArg::F32(eps)])?;
+    Ok(())
+}
+
+/// The per-pair inverse frequencies RoPE multiplies positions by:
+/// `freq_scale · base^(−2i/n_rot) / ff_i`, in f64 then rounded.
+pub fn rope_inv_freq(n_rot: usize, base: f32, freq_scale: f32, factors: Option<&[f32]>) -> Vec<f32> {
+    (0..n_rot / 2)
+        .map(|p| {
+            let ff = factors.and_then(|f| f.get(p)).copied().unwrap_or(1.0) as f64;
+            (freq_scale as f64 * (base as f64).powf(-2.0 * p as f64 / n_rot as f64) / ff) as f32
+        })
+        .collect()
+}
+
+/// RoPE in place. x: [n_tok, n_head, head_dim] f32; pos: [n_tok] i32; inv_freq: [n_rot/2] f32.
+#[allow(clippy::too_many_arguments)]
+pub fn rope(d: &dyn Launch, x: DevPtr, pos: DevPtr, inv_freq: DevPtr, n_tok: usize, n_head: usize, head_dim: usize, n_rot: usize, neox: bool, attn_factor: f32) -> R {
+    if n_rot > head_dim || n_rot % 2 != 0 {
+        return Err(unsupported(format!("rope: n_rot {n_rot} with head_dim {head_dim}")));
+    }
+    d.launch(
+        "rope_f32",
+        [n_tok as u32, n_head as u32, 1],
+        [128, 1, 1],
+        &[KArg::Ptr(x), KArg::Ptr(pos), KArg::Ptr(inv_freq), i(n_head), i(head_dim), i(n_rot), i(neox as usize), KArg::F32(attn_factor)],
+    )?;
+    Ok(())
+}
+
+/// Attention of n_tok queries at positions pos[t] (device i32 array) over an f16 cache.
+/// q, out: [n_tok, n_head, head_dim] f32; kc, vc: [n_ctx, n_kv_head·head_dim] f16
+/// (slots 0..=max pos filled). window = 0: full causal.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, n_tok: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
+    if head_dim % 32 != 0 || head_dim > 256 || n_kv_head == 0 || n_head % n_kv_head != 0 {
+        return Err(unsupported(format!("attention: head_dim {head_dim}, heads {n_head}/{n_kv_head}")));
+    }
+    d.launch(
+        "attn_f16",
+        [n_head as u32, n_tok as u32, 1],
+        [128, 1, 1],
+        &[KArg::Ptr(q), KArg::Ptr(kc), KArg::Ptr(vc), KArg::Ptr(out), i(n_head), i(n_kv_head), i(head_dim), KArg::Ptr(pos), i(window), KArg::F32(scale)],
+    )?;
+    Ok(())
+}
+
+fn flat(d: &dyn Launch, name: &'static str, n: usize, args: &[KArg]) -> R {
+    if n == 0 {
+        return Ok(());
+    }
+    d.launch(name, [ceil(n, 256), 1, 1], [256, 1, 1], args)?;
+    Ok(())
+}
+
+/// y = a + b, n f32.
+pub fn add(d: &dyn Launch, a: DevPtr, b: DevPtr, y: DevPtr, n: usize) -> R {
+    flat(d, "add_f32", n, &[KArg::Ptr(a), KArg::Ptr(b), KArg::Ptr(y), i(n)])
+}
+/// x[t][i] += b[i] over `total` elements of rows of n. x: [total/n, n] f32; b: [n] f32.
+pub fn add_bias(d: &dyn Launch, x: DevPtr, b: DevPtr, n: usize, total: usize) -> R {
+    flat(d, "add_bias_f32", total, &[KArg::Ptr(x), KArg::Ptr(b), i(n), i(total)])
+}
+/// y = a ⊙ b, n f32.
+pub fn mul(d: &dyn Launch, a: DevPtr, b: DevPtr, y: DevPtr, n: usize) -> R {
+    flat(d, "mul_f32", n, &[KArg::Ptr(a), KArg::Ptr(b), KArg::Ptr(y), i(n)])
+}
+/// y = s·x, n f32.
+pub fn scale(d: &dyn Launch, x: DevPtr, y: DevPtr, n: usize, s: f32) -> R {
+    flat(d, "scale_f32", n, &[KArg::Ptr(x), KArg::Ptr(y), i(n), KArg::F32(s)])
+}
+/// y = act(g) ⊙ u with act = SiLU (gelu = false) or GELU-tanh (gelu = true).
+pub fn glu(d: &dyn Launch, g: DevPtr, u: DevPtr, y: DevPtr, n: usize, gelu: bool) -> R {
+    flat(d, if gelu { "geglu_f32" } else { "swiglu_f32" }, n, &[KArg::Ptr(g), KArg::Ptr(u), KArg::Ptr(y), i(n)])
+}
+/// y = tanh(x / cap)·cap.
+pub fn softcap(d: &dyn Launch, x: DevPtr, y: DevPtr, n: usize, cap: f32) -> R {
+    flat(d, "softcap_f32", n, &[KArg::Ptr(x), KArg::Ptr(y), i(n), KArg::F32(cap)])
+}
+
+/// dst row rows_idx[r] ← f16(src row r). src: [rows, n] f32; dst: rows of dst_stride f16;
+/// rows_idx: [rows] i32 on the device.
+pub fn f32_to_f16_rows(d: &dyn Launch, src: DevPtr, dst: DevPtr, rows: usize, n: usize, dst_stride: usize, rows_idx: DevPtr) -> R {
+    if rows == 0 || n == 0 {
+        return Ok(());
+    }
+    d.launch("f32_to_f16_rows", [ceil(n, 256), rows as u32, 1], [256, 1, 1], &[KArg::Ptr(src), KArg::Ptr(dst), i(n), i(dst_stride), KArg::Ptr(rows_idx)])?;
+    Ok(())
+}
+
+/// y[r] = scale · dequant(W[ids[r]]). w: [n_rows_w, k] of `ty`; ids: [n_ids] i32; y: [n_ids, k] f32.
+pub fn get_rows(d: &dyn Launch, w: DevPtr, ty: GgmlType, k: usize, ids: DevPtr, n_ids: usize, y: DevPtr, scale: f32) -> R {
+    let name = match ty {
+        GgmlType::F32 => "get_rows_f32",
+        GgmlType::F16 => "get_rows_f16",
+        GgmlType::BF16 => "get_rows_bf16",
+        GgmlType::Q4_0 => "get_rows_q4_0",
+        GgmlType::Q4_1 => "get_rows_q4_1",
+        GgmlType::Q5_0 => "get_rows_q5_0",
+        GgmlType::Q5_1 => "get_rows_q5_1",
+        GgmlType::Q8_0 => "get_rows_q8_0",
+        GgmlType::Q4_K => "get_rows_q4_K",
+        GgmlType::Q5_K => "get_rows_q5_K",
+        GgmlType::Q6_K => "get_rows_q6_K",
+        _ => return Err(unsupported(format!("get_rows of {ty}"))),
+    };
+    let row_bytes = ty.bytes_for(k as u64).ok_or_else(|| unsupported(format!("get_rows: k = {k} not whole {ty} blocks")))? as usize;
+    if n_ids == 0 {
+        return Ok(());
+    }
+    d.launch(name, [n_ids as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(w), KArg::Ptr(ids), KArg::Ptr(y), i(k), i(row_bytes), KArg::F32(scale)])?;
+    Ok(())
+}
+
+/// Prefill GEMM on matrix cores: y[n][m] = Σ_k W[m][k]·x[n][k].
+/// w: [m, k] Q4_K (stored layout, k a multiple of 256); x: [n, k] f32; y: [n, m] f32.
+pub fn gemm_q4_k(d: &dyn Launch, w: DevPtr, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize) -> R {
+    if k % 256 != 0 {
+        return Err(unsupported(format!("gemm_q4_k: k = {k} is not a multiple of 256")));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    d.launch("gemm_q4_K_f16", [ceil(m, 64), ceil(n, 16), 1], [128, 1, 1], &[KArg::Ptr(w), KArg::Ptr(x), KArg::Ptr(y), i(m), i(n), i(k)])?;
+    Ok(())
+}

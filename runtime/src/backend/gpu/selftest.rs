@@ -1,0 +1,774 @@
+//! Kernel property tests: every kernel against a host reference, over random shapes and
+//! data, with outputs poisoned (NaN) before each run. `lode selftest` runs them on a GPU;
+//! `cargo test` runs the same check bodies on the CPU target ([`HostTarget`], backed by
+//! `quant::matmul` / `quant::dequantize`) where that is meaningful.
+//!
+//! A [`Target`] method returns `Ok(None)` for an op it does not implement (reported SKIP).
+
+use super::device::GpuDevice;
+use super::{ops, GpuError};
+use crate::quant::{self, GgmlType};
+
+type Out<T> = Result<Option<T>, GpuError>;
+
+/// What the checks run against.
+pub trait Target {
+    fn label(&self) -> String;
+    /// y: [ncols, rows]; for quantized weights also the q8_1 activation bytes the kernel read.
+    fn matvec(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], ncols: usize) -> Out<(Vec<f32>, Option<Vec<u8>>)>;
+    fn quantize_q8_1(&self, x: &[f32], rows: usize, k: usize) -> Out<Vec<u8>>;
+    fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>>;
+    fn rmsnorm(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<Vec<f32>>;
+    #[allow(clippy::too_many_arguments)]
+    fn rope(&self, x: &[f32], pos: &[i32], inv_freq: &[f32], n_head: usize, head_dim: usize, n_rot: usize, neox: bool, attn_factor: f32) -> Out<Vec<f32>>;
+    #[allow(clippy::too_many_arguments)]
+    fn attention(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<Vec<f32>>;
+    fn elementwise(&self, op: Elt, a: &[f32], b: &[f32], p: f32) -> Out<Vec<f32>>;
+    /// The type a target rounds f32 activations to before a matvec of `ty` weights when
+    /// it does not report them (None: exact f32).
+    fn activation_type(&self, _ty: GgmlType) -> Option<GgmlType> {
+        None
+    }
+    /// Prefill GEMM, Q4_K weights × f32 rows: y [n, rows].
+    fn gemm_q4_k(&self, _w: &[u8], _rows: usize, _k: usize, _x: &[f32], _n: usize) -> Out<Vec<f32>> {
+        Ok(None)
+    }
+    fn f32_to_f16_rows(&self, src: &[f32], rows: usize, n: usize, stride: usize, row0: usize, dst_rows: usize) -> Out<Vec<u16>>;
+}
+
+/// The flat elementwise ops.
+#[derive(Clone, Copy, Debug)]
+pub enum Elt {
+    Add,
+    Mul,
+    Scale,
+    SwiGlu,
+    GeGlu,
+    Softcap,
+}
+
+/// One line of the report.
+#[derive(Clone, Debug)]
+pub struct CheckReport {
+    pub name: String,
+    pub cases: usize,
+    pub max_err: f64,
+    /// Worst error / tolerance over all elements (≤ 1 passes).
+    pub worst_ratio: f64,
+    pub skipped: bool,
+    pub failure: Option<String>,
+}
+
+impl CheckReport {
+    pub fn passed(&self) -> bool {
+        self.failure.is_none() && self.worst_ratio <= 1.0
+    }
+    pub fn line(&self) -> String {
+        if self.skipped {
+            return format!("SKIP {:<22} (not implemented on this target)", self.name);
+        }
+        let status = if self.passed() { "PASS" } else { "FAIL" };
+        let mut s = format!("{status} {:<22} cases={:<3} max_err={:.3e} err/tol={:.3}", self.name, self.cases, self.max_err, self.worst_ratio);
+        if let Some(f) = &self.failure {
+            s.push_str(&format!("  {f}"));
+        }
+        s
+    }
+}
+
+/// splitmix64: deterministic per seed, no dependency.
+pub struct Rng(u64);
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [lo, hi].
+    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
+    }
+    /// Uniform in [-1, 1).
+    pub fn f(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f() * scale).collect()
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+fn f16_bits(v: f32) -> [u8; 2] {
+    half::f16::from_f32(v).to_bits().to_le_bytes()
+}
+fn f16_val(b: &[u8]) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+}
+
+/// Random weights of `ty`: random code bits, finite random scales (f16 fields rewritten).
+pub fn random_weights(rng: &mut Rng, ty: GgmlType, rows: usize, k: usize) -> Vec<u8> {
+    let n = rows * k;
+    match ty {
+        GgmlType::F32 => return bytemuck::cast_slice(&rng.vec(n, 1.0)).to_vec(),
+        GgmlType::F16 => return rng.vec(n, 1.0).iter().flat_map(|&v| f16_bits(v)).collect(),
+        GgmlType::BF16 => return rng.vec(n, 1.0).iter().flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes()).collect(),
+        _ => {}
+    }
+    let bb = ty.block_bytes();
+    let nb = n / ty.block_elems();
+    let mut w = rng.bytes(nb * bb);
+    let f16_fields: &[usize] = match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    };
+    for b in 0..nb {
+        for &off in f16_fields {
+            let v = rng.f() * 0.05;
+            w[b * bb + off..b * bb + off + 2].copy_from_slice(&f16_bits(v));
+        }
+    }
+    w
+}
+
+fn dequant(ty: GgmlType, w: &[u8], n: usize) -> Result<Vec<f32>, GpuError> {
+    let mut out = vec![0f32; n];
+    quant::dequantize(ty, w, &mut out).map_err(|e| GpuError::Unsupported(format!("reference dequantize: {e}")))?;
+    Ok(out)
+}
+
+/// Decode q8_1 blocks: (x̂ values, per-block s).
+fn decode_q8_1(b: &[u8], k: usize, rows: usize) -> (Vec<f32>, Vec<f32>) {
+    let kb = k.div_ceil(32);
+    let mut xh = vec![0f32; rows * kb * 32];
+    let mut s = vec![0f32; rows * kb];
+    for blk in 0..rows * kb {
+        let p = &b[blk * 36..blk * 36 + 36];
+        let d = f16_val(&p[0..2]);
+        s[blk] = f16_val(&p[2..4]);
+        for i in 0..32 {
+            xh[blk * 32 + i] = d * (p[4 + i] as i8) as f32;
+        }
+    }
+    (xh, s)
+}
+
+/// Accumulates one check's verdict over cases.
+struct Acc {
+    rep: CheckReport,
+}
+impl Acc {
+    fn new(name: &str) -> Acc {
+        Acc { rep: CheckReport { name: name.into(), cases: 0, max_err: 0.0, worst_ratio: 0.0, skipped: false, failure: None } }
+    }
+    /// Compare got vs want elementwise with per-element tolerance.
+    fn cmp(&mut self, case: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -> f64) {
+        self.rep.cases += 1;
+        if got.len() != want.len() {
+            self.fail(format!("{case}: {} outputs, expected {}", got.len(), want.len()));
+            return;
+        }
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            if !g.is_finite() {
+                self.fail(format!("{case}: output {i} is {g} (expected {w:.5})"));
+                return;
+            }
+            let e = (g as f64 - w).abs();
+            let t = tol(i);
+            self.rep.max_err = self.rep.max_err.max(e);
+            let r = e / t;
+            if r > self.rep.worst_ratio {
+                self.rep.worst_ratio = r;
+                if r > 1.0 && self.rep.failure.is_none() {
+                    self.rep.failure = Some(format!("{case}: output {i} = {g:.6}, expected {w:.6} (tol {t:.2e})"));
+                }
+            }
+        }
+    }
+    fn fail(&mut self, msg: String) {
+        if self.rep.failure.is_none() {
+            self.rep.failure = Some(msg);
+        }
+        self.rep.worst_ratio = self.rep.worst_ratio.max(f64::INFINITY);
+    }
+    fn finish(self) -> CheckReport {
+        self.rep
+    }
+}
+
+/// Every weight type the matvec and get_rows kernels support.
+pub const WEIGHT_TYPES: [GgmlType; 11] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// Run every check whose name contains `filter`, `cases` random cases each.
+pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {
+    let mut names: Vec<String> = vec!["quantize_q8_1".into()];
+    for ty in WEIGHT_TYPES {
+        names.push(format!("matvec_{}", ty.name().to_lowercase()));
+    }
+    for ty in WEIGHT_TYPES {
+        names.push(format!("get_rows_{}", ty.name().to_lowercase()));
+    }
+    names.push("gemm_q4_k".into());
+    for n in ["rmsnorm", "rope_norm", "rope_neox", "attention_decode", "attention_prefill", "add", "mul", "scale", "swiglu", "geglu", "softcap", "f32_to_f16_rows"] {
+        names.push(n.into());
+    }
+    let mut out = Vec::new();
+    for (idx, name) in names.iter().enumerate() {
+        if let Some(f) = filter {
+            if !name.contains(f) {
+                continue;
+            }
+        }
+        let mut rng = Rng::new(seed ^ ((idx as u64 + 1) * 0x1234_5678_9abc));
+        let rep = match run_one(t, name, cases, &mut rng) {
+            Ok(Some(r)) => r,
+            Ok(None) => CheckReport { name: name.clone(), cases: 0, max_err: 0.0, worst_ratio: 0.0, skipped: true, failure: None },
+            Err(e) => CheckReport { name: name.clone(), cases: 0, max_err: 0.0, worst_ratio: f64::INFINITY, skipped: false, failure: Some(e.to_string()) },
+        };
+        out.push(rep);
+    }
+    out
+}
+
+fn ty_by_lower(s: &str) -> Option<GgmlType> {
+    WEIGHT_TYPES.iter().copied().find(|t| t.name().to_lowercase() == s)
+}
+
+fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Option<CheckReport>, GpuError> {
+    let mut acc = Acc::new(name);
+    if let Some(ty) = name.strip_prefix("matvec_").and_then(ty_by_lower) {
+        for c in 0..cases {
+            let be = ty.block_elems();
+            let k = if ty.is_quantized() { be * rng.range(1, 4096 / be) } else { rng.range(1, 1500) };
+            let rows = if c % 3 == 0 { rng.range(1, 9) * 2 + 1 } else { rng.range(1, 300) };
+            let ncols = if c % 2 == 0 { 1 } else { rng.range(2, 11) };
+            let w = random_weights(rng, ty, rows, k);
+            let x = rng.vec(ncols * k, 1.0);
+            let Some((y, q8)) = t.matvec(&w, ty, rows, k, &x, ncols)? else { return Ok(None) };
+            let wf = dequant(ty, &w, rows * k)?;
+            let case = format!("rows={rows} k={k} ncols={ncols}");
+            match q8 {
+                Some(q8) => {
+                    // Reference over the kernel's own activations; the min/offset term used
+                    // s = Σx (f16) instead of Σx̂, bounded per block below.
+                    let (xh, s) = decode_q8_1(&q8, k, ncols);
+                    let kb = k.div_ceil(32);
+                    let mut want = vec![0f64; ncols * rows];
+                    let mut tol = vec![0f64; ncols * rows];
+                    for col in 0..ncols {
+                        for r in 0..rows {
+                            let (mut dot, mut mag, mut sterm) = (0f64, 0f64, 0f64);
+                            for b in 0..kb {
+                                let (mut sx, mut wmax, mut wmin) = (0f64, f64::MIN, f64::MAX);
+                                for i in b * 32..(b * 32 + 32).min(k) {
+                                    let wv = wf[r * k + i] as f64;
+                                    let xv = xh[col * kb * 32 + i] as f64;
+                                    dot += wv * xv;
+                                    mag += (wv * xv).abs();
+                                    sx += xv;
+                                    wmax = wmax.max(wv);
+                                    wmin = wmin.min(wv);
+                                }
+                                let off_bound = 2.0 * wmax.abs().max(wmin.abs()) + (wmax - wmin);
+                                let sd = (s[col * kb + b] as f64 - sx).abs() + 1e-3 * sx.abs();
+                                sterm += off_bound * sd;
+                            }
+                            want[col * rows + r] = dot;
+                            tol[col * rows + r] = 2e-5 * mag + sterm + 1e-5;
+                        }
+                    }
+                    acc.cmp(&case, &y, &want, |i| tol[i]);
+                }
+                None => {
+                    // A target without q8_1 (the CPU) quantizes activations to
+                    // vec_dot_type(ty); the reference reads the same rounded activations.
+                    let vt = t.activation_type(ty).unwrap_or(GgmlType::F32);
+                    let mut xq = vec![0u8; vt.bytes_for(k as u64).unwrap_or(0) as usize];
+                    let mut xh = vec![0f32; ncols * k];
+                    for col in 0..ncols {
+                        let src = &x[col * k..(col + 1) * k];
+                        if quant::quantize(vt, src, &mut xq).is_ok() && quant::dequantize(vt, &xq, &mut xh[col * k..(col + 1) * k]).is_ok() {
+                            continue;
+                        }
+                        xh[col * k..(col + 1) * k].copy_from_slice(src);
+                    }
+                    let mut want = vec![0f64; ncols * rows];
+                    let mut tol = vec![0f64; ncols * rows];
+                    for col in 0..ncols {
+                        for r in 0..rows {
+                            let (mut dot, mut mag) = (0f64, 0f64);
+                            for i in 0..k {
+                                let p = wf[r * k + i] as f64 * xh[col * k + i] as f64;
+                                dot += p;
+                                mag += p.abs();
+                            }
+                            want[col * rows + r] = dot;
+                            tol[col * rows + r] = 5e-5 * mag + 1e-5;
+                        }
+                    }
+                    acc.cmp(&case, &y, &want, |i| tol[i]);
+                }
+            }
+        }
+        return Ok(Some(acc.finish()));
+    }
+    if let Some(ty) = name.strip_prefix("get_rows_").and_then(ty_by_lower) {
+        for _ in 0..cases {
+            let be = ty.block_elems();
+            let k = if ty.is_quantized() { be * rng.range(1, 2048 / be) } else { rng.range(1, 1000) };
+            let n_rows_w = rng.range(1, 64);
+            let w = random_weights(rng, ty, n_rows_w, k);
+            let ids: Vec<i32> = (0..rng.range(1, 9)).map(|_| rng.range(0, n_rows_w - 1) as i32).collect();
+            let scale = if rng.f() > 0.0 { 1.0 } else { 25.3 };
+            let Some(y) = t.get_rows(&w, ty, k, &ids, scale)? else { return Ok(None) };
+            let wf = dequant(ty, &w, n_rows_w * k)?;
+            let want: Vec<f64> = ids.iter().flat_map(|&id| wf[id as usize * k..(id as usize + 1) * k].iter().map(|&v| v as f64 * scale as f64)).collect();
+            acc.cmp(&format!("k={k} ids={}", ids.len()), &y, &want, |i| 1e-6 * want[i].abs() + 1e-7);
+        }
+        return Ok(Some(acc.finish()));
+    }
+    match name {
+        "gemm_q4_k" => {
+            let ns = [1usize, 2, 7, 15, 16, 17, 63, 64, 65, 127, 128, 129];
+            for c in 0..cases {
+                let n = if c < ns.len() { ns[c] } else { rng.range(1, 300) };
+                let k = 256 * rng.range(1, 8);
+                let rows = rng.range(1, 200);
+                let w = random_weights(rng, GgmlType::Q4_K, rows, k);
+                let x = rng.vec(n * k, 1.0);
+                let Some(y) = t.gemm_q4_k(&w, rows, k, &x, n)? else { return Ok(None) };
+                let wf = dequant(GgmlType::Q4_K, &w, rows * k)?;
+                let mut want = vec![0f64; n * rows];
+                let mut tol = vec![0f64; n * rows];
+                for tk in 0..n {
+                    for r in 0..rows {
+                        let (mut dot, mut mag) = (0f64, 0f64);
+                        for i in 0..k {
+                            let p = wf[r * k + i] as f64 * x[tk * k + i] as f64;
+                            dot += p;
+                            mag += p.abs();
+                        }
+                        want[tk * rows + r] = dot;
+                        // f16 operands: each product off by ≤ ~2·2^-11 relative.
+                        tol[tk * rows + r] = 1.5e-3 * mag + 1e-5;
+                    }
+                }
+                acc.cmp(&format!("rows={rows} k={k} n={n}"), &y, &want, |i| tol[i]);
+            }
+        }
+        "quantize_q8_1" => {
+            for _ in 0..cases {
+                let rows = rng.range(1, 7);
+                let k = rng.range(1, 3000);
+                let x = rng.vec(rows * k, 3.0);
+                let Some(q) = t.quantize_q8_1(&x, rows, k)? else { return Ok(None) };
+                let (xh, s) = decode_q8_1(&q, k, rows);
+                let kb = k.div_ceil(32);
+                let mut got = Vec::new();
+                let mut want = Vec::new();
+                let mut tol = Vec::new();
+                for r in 0..rows {
+                    for b in 0..kb {
+                        let blk: Vec<f64> = (b * 32..b * 32 + 32).map(|i| if i < k { x[r * k + i] as f64 } else { 0.0 }).collect();
+                        let amax = blk.iter().fold(0f64, |a, v| a.max(v.abs()));
+                        for (i, &v) in blk.iter().enumerate() {
+                            got.push(xh[(r * kb + b) * 32 + i]);
+                            want.push(v);
+                            // Rounding to the code (d/2) plus d stored as f16 (127·d·2^-11).
+                            tol.push(amax * (1.0 / 254.0 + 5e-4) * 1.01 + 1e-6);
+                        }
+                        let sum: f64 = blk.iter().sum();
+                        got.push(s[r * kb + b]);
+                        want.push(sum);
+                        tol.push(sum.abs() * 1e-3 + 1e-4);
+                    }
+                }
+                acc.cmp(&format!("rows={rows} k={k}"), &got, &want, |i| tol[i]);
+            }
+        }
+        "rmsnorm" => {
+            for _ in 0..cases {
+                let rows = rng.range(1, 40);
+                let n = rng.range(1, 3000);
+                let x = rng.vec(rows * n, 2.0);
+                let w = rng.vec(n, 1.5);
+                let with_w = rng.f() > -0.5;
+                let eps = 1e-6;
+                let Some(y) = t.rmsnorm(&x, with_w.then_some(&w[..]), rows, n, eps)? else { return Ok(None) };
+                let mut want = Vec::with_capacity(rows * n);
+                for r in 0..rows {
+                    let row = &x[r * n..(r + 1) * n];
+                    let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / n as f64;
+                    let sc = 1.0 / (ms + eps as f64).sqrt();
+                    for i in 0..n {
+                        want.push(row[i] as f64 * sc * if with_w { w[i] as f64 } else { 1.0 });
+                    }
+                }
+                acc.cmp(&format!("rows={rows} n={n}"), &y, &want, |i| 2e-5 * want[i].abs() + 1e-6);
+            }
+        }
+        "rope_norm" | "rope_neox" => {
+            let neox = name == "rope_neox";
+            for _ in 0..cases {
+                let hd = [32, 64, 80, 128, 256][rng.range(0, 4)];
+                let n_rot = if rng.f() > 0.5 { hd / 2 } else { hd };
+                let n_head = rng.range(1, 12);
+                let n_tok = rng.range(1, 9);
+                let x = rng.vec(n_tok * n_head * hd, 1.0);
+                let pos: Vec<i32> = (0..n_tok).map(|_| rng.range(0, 9000) as i32).collect();
+                let factors: Option<Vec<f32>> = (rng.f() > 0.3).then(|| (0..n_rot / 2).map(|_| 1.0 + 7.0 * rng.f().abs()).collect());
+                let inv = ops::rope_inv_freq(n_rot, [10000.0, 1e6, 5e5][rng.range(0, 2)], 1.0 / rng.range(1, 8) as f32, factors.as_deref());
+                let af = 1.0 + 0.1 * rng.f();
+                let Some(y) = t.rope(&x, &pos, &inv, n_head, hd, n_rot, neox, af)? else { return Ok(None) };
+                let mut want: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+                for tk in 0..n_tok {
+                    for h in 0..n_head {
+                        let base = (tk * n_head + h) * hd;
+                        for p in 0..n_rot / 2 {
+                            let theta = (pos[tk] as f32 * inv[p]) as f64;
+                            let (s, c) = (theta.sin() * af as f64, theta.cos() * af as f64);
+                            let (i0, i1) = if neox { (p, p + n_rot / 2) } else { (2 * p, 2 * p + 1) };
+                            let (a, b) = (x[base + i0] as f64, x[base + i1] as f64);
+                            want[base + i0] = a * c - b * s;
+                            want[base + i1] = a * s + b * c;
+                        }
+                    }
+                }
+                acc.cmp(&format!("hd={hd} n_rot={n_rot} heads={n_head} toks={n_tok}"), &y, &want, |_| 2e-5);
+            }
+        }
+        "attention_decode" | "attention_prefill" => {
+            for _ in 0..cases {
+                let hd = [64, 128, 256, 96][rng.range(0, 3)];
+                let n_kv = rng.range(1, 4);
+                let n_head = n_kv * rng.range(1, 4);
+                let (n_tok, pos0) = if name == "attention_decode" { (1, rng.range(0, 700)) } else { (rng.range(2, 40), rng.range(0, 100)) };
+                let n_ctx = pos0 + n_tok;
+                let window = if rng.f() > 0.3 { rng.range(1, 64) } else { 0 };
+                let scale = 1.0 / (hd as f32).sqrt();
+                let q = rng.vec(n_tok * n_head * hd, 2.0);
+                let kc: Vec<u16> = rng.vec(n_ctx * n_kv * hd, 2.0).iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+                let vc: Vec<u16> = rng.vec(n_ctx * n_kv * hd, 1.0).iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+                let Some(y) = t.attention(&q, &kc, &vc, n_tok, n_head, n_kv, hd, pos0, window, scale)? else { return Ok(None) };
+                let want = ref_attention(&q, &kc, &vc, n_tok, n_head, n_kv, hd, pos0, window, scale);
+                acc.cmp(&format!("hd={hd} heads={n_head}/{n_kv} toks={n_tok} pos0={pos0} window={window}"), &y, &want, |i| 1e-4 * want[i].abs() + 2e-5);
+            }
+        }
+        "f32_to_f16_rows" => {
+            for _ in 0..cases {
+                let rows = rng.range(1, 9);
+                let n = rng.range(1, 700);
+                let stride = n + rng.range(0, 40);
+                let row0 = rng.range(0, 20);
+                let dst_rows = row0 + rows + rng.range(0, 3);
+                let src = rng.vec(rows * n, 10.0);
+                let Some(y) = t.f32_to_f16_rows(&src, rows, n, stride, row0, dst_rows)? else { return Ok(None) };
+                // Only the written rows are compared (the rest stays poisoned on purpose).
+                let mut got = Vec::new();
+                let mut want = Vec::new();
+                for r in 0..rows {
+                    for i in 0..n {
+                        got.push(half::f16::from_bits(y[(row0 + r) * stride + i]).to_f32());
+                        want.push(half::f16::from_f32(src[r * n + i]).to_f32() as f64);
+                    }
+                }
+                acc.cmp(&format!("rows={rows} n={n}"), &got, &want, |_| 1e-9);
+            }
+        }
+        _ => {
+            let op = match name {
+                "add" => Elt::Add,
+                "mul" => Elt::Mul,
+                "scale" => Elt::Scale,
+                "swiglu" => Elt::SwiGlu,
+                "geglu" => Elt::GeGlu,
+                "softcap" => Elt::Softcap,
+                _ => return Err(GpuError::Unsupported(format!("unknown check {name}"))),
+            };
+            for _ in 0..cases {
+                let n = rng.range(1, 100_000);
+                let a = rng.vec(n, 6.0);
+                let b = rng.vec(n, 3.0);
+                let p = 0.5 + 30.0 * rng.f().abs();
+                let Some(y) = t.elementwise(op, &a, &b, p)? else { return Ok(None) };
+                let want: Vec<f64> = a.iter().zip(&b).map(|(&a, &b)| ref_elt(op, a as f64, b as f64, p as f64)).collect();
+                acc.cmp(&format!("n={n}"), &y, &want, |i| 1e-5 * want[i].abs() + 1e-6);
+            }
+        }
+    }
+    Ok(Some(acc.finish()))
+}
+
+fn ref_elt(op: Elt, a: f64, b: f64, p: f64) -> f64 {
+    match op {
+        Elt::Add => a + b,
+        Elt::Mul => a * b,
+        Elt::Scale => a * p,
+        Elt::SwiGlu => a / (1.0 + (-a).exp()) * b,
+        Elt::GeGlu => 0.5 * a * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (a + 0.044715 * a * a * a)).tanh()) * b,
+        Elt::Softcap => (a / p).tanh() * p,
+    }
+}
+
+/// f64 attention reference over f16 caches (layouts as in `ops::attention`).
+#[allow(clippy::too_many_arguments)]
+pub fn ref_attention(q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Vec<f64> {
+    let h2 = |b: u16| half::f16::from_bits(b).to_f32() as f64;
+    let mut out = vec![0f64; n_tok * n_head * hd];
+    for t in 0..n_tok {
+        let p = pos0 + t;
+        let k0 = if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
+        for h in 0..n_head {
+            let kvh = h / (n_head / n_kv);
+            let qv = &q[(t * n_head + h) * hd..(t * n_head + h + 1) * hd];
+            let scores: Vec<f64> = (k0..=p)
+                .map(|j| (0..hd).map(|e| qv[e] as f64 * h2(kc[j * n_kv * hd + kvh * hd + e])).sum::<f64>() * scale as f64)
+                .collect();
+            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let ws: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let l: f64 = ws.iter().sum();
+            for e in 0..hd {
+                out[(t * n_head + h) * hd + e] = (k0..=p).zip(&ws).map(|(j, w)| w * h2(vc[j * n_kv * hd + kvh * hd + e])).sum::<f64>() / l;
+            }
+        }
+    }
+    out
+}
+
+/// The GPU under test: uploads inputs, poisons outputs, launches, reads back.
+pub struct GpuTarget<'a>(pub &'a GpuDevice);
+
+impl GpuTarget<'_> {
+    fn out_buf(&self, bytes: usize) -> Result<super::DeviceBuffer, GpuError> {
+        let b = self.0.alloc(bytes)?;
+        self.0.poison(&b)?;
+        Ok(b)
+    }
+}
+
+impl Target for GpuTarget<'_> {
+    fn label(&self) -> String {
+        let i = self.0.info();
+        format!("{} {} ({})", self.0.api(), i.name, i.arch)
+    }
+    fn matvec(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], ncols: usize) -> Out<(Vec<f32>, Option<Vec<u8>>)> {
+        let d = self.0;
+        let wb = d.upload(w)?;
+        let xb = d.upload_f32(x)?;
+        let yb = self.out_buf(ncols * rows * 4)?;
+        let q8 = if ops::matvec_takes_q8_1(ty) {
+            let qb = self.out_buf(ops::q8_1_bytes(k, ncols))?;
+            ops::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, ncols)?;
+            ops::matvec(d, wb.ptr(), ty, rows, k, qb.ptr(), yb.ptr(), ncols)?;
+            let mut q = vec![0u8; qb.len()];
+            d.read(qb.ptr(), &mut q)?;
+            Some(q)
+        } else {
+            ops::matvec(d, wb.ptr(), ty, rows, k, xb.ptr(), yb.ptr(), ncols)?;
+            None
+        };
+        Ok(Some((d.read_f32(yb.ptr(), ncols * rows)?, q8)))
+    }
+    fn quantize_q8_1(&self, x: &[f32], rows: usize, k: usize) -> Out<Vec<u8>> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let qb = self.out_buf(ops::q8_1_bytes(k, rows))?;
+        ops::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, rows)?;
+        let mut q = vec![0u8; qb.len()];
+        d.read(qb.ptr(), &mut q)?;
+        Ok(Some(q))
+    }
+    fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>> {
+        let d = self.0;
+        let wb = d.upload(w)?;
+        let ib = d.upload_i32(ids)?;
+        let yb = self.out_buf(ids.len() * k * 4)?;
+        ops::get_rows(d, wb.ptr(), ty, k, ib.ptr(), ids.len(), yb.ptr(), scale)?;
+        Ok(Some(d.read_f32(yb.ptr(), ids.len() * k)?))
+    }
+    fn rmsnorm(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<Vec<f32>> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let wb = match w {
+            Some(w) => Some(d.upload_f32(w)?),
+            None => None,
+        };
+        let yb = self.out_buf(rows * n * 4)?;
+        ops::rmsnorm(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), rows, n, eps)?;
+        Ok(Some(d.read_f32(yb.ptr(), rows * n)?))
+    }
+    fn rope(&self, x: &[f32], pos: &[i32], inv_freq: &[f32], n_head: usize, head_dim: usize, n_rot: usize, neox: bool, attn_factor: f32) -> Out<Vec<f32>> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let pb = d.upload_i32(pos)?;
+        let fb = d.upload_f32(inv_freq)?;
+        ops::rope(d, xb.ptr(), pb.ptr(), fb.ptr(), pos.len(), n_head, head_dim, n_rot, neox, attn_factor)?;
+        Ok(Some(d.read_f32(xb.ptr(), x.len())?))
+    }
+    fn attention(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<Vec<f32>> {
+        let d = self.0;
+        let qb = d.upload_f32(q)?;
+        let kb = d.upload(bytemuck::cast_slice(kc))?;
+        let vb = d.upload(bytemuck::cast_slice(vc))?;
+        let ob = self.out_buf(q.len() * 4)?;
+        let pos: Vec<i32> = (0..n_tok).map(|t| (pos0 + t) as i32).collect();
+        let pb = d.upload_i32(&pos)?;
+        ops::attention(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n_tok, n_head, n_kv, hd, pb.ptr(), window, scale)?;
+        Ok(Some(d.read_f32(ob.ptr(), q.len())?))
+    }
+    fn elementwise(&self, op: Elt, a: &[f32], b: &[f32], p: f32) -> Out<Vec<f32>> {
+        let d = self.0;
+        let n = a.len();
+        let ab = d.upload_f32(a)?;
+        let bb = d.upload_f32(b)?;
+        let yb = self.out_buf(n * 4)?;
+        let (a, b, y) = (ab.ptr(), bb.ptr(), yb.ptr());
+        match op {
+            Elt::Add => ops::add(d, a, b, y, n)?,
+            Elt::Mul => ops::mul(d, a, b, y, n)?,
+            Elt::Scale => ops::scale(d, a, y, n, p)?,
+            Elt::SwiGlu => ops::glu(d, a, b, y, n, false)?,
+            Elt::GeGlu => ops::glu(d, a, b, y, n, true)?,
+            Elt::Softcap => ops::softcap(d, a, y, n, p)?,
+        }
+        Ok(Some(d.read_f32(y, n)?))
+    }
+    fn gemm_q4_k(&self, w: &[u8], rows: usize, k: usize, x: &[f32], n: usize) -> Out<Vec<f32>> {
+        let d = self.0;
+        let wb = d.upload(w)?;
+        let xb = d.upload_f32(x)?;
+        let yb = self.out_buf(n * rows * 4)?;
+        ops::gemm_q4_k(d, wb.ptr(), rows, k, xb.ptr(), yb.ptr(), n)?;
+        Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
+    }
+    fn f32_to_f16_rows(&self, src: &[f32], rows: usize, n: usize, stride: usize, row0: usize, dst_rows: usize) -> Out<Vec<u16>> {
+        let d = self.0;
+        let sb = d.upload_f32(src)?;
+        let db = self.out_buf(dst_rows * stride * 2)?;
+        let idx: Vec<i32> = (0..rows).map(|r| (row0 + r) as i32).collect();
+        let ib = d.upload_i32(&idx)?;
+        ops::f32_to_f16_rows(d, sb.ptr(), db.ptr(), rows, n, stride, ib.ptr())?;
+        let mut out = vec![0u16; dst_rows * stride];
+        d.read(db.ptr(), bytemuck::cast_slice_mut(&mut out))?;
+        Ok(Some(out))
+    }
+}
+
+/// The CPU reference kernels as a target: `quant::matmul` and `quant::dequantize`.
+pub struct HostTarget;
+
+impl Target for HostTarget {
+    fn label(&self) -> String {
+        "cpu (quant::matmul / quant::dequantize)".into()
+    }
+    fn matvec(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], ncols: usize) -> Out<(Vec<f32>, Option<Vec<u8>>)> {
+        let mut y = vec![f32::NAN; ncols * rows];
+        quant::matmul(w, ty, rows, k, x, ncols, &mut y).map_err(|e| GpuError::Unsupported(e.to_string()))?;
+        Ok(Some((y, None)))
+    }
+    fn quantize_q8_1(&self, _: &[f32], _: usize, _: usize) -> Out<Vec<u8>> {
+        Ok(None)
+    }
+    fn activation_type(&self, ty: GgmlType) -> Option<GgmlType> {
+        Some(quant::vec_dot_type(ty))
+    }
+    fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>> {
+        let rb = ty.bytes_for(k as u64).unwrap_or(0) as usize;
+        let mut y = vec![f32::NAN; ids.len() * k];
+        for (r, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            quant::dequantize(ty, &w[id * rb..(id + 1) * rb], &mut y[r * k..(r + 1) * k]).map_err(|e| GpuError::Unsupported(e.to_string()))?;
+            y[r * k..(r + 1) * k].iter_mut().for_each(|v| *v *= scale);
+        }
+        Ok(Some(y))
+    }
+    fn rmsnorm(&self, _: &[f32], _: Option<&[f32]>, _: usize, _: usize, _: f32) -> Out<Vec<f32>> {
+        Ok(None)
+    }
+    fn rope(&self, _: &[f32], _: &[i32], _: &[f32], _: usize, _: usize, _: usize, _: bool, _: f32) -> Out<Vec<f32>> {
+        Ok(None)
+    }
+    fn attention(&self, _: &[f32], _: &[u16], _: &[u16], _: usize, _: usize, _: usize, _: usize, _: usize, _: usize, _: f32) -> Out<Vec<f32>> {
+        Ok(None)
+    }
+    fn elementwise(&self, _: Elt, _: &[f32], _: &[f32], _: f32) -> Out<Vec<f32>> {
+        Ok(None)
+    }
+    fn f32_to_f16_rows(&self, _: &[f32], _: usize, _: usize, _: usize, _: usize, _: usize) -> Out<Vec<u16>> {
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The selftest's check bodies on the CPU target: quant::matmul and quant::dequantize
+    /// against the f64 references (the GPU runs the same bodies in `lode selftest`).
+    #[test]
+    fn cpu_target_passes_the_kernel_checks() {
+        let reports = run_checks(&HostTarget, None, 4, 7);
+        assert!(reports.iter().any(|r| !r.skipped));
+        for r in &reports {
+            assert!(r.skipped || r.passed(), "{}", r.line());
+        }
+    }
+
+    /// A check must be able to fail: a target that perturbs one output is caught.
+    #[test]
+    fn a_wrong_matvec_is_caught() {
+        struct Off;
+        impl Target for Off {
+            fn label(&self) -> String {
+                "off-by-one-block".into()
+            }
+            fn matvec(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], ncols: usize) -> Out<(Vec<f32>, Option<Vec<u8>>)> {
+                let mut y = HostTarget.matvec(w, ty, rows, k, x, ncols)?.unwrap().0;
+                // Drop the last 32 elements' contribution of row 0 (a classic tail bug).
+                let mut wf = vec![0f32; k];
+                quant::dequantize(ty, &w[..ty.bytes_for(k as u64).unwrap() as usize], &mut wf).unwrap();
+                y[0] -= (k - 32..k).map(|i| wf[i] * x[i]).sum::<f32>();
+                Ok(Some((y, None)))
+            }
+            fn quantize_q8_1(&self, _: &[f32], _: usize, _: usize) -> Out<Vec<u8>> { Ok(None) }
+            fn activation_type(&self, ty: GgmlType) -> Option<GgmlType> { HostTarget.activation_type(ty) }
+            fn get_rows(&self, _: &[u8], _: GgmlType, _: usize, _: &[i32], _: f32) -> Out<Vec<f32>> { Ok(None) }
+            fn rmsnorm(&self, _: &[f32], _: Option<&[f32]>, _: usize, _: usize, _: f32) -> Out<Vec<f32>> { Ok(None) }
+            fn rope(&self, _: &[f32], _: &[i32], _: &[f32], _: usize, _: usize, _: usize, _: bool, _: f32) -> Out<Vec<f32>> { Ok(None) }
+            fn attention(&self, _: &[f32], _: &[u16], _: &[u16], _: usize, _: usize, _: usize, _: usize, _: usize, _: usize, _: f32) -> Out<Vec<f32>> { Ok(None) }
+            fn elementwise(&self, _: Elt, _: &[f32], _: &[f32], _: f32) -> Out<Vec<f32>> { Ok(None) }
+            fn f32_to_f16_rows(&self, _: &[f32], _: usize, _: usize, _: usize, _: usize, _: usize) -> Out<Vec<u16>> { Ok(None) }
+        }
+        let reports = run_checks(&Off, Some("matvec_q8_0"), 4, 3);
+        assert_eq!(reports.len(), 1);
+        assert!(!reports[0].passed(), "{}", reports[0].line());
+    }
+
+    #[test]
+    fn attention_reference_is_softmax_weighted_values() {
+        // One key: the output is that key's value row whatever the scores.
+        let h = |v: f32| half::f16::from_f32(v).to_bits();
+        let out = ref_attention(&[1.0, 2.0], &[h(3.0), h(4.0)], &[h(0.5), h(-1.5)], 1, 1, 1, 2, 0, 0, 1.0);
+        assert_eq!(out, vec![0.5, -1.5]);
+    }
+}

@@ -1,0 +1,62 @@
+//! `lode inspect` through the real binary: the Gemma 3 270M Q4_K_M tensor census, and
+//! the JSON form agreeing with the text form.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn models_dir() -> PathBuf {
+    std::env::var_os("LODE_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lode/models"))
+}
+
+fn inspect(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_lode")).arg("inspect").args(args).output().unwrap();
+    assert!(out.status.success(), "lode inspect failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn gemma3_270m_tensor_census() {
+    let path = models_dir().join("gemma-3-270m-q4_k_m.gguf");
+    if !path.exists() {
+        eprintln!("SKIP: {} not found (set LODE_MODELS_DIR)", path.display());
+        return;
+    }
+    let path = path.to_str().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&inspect(&[path, "--json"])).unwrap();
+    assert_eq!(v["n_tensors"], 236);
+    assert_eq!(v["tensors"].as_array().unwrap().len(), 236);
+    let mut counts: Vec<(String, u64)> = v["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["type"].as_str().unwrap().to_string(), t["count"].as_u64().unwrap()))
+        .collect();
+    counts.sort();
+    let want = [("F32", 109), ("Q4_K", 27), ("Q5_0", 81), ("Q6_K", 9), ("Q8_0", 10)];
+    assert_eq!(counts, want.map(|(t, n)| (t.to_string(), n)).to_vec());
+    // Long arrays are summarised, not dumped.
+    let tokens = v["metadata"].as_array().unwrap().iter().find(|m| m["key"] == "tokenizer.ggml.tokens").unwrap();
+    assert_eq!(tokens["value"]["len"], 262144);
+    assert_eq!(tokens["value"]["first"].as_array().unwrap().len(), 8);
+    // Text form: the table and the totals.
+    let text = inspect(&[path]);
+    assert!(text.contains("tensors (236):"), "{text}");
+    assert!(text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Q5_0", "81", "tensors", "43591680", "bytes"]));
+    assert!(text.contains("262144 items"));
+    assert!(text.lines().count() < 400, "text output should be summarised");
+}
+
+#[test]
+fn inspect_reports_a_bad_file() {
+    let dir = std::env::temp_dir().join(format!("lode-inspect-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("bad.gguf");
+    std::fs::write(&p, b"GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lode")).arg("inspect").arg(&p).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("byte 8"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
