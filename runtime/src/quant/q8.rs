@@ -68,14 +68,22 @@ pub(crate) fn dequant_q8_1(src: &[u8], dst: &mut [f32]) {
 /// Σ over 32 code pairs, exact.
 #[inline(always)]
 pub(crate) fn isum_i8(a: &[u8], b: &[u8]) -> i32 {
-    a[..QK].iter().zip(&b[..QK]).map(|(&p, &q)| p as i8 as i32 * q as i8 as i32).sum()
+    a[..QK]
+        .iter()
+        .zip(&b[..QK])
+        .map(|(&p, &q)| p as i8 as i32 * q as i8 as i32)
+        .sum()
 }
 
 /// Q8_0 weights · Q8_0 activations: Σ_blocks (d_w·d_x) · Σ q_w·q_x.
 pub(crate) fn dot_q8_0(w: &[u8], x: &[u8], n: usize) -> f32 {
     let nb = n / QK;
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q8_0_BYTES).zip(x.chunks_exact(Q8_0_BYTES)).take(nb) {
+    for (bw, bx) in w
+        .chunks_exact(Q8_0_BYTES)
+        .zip(x.chunks_exact(Q8_0_BYTES))
+        .take(nb)
+    {
         let isum = isum_i8(&bw[2..], &bx[2..]);
         sum += (f16_at(bw, 0) * f16_at(bx, 0)) * isum as f32;
     }
