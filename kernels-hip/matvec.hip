@@ -39,6 +39,7 @@ DEV void store(float* y, const float* acc, int rows, int row, int ncols) {
 template <int NC>
 DEV void mv_q4_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
     const int lane = tid_x() & 31, j = lane & 7, c = j >> 1, h = j & 1;
+#pragma unroll 2
     for (int sb = lane >> 3; sb < nsb; sb += 4) {
         const u8* b = wr + (u64)sb * 144;
         const float d = h2f(ld_u16(b)), dmin = h2f(ld_u16(b + 2));
@@ -103,6 +104,7 @@ DEV void mv_q5_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
 template <int NC>
 DEV void mv_q6_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
     const int lane = tid_x() & 31, j = lane & 7, h = j >> 2, l0 = 8 * (j & 3);
+#pragma unroll 2
     for (int sb = lane >> 3; sb < nsb; sb += 4) {
         const u8* b = wr + (u64)sb * 210;
         const u8* L = b + 64 * h;
