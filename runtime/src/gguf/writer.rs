@@ -121,7 +121,9 @@ impl GgufWriter {
                 }
             }
             out.push(TensorInfo { name: t.name.clone(), ty: t.ty, dims: t.dims.clone(), offset, n_bytes });
-            offset = align_up(offset + n_bytes, align)
+            offset = offset
+                .checked_add(n_bytes)
+                .and_then(|end| align_up(end, align))
                 .ok_or_else(|| GgufError::ShapeOverflow { tensor: t.name.clone(), dims: t.dims.clone() })?;
         }
         Ok(out)
@@ -157,7 +159,7 @@ impl GgufWriter {
         let layout = self.layout()?;
         let header = self.header_bytes(&layout, align)?;
         w.write_all(&header).map_err(io_err)?;
-        let zeros = vec![0u8; align as usize];
+        let zeros = [0u8; 4096];
         for (i, (info, t)) in layout.iter().zip(&self.tensors).enumerate() {
             match &t.data {
                 Some(d) => w.write_all(d).map_err(io_err)?,
@@ -173,8 +175,12 @@ impl GgufWriter {
                     }
                 }
             }
-            let pad = align_up(info.n_bytes, align).unwrap_or(info.n_bytes) - info.n_bytes;
-            w.write_all(&zeros[..pad as usize]).map_err(io_err)?;
+            let mut pad = align_up(info.n_bytes, align).unwrap_or(info.n_bytes) - info.n_bytes;
+            while pad > 0 {
+                let n = pad.min(zeros.len() as u64);
+                w.write_all(&zeros[..n as usize]).map_err(io_err)?;
+                pad -= n;
+            }
         }
         Ok(())
     }

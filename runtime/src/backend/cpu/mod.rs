@@ -9,6 +9,7 @@ mod attention;
 pub mod ops;
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
@@ -22,7 +23,9 @@ use attention::Kv;
 
 /// Host-memory backend.
 pub struct CpuBackend {
-    pool: rayon::ThreadPool,
+    /// Shared between backends when several engines run at once (`lode serve`'s slots),
+    /// so they split one set of threads instead of oversubscribing the cores.
+    pool: Arc<rayon::ThreadPool>,
     threads: usize,
     /// Indexed by `Buf.0`; `None` once freed.
     bufs: Vec<Option<Vec<f32>>>,
@@ -32,13 +35,23 @@ pub struct CpuBackend {
 impl CpuBackend {
     /// A backend running on `threads` threads (0: rayon's default).
     pub fn new(threads: usize) -> Result<CpuBackend> {
-        let pool = rayon::ThreadPoolBuilder::new()
+        Ok(CpuBackend::with_pool(Self::build_pool(threads)?))
+    }
+
+    /// A backend running on an existing pool (shared with other backends).
+    pub fn with_pool(pool: Arc<rayon::ThreadPool>) -> CpuBackend {
+        let threads = pool.current_num_threads();
+        CpuBackend { pool, threads, bufs: Vec::new(), kvs: Vec::new() }
+    }
+
+    /// The pool `new(threads)` would build, for [`Self::with_pool`].
+    pub fn build_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
+        rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("lode-cpu-{i}"))
             .build()
-            .map_err(|e| BackendError::Unavailable(format!("cannot start CPU threads: {e}")))?;
-        let threads = pool.current_num_threads();
-        Ok(CpuBackend { pool, threads, bufs: Vec::new(), kvs: Vec::new() })
+            .map(Arc::new)
+            .map_err(|e| BackendError::Unavailable(format!("cannot start CPU threads: {e}")))
     }
 
     pub fn threads(&self) -> usize {

@@ -1,0 +1,193 @@
+//! `lode bench`: llama-bench-style speed rows (`pp512`, `tg128`, `tg128 @ d4096`),
+//! mean ± sd over repetitions after a warm-up, as a markdown table or llama-bench-named
+//! JSON. `--pair-env` / `--pair-arg` compare two configurations run alternately
+//! ([`pair`]).
+
+mod measure;
+mod pair;
+pub mod report;
+pub mod stats;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use lode_runtime::backend::{DeviceKind, KvType};
+use lode_runtime::tokenizer::Tokenizer;
+
+use crate::common::{self, ModelArgs};
+use measure::{Kind, Runner, TestSpec};
+use report::{ModelInfo, Row};
+
+/// Arguments of `lode bench`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(args_override_self = true)]
+pub struct Args {
+    /// GGUF model file (default: Gemma 3 270M Q4_K_M).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// Prompt lengths to time (`ppN` rows), comma-separated; 0 for none.
+    #[arg(short = 'p', long = "n-prompt", value_delimiter = ',', default_value = "512")]
+    pub n_prompt: Vec<usize>,
+    /// Generation lengths to time (`tgN` rows), comma-separated; 0 for none.
+    #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
+    pub n_gen: Vec<usize>,
+    /// Tokens already in the KV cache before each test (untimed), comma-separated.
+    #[arg(short = 'd', long = "n-depth", value_delimiter = ',', default_value = "0")]
+    pub n_depth: Vec<usize>,
+    /// Timed repetitions per test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub repetitions: usize,
+    /// Output format: md or json.
+    #[arg(short = 'o', long = "output", default_value = "md")]
+    pub output: String,
+    /// Tokens per forward chunk of a prompt.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    pub batch_size: usize,
+    /// KV cache precision: f16 or f32.
+    #[arg(long = "kv-type", default_value = "f16")]
+    pub kv_type: String,
+    /// Device: cpu, cuda, hip or auto.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// CPU threads (default: physical cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Memory bandwidth in GB/s: decode rows then show the fraction of the weight-read
+    /// roofline (weight bytes per token × tokens/s ÷ bandwidth).
+    #[arg(long = "mem-bw", value_name = "GBps")]
+    pub mem_bw: Option<f64>,
+    /// Seed of the random token ids.
+    #[arg(long, default_value_t = 1234)]
+    pub seed: u64,
+    /// Skip the warm-up run before each test.
+    #[arg(long)]
+    pub no_warmup: bool,
+    /// Compare two values of an environment variable, `NAME=A,B`: each repetition
+    /// re-runs lode with NAME=A, then NAME=B (A B A B …).
+    #[arg(long, value_name = "NAME=A,B", conflicts_with = "pair_arg")]
+    pub pair_env: Option<String>,
+    /// Compare two sets of extra arguments; give it twice (A, then B), e.g.
+    /// `--pair-arg "--kv-type f32" --pair-arg "--kv-type f16"`.
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true, num_args = 1, action = clap::ArgAction::Append)]
+    pub pair_arg: Vec<String>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.output != "md" && args.output != "json" {
+        bail!("unknown output format `{}` (expected md or json)", args.output);
+    }
+    if args.repetitions == 0 {
+        bail!("-r 0: at least one repetition is needed");
+    }
+    if args.pair_env.is_some() || !args.pair_arg.is_empty() {
+        return pair::run(&args);
+    }
+    let rows = measure_rows(&args)?;
+    let mut out = std::io::stdout().lock();
+    if args.output == "json" {
+        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+    } else {
+        write!(out, "{}", report::markdown(&rows))?;
+    }
+    Ok(())
+}
+
+/// The tests the arguments ask for, in llama-bench's order: prompts, then generations,
+/// each at every depth.
+pub fn tests_of(args: &Args) -> Vec<TestSpec> {
+    let mut v = Vec::new();
+    for &depth in &args.n_depth {
+        for &n in args.n_prompt.iter().filter(|&&n| n > 0) {
+            v.push(TestSpec { kind: Kind::Prompt, n, depth });
+        }
+        for &n in args.n_gen.iter().filter(|&&n| n > 0) {
+            v.push(TestSpec { kind: Kind::Gen, n, depth });
+        }
+    }
+    v
+}
+
+/// Runs every test in this process and returns its rows.
+pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
+    let tests = tests_of(args);
+    if tests.is_empty() {
+        bail!("nothing to measure: every -p and -n value is 0");
+    }
+    let device: DeviceKind = args.device.parse().map_err(anyhow::Error::msg)?;
+    let kv_type: KvType = args.kv_type.parse().map_err(anyhow::Error::msg)?;
+    let ctx = tests.iter().map(TestSpec::ctx_needed).max().unwrap_or(1);
+    let threads = args.threads.unwrap_or_else(common::physical_cores);
+    let margs = ModelArgs {
+        model: args.model.clone(),
+        device,
+        threads: Some(threads),
+        ctx_size: Some(ctx),
+        batch_size: args.batch_size,
+        kv_type,
+    };
+    let (mut engine, file, path) = common::open_engine(&margs)?;
+    let tok = Tokenizer::from_gguf(&file).with_context(|| format!("cannot load the tokenizer of {}", path.display()))?;
+    let bos = if tok.add_bos() { tok.bos() } else { None };
+    let filename = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
+    let info = ModelInfo::new(filename, &file, engine.model());
+    let backend = backend_label(&engine.backend_name());
+    let kv_name = args.kv_type.clone();
+    let mut runner = Runner::new(&mut engine, args.seed, bos);
+    let mut rows = Vec::new();
+    for t in &tests {
+        if !args.no_warmup {
+            // Warm caches and the thread pool; a short decode is enough for tg rows.
+            let n = if t.kind == Kind::Gen { Some(t.n.min(4)) } else { None };
+            let warm = TestSpec { depth: 0, ..*t };
+            runner.run_once(&warm, n)?;
+        }
+        let mut samples = Vec::with_capacity(args.repetitions);
+        for _ in 0..args.repetitions {
+            samples.push(runner.run_once(t, None)?);
+        }
+        let wall: Vec<u64> = samples.iter().map(|s| s.wall_ns).collect();
+        let cpu: Option<Vec<u64>> = samples.iter().map(|s| s.cpu_ns).collect();
+        let mut row = Row {
+            model_filename: info.filename.clone(),
+            model_type: info.desc.clone(),
+            model_size: info.size,
+            model_n_params: info.n_params,
+            backends: backend.clone(),
+            n_batch: args.batch_size,
+            n_ubatch: args.batch_size,
+            n_threads: threads,
+            type_k: kv_name.clone(),
+            type_v: kv_name.clone(),
+            n_prompt: if t.kind == Kind::Prompt { t.n } else { 0 },
+            n_gen: if t.kind == Kind::Gen { t.n } else { 0 },
+            n_depth: t.depth,
+            test_time: report::now_rfc3339(),
+            test: t.name(),
+            avg_ns: 0,
+            stddev_ns: 0,
+            avg_ts: 0.0,
+            stddev_ts: 0.0,
+            samples_ns: Vec::new(),
+            samples_ts: Vec::new(),
+            weight_bytes_per_token: info.weight_bytes_per_token,
+            samples_cpu_ns: Vec::new(),
+            cpu_util: None,
+            roofline_frac: None,
+        };
+        row.set_samples(wall, t.n);
+        row.set_cpu(cpu.unwrap_or_default());
+        if let (Some(bw), Kind::Gen) = (args.mem_bw, t.kind) {
+            row.roofline_frac = Some(info.weight_bytes_per_token as f64 * row.avg_ts / (bw * 1e9));
+        }
+        let util = row.cpu_util.map_or(String::new(), |u| format!(" (process CPU {:.0} % of {threads} threads)", u * 100.0));
+        eprintln!("bench: {} {:.2} ± {:.2} t/s{util}", row.test, row.avg_ts, row.stddev_ts);
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// `cpu (2 threads)` → `CPU`; GPU backends' names upper-cased up to the first space.
+fn backend_label(name: &str) -> String {
+    name.split([' ', '(']).next().unwrap_or(name).to_uppercase()
+}

@@ -1,0 +1,213 @@
+//! What a benchmark row says and how it is printed: llama-bench's markdown table and
+//! its JSON field names where they overlap, plus lode's roofline figure.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use lode_runtime::gguf::GgufFile;
+use lode_runtime::model::Model;
+use serde::{Deserialize, Serialize};
+
+use super::stats::mean_sd;
+
+/// Facts about the model every row repeats.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    pub filename: String,
+    /// llama-bench's description: `gemma3 270M Q4_K - Medium`.
+    pub desc: String,
+    /// Bytes of all tensors.
+    pub size: u64,
+    pub n_params: u64,
+    /// Weight bytes one decode step reads: every tensor the forward pass uses, except
+    /// that an untied embedding table contributes one row.
+    pub weight_bytes_per_token: u64,
+}
+
+impl ModelInfo {
+    pub fn new(filename: String, file: &GgufFile, model: &Model) -> ModelInfo {
+        let size = file.tensors().iter().map(|t| t.n_bytes).sum();
+        let n_params: u64 = file.tensors().iter().map(|t| t.n_elements()).sum();
+        let mut per_token = 0u64;
+        for id in model.weight_ids() {
+            let w = model.w(id);
+            let bytes = w.data().len() as u64;
+            per_token += if id == model.tok_embd && model.tok_embd != model.output { w.row_bytes() as u64 } else { bytes };
+        }
+        let arch = model.cfg.arch.name();
+        let label = match file.get_str("general.size_label").ok().flatten() {
+            Some(l) if !l.is_empty() => l.to_string(),
+            _ => params_label(n_params),
+        };
+        let ftype = file.get_u64("general.file_type").ok().flatten().map_or("?".to_string(), ftype_name);
+        ModelInfo { filename, desc: format!("{arch} {label} {ftype}"), size, n_params, weight_bytes_per_token: per_token }
+    }
+}
+
+fn params_label(n: u64) -> String {
+    if n >= 1_000_000_000 {
+        format!("{:.1}B", n as f64 / 1e9)
+    } else {
+        format!("{}M", (n as f64 / 1e6).round())
+    }
+}
+
+/// llama.cpp's names of `general.file_type` values.
+fn ftype_name(ft: u64) -> String {
+    match ft {
+        0 => "all F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K - Medium",
+        11 => "Q3_K - Small",
+        12 => "Q3_K - Medium",
+        13 => "Q3_K - Large",
+        14 => "Q4_K - Small",
+        15 => "Q4_K - Medium",
+        16 => "Q5_K - Small",
+        17 => "Q5_K - Medium",
+        18 => "Q6_K",
+        32 => "BF16",
+        other => return format!("ftype {other}"),
+    }
+    .to_string()
+}
+
+/// One result row. Field names follow llama-bench's JSON output where they overlap;
+/// `test`, `weight_bytes_per_token` and `roofline_frac` are lode's.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Row {
+    pub model_filename: String,
+    pub model_type: String,
+    pub model_size: u64,
+    pub model_n_params: u64,
+    pub backends: String,
+    pub n_batch: usize,
+    pub n_ubatch: usize,
+    pub n_threads: usize,
+    pub type_k: String,
+    pub type_v: String,
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub n_depth: usize,
+    pub test_time: String,
+    pub test: String,
+    pub avg_ns: u64,
+    pub stddev_ns: u64,
+    pub avg_ts: f64,
+    pub stddev_ts: f64,
+    pub samples_ns: Vec<u64>,
+    pub samples_ts: Vec<f64>,
+    pub weight_bytes_per_token: u64,
+    /// Process CPU time (all threads) per sample; empty where unknown.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub samples_cpu_ns: Vec<u64>,
+    /// Mean of cpu / (wall × n_threads): below 1 on a loaded machine (or while threads wait).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cpu_util: Option<f64>,
+    /// Decode rows with `--mem-bw`: weight bytes per token × tokens/s ÷ bandwidth.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub roofline_frac: Option<f64>,
+}
+
+impl Row {
+    /// Fills the statistics from the timed samples (`n_tokens` per sample).
+    pub fn set_samples(&mut self, samples_ns: Vec<u64>, n_tokens: usize) {
+        let ns: Vec<f64> = samples_ns.iter().map(|&x| x as f64).collect();
+        let ts: Vec<f64> = ns.iter().map(|&x| n_tokens as f64 * 1e9 / x.max(1.0)).collect();
+        let (m, s) = mean_sd(&ns);
+        let (mt, st) = mean_sd(&ts);
+        self.avg_ns = m.round() as u64;
+        self.stddev_ns = s.round() as u64;
+        self.avg_ts = mt;
+        self.stddev_ts = st;
+        self.samples_ns = samples_ns;
+        self.samples_ts = ts;
+    }
+
+    /// Records the CPU time of each sample (same order as `samples_ns`).
+    pub fn set_cpu(&mut self, cpu_ns: Vec<u64>) {
+        if cpu_ns.len() != self.samples_ns.len() || self.n_threads == 0 {
+            self.samples_cpu_ns.clear();
+            self.cpu_util = None;
+            return;
+        }
+        let u: Vec<f64> = cpu_ns
+            .iter()
+            .zip(&self.samples_ns)
+            .map(|(&c, &w)| c as f64 / (w.max(1) as f64 * self.n_threads as f64))
+            .collect();
+        self.cpu_util = Some(mean_sd(&u).0);
+        self.samples_cpu_ns = cpu_ns;
+    }
+}
+
+/// Markdown table in llama-bench's layout (plus a roofline column when known).
+pub fn markdown(rows: &[Row]) -> String {
+    let roof = rows.iter().any(|r| r.roofline_frac.is_some());
+    let mut s = String::new();
+    s += "| model                          |       size |     params | backend    | threads |            test |                  t/s |";
+    s += if roof { " roofline |\n" } else { "\n" };
+    s += "| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |";
+    s += if roof { " -------: |\n" } else { "\n" };
+    for r in rows {
+        s += &format!(
+            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
+            r.model_type,
+            format!("{:.2} MiB", r.model_size as f64 / (1u64 << 20) as f64),
+            format!("{:.2} M", r.model_n_params as f64 / 1e6),
+            r.backends,
+            r.n_threads,
+            r.test,
+            format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
+        );
+        if roof {
+            match r.roofline_frac {
+                Some(f) => s += &format!(" {:>7.1}% |", f * 100.0),
+                None => s += "          |",
+            }
+        }
+        s += "\n";
+    }
+    s
+}
+
+/// Current UTC time as RFC 3339 (`2026-11-29T09:30:00Z`), as llama-bench's `test_time`.
+pub fn now_rfc3339() -> String {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86400, secs % 86400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels() {
+        assert_eq!(params_label(268_098_176), "268M");
+        assert_eq!(params_label(8_030_000_000), "8.0B");
+        assert_eq!(ftype_name(15), "Q4_K - Medium");
+        assert_eq!(ftype_name(99), "ftype 99");
+    }
+
+    #[test]
+    fn rfc3339_shape() {
+        let t = now_rfc3339();
+        assert_eq!(t.len(), 20);
+        assert!(t.starts_with("20") && t.ends_with('Z'));
+    }
+}

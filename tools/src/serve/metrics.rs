@@ -1,0 +1,169 @@
+//! Counters and gauges for `GET /metrics` in Prometheus' text format. Everything is an
+//! atomic or a short critical section: workers update per token, scrapes only read.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Width of the window `lode_generated_tokens_per_second` averages over.
+const RATE_WINDOW_S: u64 = 10;
+
+/// The server's counters.
+pub struct Metrics {
+    start: Instant,
+    /// (endpoint, HTTP status) → count.
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    pub prompt_tokens: AtomicU64,
+    pub cached_prompt_tokens: AtomicU64,
+    pub generated_tokens: AtomicU64,
+    pub prompt_us: AtomicU64,
+    pub decode_us: AtomicU64,
+    pub cancelled: AtomicU64,
+    pub worker_panics: AtomicU64,
+    pub queue_depth: AtomicUsize,
+    pub active_slots: AtomicUsize,
+    pub slots: usize,
+    /// Bytes of device memory the backends hold (0 on the CPU).
+    pub device_memory_bytes: AtomicU64,
+    /// Copies of the weights resident in device memory (0 on the CPU: it reads the
+    /// mapped file in place).
+    pub weight_copies: AtomicU64,
+    /// Generated tokens per second of uptime, for the last [`RATE_WINDOW_S`] seconds.
+    recent: Mutex<VecDeque<(u64, u64)>>,
+}
+
+impl Metrics {
+    pub fn new(slots: usize) -> Metrics {
+        Metrics {
+            start: Instant::now(),
+            requests: Mutex::new(BTreeMap::new()),
+            prompt_tokens: AtomicU64::new(0),
+            cached_prompt_tokens: AtomicU64::new(0),
+            generated_tokens: AtomicU64::new(0),
+            prompt_us: AtomicU64::new(0),
+            decode_us: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            worker_panics: AtomicU64::new(0),
+            queue_depth: AtomicUsize::new(0),
+            active_slots: AtomicUsize::new(0),
+            slots,
+            device_memory_bytes: AtomicU64::new(0),
+            weight_copies: AtomicU64::new(0),
+            recent: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    pub fn request(&self, endpoint: &str, status: u16) {
+        let mut m = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry((endpoint.to_string(), status)).or_default() += 1;
+    }
+
+    /// One generated token, for the rate window (totals are added per request).
+    pub fn token(&self) {
+        let sec = self.start.elapsed().as_secs();
+        let mut r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        match r.back_mut() {
+            Some((s, n)) if *s == sec => *n += 1,
+            _ => r.push_back((sec, 1)),
+        }
+        while r.front().is_some_and(|(s, _)| s + RATE_WINDOW_S < sec) {
+            r.pop_front();
+        }
+    }
+
+    /// Generated tokens per second over the last [`RATE_WINDOW_S`] full seconds.
+    pub fn tokens_per_second(&self) -> f64 {
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let now = elapsed as u64;
+        let r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let n: u64 = r.iter().filter(|(s, _)| s + RATE_WINDOW_S > now).map(|(_, n)| n).sum();
+        n as f64 / elapsed.clamp(1e-3, RATE_WINDOW_S as f64)
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, v: String| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        };
+        let secs = |us: &AtomicU64| format!("{}", us.load(Relaxed) as f64 / 1e6);
+        metric("lode_prompt_tokens_total", "counter", "Prompt tokens evaluated.", self.prompt_tokens.load(Relaxed).to_string());
+        metric(
+            "lode_prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens reused from a slot's KV cache.",
+            self.cached_prompt_tokens.load(Relaxed).to_string(),
+        );
+        metric("lode_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens.load(Relaxed).to_string());
+        metric("lode_prompt_seconds_total", "counter", "Time spent evaluating prompts.", secs(&self.prompt_us));
+        metric("lode_decode_seconds_total", "counter", "Time spent generating.", secs(&self.decode_us));
+        metric(
+            "lode_generated_tokens_per_second",
+            "gauge",
+            "Generated tokens per second, all slots, over the last 10 s.",
+            format!("{:.3}", self.tokens_per_second()),
+        );
+        metric("lode_requests_cancelled_total", "counter", "Requests whose client went away.", self.cancelled.load(Relaxed).to_string());
+        metric("lode_worker_panics_total", "counter", "Panics caught in slot workers.", self.worker_panics.load(Relaxed).to_string());
+        metric("lode_queue_depth", "gauge", "Requests waiting for a slot.", self.queue_depth.load(Relaxed).to_string());
+        metric("lode_slots_active", "gauge", "Slots generating now.", self.active_slots.load(Relaxed).to_string());
+        metric("lode_slots_total", "gauge", "Slots (--parallel).", self.slots.to_string());
+        metric(
+            "lode_device_memory_bytes",
+            "gauge",
+            "Device memory held by the backends (0 on the CPU).",
+            self.device_memory_bytes.load(Relaxed).to_string(),
+        );
+        metric(
+            "lode_weight_copies",
+            "gauge",
+            "Copies of the weights in device memory (0 on the CPU, which reads the mapped file).",
+            self.weight_copies.load(Relaxed).to_string(),
+        );
+        if let Some(rss) = resident_bytes() {
+            metric("lode_process_resident_memory_bytes", "gauge", "Resident set size (VmRSS).", rss.to_string());
+        }
+        let _ = writeln!(
+            o,
+            "# HELP lode_requests_total HTTP requests by endpoint and status.\n# TYPE lode_requests_total counter"
+        );
+        let m = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        for ((ep, status), n) in m.iter() {
+            let _ = writeln!(o, "lode_requests_total{{endpoint=\"{ep}\",status=\"{status}\"}} {n}");
+        }
+        o
+    }
+}
+
+/// This process's resident set size from `/proc/self/status` (Linux).
+pub fn resident_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_lists_counters_and_labels() {
+        let m = Metrics::new(2);
+        m.request("/v1/completions", 200);
+        m.request("/v1/completions", 200);
+        m.request("/v1/chat/completions", 400);
+        for _ in 0..5 {
+            m.token();
+        }
+        m.generated_tokens.fetch_add(5, Relaxed);
+        let t = m.render();
+        assert!(t.contains("lode_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2"), "{t}");
+        assert!(t.contains("lode_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"} 1"));
+        assert!(t.contains("lode_generated_tokens_total 5"));
+        assert!(t.contains("lode_slots_total 2"));
+        assert!(m.tokens_per_second() > 0.0);
+    }
+}

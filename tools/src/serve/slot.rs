@@ -1,0 +1,122 @@
+//! The real [`SlotRunner`]: an [`Engine`] with its own KV cache, plus the text side of
+//! generation (streaming detokenization and stop strings).
+//!
+//! Prompt-prefix reuse: the engine keeps the tokens of the slot's last request in its
+//! cache; a new prompt that starts the same way (the usual case in a chat, where each
+//! turn resends the conversation) only evaluates the part after the common prefix.
+
+use std::sync::Arc;
+
+use lode_runtime::engine::{Engine, EngineError, Flow, GenParams, Sampler, StopReason, StopStrings};
+use lode_runtime::tokenizer::Tokenizer;
+
+use super::api::{Timings, Usage};
+use super::errors::ApiError;
+use super::scheduler::{Finish, Job, SlotRunner};
+
+pub struct EngineSlot {
+    pub engine: Engine,
+    pub tok: Arc<Tokenizer>,
+    pub eog: Vec<u32>,
+}
+
+impl EngineSlot {
+    pub fn new(engine: Engine, tok: Arc<Tokenizer>) -> EngineSlot {
+        let eog = tok.eog_ids();
+        EngineSlot { engine, tok, eog }
+    }
+}
+
+/// How many leading tokens of `prompt` can stay in a cache holding `history`. At least
+/// one prompt token is always evaluated again: its logits pick the first new token.
+pub fn reusable_prefix(history: &[u32], prompt: &[u32]) -> usize {
+    let common = history.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+    common.min(prompt.len().saturating_sub(1))
+}
+
+impl SlotRunner for EngineSlot {
+    fn run(&mut self, job: &Job, emit: &mut dyn FnMut(String) -> bool) -> Result<Finish, ApiError> {
+        let EngineSlot { engine, tok, eog } = self;
+        let prompt = &job.prompt;
+        let cached = reusable_prefix(engine.history(), prompt);
+        engine.truncate(cached);
+        let mut sampler = Sampler::new(job.sampling.clone());
+        // Penalties see the whole prompt, as if it had been evaluated now.
+        for &t in &prompt[..cached] {
+            sampler.accept(t);
+        }
+        let mut dec = tok.stream_decoder();
+        let mut stops = StopStrings::new(job.stops.clone());
+        let (mut cancelled, mut stop_hit) = (false, false);
+        let params = GenParams { max_tokens: job.max_tokens, eog: eog.clone() };
+        let tk: &Tokenizer = tok;
+        let result = engine.generate(&prompt[cached..], &params, &mut sampler, &mut |id| {
+            let piece = dec.push(tk, id);
+            let (text, hit) = stops.push(&piece);
+            if !emit(text) {
+                cancelled = true;
+                return Flow::Stop;
+            }
+            if hit {
+                stop_hit = true;
+                return Flow::Stop;
+            }
+            Flow::Continue
+        });
+        let out = match result {
+            Ok(out) => out,
+            Err(e) => {
+                engine.clear();
+                return Err(match e {
+                    EngineError::PromptTooLong { n_prompt, free, n_ctx } => ApiError::context_exceeded(
+                        format!("the prompt has {n_prompt} tokens but only {free} of the context's {n_ctx} are free"),
+                        "messages",
+                    ),
+                    other => ApiError::internal(format!("generation failed: {other}")),
+                });
+            }
+        };
+        if !cancelled && !stop_hit {
+            let (text, hit) = stops.push(&dec.flush());
+            let mut tail = text;
+            if !hit {
+                tail.push_str(&stops.flush());
+            }
+            if !tail.is_empty() && !emit(tail) {
+                cancelled = true;
+            }
+        }
+        let finish_reason = if cancelled {
+            "cancelled"
+        } else {
+            match out.stop {
+                StopReason::Eog | StopReason::Caller => "stop",
+                StopReason::MaxTokens | StopReason::ContextFull => "length",
+            }
+        };
+        let n_gen = out.tokens.len();
+        Ok(Finish {
+            finish_reason,
+            usage: Usage { prompt_tokens: prompt.len(), completion_tokens: n_gen, total_tokens: prompt.len() + n_gen },
+            timings: Timings::new(cached, prompt.len() - cached, out.prompt_secs, n_gen, out.gen_secs),
+        })
+    }
+
+    fn reset(&mut self) {
+        self.engine.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reusable_prefix;
+
+    #[test]
+    fn prefix_reuse_keeps_one_token_to_evaluate() {
+        assert_eq!(reusable_prefix(&[1, 2, 3, 9], &[1, 2, 3, 4, 5]), 3);
+        assert_eq!(reusable_prefix(&[1, 2, 3], &[1, 2, 3]), 2);
+        assert_eq!(reusable_prefix(&[1, 2, 3, 4], &[1, 2]), 1);
+        assert_eq!(reusable_prefix(&[], &[1]), 0);
+        assert_eq!(reusable_prefix(&[5], &[1, 2]), 0);
+    }
+}
