@@ -63,7 +63,7 @@ DEV void att_acc(float* acc, const u16* r, int epl, float corr, float pw) {
 // key, head_dim / 8 elements per lane), 64 streams per block, each with its own online
 // softmax state; a warp merges its 4 streams with shuffles, the 16 warps merge through
 // shared memory.
-KERNEL void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
+KERNEL LAUNCH_BOUNDS(512) void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
                      const int* pos, int window, float scale) {
     __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
     __shared__ float s_acc[ATT_WARPS][256];
@@ -88,6 +88,50 @@ KERNEL void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, i
         const int p = base + grp;
         const bool live = p <= P;
         const u64 row = (u64)(live ? p : P) * kv_stride + (u64)kvh * head_dim + sub * epl;
+        if ((epl & 7) == 0) {
+            // Issue the K and V loads of this key together (V does not depend on the score).
+            att_u32x4 kw[ATT_MAXE / 8], vw[ATT_MAXE / 8];
+#pragma unroll
+            for (int c = 0; c < ATT_MAXE / 8; ++c) {
+                if (c * 8 < epl) {
+                    kw[c] = *(const att_u32x4*)(kc + row + c * 8);
+                    vw[c] = *(const att_u32x4*)(vc + row + c * 8);
+                }
+            }
+            float dot = 0.0f;
+#pragma unroll
+            for (int c = 0; c < ATT_MAXE / 8; ++c) {
+                if (c * 8 < epl) {
+                    const u32 ws[4] = {kw[c].x, kw[c].y, kw[c].z, kw[c].w};
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        dot += qr[c * 8 + 2 * j] * h2f((u16)(ws[j] & 0xffff));
+                        dot += qr[c * 8 + 2 * j + 1] * h2f((u16)(ws[j] >> 16));
+                    }
+                }
+            }
+            dot += shfl_xor(dot, 1);
+            dot += shfl_xor(dot, 2);
+            dot += shfl_xor(dot, 4);
+            if (live) {
+                const float mn = fmax_f(m, dot);
+                const float corr = exp_fast(m - mn), pw = exp_fast(dot - mn);
+                l = l * corr + pw;
+#pragma unroll
+                for (int c = 0; c < ATT_MAXE / 8; ++c) {
+                    if (c * 8 < epl) {
+                        const u32 ws[4] = {vw[c].x, vw[c].y, vw[c].z, vw[c].w};
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            acc[c * 8 + 2 * j] = acc[c * 8 + 2 * j] * corr + pw * h2f((u16)(ws[j] & 0xffff));
+                            acc[c * 8 + 2 * j + 1] = acc[c * 8 + 2 * j + 1] * corr + pw * h2f((u16)(ws[j] >> 16));
+                        }
+                    }
+                }
+                m = mn;
+            }
+            continue;
+        }
         float dot = att_dot(qr, kc + row, epl);
         dot += shfl_xor(dot, 1);
         dot += shfl_xor(dot, 2);
