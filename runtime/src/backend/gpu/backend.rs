@@ -60,9 +60,10 @@ pub struct GpuBackend {
     /// Activation buffers: (memory, f32 length, version bumped by every op that writes it).
     bufs: HashMap<u32, (DeviceBuffer, usize, u64)>,
     tick: u64,
-    /// (buffer, version, k, n_tok) whose q8_1 quantization the scratch holds: q, k and v
-    /// (and gate and up) projections of one input quantize it once.
-    q8_of: Option<(u32, u64, usize, usize)>,
+    /// (buffer, version, values) whose q8_1 blocks (32 consecutive values each) the
+    /// scratch holds: q, k and v (and gate and up) projections of one input quantize it
+    /// once, and the norm / GLU kernels before a projection write them directly.
+    q8_of: Option<(u32, u64, usize)>,
     kvs: HashMap<u32, Kv>,
     next: u32,
     /// Stored-layout weight copies, keyed by (mapping address, bytes).
@@ -402,7 +403,7 @@ impl Backend for GpuBackend {
         } else if ops::matvec_takes_q8_1(ty) {
             let grown = self.q8.grown;
             let q = self.q8.get(&self.dev, ops::q8_1_bytes(k, n_tok)).map_err(derr("matmul"))?;
-            let key = (x.0, self.version(x), k, n_tok);
+            let key = (x.0, self.version(x), k * n_tok);
             if self.q8_of != Some(key) || self.q8.grown != grown {
                 ops::quantize_q8_1(&self.rec(), xp, q, k, n_tok).map_err(map)?;
                 self.q8_of = Some(key);
@@ -429,6 +430,13 @@ impl Backend for GpuBackend {
             }
             None => None,
         };
+        if row_len % 32 == 0 {
+            let q = self.q8.get(&self.dev, ops::q8_1_bytes(row_len, n_rows)).map_err(derr("rms_norm"))?;
+            ops::rmsnorm_q8(&self.rec(), xp, wp, op, q, n_rows, row_len, eps).map_err(err("rms_norm"))?;
+            self.touch(out);
+            self.q8_of = Some((out.0, self.version(out), n_rows * row_len));
+            return Ok(());
+        }
         let r = ops::rmsnorm(&self.rec(), xp, wp, op, n_rows, row_len, eps).map_err(err("rms_norm"));
         self.touch(out);
         r
@@ -481,6 +489,13 @@ impl Backend for GpuBackend {
         Self::check_len("glu", gate, gn, n)?;
         Self::check_len("glu", up, un, n)?;
         Self::check_len("glu", out, on, n)?;
+        if n % 32 == 0 {
+            let q = self.q8.get(&self.dev, ops::q8_1_bytes(n, 1)).map_err(derr("glu"))?;
+            ops::glu_q8(&self.rec(), gp, up_, op, q, n, act == Glu::GeluTanh).map_err(err("glu"))?;
+            self.touch(out);
+            self.q8_of = Some((out.0, self.version(out), n));
+            return Ok(());
+        }
         let r = ops::glu(&self.rec(), gp, up_, op, n, act == Glu::GeluTanh).map_err(err("glu"));
         self.touch(out);
         r
@@ -514,8 +529,7 @@ impl Backend for GpuBackend {
         }
         let pp = self.positions(pos)?;
         let f = err("kv_write");
-        ops::f32_to_f16_rows(&self.rec(), kp, kc, pos.len(), rk, rk, pp).map_err(&f)?;
-        ops::f32_to_f16_rows(&self.rec(), vp, vc, pos.len(), rv, rv, pp).map_err(&f)?;
+        ops::kv_store(&self.rec(), kp, vp, kc, vc, rk, rv, pp, pos.len()).map_err(&f)?;
         Ok(())
     }
 
