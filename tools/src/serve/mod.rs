@@ -160,6 +160,12 @@ fn open_backends(device: DeviceKind, threads: usize, n: usize) -> Result<Vec<Box
         return cpu(n);
     }
     // A GPU backend per slot (each holds its own KV cache and scratch buffers).
+    if n > 1 {
+        tracing::warn!(
+            "{}: each of the {n} slots uploads its own copy of the weights until GPU backends share them",
+            first.name()
+        );
+    }
     let mut v = vec![first];
     for _ in 1..n {
         v.push(backend::open(device, threads)?.0);
