@@ -127,8 +127,10 @@ pub fn run(args: Args) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
-        let addr = format!("{}:{}", args.host, args.port);
-        let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        // (host, port) resolves names and IPv6 literals (`::1`) alike.
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
         let local: SocketAddr = listener.local_addr()?;
         eprintln!(
             "lode: serving {model_id} on {be_name}: {} slot(s) of {n_ctx} tokens, {threads} thread(s){}",
