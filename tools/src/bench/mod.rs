@@ -146,6 +146,8 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         for _ in 0..args.repetitions {
             samples.push(runner.run_once(t, None)?);
         }
+        let wall: Vec<u64> = samples.iter().map(|s| s.wall_ns).collect();
+        let cpu: Option<Vec<u64>> = samples.iter().map(|s| s.cpu_ns).collect();
         let mut row = Row {
             model_filename: info.filename.clone(),
             model_type: info.desc.clone(),
@@ -169,13 +171,17 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
             samples_ns: Vec::new(),
             samples_ts: Vec::new(),
             weight_bytes_per_token: info.weight_bytes_per_token,
+            samples_cpu_ns: Vec::new(),
+            cpu_util: None,
             roofline_frac: None,
         };
-        row.set_samples(samples, t.n);
+        row.set_samples(wall, t.n);
+        row.set_cpu(cpu.unwrap_or_default());
         if let (Some(bw), Kind::Gen) = (args.mem_bw, t.kind) {
             row.roofline_frac = Some(info.weight_bytes_per_token as f64 * row.avg_ts / (bw * 1e9));
         }
-        eprintln!("bench: {} {:.2} ± {:.2} t/s", row.test, row.avg_ts, row.stddev_ts);
+        let util = row.cpu_util.map_or(String::new(), |u| format!(" (process CPU {:.0} % of {threads} threads)", u * 100.0));
+        eprintln!("bench: {} {:.2} ± {:.2} t/s{util}", row.test, row.avg_ts, row.stddev_ts);
         rows.push(row);
     }
     Ok(rows)

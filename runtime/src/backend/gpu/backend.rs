@@ -78,7 +78,14 @@ pub struct GpuBackend {
     retired: Vec<DeviceBuffer>,
     /// Positions staged in this step and where.
     step_pos: Option<(Vec<u32>, DevPtr)>,
+    /// The previous step's positions and slot: a replayed decode step predicts its own
+    /// positions from them (each one further) and launches its graph at the first op.
+    prev_pos: Option<(Vec<u32>, DevPtr)>,
+    /// Positions written speculatively into this step's slot, still to be confirmed.
+    predicted_pos: Option<(Vec<u32>, DevPtr)>,
     replay: RefCell<Replay>,
+    /// Prefill of Q4_K weights (≥ 16 tokens) on matrix cores (`LODE_GEMM=0` turns it off).
+    gemm_prefill: bool,
     /// Bytes of weights uploaded and how many copies (accounting for bench/reports).
     pub weight_bytes: u64,
     pub weight_copies: u64,
@@ -101,7 +108,10 @@ impl GpuBackend {
             stage_used: 0,
             retired: Vec::new(),
             step_pos: None,
+            prev_pos: None,
+            predicted_pos: None,
             replay: RefCell::new(Replay::new()),
+            gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
             weight_bytes: 0,
             weight_copies: 0,
         }
@@ -142,11 +152,39 @@ impl GpuBackend {
         Ok(p)
     }
 
+    /// Address the next staging slot would get.
+    fn stage_slot_addr(&self) -> DevPtr {
+        self.stage.buf.as_ref().map(|b| b.ptr()).unwrap_or(0) + self.stage_used as u64
+    }
+
+    /// At a replayable step's first op: stage the positions the step will most likely
+    /// use (the previous step's, each one further) where it staged them, and launch the
+    /// graph now so the GPU runs while the host verifies the rest of the step.
+    fn speculate(&mut self, first: &Entry) -> Result<()> {
+        if !self.replay.get_mut().can_speculate() {
+            return Ok(());
+        }
+        let Some((prev, ptr)) = self.prev_pos.clone() else { return Ok(()) };
+        let n = prev.len() as u32;
+        let pred: Vec<u32> = prev.iter().map(|p| p + n).collect();
+        let in_stage = self.stage.buf.as_ref().map(|b| ptr >= b.ptr() && ptr + (pred.len() * 4) as u64 <= b.ptr() + b.len() as u64).unwrap_or(false);
+        if !in_stage || ptr < self.stage_slot_addr() {
+            return Ok(());
+        }
+        let v: Vec<i32> = pred.iter().map(|&p| p as i32).collect();
+        self.dev.write(ptr, bytemuck::cast_slice(&v)).map_err(derr("staging"))?;
+        if self.replay.get_mut().speculate(&self.dev, first).map_err(derr("graph replay"))? {
+            self.predicted_pos = Some((pred, ptr));
+        }
+        Ok(())
+    }
+
     /// End of a step: replay or capture, then recycle the staging slots.
     fn end_step(&mut self) -> Result<()> {
         self.replay.get_mut().end_step(&self.dev).map_err(derr("graph replay"))?;
         self.stage_used = 0;
-        self.step_pos = None;
+        self.prev_pos = self.step_pos.take();
+        self.predicted_pos = None;
         Ok(())
     }
 
@@ -218,6 +256,16 @@ impl GpuBackend {
             if p.as_slice() == pos {
                 return Ok(*ptr);
             }
+        }
+        if let Some((pred, ptr)) = self.predicted_pos.take() {
+            let slot = pos.len().max(1).div_ceil(64) * 256;
+            if self.step_pos.is_none() && pred.as_slice() == pos && ptr == self.stage_slot_addr() {
+                // Already staged (before the speculative graph launch): take the slot.
+                self.stage_used += slot;
+                self.step_pos = Some((pred, ptr));
+                return Ok(ptr);
+            }
+            self.replay.get_mut().mispredicted(&self.dev).map_err(derr("graph replay"))?;
         }
         let v: Vec<i32> = pos.iter().map(|&p| p as i32).collect();
         let ptr = self.stage_bytes(bytemuck::cast_slice(&v))?;
@@ -329,6 +377,9 @@ impl Backend for GpuBackend {
         }
         let wp = self.weight(w)?;
         let idp = self.stage_bytes(bytemuck::cast_slice(ids))?;
+        if let Some(first) = ops::get_rows_entry(w.ty(), wp, k, idp, ids.len(), o, 1.0) {
+            self.speculate(&first)?;
+        }
         let r = ops::get_rows(&self.rec(), wp, w.ty(), k, idp, ids.len(), o, 1.0).map_err(err("get_rows"));
         self.touch(out);
         r
@@ -343,7 +394,12 @@ impl Backend for GpuBackend {
         let wp = self.weight(w)?;
         let ty = w.ty();
         let map = |e: GpuError| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) };
-        let r = if ops::matvec_takes_q8_1(ty) {
+        // The matrix-core GEMM skeleton beat the 8-column matvec on the H200 for the 0.6B
+        // and 4B shapes and lost on the 8B shape (K = 4096 / 14336): use it below K 4096.
+        let use_gemm = ty == GgmlType::Q4_K && n_tok >= 16 && k < 4096 && self.gemm_prefill;
+        let r = if use_gemm {
+            ops::gemm_q4_k(&self.rec(), wp, rows, k, xp, yp, n_tok).map_err(map)
+        } else if ops::matvec_takes_q8_1(ty) {
             let grown = self.q8.grown;
             let q = self.q8.get(&self.dev, ops::q8_1_bytes(k, n_tok)).map_err(derr("matmul"))?;
             let key = (x.0, self.version(x), k, n_tok);
@@ -482,6 +538,11 @@ impl Backend for GpuBackend {
 
 impl Drop for GpuBackend {
     fn drop(&mut self) {
+        if let Some(r) = self.replay.get_mut().profile_report() {
+            eprintln!("{r}");
+        }
+        let st = self.replay.get_mut().stats;
+        tracing::info!("graph replay: {} captures, {} replays, {} fallbacks, {} eager steps", st.captures, st.replays, st.fallbacks, st.eager_steps);
         self.replay.get_mut().release(&self.dev);
     }
 }

@@ -126,13 +126,13 @@ pub fn rope(d: &dyn Launch, x: DevPtr, pos: DevPtr, inv_freq: DevPtr, n_tok: usi
 /// (slots 0..=max pos filled). window = 0: full causal.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, n_tok: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
-    if head_dim % 32 != 0 || head_dim > 256 || n_kv_head == 0 || n_head % n_kv_head != 0 {
+    if head_dim % 8 != 0 || head_dim > 256 || n_kv_head == 0 || n_head % n_kv_head != 0 {
         return Err(unsupported(format!("attention: head_dim {head_dim}, heads {n_head}/{n_kv_head}")));
     }
     d.launch(
         "attn_f16",
         [n_head as u32, n_tok as u32, 1],
-        [128, 1, 1],
+        [512, 1, 1],
         &[KArg::Ptr(q), KArg::Ptr(kc), KArg::Ptr(vc), KArg::Ptr(out), i(n_head), i(n_kv_head), i(head_dim), KArg::Ptr(pos), i(window), KArg::F32(scale)],
     )?;
     Ok(())
@@ -179,6 +179,20 @@ pub fn f32_to_f16_rows(d: &dyn Launch, src: DevPtr, dst: DevPtr, rows: usize, n:
     }
     d.launch("f32_to_f16_rows", [ceil(n, 256), rows as u32, 1], [256, 1, 1], &[KArg::Ptr(src), KArg::Ptr(dst), i(n), i(dst_stride), KArg::Ptr(rows_idx)])?;
     Ok(())
+}
+
+/// The launch `get_rows` makes, as a replay entry (None where it would fail or do nothing).
+pub fn get_rows_entry(ty: GgmlType, w: DevPtr, k: usize, ids: DevPtr, n_ids: usize, y: DevPtr, scale: f32) -> Option<super::replay::Entry> {
+    struct Cap(std::cell::RefCell<Option<super::replay::Entry>>);
+    impl Launch for Cap {
+        fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), DriverError> {
+            *self.0.borrow_mut() = Some(super::replay::Entry::Kernel { name, grid, block, args: args.to_vec() });
+            Ok(())
+        }
+    }
+    let c = Cap(Default::default());
+    get_rows(&c, w, ty, k, ids, n_ids, y, scale).ok()?;
+    c.0.into_inner()
 }
 
 /// y[r] = scale · dequant(W[ids[r]]). w: [n_rows_w, k] of `ty`; ids: [n_ids] i32; y: [n_ids, k] f32.
