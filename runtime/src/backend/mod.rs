@@ -150,6 +150,8 @@ pub enum BackendError {
     BadHandle(Buf),
     #[error("unknown KV cache handle {0:?}")]
     BadKvHandle(KvCache),
+    #[error(transparent)]
+    Weight(#[from] crate::weights::WeightError),
 }
 
 pub type Result<T> = std::result::Result<T, BackendError>;
@@ -159,6 +161,17 @@ pub type Result<T> = std::result::Result<T, BackendError>;
 pub trait Backend: Send {
     /// Short name for logs (`cpu`, `cuda:0 (NVIDIA H200)`).
     fn name(&self) -> String;
+
+    /// Called once with the model's file and every weight its forward pass reads, before
+    /// the first op: `mapped` residency registers the mapping here, `upload` copies all.
+    fn attach_weights(&mut self, _file: &std::sync::Arc<crate::gguf::GgufFile>, _weights: &[WeightRef]) -> Result<()> {
+        Ok(())
+    }
+    /// The weight cache's counters (`--memory-report`); `None` where weights are read in
+    /// place without a cache.
+    fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
+        None
+    }
 
     /// A zeroed f32 buffer of `len` elements.
     fn alloc(&mut self, len: usize) -> Result<Buf>;

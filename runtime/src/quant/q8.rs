@@ -11,7 +11,9 @@ pub(crate) const QK: usize = 32;
 pub(crate) const Q8_0_BYTES: usize = 34;
 pub(crate) const Q8_1_BYTES: usize = 36;
 
-/// `(d, codes)` of one 32-element block, ggml's reference rounding.
+/// `(d, codes)` of one 32-element block, rounded as llama.cpp's x86 `quantize_row_q8_0`
+/// (`id = 127/amax`, ties to even) rather than the `_ref` C code (`1/d`, ties away):
+/// with this, whole-model logits match llama.cpp's to the printed digit at position 0.
 fn quant_block(x: &[f32]) -> (f32, [i8; QK]) {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;

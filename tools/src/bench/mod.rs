@@ -173,6 +173,7 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
             weight_bytes_per_token: info.weight_bytes_per_token,
             samples_cpu_ns: Vec::new(),
             cpu_util: None,
+            cpu_norm_ts: None,
             roofline_frac: None,
         };
         row.set_samples(wall, t.n);
@@ -180,7 +181,10 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         if let (Some(bw), Kind::Gen) = (args.mem_bw, t.kind) {
             row.roofline_frac = Some(info.weight_bytes_per_token as f64 * row.avg_ts / (bw * 1e9));
         }
-        let util = row.cpu_util.map_or(String::new(), |u| format!(" (process CPU {:.0} % of {threads} threads)", u * 100.0));
+        let util = match (row.cpu_util, row.cpu_norm_ts) {
+            (Some(u), Some(n)) => format!(" (process CPU {:.0} % of {threads} threads; {n:.2} t/s per {threads} CPU-s/s)", u * 100.0),
+            _ => String::new(),
+        };
         eprintln!("bench: {} {:.2} ± {:.2} t/s{util}", row.test, row.avg_ts, row.stddev_ts);
         rows.push(row);
     }
