@@ -166,8 +166,18 @@ impl GpuBackend {
             return Ok(());
         }
         let Some((prev, ptr)) = self.prev_pos.clone() else { return Ok(()) };
+        // Decode steps only, and only while the predicted position is inside every KV
+        // cache: a wrong guess is recomputed, but the speculative run must stay in bounds
+        // (regression: repeated 512-token prefills predicted positions past the cache).
+        if prev.len() != 1 {
+            return Ok(());
+        }
         let n = prev.len() as u32;
         let pred: Vec<u32> = prev.iter().map(|p| p + n).collect();
+        let cap = self.kvs.values().map(|k| k.spec.n_ctx).min().unwrap_or(0);
+        if pred.iter().any(|&p| p as usize >= cap) {
+            return Ok(());
+        }
         let in_stage = self.stage.buf.as_ref().map(|b| ptr >= b.ptr() && ptr + (pred.len() * 4) as u64 <= b.ptr() + b.len() as u64).unwrap_or(false);
         if !in_stage || ptr < self.stage_slot_addr() {
             return Ok(());
