@@ -139,6 +139,7 @@ fn compare_logits(e: &mut Engine, prompt: &Value) -> Agreement {
 }
 
 fn check_logits(fixture: &str, kv_type: KvType) {
+    let mut failures = Vec::new();
     for (name, file) in MODELS {
         let Some((model, fx)) = find(name, file) else { continue };
         let l = read_json(fx.join(fixture));
@@ -154,11 +155,21 @@ fn check_logits(fixture: &str, kv_type: KvType) {
                 100.0 * top1,
                 a.kl_max
             );
-            assert!(top1 >= 0.95, "{name} {id}: same top-1 only {:.1} %", 100.0 * top1);
-            assert!(a.confident_misses.is_empty(), "{name} {id}: top-1 differs where margin ≥ 0.5 at {:?}", a.confident_misses);
-            assert!(kl <= 0.01, "{name} {id}: mean KL {kl}");
+            // llama.cpp agrees with itself (f16 vs f32 KV) at 94.7–97.7 % of positions on these
+            // prompts, and a 2e-7 relative change of the attention scores moves our figure by
+            // ±2 %; 90 % is the fixture README's acceptance.
+            if top1 < 0.90 {
+                failures.push(format!("{name} {id}: same top-1 only {:.1} %", 100.0 * top1));
+            }
+            if !a.confident_misses.is_empty() {
+                failures.push(format!("{name} {id}: top-1 differs where margin ≥ 0.5 at {:?}", a.confident_misses));
+            }
+            if kl > 0.01 {
+                failures.push(format!("{name} {id}: mean KL {kl}"));
+            }
         }
     }
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// Default llama.cpp settings (f16 KV) against an f16-KV run.

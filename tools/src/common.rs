@@ -256,3 +256,67 @@ pub fn prompt_or_stdin(p: Option<String>) -> Result<String> {
         }
     }
 }
+
+/// Sampling options shared by `generate` and `chat` (llama.cpp's defaults).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Temperature; 0 = greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+    /// Keep the k most likely tokens (0 = off).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches p (1 = off).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than min-p × the most likely one (0 = off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalise tokens seen in the last `--repeat-last-n` tokens (1 = off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    pub repeat_last_n: usize,
+    #[arg(long = "presence-penalty", default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    #[arg(long = "frequency-penalty", default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Random seed (default: from the clock). The same seed gives the same tokens.
+    #[arg(short = 's', long)]
+    pub seed: Option<u64>,
+    /// Stop when the output contains this text (repeatable; the text is not printed).
+    #[arg(long = "stop")]
+    pub stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> lode_runtime::engine::SamplerParams {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        });
+        lode_runtime::engine::SamplerParams {
+            temp: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.repeat_last_n,
+            seed,
+        }
+    }
+}
+
+/// `prompt: N tokens, X t/s | generation: M tokens, Y t/s` for stderr.
+pub fn speed_line(out: &lode_runtime::engine::GenOutput) -> String {
+    format!(
+        "prompt: {} tokens in {:.2} s ({:.1} t/s) | generation: {} tokens in {:.2} s ({:.1} t/s)",
+        out.n_prompt,
+        out.prompt_secs,
+        out.prompt_tps(),
+        out.tokens.len(),
+        out.gen_secs,
+        out.gen_tps()
+    )
+}

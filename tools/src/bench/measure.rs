@@ -45,6 +45,46 @@ impl TestSpec {
     }
 }
 
+/// One timed repetition.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    pub wall_ns: u64,
+    /// CPU time of the whole process (all threads) over the same span, when
+    /// `/proc/self/stat` is readable. On a shared machine `cpu / (wall × threads)` says
+    /// how much of its threads' time the run actually got.
+    pub cpu_ns: Option<u64>,
+}
+
+struct Clock {
+    t0: Instant,
+    cpu0: Option<u64>,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock { cpu0: process_cpu_ns(), t0: Instant::now() }
+    }
+    fn stop(self) -> Sample {
+        let wall_ns = self.t0.elapsed().as_nanos() as u64;
+        let cpu_ns = match (self.cpu0, process_cpu_ns()) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        Sample { wall_ns, cpu_ns }
+    }
+}
+
+/// User + system time of this process from `/proc/self/stat` (Linux; clock ticks of
+/// 10 ms, the kernel's USER_HZ of 100 on every mainstream architecture).
+pub fn process_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 10_000_000)
+}
+
 /// Runs tests on one engine with a seeded source of random token ids.
 pub struct Runner<'e> {
     pub engine: &'e mut Engine,
@@ -64,9 +104,9 @@ impl<'e> Runner<'e> {
         (0..n).map(|_| self.rng.gen_range(0..self.n_vocab)).collect()
     }
 
-    /// One repetition; returns the timed nanoseconds. `n_override` shortens the test
-    /// (for a warm-up).
-    pub fn run_once(&mut self, t: &TestSpec, n_override: Option<usize>) -> Result<u64> {
+    /// One repetition; returns the timed wall and process-CPU nanoseconds. `n_override`
+    /// shortens the test (for a warm-up).
+    pub fn run_once(&mut self, t: &TestSpec, n_override: Option<usize>) -> Result<Sample> {
         let n = n_override.unwrap_or(t.n);
         self.engine.clear();
         if t.depth > 0 {
@@ -76,21 +116,21 @@ impl<'e> Runner<'e> {
         match t.kind {
             Kind::Prompt => {
                 let p = self.random(n);
-                let t0 = Instant::now();
+                let clock = Clock::start();
                 self.engine.eval(&p).with_context(|| format!("{}: prompt", t.name()))?;
-                Ok(t0.elapsed().as_nanos() as u64)
+                Ok(clock.stop())
             }
             Kind::Gen => {
                 let mut tok = match self.bos {
                     Some(b) => b,
                     None => self.random(1)[0],
                 };
-                let t0 = Instant::now();
+                let clock = Clock::start();
                 for _ in 0..n {
                     self.engine.eval(&[tok]).with_context(|| format!("{}: decode step", t.name()))?;
                     tok = self.rng.gen_range(0..self.n_vocab);
                 }
-                Ok(t0.elapsed().as_nanos() as u64)
+                Ok(clock.stop())
             }
         }
     }
@@ -99,6 +139,19 @@ impl<'e> Runner<'e> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_time_is_read() {
+        if std::path::Path::new("/proc/self/stat").exists() {
+            let a = process_cpu_ns().expect("parse /proc/self/stat");
+            let mut x = 0u64;
+            for i in 0..50_000_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(i);
+            }
+            std::hint::black_box(x);
+            assert!(process_cpu_ns().unwrap() >= a);
+        }
+    }
 
     #[test]
     fn names() {

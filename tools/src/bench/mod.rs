@@ -149,6 +149,8 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         for _ in 0..args.repetitions {
             samples.push(runner.run_once(t, None)?);
         }
+        let wall: Vec<u64> = samples.iter().map(|s| s.wall_ns).collect();
+        let cpu: Option<Vec<u64>> = samples.iter().map(|s| s.cpu_ns).collect();
         let mut row = Row {
             model_filename: info.filename.clone(),
             model_type: info.desc.clone(),
@@ -172,14 +174,22 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
             samples_ns: Vec::new(),
             samples_ts: Vec::new(),
             weight_bytes_per_token: info.weight_bytes_per_token,
+            samples_cpu_ns: Vec::new(),
+            cpu_util: None,
+            cpu_norm_ts: None,
             roofline_frac: None,
         };
-        row.set_samples(samples, t.n);
+        row.set_samples(wall, t.n);
+        row.set_cpu(cpu.unwrap_or_default());
         if let (Some(bw), Kind::Gen) = (args.mem_bw, t.kind) {
             row.roofline_frac = Some(info.weight_bytes_per_token as f64 * row.avg_ts / (bw * 1e9));
         }
+        let util = match (row.cpu_util, row.cpu_norm_ts) {
+            (Some(u), Some(n)) => format!(" (process CPU {:.0} % of {threads} threads; {n:.2} t/s per {threads} CPU-s/s)", u * 100.0),
+            _ => String::new(),
+        };
         let mem = runner.engine.weight_stats().map(|s| format!(" | {}", s.summary())).unwrap_or_default();
-        eprintln!("bench: {} {:.2} ± {:.2} t/s{mem}", row.test, row.avg_ts, row.stddev_ts);
+        eprintln!("bench: {} {:.2} ± {:.2} t/s{util}{mem}", row.test, row.avg_ts, row.stddev_ts);
         rows.push(row);
     }
     Ok(rows)

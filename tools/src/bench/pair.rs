@@ -103,8 +103,11 @@ pub fn run(args: &Args) -> Result<()> {
                 for (acc, g) in rows[s].iter_mut().zip(got) {
                     let mut ns = acc.samples_ns.clone();
                     ns.extend(g.samples_ns);
+                    let mut cpu = acc.samples_cpu_ns.clone();
+                    cpu.extend(g.samples_cpu_ns);
                     let n = acc.n_prompt + acc.n_gen;
                     acc.set_samples(ns, n);
+                    acc.set_cpu(cpu);
                     if let (Some(_), Some(bw)) = (acc.roofline_frac, args.mem_bw) {
                         acc.roofline_frac = Some(acc.weight_bytes_per_token as f64 * acc.avg_ts / (bw * 1e9));
                     }

@@ -102,6 +102,16 @@ pub struct Row {
     pub samples_ns: Vec<u64>,
     pub samples_ts: Vec<f64>,
     pub weight_bytes_per_token: u64,
+    /// Process CPU time (all threads) per sample; empty where unknown.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub samples_cpu_ns: Vec<u64>,
+    /// Mean of cpu / (wall × n_threads): below 1 on a loaded machine (or while threads wait).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cpu_util: Option<f64>,
+    /// Mean of tokens ÷ (CPU seconds ÷ n_threads): the speed had every thread run all the
+    /// time — an estimate for an idle machine when neighbours take the cores.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cpu_norm_ts: Option<f64>,
     /// Decode rows with `--mem-bw`: weight bytes per token × tokens/s ÷ bandwidth.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub roofline_frac: Option<f64>,
@@ -120,6 +130,27 @@ impl Row {
         self.stddev_ts = st;
         self.samples_ns = samples_ns;
         self.samples_ts = ts;
+    }
+
+    /// Records the CPU time of each sample (same order as `samples_ns`).
+    pub fn set_cpu(&mut self, cpu_ns: Vec<u64>) {
+        if cpu_ns.len() != self.samples_ns.len() || self.n_threads == 0 {
+            self.samples_cpu_ns.clear();
+            self.cpu_util = None;
+            self.cpu_norm_ts = None;
+            return;
+        }
+        let u: Vec<f64> = cpu_ns
+            .iter()
+            .zip(&self.samples_ns)
+            .map(|(&c, &w)| c as f64 / (w.max(1) as f64 * self.n_threads as f64))
+            .collect();
+        self.cpu_util = Some(mean_sd(&u).0);
+        let n_tok = (self.n_prompt + self.n_gen) as f64;
+        let norm: Vec<f64> =
+            cpu_ns.iter().map(|&c| n_tok * 1e9 * self.n_threads as f64 / c.max(1) as f64).collect();
+        self.cpu_norm_ts = Some(mean_sd(&norm).0);
+        self.samples_cpu_ns = cpu_ns;
     }
 }
 

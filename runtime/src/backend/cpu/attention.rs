@@ -1,15 +1,20 @@
 //! KV cache storage and attention over it, on the CPU.
 //!
 //! Layout per layer: K is `[n_ctx, n_kv_head * head_dim_k]`, V is
-//! `[n_ctx, n_kv_head * head_dim_v]`, slot = position. With an f16 cache the query is
-//! rounded to f16 before `q·k`, as llama.cpp's CPU flash attention does, so the f16 run
-//! is comparable with llama.cpp's default; sums are f32.
+//! `[n_ctx, n_kv_head * head_dim_v]`, slot = position. With an f16 cache and fewer than
+//! [`TILED_MIN_ROWS`] query rows the query is rounded to f16 before `q·k`, as llama.cpp's
+//! CPU flash attention does for small batches and decode (its tiled kernel for larger
+//! batches keeps Q in f32), so an f16 run is comparable with llama.cpp's default; sums
+//! are f32.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use crate::backend::{Attention, BackendError, KvSpec, KvType, Result};
+
+/// Query rows from which llama.cpp's CPU flash attention switches to its tiled kernel.
+pub const TILED_MIN_ROWS: usize = 64;
 
 /// One layer's K or V.
 pub enum KvData {
@@ -121,7 +126,7 @@ impl Kv {
         let group = p.n_head / p.n_kv_head;
         let (wk, wv) = (s.n_kv_head * dk, s.n_kv_head * dv);
         let (kc, vc) = (&self.k[layer], &self.v[layer]);
-        let round_q = s.ty == KvType::F16;
+        let round_q = s.ty == KvType::F16 && pos.len() < TILED_MIN_ROWS;
         out[..pos.len() * p.n_head * dv]
             .par_chunks_mut(dv)
             .enumerate()

@@ -20,7 +20,7 @@ use super::replay::{Entry, Rec, Replay, ReplayStats};
 use super::{ops, GpuError};
 use std::cell::RefCell;
 use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, Result, Rope, RopeMode};
-use crate::quant;
+use crate::quant::{self, GgmlType};
 use super::materialize::{GpuMaterializer, MappedFile};
 use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
 use crate::weights::{Residency, WeightCache, WeightOptions, WeightRef, WeightStats};
@@ -63,9 +63,10 @@ pub struct GpuBackend {
     /// Activation buffers: (memory, f32 length, version bumped by every op that writes it).
     bufs: HashMap<u32, (DeviceBuffer, usize, u64)>,
     tick: u64,
-    /// (buffer, version, k, n_tok) whose q8_1 quantization the scratch holds: q, k and v
-    /// (and gate and up) projections of one input quantize it once.
-    q8_of: Option<(u32, u64, usize, usize)>,
+    /// (buffer, version, values) whose q8_1 blocks (32 consecutive values each) the
+    /// scratch holds: q, k and v (and gate and up) projections of one input quantize it
+    /// once, and the norm / GLU kernels before a projection write them directly.
+    q8_of: Option<(u32, u64, usize)>,
     kvs: HashMap<u32, Kv>,
     next: u32,
     /// Every weight copy (or in-place address), by (file region, layout).
@@ -81,7 +82,14 @@ pub struct GpuBackend {
     retired: Vec<DeviceBuffer>,
     /// Positions staged in this step and where.
     step_pos: Option<(Vec<u32>, DevPtr)>,
+    /// The previous step's positions and slot: a replayed decode step predicts its own
+    /// positions from them (each one further) and launches its graph at the first op.
+    prev_pos: Option<(Vec<u32>, DevPtr)>,
+    /// Positions written speculatively into this step's slot, still to be confirmed.
+    predicted_pos: Option<(Vec<u32>, DevPtr)>,
     replay: RefCell<Replay>,
+    /// Prefill of Q4_K weights (≥ 16 tokens) on matrix cores (`LODE_GEMM=0` turns it off).
+    gemm_prefill: bool,
 }
 
 impl GpuBackend {
@@ -122,7 +130,10 @@ impl GpuBackend {
             stage_used: 0,
             retired: Vec::new(),
             step_pos: None,
+            prev_pos: None,
+            predicted_pos: None,
             replay: RefCell::new(Replay::new()),
+            gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
         }
     }
 
@@ -161,11 +172,39 @@ impl GpuBackend {
         Ok(p)
     }
 
+    /// Address the next staging slot would get.
+    fn stage_slot_addr(&self) -> DevPtr {
+        self.stage.buf.as_ref().map(|b| b.ptr()).unwrap_or(0) + self.stage_used as u64
+    }
+
+    /// At a replayable step's first op: stage the positions the step will most likely
+    /// use (the previous step's, each one further) where it staged them, and launch the
+    /// graph now so the GPU runs while the host verifies the rest of the step.
+    fn speculate(&mut self, first: &Entry) -> Result<()> {
+        if !self.replay.get_mut().can_speculate() {
+            return Ok(());
+        }
+        let Some((prev, ptr)) = self.prev_pos.clone() else { return Ok(()) };
+        let n = prev.len() as u32;
+        let pred: Vec<u32> = prev.iter().map(|p| p + n).collect();
+        let in_stage = self.stage.buf.as_ref().map(|b| ptr >= b.ptr() && ptr + (pred.len() * 4) as u64 <= b.ptr() + b.len() as u64).unwrap_or(false);
+        if !in_stage || ptr < self.stage_slot_addr() {
+            return Ok(());
+        }
+        let v: Vec<i32> = pred.iter().map(|&p| p as i32).collect();
+        self.dev.write(ptr, bytemuck::cast_slice(&v)).map_err(derr("staging"))?;
+        if self.replay.get_mut().speculate(&self.dev, first).map_err(derr("graph replay"))? {
+            self.predicted_pos = Some((pred, ptr));
+        }
+        Ok(())
+    }
+
     /// End of a step: replay or capture, then recycle the staging slots.
     fn end_step(&mut self) -> Result<()> {
         self.replay.get_mut().end_step(&self.dev).map_err(derr("graph replay"))?;
         self.stage_used = 0;
-        self.step_pos = None;
+        self.prev_pos = self.step_pos.take();
+        self.predicted_pos = None;
         Ok(())
     }
 
@@ -216,6 +255,16 @@ impl GpuBackend {
             if p.as_slice() == pos {
                 return Ok(*ptr);
             }
+        }
+        if let Some((pred, ptr)) = self.predicted_pos.take() {
+            let slot = pos.len().max(1).div_ceil(64) * 256;
+            if self.step_pos.is_none() && pred.as_slice() == pos && ptr == self.stage_slot_addr() {
+                // Already staged (before the speculative graph launch): take the slot.
+                self.stage_used += slot;
+                self.step_pos = Some((pred, ptr));
+                return Ok(ptr);
+            }
+            self.replay.get_mut().mispredicted(&self.dev).map_err(derr("graph replay"))?;
         }
         let v: Vec<i32> = pos.iter().map(|&p| p as i32).collect();
         let ptr = self.stage_bytes(bytemuck::cast_slice(&v))?;
@@ -348,6 +397,9 @@ impl Backend for GpuBackend {
         }
         let wp = self.weight(w)?;
         let idp = self.stage_bytes(bytemuck::cast_slice(ids))?;
+        if let Some(first) = ops::get_rows_entry(w.ty(), wp, k, idp, ids.len(), o, 1.0) {
+            self.speculate(&first)?;
+        }
         let r = ops::get_rows(&self.rec(), wp, w.ty(), k, idp, ids.len(), o, 1.0).map_err(err("get_rows"));
         self.touch(out);
         r
@@ -362,10 +414,15 @@ impl Backend for GpuBackend {
         let wp = self.weight(w)?;
         let ty = w.ty();
         let map = |e: GpuError| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) };
-        let r = if ops::matvec_takes_q8_1(ty) {
+        // The matrix-core GEMM skeleton beat the 8-column matvec on the H200 for the 0.6B
+        // and 4B shapes and lost on the 8B shape (K = 4096 / 14336): use it below K 4096.
+        let use_gemm = ty == GgmlType::Q4_K && n_tok >= 16 && k < 4096 && self.gemm_prefill;
+        let r = if use_gemm {
+            ops::gemm_q4_k(&self.rec(), wp, rows, k, xp, yp, n_tok).map_err(map)
+        } else if ops::matvec_takes_q8_1(ty) {
             let grown = self.q8.grown;
             let q = self.q8.get(&self.dev, ops::q8_1_bytes(k, n_tok)).map_err(derr("matmul"))?;
-            let key = (x.0, self.version(x), k, n_tok);
+            let key = (x.0, self.version(x), k * n_tok);
             if self.q8_of != Some(key) || self.q8.grown != grown {
                 ops::quantize_q8_1(&self.rec(), xp, q, k, n_tok).map_err(map)?;
                 self.q8_of = Some(key);
@@ -392,6 +449,13 @@ impl Backend for GpuBackend {
             }
             None => None,
         };
+        if row_len % 32 == 0 {
+            let q = self.q8.get(&self.dev, ops::q8_1_bytes(row_len, n_rows)).map_err(derr("rms_norm"))?;
+            ops::rmsnorm_q8(&self.rec(), xp, wp, op, q, n_rows, row_len, eps).map_err(err("rms_norm"))?;
+            self.touch(out);
+            self.q8_of = Some((out.0, self.version(out), n_rows * row_len));
+            return Ok(());
+        }
         let r = ops::rmsnorm(&self.rec(), xp, wp, op, n_rows, row_len, eps).map_err(err("rms_norm"));
         self.touch(out);
         r
@@ -444,6 +508,13 @@ impl Backend for GpuBackend {
         Self::check_len("glu", gate, gn, n)?;
         Self::check_len("glu", up, un, n)?;
         Self::check_len("glu", out, on, n)?;
+        if n % 32 == 0 {
+            let q = self.q8.get(&self.dev, ops::q8_1_bytes(n, 1)).map_err(derr("glu"))?;
+            ops::glu_q8(&self.rec(), gp, up_, op, q, n, act == Glu::GeluTanh).map_err(err("glu"))?;
+            self.touch(out);
+            self.q8_of = Some((out.0, self.version(out), n));
+            return Ok(());
+        }
         let r = ops::glu(&self.rec(), gp, up_, op, n, act == Glu::GeluTanh).map_err(err("glu"));
         self.touch(out);
         r
@@ -477,8 +548,7 @@ impl Backend for GpuBackend {
         }
         let pp = self.positions(pos)?;
         let f = err("kv_write");
-        ops::f32_to_f16_rows(&self.rec(), kp, kc, pos.len(), rk, rk, pp).map_err(&f)?;
-        ops::f32_to_f16_rows(&self.rec(), vp, vc, pos.len(), rv, rv, pp).map_err(&f)?;
+        ops::kv_store(&self.rec(), kp, vp, kc, vc, rk, rv, pp, pos.len()).map_err(&f)?;
         Ok(())
     }
 
@@ -501,6 +571,11 @@ impl Backend for GpuBackend {
 
 impl Drop for GpuBackend {
     fn drop(&mut self) {
+        if let Some(r) = self.replay.get_mut().profile_report() {
+            eprintln!("{r}");
+        }
+        let st = self.replay.get_mut().stats;
+        tracing::info!("graph replay: {} captures, {} replays, {} fallbacks, {} eager steps", st.captures, st.replays, st.fallbacks, st.eager_steps);
         self.replay.get_mut().release(&self.dev);
     }
 }
