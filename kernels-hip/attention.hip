@@ -7,6 +7,53 @@
 #define ATT_STREAMS (ATT_WARPS * ATT_GROUPS)
 #define ATT_MAXE 32      // head_dim <= 256: up to 32 elements per lane
 
+struct __attribute__((aligned(16))) att_u32x4 { u32 x, y, z, w; };
+
+// Dot of qr[0..epl) with an f16 row (16-byte loads when epl % 8 == 0: rows are then
+// 16-byte aligned), and acc = acc * corr + pw * row.
+DEV float att_dot(const float* qr, const u16* r, int epl) {
+    float dot = 0.0f;
+    if ((epl & 7) == 0) {
+#pragma unroll
+        for (int c = 0; c < ATT_MAXE / 8; ++c) {
+            if (c * 8 < epl) {
+                const att_u32x4 w = *(const att_u32x4*)(r + c * 8);
+                const u32 ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    dot += qr[c * 8 + 2 * j] * h2f((u16)(ws[j] & 0xffff));
+                    dot += qr[c * 8 + 2 * j + 1] * h2f((u16)(ws[j] >> 16));
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < ATT_MAXE; ++e)
+            if (e < epl) dot += qr[e] * h2f(r[e]);
+    }
+    return dot;
+}
+DEV void att_acc(float* acc, const u16* r, int epl, float corr, float pw) {
+    if ((epl & 7) == 0) {
+#pragma unroll
+        for (int c = 0; c < ATT_MAXE / 8; ++c) {
+            if (c * 8 < epl) {
+                const att_u32x4 w = *(const att_u32x4*)(r + c * 8);
+                const u32 ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    acc[c * 8 + 2 * j] = acc[c * 8 + 2 * j] * corr + pw * h2f((u16)(ws[j] & 0xffff));
+                    acc[c * 8 + 2 * j + 1] = acc[c * 8 + 2 * j + 1] * corr + pw * h2f((u16)(ws[j] >> 16));
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < ATT_MAXE; ++e)
+            if (e < epl) acc[e] = acc[e] * corr + pw * h2f(r[e]);
+    }
+}
+
 // q:   [n_tok, n_head, head_dim] f32 (query t sits at position pos[t], read on the device
 //      so a captured decode graph replays unchanged as the cache grows)
 // kc:  [n_ctx, n_kv_head * head_dim] f16 (row p = key at position p), vc likewise
@@ -16,7 +63,7 @@
 // key, head_dim / 8 elements per lane), 64 streams per block, each with its own online
 // softmax state; a warp merges its 4 streams with shuffles, the 16 warps merge through
 // shared memory.
-KERNEL void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
+KERNEL LAUNCH_BOUNDS(512) void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
                      const int* pos, int window, float scale) {
     __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
     __shared__ float s_acc[ATT_WARPS][256];
@@ -41,10 +88,51 @@ KERNEL void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, i
         const int p = base + grp;
         const bool live = p <= P;
         const u64 row = (u64)(live ? p : P) * kv_stride + (u64)kvh * head_dim + sub * epl;
-        float dot = 0.0f;
+        if ((epl & 7) == 0) {
+            // Issue the K and V loads of this key together (V does not depend on the score).
+            att_u32x4 kw[ATT_MAXE / 8], vw[ATT_MAXE / 8];
 #pragma unroll
-        for (int e = 0; e < ATT_MAXE; ++e)
-            if (e < epl) dot += qr[e] * h2f(kc[row + e]);
+            for (int c = 0; c < ATT_MAXE / 8; ++c) {
+                if (c * 8 < epl) {
+                    kw[c] = *(const att_u32x4*)(kc + row + c * 8);
+                    vw[c] = *(const att_u32x4*)(vc + row + c * 8);
+                }
+            }
+            float dot = 0.0f;
+#pragma unroll
+            for (int c = 0; c < ATT_MAXE / 8; ++c) {
+                if (c * 8 < epl) {
+                    const u32 ws[4] = {kw[c].x, kw[c].y, kw[c].z, kw[c].w};
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        dot += qr[c * 8 + 2 * j] * h2f((u16)(ws[j] & 0xffff));
+                        dot += qr[c * 8 + 2 * j + 1] * h2f((u16)(ws[j] >> 16));
+                    }
+                }
+            }
+            dot += shfl_xor(dot, 1);
+            dot += shfl_xor(dot, 2);
+            dot += shfl_xor(dot, 4);
+            if (live) {
+                const float mn = fmax_f(m, dot);
+                const float corr = exp_fast(m - mn), pw = exp_fast(dot - mn);
+                l = l * corr + pw;
+#pragma unroll
+                for (int c = 0; c < ATT_MAXE / 8; ++c) {
+                    if (c * 8 < epl) {
+                        const u32 ws[4] = {vw[c].x, vw[c].y, vw[c].z, vw[c].w};
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            acc[c * 8 + 2 * j] = acc[c * 8 + 2 * j] * corr + pw * h2f((u16)(ws[j] & 0xffff));
+                            acc[c * 8 + 2 * j + 1] = acc[c * 8 + 2 * j + 1] * corr + pw * h2f((u16)(ws[j] >> 16));
+                        }
+                    }
+                }
+                m = mn;
+            }
+            continue;
+        }
+        float dot = att_dot(qr, kc + row, epl);
         dot += shfl_xor(dot, 1);
         dot += shfl_xor(dot, 2);
         dot += shfl_xor(dot, 4);
@@ -52,9 +140,7 @@ KERNEL void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, i
             const float mn = fmax_f(m, dot);
             const float corr = exp_fast(m - mn), pw = exp_fast(dot - mn);
             l = l * corr + pw;
-#pragma unroll
-            for (int e = 0; e < ATT_MAXE; ++e)
-                if (e < epl) acc[e] = acc[e] * corr + pw * h2f(vc[row + e]);
+            att_acc(acc, vc + row, epl, corr, pw);
             m = mn;
         }
     }

@@ -141,15 +141,16 @@ fn bench_pairs_two_configurations() {
 fn bench_bad_arguments_are_clear_errors() {
     let Some(m) = model() else { return };
     let m = m.to_str().unwrap();
+    // (-p/-n lists accumulate like llama-bench's, so each case gives its own.)
     let cases: [(&[&str], &str); 5] = [
-        (&["-r", "0"], "at least one repetition"),
-        (&["-o", "xml"], "unknown output format"),
+        (&["-p", "4", "-n", "1", "-r", "0"], "at least one repetition"),
+        (&["-p", "4", "-n", "1", "-o", "xml"], "unknown output format"),
         (&["-p", "0", "-n", "0"], "nothing to measure"),
-        (&["--pair-arg", "--threads 1"], "exactly twice"),
-        (&["--pair-env", "NOVALUES"], "NAME=A,B"),
+        (&["-p", "4", "-n", "1", "--pair-arg", "--threads 1"], "exactly twice"),
+        (&["-p", "4", "-n", "1", "--pair-env", "NOVALUES"], "NAME=A,B"),
     ];
     for (extra, needle) in cases {
-        let mut args = vec!["bench", "-m", m, "--device", "cpu", "-p", "4", "-n", "1", "-r", "1"];
+        let mut args = vec!["bench", "-m", m, "--device", "cpu", "-r", "1"];
         args.extend_from_slice(extra);
         let out = lode(&args);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -108,6 +108,10 @@ pub struct Row {
     /// Mean of cpu / (wall × n_threads): below 1 on a loaded machine (or while threads wait).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub cpu_util: Option<f64>,
+    /// Mean of tokens ÷ (CPU seconds ÷ n_threads): the speed had every thread run all the
+    /// time — an estimate for an idle machine when neighbours take the cores.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cpu_norm_ts: Option<f64>,
     /// Decode rows with `--mem-bw`: weight bytes per token × tokens/s ÷ bandwidth.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub roofline_frac: Option<f64>,
@@ -133,6 +137,7 @@ impl Row {
         if cpu_ns.len() != self.samples_ns.len() || self.n_threads == 0 {
             self.samples_cpu_ns.clear();
             self.cpu_util = None;
+            self.cpu_norm_ts = None;
             return;
         }
         let u: Vec<f64> = cpu_ns
@@ -141,6 +146,10 @@ impl Row {
             .map(|(&c, &w)| c as f64 / (w.max(1) as f64 * self.n_threads as f64))
             .collect();
         self.cpu_util = Some(mean_sd(&u).0);
+        let n_tok = (self.n_prompt + self.n_gen) as f64;
+        let norm: Vec<f64> =
+            cpu_ns.iter().map(|&c| n_tok * 1e9 * self.n_threads as f64 / c.max(1) as f64).collect();
+        self.cpu_norm_ts = Some(mean_sd(&norm).0);
         self.samples_cpu_ns = cpu_ns;
     }
 }

@@ -231,3 +231,30 @@ pub fn gemm_q4_k(d: &dyn Launch, w: DevPtr, m: usize, k: usize, x: DevPtr, y: De
     d.launch("gemm_q4_K_f16", [ceil(m, 64), ceil(n, 16), 1], [128, 1, 1], &[KArg::Ptr(w), KArg::Ptr(x), KArg::Ptr(y), i(m), i(n), i(k)])?;
     Ok(())
 }
+
+/// `rmsnorm` that also writes y's q8_1 blocks. q: [rows, n/32] q8_1; n % 32 == 0.
+pub fn rmsnorm_q8(d: &dyn Launch, x: DevPtr, w: Option<DevPtr>, y: DevPtr, q: DevPtr, rows: usize, n: usize, eps: f32) -> R {
+    if n % 32 != 0 {
+        return Err(unsupported(format!("rmsnorm_q8: n = {n} is not a multiple of 32")));
+    }
+    d.launch("rmsnorm_q8_f32", [rows as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps)])?;
+    Ok(())
+}
+
+/// `glu` that also writes y's q8_1 blocks (32 consecutive values each). n % 32 == 0.
+pub fn glu_q8(d: &dyn Launch, g: DevPtr, u: DevPtr, y: DevPtr, q: DevPtr, n: usize, gelu: bool) -> R {
+    if n % 32 != 0 {
+        return Err(unsupported(format!("glu_q8: n = {n} is not a multiple of 32")));
+    }
+    flat(d, "glu_q8_f32", n, &[KArg::Ptr(g), KArg::Ptr(u), KArg::Ptr(y), KArg::Ptr(q), i(n), i(gelu as usize)])
+}
+
+/// K and V rows into the f16 caches. k: [n_rows, nk] f32, v: [n_rows, nv] f32;
+/// kc: rows of nk f16, vc: rows of nv f16; rows: [n_rows] i32 on the device.
+pub fn kv_store(d: &dyn Launch, k: DevPtr, v: DevPtr, kc: DevPtr, vc: DevPtr, nk: usize, nv: usize, rows: DevPtr, n_rows: usize) -> R {
+    if n_rows == 0 {
+        return Ok(());
+    }
+    d.launch("kv_store_f16", [ceil(nk.max(nv), 256), n_rows as u32, 1], [256, 1, 1], &[KArg::Ptr(k), KArg::Ptr(v), KArg::Ptr(kc), KArg::Ptr(vc), i(nk), i(nv), KArg::Ptr(rows)])?;
+    Ok(())
+}
