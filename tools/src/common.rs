@@ -12,6 +12,7 @@ use lode_runtime::backend::{self, DeviceKind, KvType};
 use lode_runtime::engine::{Engine, EngineOptions};
 use lode_runtime::gguf::GgufFile;
 use lode_runtime::model::Model;
+use lode_runtime::weights::{ByteSize, Residency, WeightOptions};
 use sha2::{Digest, Sha256};
 
 /// File name of the default model (Gemma 3 270M, Q4_K_M).
@@ -46,6 +47,37 @@ pub struct ModelArgs {
     /// KV cache precision: f16 (llama.cpp's default) or f32.
     #[arg(long = "kv-type", default_value = "f16")]
     pub kv_type: KvType,
+    #[command(flatten)]
+    pub weights: WeightArgs,
+}
+
+/// How weights are held (flattened into every model-running subcommand).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct WeightArgs {
+    /// Where weights live: device (one device copy per weight, made on first use; the
+    /// discrete-GPU default), mapped (the file mapping read in place; the unified-memory
+    /// and CPU default), upload (everything copied at load). Env: LODE_RESIDENCY.
+    #[arg(long, value_name = "MODE")]
+    pub residency: Option<Residency>,
+    /// Cap on device bytes held by weights (e.g. 4GiB, 512MiB, 3000000000); going over
+    /// it is an error naming the weight.
+    #[arg(long = "weight-budget", value_name = "BYTES")]
+    pub weight_budget: Option<ByteSize>,
+    /// At exit, print the weight cache's accounting (copies, bytes per layout,
+    /// duplicates, hits/misses, time materializing, peak device memory) as JSON on stderr.
+    #[arg(long = "memory-report")]
+    pub memory_report: bool,
+}
+
+impl WeightArgs {
+    /// The runtime's options: these flags over the environment's.
+    pub fn options(&self) -> Result<WeightOptions> {
+        let mut o = WeightOptions::from_env().map_err(anyhow::Error::msg)?;
+        o.residency = self.residency;
+        o.budget = self.weight_budget.map(|b| b.0);
+        o.report_at_exit = self.memory_report;
+        Ok(o)
+    }
 }
 
 /// The models folder: `$LODE_MODELS_DIR`, else `~/.cache/lode/models`.
@@ -203,7 +235,7 @@ pub fn open_engine(args: &ModelArgs) -> Result<(Engine, Arc<GgufFile>, PathBuf)>
     let file = open_gguf(&path)?;
     let model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
     let threads = args.threads.unwrap_or_else(physical_cores);
-    let (be, note) = backend::open(args.device, threads)?;
+    let (be, note) = backend::open_with(args.device, threads, &args.weights.options()?)?;
     if let Some(note) = note {
         eprintln!("lode: {note}");
     }

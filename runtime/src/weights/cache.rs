@@ -110,6 +110,7 @@ pub struct WeightCache<M: Materializer> {
     /// (stage, how many more times to pass it before failing).
     fault: Option<(Stage, u64)>,
     trace: bool,
+    report_at_exit: bool,
 }
 
 impl<M: Materializer> WeightCache<M> {
@@ -127,6 +128,7 @@ impl<M: Materializer> WeightCache<M> {
             stats,
             fault: None,
             trace: trace_enabled(),
+            report_at_exit: opts.report_at_exit,
         }
     }
 
@@ -393,6 +395,10 @@ impl<M: Materializer> WeightCache<M> {
 
 impl<M: Materializer> Drop for WeightCache<M> {
     fn drop(&mut self) {
+        if self.report_at_exit {
+            let r = serde_json::json!({ "memory_report": self.stats() });
+            eprintln!("{r}");
+        }
         for (_, e) in self.entries.drain() {
             if let Some(b) = e.buf {
                 self.m.free(b);

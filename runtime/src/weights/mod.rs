@@ -44,6 +44,9 @@ pub struct WeightOptions {
     /// Test only: the cache fails allocations past this many resident bytes, as a full
     /// device would (`LODE_TEST_ALLOC_LIMIT`).
     pub test_alloc_limit: Option<u64>,
+    /// `--memory-report`: the cache prints its accounting as one JSON line on stderr when
+    /// it is dropped (with the model, at exit).
+    pub report_at_exit: bool,
 }
 
 impl WeightOptions {
@@ -53,7 +56,7 @@ impl WeightOptions {
             Ok(v) if !v.trim().is_empty() => Some(v.parse::<ByteSize>().map_err(|e| format!("{TEST_ALLOC_LIMIT_ENV}: {e}"))?.0),
             _ => None,
         };
-        Ok(WeightOptions { residency: None, budget: None, test_alloc_limit: limit })
+        Ok(WeightOptions { test_alloc_limit: limit, ..Default::default() })
     }
 }
 

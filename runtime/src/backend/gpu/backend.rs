@@ -1,10 +1,11 @@
 //! [`Backend`] for CUDA and HIP: one implementation over [`GpuDevice`], so the forward
 //! pass the model code issues runs the same host code on an NVIDIA or an AMD GPU.
 //!
-//! Weights: the first op that names a weight uploads its stored bytes from the mapping
-//! (one device copy per weight, keyed by the mapping address; the residency work replaces
-//! this map with the full `WeightCache`). Small f32 vectors (norm weights, biases) that a
-//! file stores in another type are dequantized on the host once, then uploaded.
+//! Weights: every op asks the `WeightCache` for (weight, canonical layout): the first ask
+//! materializes it (`device` residency), or it was copied at load (`upload`), or it is
+//! read in place from the registered file mapping (`mapped`). Small f32 vectors (norm
+//! weights, biases) that a file stores in another type have the f32 layout (dequantized
+//! on the host once, then uploaded).
 //! Activations: every `Buf` is a device f32 buffer. Matmuls of quantized weights quantize
 //! the activations to q8_1 in a reused scratch buffer first.
 //! Host slices (token ids, positions) are uploaded to per-step staging slots (an
@@ -20,7 +21,9 @@ use super::{ops, GpuError};
 use std::cell::RefCell;
 use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, Result, Rope, RopeMode};
 use crate::quant::{self, GgmlType};
-use crate::weights::WeightRef;
+use super::materialize::{GpuMaterializer, MappedFile};
+use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
+use crate::weights::{Residency, WeightCache, WeightOptions, WeightRef, WeightStats};
 use std::collections::HashMap;
 
 /// Map a GPU error into the backend's error type, naming the op.
@@ -66,10 +69,10 @@ pub struct GpuBackend {
     q8_of: Option<(u32, u64, usize)>,
     kvs: HashMap<u32, Kv>,
     next: u32,
-    /// Stored-layout weight copies, keyed by (mapping address, bytes).
-    weights: HashMap<(usize, usize), DeviceBuffer>,
-    /// f32 copies of small vectors stored in another type, same key.
-    weights_f32: HashMap<(usize, usize), DeviceBuffer>,
+    /// Every weight copy (or in-place address), by (file region, layout).
+    cache: WeightCache<GpuMaterializer>,
+    /// The registered file mapping (`mapped` residency).
+    mapped: Option<MappedFile>,
     inv_freq: HashMap<(usize, u32, u32, usize), DeviceBuffer>,
     q8: Scratch,
     /// Per-step staging of host inputs (ids, positions): slot addresses repeat per step.
@@ -87,13 +90,31 @@ pub struct GpuBackend {
     replay: RefCell<Replay>,
     /// Prefill of Q4_K weights (≥ 16 tokens) on matrix cores (`LODE_GEMM=0` turns it off).
     gemm_prefill: bool,
-    /// Bytes of weights uploaded and how many copies (accounting for bench/reports).
-    pub weight_bytes: u64,
-    pub weight_copies: u64,
 }
 
 impl GpuBackend {
+    /// A backend with the environment's weight options (`LODE_RESIDENCY`, else the
+    /// device's default; an unreadable variable is reported and ignored).
     pub fn new(dev: GpuDevice) -> GpuBackend {
+        let opts = WeightOptions::from_env().unwrap_or_else(|e| {
+            eprintln!("lode: {e}; ignored");
+            WeightOptions::default()
+        });
+        let residency = Residency::resolve(None, dev.is_integrated()).unwrap_or_else(|e| {
+            eprintln!("lode: {e}; ignored");
+            Residency::default_for(dev.is_integrated())
+        });
+        GpuBackend::with_residency(dev, residency, &opts)
+    }
+
+    /// A backend holding weights as `opts` says (`--residency`, `--weight-budget`).
+    pub fn with_options(dev: GpuDevice, opts: &WeightOptions) -> Result<GpuBackend> {
+        let residency = Residency::resolve(opts.residency, dev.is_integrated()).map_err(BackendError::Unavailable)?;
+        Ok(GpuBackend::with_residency(dev, residency, opts))
+    }
+
+    fn with_residency(dev: GpuDevice, residency: Residency, opts: &WeightOptions) -> GpuBackend {
+        let cache = WeightCache::new(GpuMaterializer { dev: dev.clone() }, residency, opts);
         GpuBackend {
             dev,
             bufs: HashMap::new(),
@@ -101,8 +122,8 @@ impl GpuBackend {
             q8_of: None,
             kvs: HashMap::new(),
             next: 1,
-            weights: HashMap::new(),
-            weights_f32: HashMap::new(),
+            cache,
+            mapped: None,
             inv_freq: HashMap::new(),
             q8: Scratch::default(),
             stage: Scratch::default(),
@@ -113,8 +134,6 @@ impl GpuBackend {
             predicted_pos: None,
             replay: RefCell::new(Replay::new()),
             gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
-            weight_bytes: 0,
-            weight_copies: 0,
         }
     }
 
@@ -221,44 +240,23 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Device address of a weight's stored bytes (uploaded on first use).
+    /// Device address of a matrix weight in its canonical layout (made on first use).
     fn weight(&mut self, w: &WeightRef) -> Result<DevPtr> {
-        let key = (w.data().as_ptr() as usize, w.data().len());
-        if let Some(b) = self.weights.get(&key) {
-            return Ok(b.ptr());
-        }
-        self.barrier()?;
-        let b = self.dev.upload(w.data()).map_err(|e| match e {
-            super::DriverError::Call { code: 2, .. } => BackendError::OutOfMemory { what: "weight upload", bytes: w.data().len() as u64 },
-            e => BackendError::Invalid { op: "weight upload", msg: format!("{}: {e}", w.name()) },
-        })?;
-        self.weight_bytes += w.data().len() as u64;
-        self.weight_copies += 1;
-        if std::env::var_os("LODE_WEIGHT_TRACE").is_some() {
-            eprintln!("weight copy: {} {} {} bytes (stored layout)", w.name(), w.ty(), w.data().len());
-        }
-        let p = b.ptr();
-        self.weights.insert(key, b);
-        Ok(p)
+        self.cached(w, layout::canonical(w.ty(), Consumer::Matrix, DeviceClass::Gpu))
     }
 
-    /// Device address of a weight as an f32 vector (norm weights, biases, rope factors).
+    /// Device address of a weight as an f32 vector (norm weights, biases).
     fn weight_f32(&mut self, w: &WeightRef) -> Result<DevPtr> {
-        if w.ty() == GgmlType::F32 {
-            return self.weight(w);
+        self.cached(w, layout::canonical(w.ty(), Consumer::Vector, DeviceClass::Gpu))
+    }
+
+    fn cached(&mut self, w: &WeightRef, layout: Layout) -> Result<DevPtr> {
+        if let Some(p) = self.cache.peek(w, layout) {
+            return Ok(p);
         }
-        let key = (w.data().as_ptr() as usize, w.data().len());
-        if let Some(b) = self.weights_f32.get(&key) {
-            return Ok(b.ptr());
-        }
+        // Materializing allocates and uploads: outside the step record.
         self.barrier()?;
-        let n = w.row_len() * w.n_rows();
-        let mut v = vec![0f32; n];
-        quant::dequantize(w.ty(), w.data(), &mut v).map_err(|source| BackendError::Quant { op: "dequantize", weight: w.name().into(), source })?;
-        let b = self.dev.upload_f32(&v).map_err(derr("weight upload"))?;
-        let p = b.ptr();
-        self.weights_f32.insert(key, b);
-        Ok(p)
+        Ok(self.cache.get(w, layout)?)
     }
 
     /// Stage positions once per step (as i32) and return their device address.
@@ -311,6 +309,27 @@ impl Backend for GpuBackend {
     fn name(&self) -> String {
         let i = self.dev.info();
         format!("{}:0 ({}, {})", self.dev.api(), i.name, i.arch)
+    }
+
+    fn attach_weights(&mut self, file: &std::sync::Arc<crate::gguf::GgufFile>, weights: &[WeightRef]) -> Result<()> {
+        self.barrier()?;
+        match self.cache.residency() {
+            Residency::Mapped => {
+                let m = MappedFile::register(&self.dev, file)?;
+                self.cache.set_mapping(file.bytes(), m.device_ptr);
+                self.mapped = Some(m);
+            }
+            Residency::Upload => {
+                let ws = weights.iter().map(|w| (*w, layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), DeviceClass::Gpu)));
+                self.cache.preload(ws)?;
+            }
+            Residency::Device => {}
+        }
+        Ok(())
+    }
+
+    fn weight_stats(&self) -> Option<WeightStats> {
+        Some(self.cache.stats())
     }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {
