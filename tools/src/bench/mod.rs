@@ -195,7 +195,19 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// `cpu (2 threads)` → `CPU`; GPU backends' names upper-cased up to the first space.
+/// llama-bench's backend names: `cpu (2 threads)` → `CPU`, `cuda:0 (NVIDIA H200)` → `CUDA`.
 fn backend_label(name: &str) -> String {
-    name.split([' ', '(']).next().unwrap_or(name).to_uppercase()
+    name.split([' ', '(', ':']).next().unwrap_or(name).to_uppercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backend_label;
+
+    #[test]
+    fn backend_labels() {
+        assert_eq!(backend_label("cpu (2 threads)"), "CPU");
+        assert_eq!(backend_label("cuda:0 (NVIDIA H200)"), "CUDA");
+        assert_eq!(backend_label("hip:1 (gfx1100)"), "HIP");
+    }
 }
