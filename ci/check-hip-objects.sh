@@ -26,5 +26,6 @@ for arch in gfx1100 gfx1151; do
     fi
   done
 done
-cargo test --"$profile" --locked --test hip_objects -- --nocapture
+if [ "$profile" = release ]; then pf=--release; else pf=; fi
+cargo test $pf --locked --test hip_objects -- --nocapture
 exit $fail

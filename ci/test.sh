@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash ci/fetch-models.sh
 export LODE_MODELS_DIR="${LODE_MODELS_DIR:-$HOME/.cache/lode/models}"
 cargo build --release --locked
-cargo test --release --locked --workspace -- --test-threads=2
+cargo test --release --locked --workspace --no-fail-fast -- --test-threads=2

@@ -2,25 +2,78 @@
 // of causal queries), GQA and sliding window. Online softmax, f32 accumulation.
 #include "common.h"
 
-#define ATT_WARPS 4
-#define ATT_MAXE 8 // head_dim <= 256: 8 elements per lane
+#define ATT_WARPS 16
+#define ATT_GROUPS 4     // keys in flight per warp: 4 groups of 8 lanes
+#define ATT_STREAMS (ATT_WARPS * ATT_GROUPS)
+#define ATT_MAXE 32      // head_dim <= 256: up to 32 elements per lane
+
+struct __attribute__((aligned(16))) att_u32x4 { u32 x, y, z, w; };
+
+// Dot of qr[0..epl) with an f16 row (16-byte loads when epl % 8 == 0: rows are then
+// 16-byte aligned), and acc = acc * corr + pw * row.
+DEV float att_dot(const float* qr, const u16* r, int epl) {
+    float dot = 0.0f;
+    if ((epl & 7) == 0) {
+#pragma unroll
+        for (int c = 0; c < ATT_MAXE / 8; ++c) {
+            if (c * 8 < epl) {
+                const att_u32x4 w = *(const att_u32x4*)(r + c * 8);
+                const u32 ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    dot += qr[c * 8 + 2 * j] * h2f((u16)(ws[j] & 0xffff));
+                    dot += qr[c * 8 + 2 * j + 1] * h2f((u16)(ws[j] >> 16));
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < ATT_MAXE; ++e)
+            if (e < epl) dot += qr[e] * h2f(r[e]);
+    }
+    return dot;
+}
+DEV void att_acc(float* acc, const u16* r, int epl, float corr, float pw) {
+    if ((epl & 7) == 0) {
+#pragma unroll
+        for (int c = 0; c < ATT_MAXE / 8; ++c) {
+            if (c * 8 < epl) {
+                const att_u32x4 w = *(const att_u32x4*)(r + c * 8);
+                const u32 ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    acc[c * 8 + 2 * j] = acc[c * 8 + 2 * j] * corr + pw * h2f((u16)(ws[j] & 0xffff));
+                    acc[c * 8 + 2 * j + 1] = acc[c * 8 + 2 * j + 1] * corr + pw * h2f((u16)(ws[j] >> 16));
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < ATT_MAXE; ++e)
+            if (e < epl) acc[e] = acc[e] * corr + pw * h2f(r[e]);
+    }
+}
 
 // q:   [n_tok, n_head, head_dim] f32 (query t sits at position pos[t], read on the device
 //      so a captured decode graph replays unchanged as the cache grows)
 // kc:  [n_ctx, n_kv_head * head_dim] f16 (row p = key at position p), vc likewise
 // out: [n_tok, n_head, head_dim] f32
 // Query at position P attends keys p in [max(0, P - window + 1) if window > 0 else 0, P].
-// grid (n_head, n_tok), block 128 (4 warps split the keys; merged through shared memory).
-KERNEL void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
+// grid (n_head, n_tok), block 512. Each warp runs 4 independent key streams (8 lanes per
+// key, head_dim / 8 elements per lane), 64 streams per block, each with its own online
+// softmax state; a warp merges its 4 streams with shuffles, the 16 warps merge through
+// shared memory.
+KERNEL LAUNCH_BOUNDS(512) void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
                      const int* pos, int window, float scale) {
     __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
-    __shared__ float s_acc[ATT_WARPS][ATT_MAXE * 32];
+    __shared__ float s_acc[ATT_WARPS][256];
     const int head = bid_x(), tok = bid_y();
     const int lane = tid_x() & 31, warp = tid_x() >> 5;
-    const int epl = head_dim / 32;
+    const int grp = lane >> 3, sub = lane & 7;
+    const int epl = head_dim / 8;
     const int kvh = head / (n_head / n_kv_head);
     const u64 kv_stride = (u64)n_kv_head * head_dim;
-    const float* qv = q + ((u64)tok * n_head + head) * head_dim + lane * epl;
+    const float* qv = q + ((u64)tok * n_head + head) * head_dim + sub * epl;
     float qr[ATT_MAXE], acc[ATT_MAXE];
 #pragma unroll
     for (int e = 0; e < ATT_MAXE; ++e) {
@@ -30,45 +83,101 @@ KERNEL void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, i
     const int P = pos[tok];
     const int k0 = window > 0 ? (P - window + 1 > 0 ? P - window + 1 : 0) : 0;
     float m = -3.0e38f, l = 0.0f;
-    for (int p = k0 + warp; p <= P; p += ATT_WARPS) {
-        const u16* kr = kc + (u64)p * kv_stride + (u64)kvh * head_dim + lane * epl;
-        float dot = 0.0f;
+    // Every lane of a warp runs the same number of iterations (shuffles stay converged).
+    for (int base = k0 + warp * ATT_GROUPS; base <= P; base += ATT_STREAMS) {
+        const int p = base + grp;
+        const bool live = p <= P;
+        const u64 row = (u64)(live ? p : P) * kv_stride + (u64)kvh * head_dim + sub * epl;
+        if ((epl & 7) == 0) {
+            // Issue the K and V loads of this key together (V does not depend on the score).
+            att_u32x4 kw[ATT_MAXE / 8], vw[ATT_MAXE / 8];
+#pragma unroll
+            for (int c = 0; c < ATT_MAXE / 8; ++c) {
+                if (c * 8 < epl) {
+                    kw[c] = *(const att_u32x4*)(kc + row + c * 8);
+                    vw[c] = *(const att_u32x4*)(vc + row + c * 8);
+                }
+            }
+            float dot = 0.0f;
+#pragma unroll
+            for (int c = 0; c < ATT_MAXE / 8; ++c) {
+                if (c * 8 < epl) {
+                    const u32 ws[4] = {kw[c].x, kw[c].y, kw[c].z, kw[c].w};
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        dot += qr[c * 8 + 2 * j] * h2f((u16)(ws[j] & 0xffff));
+                        dot += qr[c * 8 + 2 * j + 1] * h2f((u16)(ws[j] >> 16));
+                    }
+                }
+            }
+            dot += shfl_xor(dot, 1);
+            dot += shfl_xor(dot, 2);
+            dot += shfl_xor(dot, 4);
+            if (live) {
+                const float mn = fmax_f(m, dot);
+                const float corr = exp_fast(m - mn), pw = exp_fast(dot - mn);
+                l = l * corr + pw;
+#pragma unroll
+                for (int c = 0; c < ATT_MAXE / 8; ++c) {
+                    if (c * 8 < epl) {
+                        const u32 ws[4] = {vw[c].x, vw[c].y, vw[c].z, vw[c].w};
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            acc[c * 8 + 2 * j] = acc[c * 8 + 2 * j] * corr + pw * h2f((u16)(ws[j] & 0xffff));
+                            acc[c * 8 + 2 * j + 1] = acc[c * 8 + 2 * j + 1] * corr + pw * h2f((u16)(ws[j] >> 16));
+                        }
+                    }
+                }
+                m = mn;
+            }
+            continue;
+        }
+        float dot = att_dot(qr, kc + row, epl);
+        dot += shfl_xor(dot, 1);
+        dot += shfl_xor(dot, 2);
+        dot += shfl_xor(dot, 4);
+        if (live) {
+            const float mn = fmax_f(m, dot);
+            const float corr = exp_fast(m - mn), pw = exp_fast(dot - mn);
+            l = l * corr + pw;
+            att_acc(acc, vc + row, epl, corr, pw);
+            m = mn;
+        }
+    }
+    // Merge the warp's 4 streams (lanes sub, sub+8, sub+16, sub+24 hold one element range).
+#pragma unroll
+    for (int off = 8; off <= 16; off <<= 1) {
+        const float mo = shfl_xor(m, off), lo = shfl_xor(l, off);
+        const float mm = fmax_f(m, mo);
+        const float a = l > 0.0f ? exp_fast(m - mm) : 0.0f;
+        const float b = lo > 0.0f ? exp_fast(mo - mm) : 0.0f;
 #pragma unroll
         for (int e = 0; e < ATT_MAXE; ++e)
-            if (e < epl) dot += qr[e] * h2f(kr[e]);
-        dot = warp_sum(dot);
-        const float mn = fmax_f(m, dot);
-        const float corr = exp_fast(m - mn), pw = exp_fast(dot - mn);
-        l = l * corr + pw;
-        const u16* vr = vc + (u64)p * kv_stride + (u64)kvh * head_dim + lane * epl;
-#pragma unroll
-        for (int e = 0; e < ATT_MAXE; ++e)
-            if (e < epl) acc[e] = acc[e] * corr + pw * h2f(vr[e]);
-        m = mn;
+            if (e < epl) acc[e] = acc[e] * a + shfl_xor(acc[e], off) * b;
+        l = l * a + lo * b;
+        m = mm;
     }
     if (lane == 0) {
         s_m[warp] = m;
         s_l[warp] = l;
     }
+    if (grp == 0) {
 #pragma unroll
-    for (int e = 0; e < ATT_MAXE; ++e)
-        if (e < epl) s_acc[warp][lane * epl + e] = acc[e];
+        for (int e = 0; e < ATT_MAXE; ++e)
+            if (e < epl) s_acc[warp][sub * epl + e] = acc[e];
+    }
     sync();
     float M = -3.0e38f;
-#pragma unroll
-    for (int w = 0; w < ATT_WARPS; ++w) M = fmax_f(M, s_m[w]);
-    float L = 0.0f, f[ATT_WARPS];
-#pragma unroll
-    for (int w = 0; w < ATT_WARPS; ++w) {
-        f[w] = s_l[w] > 0.0f ? exp_fast(s_m[w] - M) : 0.0f;
-        L += s_l[w] * f[w];
-    }
+    for (int w = 0; w < ATT_WARPS; ++w)
+        if (s_l[w] > 0.0f) M = fmax_f(M, s_m[w]);
+    float L = 0.0f;
+    for (int w = 0; w < ATT_WARPS; ++w) L += s_l[w] > 0.0f ? s_l[w] * exp_fast(s_m[w] - M) : 0.0f;
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
     float* o = out + ((u64)tok * n_head + head) * head_dim;
     for (int i = tid_x(); i < head_dim; i += 32 * ATT_WARPS) {
         float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < ATT_WARPS; ++w) v += s_acc[w][i] * f[w];
+        for (int w = 0; w < ATT_WARPS; ++w)
+            if (s_l[w] > 0.0f) v += s_acc[w][i] * exp_fast(s_m[w] - M);
         o[i] = v * inv;
     }
 }

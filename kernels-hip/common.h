@@ -34,6 +34,12 @@ typedef unsigned long long u64;
 
 #define DEV static __device__ __forceinline__
 #define KERNEL extern "C" __global__
+// The block size a kernel is always launched with (caps registers so it fits).
+#ifdef LODE_AMD
+#define LAUNCH_BOUNDS(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
+#else
+#define LAUNCH_BOUNDS(n) __launch_bounds__(n)
+#endif
 
 #ifdef LODE_AMD
 DEV u32 tid_x() { return __builtin_amdgcn_workitem_id_x(); }

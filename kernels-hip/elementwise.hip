@@ -35,6 +35,36 @@ KERNEL void geglu_f32(const float* g, const float* u, float* y, int n) {
     if (i < n) y[i] = gelu_tanh_f(g[i]) * u[i];
 }
 
+// y = act(g) * u and its q8_1 blocks (32 consecutive elements each) for the down
+// projection. act: 0 = SiLU, 1 = GELU-tanh. grid (ceil(n / 256)), block 256; n % 32 == 0.
+KERNEL void glu_q8_f32(const float* g, const float* u, float* y, block_q8_1* q, int n, int act) {
+    const int i = bid_x() * 256 + tid_x(), lane = tid_x() & 31;
+    if (i - lane >= n) return; // whole warp past the end (n % 32 == 0)
+    const float a = g[i];
+    const float v = (act ? gelu_tanh_f(a) : silu_f(a)) * u[i];
+    y[i] = v;
+    const float amax = warp_max(fabs_f(v));
+    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int c = (int)rint_f(v * id);
+    const float qsum = warp_sum((float)c);
+    block_q8_1* b = q + i / 32;
+    b->qs[lane] = (i8)c;
+    if (lane == 0) {
+        b->d = f2h(d);
+        b->s = f2h(d * qsum);
+    }
+}
+
+// K and V rows of the new tokens into the f16 caches in one launch:
+// kc[rows[r]][i] = f16(k[r][i]) for i < nk; vc likewise for i < nv.
+// grid (ceil(max(nk, nv) / 256), n_rows), block 256.
+KERNEL void kv_store_f16(const float* k, const float* v, u16* kc, u16* vc, int nk, int nv, const int* rows) {
+    const int i = bid_x() * 256 + tid_x(), r = bid_y();
+    const u64 p = (u64)rows[r];
+    if (i < nk) kc[p * nk + i] = f2h(k[(u64)r * nk + i]);
+    if (i < nv) vc[p * nv + i] = f2h(v[(u64)r * nv + i]);
+}
+
 // y = tanh(x / cap) * cap  (final logit soft-capping)
 KERNEL void softcap_f32(const float* x, float* y, int n, float cap) {
     const int i = bid_x() * 256 + tid_x();

@@ -22,6 +22,22 @@ DEV void scale_min_k4(int j, const u8* s, float* sc, float* m) {
     }
 }
 
+// scale_min_k4 on the 12 scale bytes held in three registers (no local-memory copy).
+DEV u32 byte_of(u32 w0, u32 w1, u32 w2, int i) {
+    const u32 w = i < 4 ? w0 : (i < 8 ? w1 : w2);
+    return (w >> (8 * (i & 3))) & 0xff;
+}
+DEV void scale_min_k4_r(int j, u32 w0, u32 w1, u32 w2, float* sc, float* m) {
+    if (j < 4) {
+        *sc = (float)(byte_of(w0, w1, w2, j) & 63);
+        *m = (float)(byte_of(w0, w1, w2, j + 4) & 63);
+    } else {
+        const u32 a = byte_of(w0, w1, w2, j + 4), bm = byte_of(w0, w1, w2, j - 4), bs = byte_of(w0, w1, w2, j);
+        *sc = (float)((a & 15) | ((bm >> 6) << 4));
+        *m = (float)((a >> 4) | ((bs >> 6) << 4));
+    }
+}
+
 DEV const int* q8qs(const block_q8_1* b) { return (const int*)b->qs; }
 
 template <int NC>
@@ -39,29 +55,44 @@ DEV void store(float* y, const float* acc, int rows, int row, int ncols) {
 template <int NC>
 DEV void mv_q4_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
     const int lane = tid_x() & 31, j = lane & 7, c = j >> 1, h = j & 1;
-    for (int sb = lane >> 3; sb < nsb; sb += 4) {
-        const u8* b = wr + (u64)sb * 144;
-        const float d = h2f(ld_u16(b)), dmin = h2f(ld_u16(b + 2));
-        float sc0, m0, sc1, m1;
-        scale_min_k4(2 * c, b + 4, &sc0, &m0);
-        scale_min_k4(2 * c + 1, b + 4, &sc1, &m1);
-        const u32x4 q = *(const u32x4*)(b + 16 + 32 * c + 16 * h);
-        const u32 qw[4] = {q.x, q.y, q.z, q.w};
+    // Up to 16 super-blocks per outer step in 4 slots: every weight load of the step is
+    // issued before any is used (decode matvecs are latency-bound).
+    for (int sb0 = 0; sb0 < nsb; sb0 += 16) {
+        u32x4 hd[4], qv[4];
 #pragma unroll
-        for (int col = 0; col < NC; ++col) {
-            if (col >= ncols) break;
-            const block_q8_1* xb = x + (u64)col * kb + sb * 8 + 2 * c;
-            const int* a0 = q8qs(xb) + 4 * h;
-            const int* a1 = q8qs(xb + 1) + 4 * h;
-            int s0 = 0, s1 = 0;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                s0 = dot4((int)(qw[i] & 0x0F0F0F0F), a0[i], s0);
-                s1 = dot4((int)((qw[i] >> 4) & 0x0F0F0F0F), a1[i], s1);
+        for (int it = 0; it < 4; ++it) {
+            const int sb = sb0 + (lane >> 3) + 4 * it;
+            if (sb < nsb) {
+                const u8* b = wr + (u64)sb * 144;
+                hd[it] = *(const u32x4*)b;
+                qv[it] = *(const u32x4*)(b + 16 + 32 * c + 16 * h);
             }
-            float v = d * (sc0 * h2f(xb[0].d) * (float)s0 + sc1 * h2f(xb[1].d) * (float)s1);
-            if (h == 0) v -= dmin * (m0 * h2f(xb[0].s) + m1 * h2f(xb[1].s));
-            acc[col] += v;
+        }
+#pragma unroll
+        for (int it = 0; it < 4; ++it) {
+            const int sb = sb0 + (lane >> 3) + 4 * it;
+            if (sb >= nsb) continue;
+            const float d = h2f((u16)(hd[it].x & 0xffff)), dmin = h2f((u16)(hd[it].x >> 16));
+            float sc0, m0, sc1, m1;
+            scale_min_k4_r(2 * c, hd[it].y, hd[it].z, hd[it].w, &sc0, &m0);
+            scale_min_k4_r(2 * c + 1, hd[it].y, hd[it].z, hd[it].w, &sc1, &m1);
+            const u32 qw[4] = {qv[it].x, qv[it].y, qv[it].z, qv[it].w};
+#pragma unroll
+            for (int col = 0; col < NC; ++col) {
+                if (col >= ncols) break;
+                const block_q8_1* xb = x + (u64)col * kb + sb * 8 + 2 * c;
+                const int* a0 = q8qs(xb) + 4 * h;
+                const int* a1 = q8qs(xb + 1) + 4 * h;
+                int s0 = 0, s1 = 0;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    s0 = dot4((int)(qw[i] & 0x0F0F0F0F), a0[i], s0);
+                    s1 = dot4((int)((qw[i] >> 4) & 0x0F0F0F0F), a1[i], s1);
+                }
+                float v = d * (sc0 * h2f(xb[0].d) * (float)s0 + sc1 * h2f(xb[1].d) * (float)s1);
+                if (h == 0) v -= dmin * (m0 * h2f(xb[0].s) + m1 * h2f(xb[1].s));
+                acc[col] += v;
+            }
         }
     }
 }
@@ -69,7 +100,11 @@ DEV void mv_q4_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
 template <int NC>
 DEV void mv_q5_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
     const int lane = tid_x() & 31, j = lane & 7, c = j >> 1, h = j & 1;
-    for (int sb = lane >> 3; sb < nsb; sb += 4) {
+    for (int sb0 = 0; sb0 < nsb; sb0 += 16)
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+        const int sb = sb0 + (lane >> 3) + 4 * it;
+        if (sb >= nsb) continue;
         const u8* b = wr + (u64)sb * 176;
         const float d = h2f(ld_u16(b)), dmin = h2f(ld_u16(b + 2));
         float sc0, m0, sc1, m1;
@@ -103,7 +138,11 @@ DEV void mv_q5_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
 template <int NC>
 DEV void mv_q6_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
     const int lane = tid_x() & 31, j = lane & 7, h = j >> 2, l0 = 8 * (j & 3);
-    for (int sb = lane >> 3; sb < nsb; sb += 4) {
+    for (int sb0 = 0; sb0 < nsb; sb0 += 16)
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+        const int sb = sb0 + (lane >> 3) + 4 * it;
+        if (sb >= nsb) continue;
         const u8* b = wr + (u64)sb * 210;
         const u8* L = b + 64 * h;
         const u8* H = b + 128 + 32 * h;
@@ -146,7 +185,11 @@ template <int TYPE, int NC>
 DEV void mv_b32(const u8* wr, const block_q8_1* x, int kb, int ncols, float* acc) {
     constexpr int BB = TYPE == 0 ? 18 : TYPE == 1 ? 20 : TYPE == 2 ? 22 : TYPE == 3 ? 24 : 34;
     const int lane = tid_x() & 31, hh = lane & 1;
-    for (int blk = lane >> 1; blk < kb; blk += 16) {
+    for (int blk0 = 0; blk0 < kb; blk0 += 64)
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+        const int blk = blk0 + (lane >> 1) + 16 * it;
+        if (blk >= kb) continue;
         const u8* b = wr + (u64)blk * BB;
         const float d = h2f(ld_u16(b));
         float m = 0.0f;

@@ -62,7 +62,12 @@ fn parse() -> Opts {
             "--k" => o.k = v.parse().expect("--k N"),
             "--gguf" => o.gguf = Some(v.clone()),
             "--rows" => o.rows = Some(v.parse().expect("--rows N")),
-            "--threads" => o.threads = v.split(',').map(|t| t.parse().expect("--threads 1,2")).collect(),
+            "--threads" => {
+                o.threads = v
+                    .split(',')
+                    .map(|t| t.parse().expect("--threads 1,2"))
+                    .collect()
+            }
             "--types" => {
                 o.types = v
                     .split(',')
@@ -89,7 +94,9 @@ fn weights(ty: GgmlType, rows: usize, k: usize) -> Vec<u8> {
     for r in 0..16 {
         let x: Vec<f32> = (0..k)
             .map(|_| {
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1
             })
             .collect();
@@ -105,7 +112,10 @@ fn weights(ty: GgmlType, rows: usize, k: usize) -> Vec<u8> {
 /// CPU time this thread has run (ns). On a shared machine this measures the kernel,
 /// not the neighbours.
 fn thread_cpu_ns() -> Option<u64> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
@@ -130,25 +140,48 @@ fn model_pass(o: &Opts, path: &str) {
         let tied_out = t.name == "token_embd.weight" && !has_output;
         if is_mat || tied_out {
             let v = f.tensor(&t.name).unwrap();
-            mats.push((t.name.clone(), t.ty, t.dims[1] as usize, t.dims[0] as usize, v.data));
+            mats.push((
+                t.name.clone(),
+                t.ty,
+                t.dims[1] as usize,
+                t.dims[0] as usize,
+                v.data,
+            ));
             if heap {
                 owned.push(v.data.to_vec());
             }
         }
     }
     let mats: Vec<(String, GgmlType, usize, usize, &[u8])> = if heap {
-        mats.into_iter().zip(&owned).map(|(m, o)| (m.0, m.1, m.2, m.3, &o[..])).collect()
+        mats.into_iter()
+            .zip(&owned)
+            .map(|(m, o)| (m.0, m.1, m.2, m.3, &o[..]))
+            .collect()
     } else {
         mats
     };
     let bytes: usize = mats.iter().map(|m| m.4.len()).sum();
-    println!("{path}: {} matmuls per token, {:.1} MiB of weights", mats.len(), bytes as f64 / (1 << 20) as f64);
+    println!(
+        "{path}: {} matmuls per token, {:.1} MiB of weights",
+        mats.len(),
+        bytes as f64 / (1 << 20) as f64
+    );
     println!("| threads | ms per token (mean ± sd) | tokens/s | weight GB/s | CPU ms per token (1 thread) |");
     println!("|---|---|---|---|---|");
-    let xs: Vec<Vec<f32>> = mats.iter().map(|m| (0..m.3).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect()).collect();
+    let xs: Vec<Vec<f32>> = mats
+        .iter()
+        .map(|m| {
+            (0..m.3)
+                .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+                .collect()
+        })
+        .collect();
     let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; m.2]).collect();
     for &t in &o.threads {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build()
+            .unwrap();
         let mut ms = Vec::new();
         let mut cpu = Vec::new();
         pool.install(|| {
@@ -173,7 +206,11 @@ fn model_pass(o: &Opts, path: &str) {
         } else {
             "–".into()
         };
-        println!("| {t} | {m:.2} ± {sd:.2} | {:.1} | {:.1} | {cpu_col} |", 1e3 / m, bytes as f64 / m / 1e6);
+        println!(
+            "| {t} | {m:.2} ± {sd:.2} | {:.1} | {:.1} | {cpu_col} |",
+            1e3 / m,
+            bytes as f64 / m / 1e6
+        );
     }
 }
 
@@ -190,7 +227,9 @@ fn main() {
         let rb = ty.bytes_for(k as u64).unwrap() as usize;
         let rows = o.rows.unwrap_or((o.mb << 20) / rb / 64 * 64);
         let w = weights(ty, rows, k);
-        let x: Vec<f32> = (0..o.tokens * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+        let x: Vec<f32> = (0..o.tokens * k)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
         let xq = quantize_rows(ty, &x, o.tokens, k).unwrap();
         let mut y = vec![0f32; o.tokens * rows];
         for isa in [Isa::Scalar, Isa::Avx2] {
@@ -198,7 +237,10 @@ fn main() {
                 continue;
             }
             for &t in &o.threads {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(t)
+                    .build()
+                    .unwrap();
                 let mut gbs = Vec::new();
                 let mut cpu = Vec::new();
                 pool.install(|| {

@@ -6,8 +6,8 @@
 //! - `matmul` (1 and many tokens, uneven row counts) equals a naive f64 reference.
 
 use lode_runtime::quant::{
-    dequantize, kernel, matmul, matmul_with, quantize, quantize_rows, rows_kernel, scalar_kernel, vec_dot_type,
-    GgmlType, Isa,
+    dequantize, kernel, matmul, matmul_with, quantize, quantize_rows, rows_kernel, scalar_kernel,
+    vec_dot_type, GgmlType, Isa,
 };
 use proptest::prelude::*;
 
@@ -53,8 +53,14 @@ fn tolerance(ty: GgmlType, wq: &[u8], xa: &[f32], mag: f64) -> f64 {
     if vec_dot_type(ty) == GgmlType::Q8_1 {
         let bb = ty.block_bytes();
         for (i, b) in wq.chunks(bb).enumerate() {
-            let m = half::f16::from_bits(u16::from_le_bytes([b[2], b[3]])).to_f32().abs() as f64;
-            let s: f64 = xa[32 * i..32 * i + 32].iter().map(|v| *v as f64).sum::<f64>().abs();
+            let m = half::f16::from_bits(u16::from_le_bytes([b[2], b[3]]))
+                .to_f32()
+                .abs() as f64;
+            let s: f64 = xa[32 * i..32 * i + 32]
+                .iter()
+                .map(|v| *v as f64)
+                .sum::<f64>()
+                .abs();
             tol += m * (s / 1024.0 + 1e-7);
         }
     }
@@ -70,12 +76,19 @@ fn check_dot(ty: GgmlType, w: &[f32], x: &[f32], isa: Isa) -> Result<(), TestCas
     let (want, mag) = ref_dot(&wd, &xd);
     let got = kernel(ty, isa).unwrap()(&wq, &xq, n) as f64;
     let tol = tolerance(ty, &wq, &xd, mag);
-    prop_assert!((got - want).abs() <= tol, "{ty} {isa:?}: got {got} want {want} (tol {tol})");
+    prop_assert!(
+        (got - want).abs() <= tol,
+        "{ty} {isa:?}: got {got} want {want} (tol {tol})"
+    );
     Ok(())
 }
 
 fn vecs(n: usize) -> impl Strategy<Value = (Vec<f32>, Vec<f32>)> {
-    (prop::collection::vec(-1.0f32..1.0, n), prop::collection::vec(-1.0f32..1.0, n), -4i32..4)
+    (
+        prop::collection::vec(-1.0f32..1.0, n),
+        prop::collection::vec(-1.0f32..1.0, n),
+        -4i32..4,
+    )
         .prop_map(|(w, mut x, e)| {
             let s = 2f32.powi(e);
             x.iter_mut().for_each(|v| *v *= s);
@@ -197,7 +210,13 @@ fn exact_scale_blocks(ty: GgmlType, n: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
     (wq, xq)
 }
 
-fn check_matmul(ty: GgmlType, rows: usize, k: usize, n_tok: usize, seed: u64) -> Result<(), TestCaseError> {
+fn check_matmul(
+    ty: GgmlType,
+    rows: usize,
+    k: usize,
+    n_tok: usize,
+    seed: u64,
+) -> Result<(), TestCaseError> {
     let mut rng = Lcg(seed | 1);
     let w: Vec<f32> = (0..rows * k).map(|_| rng.f32()).collect();
     let x: Vec<f32> = (0..n_tok * k).map(|_| rng.f32()).collect();
@@ -218,7 +237,10 @@ fn check_matmul(ty: GgmlType, rows: usize, k: usize, n_tok: usize, seed: u64) ->
                 let rb = k / ty.block_elems() * ty.block_bytes();
                 let tol = tolerance(ty, &wq[r * rb..(r + 1) * rb], &xd[t * k..(t + 1) * k], mag);
                 let got = y[t * rows + r] as f64;
-                prop_assert!((got - want).abs() <= tol, "{ty} {isa:?} rows={rows} k={k} t={t} r={r}: {got} vs {want}");
+                prop_assert!(
+                    (got - want).abs() <= tol,
+                    "{ty} {isa:?} rows={rows} k={k} t={t} r={r}: {got} vs {want}"
+                );
             }
         }
     }
@@ -239,7 +261,10 @@ fn matmul_rejects_bad_shapes() {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
     fn f32(&mut self) -> f32 {
@@ -276,11 +301,20 @@ fn matmul_batch_equals_separate_matmuls() {
             matmul_quantized(&ws[i], ty, rows[i], &xq, &mut y, Isa::best()).unwrap();
             want.push(y);
         }
-        let mut got: Vec<Vec<f32>> = types.iter().zip(rows).map(|(_, r)| vec![f32::NAN; n_tok * r]).collect();
+        let mut got: Vec<Vec<f32>> = types
+            .iter()
+            .zip(rows)
+            .map(|(_, r)| vec![f32::NAN; n_tok * r])
+            .collect();
         let mut items: Vec<BatchItem> = got
             .iter_mut()
             .enumerate()
-            .map(|(i, y)| BatchItem { w: &ws[i], ty: types[i], rows: rows[i], y })
+            .map(|(i, y)| BatchItem {
+                w: &ws[i],
+                ty: types[i],
+                rows: rows[i],
+                y,
+            })
             .collect();
         matmul_batch(&mut items, &xq, Isa::best()).unwrap();
         assert_eq!(got, want, "{types:?}");
@@ -297,12 +331,39 @@ fn q8_0_weight_code_minus_128_is_exact() {
         w[34 * b..34 * b + 2].copy_from_slice(&half::f16::from_f32(1.0).to_bits().to_le_bytes());
         x[34 * b..34 * b + 2].copy_from_slice(&half::f16::from_f32(1.0).to_bits().to_le_bytes());
         for i in 0..32 {
-            w[34 * b + 2 + i] = if i % 3 == 0 { 0x80 } else { (i as i8 - 16) as u8 };
+            w[34 * b + 2 + i] = if i % 3 == 0 {
+                0x80
+            } else {
+                (i as i8 - 16) as u8
+            };
             x[34 * b + 2 + i] = ((i as i32 * 37 % 255) - 127) as i8 as u8;
         }
     }
     let s = scalar_kernel(GgmlType::Q8_0).unwrap()(&w, &x, 64);
     for isa in [Isa::Scalar, Isa::Avx2] {
-        assert_eq!(kernel(GgmlType::Q8_0, isa).unwrap()(&w, &x, 64), s, "{isa:?}");
+        assert_eq!(
+            kernel(GgmlType::Q8_0, isa).unwrap()(&w, &x, 64),
+            s,
+            "{isa:?}"
+        );
+    }
+}
+
+/// Many tokens (where 32-element-block bands are expanded to byte codes first) give each
+/// token exactly what a one-token matmul gives it.
+#[test]
+fn many_token_matmul_equals_one_token_matmuls() {
+    let (rows, k, n_tok) = (45usize, 512usize, 33usize);
+    let mut rng = Lcg(7);
+    for ty in WEIGHT_TYPES {
+        let w = quant(ty, &(0..rows * k).map(|_| rng.f32()).collect::<Vec<_>>());
+        let x: Vec<f32> = (0..n_tok * k).map(|_| rng.f32()).collect();
+        let mut y = vec![f32::NAN; n_tok * rows];
+        matmul(&w, ty, rows, k, &x, n_tok, &mut y).unwrap();
+        for t in 0..n_tok {
+            let mut y1 = vec![f32::NAN; rows];
+            matmul(&w, ty, rows, k, &x[t * k..(t + 1) * k], 1, &mut y1).unwrap();
+            assert_eq!(&y[t * rows..(t + 1) * rows], &y1[..], "{ty} token {t}");
+        }
     }
 }

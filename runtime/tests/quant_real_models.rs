@@ -13,7 +13,9 @@ use sha2::{Digest, Sha256};
 fn model(name: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("LODE_MODELS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lode/models"));
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lode/models")
+        });
     let p = dir.join(name);
     if p.exists() {
         Some(p)
@@ -24,13 +26,17 @@ fn model(name: &str) -> Option<PathBuf> {
 }
 
 fn digests(stem: &str) -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/gguf-dequant").join(format!("{stem}.json"));
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/gguf-dequant")
+        .join(format!("{stem}.json"));
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
 }
 
 /// Dequantize one tensor a few rows at a time, hashing the LE f32 bytes as they come.
 fn lode_digest(f: &GgufFile, name: &str) -> (String, Vec<u32>, String) {
-    let t = f.tensor(name).unwrap_or_else(|| panic!("{name}: not in file"));
+    let t = f
+        .tensor(name)
+        .unwrap_or_else(|| panic!("{name}: not in file"));
     let ty = t.info.ty;
     let row = t.info.row_len() as usize;
     let row_bytes = ty.bytes_for(row as u64).unwrap() as usize;
@@ -63,12 +69,21 @@ fn check_model(file: &str) {
         let name = w["name"].as_str().unwrap();
         let (sha, first, ty) = lode_digest(&f, name);
         assert_eq!(ty, w["type"].as_str().unwrap(), "{name}: type");
-        let want_first: Vec<u32> = w["first_bits"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let want_first: Vec<u32> = w["first_bits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
         if first != want_first || sha != w["sha256_f32le"].as_str().unwrap() {
             bad.push(format!("{name} ({ty})"));
         }
     }
-    assert!(bad.is_empty(), "{file}: {} tensors differ from gguf-py: {bad:?}", bad.len());
+    assert!(
+        bad.is_empty(),
+        "{file}: {} tensors differ from gguf-py: {bad:?}",
+        bad.len()
+    );
     eprintln!("{file}: {} tensors bit-exact with gguf-py", tensors.len());
 }
 

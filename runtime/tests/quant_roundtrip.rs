@@ -18,11 +18,13 @@ fn round_trip(ty: GgmlType, x: &[f32]) -> Vec<f32> {
 /// The largest error type `ty` may make on element `i` of the block `b`.
 fn bound(ty: GgmlType, b: &[f32], v: f32) -> f32 {
     let amax = b.iter().fold(0f32, |m, x| m.max(x.abs()));
-    let (mn, mx) = b.iter().fold((f32::MAX, f32::MIN), |(a, c), &x| (a.min(x), c.max(x)));
+    let (mn, mx) = b
+        .iter()
+        .fold((f32::MAX, f32::MIN), |(a, c), &x| (a.min(x), c.max(x)));
     let range = mx - mn;
     let h = 1.0 / 1024.0; // twice an f16 ulp, relative
-    // An f16 scale below 2^-14 is subnormal: absolute error 2^-25 times the largest
-    // multiplier of that scale (code × sub-block scale).
+                          // An f16 scale below 2^-14 is subnormal: absolute error 2^-25 times the largest
+                          // multiplier of that scale (code × sub-block scale).
     let mult: f32 = match ty {
         GgmlType::Q8_0 | GgmlType::Q8_1 => 127.0,
         GgmlType::Q4_0 | GgmlType::Q4_1 => 16.0,
@@ -58,26 +60,34 @@ fn check(ty: GgmlType, x: &[f32]) -> Result<(), TestCaseError> {
         for (i, (&a, &b)) in bx.iter().zip(by).enumerate() {
             let err = (a - b).abs();
             let lim = bound(ty, bx, a);
-            prop_assert!(err <= lim, "{ty}: block {bi} elem {i}: x={a} y={b} err={err} > {lim}");
+            prop_assert!(
+                err <= lim,
+                "{ty}: block {bi} elem {i}: x={a} y={b} err={err} > {lim}"
+            );
         }
     }
     Ok(())
 }
 
 fn data() -> impl Strategy<Value = Vec<f32>> {
-    (prop::collection::vec(-1.0f32..1.0, 512), -8i32..10, 0usize..4).prop_map(|(mut v, e, kind)| {
-        let s = 2f32.powi(e);
-        for x in v.iter_mut() {
-            *x *= s;
-        }
-        match kind {
-            1 => v.iter_mut().for_each(|x| *x = x.abs()), // all positive (min > 0 paths)
-            2 => v[7] *= 40.0,                           // one outlier
-            3 => v[256..].iter_mut().for_each(|x| *x = 0.0), // an all-zero super-block
-            _ => {}
-        }
-        v
-    })
+    (
+        prop::collection::vec(-1.0f32..1.0, 512),
+        -8i32..10,
+        0usize..4,
+    )
+        .prop_map(|(mut v, e, kind)| {
+            let s = 2f32.powi(e);
+            for x in v.iter_mut() {
+                *x *= s;
+            }
+            match kind {
+                1 => v.iter_mut().for_each(|x| *x = x.abs()), // all positive (min > 0 paths)
+                2 => v[7] *= 40.0,                            // one outlier
+                3 => v[256..].iter_mut().for_each(|x| *x = 0.0), // an all-zero super-block
+                _ => {}
+            }
+            v
+        })
 }
 
 proptest! {
@@ -98,7 +108,10 @@ fn zeros_and_constants_round_trip_exactly() {
         let c = vec![0.5f32; 512];
         let y = round_trip(ty, &c);
         for v in y {
-            assert!((v - 0.5).abs() <= 0.5 / 256.0, "{ty}: constant 0.5 became {v}");
+            assert!(
+                (v - 0.5).abs() <= 0.5 / 256.0,
+                "{ty}: constant 0.5 became {v}"
+            );
         }
     }
 }
@@ -111,7 +124,13 @@ fn cosine_pattern_rmse_like_llama_cpp() {
     let x: Vec<f32> = (0..n).map(|i| 0.1 + 2.0 * (i as f32 + 0.0).cos()).collect();
     for ty in TYPES {
         let y = round_trip(ty, &x);
-        let rmse = (x.iter().zip(&y).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>() / n as f64).sqrt();
+        let rmse = (x
+            .iter()
+            .zip(&y)
+            .map(|(a, b)| ((a - b) as f64).powi(2))
+            .sum::<f64>()
+            / n as f64)
+            .sqrt();
         // A uniform rounding error of one code step s has RMSE s/√12; the data spans
         // [-1.9, 2.1], so the step is ~4/(2^bits − 1) (per block, often less).
         let limit = match ty {

@@ -10,7 +10,9 @@ fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut s = seed | 1;
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (s >> 56) as u8
         })
         .collect()
@@ -21,7 +23,11 @@ fn q4k_code_stored(src: &[u8], nkb: usize, row: usize, b: usize, e: usize) -> u8
     let blk = &src[(row * nkb + b) * 144..];
     let (c, l) = (e / 64, e % 64);
     let byte = blk[16 + 32 * c + l % 32];
-    if l < 32 { byte & 15 } else { byte >> 4 }
+    if l < 32 {
+        byte & 15
+    } else {
+        byte >> 4
+    }
 }
 
 /// Q4_K: the same code from the packed layout, by §4.3's address formula.
@@ -30,7 +36,11 @@ fn q4k_code_packed(p: &[u8], nkb: usize, row: usize, b: usize, e: usize) -> u8 {
     let tile = (g * nkb + b) * 64 * 144;
     let (j, ej) = (e / 32, e % 32);
     let byte = p[tile + (1 + j) * 64 * 16 + lane * 16 + ej / 2];
-    if ej % 2 == 0 { byte & 15 } else { byte >> 4 }
+    if ej % 2 == 0 {
+        byte & 15
+    } else {
+        byte >> 4
+    }
 }
 
 fn check_q4k_addresses(src: &[u8], p: &[u8], rows: usize, nkb: usize) -> Result<(), TestCaseError> {
@@ -40,7 +50,10 @@ fn check_q4k_addresses(src: &[u8], p: &[u8], rows: usize, nkb: usize) -> Result<
             let head = &p[tile + (row % 64) * 16..][..16];
             prop_assert_eq!(head, &src[(row * nkb + b) * 144..][..16]);
             for e in 0..256 {
-                prop_assert_eq!(q4k_code_stored(src, nkb, row, b, e), q4k_code_packed(p, nkb, row, b, e));
+                prop_assert_eq!(
+                    q4k_code_stored(src, nkb, row, b, e),
+                    q4k_code_packed(p, nkb, row, b, e)
+                );
             }
         }
     }
@@ -60,7 +73,11 @@ fn check_q6k_addresses(src: &[u8], p: &[u8], rows: usize, nkb: usize) -> Result<
             }
             let raw = tile + 128 + 1024;
             for h in 0..2 {
-                let fields = [&blk[64 * h..][..32], &blk[64 * h + 32..][..32], &blk[128 + 32 * h..][..32]];
+                let fields = [
+                    &blk[64 * h..][..32],
+                    &blk[64 * h + 32..][..32],
+                    &blk[128 + 32 * h..][..32],
+                ];
                 for (f, want) in fields.iter().enumerate() {
                     prop_assert_eq!(&p[raw + ((h * 3 + f) * 64 + lane) * 32..][..32], *want);
                 }

@@ -12,6 +12,7 @@ use lode_runtime::backend::{self, DeviceKind, KvType};
 use lode_runtime::engine::{Engine, EngineOptions};
 use lode_runtime::gguf::GgufFile;
 use lode_runtime::model::Model;
+use lode_runtime::weights::{ByteSize, Residency, WeightOptions};
 use sha2::{Digest, Sha256};
 
 /// File name of the default model (Gemma 3 270M, Q4_K_M).
@@ -46,6 +47,37 @@ pub struct ModelArgs {
     /// KV cache precision: f16 (llama.cpp's default) or f32.
     #[arg(long = "kv-type", default_value = "f16")]
     pub kv_type: KvType,
+    #[command(flatten)]
+    pub weights: WeightArgs,
+}
+
+/// How weights are held (flattened into every model-running subcommand).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct WeightArgs {
+    /// Where weights live: device (one device copy per weight, made on first use; the
+    /// discrete-GPU default), mapped (the file mapping read in place; the unified-memory
+    /// and CPU default), upload (everything copied at load). Env: LODE_RESIDENCY.
+    #[arg(long, value_name = "MODE")]
+    pub residency: Option<Residency>,
+    /// Cap on device bytes held by weights (e.g. 4GiB, 512MiB, 3000000000); going over
+    /// it is an error naming the weight.
+    #[arg(long = "weight-budget", value_name = "BYTES")]
+    pub weight_budget: Option<ByteSize>,
+    /// At exit, print the weight cache's accounting (copies, bytes per layout,
+    /// duplicates, hits/misses, time materializing, peak device memory) as JSON on stderr.
+    #[arg(long = "memory-report")]
+    pub memory_report: bool,
+}
+
+impl WeightArgs {
+    /// The runtime's options: these flags over the environment's.
+    pub fn options(&self) -> Result<WeightOptions> {
+        let mut o = WeightOptions::from_env().map_err(anyhow::Error::msg)?;
+        o.residency = self.residency;
+        o.budget = self.weight_budget.map(|b| b.0);
+        o.report_at_exit = self.memory_report;
+        Ok(o)
+    }
 }
 
 /// The models folder: `$LODE_MODELS_DIR`, else `~/.cache/lode/models`.
@@ -203,7 +235,7 @@ pub fn open_engine(args: &ModelArgs) -> Result<(Engine, Arc<GgufFile>, PathBuf)>
     let file = open_gguf(&path)?;
     let model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
     let threads = args.threads.unwrap_or_else(physical_cores);
-    let (be, note) = backend::open(args.device, threads)?;
+    let (be, note) = backend::open_with(args.device, threads, &args.weights.options()?)?;
     if let Some(note) = note {
         eprintln!("lode: {note}");
     }
@@ -223,4 +255,68 @@ pub fn prompt_or_stdin(p: Option<String>) -> Result<String> {
             Ok(s)
         }
     }
+}
+
+/// Sampling options shared by `generate` and `chat` (llama.cpp's defaults).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Temperature; 0 = greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+    /// Keep the k most likely tokens (0 = off).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches p (1 = off).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than min-p × the most likely one (0 = off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalise tokens seen in the last `--repeat-last-n` tokens (1 = off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    pub repeat_last_n: usize,
+    #[arg(long = "presence-penalty", default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    #[arg(long = "frequency-penalty", default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Random seed (default: from the clock). The same seed gives the same tokens.
+    #[arg(short = 's', long)]
+    pub seed: Option<u64>,
+    /// Stop when the output contains this text (repeatable; the text is not printed).
+    #[arg(long = "stop")]
+    pub stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> lode_runtime::engine::SamplerParams {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        });
+        lode_runtime::engine::SamplerParams {
+            temp: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.repeat_last_n,
+            seed,
+        }
+    }
+}
+
+/// `prompt: N tokens, X t/s | generation: M tokens, Y t/s` for stderr.
+pub fn speed_line(out: &lode_runtime::engine::GenOutput) -> String {
+    format!(
+        "prompt: {} tokens in {:.2} s ({:.1} t/s) | generation: {} tokens in {:.2} s ({:.1} t/s)",
+        out.n_prompt,
+        out.prompt_secs,
+        out.prompt_tps(),
+        out.tokens.len(),
+        out.gen_secs,
+        out.gen_tps()
+    )
 }

@@ -71,6 +71,7 @@ pub fn compare(dev: &GpuDevice, path: &Path, gen: usize, n_text: usize, threads:
     let ids = prompt_ids(&file, n_vocab, n_text);
     if tg > 0 {
         speed(&mut gpu, &ids, tg)?;
+        gpu.clear();
     }
     if speed_only {
         return Ok(true);

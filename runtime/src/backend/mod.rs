@@ -150,6 +150,8 @@ pub enum BackendError {
     BadHandle(Buf),
     #[error("unknown KV cache handle {0:?}")]
     BadKvHandle(KvCache),
+    #[error(transparent)]
+    Weight(#[from] crate::weights::WeightError),
 }
 
 pub type Result<T> = std::result::Result<T, BackendError>;
@@ -159,6 +161,17 @@ pub type Result<T> = std::result::Result<T, BackendError>;
 pub trait Backend: Send {
     /// Short name for logs (`cpu`, `cuda:0 (NVIDIA H200)`).
     fn name(&self) -> String;
+
+    /// Called once with the model's file and every weight its forward pass reads, before
+    /// the first op: `mapped` residency registers the mapping here, `upload` copies all.
+    fn attach_weights(&mut self, _file: &std::sync::Arc<crate::gguf::GgufFile>, _weights: &[WeightRef]) -> Result<()> {
+        Ok(())
+    }
+    /// The weight cache's counters (`--memory-report`); `None` where weights are read in
+    /// place without a cache.
+    fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
+        None
+    }
 
     /// A zeroed f32 buffer of `len` elements.
     fn alloc(&mut self, len: usize) -> Result<Buf>;
@@ -240,19 +253,37 @@ pub trait Backend: Send {
 }
 
 /// Opens the backend `kind` asks for. `Auto` falls back to the CPU with a one-line note
-/// (returned as the second value) when no GPU backend opens.
+/// (returned as the second value) when no GPU backend opens. Weight residency comes from
+/// the environment (`LODE_RESIDENCY`, `LODE_TEST_ALLOC_LIMIT`); see [`open_with`].
 pub fn open(kind: DeviceKind, threads: usize) -> Result<(Box<dyn Backend>, Option<String>)> {
+    let opts = crate::weights::WeightOptions::from_env().map_err(BackendError::Unavailable)?;
+    open_with(kind, threads, &opts)
+}
+
+/// [`open`] with explicit weight options (`--residency`, `--weight-budget`). On the CPU
+/// the mapping is read in place unless `device`/`upload` residency, a budget or a memory
+/// report asks for the weight cache (`device`/`upload` then copy weights into host
+/// memory, like llama.cpp's `--no-mmap`; `mapped` keeps reading in place).
+pub fn open_with(kind: DeviceKind, threads: usize, opts: &crate::weights::WeightOptions) -> Result<(Box<dyn Backend>, Option<String>)> {
     use gpu::{DeviceChoice, GpuBackend};
+    let cpu = |note: Option<String>| -> Result<(Box<dyn Backend>, Option<String>)> {
+        let be = Box::new(cpu::CpuBackend::new(threads)?);
+        let mapped = crate::weights::Residency::resolve(opts.residency, true).map_err(BackendError::Unavailable)? == crate::weights::Residency::Mapped;
+        if mapped && opts.budget.is_none() && opts.test_alloc_limit.is_none() && !opts.report_at_exit {
+            return Ok((be, note));
+        }
+        let cached = crate::weights::host::CachedBackend::new(be, opts).map_err(BackendError::Unavailable)?;
+        Ok((Box::new(cached), note))
+    };
     let choice = match kind {
-        DeviceKind::Cpu => return Ok((Box::new(cpu::CpuBackend::new(threads)?), None)),
+        DeviceKind::Cpu => return cpu(None),
         DeviceKind::Cuda => DeviceChoice::Cuda,
         DeviceKind::Hip => DeviceChoice::Hip,
         DeviceKind::Auto => DeviceChoice::Auto,
     };
     match gpu::open_device(choice) {
-        Ok(Ok(dev)) => Ok((Box::new(GpuBackend::new(dev)), None)),
-        Ok(Err(note)) => Ok((Box::new(cpu::CpuBackend::new(threads)?), Some(note))),
+        Ok(Ok(dev)) => Ok((Box::new(GpuBackend::with_options(dev, opts)?), None)),
+        Ok(Err(note)) => cpu(Some(note)),
         Err(e) => Err(BackendError::Unavailable(e.to_string())),
     }
 }
-

@@ -127,6 +127,8 @@ impl Engine {
             head_dim_v: c.head_dim_v,
             ty: opts.kv_type,
         };
+        let weights: Vec<_> = model.weight_ids().into_iter().map(|id| model.w(id)).collect();
+        be.attach_weights(model.file(), &weights)?;
         let kv = be.alloc_kv(&spec)?;
         let scratch = Scratch::new(be.as_mut(), &model, opts.batch_size.min(n_ctx))?;
         Ok(Engine { model, be, kv, scratch: Some(scratch), n_ctx, history: Vec::new() })
@@ -137,6 +139,10 @@ impl Engine {
     }
     pub fn backend_name(&self) -> String {
         self.be.name()
+    }
+    /// The backend's weight-residency counters (`--memory-report`, `lode bench`).
+    pub fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
+        self.be.weight_stats()
     }
     pub fn n_ctx(&self) -> usize {
         self.n_ctx

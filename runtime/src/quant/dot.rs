@@ -75,7 +75,9 @@ impl Isa {
 
 #[cfg(target_arch = "x86_64")]
 fn avx2_detected() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -134,4 +136,17 @@ pub fn rows_kernel(ty: GgmlType, isa: Isa) -> Option<Kernel> {
     }
     let _ = isa;
     scalar_kernel(ty).map(Kernel::Row)
+}
+
+/// For many-token matmuls on `isa`: a kernel for row bands first expanded by
+/// `q32::expand` (bytes per expanded block alongside), when that is faster than
+/// unpacking the packed blocks for every token. `None`: use [`rows_kernel`].
+pub(crate) fn expanded_kernel(ty: GgmlType, isa: Isa) -> Option<(Kernel, usize)> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && avx2_detected() {
+        let eb = q32::expanded_block_bytes(ty)?;
+        return super::simd_avx2::expanded_kernel(ty).map(|f| (Kernel::Rows(f), eb));
+    }
+    let _ = (ty, isa);
+    None
 }

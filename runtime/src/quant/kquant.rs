@@ -22,7 +22,10 @@ pub(crate) fn scale_min(s: &[u8], j: usize) -> (u8, u8) {
     if j < 4 {
         (s[j] & 63, s[j + 4] & 63)
     } else {
-        ((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+        (
+            (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4),
+            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+        )
     }
 }
 
@@ -60,7 +63,10 @@ fn codes(qs: &[u8], qh: Option<&[u8]>) -> [u8; QK_K] {
         for l in 0..32 {
             let b = qs[32 * c + l];
             let (hi0, hi1) = match qh {
-                Some(h) => (((h[l] >> (2 * c)) & 1) << 4, ((h[l] >> (2 * c + 1)) & 1) << 4),
+                Some(h) => (
+                    ((h[l] >> (2 * c)) & 1) << 4,
+                    ((h[l] >> (2 * c + 1)) & 1) << 4,
+                ),
                 None => (0, 0),
             };
             q[64 * c + l] = (b & 15) | hi0;
@@ -84,8 +90,16 @@ fn quant_super_block(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> ([u8; 16], 
         for (w, v) in weights.iter_mut().zip(xs) {
             *w = av_x + v.abs();
         }
-        let (sc, mn) =
-            make_qkx2_quants(nmax, xs, &weights, &mut l[32 * j..32 * j + 32], rmin, 0.1, nstep, false);
+        let (sc, mn) = make_qkx2_quants(
+            nmax,
+            xs,
+            &weights,
+            &mut l[32 * j..32 * j + 32],
+            rmin,
+            0.1,
+            nstep,
+            false,
+        );
         scales[j] = sc;
         mins[j] = mn;
         if sc > max_scale {
@@ -95,7 +109,11 @@ fn quant_super_block(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> ([u8; 16], 
             max_min = mn;
         }
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
     for j in 0..8 {
@@ -180,7 +198,9 @@ fn dot_block(b: &[u8], q: &[u8; QK_K], x: &[u8]) -> f32 {
     let u = &x[Q8K_QS..Q8K_QS + QK_K];
     let mut isum = 0i32;
     for j in 0..8 {
-        let s: i32 = (32 * j..32 * j + 32).map(|i| q[i] as i32 * u[i] as i8 as i32).sum();
+        let s: i32 = (32 * j..32 * j + 32)
+            .map(|i| q[i] as i32 * u[i] as i8 as i32)
+            .sum();
         isum += sc[j] as i32 * s;
     }
     let msum: i32 = (0..16).map(|k| bsum(x, k) * m[k / 2] as i32).sum();
@@ -190,7 +210,11 @@ fn dot_block(b: &[u8], q: &[u8; QK_K], x: &[u8]) -> f32 {
 
 pub(crate) fn dot_q4_k(w: &[u8], x: &[u8], n: usize) -> f32 {
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q4_K_BYTES).zip(x.chunks_exact(Q8_K_BYTES)).take(n / QK_K) {
+    for (bw, bx) in w
+        .chunks_exact(Q4_K_BYTES)
+        .zip(x.chunks_exact(Q8_K_BYTES))
+        .take(n / QK_K)
+    {
         sum += dot_block(bw, &codes(&bw[16..], None), bx);
     }
     sum
@@ -198,7 +222,11 @@ pub(crate) fn dot_q4_k(w: &[u8], x: &[u8], n: usize) -> f32 {
 
 pub(crate) fn dot_q5_k(w: &[u8], x: &[u8], n: usize) -> f32 {
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q5_K_BYTES).zip(x.chunks_exact(Q8_K_BYTES)).take(n / QK_K) {
+    for (bw, bx) in w
+        .chunks_exact(Q5_K_BYTES)
+        .zip(x.chunks_exact(Q8_K_BYTES))
+        .take(n / QK_K)
+    {
         sum += dot_block(bw, &codes(&bw[48..], Some(&bw[16..48])), bx);
     }
     sum

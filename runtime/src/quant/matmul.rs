@@ -6,7 +6,8 @@
 
 use rayon::prelude::*;
 
-use super::dot::{rows_kernel, stream_kernel, Isa, Kernel};
+use super::dot::{expanded_kernel, rows_kernel, stream_kernel, Isa, Kernel};
+use super::q32;
 use super::types::GgmlType;
 use super::{quantize, vec_dot_type, QuantError};
 
@@ -34,14 +35,22 @@ impl QuantizedRows {
 fn row_bytes(ty: GgmlType, k_len: usize) -> Result<usize, QuantError> {
     let be = ty.block_elems();
     if k_len % be != 0 {
-        return Err(QuantError::PartialBlock { ty, n: k_len, block: be });
+        return Err(QuantError::PartialBlock {
+            ty,
+            n: k_len,
+            block: be,
+        });
     }
     Ok(k_len / be * ty.block_bytes())
 }
 
 fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), QuantError> {
     if expected != got {
-        return Err(QuantError::Shape { what, expected, got });
+        return Err(QuantError::Shape {
+            what,
+            expected,
+            got,
+        });
     }
     Ok(())
 }
@@ -68,7 +77,13 @@ pub fn quantize_rows(
             quantize(ty, s, d)?;
         }
     }
-    Ok(QuantizedRows { ty, n_rows, k_len, row_bytes: rb, data })
+    Ok(QuantizedRows {
+        ty,
+        n_rows,
+        k_len,
+        row_bytes: rb,
+        data,
+    })
 }
 
 /// Weight bytes per band of rows when many tokens are multiplied (fits L1/L2 with room
@@ -89,7 +104,10 @@ pub fn matmul_quantized(
     check_len("weight bytes (rows × row bytes)", rows * wrb, w.len())?;
     check_len("output (n_tok × rows)", xq.n_rows * rows, y.len())?;
     if xq.ty != vec_dot_type(ty) {
-        return Err(QuantError::ActivationType { weight: ty, got: xq.ty });
+        return Err(QuantError::ActivationType {
+            weight: ty,
+            got: xq.ty,
+        });
     }
     let kern = rows_kernel(ty, isa).ok_or(QuantError::NoDot(ty))?;
     let n_tok = xq.n_rows;
@@ -114,11 +132,22 @@ pub fn matmul_quantized(
     // Each chunk writes its block of outputs as [n_tok, chunk rows]; scattered after.
     // [n_chunks, n_tok, chunk] f32 (the last chunk may be short)
     let mut tmp = vec![0f32; n_tok * rows];
-    tmp.par_chunks_mut(n_tok * chunk).enumerate().for_each(|(ci, out)| {
-        let r0 = ci * chunk;
-        let nr = out.len() / n_tok;
-        tile(kern, &w[r0 * wrb..(r0 + nr) * wrb], wrb, xq, nr, out);
-    });
+    let expanded = if n_tok >= EXPAND_MIN_TOKENS {
+        expanded_kernel(ty, isa)
+    } else {
+        None
+    };
+    tmp.par_chunks_mut(n_tok * chunk)
+        .enumerate()
+        .for_each(|(ci, out)| {
+            let r0 = ci * chunk;
+            let nr = out.len() / n_tok;
+            let w = &w[r0 * wrb..(r0 + nr) * wrb];
+            match expanded {
+                Some((ek, eb)) => tile_expanded(ty, ek, eb, w, wrb, xq, nr, out),
+                None => tile(kern, w, wrb, xq, nr, out),
+            }
+        });
     y.par_chunks_mut(rows).enumerate().for_each(|(t, yt)| {
         for (ci, ys) in yt.chunks_mut(chunk).enumerate() {
             let nr = ys.len();
@@ -141,6 +170,40 @@ fn tile(kern: Kernel, w: &[u8], wrb: usize, xq: &QuantizedRows, nr: usize, out: 
         for t in 0..n_tok {
             let o = &mut tmp[..r1 - r0];
             kern.rows(wb, wrb, xq.row(t), xq.k_len, o);
+            out[t * nr + r0..t * nr + r1].copy_from_slice(o);
+        }
+    }
+}
+
+/// From this many tokens on, a band of 32-element-block weights is first expanded to
+/// byte codes (`q32::expand`) so the per-token kernel skips the nibble unpacking.
+const EXPAND_MIN_TOKENS: usize = 8;
+
+/// [`tile`] for a band expanded to byte codes first (once per band, for all tokens).
+#[allow(clippy::too_many_arguments)]
+fn tile_expanded(
+    ty: GgmlType,
+    kern: Kernel,
+    eb: usize,
+    w: &[u8],
+    wrb: usize,
+    xq: &QuantizedRows,
+    nr: usize,
+    out: &mut [f32],
+) {
+    let n_tok = xq.n_rows;
+    let erb = xq.k_len / 32 * eb;
+    let band = (ROW_BAND_BYTES / erb.max(1)).clamp(4, nr.max(4)) / 4 * 4;
+    // [band, erb] u8: the band's rows as byte codes
+    let mut ex = vec![0u8; band * erb];
+    let mut tmp = vec![0f32; band];
+    for r0 in (0..nr).step_by(band) {
+        let r1 = (r0 + band).min(nr);
+        let exb = &mut ex[..(r1 - r0) * erb];
+        q32::expand(ty, &w[r0 * wrb..r1 * wrb], exb);
+        for t in 0..n_tok {
+            let o = &mut tmp[..r1 - r0];
+            kern.rows(exb, erb, xq.row(t), xq.k_len, o);
             out[t * nr + r0..t * nr + r1].copy_from_slice(o);
         }
     }
@@ -170,13 +233,24 @@ pub struct BatchItem<'a> {
 /// union of their rows is split into chunks and handed to the pool at once, so a decode
 /// step pays one fork/join instead of one per weight. Every weight's `vec_dot_type` must
 /// equal `xq.ty`.
-pub fn matmul_batch(items: &mut [BatchItem<'_>], xq: &QuantizedRows, isa: Isa) -> Result<(), QuantError> {
+pub fn matmul_batch(
+    items: &mut [BatchItem<'_>],
+    xq: &QuantizedRows,
+    isa: Isa,
+) -> Result<(), QuantError> {
     let k_len = xq.k_len;
     for it in items.iter() {
-        check_len("weight bytes (rows × row bytes)", it.rows * row_bytes(it.ty, k_len)?, it.w.len())?;
+        check_len(
+            "weight bytes (rows × row bytes)",
+            it.rows * row_bytes(it.ty, k_len)?,
+            it.w.len(),
+        )?;
         check_len("output (n_tok × rows)", xq.n_rows * it.rows, it.y.len())?;
         if xq.ty != vec_dot_type(it.ty) {
-            return Err(QuantError::ActivationType { weight: it.ty, got: xq.ty });
+            return Err(QuantError::ActivationType {
+                weight: it.ty,
+                got: xq.ty,
+            });
         }
         rows_kernel(it.ty, isa).ok_or(QuantError::NoDot(it.ty))?;
     }
@@ -198,7 +272,9 @@ pub fn matmul_batch(items: &mut [BatchItem<'_>], xq: &QuantizedRows, isa: Isa) -
             tasks.push((kern, &it.w[r0 * wrb..(r0 + ys.len()) * wrb], wrb, ys));
         }
     }
-    tasks.into_par_iter().for_each(|(kern, w, wrb, ys)| kern.rows(w, wrb, x0, k_len, ys));
+    tasks
+        .into_par_iter()
+        .for_each(|(kern, w, wrb, ys)| kern.rows(w, wrb, x0, k_len, ys));
     Ok(())
 }
 

@@ -29,22 +29,36 @@ mod simd_avx2;
 mod types;
 
 pub use dot::{kernel, rows_kernel, scalar_kernel, stream_kernel, DotFn, Isa, Kernel, RowsFn};
-pub use matmul::{matmul_batch, matmul_quantized, matmul_with, quantize_rows, BatchItem, QuantizedRows};
+pub use matmul::{
+    matmul_batch, matmul_quantized, matmul_with, quantize_rows, BatchItem, QuantizedRows,
+};
 pub use types::GgmlType;
 
 /// A quant-kernel usage error (sizes that do not match the type's blocks).
 #[derive(Debug, thiserror::Error)]
 pub enum QuantError {
     #[error("{ty}: {n} elements is not a whole number of {block}-element blocks")]
-    PartialBlock { ty: GgmlType, n: usize, block: usize },
+    PartialBlock {
+        ty: GgmlType,
+        n: usize,
+        block: usize,
+    },
     #[error("{ty}: expected {expected} bytes, got {got}")]
-    ByteLen { ty: GgmlType, expected: usize, got: usize },
+    ByteLen {
+        ty: GgmlType,
+        expected: usize,
+        got: usize,
+    },
     #[error("{0} cannot be quantized to")]
     NoQuantizer(GgmlType),
     #[error("{0} is an activation-only format: there is no dot product with it as weights")]
     NoDot(GgmlType),
     #[error("matmul: {what}: expected {expected} elements, got {got}")]
-    Shape { what: &'static str, expected: usize, got: usize },
+    Shape {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
     #[error("{0} has no row64 layout (only Q4_K and Q6_K do)")]
     NoRow64(GgmlType),
     #[error("matmul: {weight} weights need {} activations, got {got}", vec_dot_type(*weight))]
@@ -59,7 +73,11 @@ fn check_blocks(ty: GgmlType, n: usize, bytes: usize) -> Result<(), QuantError> 
     }
     let expected = n / be * ty.block_bytes();
     if bytes != expected {
-        return Err(QuantError::ByteLen { ty, expected, got: bytes });
+        return Err(QuantError::ByteLen {
+            ty,
+            expected,
+            got: bytes,
+        });
     }
     Ok(())
 }

@@ -9,6 +9,7 @@
 
 use super::float::{f16_at, f16_bits};
 use super::q8::{Q8_0_BYTES, Q8_1_BYTES, QK};
+use super::types::GgmlType;
 
 pub(crate) const Q4_0_BYTES: usize = 18;
 pub(crate) const Q4_1_BYTES: usize = 20;
@@ -170,13 +171,20 @@ pub(crate) fn dequant_q5_1(src: &[u8], dst: &mut [f32]) {
 /// Σ (q_w − offset)·q_x over one block, exact.
 #[inline(always)]
 fn isum(q: &[u8; QK], offset: i32, x: &[u8]) -> i32 {
-    q.iter().zip(&x[..QK]).map(|(&a, &b)| (a as i32 - offset) * b as i8 as i32).sum()
+    q.iter()
+        .zip(&x[..QK])
+        .map(|(&a, &b)| (a as i32 - offset) * b as i8 as i32)
+        .sum()
 }
 
 /// Q4_0 · Q8_0: Σ_blocks (d_w·d_x) · Σ (q−8)·u.
 pub(crate) fn dot_q4_0(w: &[u8], x: &[u8], n: usize) -> f32 {
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q4_0_BYTES).zip(x.chunks_exact(Q8_0_BYTES)).take(n / QK) {
+    for (bw, bx) in w
+        .chunks_exact(Q4_0_BYTES)
+        .zip(x.chunks_exact(Q8_0_BYTES))
+        .take(n / QK)
+    {
         let s = isum(&codes(&bw[2..], None), 8, &bx[2..]);
         sum += (f16_at(bw, 0) * f16_at(bx, 0)) * s as f32;
     }
@@ -186,7 +194,11 @@ pub(crate) fn dot_q4_0(w: &[u8], x: &[u8], n: usize) -> f32 {
 /// Q5_0 · Q8_0: Σ_blocks (d_w·d_x) · Σ (q−16)·u.
 pub(crate) fn dot_q5_0(w: &[u8], x: &[u8], n: usize) -> f32 {
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q5_0_BYTES).zip(x.chunks_exact(Q8_0_BYTES)).take(n / QK) {
+    for (bw, bx) in w
+        .chunks_exact(Q5_0_BYTES)
+        .zip(x.chunks_exact(Q8_0_BYTES))
+        .take(n / QK)
+    {
         let s = isum(&codes(&bw[6..], Some(&bw[2..6])), 16, &bx[2..]);
         sum += (f16_at(bw, 0) * f16_at(bx, 0)) * s as f32;
     }
@@ -196,7 +208,11 @@ pub(crate) fn dot_q5_0(w: &[u8], x: &[u8], n: usize) -> f32 {
 /// Q4_1 · Q8_1: Σ_blocks (d_w·d_x)·Σ q·u + m_w·s_x.
 pub(crate) fn dot_q4_1(w: &[u8], x: &[u8], n: usize) -> f32 {
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q4_1_BYTES).zip(x.chunks_exact(Q8_1_BYTES)).take(n / QK) {
+    for (bw, bx) in w
+        .chunks_exact(Q4_1_BYTES)
+        .zip(x.chunks_exact(Q8_1_BYTES))
+        .take(n / QK)
+    {
         let s = isum(&codes(&bw[4..], None), 0, &bx[4..]);
         sum += (f16_at(bw, 0) * f16_at(bx, 0)) * s as f32 + f16_at(bw, 2) * f16_at(bx, 2);
     }
@@ -206,9 +222,46 @@ pub(crate) fn dot_q4_1(w: &[u8], x: &[u8], n: usize) -> f32 {
 /// Q5_1 · Q8_1: Σ_blocks (d_w·d_x)·Σ q·u + m_w·s_x.
 pub(crate) fn dot_q5_1(w: &[u8], x: &[u8], n: usize) -> f32 {
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q5_1_BYTES).zip(x.chunks_exact(Q8_1_BYTES)).take(n / QK) {
+    for (bw, bx) in w
+        .chunks_exact(Q5_1_BYTES)
+        .zip(x.chunks_exact(Q8_1_BYTES))
+        .take(n / QK)
+    {
         let s = isum(&codes(&bw[8..], Some(&bw[4..8])), 0, &bx[4..]);
         sum += (f16_at(bw, 0) * f16_at(bx, 0)) * s as f32 + f16_at(bw, 2) * f16_at(bx, 2);
     }
     sum
+}
+
+// ---- expansion for many-token matmuls ------------------------------------------------
+
+/// Bytes per expanded block: the `_0` types become Q8_0 blocks (`f16 d`, 32 × `i8`
+/// `q − offset`), the `_1` types 36-byte blocks (`f16 d`, `f16 m`, 32 × `u8` q). Same
+/// integers, same scales: a kernel on the expanded form computes exactly what one on
+/// the packed form does, without unpacking nibbles per token.
+pub(crate) fn expanded_block_bytes(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 => Some(Q8_0_BYTES),
+        GgmlType::Q4_1 | GgmlType::Q5_1 => Some(Q8_1_BYTES),
+        _ => None,
+    }
+}
+
+/// Expand whole blocks of `ty` from `src` into `dst` ([`expanded_block_bytes`] each).
+pub(crate) fn expand(ty: GgmlType, src: &[u8], dst: &mut [u8]) {
+    let (wb, head, qh, qs, offset) = match ty {
+        GgmlType::Q4_0 => (Q4_0_BYTES, 2, None, 2, 8),
+        GgmlType::Q5_0 => (Q5_0_BYTES, 2, Some(2), 6, 16),
+        GgmlType::Q4_1 => (Q4_1_BYTES, 4, None, 4, 0),
+        GgmlType::Q5_1 => (Q5_1_BYTES, 4, Some(4), 8, 0),
+        _ => return,
+    };
+    let eb = head + QK;
+    for (b, e) in src.chunks_exact(wb).zip(dst.chunks_exact_mut(eb)) {
+        e[..head].copy_from_slice(&b[..head]);
+        let q = codes(&b[qs..], qh.map(|o| &b[o..o + 4]));
+        for (o, v) in e[head..].iter_mut().zip(q) {
+            *o = (v as i32 - offset) as u8;
+        }
+    }
 }

@@ -20,7 +20,10 @@ pub(crate) const Q6K_D: usize = 208;
 fn codes(b: &[u8]) -> [u8; QK_K] {
     let mut q = [0u8; QK_K];
     for h in 0..2 {
-        let (ql, qh) = (&b[64 * h..64 * h + 64], &b[Q6K_QH + 32 * h..Q6K_QH + 32 * h + 32]);
+        let (ql, qh) = (
+            &b[64 * h..64 * h + 64],
+            &b[Q6K_QH + 32 * h..Q6K_QH + 32 * h + 32],
+        );
         let o = 128 * h;
         for l in 0..32 {
             q[o + l] = (ql[l] & 15) | ((qh[l] & 3) << 4);
@@ -38,7 +41,12 @@ pub(crate) fn quant_q6_k(src: &[f32], dst: &mut [u8]) {
         let mut scales = [0f32; 16];
         let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
         for ib in 0..16 {
-            let s = make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16], None);
+            let s = make_qx_quants(
+                32,
+                &x[16 * ib..16 * ib + 16],
+                &mut l[16 * ib..16 * ib + 16],
+                None,
+            );
             scales[ib] = s;
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
@@ -90,12 +98,18 @@ pub(crate) fn dequant_q6_k(src: &[u8], dst: &mut [f32]) {
 /// Q6_K · Q8_K: `d·dx · Σ_s scale_s · Σ (q−32)·u` per super-block, the sum exact.
 pub(crate) fn dot_q6_k(w: &[u8], x: &[u8], n: usize) -> f32 {
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q6_K_BYTES).zip(x.chunks_exact(Q8_K_BYTES)).take(n / QK_K) {
+    for (bw, bx) in w
+        .chunks_exact(Q6_K_BYTES)
+        .zip(x.chunks_exact(Q8_K_BYTES))
+        .take(n / QK_K)
+    {
         let q = codes(bw);
         let u = &bx[Q8K_QS..Q8K_QS + QK_K];
         let mut isum = 0i32;
         for s in 0..16 {
-            let p: i32 = (16 * s..16 * s + 16).map(|i| (q[i] as i32 - 32) * u[i] as i8 as i32).sum();
+            let p: i32 = (16 * s..16 * s + 16)
+                .map(|i| (q[i] as i32 - 32) * u[i] as i8 as i32)
+                .sum();
             isum += bw[Q6K_SCALES + s] as i8 as i32 * p;
         }
         sum += (f16_at(bw, Q6K_D) * f32_at(bx, 0)) * isum as f32;

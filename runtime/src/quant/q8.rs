@@ -11,14 +11,16 @@ pub(crate) const QK: usize = 32;
 pub(crate) const Q8_0_BYTES: usize = 34;
 pub(crate) const Q8_1_BYTES: usize = 36;
 
-/// `(d, codes)` of one 32-element block, ggml's reference rounding.
+/// `(d, codes)` of one 32-element block, rounded as llama.cpp's x86 `quantize_row_q8_0`
+/// (`id = 127/amax`, ties to even) rather than the `_ref` C code (`1/d`, ties away):
+/// with this, whole-model logits match llama.cpp's to the printed digit at position 0.
 fn quant_block(x: &[f32]) -> (f32, [i8; QK]) {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let mut q = [0i8; QK];
     for (q, &v) in q.iter_mut().zip(x) {
-        *q = (v * id).round() as i8;
+        *q = (v * id).round_ties_even() as i8;
     }
     (d, q)
 }
@@ -66,14 +68,22 @@ pub(crate) fn dequant_q8_1(src: &[u8], dst: &mut [f32]) {
 /// Σ over 32 code pairs, exact.
 #[inline(always)]
 pub(crate) fn isum_i8(a: &[u8], b: &[u8]) -> i32 {
-    a[..QK].iter().zip(&b[..QK]).map(|(&p, &q)| p as i8 as i32 * q as i8 as i32).sum()
+    a[..QK]
+        .iter()
+        .zip(&b[..QK])
+        .map(|(&p, &q)| p as i8 as i32 * q as i8 as i32)
+        .sum()
 }
 
 /// Q8_0 weights · Q8_0 activations: Σ_blocks (d_w·d_x) · Σ q_w·q_x.
 pub(crate) fn dot_q8_0(w: &[u8], x: &[u8], n: usize) -> f32 {
     let nb = n / QK;
     let mut sum = 0f32;
-    for (bw, bx) in w.chunks_exact(Q8_0_BYTES).zip(x.chunks_exact(Q8_0_BYTES)).take(nb) {
+    for (bw, bx) in w
+        .chunks_exact(Q8_0_BYTES)
+        .zip(x.chunks_exact(Q8_0_BYTES))
+        .take(nb)
+    {
         let isum = isum_i8(&bw[2..], &bx[2..]);
         sum += (f16_at(bw, 0) * f16_at(bx, 0)) * isum as f32;
     }

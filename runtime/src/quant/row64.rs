@@ -47,7 +47,11 @@ fn geometry(ty: GgmlType, k: usize) -> Result<(usize, usize), QuantError> {
         return Err(QuantError::NoRow64(ty));
     }
     if k % 256 != 0 {
-        return Err(QuantError::PartialBlock { ty, n: k, block: 256 });
+        return Err(QuantError::PartialBlock {
+            ty,
+            n: k,
+            block: 256,
+        });
     }
     Ok((k / 256, ty.block_bytes()))
 }
@@ -60,14 +64,24 @@ pub fn packed_len(ty: GgmlType, rows: usize, k: usize) -> Result<usize, QuantErr
 
 fn check(what: GgmlType, expected: usize, got: usize) -> Result<(), QuantError> {
     if expected != got {
-        return Err(QuantError::ByteLen { ty: what, expected, got });
+        return Err(QuantError::ByteLen {
+            ty: what,
+            expected,
+            got,
+        });
     }
     Ok(())
 }
 
 /// Pack `src` (`rows` rows of `k` elements, stored layout) into `dst`
 /// (`packed_len` bytes).
-pub fn pack(ty: GgmlType, src: &[u8], rows: usize, k: usize, dst: &mut [u8]) -> Result<(), QuantError> {
+pub fn pack(
+    ty: GgmlType,
+    src: &[u8],
+    rows: usize,
+    k: usize,
+    dst: &mut [u8],
+) -> Result<(), QuantError> {
     let (nkb, bb) = geometry(ty, k)?;
     check(ty, rows * nkb * bb, src.len())?;
     check(ty, padded_rows(rows) * nkb * bb, dst.len())?;
@@ -76,7 +90,11 @@ pub fn pack(ty: GgmlType, src: &[u8], rows: usize, k: usize, dst: &mut [u8]) -> 
         let (g, b) = (t / nkb, t % nkb);
         for lane in 0..LANES {
             let row = g * LANES + lane;
-            let blk = if row < rows { &src[(row * nkb + b) * bb..][..bb] } else { &zero[..] };
+            let blk = if row < rows {
+                &src[(row * nkb + b) * bb..][..bb]
+            } else {
+                &zero[..]
+            };
             match ty {
                 GgmlType::Q4_K => pack_q4k(blk, tile, lane),
                 _ => pack_q6k(blk, tile, lane),
@@ -87,7 +105,13 @@ pub fn pack(ty: GgmlType, src: &[u8], rows: usize, k: usize, dst: &mut [u8]) -> 
 }
 
 /// Unpack `src` (`packed_len` bytes) back to the stored layout of `rows × k` in `dst`.
-pub fn unpack(ty: GgmlType, src: &[u8], rows: usize, k: usize, dst: &mut [u8]) -> Result<(), QuantError> {
+pub fn unpack(
+    ty: GgmlType,
+    src: &[u8],
+    rows: usize,
+    k: usize,
+    dst: &mut [u8],
+) -> Result<(), QuantError> {
     let (nkb, bb) = geometry(ty, k)?;
     check(ty, padded_rows(rows) * nkb * bb, src.len())?;
     check(ty, rows * nkb * bb, dst.len())?;

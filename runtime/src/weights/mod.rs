@@ -4,10 +4,61 @@
 //! lifetime plus its tensor view of the mapped file). It carries no layout and no device
 //! copy: the backend decides where and how the weight lives. The CPU backend reads
 //! `view.data` in place; a GPU backend keys its cache on `(view.file_offset, layout)`
-//! (the residency work builds the real `WeightCache` behind this).
+//! through [`WeightCache`].
+//!
+//! - [`cache`]: the `WeightCache` (region × layout → one resident copy) over a
+//!   [`Materializer`] (allocate / upload / free on some device).
+//! - [`layout`]: the layouts and the one canonical layout per (type, consumer, device).
+//! - [`residency`]: `device` / `mapped` / `upload`; [`budget`]: `--weight-budget`.
+//! - [`stats`]: the accounting behind `--memory-report`; [`host`]: the cache over host
+//!   memory (CPU `device`/`upload` residency, and the tests).
+
+pub mod budget;
+pub mod cache;
+pub mod error;
+pub mod host;
+pub mod layout;
+pub mod residency;
+pub mod stats;
+
+pub use budget::ByteSize;
+pub use cache::{DeviceFault, Materializer, Stage, WeightCache};
+pub use error::WeightError;
+pub use layout::Layout;
+pub use residency::Residency;
+pub use stats::{DeviceMemory, WeightStats};
 
 use crate::gguf::{GgufFile, TensorInfo, TensorView};
 use crate::quant::GgmlType;
+
+/// Environment variable of the test-only allocator limit (bytes, `4GiB`-style suffixes).
+pub const TEST_ALLOC_LIMIT_ENV: &str = "LODE_TEST_ALLOC_LIMIT";
+
+/// How a backend should hold weights: the `--residency`, `--weight-budget` flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WeightOptions {
+    /// `None`: `LODE_RESIDENCY`, else the device's default.
+    pub residency: Option<Residency>,
+    /// Cap on device bytes of weight copies.
+    pub budget: Option<u64>,
+    /// Test only: the cache fails allocations past this many resident bytes, as a full
+    /// device would (`LODE_TEST_ALLOC_LIMIT`).
+    pub test_alloc_limit: Option<u64>,
+    /// `--memory-report`: the cache prints its accounting as one JSON line on stderr when
+    /// it is dropped (with the model, at exit).
+    pub report_at_exit: bool,
+}
+
+impl WeightOptions {
+    /// Defaults plus `LODE_TEST_ALLOC_LIMIT` (an unreadable value is an error naming it).
+    pub fn from_env() -> Result<WeightOptions, String> {
+        let limit = match std::env::var(TEST_ALLOC_LIMIT_ENV) {
+            Ok(v) if !v.trim().is_empty() => Some(v.parse::<ByteSize>().map_err(|e| format!("{TEST_ALLOC_LIMIT_ENV}: {e}"))?.0),
+            _ => None,
+        };
+        Ok(WeightOptions { test_alloc_limit: limit, ..Default::default() })
+    }
+}
 
 /// Index of a tensor in its file's tensor table; stable while the file is open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

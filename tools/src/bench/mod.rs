@@ -71,6 +71,8 @@ pub struct Args {
     /// `--pair-arg "--kv-type f32" --pair-arg "--kv-type f16"`.
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true, num_args = 1, action = clap::ArgAction::Append)]
     pub pair_arg: Vec<String>,
+    #[command(flatten)]
+    pub weights: common::WeightArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -125,6 +127,7 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         ctx_size: Some(ctx),
         batch_size: args.batch_size,
         kv_type,
+        weights: args.weights.clone(),
     };
     let (mut engine, file, path) = common::open_engine(&margs)?;
     let tok = Tokenizer::from_gguf(&file).with_context(|| format!("cannot load the tokenizer of {}", path.display()))?;
@@ -185,7 +188,8 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
             (Some(u), Some(n)) => format!(" (process CPU {:.0} % of {threads} threads; {n:.2} t/s per {threads} CPU-s/s)", u * 100.0),
             _ => String::new(),
         };
-        eprintln!("bench: {} {:.2} ± {:.2} t/s{util}", row.test, row.avg_ts, row.stddev_ts);
+        let mem = runner.engine.weight_stats().map(|s| format!(" | {}", s.summary())).unwrap_or_default();
+        eprintln!("bench: {} {:.2} ± {:.2} t/s{util}{mem}", row.test, row.avg_ts, row.stddev_ts);
         rows.push(row);
     }
     Ok(rows)

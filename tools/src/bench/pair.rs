@@ -63,6 +63,12 @@ fn child_args(args: &Args, extra: &[String]) -> Vec<String> {
     if args.no_warmup {
         a.push("--no-warmup".into());
     }
+    if let Some(r) = args.weights.residency {
+        a.extend(["--residency".into(), r.to_string()]);
+    }
+    if let Some(b) = &args.weights.weight_budget {
+        a.extend(["--weight-budget".into(), b.0.to_string()]);
+    }
     a.extend(extra.iter().cloned());
     a
 }

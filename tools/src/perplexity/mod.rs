@@ -66,6 +66,8 @@ pub struct Args {
     /// Compare with a file written by `--save-logits`: KL divergence, same top-1, PPL ratio.
     #[arg(long, value_name = "FILE")]
     pub kl_divergence_base: Option<PathBuf>,
+    #[command(flatten)]
+    pub weights: common::WeightArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -87,6 +89,7 @@ pub fn run(args: Args) -> Result<()> {
         ctx_size: Some(args.ctx),
         batch_size: args.batch_size.unwrap_or(args.ctx),
         kv_type: args.kv_type,
+        weights: args.weights.clone(),
     };
     let (mut engine, file, path) = common::open_engine(&margs)?;
     let tok = Tokenizer::from_gguf(&file).with_context(|| format!("cannot load the tokenizer of {}", path.display()))?;

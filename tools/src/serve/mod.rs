@@ -127,8 +127,10 @@ pub fn run(args: Args) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
-        let addr = format!("{}:{}", args.host, args.port);
-        let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        // (host, port) resolves names and IPv6 literals (`::1`) alike.
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
         let local: SocketAddr = listener.local_addr()?;
         eprintln!(
             "lode: serving {model_id} on {be_name}: {} slot(s) of {n_ctx} tokens, {threads} thread(s){}",
@@ -160,6 +162,12 @@ fn open_backends(device: DeviceKind, threads: usize, n: usize) -> Result<Vec<Box
         return cpu(n);
     }
     // A GPU backend per slot (each holds its own KV cache and scratch buffers).
+    if n > 1 {
+        tracing::warn!(
+            "{}: each of the {n} slots uploads its own copy of the weights until GPU backends share them",
+            first.name()
+        );
+    }
     let mut v = vec![first];
     for _ in 1..n {
         v.push(backend::open(device, threads)?.0);

@@ -225,7 +225,7 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
         loop {
             match rx.recv().await {
                 Some(Event::Text(t)) => text.push_str(&t),
-                Some(Event::Done(fin)) => return Ok(Json(meta.full(text, fin)).into_response()),
+                Some(Event::Done(fin)) => return Ok(meta.full(text, fin)),
                 Some(Event::Error(e)) => return Err(e),
                 Some(Event::Started { .. }) => {}
                 None => return Err(ApiError::internal("the slot ended the request without an answer")),
@@ -272,9 +272,9 @@ struct Meta {
 }
 
 impl Meta {
-    fn full(self, text: String, fin: Finish) -> serde_json::Value {
-        let v = match self.kind {
-            Kind::Chat => serde_json::to_value(api::ChatCompletion {
+    fn full(self, text: String, fin: Finish) -> Response {
+        match self.kind {
+            Kind::Chat => Json(api::ChatCompletion {
                 id: self.id,
                 object: "chat.completion",
                 created: self.created,
@@ -286,8 +286,9 @@ impl Meta {
                 }],
                 usage: fin.usage,
                 timings: fin.timings,
-            }),
-            Kind::Completion => serde_json::to_value(api::Completion {
+            })
+            .into_response(),
+            Kind::Completion => Json(api::Completion {
                 id: self.id,
                 object: "text_completion",
                 created: self.created,
@@ -295,9 +296,9 @@ impl Meta {
                 choices: vec![api::CompletionChoice { index: 0, text, logprobs: None, finish_reason: Some(fin.finish_reason) }],
                 usage: Some(fin.usage),
                 timings: Some(fin.timings),
-            }),
-        };
-        v.unwrap_or_default()
+            })
+            .into_response(),
+        }
     }
 
     /// One stream chunk: a text delta, or (with `fin`) the closing chunk.

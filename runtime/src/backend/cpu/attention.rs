@@ -1,15 +1,20 @@
 //! KV cache storage and attention over it, on the CPU.
 //!
 //! Layout per layer: K is `[n_ctx, n_kv_head * head_dim_k]`, V is
-//! `[n_ctx, n_kv_head * head_dim_v]`, slot = position. With an f16 cache the query is
-//! rounded to f16 before `q·k`, as llama.cpp's CPU flash attention does, so the f16 run
-//! is comparable with llama.cpp's default; sums are f32.
+//! `[n_ctx, n_kv_head * head_dim_v]`, slot = position. With an f16 cache and fewer than
+//! [`TILED_MIN_ROWS`] query rows the query is rounded to f16 before `q·k`, as llama.cpp's
+//! CPU flash attention does for small batches and decode (its tiled kernel for larger
+//! batches keeps Q in f32), so an f16 run is comparable with llama.cpp's default; sums
+//! are f32.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use crate::backend::{Attention, BackendError, KvSpec, KvType, Result};
+
+/// Query rows from which llama.cpp's CPU flash attention switches to its tiled kernel.
+pub const TILED_MIN_ROWS: usize = 64;
 
 /// One layer's K or V.
 pub enum KvData {
@@ -121,7 +126,7 @@ impl Kv {
         let group = p.n_head / p.n_kv_head;
         let (wk, wv) = (s.n_kv_head * dk, s.n_kv_head * dv);
         let (kc, vc) = (&self.k[layer], &self.v[layer]);
-        let round_q = s.ty == KvType::F16;
+        let round_q = s.ty == KvType::F16 && pos.len() < TILED_MIN_ROWS;
         out[..pos.len() * p.n_head * dv]
             .par_chunks_mut(dv)
             .enumerate()
@@ -138,6 +143,10 @@ impl Kv {
                     qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
                 }
                 let mut row = vec![0.0f32; dk.max(dv)];
+                if round_q {
+                    online_f16(&qh, kc, vc, lo..=pq, (wk, kvh * dk), (wv, kvh * dv), p.scale, &mut row, o);
+                    return;
+                }
                 let mut scores = Vec::with_capacity(pq + 1 - lo);
                 let mut max = f32::NEG_INFINITY;
                 for pk in lo..=pq {
@@ -161,6 +170,43 @@ impl Kv {
             });
         Ok(())
     }
+}
+
+/// One query head over keys `keys` with an online softmax whose V accumulator is kept
+/// in f16 (rounded after every key), as llama.cpp's CPU flash attention does for small
+/// batches and decode with an f16 cache. `k_at`/`v_at` are (row stride, head offset).
+#[allow(clippy::too_many_arguments)]
+fn online_f16(
+    q: &[f32],
+    kc: &KvData,
+    vc: &KvData,
+    keys: std::ops::RangeInclusive<usize>,
+    k_at: (usize, usize),
+    v_at: (usize, usize),
+    scale: f32,
+    row: &mut [f32],
+    out: &mut [f32],
+) {
+    let (dk, dv) = (q.len(), out.len());
+    let mut acc = vec![f16::ZERO; dv];
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+    for pk in keys {
+        kc.load(pk * k_at.0 + k_at.1, &mut row[..dk]);
+        let s = q.iter().zip(&row[..dk]).map(|(a, b)| a * b).sum::<f32>() * scale;
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if s > m {
+            ms = (m - s).exp();
+            m = s;
+            acc.iter_mut().for_each(|a| *a = f16::from_f32(a.to_f32() * ms));
+        } else {
+            vs = (s - m).exp();
+        }
+        vc.load(pk * v_at.0 + v_at.1, &mut row[..dv]);
+        acc.iter_mut().zip(&row[..dv]).for_each(|(a, &v)| *a = f16::from_f32(v.mul_add(vs, a.to_f32())));
+        sum = sum * ms + vs;
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    out.iter_mut().zip(&acc).for_each(|(o, a)| *o = a.to_f32() * inv);
 }
 
 fn invalid(msg: String) -> BackendError {

@@ -83,7 +83,7 @@ pub fn glu(gate: &[f32], up: &[f32], out: &mut [f32], act: Glu) {
         }
         Glu::GeluTanh => {
             for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-                *o = gelu_tanh(g) * u;
+                *o = gelu_tanh_f16(g) * u;
             }
         }
     }
@@ -91,6 +91,20 @@ pub fn glu(gate: &[f32], up: &[f32], out: &mut [f32], act: Glu) {
 
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
+}
+
+/// GELU as ggml's CPU backend computes it: the input rounded to f16, GELU of that,
+/// the result rounded to f16 (ggml reads a 64K-entry f16 table); saturated outside
+/// ±10. Matching this rounding is measurable in Gemma's top-1 agreement.
+pub fn gelu_tanh_f16(x: f32) -> f32 {
+    use half::f16;
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        f16::from_f32(gelu_tanh(f16::from_f32(x).to_f32())).to_f32()
+    }
 }
 
 /// GELU, tanh form: `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`.

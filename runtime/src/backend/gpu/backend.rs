@@ -1,10 +1,11 @@
 //! [`Backend`] for CUDA and HIP: one implementation over [`GpuDevice`], so the forward
 //! pass the model code issues runs the same host code on an NVIDIA or an AMD GPU.
 //!
-//! Weights: the first op that names a weight uploads its stored bytes from the mapping
-//! (one device copy per weight, keyed by the mapping address; the residency work replaces
-//! this map with the full `WeightCache`). Small f32 vectors (norm weights, biases) that a
-//! file stores in another type are dequantized on the host once, then uploaded.
+//! Weights: every op asks the `WeightCache` for (weight, canonical layout): the first ask
+//! materializes it (`device` residency), or it was copied at load (`upload`), or it is
+//! read in place from the registered file mapping (`mapped`). Small f32 vectors (norm
+//! weights, biases) that a file stores in another type have the f32 layout (dequantized
+//! on the host once, then uploaded).
 //! Activations: every `Buf` is a device f32 buffer. Matmuls of quantized weights quantize
 //! the activations to q8_1 in a reused scratch buffer first.
 //! Host slices (token ids, positions) are uploaded to per-step staging slots (an
@@ -20,7 +21,9 @@ use super::{ops, GpuError};
 use std::cell::RefCell;
 use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, Result, Rope, RopeMode};
 use crate::quant::{self, GgmlType};
-use crate::weights::WeightRef;
+use super::materialize::{GpuMaterializer, MappedFile};
+use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
+use crate::weights::{Residency, WeightCache, WeightOptions, WeightRef, WeightStats};
 use std::collections::HashMap;
 
 /// Map a GPU error into the backend's error type, naming the op.
@@ -60,15 +63,16 @@ pub struct GpuBackend {
     /// Activation buffers: (memory, f32 length, version bumped by every op that writes it).
     bufs: HashMap<u32, (DeviceBuffer, usize, u64)>,
     tick: u64,
-    /// (buffer, version, k, n_tok) whose q8_1 quantization the scratch holds: q, k and v
-    /// (and gate and up) projections of one input quantize it once.
-    q8_of: Option<(u32, u64, usize, usize)>,
+    /// (buffer, version, values) whose q8_1 blocks (32 consecutive values each) the
+    /// scratch holds: q, k and v (and gate and up) projections of one input quantize it
+    /// once, and the norm / GLU kernels before a projection write them directly.
+    q8_of: Option<(u32, u64, usize)>,
     kvs: HashMap<u32, Kv>,
     next: u32,
-    /// Stored-layout weight copies, keyed by (mapping address, bytes).
-    weights: HashMap<(usize, usize), DeviceBuffer>,
-    /// f32 copies of small vectors stored in another type, same key.
-    weights_f32: HashMap<(usize, usize), DeviceBuffer>,
+    /// Every weight copy (or in-place address), by (file region, layout).
+    cache: WeightCache<GpuMaterializer>,
+    /// The registered file mapping (`mapped` residency).
+    mapped: Option<MappedFile>,
     inv_freq: HashMap<(usize, u32, u32, usize), DeviceBuffer>,
     q8: Scratch,
     /// Per-step staging of host inputs (ids, positions): slot addresses repeat per step.
@@ -78,14 +82,39 @@ pub struct GpuBackend {
     retired: Vec<DeviceBuffer>,
     /// Positions staged in this step and where.
     step_pos: Option<(Vec<u32>, DevPtr)>,
+    /// The previous step's positions and slot: a replayed decode step predicts its own
+    /// positions from them (each one further) and launches its graph at the first op.
+    prev_pos: Option<(Vec<u32>, DevPtr)>,
+    /// Positions written speculatively into this step's slot, still to be confirmed.
+    predicted_pos: Option<(Vec<u32>, DevPtr)>,
     replay: RefCell<Replay>,
-    /// Bytes of weights uploaded and how many copies (accounting for bench/reports).
-    pub weight_bytes: u64,
-    pub weight_copies: u64,
+    /// Prefill of Q4_K weights (≥ 16 tokens) on matrix cores (`LODE_GEMM=0` turns it off).
+    gemm_prefill: bool,
 }
 
 impl GpuBackend {
+    /// A backend with the environment's weight options (`LODE_RESIDENCY`, else the
+    /// device's default; an unreadable variable is reported and ignored).
     pub fn new(dev: GpuDevice) -> GpuBackend {
+        let opts = WeightOptions::from_env().unwrap_or_else(|e| {
+            eprintln!("lode: {e}; ignored");
+            WeightOptions::default()
+        });
+        let residency = Residency::resolve(None, dev.is_integrated()).unwrap_or_else(|e| {
+            eprintln!("lode: {e}; ignored");
+            Residency::default_for(dev.is_integrated())
+        });
+        GpuBackend::with_residency(dev, residency, &opts)
+    }
+
+    /// A backend holding weights as `opts` says (`--residency`, `--weight-budget`).
+    pub fn with_options(dev: GpuDevice, opts: &WeightOptions) -> Result<GpuBackend> {
+        let residency = Residency::resolve(opts.residency, dev.is_integrated()).map_err(BackendError::Unavailable)?;
+        Ok(GpuBackend::with_residency(dev, residency, opts))
+    }
+
+    fn with_residency(dev: GpuDevice, residency: Residency, opts: &WeightOptions) -> GpuBackend {
+        let cache = WeightCache::new(GpuMaterializer { dev: dev.clone() }, residency, opts);
         GpuBackend {
             dev,
             bufs: HashMap::new(),
@@ -93,17 +122,18 @@ impl GpuBackend {
             q8_of: None,
             kvs: HashMap::new(),
             next: 1,
-            weights: HashMap::new(),
-            weights_f32: HashMap::new(),
+            cache,
+            mapped: None,
             inv_freq: HashMap::new(),
             q8: Scratch::default(),
             stage: Scratch::default(),
             stage_used: 0,
             retired: Vec::new(),
             step_pos: None,
+            prev_pos: None,
+            predicted_pos: None,
             replay: RefCell::new(Replay::new()),
-            weight_bytes: 0,
-            weight_copies: 0,
+            gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
         }
     }
 
@@ -142,11 +172,49 @@ impl GpuBackend {
         Ok(p)
     }
 
+    /// Address the next staging slot would get.
+    fn stage_slot_addr(&self) -> DevPtr {
+        self.stage.buf.as_ref().map(|b| b.ptr()).unwrap_or(0) + self.stage_used as u64
+    }
+
+    /// At a replayable step's first op: stage the positions the step will most likely
+    /// use (the previous step's, each one further) where it staged them, and launch the
+    /// graph now so the GPU runs while the host verifies the rest of the step.
+    fn speculate(&mut self, first: &Entry) -> Result<()> {
+        if !self.replay.get_mut().can_speculate() {
+            return Ok(());
+        }
+        let Some((prev, ptr)) = self.prev_pos.clone() else { return Ok(()) };
+        // Decode steps only, and only while the predicted position is inside every KV
+        // cache: a wrong guess is recomputed, but the speculative run must stay in bounds
+        // (regression: repeated 512-token prefills predicted positions past the cache).
+        if prev.len() != 1 {
+            return Ok(());
+        }
+        let n = prev.len() as u32;
+        let pred: Vec<u32> = prev.iter().map(|p| p + n).collect();
+        let cap = self.kvs.values().map(|k| k.spec.n_ctx).min().unwrap_or(0);
+        if pred.iter().any(|&p| p as usize >= cap) {
+            return Ok(());
+        }
+        let in_stage = self.stage.buf.as_ref().map(|b| ptr >= b.ptr() && ptr + (pred.len() * 4) as u64 <= b.ptr() + b.len() as u64).unwrap_or(false);
+        if !in_stage || ptr < self.stage_slot_addr() {
+            return Ok(());
+        }
+        let v: Vec<i32> = pred.iter().map(|&p| p as i32).collect();
+        self.dev.write(ptr, bytemuck::cast_slice(&v)).map_err(derr("staging"))?;
+        if self.replay.get_mut().speculate(&self.dev, first).map_err(derr("graph replay"))? {
+            self.predicted_pos = Some((pred, ptr));
+        }
+        Ok(())
+    }
+
     /// End of a step: replay or capture, then recycle the staging slots.
     fn end_step(&mut self) -> Result<()> {
         self.replay.get_mut().end_step(&self.dev).map_err(derr("graph replay"))?;
         self.stage_used = 0;
-        self.step_pos = None;
+        self.prev_pos = self.step_pos.take();
+        self.predicted_pos = None;
         Ok(())
     }
 
@@ -172,44 +240,23 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Device address of a weight's stored bytes (uploaded on first use).
+    /// Device address of a matrix weight in its canonical layout (made on first use).
     fn weight(&mut self, w: &WeightRef) -> Result<DevPtr> {
-        let key = (w.data().as_ptr() as usize, w.data().len());
-        if let Some(b) = self.weights.get(&key) {
-            return Ok(b.ptr());
-        }
-        self.barrier()?;
-        let b = self.dev.upload(w.data()).map_err(|e| match e {
-            super::DriverError::Call { code: 2, .. } => BackendError::OutOfMemory { what: "weight upload", bytes: w.data().len() as u64 },
-            e => BackendError::Invalid { op: "weight upload", msg: format!("{}: {e}", w.name()) },
-        })?;
-        self.weight_bytes += w.data().len() as u64;
-        self.weight_copies += 1;
-        if std::env::var_os("LODE_WEIGHT_TRACE").is_some() {
-            eprintln!("weight copy: {} {} {} bytes (stored layout)", w.name(), w.ty(), w.data().len());
-        }
-        let p = b.ptr();
-        self.weights.insert(key, b);
-        Ok(p)
+        self.cached(w, layout::canonical(w.ty(), Consumer::Matrix, DeviceClass::Gpu))
     }
 
-    /// Device address of a weight as an f32 vector (norm weights, biases, rope factors).
+    /// Device address of a weight as an f32 vector (norm weights, biases).
     fn weight_f32(&mut self, w: &WeightRef) -> Result<DevPtr> {
-        if w.ty() == GgmlType::F32 {
-            return self.weight(w);
+        self.cached(w, layout::canonical(w.ty(), Consumer::Vector, DeviceClass::Gpu))
+    }
+
+    fn cached(&mut self, w: &WeightRef, layout: Layout) -> Result<DevPtr> {
+        if let Some(p) = self.cache.peek(w, layout) {
+            return Ok(p);
         }
-        let key = (w.data().as_ptr() as usize, w.data().len());
-        if let Some(b) = self.weights_f32.get(&key) {
-            return Ok(b.ptr());
-        }
+        // Materializing allocates and uploads: outside the step record.
         self.barrier()?;
-        let n = w.row_len() * w.n_rows();
-        let mut v = vec![0f32; n];
-        quant::dequantize(w.ty(), w.data(), &mut v).map_err(|source| BackendError::Quant { op: "dequantize", weight: w.name().into(), source })?;
-        let b = self.dev.upload_f32(&v).map_err(derr("weight upload"))?;
-        let p = b.ptr();
-        self.weights_f32.insert(key, b);
-        Ok(p)
+        Ok(self.cache.get(w, layout)?)
     }
 
     /// Stage positions once per step (as i32) and return their device address.
@@ -218,6 +265,16 @@ impl GpuBackend {
             if p.as_slice() == pos {
                 return Ok(*ptr);
             }
+        }
+        if let Some((pred, ptr)) = self.predicted_pos.take() {
+            let slot = pos.len().max(1).div_ceil(64) * 256;
+            if self.step_pos.is_none() && pred.as_slice() == pos && ptr == self.stage_slot_addr() {
+                // Already staged (before the speculative graph launch): take the slot.
+                self.stage_used += slot;
+                self.step_pos = Some((pred, ptr));
+                return Ok(ptr);
+            }
+            self.replay.get_mut().mispredicted(&self.dev).map_err(derr("graph replay"))?;
         }
         let v: Vec<i32> = pos.iter().map(|&p| p as i32).collect();
         let ptr = self.stage_bytes(bytemuck::cast_slice(&v))?;
@@ -252,6 +309,27 @@ impl Backend for GpuBackend {
     fn name(&self) -> String {
         let i = self.dev.info();
         format!("{}:0 ({}, {})", self.dev.api(), i.name, i.arch)
+    }
+
+    fn attach_weights(&mut self, file: &std::sync::Arc<crate::gguf::GgufFile>, weights: &[WeightRef]) -> Result<()> {
+        self.barrier()?;
+        match self.cache.residency() {
+            Residency::Mapped => {
+                let m = MappedFile::register(&self.dev, file)?;
+                self.cache.set_mapping(file.bytes(), m.device_ptr);
+                self.mapped = Some(m);
+            }
+            Residency::Upload => {
+                let ws = weights.iter().map(|w| (*w, layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), DeviceClass::Gpu)));
+                self.cache.preload(ws)?;
+            }
+            Residency::Device => {}
+        }
+        Ok(())
+    }
+
+    fn weight_stats(&self) -> Option<WeightStats> {
+        Some(self.cache.stats())
     }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {
@@ -329,6 +407,9 @@ impl Backend for GpuBackend {
         }
         let wp = self.weight(w)?;
         let idp = self.stage_bytes(bytemuck::cast_slice(ids))?;
+        if let Some(first) = ops::get_rows_entry(w.ty(), wp, k, idp, ids.len(), o, 1.0) {
+            self.speculate(&first)?;
+        }
         let r = ops::get_rows(&self.rec(), wp, w.ty(), k, idp, ids.len(), o, 1.0).map_err(err("get_rows"));
         self.touch(out);
         r
@@ -343,10 +424,15 @@ impl Backend for GpuBackend {
         let wp = self.weight(w)?;
         let ty = w.ty();
         let map = |e: GpuError| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) };
-        let r = if ops::matvec_takes_q8_1(ty) {
+        // The matrix-core GEMM skeleton beat the 8-column matvec on the H200 for the 0.6B
+        // and 4B shapes and lost on the 8B shape (K = 4096 / 14336): use it below K 4096.
+        let use_gemm = ty == GgmlType::Q4_K && n_tok >= 16 && k < 4096 && self.gemm_prefill;
+        let r = if use_gemm {
+            ops::gemm_q4_k(&self.rec(), wp, rows, k, xp, yp, n_tok).map_err(map)
+        } else if ops::matvec_takes_q8_1(ty) {
             let grown = self.q8.grown;
             let q = self.q8.get(&self.dev, ops::q8_1_bytes(k, n_tok)).map_err(derr("matmul"))?;
-            let key = (x.0, self.version(x), k, n_tok);
+            let key = (x.0, self.version(x), k * n_tok);
             if self.q8_of != Some(key) || self.q8.grown != grown {
                 ops::quantize_q8_1(&self.rec(), xp, q, k, n_tok).map_err(map)?;
                 self.q8_of = Some(key);
@@ -373,6 +459,13 @@ impl Backend for GpuBackend {
             }
             None => None,
         };
+        if row_len % 32 == 0 {
+            let q = self.q8.get(&self.dev, ops::q8_1_bytes(row_len, n_rows)).map_err(derr("rms_norm"))?;
+            ops::rmsnorm_q8(&self.rec(), xp, wp, op, q, n_rows, row_len, eps).map_err(err("rms_norm"))?;
+            self.touch(out);
+            self.q8_of = Some((out.0, self.version(out), n_rows * row_len));
+            return Ok(());
+        }
         let r = ops::rmsnorm(&self.rec(), xp, wp, op, n_rows, row_len, eps).map_err(err("rms_norm"));
         self.touch(out);
         r
@@ -425,6 +518,13 @@ impl Backend for GpuBackend {
         Self::check_len("glu", gate, gn, n)?;
         Self::check_len("glu", up, un, n)?;
         Self::check_len("glu", out, on, n)?;
+        if n % 32 == 0 {
+            let q = self.q8.get(&self.dev, ops::q8_1_bytes(n, 1)).map_err(derr("glu"))?;
+            ops::glu_q8(&self.rec(), gp, up_, op, q, n, act == Glu::GeluTanh).map_err(err("glu"))?;
+            self.touch(out);
+            self.q8_of = Some((out.0, self.version(out), n));
+            return Ok(());
+        }
         let r = ops::glu(&self.rec(), gp, up_, op, n, act == Glu::GeluTanh).map_err(err("glu"));
         self.touch(out);
         r
@@ -458,8 +558,7 @@ impl Backend for GpuBackend {
         }
         let pp = self.positions(pos)?;
         let f = err("kv_write");
-        ops::f32_to_f16_rows(&self.rec(), kp, kc, pos.len(), rk, rk, pp).map_err(&f)?;
-        ops::f32_to_f16_rows(&self.rec(), vp, vc, pos.len(), rv, rv, pp).map_err(&f)?;
+        ops::kv_store(&self.rec(), kp, vp, kc, vc, rk, rv, pp, pos.len()).map_err(&f)?;
         Ok(())
     }
 
@@ -482,6 +581,11 @@ impl Backend for GpuBackend {
 
 impl Drop for GpuBackend {
     fn drop(&mut self) {
+        if let Some(r) = self.replay.get_mut().profile_report() {
+            eprintln!("{r}");
+        }
+        let st = self.replay.get_mut().stats;
+        tracing::info!("graph replay: {} captures, {} replays, {} fallbacks, {} eager steps", st.captures, st.replays, st.fallbacks, st.eager_steps);
         self.replay.get_mut().release(&self.dev);
     }
 }

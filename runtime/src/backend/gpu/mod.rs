@@ -13,6 +13,7 @@ pub mod backend;
 pub mod device;
 pub mod driver;
 pub mod kernels;
+pub mod materialize;
 pub mod ops;
 pub mod replay;
 pub mod selftest;

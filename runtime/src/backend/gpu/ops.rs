@@ -126,13 +126,13 @@ pub fn rope(d: &dyn Launch, x: DevPtr, pos: DevPtr, inv_freq: DevPtr, n_tok: usi
 /// (slots 0..=max pos filled). window = 0: full causal.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, n_tok: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
-    if head_dim % 32 != 0 || head_dim > 256 || n_kv_head == 0 || n_head % n_kv_head != 0 {
+    if head_dim % 8 != 0 || head_dim > 256 || n_kv_head == 0 || n_head % n_kv_head != 0 {
         return Err(unsupported(format!("attention: head_dim {head_dim}, heads {n_head}/{n_kv_head}")));
     }
     d.launch(
         "attn_f16",
         [n_head as u32, n_tok as u32, 1],
-        [128, 1, 1],
+        [512, 1, 1],
         &[KArg::Ptr(q), KArg::Ptr(kc), KArg::Ptr(vc), KArg::Ptr(out), i(n_head), i(n_kv_head), i(head_dim), KArg::Ptr(pos), i(window), KArg::F32(scale)],
     )?;
     Ok(())
@@ -181,6 +181,20 @@ pub fn f32_to_f16_rows(d: &dyn Launch, src: DevPtr, dst: DevPtr, rows: usize, n:
     Ok(())
 }
 
+/// The launch `get_rows` makes, as a replay entry (None where it would fail or do nothing).
+pub fn get_rows_entry(ty: GgmlType, w: DevPtr, k: usize, ids: DevPtr, n_ids: usize, y: DevPtr, scale: f32) -> Option<super::replay::Entry> {
+    struct Cap(std::cell::RefCell<Option<super::replay::Entry>>);
+    impl Launch for Cap {
+        fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), DriverError> {
+            *self.0.borrow_mut() = Some(super::replay::Entry::Kernel { name, grid, block, args: args.to_vec() });
+            Ok(())
+        }
+    }
+    let c = Cap(Default::default());
+    get_rows(&c, w, ty, k, ids, n_ids, y, scale).ok()?;
+    c.0.into_inner()
+}
+
 /// y[r] = scale · dequant(W[ids[r]]). w: [n_rows_w, k] of `ty`; ids: [n_ids] i32; y: [n_ids, k] f32.
 pub fn get_rows(d: &dyn Launch, w: DevPtr, ty: GgmlType, k: usize, ids: DevPtr, n_ids: usize, y: DevPtr, scale: f32) -> R {
     let name = match ty {
@@ -215,5 +229,32 @@ pub fn gemm_q4_k(d: &dyn Launch, w: DevPtr, m: usize, k: usize, x: DevPtr, y: De
         return Ok(());
     }
     d.launch("gemm_q4_K_f16", [ceil(m, 64), ceil(n, 16), 1], [128, 1, 1], &[KArg::Ptr(w), KArg::Ptr(x), KArg::Ptr(y), i(m), i(n), i(k)])?;
+    Ok(())
+}
+
+/// `rmsnorm` that also writes y's q8_1 blocks. q: [rows, n/32] q8_1; n % 32 == 0.
+pub fn rmsnorm_q8(d: &dyn Launch, x: DevPtr, w: Option<DevPtr>, y: DevPtr, q: DevPtr, rows: usize, n: usize, eps: f32) -> R {
+    if n % 32 != 0 {
+        return Err(unsupported(format!("rmsnorm_q8: n = {n} is not a multiple of 32")));
+    }
+    d.launch("rmsnorm_q8_f32", [rows as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps)])?;
+    Ok(())
+}
+
+/// `glu` that also writes y's q8_1 blocks (32 consecutive values each). n % 32 == 0.
+pub fn glu_q8(d: &dyn Launch, g: DevPtr, u: DevPtr, y: DevPtr, q: DevPtr, n: usize, gelu: bool) -> R {
+    if n % 32 != 0 {
+        return Err(unsupported(format!("glu_q8: n = {n} is not a multiple of 32")));
+    }
+    flat(d, "glu_q8_f32", n, &[KArg::Ptr(g), KArg::Ptr(u), KArg::Ptr(y), KArg::Ptr(q), i(n), i(gelu as usize)])
+}
+
+/// K and V rows into the f16 caches. k: [n_rows, nk] f32, v: [n_rows, nv] f32;
+/// kc: rows of nk f16, vc: rows of nv f16; rows: [n_rows] i32 on the device.
+pub fn kv_store(d: &dyn Launch, k: DevPtr, v: DevPtr, kc: DevPtr, vc: DevPtr, nk: usize, nv: usize, rows: DevPtr, n_rows: usize) -> R {
+    if n_rows == 0 {
+        return Ok(());
+    }
+    d.launch("kv_store_f16", [ceil(nk.max(nv), 256), n_rows as u32, 1], [256, 1, 1], &[KArg::Ptr(k), KArg::Ptr(v), KArg::Ptr(kc), KArg::Ptr(vc), i(nk), i(nv), KArg::Ptr(rows)])?;
     Ok(())
 }

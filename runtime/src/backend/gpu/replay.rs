@@ -34,6 +34,8 @@ pub struct ReplayStats {
     pub captures: u64,
     pub replays: u64,
     pub fallbacks: u64,
+    /// Replays launched at the step's first entry.
+    pub early: u64,
     pub eager_steps: u64,
 }
 
@@ -51,15 +53,23 @@ pub struct Replay {
     /// The step holds work outside the record: never capture it.
     tainted: bool,
     graph: Option<Graph>,
-    /// True while every entry of this step matched `graph.record` (nothing launched yet).
+    /// True while every entry of this step matched `graph.record` (nothing launched yet,
+    /// unless `early`).
     replaying: bool,
+    /// The graph was launched speculatively at the step's first entry (the host then only
+    /// verifies the rest of the step while the GPU already runs it).
+    early: bool,
     pub stats: ReplayStats,
+    /// `LODE_PROFILE=1`: every eager launch is synchronized and timed, by kernel name
+    /// (graphs are then off: timing needs eager launches).
+    prof: Option<std::collections::HashMap<&'static str, (u64, f64)>>,
 }
 
 impl Replay {
     pub fn new() -> Replay {
-        let enabled = std::env::var("LODE_GRAPHS").map(|v| v != "0").unwrap_or(true);
-        Replay { enabled, step: Vec::new(), prev: Vec::new(), tainted: false, graph: None, replaying: false, stats: ReplayStats::default() }
+        let prof = std::env::var("LODE_PROFILE").map(|v| v == "1").unwrap_or(false).then(Default::default);
+        let enabled = std::env::var("LODE_GRAPHS").map(|v| v != "0").unwrap_or(true) && prof.is_none();
+        Replay { enabled, step: Vec::new(), prev: Vec::new(), tainted: false, graph: None, replaying: false, early: false, stats: ReplayStats::default(), prof }
     }
 
     fn issue(dev: &GpuDevice, e: &Entry) -> Result<(), DriverError> {
@@ -79,14 +89,40 @@ impl Replay {
     /// Leave replay mid-step: launch the matched prefix eagerly.
     fn fall_back(&mut self, dev: &GpuDevice) -> Result<(), DriverError> {
         if self.replaying {
+            // A speculative launch already ran the whole recorded step; the eager re-run
+            // of this step's work below recomputes every buffer the step writes.
             self.stats.fallbacks += 1;
             self.replaying = false;
+            self.early = false;
             for e in &self.step {
                 Self::issue(dev, e)?;
             }
             self.drop_graph(dev);
         }
         Ok(())
+    }
+
+    /// True at the first entry of a step that can replay.
+    pub fn can_speculate(&self) -> bool {
+        self.replaying && self.step.is_empty() && !self.early
+    }
+
+    /// Launch the graph now, before the rest of the step is verified (the caller has
+    /// staged every input the graph reads, predicting the ones not yet known; it calls
+    /// [`Replay::mispredicted`] when a prediction turns out wrong).
+    pub fn speculate(&mut self, dev: &GpuDevice, first: &Entry) -> Result<bool, DriverError> {
+        if !self.can_speculate() || self.graph.as_ref().and_then(|g| g.record.first()) != Some(first) {
+            return Ok(false);
+        }
+        let exec = self.graph.as_ref().map(|g| g.exec).unwrap_or(0);
+        dev.graph_launch(exec)?;
+        self.early = true;
+        Ok(true)
+    }
+
+    /// A predicted input was wrong: the speculative run is void; redo the step eagerly.
+    pub fn mispredicted(&mut self, dev: &GpuDevice) -> Result<(), DriverError> {
+        self.fall_back(dev)
     }
 
     /// Record (and, unless replaying a match, run) one piece of work.
@@ -99,9 +135,36 @@ impl Replay {
             }
             self.fall_back(dev)?;
         }
-        Self::issue(dev, &e)?;
+        if let Some(prof) = &mut self.prof {
+            dev.sync()?;
+            let t = std::time::Instant::now();
+            Self::issue(dev, &e)?;
+            dev.sync()?;
+            let name = match &e {
+                Entry::Kernel { name, .. } => *name,
+                Entry::Copy { .. } => "copy",
+            };
+            let s = prof.entry(name).or_insert((0, 0.0));
+            s.0 += 1;
+            s.1 += t.elapsed().as_secs_f64();
+        } else {
+            Self::issue(dev, &e)?;
+        }
         self.step.push(e);
         Ok(())
+    }
+
+    /// The per-kernel profile (`LODE_PROFILE=1`), most time first.
+    pub fn profile_report(&self) -> Option<String> {
+        let prof = self.prof.as_ref()?;
+        let mut v: Vec<_> = prof.iter().collect();
+        v.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        let total: f64 = v.iter().map(|x| x.1 .1).sum();
+        let mut s = format!("kernel profile (launch + sync, {:.1} ms total):\n", total * 1e3);
+        for (name, (n, t)) in v {
+            s.push_str(&format!("  {name:<20} {n:>7} calls {:>9.2} ms {:>7.2} us/call {:>5.1} %\n", t * 1e3, t * 1e6 / *n as f64, 100.0 * t / total));
+        }
+        Some(s)
     }
 
     /// Work outside the record is about to happen (a host write, an allocation): make
@@ -119,8 +182,13 @@ impl Replay {
         if self.replaying {
             let full = self.graph.as_ref().map(|g| g.record.len() == step.len()).unwrap_or(false);
             if full {
-                let exec = self.graph.as_ref().map(|g| g.exec).unwrap_or(0);
-                dev.graph_launch(exec)?;
+                if self.early {
+                    self.stats.early += 1;
+                } else {
+                    let exec = self.graph.as_ref().map(|g| g.exec).unwrap_or(0);
+                    dev.graph_launch(exec)?;
+                }
+                self.early = false;
                 self.stats.replays += 1;
                 self.tainted = false;
                 return Ok(());

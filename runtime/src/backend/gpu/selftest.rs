@@ -29,6 +29,18 @@ pub trait Target {
     fn activation_type(&self, _ty: GgmlType) -> Option<GgmlType> {
         None
     }
+    /// Fused rmsnorm + q8_1 (y, q8 bytes).
+    fn rmsnorm_q8(&self, _x: &[f32], _w: Option<&[f32]>, _rows: usize, _n: usize, _eps: f32) -> Out<(Vec<f32>, Vec<u8>)> {
+        Ok(None)
+    }
+    /// Fused GLU + q8_1 (y, q8 bytes).
+    fn glu_q8(&self, _g: &[f32], _u: &[f32], _gelu: bool) -> Out<(Vec<f32>, Vec<u8>)> {
+        Ok(None)
+    }
+    /// K and V rows into f16 caches of `slots` rows: (kc, vc).
+    fn kv_store(&self, _k: &[f32], _v: &[f32], _nk: usize, _nv: usize, _rows: &[i32], _slots: usize) -> Out<(Vec<u16>, Vec<u16>)> {
+        Ok(None)
+    }
     /// Prefill GEMM, Q4_K weights × f32 rows: y [n, rows].
     fn gemm_q4_k(&self, _w: &[u8], _rows: usize, _k: usize, _x: &[f32], _n: usize) -> Out<Vec<f32>> {
         Ok(None)
@@ -229,6 +241,9 @@ pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64)
         names.push(format!("get_rows_{}", ty.name().to_lowercase()));
     }
     names.push("gemm_q4_k".into());
+    for n in ["rmsnorm_q8", "swiglu_q8", "geglu_q8", "kv_store"] {
+        names.push(n.into());
+    }
     for n in ["rmsnorm", "rope_norm", "rope_neox", "attention_decode", "attention_prefill", "add", "mul", "scale", "swiglu", "geglu", "softcap", "f32_to_f16_rows"] {
         names.push(n.into());
     }
@@ -376,6 +391,75 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                 acc.cmp(&format!("rows={rows} k={k} n={n}"), &y, &want, |i| tol[i]);
             }
         }
+        "rmsnorm_q8" | "swiglu_q8" | "geglu_q8" => {
+            for _ in 0..cases {
+                let rows = rng.range(1, 9);
+                let n = 32 * rng.range(1, 100);
+                let x = rng.vec(rows * n, 2.0);
+                let u = rng.vec(rows * n, 2.0);
+                let w = rng.vec(n, 1.5);
+                let (y, q, want) = if name == "rmsnorm_q8" {
+                    let Some((y, q)) = t.rmsnorm_q8(&x, Some(&w), rows, n, 1e-6)? else { return Ok(None) };
+                    let mut want = Vec::with_capacity(rows * n);
+                    for r in 0..rows {
+                        let row = &x[r * n..(r + 1) * n];
+                        let sc = 1.0 / (row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / n as f64 + 1e-6).sqrt();
+                        want.extend((0..n).map(|i| row[i] as f64 * sc * w[i] as f64));
+                    }
+                    (y, q, want)
+                } else {
+                    let op = if name == "swiglu_q8" { Elt::SwiGlu } else { Elt::GeGlu };
+                    let Some((y, q)) = t.glu_q8(&x, &u, name == "geglu_q8")? else { return Ok(None) };
+                    let want = x.iter().zip(&u).map(|(&a, &b)| ref_elt(op, a as f64, b as f64, 0.0)).collect();
+                    (y, q, want)
+                };
+                acc.cmp(&format!("rows={rows} n={n} (values)"), &y, &want, |i| 2e-5 * want[i].abs() + 1e-6);
+                // The q8_1 blocks must encode the values just written.
+                let (xh, s) = decode_q8_1(&q, n, rows);
+                let (mut got, mut wq, mut tol) = (Vec::new(), Vec::new(), Vec::new());
+                for b in 0..rows * n / 32 {
+                    let blk = &y[b * 32..b * 32 + 32];
+                    let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+                    for i in 0..32 {
+                        got.push(xh[b * 32 + i]);
+                        wq.push(blk[i] as f64);
+                        tol.push(amax * (1.0 / 254.0 + 5e-4) * 1.01 + 1e-6);
+                    }
+                    let sq: f64 = (0..32).map(|i| xh[b * 32 + i] as f64).sum();
+                    got.push(s[b]);
+                    wq.push(sq);
+                    tol.push(sq.abs() * 1e-3 + amax * 1e-3 + 1e-5);
+                }
+                acc.cmp(&format!("rows={rows} n={n} (q8_1)"), &got, &wq, |i| tol[i]);
+            }
+        }
+        "kv_store" => {
+            for _ in 0..cases {
+                let n_rows = rng.range(1, 9);
+                let (nk, nv) = (8 * rng.range(1, 64), 8 * rng.range(1, 64));
+                let slots = n_rows + rng.range(0, 20);
+                let mut rows: Vec<i32> = (0..slots as i32).collect();
+                for i in (1..rows.len()).rev() {
+                    rows.swap(i, rng.range(0, i));
+                }
+                rows.truncate(n_rows);
+                let k = rng.vec(n_rows * nk, 4.0);
+                let v = rng.vec(n_rows * nv, 4.0);
+                let Some((kc, vc)) = t.kv_store(&k, &v, nk, nv, &rows, slots)? else { return Ok(None) };
+                let (mut got, mut want) = (Vec::new(), Vec::new());
+                for (r, &slot) in rows.iter().enumerate() {
+                    for i in 0..nk {
+                        got.push(half::f16::from_bits(kc[slot as usize * nk + i]).to_f32());
+                        want.push(half::f16::from_f32(k[r * nk + i]).to_f32() as f64);
+                    }
+                    for i in 0..nv {
+                        got.push(half::f16::from_bits(vc[slot as usize * nv + i]).to_f32());
+                        want.push(half::f16::from_f32(v[r * nv + i]).to_f32() as f64);
+                    }
+                }
+                acc.cmp(&format!("rows={n_rows} nk={nk} nv={nv}"), &got, &want, |_| 1e-9);
+            }
+        }
         "quantize_q8_1" => {
             for _ in 0..cases {
                 let rows = rng.range(1, 7);
@@ -397,10 +481,11 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                             // Rounding to the code (d/2) plus d stored as f16 (127·d·2^-11).
                             tol.push(amax * (1.0 / 254.0 + 5e-4) * 1.01 + 1e-6);
                         }
-                        let sum: f64 = blk.iter().sum();
+                        // s = d·Σq of the block's own codes (stored as f16).
+                        let sq: f64 = (0..32).map(|i| xh[(r * kb + b) * 32 + i] as f64).sum();
                         got.push(s[r * kb + b]);
-                        want.push(sum);
-                        tol.push(sum.abs() * 1e-3 + 1e-4);
+                        want.push(sq);
+                        tol.push(sq.abs() * 1e-3 + amax * 1e-3 + 1e-5);
                     }
                 }
                 acc.cmp(&format!("rows={rows} k={k}"), &got, &want, |i| tol[i]);
@@ -459,7 +544,7 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
         }
         "attention_decode" | "attention_prefill" => {
             for _ in 0..cases {
-                let hd = [64, 128, 256, 96][rng.range(0, 3)];
+                let hd = [64, 128, 256, 96, 80, 40][rng.range(0, 5)];
                 let n_kv = rng.range(1, 4);
                 let n_head = n_kv * rng.range(1, 4);
                 let (n_tok, pos0) = if name == "attention_decode" { (1, rng.range(0, 700)) } else { (rng.range(2, 40), rng.range(0, 100)) };
@@ -652,6 +737,46 @@ impl Target for GpuTarget<'_> {
             Elt::Softcap => ops::softcap(d, a, y, n, p)?,
         }
         Ok(Some(d.read_f32(y, n)?))
+    }
+    fn rmsnorm_q8(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<(Vec<f32>, Vec<u8>)> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let wb = match w {
+            Some(w) => Some(d.upload_f32(w)?),
+            None => None,
+        };
+        let yb = self.out_buf(rows * n * 4)?;
+        let qb = self.out_buf(ops::q8_1_bytes(n, rows))?;
+        ops::rmsnorm_q8(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps)?;
+        let mut q = vec![0u8; qb.len()];
+        d.read(qb.ptr(), &mut q)?;
+        Ok(Some((d.read_f32(yb.ptr(), rows * n)?, q)))
+    }
+    fn glu_q8(&self, g: &[f32], u: &[f32], gelu: bool) -> Out<(Vec<f32>, Vec<u8>)> {
+        let d = self.0;
+        let n = g.len();
+        let gb = d.upload_f32(g)?;
+        let ub = d.upload_f32(u)?;
+        let yb = self.out_buf(n * 4)?;
+        let qb = self.out_buf(ops::q8_1_bytes(n, 1))?;
+        ops::glu_q8(d, gb.ptr(), ub.ptr(), yb.ptr(), qb.ptr(), n, gelu)?;
+        let mut q = vec![0u8; qb.len()];
+        d.read(qb.ptr(), &mut q)?;
+        Ok(Some((d.read_f32(yb.ptr(), n)?, q)))
+    }
+    fn kv_store(&self, k: &[f32], v: &[f32], nk: usize, nv: usize, rows: &[i32], slots: usize) -> Out<(Vec<u16>, Vec<u16>)> {
+        let d = self.0;
+        let kb = d.upload_f32(k)?;
+        let vb = d.upload_f32(v)?;
+        let rb = d.upload_i32(rows)?;
+        let kcb = self.out_buf(slots * nk * 2)?;
+        let vcb = self.out_buf(slots * nv * 2)?;
+        ops::kv_store(d, kb.ptr(), vb.ptr(), kcb.ptr(), vcb.ptr(), nk, nv, rb.ptr(), rows.len())?;
+        let mut kc = vec![0u16; slots * nk];
+        let mut vc = vec![0u16; slots * nv];
+        d.read(kcb.ptr(), bytemuck::cast_slice_mut(&mut kc))?;
+        d.read(vcb.ptr(), bytemuck::cast_slice_mut(&mut vc))?;
+        Ok(Some((kc, vc)))
     }
     fn gemm_q4_k(&self, w: &[u8], rows: usize, k: usize, x: &[f32], n: usize) -> Out<Vec<f32>> {
         let d = self.0;

@@ -146,12 +146,27 @@ pub(super) fn q6_k_body(w: &[u8], x: &[u8], n: usize) -> f32 {
             for (k, &qk) in q.iter().enumerate() {
                 let yk = ld256(&y[4 + 128 * h + 32 * k..]);
                 // Σ (q − 32)·u = Σ q·u − 32·Σ u, both through maddubs (no overflow).
-                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(qk, yk), _mm256_maddubs_epi16(k32, yk));
+                let p =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(qk, yk), _mm256_maddubs_epi16(k32, yk));
                 // group g's two scales: sc[2g] for the low 16 elements, sc[2g+1] for the high.
                 let g = (4 * h + k) as i8;
                 let pick = _mm_set_epi8(
-                    2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1,
-                    2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g,
+                    2 * g + 1,
+                    2 * g + 1,
+                    2 * g + 1,
+                    2 * g + 1,
+                    2 * g + 1,
+                    2 * g + 1,
+                    2 * g + 1,
+                    2 * g + 1,
+                    2 * g,
+                    2 * g,
+                    2 * g,
+                    2 * g,
+                    2 * g,
+                    2 * g,
+                    2 * g,
+                    2 * g,
                 );
                 let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p));

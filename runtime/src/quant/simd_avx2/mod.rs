@@ -88,6 +88,21 @@ rows_entry! {
     dot_q8_0, rows_q8_0 => q32::q8_0_rows;
 }
 
+fn rows_u8_1(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+    // SAFETY: reachable only through `expanded_kernel`, which `dot::expanded_kernel`
+    // calls only after detecting AVX2, FMA and F16C.
+    unsafe { q32::u8_1_rows(w, x, n, out) }
+}
+
+/// The many-row kernel for a band expanded by `q32::expand` from weights of type `ty`.
+pub(crate) fn expanded_kernel(ty: GgmlType) -> Option<RowsFn> {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 => Some(rows_q8_0),
+        GgmlType::Q4_1 | GgmlType::Q5_1 => Some(rows_u8_1),
+        _ => None,
+    }
+}
+
 // ---- helpers --------------------------------------------------------------------------
 
 /// 32 bytes from the start of `s` (bounds-checked).

@@ -61,7 +61,12 @@ unsafe fn bit4_32(p: *const u8) -> __m256i {
     // byte k takes source byte k/8, keeps bit k%8, and becomes 0x10 if it was set.
     let spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32(h),
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
+        _mm256_set_epi64x(
+            0x0303030303030303,
+            0x0202020202020202,
+            0x0101010101010101,
+            0,
+        ),
     );
     let sel = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
     let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel);
@@ -167,7 +172,11 @@ fn prep_q8_0(y: *const u8, offset_shift: i32) -> Act {
     // SAFETY: `rows` passes pointers to whole 34-byte blocks.
     let (q, ds) = unsafe { (ldp256(y.add(2)), f16x2(y)) };
     let sum = dot_u8i8(_mm256_set1_epi8(1), q);
-    Act { q, aux: _mm256_sll_epi32(sum, _mm_cvtsi32_si128(offset_shift)), ds }
+    Act {
+        q,
+        aux: _mm256_sll_epi32(sum, _mm_cvtsi32_si128(offset_shift)),
+        ds,
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -191,7 +200,9 @@ pub(super) fn q8_0_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q4_0_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
     // SAFETY (closure): `rows` passes pointers to whole 18-byte weight blocks.
-    let isum = |b: *const u8, a: &Act| _mm256_sub_epi32(dot_u8i8(unsafe { nibbles32(b.add(2)) }, a.q), a.aux);
+    let isum = |b: *const u8, a: &Act| {
+        _mm256_sub_epi32(dot_u8i8(unsafe { nibbles32(b.add(2)) }, a.q), a.aux)
+    };
     rows::<false>(w, x, n, out, 18, 34, |y| prep_q8_0(y, 3), isum);
 }
 
@@ -229,4 +240,12 @@ pub(super) fn q5_1_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
         dot_u8i8(q, a.q)
     };
     rows::<true>(w, x, n, out, 24, 36, |y| prep_q8_1(y), isum);
+}
+
+/// Expanded `_1` blocks (`f16 d`, `f16 m`, 32 × u8 codes; see `q32::expand`) · Q8_1.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn u8_1_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+    // SAFETY (closure): `rows` passes pointers to whole 36-byte weight blocks.
+    let isum = |b: *const u8, a: &Act| dot_u8i8(unsafe { ldp256(b.add(4)) }, a.q);
+    rows::<true>(w, x, n, out, 36, 36, |y| prep_q8_1(y), isum);
 }

@@ -1,0 +1,94 @@
+//! Accounting of the weight cache (DESIGN decision 6): copies, bytes per layout,
+//! duplicates, hits and misses, time materializing, peak device memory.
+//!
+//! `--memory-report` prints [`WeightStats`] as JSON at exit; `LODE_WEIGHT_TRACE=1` makes
+//! the cache print one line per copy it makes ([`trace_enabled`]).
+
+use std::collections::BTreeMap;
+
+use super::residency::Residency;
+
+/// Device memory as the device itself reports it (`None` fields: not known there).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceMemory {
+    /// Bytes lode holds in device allocations now (weights, KV cache, activations, scratch).
+    pub allocated_bytes: u64,
+    /// High-water mark of `allocated_bytes` since the device was opened.
+    pub peak_allocated_bytes: u64,
+    /// `total - free` from the driver at the last sample (includes the context itself).
+    pub driver_used_bytes: Option<u64>,
+    /// Highest `driver_used_bytes` sampled (at every materialization and report).
+    pub driver_peak_used_bytes: Option<u64>,
+    pub driver_total_bytes: Option<u64>,
+}
+
+/// Everything the weight cache counted.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct WeightStats {
+    pub residency: Option<Residency>,
+    /// Device copies made (one per (region, layout) materialized).
+    pub copies: u64,
+    /// Weights read in place from the registered mapping (no device copy).
+    pub mapped: u64,
+    /// Bytes of those in-place weights (they cost no device memory).
+    pub mapped_bytes: u64,
+    /// Bytes of device copies now resident.
+    pub resident_bytes: u64,
+    /// High-water mark of `resident_bytes`.
+    pub peak_resident_bytes: u64,
+    /// Stored (GGUF) bytes of the distinct regions the copies were made from.
+    pub source_bytes: u64,
+    /// Resident bytes per layout name (`ggml-native`, `f32`, `q4k-i4-k32-row64` …).
+    pub bytes_per_layout: BTreeMap<String, u64>,
+    /// Copies per layout name.
+    pub copies_per_layout: BTreeMap<String, u64>,
+    /// Copies of a region that already had another layout resident.
+    pub duplicates: u64,
+    /// Extra bytes those duplicates cost.
+    pub duplicate_bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    /// Materializations that failed (budget, allocation, upload, pack), all rolled back.
+    pub failures: u64,
+    pub pack_ns: u64,
+    pub alloc_ns: u64,
+    pub upload_ns: u64,
+    /// The budget in force, if any.
+    pub budget_bytes: Option<u64>,
+    /// The device's own numbers, where it has them.
+    pub device: Option<DeviceMemory>,
+}
+
+impl WeightStats {
+    /// Milliseconds spent materializing (pack + allocate + upload).
+    pub fn materialize_ms(&self) -> f64 {
+        (self.pack_ns + self.alloc_ns + self.upload_ns) as f64 / 1e6
+    }
+
+    /// Pretty JSON for `--memory-report`.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// One line for `lode bench` beside the speed.
+    pub fn summary(&self) -> String {
+        use super::budget::human;
+        let peak = self
+            .device
+            .map(|d| format!(", device peak {} (driver {})", human(d.peak_allocated_bytes), d.driver_peak_used_bytes.map(human).unwrap_or_else(|| "n/a".into())))
+            .unwrap_or_default();
+        format!(
+            "weights: {} copies ({}), {} mapped, {} duplicates, {:.1} ms materializing{peak}",
+            self.copies,
+            human(self.resident_bytes),
+            self.mapped,
+            self.duplicates,
+            self.materialize_ms()
+        )
+    }
+}
+
+/// `LODE_WEIGHT_TRACE` set to anything but `0` or empty.
+pub fn trace_enabled() -> bool {
+    std::env::var("LODE_WEIGHT_TRACE").is_ok_and(|v| !v.is_empty() && v != "0")
+}
