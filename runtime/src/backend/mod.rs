@@ -192,6 +192,16 @@ pub trait Backend: Send {
     /// `y[t][r] = Σ_k W[r][k] x[t][k]`: `x` `[n_tok, w.row_len()]`, `y` `[n_tok, w.n_rows()]`.
     fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()>;
 
+    /// `ys[i] = ws[i]·x` for weights that read the same input (q/k/v; gate/up). The CPU
+    /// backend converts the input once and runs all rows as one job; the default is one
+    /// [`Self::matmul`] per weight.
+    fn matmul_many(&mut self, ws: &[&WeightRef], x: Buf, n_tok: usize, ys: &[Buf]) -> Result<()> {
+        for (w, &y) in ws.iter().zip(ys) {
+            self.matmul(w, x, n_tok, y)?;
+        }
+        Ok(())
+    }
+
     /// Per row of `row_len`: `out = x / sqrt(mean(x²) + eps) ⊙ w` (`w` absent: 1).
     /// With `row_len = head_dim` and `n_rows = n_tok * n_head` this is the per-head
     /// q/k norm.

@@ -101,9 +101,8 @@ impl Model {
         for (l, ly) in self.layers.iter().enumerate() {
             // Attention block.
             be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.attn_norm)), c.eps)?;
-            be.matmul(&self.w(ly.wq), s.xb, n, s.q)?;
-            be.matmul(&self.w(ly.wk), s.xb, n, s.k)?;
-            be.matmul(&self.w(ly.wv), s.xb, n, s.v)?;
+            let (wq, wk, wv) = (self.w(ly.wq), self.w(ly.wk), self.w(ly.wv));
+            be.matmul_many(&[&wq, &wk, &wv], s.xb, n, &[s.q, s.k, s.v])?;
             for (b, dst) in [(ly.bq, s.q), (ly.bk, s.k), (ly.bv, s.v)] {
                 if let Some(b) = b {
                     be.add_bias(dst, n, &self.w(b))?;
@@ -146,8 +145,8 @@ impl Model {
 
             // Feed-forward block.
             be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.ffn_norm)), c.eps)?;
-            be.matmul(&self.w(ly.gate), s.xb, n, s.hb)?;
-            be.matmul(&self.w(ly.up), s.xb, n, s.hb2)?;
+            let (wg, wu) = (self.w(ly.gate), self.w(ly.up));
+            be.matmul_many(&[&wg, &wu], s.xb, n, &[s.hb, s.hb2])?;
             be.glu(s.hb, s.hb2, s.hb, n * ff, c.act)?;
             be.matmul(&self.w(ly.down), s.hb, n, s.xb2)?;
             if let Some(pn) = ly.post_ffw_norm {

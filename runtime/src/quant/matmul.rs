@@ -1,8 +1,11 @@
-//! `y = W·x` over rayon's pool, as llama.cpp's CPU backend does it: every activation row
-//! is converted once to the weight type's `vec_dot_type`, then output rows are split
-//! into large chunks (one task per chunk, a few chunks per thread so stealing evens
-//! out), and each chunk walks its weight rows once per tile of tokens so a weight row
-//! is read from memory once and reused from cache for the whole tile.
+//! `y = W·x` over a set of threads ([`Parallel`]: rayon's pool, or the CPU backend's
+//! spinning team), as llama.cpp's CPU backend does it: every activation row is
+//! converted once to the weight type's `vec_dot_type`, then output rows are split into
+//! large chunks (one task per chunk, a few chunks per thread so the threads that finish
+//! first take more), and each chunk walks its weight rows once per tile of tokens so a
+//! weight row is read from memory once and reused from cache for the whole tile.
+
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 
@@ -30,6 +33,47 @@ impl QuantizedRows {
     pub fn row(&self, t: usize) -> &[u8] {
         &self.data[t * self.row_bytes..(t + 1) * self.row_bytes]
     }
+}
+
+/// Where the tasks of a matmul run.
+pub trait Parallel: Sync {
+    /// Threads that run tasks at once.
+    fn threads(&self) -> usize;
+    /// Calls `f(i)` once for every `i < n`, in any order, on any of the threads.
+    fn for_each(&self, n: usize, f: &(dyn Fn(usize) + Sync));
+}
+
+/// rayon's current pool (the caller's, or the global one).
+pub struct RayonPool;
+
+impl Parallel for RayonPool {
+    fn threads(&self) -> usize {
+        rayon::current_num_threads()
+    }
+    fn for_each(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        (0..n).into_par_iter().for_each(f)
+    }
+}
+
+/// `f(i, chunk_i)` for the `chunk`-sized pieces of `data`, spread over `par`.
+pub fn par_chunks<T: Send>(
+    par: &dyn Parallel,
+    data: &mut [T],
+    chunk: usize,
+    f: &(dyn Fn(usize, &mut [T]) + Sync),
+) {
+    let chunk = chunk.max(1);
+    if data.len() <= chunk {
+        f(0, data);
+        return;
+    }
+    // Each piece behind its own (never contended) lock: the safe way to hand disjoint
+    // mutable pieces to tasks that are claimed by index.
+    let parts: Vec<Mutex<&mut [T]>> = data.chunks_mut(chunk).map(Mutex::new).collect();
+    par.for_each(parts.len(), &|i| {
+        let mut p = parts[i].lock().unwrap_or_else(|e| e.into_inner());
+        f(i, &mut p)
+    });
 }
 
 fn row_bytes(ty: GgmlType, k_len: usize) -> Result<usize, QuantError> {
@@ -63,15 +107,31 @@ pub fn quantize_rows(
     n_rows: usize,
     k_len: usize,
 ) -> Result<QuantizedRows, QuantError> {
+    quantize_rows_on(&RayonPool, weight_ty, x, n_rows, k_len)
+}
+
+/// [`quantize_rows`] on `par`.
+pub fn quantize_rows_on(
+    par: &dyn Parallel,
+    weight_ty: GgmlType,
+    x: &[f32],
+    n_rows: usize,
+    k_len: usize,
+) -> Result<QuantizedRows, QuantError> {
     let ty = vec_dot_type(weight_ty);
     let rb = row_bytes(ty, k_len)?;
     row_bytes(weight_ty, k_len)?;
     check_len("activations (n_tok × k_len)", n_rows * k_len, x.len())?;
     let mut data = vec![0u8; n_rows * rb];
-    if n_rows > 1 && n_rows * k_len >= 1 << 15 {
-        data.par_chunks_mut(rb)
-            .zip(x.par_chunks(k_len))
-            .try_for_each(|(d, s)| quantize(ty, s, d))?;
+    if n_rows > 1 && n_rows * k_len >= 1 << 15 && rb > 0 {
+        // Sizes were checked above, so `quantize` cannot fail here.
+        let per = (n_rows / (4 * par.threads().max(1))).max(1);
+        par_chunks(par, &mut data, per * rb, &|i, d| {
+            let xs = &x[i * per * k_len..][..d.len() / rb * k_len];
+            for (d, s) in d.chunks_mut(rb).zip(xs.chunks(k_len)) {
+                let _ = quantize(ty, s, d);
+            }
+        });
     } else {
         for (d, s) in data.chunks_mut(rb.max(1)).zip(x.chunks(k_len.max(1))) {
             quantize(ty, s, d)?;
@@ -99,6 +159,19 @@ pub fn matmul_quantized(
     y: &mut [f32],
     isa: Isa,
 ) -> Result<(), QuantError> {
+    matmul_quantized_on(&RayonPool, w, ty, rows, xq, y, isa)
+}
+
+/// [`matmul_quantized`] on `par`.
+pub fn matmul_quantized_on(
+    par: &dyn Parallel,
+    w: &[u8],
+    ty: GgmlType,
+    rows: usize,
+    xq: &QuantizedRows,
+    y: &mut [f32],
+    isa: Isa,
+) -> Result<(), QuantError> {
     let k_len = xq.k_len;
     let wrb = row_bytes(ty, k_len)?;
     check_len("weight bytes (rows × row bytes)", rows * wrb, w.len())?;
@@ -114,19 +187,14 @@ pub fn matmul_quantized(
     if rows == 0 || n_tok == 0 {
         return Ok(());
     }
-    let chunk = chunk_rows(rows, wrb);
+    let chunk = chunk_rows(par, rows, wrb);
     if n_tok == 1 {
         let kern = stream_kernel(ty, isa).ok_or(QuantError::NoDot(ty))?;
         let x0 = xq.row(0);
-        let work = |(ci, ys): (usize, &mut [f32])| {
+        par_chunks(par, y, chunk, &|ci, ys| {
             let r0 = ci * chunk;
             kern.rows(&w[r0 * wrb..(r0 + ys.len()) * wrb], wrb, x0, k_len, ys);
-        };
-        if rows > chunk {
-            y.par_chunks_mut(chunk).enumerate().for_each(work);
-        } else {
-            work((0, y));
-        }
+        });
         return Ok(());
     }
     // Each chunk writes its block of outputs as [n_tok, chunk rows]; scattered after.
@@ -137,22 +205,24 @@ pub fn matmul_quantized(
     } else {
         None
     };
-    tmp.par_chunks_mut(n_tok * chunk)
-        .enumerate()
-        .for_each(|(ci, out)| {
-            let r0 = ci * chunk;
-            let nr = out.len() / n_tok;
-            let w = &w[r0 * wrb..(r0 + nr) * wrb];
-            match expanded {
-                Some((ek, eb)) => tile_expanded(ty, ek, eb, w, wrb, xq, nr, out),
-                None => tile(kern, w, wrb, xq, nr, out),
+    par_chunks(par, &mut tmp, n_tok * chunk, &|ci, out| {
+        let r0 = ci * chunk;
+        let nr = out.len() / n_tok;
+        let w = &w[r0 * wrb..(r0 + nr) * wrb];
+        match expanded {
+            Some((ek, eb)) => tile_expanded(ty, ek, eb, w, wrb, xq, nr, out),
+            None => tile(kern, w, wrb, xq, nr, out),
+        }
+    });
+    let per = n_tok.div_ceil(4 * par.threads().max(1));
+    par_chunks(par, y, per * rows, &|i, yts| {
+        for (j, yt) in yts.chunks_mut(rows).enumerate() {
+            let t = i * per + j;
+            for (ci, ys) in yt.chunks_mut(chunk).enumerate() {
+                let nr = ys.len();
+                let base = ci * chunk * n_tok + t * nr;
+                ys.copy_from_slice(&tmp[base..base + nr]);
             }
-        });
-    y.par_chunks_mut(rows).enumerate().for_each(|(t, yt)| {
-        for (ci, ys) in yt.chunks_mut(chunk).enumerate() {
-            let nr = ys.len();
-            let base = ci * chunk * n_tok + t * nr;
-            ys.copy_from_slice(&tmp[base..base + nr]);
         }
     });
     Ok(())
@@ -212,8 +282,8 @@ fn tile_expanded(
 /// Rows per task: about four tasks per thread, but never so few rows that a task
 /// reads less than ~64 KiB of weights (task overhead would dominate), and a multiple
 /// of 8.
-fn chunk_rows(rows: usize, row_bytes: usize) -> usize {
-    let threads = rayon::current_num_threads().max(1);
+fn chunk_rows(par: &dyn Parallel, rows: usize, row_bytes: usize) -> usize {
+    let threads = par.threads().max(1);
     let by_threads = rows.div_ceil(threads * 4);
     let by_bytes = (64 * 1024usize).div_ceil(row_bytes.max(1));
     let c = by_threads.max(by_bytes).max(1);
@@ -238,6 +308,16 @@ pub fn matmul_batch(
     xq: &QuantizedRows,
     isa: Isa,
 ) -> Result<(), QuantError> {
+    matmul_batch_on(&RayonPool, items, xq, isa)
+}
+
+/// [`matmul_batch`] on `par`.
+pub fn matmul_batch_on(
+    par: &dyn Parallel,
+    items: &mut [BatchItem<'_>],
+    xq: &QuantizedRows,
+    isa: Isa,
+) -> Result<(), QuantError> {
     let k_len = xq.k_len;
     for it in items.iter() {
         check_len(
@@ -256,25 +336,29 @@ pub fn matmul_batch(
     }
     if xq.n_rows != 1 {
         for it in items.iter_mut() {
-            matmul_quantized(it.w, it.ty, it.rows, xq, it.y, isa)?;
+            matmul_quantized_on(par, it.w, it.ty, it.rows, xq, it.y, isa)?;
         }
         return Ok(());
     }
     let x0 = xq.row(0);
     // (kernel, weight rows, row bytes, outputs) per task
-    let mut tasks: Vec<(Kernel, &[u8], usize, &mut [f32])> = Vec::new();
+    // Each behind its own (never contended) lock, claimed once by index.
+    type Task<'t> = Mutex<(Kernel, &'t [u8], usize, &'t mut [f32])>;
+    let mut tasks: Vec<Task> = Vec::new();
     for it in items.iter_mut() {
         let wrb = row_bytes(it.ty, k_len)?;
         let kern = stream_kernel(it.ty, isa).ok_or(QuantError::NoDot(it.ty))?;
-        let chunk = chunk_rows(it.rows, wrb);
+        let chunk = chunk_rows(par, it.rows, wrb);
         for (ci, ys) in it.y.chunks_mut(chunk).enumerate() {
             let r0 = ci * chunk;
-            tasks.push((kern, &it.w[r0 * wrb..(r0 + ys.len()) * wrb], wrb, ys));
+            tasks.push(Mutex::new((kern, &it.w[r0 * wrb..(r0 + ys.len()) * wrb], wrb, ys)));
         }
     }
-    tasks
-        .into_par_iter()
-        .for_each(|(kern, w, wrb, ys)| kern.rows(w, wrb, x0, k_len, ys));
+    par.for_each(tasks.len(), &|i| {
+        let mut t = tasks[i].lock().unwrap_or_else(|e| e.into_inner());
+        let (kern, w, wrb, ref mut ys) = *t;
+        kern.rows(w, wrb, x0, k_len, ys);
+    });
     Ok(())
 }
 

@@ -9,9 +9,9 @@
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use rayon::prelude::*;
 
 use crate::backend::{Attention, BackendError, KvSpec, KvType, Result};
+use crate::quant::{par_chunks, Parallel};
 
 /// Query rows from which llama.cpp's CPU flash attention switches to its tiled kernel.
 pub const TILED_MIN_ROWS: usize = 64;
@@ -100,6 +100,7 @@ impl Kv {
     /// Causal (optionally windowed) GQA attention; `out` `[pos.len(), n_head*head_dim_v]`.
     pub fn attend(
         &self,
+        par: &dyn Parallel,
         layer: usize,
         q: &[f32],
         pos: &[u32],
@@ -127,10 +128,7 @@ impl Kv {
         let (wk, wv) = (s.n_kv_head * dk, s.n_kv_head * dv);
         let (kc, vc) = (&self.k[layer], &self.v[layer]);
         let round_q = s.ty == KvType::F16 && pos.len() < TILED_MIN_ROWS;
-        out[..pos.len() * p.n_head * dv]
-            .par_chunks_mut(dv)
-            .enumerate()
-            .for_each(|(i, o)| {
+        par_chunks(par, &mut out[..pos.len() * p.n_head * dv], dv, &|i, o| {
                 let (t, h) = (i / p.n_head, i % p.n_head);
                 let kvh = h / group;
                 let pq = pos[t] as usize;
@@ -167,7 +165,7 @@ impl Kv {
                     let w = scores[j] / sum;
                     o.iter_mut().zip(&row[..dv]).for_each(|(a, &b)| *a += w * b);
                 }
-            });
+        });
         Ok(())
     }
 }
@@ -235,11 +233,11 @@ mod tests {
             kv.write(0, &k, &v, &[0, 1, 2]).unwrap();
             let q = [5.0, 5.0, -5.0, 0.0]; // two heads, one token
             let mut out = [0.0f32; 4];
-            kv.attend(0, &q, &[0], &attn(None), &mut out).unwrap();
+            kv.attend(&crate::quant::RayonPool, 0, &q, &[0], &attn(None), &mut out).unwrap();
             assert_eq!(out, [0.0; 4]); // only key 0 visible, value 0
-            kv.attend(0, &q, &[2], &attn(Some(1)), &mut out).unwrap();
+            kv.attend(&crate::quant::RayonPool, 0, &q, &[2], &attn(Some(1)), &mut out).unwrap();
             assert_eq!(out, [2.0, 20.0, 2.0, 20.0]); // window 1: only itself
-            kv.attend(0, &q, &[2], &attn(None), &mut out).unwrap();
+            kv.attend(&crate::quant::RayonPool, 0, &q, &[2], &attn(None), &mut out).unwrap();
             // head 0 favours key 2 (score 10) over keys 0,1 (score 5).
             assert!(out[0] > 1.9 && out[0] < 2.0, "{out:?}");
         }
@@ -250,7 +248,7 @@ mod tests {
         let mut kv = Kv::new(spec(KvType::F32)).unwrap();
         assert!(kv.write(0, &[0.0; 2], &[0.0; 2], &[8]).is_err());
         let mut out = [0.0f32; 4];
-        assert!(kv.attend(0, &[0.0; 4], &[9], &attn(None), &mut out).is_err());
-        assert!(kv.attend(1, &[0.0; 4], &[0], &attn(None), &mut out).is_err());
+        assert!(kv.attend(&crate::quant::RayonPool, 0, &[0.0; 4], &[9], &attn(None), &mut out).is_err());
+        assert!(kv.attend(&crate::quant::RayonPool, 1, &[0.0; 4], &[0], &attn(None), &mut out).is_err());
     }
 }

@@ -89,6 +89,22 @@ pub fn glu(gate: &[f32], up: &[f32], out: &mut [f32], act: Glu) {
     }
 }
 
+/// [`glu`] with the gate values in `gate_out`, overwritten by the result.
+pub fn glu_inplace(gate_out: &mut [f32], up: &[f32], act: Glu) {
+    match act {
+        Glu::Silu => {
+            for (o, &u) in gate_out.iter_mut().zip(up) {
+                *o = silu(*o) * u;
+            }
+        }
+        Glu::GeluTanh => {
+            for (o, &u) in gate_out.iter_mut().zip(up) {
+                *o = gelu_tanh_f16(*o) * u;
+            }
+        }
+    }
+}
+
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
