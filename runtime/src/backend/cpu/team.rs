@@ -3,52 +3,62 @@
 //! A decode step is a few hundred small ops (a 576-wide matvec takes tens of
 //! microseconds), so handing each op to rayon from the engine's thread — a cold
 //! `install`, a futex wake of sleeping workers, a condvar wait for the answer — cost a
-//! third of the CPU time. Here the calling thread is member 0 of the team and does its
-//! share of every job; the other members spin on an epoch counter for a while after each
-//! job (then park), so starting a job is one atomic store and finishing it one counter.
+//! third of the CPU time. Here the calling thread takes part in every job; the workers
+//! spin on an epoch counter for a while after each job (yielding, then parking), so
+//! starting a job is one atomic store.
 //!
-//! The job is a borrowed closure; [`Team::run`] returns only after every member has
-//! finished it, which is what makes lending it to the workers sound.
-
+//! A job is a list of tasks claimed by index. A worker *joins* a job only while it is
+//! open; the caller closes it once every task has been claimed and then waits only for
+//! the workers that joined. So a worker that the OS has not scheduled (a loaded machine)
+//! never holds the caller up: the caller runs the tasks itself and the late worker skips
+//! the job. The job is a borrowed closure; [`Team::for_each`] returns only after every
+//! worker that joined has finished with it, which is what makes lending it sound.
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long an idle worker spins before it parks: long enough to bridge the serial
-/// work between two ops of a forward pass, short enough not to burn a core between
-/// requests.
-const SPIN: Duration = Duration::from_millis(2);
+/// An idle worker spins (`spin_loop`) this long after a job: the gaps between the ops
+/// of a forward pass are shorter.
+const SPIN: Duration = Duration::from_micros(100);
+/// Then it yields the core to other processes between checks for this long, then parks.
+const YIELD: Duration = Duration::from_millis(2);
 
-/// A job as the workers see it: the closure with its lifetime erased.
-type Job = *const (dyn Fn(usize) + Sync + 'static);
+/// A job as the workers see it: the task body with its lifetime erased.
+type Job = *const (dyn Fn() + Sync + 'static);
+
+/// `join` word: the job's epoch in the high 32 bits, [`CLOSED`], then the number of
+/// workers that joined.
+const CLOSED: u64 = 1 << 31;
 
 struct Shared {
     /// Team size, the calling thread included.
     n: usize,
-    /// Bumped once per job (and once to quit); workers run a job when it changes.
+    /// Bumped once per job (and once to quit); workers look at a job when it changes.
     epoch: AtomicUsize,
-    /// Written by `run` before the epoch bump, read by workers after they see it.
+    /// Which job may be joined, and by how many workers it was.
+    join: AtomicU64,
+    /// Written by the caller before the epoch bump, read by workers that joined.
     job: UnsafeCell<Option<Job>>,
-    /// Workers that finished the current job.
+    /// Workers that joined the current job and finished it.
     done: AtomicUsize,
-    /// Per worker: parked (or about to park), so `run` must unpark it.
+    /// Per worker: parked (or about to park), so a new job must unpark it.
     sleeping: Vec<AtomicBool>,
     quit: AtomicBool,
     panicked: AtomicBool,
 }
 
-// SAFETY: `job` is written only by the thread holding `Team::lock`, before the epoch
-// bump (SeqCst) that publishes it, and read by workers only after they observed that
-// bump and before they report `done`; `run` does not touch it again until every worker
-// has reported. The pointee is `Sync`.
+// SAFETY: `job` is written only by the thread holding `Team::lock`, while no worker has
+// joined (before the epoch bump that announces the job, and after every worker that
+// joined has reported `done`); workers read it only between a successful join of the
+// current epoch and their `done`. The pointee is `Sync`.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw pointer is only dereferenced under that protocol.
 unsafe impl Send for Shared {}
 
-/// `n` threads (the caller of [`Team::run`] plus `n - 1` workers).
+/// `n` threads: whoever calls [`Team::for_each`] plus `n - 1` workers.
 pub struct Team {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
@@ -63,6 +73,7 @@ impl Team {
         let shared = Arc::new(Shared {
             n,
             epoch: AtomicUsize::new(0),
+            join: AtomicU64::new(CLOSED),
             job: UnsafeCell::new(None),
             done: AtomicUsize::new(0),
             sleeping: (1..n).map(|_| AtomicBool::new(false)).collect(),
@@ -85,67 +96,60 @@ impl Team {
         self.shared.n
     }
 
-    /// Runs `f(member)` once on every member `0..threads()` (the caller is member 0) and
-    /// returns when all have finished. A panic in any member is re-raised here.
-    /// `f` must not call `run` of the same team.
-    pub fn run(&self, f: &(dyn Fn(usize) + Sync)) {
+    /// Calls `f(i)` once for every `i < n_tasks` and returns when all calls have
+    /// finished. Threads claim the next task as they finish one (in increasing order);
+    /// the calling thread always takes part. A panic in any task is re-raised here.
+    /// `f` must not start another job on the same team.
+    pub fn for_each(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
         let s = &*self.shared;
-        if s.n == 1 {
-            f(0);
+        if n_tasks <= 1 || s.n == 1 {
+            (0..n_tasks).for_each(f);
             return;
         }
+        let next = AtomicUsize::new(0);
+        let body = || loop {
+            let i = next.fetch_add(1, Relaxed);
+            if i >= n_tasks {
+                break;
+            }
+            f(i);
+        };
         let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let short: *const (dyn Fn(usize) + Sync + '_) = f;
-        // SAFETY: only the lifetime is erased; the workers drop every use of the
-        // pointer before they increment `done`, and we wait for all of them below
-        // before `f`'s borrow ends.
+        let short: *const (dyn Fn() + Sync + '_) = &body;
+        // SAFETY: only the lifetime is erased; workers use the pointer only between
+        // joining and `done`, and we wait for every worker that joined before `body`'s
+        // borrow ends.
         let job: Job = unsafe { std::mem::transmute(short) };
-        s.done.store(0, Relaxed);
-        // SAFETY: see `impl Sync for Shared`: we hold the lock and no worker reads
-        // `job` until the epoch changes.
+        // SAFETY: see `impl Sync for Shared`: we hold the lock and no worker has joined.
         unsafe { *s.job.get() = Some(job) };
-        s.epoch.fetch_add(1, SeqCst);
+        s.done.store(0, Relaxed);
+        let epoch = s.epoch.load(Relaxed).wrapping_add(1);
+        s.join.store((epoch as u64 & 0xffff_ffff) << 32, SeqCst);
+        s.epoch.store(epoch, SeqCst);
         for (w, h) in s.sleeping.iter().zip(&self.workers) {
             if w.load(SeqCst) {
                 h.thread().unpark();
             }
         }
-        let mine = catch_unwind(AssertUnwindSafe(|| f(0)));
+        let mine = catch_unwind(AssertUnwindSafe(body));
+        // Every task is claimed: no worker may join from now on.
+        let joined = (s.join.fetch_or(CLOSED, SeqCst) & (CLOSED - 1)) as usize;
         let mut spins = 0u32;
-        while s.done.load(Acquire) != s.n - 1 {
+        while s.done.load(Acquire) != joined {
             spins += 1;
-            if spins < 1 << 14 {
+            if spins < 1 << 12 {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
             }
         }
-        // SAFETY: every worker has finished with the job.
+        // SAFETY: every worker that joined has finished with the job; no other can join.
         unsafe { *s.job.get() = None };
         if let Err(p) = mine {
             resume_unwind(p);
         }
         if s.panicked.swap(false, SeqCst) {
             panic!("a CPU worker thread panicked");
-        }
-    }
-
-    /// Calls `f(i)` for every `i < n_tasks`, members taking the next task as they finish
-    /// one (tasks are claimed in increasing order).
-    pub fn for_each(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
-        match n_tasks {
-            0 => {}
-            1 => f(0),
-            _ => {
-                let next = AtomicUsize::new(0);
-                self.run(&|_| loop {
-                    let i = next.fetch_add(1, Relaxed);
-                    if i >= n_tasks {
-                        break;
-                    }
-                    f(i);
-                });
-            }
         }
     }
 }
@@ -164,11 +168,25 @@ impl Drop for Team {
     }
 }
 
+/// Joins the job of `epoch` if it is still open.
+fn try_join(s: &Shared, epoch: usize) -> bool {
+    let mut j = s.join.load(SeqCst);
+    loop {
+        if j >> 32 != epoch as u64 & 0xffff_ffff || j & CLOSED != 0 {
+            return false;
+        }
+        match s.join.compare_exchange_weak(j, j + 1, SeqCst, SeqCst) {
+            Ok(_) => return true,
+            Err(now) => j = now,
+        }
+    }
+}
+
 fn worker(s: &Shared, id: usize) {
     let mut seen = s.epoch.load(SeqCst);
     let sleeping = &s.sleeping[id - 1];
     loop {
-        let mut idle_since: Option<Instant> = None;
+        let idle_since = Instant::now();
         let mut spins = 0u32;
         loop {
             let e = s.epoch.load(Acquire);
@@ -177,15 +195,16 @@ fn worker(s: &Shared, id: usize) {
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 {
-                let t0 = *idle_since.get_or_insert_with(Instant::now);
-                if t0.elapsed() > SPIN {
+            if spins % 64 == 0 {
+                let idle = idle_since.elapsed();
+                if idle > YIELD {
                     sleeping.store(true, SeqCst);
                     if s.epoch.load(SeqCst) == seen {
                         std::thread::park();
                     }
                     sleeping.store(false, SeqCst);
-                    idle_since = None;
+                } else if idle > SPIN {
+                    std::thread::yield_now();
                 }
             }
             std::hint::spin_loop();
@@ -193,12 +212,15 @@ fn worker(s: &Shared, id: usize) {
         if s.quit.load(SeqCst) {
             return;
         }
-        // SAFETY: the epoch changed, so `run` published a job and waits for our `done`.
-        let job = unsafe { *s.job.get() };
-        if let Some(job) = job {
-            // SAFETY: the closure outlives this call (see `Team::run`).
+        if !try_join(s, seen) {
+            continue;
+        }
+        // SAFETY: we joined the open job, so the caller published it and waits for our
+        // `done` before it ends the borrow (see `Team::for_each`).
+        if let Some(job) = unsafe { *s.job.get() } {
+            // SAFETY: as above.
             let f = unsafe { &*job };
-            if catch_unwind(AssertUnwindSafe(|| f(id))).is_err() {
+            if catch_unwind(AssertUnwindSafe(f)).is_err() {
                 s.panicked.store(true, SeqCst);
             }
         }
@@ -211,21 +233,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_member_runs_each_job_once() {
+    fn for_each_runs_every_task_once() {
         let team = Team::new(3).unwrap();
-        for _ in 0..200 {
-            let hits: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
-            team.run(&|m| {
-                hits[m].fetch_add(1, Relaxed);
+        for n in [0, 1, 2, 7, 100] {
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            team.for_each(n, &|i| {
+                hits[i].fetch_add(1, Relaxed);
             });
-            assert!(hits.iter().all(|h| h.load(Relaxed) == 1));
+            assert!(hits.iter().all(|h| h.load(Relaxed) == 1), "{n} tasks");
         }
     }
 
     #[test]
     fn for_each_covers_all_tasks_after_workers_park() {
         let team = Team::new(2).unwrap();
-        std::thread::sleep(SPIN * 3);
+        std::thread::sleep(YIELD * 3);
         let sum = AtomicUsize::new(0);
         team.for_each(1000, &|i| {
             sum.fetch_add(i, Relaxed);
@@ -234,15 +256,30 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_panic_reaches_the_caller() {
+    fn workers_take_part() {
         let team = Team::new(2).unwrap();
-        let r = catch_unwind(AssertUnwindSafe(|| team.run(&|m| assert_ne!(m, 1, "boom"))));
-        assert!(r.is_err());
+        let seen = Mutex::new(std::collections::HashSet::new());
+        for _ in 0..50 {
+            team.for_each(64, &|_| {
+                seen.lock().unwrap().insert(std::thread::current().id());
+                std::thread::sleep(Duration::from_micros(50));
+            });
+        }
+        assert_eq!(seen.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_task_panic_reaches_the_caller() {
+        let team = Team::new(2).unwrap();
+        for _ in 0..20 {
+            let r = catch_unwind(AssertUnwindSafe(|| team.for_each(8, &|i| assert_ne!(i, 5, "boom"))));
+            assert!(r.is_err());
+        }
         // The team still works afterwards.
         let n = AtomicUsize::new(0);
-        team.run(&|_| {
+        team.for_each(10, &|_| {
             n.fetch_add(1, Relaxed);
         });
-        assert_eq!(n.load(Relaxed), 2);
+        assert_eq!(n.load(Relaxed), 10);
     }
 }
