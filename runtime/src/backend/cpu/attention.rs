@@ -1,6 +1,8 @@
 //! KV cache storage and attention over it, on the CPU.
 //!
-//! Layout per layer: K is `[n_ctx, n_kv_head * head_dim_k]`, V is
+//! Layout per layer: K is stored transposed, `[n_kv_head, head_dim_k, n_ctx]`, so the
+//! scores of consecutive keys are computed side by side in SIMD lanes, each still summed
+//! in order over the head dimension (see `attn_kernels`); V is
 //! `[n_ctx, n_kv_head * head_dim_v]`, slot = position. With an f16 cache and fewer than
 //! [`TILED_MIN_ROWS`] query rows the query is rounded to f16 before `q·k`, as llama.cpp's
 //! CPU flash attention does for small batches and decode (its tiled kernel for larger
@@ -8,8 +10,8 @@
 //! are f32.
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 
+use super::attn_kernels::{self as kern, KeysT, Rows};
 use crate::backend::{Attention, BackendError, KvSpec, KvType, Result};
 use crate::quant::{par_chunks, Parallel};
 
@@ -42,18 +44,25 @@ impl KvData {
         })
     }
 
-    fn store(&mut self, at: usize, src: &[f32]) {
+    /// `src[i]` to element `at + i * step`.
+    fn store(&mut self, at: usize, step: usize, src: &[f32]) {
         match self {
-            KvData::F32(d) => d[at..at + src.len()].copy_from_slice(src),
-            KvData::F16(d) => d[at..at + src.len()].convert_from_f32_slice(src),
+            KvData::F32(d) => src.iter().enumerate().for_each(|(i, &x)| d[at + i * step] = x),
+            KvData::F16(d) => src.iter().enumerate().for_each(|(i, &x)| d[at + i * step] = f16::from_f32(x)),
         }
     }
 
-    /// Row `at..at+dst.len()` as f32.
-    fn load(&self, at: usize, dst: &mut [f32]) {
+    fn keys(&self) -> KeysT<'_> {
         match self {
-            KvData::F32(d) => dst.copy_from_slice(&d[at..at + dst.len()]),
-            KvData::F16(d) => d[at..at + dst.len()].convert_to_f32_slice(dst),
+            KvData::F32(d) => KeysT::F32(d),
+            KvData::F16(d) => KeysT::F16(d),
+        }
+    }
+
+    fn rows(&self) -> Rows<'_> {
+        match self {
+            KvData::F32(d) => Rows::F32(d),
+            KvData::F16(d) => Rows::F16(d),
         }
     }
 }
@@ -91,8 +100,9 @@ impl Kv {
             if p >= s.n_ctx {
                 return Err(invalid(format!("position {p} outside the cache ({} slots)", s.n_ctx)));
             }
-            self.k[layer].store(p * wk, &k[t * wk..(t + 1) * wk]);
-            self.v[layer].store(p * wv, &v[t * wv..(t + 1) * wv]);
+            // K row (all heads: [n_kv_head * head_dim_k]) goes down column `p`.
+            self.k[layer].store(p, s.n_ctx, &k[t * wk..(t + 1) * wk]);
+            self.v[layer].store(p * wv, 1, &v[t * wv..(t + 1) * wv]);
         }
         Ok(())
     }
@@ -125,86 +135,46 @@ impl Kv {
             return Err(invalid(format!("position {bad} outside the cache ({} slots)", s.n_ctx)));
         }
         let group = p.n_head / p.n_kv_head;
-        let (wk, wv) = (s.n_kv_head * dk, s.n_kv_head * dv);
-        let (kc, vc) = (&self.k[layer], &self.v[layer]);
+        let (n_ctx, wv) = (s.n_ctx, s.n_kv_head * dv);
+        let (kc, vc) = (self.k[layer].keys(), self.v[layer].rows());
         let round_q = s.ty == KvType::F16 && pos.len() < TILED_MIN_ROWS;
         par_chunks(par, &mut out[..pos.len() * p.n_head * dv], dv, &|i, o| {
-                let (t, h) = (i / p.n_head, i % p.n_head);
-                let kvh = h / group;
-                let pq = pos[t] as usize;
-                let lo = match p.window {
-                    Some(w) => (pq + 1).saturating_sub(w),
-                    None => 0,
-                };
-                let mut qh = q[(t * p.n_head + h) * dk..][..dk].to_vec();
-                if round_q {
-                    qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
-                }
-                let mut row = vec![0.0f32; dk.max(dv)];
-                if round_q {
-                    online_f16(&qh, kc, vc, lo..=pq, (wk, kvh * dk), (wv, kvh * dv), p.scale, &mut row, o);
-                    return;
-                }
-                let mut scores = Vec::with_capacity(pq + 1 - lo);
-                let mut max = f32::NEG_INFINITY;
-                for pk in lo..=pq {
-                    kc.load(pk * wk + kvh * dk, &mut row[..dk]);
-                    let d: f32 = qh.iter().zip(&row[..dk]).map(|(a, b)| a * b).sum();
-                    let sc = d * p.scale;
-                    max = max.max(sc);
-                    scores.push(sc);
-                }
-                let mut sum = 0.0f32;
-                for sc in scores.iter_mut() {
-                    *sc = (*sc - max).exp();
-                    sum += *sc;
-                }
-                o.fill(0.0);
-                for (j, pk) in (lo..=pq).enumerate() {
-                    vc.load(pk * wv + kvh * dv, &mut row[..dv]);
-                    let w = scores[j] / sum;
-                    o.iter_mut().zip(&row[..dv]).for_each(|(a, &b)| *a += w * b);
-                }
+            let (t, h) = (i / p.n_head, i % p.n_head);
+            let kvh = h / group;
+            let pq = pos[t] as usize;
+            let lo = match p.window {
+                Some(w) => (pq + 1).saturating_sub(w),
+                None => 0,
+            };
+            let mut qh = q[(t * p.n_head + h) * dk..][..dk].to_vec();
+            if round_q {
+                qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
+            }
+            // This head's transposed K: element (d, key) at d * n_ctx + key.
+            let kh = match kc {
+                KeysT::F32(d) => KeysT::F32(&d[kvh * dk * n_ctx..(kvh + 1) * dk * n_ctx]),
+                KeysT::F16(d) => KeysT::F16(&d[kvh * dk * n_ctx..(kvh + 1) * dk * n_ctx]),
+            };
+            let mut scores = vec![0.0f32; pq + 1 - lo];
+            kern::scores(&qh, kh, n_ctx, lo, p.scale, &mut scores);
+            let mut row = vec![0.0f32; dv];
+            if round_q {
+                kern::online_f16(&scores, vc, wv, kvh * dv, lo, &mut row, o);
+                return;
+            }
+            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let mut sum = 0.0f32;
+            for sc in scores.iter_mut() {
+                *sc = (*sc - max).exp();
+                sum += *sc;
+            }
+            o.fill(0.0);
+            for (j, sc) in scores.iter().enumerate() {
+                kern::add_scaled(o, sc / sum, vc, (lo + j) * wv + kvh * dv, &mut row);
+            }
         });
         Ok(())
     }
-}
-
-/// One query head over keys `keys` with an online softmax whose V accumulator is kept
-/// in f16 (rounded after every key), as llama.cpp's CPU flash attention does for small
-/// batches and decode with an f16 cache. `k_at`/`v_at` are (row stride, head offset).
-#[allow(clippy::too_many_arguments)]
-fn online_f16(
-    q: &[f32],
-    kc: &KvData,
-    vc: &KvData,
-    keys: std::ops::RangeInclusive<usize>,
-    k_at: (usize, usize),
-    v_at: (usize, usize),
-    scale: f32,
-    row: &mut [f32],
-    out: &mut [f32],
-) {
-    let (dk, dv) = (q.len(), out.len());
-    let mut acc = vec![f16::ZERO; dv];
-    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
-    for pk in keys {
-        kc.load(pk * k_at.0 + k_at.1, &mut row[..dk]);
-        let s = q.iter().zip(&row[..dk]).map(|(a, b)| a * b).sum::<f32>() * scale;
-        let (mut ms, mut vs) = (1.0f32, 1.0f32);
-        if s > m {
-            ms = (m - s).exp();
-            m = s;
-            acc.iter_mut().for_each(|a| *a = f16::from_f32(a.to_f32() * ms));
-        } else {
-            vs = (s - m).exp();
-        }
-        vc.load(pk * v_at.0 + v_at.1, &mut row[..dv]);
-        acc.iter_mut().zip(&row[..dv]).for_each(|(a, &v)| *a = f16::from_f32(v.mul_add(vs, a.to_f32())));
-        sum = sum * ms + vs;
-    }
-    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-    out.iter_mut().zip(&acc).for_each(|(o, a)| *o = a.to_f32() * inv);
 }
 
 fn invalid(msg: String) -> BackendError {

@@ -8,6 +8,7 @@
 //! arithmetic (see `ops`) rather than chasing speed with different rounding.
 
 mod attention;
+mod attn_kernels;
 pub mod ops;
 mod team;
 
