@@ -129,12 +129,12 @@ pub fn quantize_rows_on(
         par_chunks(par, &mut data, per * rb, &|i, d| {
             let xs = &x[i * per * k_len..][..d.len() / rb * k_len];
             for (d, s) in d.chunks_mut(rb).zip(xs.chunks(k_len)) {
-                let _ = quantize(ty, s, d);
+                let _ = quantize_act(ty, s, d);
             }
         });
     } else {
         for (d, s) in data.chunks_mut(rb.max(1)).zip(x.chunks(k_len.max(1))) {
-            quantize(ty, s, d)?;
+            quantize_act(ty, s, d)?;
         }
     }
     Ok(QuantizedRows {
@@ -144,6 +144,19 @@ pub fn quantize_rows_on(
         row_bytes: rb,
         data,
     })
+}
+
+/// [`quantize`] of one activation row, through the AVX2 quantizer where there is one
+/// (the same bytes).
+fn quantize_act(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::Avx2.available() && src.len() % 32 == 0 && Some(dst.len() as u64) == ty.bytes_for(src.len() as u64) {
+        if let Some(q) = super::simd_avx2::quantizer(ty) {
+            q(src, dst);
+            return Ok(());
+        }
+    }
+    quantize(ty, src, dst)
 }
 
 /// Weight bytes per band of rows when many tokens are multiplied (fits L1/L2 with room

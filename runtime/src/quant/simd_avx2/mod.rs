@@ -13,6 +13,26 @@ use std::arch::x86_64::*;
 
 mod kquant;
 mod q32;
+mod quantize;
+
+/// The AVX2 activation quantizer for `ty` (Q8_0, Q8_1), if there is one. The caller
+/// has checked the CPU; `src`/`dst` must be whole blocks of matching counts.
+pub(crate) fn quantizer(ty: GgmlType) -> Option<fn(&[f32], &mut [u8])> {
+    fn q8_0(src: &[f32], dst: &mut [u8]) {
+        // SAFETY: reachable only through `quantizer`, which `matmul` calls only after
+        // detecting AVX2, FMA and F16C.
+        unsafe { quantize::quant_q8_0(src, dst) }
+    }
+    fn q8_1(src: &[f32], dst: &mut [u8]) {
+        // SAFETY: as above.
+        unsafe { quantize::quant_q8_1(src, dst) }
+    }
+    match ty {
+        GgmlType::Q8_0 => Some(q8_0),
+        GgmlType::Q8_1 => Some(q8_1),
+        _ => None,
+    }
+}
 
 use super::dot::{DotFn, RowsFn};
 use super::types::GgmlType;
