@@ -121,7 +121,16 @@ pub fn kernel(ty: GgmlType, isa: Isa) -> Option<DotFn> {
 /// row at a time. Measured on the 2-core EPYC: several rows read side by side defeat
 /// the hardware prefetcher and run ~2.5× slower per CPU-second once the weights are
 /// not in cache, although they win when the rows are cached (see [`rows_kernel`]).
+/// Where the instruction set has a one-stream many-row kernel (same results as the
+/// one-row kernel, row by row) it is used: no call per row, activation blocks prepared
+/// once.
 pub fn stream_kernel(ty: GgmlType, isa: Isa) -> Option<Kernel> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && avx2_detected() {
+        if let Some(f) = super::simd_avx2::stream_kernel(ty) {
+            return Some(Kernel::Rows(f));
+        }
+    }
     kernel(ty, isa).map(Kernel::Row)
 }
 

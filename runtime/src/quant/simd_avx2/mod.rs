@@ -108,6 +108,37 @@ rows_entry! {
     dot_q8_0, rows_q8_0 => q32::q8_0_rows;
 }
 
+/// Safe entry points for the one-stream kernels of [`q32`].
+macro_rules! stream_entry {
+    ($($name:ident => $body:path;)*) => {$(
+        fn $name(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+            // SAFETY: reachable only through `stream_kernel`, which `dot::stream_kernel`
+            // calls only after detecting AVX2, FMA and F16C.
+            unsafe { $body(w, x, n, out) }
+        }
+    )*};
+}
+
+stream_entry! {
+    stream_q4_0 => q32::q4_0_stream;
+    stream_q4_1 => q32::q4_1_stream;
+    stream_q5_0 => q32::q5_0_stream;
+    stream_q5_1 => q32::q5_1_stream;
+    stream_q8_0 => q32::q8_0_stream;
+}
+
+/// The kernel that runs many rows of `ty` as one stream (decode), where there is one.
+pub(crate) fn stream_kernel(ty: GgmlType) -> Option<RowsFn> {
+    Some(match ty {
+        GgmlType::Q4_0 => stream_q4_0,
+        GgmlType::Q4_1 => stream_q4_1,
+        GgmlType::Q5_0 => stream_q5_0,
+        GgmlType::Q5_1 => stream_q5_1,
+        GgmlType::Q8_0 => stream_q8_0,
+        _ => return None,
+    })
+}
+
 fn rows_u8_1(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
     // SAFETY: reachable only through `expanded_kernel`, which `dot::expanded_kernel`
     // calls only after detecting AVX2, FMA and F16C.
