@@ -46,7 +46,13 @@ pub struct CpuBackend {
     /// Indexed by `Buf.0`; `None` once freed.
     bufs: Vec<Option<Vec<f32>>>,
     kvs: Vec<Option<Kv>>,
+    /// The last single position's rope table (q and k of a layer, and the layers with
+    /// the same base, rotate by the same angles): key, cos, sin.
+    rope_memo: Option<(RopeKey, Vec<f32>, Vec<f32>)>,
 }
+
+/// What a rope table depends on: position, `n_rot`, base and scale bits, factors' address.
+type RopeKey = (u32, usize, u32, u32, usize);
 
 impl CpuBackend {
     /// A backend running on `threads` threads (0: rayon's default).
@@ -58,7 +64,7 @@ impl CpuBackend {
     /// (Backends sharing a team run their ops in turn, each op on every thread.)
     pub fn with_pool(pool: Arc<Team>) -> CpuBackend {
         let threads = pool.threads();
-        CpuBackend { pool, threads, isa: Isa::best(), bufs: Vec::new(), kvs: Vec::new() }
+        CpuBackend { pool, threads, isa: Isa::best(), bufs: Vec::new(), kvs: Vec::new(), rope_memo: None }
     }
 
     /// The team `new(threads)` would build (0: one thread per available core), for
@@ -325,6 +331,26 @@ impl Backend for CpuBackend {
         let ff = ff.as_deref();
         let mut v = self.take(x)?;
         let width = n_head * head_dim;
+        if let [p] = *pos {
+            let key = (p, rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff.map_or(0, |f| f.as_ptr() as usize));
+            let half = rope.n_rot / 2;
+            let memo = match self.rope_memo.take() {
+                Some(m) if m.0 == key => m,
+                _ => {
+                    let (mut c, mut s) = (vec![0.0f32; half], vec![0.0f32; half]);
+                    ops::rope_table(p, rope.n_rot, rope.freq_base, rope.freq_scale, ff, &mut c, &mut s);
+                    (key, c, s)
+                }
+            };
+            let r = span_mut(&mut v, 0, width, "rope").map(|tok| {
+                for head in tok.chunks_exact_mut(head_dim) {
+                    ops::rope_head(head, rope.mode, rope.n_rot, &memo.1, &memo.2);
+                }
+            });
+            self.rope_memo = Some(memo);
+            self.put(x, v);
+            return r;
+        }
         let r = span_mut(&mut v, 0, pos.len() * width, "rope").map(|xs| {
             if width == 0 {
                 return;
@@ -392,7 +418,9 @@ impl Backend for CpuBackend {
         self.with_io(up, out, |uv, ov, pool| {
             let u = span(uv.unwrap_or(&[]), 0, n, "glu")?;
             let o = span_mut(ov, 0, n, "glu")?;
-            let per = if n <= INLINE_MAX { n } else { 4096 };
+            // SiLU's `exp` makes each element ~5 ns: split from a few thousand on.
+            let inline = if act == Glu::Silu { 1024 } else { INLINE_MAX };
+            let per = if n <= inline { n } else { n.div_ceil(2 * pool.threads()).max(512) };
             par_chunks(pool, o, per, &|i, o| ops::glu_inplace(o, &u[i * per..][..o.len()], act));
             Ok(())
         })
