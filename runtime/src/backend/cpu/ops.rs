@@ -190,7 +190,8 @@ mod tests {
     #[test]
     fn gelu_table_equals_the_direct_rounding() {
         use half::f16;
-        for i in -20_000..20_000 {
+        // Inside the unsaturated range (±10): every f16 input's neighbourhood.
+        for i in -13_000..13_000 {
             let x = i as f32 * 7.3e-4;
             let direct = f16::from_f32(gelu_tanh(f16::from_f32(x).to_f32())).to_f32();
             assert_eq!(gelu_tanh_f16(x).to_bits(), direct.to_bits(), "{x}");

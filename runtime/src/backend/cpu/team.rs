@@ -183,7 +183,9 @@ fn try_join(s: &Shared, epoch: usize) -> bool {
 }
 
 fn worker(s: &Shared, id: usize) {
-    let mut seen = s.epoch.load(SeqCst);
+    // The epoch starts at 0: a worker that starts late still sees every bump since,
+    // the quitting one included (loading it here could miss that).
+    let mut seen = 0;
     let sleeping = &s.sleeping[id - 1];
     loop {
         let idle_since = Instant::now();
@@ -199,7 +201,7 @@ fn worker(s: &Shared, id: usize) {
                 let idle = idle_since.elapsed();
                 if idle > YIELD {
                     sleeping.store(true, SeqCst);
-                    if s.epoch.load(SeqCst) == seen {
+                    if s.epoch.load(SeqCst) == seen && !s.quit.load(SeqCst) {
                         std::thread::park();
                     }
                     sleeping.store(false, SeqCst);
