@@ -138,39 +138,47 @@ impl Kv {
         let (n_ctx, wv) = (s.n_ctx, s.n_kv_head * dv);
         let (kc, vc) = (self.k[layer].keys(), self.v[layer].rows());
         let round_q = s.ty == KvType::F16 && pos.len() < TILED_MIN_ROWS;
-        par_chunks(par, &mut out[..pos.len() * p.n_head * dv], dv, &|i, o| {
-            let (t, h) = (i / p.n_head, i % p.n_head);
-            let kvh = h / group;
-            let pq = pos[t] as usize;
-            let lo = match p.window {
-                Some(w) => (pq + 1).saturating_sub(w),
-                None => 0,
-            };
-            let mut qh = q[(t * p.n_head + h) * dk..][..dk].to_vec();
-            if round_q {
-                qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
-            }
-            // This head's transposed K: element (d, key) at d * n_ctx + key.
-            let kh = match kc {
-                KeysT::F32(d) => KeysT::F32(&d[kvh * dk * n_ctx..(kvh + 1) * dk * n_ctx]),
-                KeysT::F16(d) => KeysT::F16(&d[kvh * dk * n_ctx..(kvh + 1) * dk * n_ctx]),
-            };
-            let mut scores = vec![0.0f32; pq + 1 - lo];
-            kern::scores(&qh, kh, n_ctx, lo, p.scale, &mut scores);
-            let mut row = vec![0.0f32; dv];
-            if round_q {
-                kern::online_f16(&scores, vc, wv, kvh * dv, lo, &mut row, o);
-                return;
-            }
-            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            let mut sum = 0.0f32;
-            for sc in scores.iter_mut() {
-                *sc = (*sc - max).exp();
-                sum += *sc;
-            }
-            o.fill(0.0);
-            for (j, sc) in scores.iter().enumerate() {
-                kern::add_scaled(o, sc / sum, vc, (lo + j) * wv + kvh * dv, &mut row);
+        // Query rows (token, head) per task: one each for decode, a few dozen for a
+        // prompt so the scratch vectors below are made once per task, not per row.
+        let n_rows = pos.len() * p.n_head;
+        let per = (n_rows / (8 * par.threads().max(1))).clamp(1, 64);
+        par_chunks(par, &mut out[..n_rows * dv], per * dv, &|task, os| {
+            let (mut qh, mut scores, mut row) = (vec![0.0f32; dk], Vec::new(), vec![0.0f32; dv]);
+            for (r, o) in os.chunks_exact_mut(dv).enumerate() {
+                let i = task * per + r;
+                let (t, h) = (i / p.n_head, i % p.n_head);
+                let kvh = h / group;
+                let pq = pos[t] as usize;
+                let lo = match p.window {
+                    Some(w) => (pq + 1).saturating_sub(w),
+                    None => 0,
+                };
+                qh.copy_from_slice(&q[(t * p.n_head + h) * dk..][..dk]);
+                if round_q {
+                    qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
+                }
+                // This head's transposed K: element (d, key) at d * n_ctx + key.
+                let kh = match kc {
+                    KeysT::F32(d) => KeysT::F32(&d[kvh * dk * n_ctx..(kvh + 1) * dk * n_ctx]),
+                    KeysT::F16(d) => KeysT::F16(&d[kvh * dk * n_ctx..(kvh + 1) * dk * n_ctx]),
+                };
+                scores.clear();
+                scores.resize(pq + 1 - lo, 0.0);
+                kern::scores(&qh, kh, n_ctx, lo, p.scale, &mut scores);
+                if round_q {
+                    kern::online_f16(&scores, vc, wv, kvh * dv, lo, &mut row, o);
+                    continue;
+                }
+                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                let mut sum = 0.0f32;
+                for sc in scores.iter_mut() {
+                    *sc = (*sc - max).exp();
+                    sum += *sc;
+                }
+                o.fill(0.0);
+                for (j, sc) in scores.iter().enumerate() {
+                    kern::add_scaled(o, sc / sum, vc, (lo + j) * wv + kvh * dv, &mut row);
+                }
             }
         });
         Ok(())

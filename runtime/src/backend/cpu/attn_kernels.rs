@@ -167,15 +167,24 @@ mod x86 {
             }
             j += 32;
         }
-        while j + 8 <= n {
+        // The last group may run past the wanted keys into later slots of the same rows
+        // (each lane is its own key, so the extra lanes are computed and dropped).
+        while j < n && lo + j + 8 <= stride {
             let mut a = _mm256_set1_ps(-0.0);
             for (d, &qd) in q.iter().enumerate() {
                 a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(qd), ld(k, d * stride + lo + j)));
             }
-            store(&mut out[j..], _mm256_mul_ps(a, sc));
+            let a = _mm256_mul_ps(a, sc);
+            if j + 8 <= n {
+                store(&mut out[j..], a);
+            } else {
+                let mut tmp = [0f32; 8];
+                store(&mut tmp, a);
+                out[j..].copy_from_slice(&tmp[..n - j]);
+            }
             j += 8;
         }
-        j
+        j.min(n)
     }
 
     #[inline]
@@ -249,7 +258,9 @@ mod tests {
         let k32: Vec<f32> = (0..dk * stride).map(|i| ((i * 53 % 17) as f32 - 8.0) * 0.113).collect();
         let k16: Vec<f16> = k32.iter().map(|&x| f16::from_f32(x)).collect();
         for kt in [KeysT::F32(&k32), KeysT::F16(&k16)] {
-            let mut got = vec![0.0; stride - lo];
+            // Every length: whole groups, a group cut short, the scalar tail at the end.
+            for len in [stride - lo, stride - lo - 3, 13, 5] {
+            let mut got = vec![0.0; len];
             scores(&q, kt, stride, lo, 0.125, &mut got);
             for (j, &g) in got.iter().enumerate() {
                 let s: f32 = (0..dk)
@@ -261,6 +272,7 @@ mod tests {
                     })
                     .sum();
                 assert_eq!(g.to_bits(), (s * 0.125).to_bits(), "key {j}");
+            }
             }
         }
     }
