@@ -209,6 +209,83 @@ fn stream<const MIN_TERM: bool>(
     }
 }
 
+/// Four tokens against all rows of a cache-resident band (prefill): each weight block
+/// is loaded, its codes unpacked and its scale converted once for the four tokens,
+/// whose activation blocks are prepared once per call. Per (row, token) the same
+/// arithmetic as [`rows_r`], so the same results. `out`: `[4, rows]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+fn tokens4<const MIN_TERM: bool>(
+    w: &[u8],
+    xs: [&[u8]; 4],
+    n: usize,
+    out: &mut [f32],
+    wb: usize,
+    yb: usize,
+    prep: impl Fn(*const u8) -> Act,
+    isum: impl Fn(*const u8, &Act) -> __m256i,
+) {
+    let nb = n / 32;
+    let rows = out.len() / 4;
+    let row_bytes = nb * wb;
+    let w = &w[..rows * row_bytes];
+    let xs = xs.map(|x| &x[..nb * yb]);
+    // SAFETY: block i of each `x` lies inside it (sliced above).
+    let acts: Vec<[Act; 4]> =
+        (0..nb).map(|i| std::array::from_fn(|t| prep(unsafe { xs[t].as_ptr().add(i * yb) }))).collect();
+    for r in 0..rows {
+        let wr = &w[r * row_bytes..(r + 1) * row_bytes];
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut acc_m = [_mm_setzero_ps(); 4];
+        for (i, a4) in acts.iter().enumerate() {
+            let b = wr[i * wb..(i + 1) * wb].as_ptr();
+            // SAFETY: a weight block is ≥ 18 bytes, so 4 bytes at its start are readable.
+            let dw = unsafe { f16x2(b) };
+            for t in 0..4 {
+                let dm = _mm_mul_ps(dw, a4[t].ds);
+                if MIN_TERM {
+                    acc_m[t] = _mm_add_ps(acc_m[t], dm);
+                }
+                let p = _mm256_cvtepi32_ps(isum(b, &a4[t]));
+                acc[t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), p, acc[t]);
+            }
+        }
+        for t in 0..4 {
+            let mut v = hsum(acc[t]);
+            if MIN_TERM {
+                v += _mm_cvtss_f32(_mm_movehdup_ps(acc_m[t]));
+            }
+            out[t * rows + r] = v;
+        }
+    }
+}
+
+/// [`tokens4`] for 32-byte-code blocks as `q32::expand` writes them: signed codes with
+/// an f16 scale (34 B, the Q8_0 layout: from Q4_0 / Q5_0) ...
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q8_0_tokens4(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]) {
+    let prep = |y: *const u8| {
+        // SAFETY: `tokens4` passes pointers to whole 34-byte blocks.
+        let (q, ds) = unsafe { (ldp256(y.add(2)), f16x2(y)) };
+        Act { q, aux: q, ds }
+    };
+    let isum = |b: *const u8, a: &Act| {
+        // SAFETY: `tokens4` passes pointers to whole 34-byte weight blocks.
+        let wq = unsafe { ldp256(b.add(2)) };
+        dot_u8i8(_mm256_abs_epi8(wq), _mm256_sign_epi8(a.q, wq))
+    };
+    tokens4::<false>(w, xs, n, out, 34, 34, prep, isum);
+}
+
+/// ... or unsigned codes with an f16 scale and min (36 B: from Q4_1 / Q5_1), · Q8_1.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn u8_1_tokens4(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]) {
+    // SAFETY (closure): `tokens4` passes pointers to whole 36-byte weight blocks.
+    let isum = |b: *const u8, a: &Act| dot_u8i8(unsafe { ldp256(b.add(4)) }, a.q);
+    tokens4::<true>(w, xs, n, out, 36, 36, |y| prep_q8_1(y), isum);
+}
+
 /// Activation block of Q8_0 (`d` at 0, codes at 2) with `Σ y · offset` per lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
