@@ -408,3 +408,42 @@ pub fn matmul_with(
     let xq = quantize_rows(ty, x, n_tok, k_len)?;
     matmul_quantized(w, ty, rows, &xq, y, isa)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every path (one token: the stream kernels; many: bands, expanded bands, four
+    /// tokens at a time, leftovers) gives each (row, token) the same bits.
+    #[test]
+    fn many_tokens_equal_one_token_at_a_time_bit_for_bit() {
+        use GgmlType::*;
+        let (rows, k, n_tok) = (37, 512, 11);
+        let mut s = 0x9e37_79b9_u32;
+        let mut rnd = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s % 2001) as f32 / 1000.0 - 1.0
+        };
+        let w: Vec<f32> = (0..rows * k).map(|_| rnd()).collect();
+        let x: Vec<f32> = (0..n_tok * k).map(|_| rnd()).collect();
+        for ty in [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K] {
+            let mut wq = vec![0u8; rows * row_bytes(ty, k).unwrap()];
+            quantize(ty, &w, &mut wq).unwrap();
+            for isa in [Isa::Scalar, Isa::best()] {
+                let xq = quantize_rows(ty, &x, n_tok, k).unwrap();
+                let mut all = vec![0f32; n_tok * rows];
+                matmul_quantized(&wq, ty, rows, &xq, &mut all, isa).unwrap();
+                for t in 0..n_tok {
+                    let x1 = quantize_rows(ty, &x[t * k..(t + 1) * k], 1, k).unwrap();
+                    let mut one = vec![0f32; rows];
+                    matmul_quantized(&wq, ty, rows, &x1, &mut one, isa).unwrap();
+                    let a: Vec<u32> = all[t * rows..(t + 1) * rows].iter().map(|v| v.to_bits()).collect();
+                    let b: Vec<u32> = one.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(a, b, "{ty} {isa:?} token {t}");
+                }
+            }
+        }
+    }
+}
