@@ -151,6 +151,17 @@ pub fn rows_kernel(ty: GgmlType, isa: Isa) -> Option<Kernel> {
 /// `[4, rows]` (token-major).
 pub(crate) type Tokens4Fn = fn(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]);
 
+/// For weights of `ty` as stored: a kernel taking four tokens at once (each row's
+/// results equal the [`rows_kernel`]'s), where `isa` has one.
+pub(crate) fn tokens4(ty: GgmlType, isa: Isa) -> Option<Tokens4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && avx2_detected() {
+        return super::simd_avx2::tokens4(ty);
+    }
+    let _ = (ty, isa);
+    None
+}
+
 /// For a band expanded by `q32::expand` from `ty`: a kernel taking four tokens at once
 /// (each row's results equal the [`expanded_kernel`]'s), where `isa` has one.
 pub(crate) fn expanded_tokens4(ty: GgmlType, isa: Isa) -> Option<Tokens4Fn> {

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use super::dot::{expanded_kernel, expanded_tokens4, rows_kernel, stream_kernel, Isa, Kernel};
+use super::dot::{expanded_kernel, expanded_tokens4, rows_kernel, stream_kernel, tokens4, Isa, Kernel};
 use super::q32;
 use super::types::GgmlType;
 use super::{quantize, vec_dot_type, QuantError};
@@ -224,7 +224,7 @@ pub fn matmul_quantized_on(
         let w = &w[r0 * wrb..(r0 + nr) * wrb];
         match expanded {
             Some((ek, eb)) => tile_expanded(ty, isa, ek, eb, w, wrb, xq, nr, out),
-            None => tile(kern, w, wrb, xq, nr, out),
+            None => tile(kern, tokens4(ty, isa), w, wrb, xq, nr, out),
         }
     });
     let per = n_tok.div_ceil(4 * par.threads().max(1));
@@ -243,14 +243,36 @@ pub fn matmul_quantized_on(
 
 /// One chunk of `nr` weight rows against every token: a band of rows small enough to
 /// stay in L1/L2 is run against each token in turn, so it is read from memory once.
-fn tile(kern: Kernel, w: &[u8], wrb: usize, xq: &QuantizedRows, nr: usize, out: &mut [f32]) {
+/// With `quad`, tokens go four at a time through it (same results as `kern`).
+fn tile(
+    kern: Kernel,
+    quad: Option<super::dot::Tokens4Fn>,
+    w: &[u8],
+    wrb: usize,
+    xq: &QuantizedRows,
+    nr: usize,
+    out: &mut [f32],
+) {
     let n_tok = xq.n_rows;
     let band = (ROW_BAND_BYTES / wrb.max(1)).clamp(4, nr.max(4)) / 4 * 4;
-    let mut tmp = vec![0f32; band];
+    // [4, band] f32
+    let mut tmp = vec![0f32; 4 * band];
     for r0 in (0..nr).step_by(band) {
         let r1 = (r0 + band).min(nr);
         let wb = &w[r0 * wrb..r1 * wrb];
-        for t in 0..n_tok {
+        let mut t = 0;
+        if let Some(k4) = quad {
+            let m = r1 - r0;
+            while t + 4 <= n_tok {
+                let o = &mut tmp[..4 * m];
+                k4(wb, [xq.row(t), xq.row(t + 1), xq.row(t + 2), xq.row(t + 3)], xq.k_len, o);
+                for (j, oj) in o.chunks_exact(m).enumerate() {
+                    out[(t + j) * nr + r0..(t + j) * nr + r1].copy_from_slice(oj);
+                }
+                t += 4;
+            }
+        }
+        for t in t..n_tok {
             let o = &mut tmp[..r1 - r0];
             kern.rows(wb, wrb, xq.row(t), xq.k_len, o);
             out[t * nr + r0..t * nr + r1].copy_from_slice(o);

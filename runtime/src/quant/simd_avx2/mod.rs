@@ -145,6 +145,36 @@ fn rows_u8_1(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
     unsafe { q32::u8_1_rows(w, x, n, out) }
 }
 
+/// Four tokens against rows of `ty` in their stored form (the K-quants: one unpack of
+/// each weight super-block for the four), where there is such a kernel.
+pub(crate) fn tokens4(ty: GgmlType) -> Option<super::dot::Tokens4Fn> {
+    macro_rules! per_row {
+        ($name:ident, $body:path, $bytes:expr) => {
+            fn $name(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]) {
+                let rows = out.len() / 4;
+                let rb = n / 256 * $bytes;
+                for r in 0..rows {
+                    // SAFETY: reachable only through `tokens4`, which `dot::tokens4` calls
+                    // only after detecting AVX2, FMA and F16C.
+                    let v = unsafe { $body(&w[r * rb..(r + 1) * rb], xs, n) };
+                    for (t, v) in v.into_iter().enumerate() {
+                        out[t * rows + r] = v;
+                    }
+                }
+            }
+        };
+    }
+    per_row!(q4_k, kquant::q4_k_body4, 144);
+    per_row!(q5_k, kquant::q5_k_body4, 176);
+    per_row!(q6_k, kquant::q6_k_body4, 210);
+    match ty {
+        GgmlType::Q4_K => Some(q4_k),
+        GgmlType::Q5_K => Some(q5_k),
+        GgmlType::Q6_K => Some(q6_k),
+        _ => None,
+    }
+}
+
 /// The four-token kernel for a band expanded by `q32::expand` from weights of type `ty`.
 pub(crate) fn expanded_tokens4(ty: GgmlType) -> Option<super::dot::Tokens4Fn> {
     fn q8_0(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]) {
