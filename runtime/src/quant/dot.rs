@@ -162,17 +162,6 @@ pub(crate) fn tokens4(ty: GgmlType, isa: Isa) -> Option<Tokens4Fn> {
     None
 }
 
-/// For a band expanded by `q32::expand` from `ty`: a kernel taking four tokens at once
-/// (each row's results equal the [`expanded_kernel`]'s), where `isa` has one.
-pub(crate) fn expanded_tokens4(ty: GgmlType, isa: Isa) -> Option<Tokens4Fn> {
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && avx2_detected() {
-        return super::simd_avx2::expanded_tokens4(ty);
-    }
-    let _ = (ty, isa);
-    None
-}
-
 /// For many-token matmuls on `isa`: a kernel for row bands first expanded by
 /// `q32::expand` (bytes per expanded block alongside), when that is faster than
 /// unpacking the packed blocks for every token. `None`: use [`rows_kernel`].

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use super::dot::{expanded_kernel, expanded_tokens4, rows_kernel, stream_kernel, tokens4, Isa, Kernel};
+use super::dot::{expanded_kernel, rows_kernel, stream_kernel, tokens4, Isa, Kernel};
 use super::q32;
 use super::types::GgmlType;
 use super::{quantize, vec_dot_type, QuantError};
@@ -223,7 +223,7 @@ pub fn matmul_quantized_on(
         let nr = out.len() / n_tok;
         let w = &w[r0 * wrb..(r0 + nr) * wrb];
         match expanded {
-            Some((ek, eb)) => tile_expanded(ty, isa, ek, eb, w, wrb, xq, nr, out),
+            Some((ek, eb)) => tile_expanded(ty, ek, eb, w, wrb, xq, nr, out),
             None => tile(kern, tokens4(ty, isa), w, wrb, xq, nr, out),
         }
     });
@@ -288,7 +288,6 @@ const EXPAND_MIN_TOKENS: usize = 8;
 #[allow(clippy::too_many_arguments)]
 fn tile_expanded(
     ty: GgmlType,
-    isa: Isa,
     kern: Kernel,
     eb: usize,
     w: &[u8],
@@ -302,27 +301,12 @@ fn tile_expanded(
     let band = (ROW_BAND_BYTES / erb.max(1)).clamp(4, nr.max(4)) / 4 * 4;
     // [band, erb] u8: the band's rows as byte codes
     let mut ex = vec![0u8; band * erb];
-    // Four tokens at a time where the ISA has such a kernel (same results).
-    let quad = expanded_tokens4(ty, isa);
-    // [4, band] f32
-    let mut tmp = vec![0f32; 4 * band];
+    let mut tmp = vec![0f32; band];
     for r0 in (0..nr).step_by(band) {
         let r1 = (r0 + band).min(nr);
         let exb = &mut ex[..(r1 - r0) * erb];
         q32::expand(ty, &w[r0 * wrb..r1 * wrb], exb);
-        let mut t = 0;
-        if let Some(k4) = quad {
-            let m = r1 - r0;
-            while t + 4 <= n_tok {
-                let o = &mut tmp[..4 * m];
-                k4(exb, [xq.row(t), xq.row(t + 1), xq.row(t + 2), xq.row(t + 3)], xq.k_len, o);
-                for (j, oj) in o.chunks_exact(m).enumerate() {
-                    out[(t + j) * nr + r0..(t + j) * nr + r1].copy_from_slice(oj);
-                }
-                t += 4;
-            }
-        }
-        for t in t..n_tok {
+        for t in 0..n_tok {
             let o = &mut tmp[..r1 - r0];
             kern.rows(exb, erb, xq.row(t), xq.k_len, o);
             out[t * nr + r0..t * nr + r1].copy_from_slice(o);

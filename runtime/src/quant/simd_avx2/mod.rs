@@ -175,24 +175,6 @@ pub(crate) fn tokens4(ty: GgmlType) -> Option<super::dot::Tokens4Fn> {
     }
 }
 
-/// The four-token kernel for a band expanded by `q32::expand` from weights of type `ty`.
-pub(crate) fn expanded_tokens4(ty: GgmlType) -> Option<super::dot::Tokens4Fn> {
-    fn q8_0(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]) {
-        // SAFETY: reachable only through `expanded_tokens4`, which
-        // `dot::expanded_tokens4` calls only after detecting AVX2, FMA and F16C.
-        unsafe { q32::q8_0_tokens4(w, xs, n, out) }
-    }
-    fn u8_1(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]) {
-        // SAFETY: as above.
-        unsafe { q32::u8_1_tokens4(w, xs, n, out) }
-    }
-    match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 => Some(q8_0),
-        GgmlType::Q4_1 | GgmlType::Q5_1 => Some(u8_1),
-        _ => None,
-    }
-}
-
 /// The many-row kernel for a band expanded by `q32::expand` from weights of type `ty`.
 pub(crate) fn expanded_kernel(ty: GgmlType) -> Option<RowsFn> {
     match ty {
