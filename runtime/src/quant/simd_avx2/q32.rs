@@ -191,9 +191,10 @@ fn stream<const MIN_TERM: bool>(
     for (o, wr) in out.iter_mut().zip(w.chunks_exact(row_bytes.max(1))) {
         let mut acc = _mm256_setzero_ps();
         let mut acc_m = _mm_setzero_ps();
+        let wp = wr.as_ptr();
         for (i, a) in acts.iter().enumerate() {
-            let blk = &wr[i * wb..(i + 1) * wb];
-            let b = blk.as_ptr();
+            // SAFETY: block i of the row lies inside `wr` (nb blocks of wb bytes).
+            let b = unsafe { wp.add(i * wb) };
             // SAFETY: a weight block is ≥ 18 bytes, so 4 bytes at its start are readable.
             let dm = _mm_mul_ps(unsafe { f16x2(b) }, a.ds);
             if MIN_TERM {
