@@ -323,3 +323,44 @@ MV_B32(matvec_q8_0, 4, 34)
 MV_F(matvec_f32, 0, 4)
 MV_F(matvec_f16, 1, 2)
 MV_F(matvec_bf16, 2, 2)
+
+// ---- several decode matvecs over one q8_1 activation vector in one launch ----
+//
+// The q/k/v projections (and gate/up) read the same normalized input: one launch serves
+// up to 3 weights of any q8_1-consuming type (a type code per segment), saving launches,
+// which dominate a decode step of a small model. Segment s owns blocks
+// [sum_{j<s} ceil(rows_j / 4), …); within it the rows are as in the single kernels.
+// Type codes: 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0, 10 Q4_K, 11 Q5_K, 12 Q6_K.
+// x: [k / 32] block_q8_1; y_s: [rows_s] f32. grid (Σ ceil(rows_s / 4)), block 128.
+KERNEL LAUNCH_BOUNDS(128) void matvec_multi_n1(const block_q8_1* x, int k, const u8* W0, float* y0, int rows0, int ty0,
+                                               const u8* W1, float* y1, int rows1, int ty1, const u8* W2, float* y2, int rows2,
+                                               int ty2) {
+    int b = bid_x();
+    const int nb0 = (rows0 + 3) / 4, nb1 = (rows1 + 3) / 4;
+    const u8* W = W0;
+    float* y = y0;
+    int rows = rows0, ty = ty0;
+    if (b >= nb0 + nb1) {
+        b -= nb0 + nb1;
+        W = W2, y = y2, rows = rows2, ty = ty2;
+    } else if (b >= nb0) {
+        b -= nb0;
+        W = W1, y = y1, rows = rows1, ty = ty1;
+    }
+    const int row = b * 4 + (tid_x() >> 5);
+    if (row >= rows) return;
+    float acc[1] = {0.0f};
+    const int kb = k / 32, nsb = k / 256;
+    switch (ty) {
+    case 0: mv_b32<0, 1>(W + (u64)row * kb * 18, x, kb, 1, acc); break;
+    case 1: mv_b32<1, 1>(W + (u64)row * kb * 20, x, kb, 1, acc); break;
+    case 2: mv_b32<2, 1>(W + (u64)row * kb * 22, x, kb, 1, acc); break;
+    case 3: mv_b32<3, 1>(W + (u64)row * kb * 24, x, kb, 1, acc); break;
+    case 4: mv_b32<4, 1>(W + (u64)row * kb * 34, x, kb, 1, acc); break;
+    case 10: mv_q4_K<1>(W + (u64)row * nsb * 144, x, kb, nsb, 1, acc); break;
+    case 11: mv_q5_K<1>(W + (u64)row * nsb * 176, x, kb, nsb, 1, acc); break;
+    case 12: mv_q6_K<1>(W + (u64)row * nsb * 210, x, kb, nsb, 1, acc); break;
+    default: break;
+    }
+    store<1>(y, acc, rows, row, 1);
+}

@@ -19,7 +19,7 @@ use super::driver::DevPtr;
 use super::replay::{Entry, Rec, Replay, ReplayStats};
 use super::{ops, GpuError};
 use std::cell::RefCell;
-use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, Result, Rope, RopeMode};
+use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, QkvPrep, Result, Rope, RopeMode};
 use crate::quant::{self, GgmlType};
 use super::materialize::{GpuMaterializer, MappedFile};
 use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
@@ -73,7 +73,8 @@ pub struct GpuBackend {
     cache: WeightCache<GpuMaterializer>,
     /// The registered file mapping (`mapped` residency).
     mapped: Option<MappedFile>,
-    inv_freq: HashMap<(usize, u32, u32, usize), DeviceBuffer>,
+    /// RoPE frequency divisors on the device, by the host address of their weight.
+    inv_freq: HashMap<usize, DeviceBuffer>,
     q8: Scratch,
     /// Per-step staging of host inputs (ids, positions): slot addresses repeat per step.
     stage: Scratch,
@@ -90,6 +91,9 @@ pub struct GpuBackend {
     replay: RefCell<Replay>,
     /// Prefill of Q4_K weights (≥ 16 tokens) on matrix cores (`LODE_GEMM=0` turns it off).
     gemm_prefill: bool,
+    /// Fused decode ops (multi-matvec, add+norm, norm+rope+KV store, attention writing
+    /// q8_1); `LODE_FUSE=0` falls back to the trait's unfused defaults (for A/B runs).
+    fuse: bool,
 }
 
 impl GpuBackend {
@@ -134,6 +138,7 @@ impl GpuBackend {
             predicted_pos: None,
             replay: RefCell::new(Replay::new()),
             gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
+            fuse: std::env::var("LODE_FUSE").map(|v| v != "0").unwrap_or(true),
         }
     }
 
@@ -282,26 +287,28 @@ impl GpuBackend {
         Ok(ptr)
     }
 
-    fn rope_table(&mut self, r: &Rope) -> Result<DevPtr> {
-        let fkey = r.freq_factors.map(|f| f.data().as_ptr() as usize).unwrap_or(0);
-        let key = (r.n_rot, r.freq_base.to_bits(), r.freq_scale.to_bits(), fkey);
+    /// The rope's frequency divisors as a device f32 vector (uploaded once per weight).
+    fn rope_factors(&mut self, r: &Rope) -> Result<Option<DevPtr>> {
+        let Some(f) = r.freq_factors else { return Ok(None) };
+        let key = f.data().as_ptr() as usize;
         if let Some(b) = self.inv_freq.get(&key) {
-            return Ok(b.ptr());
+            return Ok(Some(b.ptr()));
         }
-        let factors: Option<Vec<f32>> = match r.freq_factors {
-            Some(f) => {
-                let mut v = vec![0f32; f.row_len() * f.n_rows()];
-                quant::dequantize(f.ty(), f.data(), &mut v).map_err(|source| BackendError::Quant { op: "rope", weight: f.name().into(), source })?;
-                Some(v)
-            }
-            None => None,
-        };
-        let inv = ops::rope_inv_freq(r.n_rot, r.freq_base, r.freq_scale, factors.as_deref());
+        let mut v = vec![0f32; f.row_len() * f.n_rows()];
+        quant::dequantize(f.ty(), f.data(), &mut v).map_err(|source| BackendError::Quant { op: "rope", weight: f.name().into(), source })?;
+        if v.len() < r.n_rot / 2 {
+            return Err(BackendError::Invalid { op: "rope", msg: format!("`{}` has {} frequency factors, RoPE of {} dims needs {}", f.name(), v.len(), r.n_rot, r.n_rot / 2) });
+        }
         self.barrier()?;
-        let b = self.dev.upload_f32(&inv).map_err(derr("rope"))?;
+        let b = self.dev.upload_f32(&v).map_err(derr("rope"))?;
         let p = b.ptr();
         self.inv_freq.insert(key, b);
-        Ok(p)
+        Ok(Some(p))
+    }
+
+    /// Device address of the q8_1 scratch sized for `values` values (in blocks of 32).
+    fn q8_scratch(&mut self, values: usize, op: &'static str) -> Result<DevPtr> {
+        self.q8.get(&self.dev, ops::q8_1_bytes(values, 1)).map_err(derr(op))
     }
 }
 
@@ -474,9 +481,10 @@ impl Backend for GpuBackend {
     fn rope(&mut self, x: Buf, n_head: usize, head_dim: usize, pos: &[u32], rope: &Rope) -> Result<()> {
         let (xp, xn) = self.buf(x)?;
         Self::check_len("rope", x, xn, pos.len() * n_head * head_dim)?;
-        let table = self.rope_table(rope)?;
+        let ff = self.rope_factors(rope)?;
         let pp = self.positions(pos)?;
-        let r = ops::rope(&self.rec(), xp, pp, table, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, 1.0).map_err(err("rope"));
+        let ts = ops::rope_theta_scale(rope.freq_base, rope.n_rot);
+        let r = ops::rope(&self.rec(), xp, pp, ff, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, ts, rope.freq_scale, 1.0).map_err(err("rope"));
         self.touch(x);
         r
     }
@@ -574,8 +582,133 @@ impl Backend for GpuBackend {
         }
         let window = p.window.unwrap_or(0);
         let pp = self.positions(pos)?;
+        let values = pos.len() * p.n_head * p.head_dim_v;
+        // The output projection's q8_1 input, written by the attention kernel itself.
+        let q8 = if self.fuse && p.head_dim_v % 32 == 0 { Some(self.q8_scratch(values, "attention")?) } else { None };
         self.touch(out);
-        ops::attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))
+        ops::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
+        if q8.is_some() {
+            self.q8_of = Some((out.0, self.version(out), values));
+        }
+        Ok(())
+    }
+
+    fn matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        let k = outs.first().map(|(w, _)| w.row_len()).unwrap_or(0);
+        let fusable = self.fuse && n_tok == 1 && (1..=3).contains(&outs.len()) && outs.iter().all(|(w, _)| w.row_len() == k && ops::multi_supports(w.ty(), k));
+        if !fusable {
+            for (w, y) in outs {
+                self.matmul(w, x, n_tok, *y)?;
+            }
+            return Ok(());
+        }
+        let (xp, xn) = self.buf(x)?;
+        Self::check_len("matmul", x, xn, k)?;
+        let mut segs = Vec::with_capacity(outs.len());
+        for (w, y) in outs {
+            let (yp, yn) = self.buf(*y)?;
+            Self::check_len("matmul", *y, yn, w.n_rows())?;
+            let wp = self.weight(w)?;
+            segs.push((wp, w.ty(), w.n_rows(), yp));
+        }
+        let grown = self.q8.grown;
+        let q = self.q8_scratch(k, "matmul")?;
+        let key = (x.0, self.version(x), k);
+        if self.q8_of != Some(key) || self.q8.grown != grown {
+            ops::quantize_q8_1(&self.rec(), xp, q, k, 1).map_err(err("matmul"))?;
+            self.q8_of = Some(key);
+        }
+        let names: Vec<&str> = outs.iter().map(|(w, _)| w.name()).collect();
+        ops::matvec_multi(&self.rec(), q, k, &segs).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", names.join(", ")) })?;
+        for (_, y) in outs {
+            self.touch(*y);
+        }
+        Ok(())
+    }
+
+    fn add_rms_norm(&mut self, x: Buf, b: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+        if !self.fuse || row_len % 32 != 0 || out == x || out == b {
+            self.add(x, b, x, n_rows * row_len)?;
+            return self.rms_norm(x, out, n_rows, row_len, w, eps);
+        }
+        let n = n_rows * row_len;
+        let (xp, xn) = self.buf(x)?;
+        let (bp, bn) = self.buf(b)?;
+        let (op, on) = self.buf(out)?;
+        Self::check_len("add_rms_norm", x, xn, n)?;
+        Self::check_len("add_rms_norm", b, bn, n)?;
+        Self::check_len("add_rms_norm", out, on, n)?;
+        let wp = match w {
+            Some(w) => {
+                if w.row_len() * w.n_rows() != row_len {
+                    return Err(BackendError::Invalid { op: "add_rms_norm", msg: format!("weight `{}` has {} values, rows have {row_len}", w.name(), w.row_len() * w.n_rows()) });
+                }
+                Some(self.weight_f32(w)?)
+            }
+            None => None,
+        };
+        let q = self.q8_scratch(n, "add_rms_norm")?;
+        ops::add_rmsnorm_q8(&self.rec(), xp, bp, wp, op, q, n_rows, row_len, eps).map_err(err("add_rms_norm"))?;
+        self.touch(x);
+        self.touch(out);
+        self.q8_of = Some((out.0, self.version(out), n));
+        Ok(())
+    }
+
+    fn rope_kv_write(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
+        let spec = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?.spec;
+        let norm_ok = |w: &Option<WeightRef>| w.as_ref().map(|w| w.row_len() * w.n_rows() == p.head_dim).unwrap_or(true);
+        let fusable = self.fuse
+            && p.head_dim <= 256
+            && p.head_dim == spec.head_dim_k
+            && p.head_dim == spec.head_dim_v
+            && p.n_kv_head == spec.n_kv_head
+            && p.rope.n_rot <= p.head_dim
+            && p.rope.n_rot % 2 == 0
+            && norm_ok(&p.q_norm)
+            && norm_ok(&p.k_norm)
+            && !q.eq(&k)
+            && !q.eq(&v);
+        if !fusable {
+            return crate::backend::rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p);
+        }
+        let n = pos.len();
+        let (qp, qn) = self.buf(q)?;
+        let (kp, kn) = self.buf(k)?;
+        let (vp, vn) = self.buf(v)?;
+        Self::check_len("rope_kv_write", q, qn, n * p.n_head * p.head_dim)?;
+        Self::check_len("rope_kv_write", k, kn, n * p.n_kv_head * p.head_dim)?;
+        Self::check_len("rope_kv_write", v, vn, n * p.n_kv_head * p.head_dim)?;
+        if let Some(&bad) = pos.iter().find(|&&x| x as usize >= spec.n_ctx) {
+            return Err(BackendError::Invalid { op: "rope_kv_write", msg: format!("position {bad} past the cache's {} slots", spec.n_ctx) });
+        }
+        let (kc, vc) = self.kvs[&kv.0].layers.get(layer).map(|(a, b)| (a.ptr(), b.ptr())).ok_or(BackendError::Invalid { op: "rope_kv_write", msg: format!("layer {layer} of {}", spec.n_layer) })?;
+        let qw = match &p.q_norm {
+            Some(w) => Some(self.weight_f32(w)?),
+            None => None,
+        };
+        let kw = match &p.k_norm {
+            Some(w) => Some(self.weight_f32(w)?),
+            None => None,
+        };
+        let ff = self.rope_factors(&p.rope)?;
+        let pp = self.positions(pos)?;
+        let a = ops::RopeKv {
+            n_tok: n,
+            n_head: p.n_head,
+            n_kv: p.n_kv_head,
+            head_dim: p.head_dim,
+            n_rot: p.rope.n_rot,
+            neox: p.rope.mode == RopeMode::Neox,
+            theta_scale: ops::rope_theta_scale(p.rope.freq_base, p.rope.n_rot),
+            freq_scale: p.rope.freq_scale,
+            eps: p.eps,
+            q_scale: p.q_scale.unwrap_or(1.0),
+        };
+        ops::rope_kv(&self.rec(), qp, kp, vp, kc, vc, qw, kw, pp, ff, &a).map_err(err("rope_kv_write"))?;
+        self.touch(q);
+        self.touch(k);
+        Ok(())
     }
 }
 
