@@ -75,6 +75,10 @@ pub fn matvec(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x:
     if k % ty.block_elems() != 0 {
         return Err(unsupported(format!("matvec: k = {k} is not a multiple of {ty}'s {}-element block", ty.block_elems())));
     }
+    // One column of Q4_K / Q6_K: the staged kernel (`matvec_multi_n1` with one segment).
+    if ncols == 1 && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && k >= 8 * 256 && k <= 16384 && staged_matvec() {
+        return matvec_multi(d, x, k, &[(w, ty, rows, y)]);
+    }
     let x_col_bytes = if matvec_takes_q8_1(ty) { q8_1_bytes(k, 1) } else { k * 4 };
     let grid = [ceil(rows, 4), 1, 1];
     let mut c = 0;
@@ -188,6 +192,13 @@ fn multi_code(ty: GgmlType) -> Option<i32> {
     })
 }
 
+/// Whether the decode matvecs of Q4_K / Q6_K use the shared-memory staged kernels
+/// (`LODE_MV=0`: the older per-warp bodies, for A/B runs).
+fn staged_matvec() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LODE_MV").map(|v| v != "0").unwrap_or(true))
+}
+
 /// True when `matvec_multi` takes weights of `ty` with rows of `k`.
 pub fn multi_supports(ty: GgmlType, k: usize) -> bool {
     multi_code(ty).is_some() && k % ty.block_elems() == 0
@@ -208,7 +219,7 @@ pub fn matvec_multi(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, GgmlTy
                 if !multi_supports(ty, k) {
                     return Err(unsupported(format!("matvec_multi: {ty} weights with k = {k}")));
                 }
-                blocks += rows.div_ceil(4);
+                blocks += rows.div_ceil(8);
                 args.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(multi_code(ty).unwrap_or(-1))]);
             }
             None => args.extend([KArg::Ptr(0), KArg::Ptr(0), i(0), KArg::I32(-1)]),
@@ -217,7 +228,8 @@ pub fn matvec_multi(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, GgmlTy
     if blocks == 0 {
         return Ok(());
     }
-    d.launch("matvec_multi_n1", [blocks as u32, 1, 1], [128, 1, 1], &args)?;
+    args.push(i(staged_matvec() as usize));
+    d.launch("matvec_multi_n1", [blocks as u32, 1, 1], [256, 1, 1], &args)?;
     Ok(())
 }
 
