@@ -7,7 +7,7 @@
 set -uo pipefail
 L="${LODE:-carry/decode/lode}"
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
-STAGES="${STAGES:-selftest bench profile kld}"
+STAGES="${STAGES:-selftest bench profile ncu kld}"
 CASES="${CASES:-20}"
 TXT="$(ls carry/alice29.txt carry/decode/alice29.txt 2>/dev/null | head -1)"
 exec > >(tee -a "$OUT/report.txt") 2>&1
@@ -36,6 +36,32 @@ if stage profile && command -v nsys >/dev/null; then
     nsys profile --cuda-graph-trace=node -o "/tmp/prof-$P" --force-overwrite true \
       "$L" bench --device cuda -m "/tmp/$P.gguf" -p 0 -n 64 -r 1 --no-warmup >/dev/null 2>&1
     nsys stats --report cuda_gpu_kern_sum --format csv "/tmp/prof-$P.nsys-rep" 2>/dev/null | cut -d, -f1-9 | head -40
+  done
+fi
+if stage ncu && command -v ncu >/dev/null; then
+  # Per-kernel GPU time and DRAM bytes of decode steps (eager launches: ncu times each
+  # kernel alone, so the sum against the step time shows the launch gaps).
+  for P in ${NCU_PRESETS:-qwen3-4b}; do
+    echo "== ncu: $P, 4 decode steps after 4 (graphs off)"
+    LODE_GRAPHS=0 timeout 240 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --print-units base --launch-skip "${NCU_SKIP:-600}" --launch-count "${NCU_COUNT:-900}" \
+      "$L" bench --device cuda -m "/tmp/$P.gguf" -p 0 -n 8 -r 1 --no-warmup > "$OUT/ncu-$P.csv" 2>/dev/null
+    python3 - "$OUT/ncu-$P.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14]
+if not rows: print("no ncu rows"); sys.exit(0)
+h = rows[0]; ki, mi, vi = h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Value")
+t = collections.defaultdict(lambda: [0, 0.0, 0.0])
+for r in rows[1:]:
+    v = float(r[vi].replace(",", ""))
+    k = r[ki].split("(")[0]
+    if r[mi] == "gpu__time_duration.sum": t[k][0] += 1; t[k][1] += v
+    elif r[mi] == "dram__bytes_read.sum": t[k][2] += v
+tot = sum(x[1] for x in t.values())
+print(f"{'kernel':<24}{'calls':>6}{'us/call':>9}{'share':>7}{'GB/s':>7}")
+for k, (n, ns, b) in sorted(t.items(), key=lambda kv: -kv[1][1]):
+    print(f"{k:<24}{n:>6}{ns/n/1e3:>9.2f}{100*ns/tot:>6.1f}%{b/ns if ns else 0:>7.0f}")
+print(f"total kernel time {tot/1e6:.3f} ms over {sum(x[0] for x in t.values())} launches")
+PY
   done
 fi
 if stage kld && [ -n "$TXT" ]; then
