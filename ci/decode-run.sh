@@ -7,7 +7,7 @@
 set -uo pipefail
 L="${LODE:-carry/decode/lode}"
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
-STAGES="${STAGES:-selftest bench profile ncu kld}"
+STAGES="${STAGES:-selftest bench profile ncu synthkld kld}"
 CASES="${CASES:-20}"
 TXT="$(ls carry/alice29.txt carry/decode/alice29.txt 2>/dev/null | head -1)"
 exec > >(tee -a "$OUT/report.txt") 2>&1
@@ -24,7 +24,8 @@ if stage bench; then
     M=/tmp/$P.gguf
     [ -f "$M" ] || { t0=$(date +%s); "$L" synth --preset "$P" -o "$M" >/dev/null || { rc=1; continue; }; echo "synth $P: $(( $(date +%s) - t0 )) s"; }
     echo "== $P: fused (default)"; "$L" bench --device cuda -m "$M" -p 512 -n 128 -r 5 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
-    echo "== $P: LODE_FUSE=0"; LODE_FUSE=0 "$L" bench --device cuda -m "$M" -p 0 -n 128 -r 3 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
+    echo "== $P: LODE_MV=0 (warp-body matvecs)"; LODE_MV=0 "$L" bench --device cuda -m "$M" -p 0 -n 128 -r 3 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
+    echo "== $P: LODE_MV=0 LODE_FUSE=0 (main's kernels)"; LODE_MV=0 LODE_FUSE=0 "$L" bench --device cuda -m "$M" -p 0 -n 128 -r 3 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
     if [ -n "${GRAPHS_OFF:-}" ]; then
       echo "== $P: LODE_GRAPHS=0"; LODE_GRAPHS=0 "$L" bench --device cuda -m "$M" -p 0 -n 128 -r 3 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
     fi
@@ -62,6 +63,13 @@ for k, (n, ns, b) in sorted(t.items(), key=lambda kv: -kv[1][1]):
     print(f"{k:<24}{n:>6}{ns/n/1e3:>9.2f}{100*ns/tot:>6.1f}%{b/ns if ns else 0:>7.0f}")
 print(f"total kernel time {tot/1e6:.3f} ms over {sum(x[0] for x in t.values())} launches")
 PY
+  done
+fi
+if stage synthkld; then
+  for P in ${SYNTHKLD_PRESETS:-qwen3-0.6b}; do
+    echo "== $P: GPU vs CPU (teacher-forced 128, greedy 32), then CPU vs nudged CPU (the floor)"
+    "$L" selftest --device cuda --cases 0 --model "/tmp/$P.gguf" --tg 0 --gen 32 --text-tokens 128 2>&1 | tail -7
+    "$L" selftest --device cpu --model "/tmp/$P.gguf" --perturb --text-tokens 128 2>&1 | tail -1
   done
 fi
 if stage kld && [ -n "$TXT" ]; then
