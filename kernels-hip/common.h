@@ -35,10 +35,14 @@ typedef unsigned long long u64;
 #define DEV static __device__ __forceinline__
 #define KERNEL extern "C" __global__
 // The block size a kernel is always launched with (caps registers so it fits).
+// LAUNCH_BOUNDS_MIN(n, m) also asks for m resident blocks per multiprocessor (NVIDIA:
+// caps registers so that many fit; AMD: the work-group size bound only).
 #ifdef LODE_AMD
 #define LAUNCH_BOUNDS(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
+#define LAUNCH_BOUNDS_MIN(n, m) __attribute__((amdgpu_flat_work_group_size(1, n)))
 #else
 #define LAUNCH_BOUNDS(n) __launch_bounds__(n)
+#define LAUNCH_BOUNDS_MIN(n, m) __launch_bounds__(n, m)
 #endif
 
 #ifdef LODE_AMD

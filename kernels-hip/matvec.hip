@@ -267,7 +267,9 @@ DEV void mv_float(const u8* wr, const float* x, int k, int ncols, float* acc) {
     float acc[NC];                                  \
     _Pragma("unroll") for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
 
-#define MV_K(NAME, FN, BB)                                                                         \
+// MINB: resident 128-thread blocks per multiprocessor the n1 kernel is compiled for (a
+// register cap without spills; Q4_K at 79 registers ran 24 warps per SM).
+#define MV_K(NAME, FN, BB, MINB)                                                                   \
     template <int NC>                                                                              \
     DEV void NAME##_body(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
         ROW_SETUP                                                                                  \
@@ -275,16 +277,16 @@ DEV void mv_float(const u8* wr, const float* x, int k, int ncols, float* acc) {
         FN<NC>(W + (u64)row * nsb * BB, x, k / 32, nsb, ncols, acc);                               \
         store<NC>(y, acc, rows, row, ncols);                                                       \
     }                                                                                              \
-    KERNEL void NAME##_n1(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+    KERNEL LAUNCH_BOUNDS_MIN(128, MINB) void NAME##_n1(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
         NAME##_body<1>(W, x, y, rows, k, ncols);                                                   \
     }                                                                                              \
     KERNEL void NAME##_n8(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
         NAME##_body<8>(W, x, y, rows, k, ncols);                                                   \
     }
 
-MV_K(matvec_q4_K, mv_q4_K, 144)
-MV_K(matvec_q5_K, mv_q5_K, 176)
-MV_K(matvec_q6_K, mv_q6_K, 210)
+MV_K(matvec_q4_K, mv_q4_K, 144, 8)
+MV_K(matvec_q5_K, mv_q5_K, 176, 12)
+MV_K(matvec_q6_K, mv_q6_K, 210, 12)
 
 #define MV_B32(NAME, T, BB)                                                                        \
     template <int NC>                                                                              \
@@ -441,8 +443,25 @@ DEV float q6k_dot(const q6k_regs& r, int sb, int h, int q, const i8* qs, const m
 // Q4_K / Q6_K rows of at least 8 super-blocks (K <= MVS_K) use the staged kernels above,
 // everything else the per-type warp bodies on global q8_1.
 // Type codes: 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0, 10 Q4_K, 11 Q5_K, 12 Q6_K.
-// x: [k / 32] block_q8_1; y_s: [rows_s] f32; staged = 0 forces the warp bodies (A/B).
+// x: [k / 32] block_q8_1; y_s: [rows_s] f32; staged: the fewest super-blocks per row for
+// which the staged kernels are used (0: never). On the H200 they beat the warp bodies
+// only on long rows (Q4_K 4096 x 14336: 2.0 vs 1.4 TB/s) and lost on K <= 9728.
 // grid (Σ ceil(rows_s / 8)), block 256.
+// One row of any q8_1-consuming type by its warp body (type codes as above).
+DEV void mv_any(int ty, const u8* W, const block_q8_1* x, int row, int kb, int nsb, float* acc) {
+    switch (ty) {
+    case 0: mv_b32<0, 1>(W + (u64)row * kb * 18, x, kb, 1, acc); break;
+    case 1: mv_b32<1, 1>(W + (u64)row * kb * 20, x, kb, 1, acc); break;
+    case 2: mv_b32<2, 1>(W + (u64)row * kb * 22, x, kb, 1, acc); break;
+    case 3: mv_b32<3, 1>(W + (u64)row * kb * 24, x, kb, 1, acc); break;
+    case 4: mv_b32<4, 1>(W + (u64)row * kb * 34, x, kb, 1, acc); break;
+    case 10: mv_q4_K<1>(W + (u64)row * nsb * 144, x, kb, nsb, 1, acc); break;
+    case 11: mv_q5_K<1>(W + (u64)row * nsb * 176, x, kb, nsb, 1, acc); break;
+    case 12: mv_q6_K<1>(W + (u64)row * nsb * 210, x, kb, nsb, 1, acc); break;
+    default: break;
+    }
+}
+
 #ifdef LODE_NV
 #define MVS_BOUNDS __launch_bounds__(256, 4)
 #else
@@ -469,7 +488,7 @@ KERNEL MVS_BOUNDS void matvec_multi_n1(const block_q8_1* x, int k, const u8* W0,
     const bool live = row < rows;
     const int kb = k / 32, nsb = k / 256;
     float acc[1] = {0.0f};
-    if (staged && (ty == 10 || ty == 12) && nsb >= 8 && k <= MVS_K) {
+    if (staged > 0 && (ty == 10 || ty == 12) && nsb >= staged && nsb >= 8 && k <= MVS_K) {
         // Block-uniform branch: every thread reaches the barrier.
         int sb = lane >> 2;
         if (ty == 10) {
@@ -503,16 +522,31 @@ KERNEL MVS_BOUNDS void matvec_multi_n1(const block_q8_1* x, int k, const u8* W0,
         return;
     }
     if (!live) return;
-    switch (ty) {
-    case 0: mv_b32<0, 1>(W + (u64)row * kb * 18, x, kb, 1, acc); break;
-    case 1: mv_b32<1, 1>(W + (u64)row * kb * 20, x, kb, 1, acc); break;
-    case 2: mv_b32<2, 1>(W + (u64)row * kb * 22, x, kb, 1, acc); break;
-    case 3: mv_b32<3, 1>(W + (u64)row * kb * 24, x, kb, 1, acc); break;
-    case 4: mv_b32<4, 1>(W + (u64)row * kb * 34, x, kb, 1, acc); break;
-    case 10: mv_q4_K<1>(W + (u64)row * nsb * 144, x, kb, nsb, 1, acc); break;
-    case 11: mv_q5_K<1>(W + (u64)row * nsb * 176, x, kb, nsb, 1, acc); break;
-    case 12: mv_q6_K<1>(W + (u64)row * nsb * 210, x, kb, nsb, 1, acc); break;
-    default: break;
+    mv_any(ty, W, x, row, kb, nsb, acc);
+    store<1>(y, acc, rows, row, 1);
+}
+
+// The same launch without the staged kernels: 4 rows per 128-thread block and the warp
+// bodies only, compiled for 8 resident blocks (64 registers, no spills); used when no
+// segment qualifies for staging. grid (Σ ceil(rows_s / 4)), block 128.
+KERNEL LAUNCH_BOUNDS_MIN(128, 8) void matvec_multi4_n1(const block_q8_1* x, int k, const u8* W0, float* y0, int rows0, int ty0,
+                                                      const u8* W1, float* y1, int rows1, int ty1, const u8* W2, float* y2,
+                                                      int rows2, int ty2) {
+    int b = bid_x();
+    const int nb0 = (rows0 + 3) / 4, nb1 = (rows1 + 3) / 4;
+    const u8* W = W0;
+    float* y = y0;
+    int rows = rows0, ty = ty0;
+    if (b >= nb0 + nb1) {
+        b -= nb0 + nb1;
+        W = W2, y = y2, rows = rows2, ty = ty2;
+    } else if (b >= nb0) {
+        b -= nb0;
+        W = W1, y = y1, rows = rows1, ty = ty1;
     }
+    const int row = b * 4 + (tid_x() >> 5);
+    if (row >= rows) return;
+    float acc[1] = {0.0f};
+    mv_any(ty, W, x, row, k / 32, k / 256, acc);
     store<1>(y, acc, rows, row, 1);
 }

@@ -26,40 +26,84 @@ KERNEL void rmsnorm_f32(const float* x, const float* w, float* y, int n, float e
     }
 }
 
-// rmsnorm_f32 plus the q8_1 form of y for the matvec that follows (saves a launch).
-// q: [rows, n / 32] block_q8_1. Requires n % 32 == 0 (a warp's 32 elements form a block).
-KERNEL void rmsnorm_q8_f32(const float* x, const float* w, float* y, block_q8_1* q, int n, float eps) {
-    __shared__ float red[8];
+// The RMSNorm + q8_1 body shared by rmsnorm_q8_f32 and add_rmsnorm_q8_f32, one row per
+// 1024-thread block. A decode step runs these on a single row, so a strided loop over
+// the row was one memory round trip per 256 elements (latency-bound: ~14 us for 2560
+// values); here every thread loads its (up to NORM_E) values at once and keeps them in
+// registers. Element i = t + 1024 j: a warp's 32 lanes hold 32 consecutive values, i.e.
+// one q8_1 block. Rows longer than 1024 * NORM_E use the strided loop.
+// x_out: where x + r goes (null: nowhere); r: null for a plain norm.
+#define NORM_E 8
+DEV void norm_q8_row(const float* x, const float* r, float* x_out, const float* w, float* y, block_q8_1* q, int n, float eps) {
+    __shared__ float red[32];
+    __shared__ float tot_s;
     const u64 base = (u64)bid_x() * n;
     const int t = tid_x(), lane = t & 31;
+    block_q8_1* qr = q + (u64)bid_x() * (n / 32);
     float ss = 0.0f;
-    for (int i = t; i < n; i += 256) {
-        const float v = x[base + i];
-        ss += v * v;
+    const bool held = n <= 1024 * NORM_E;
+    float v[NORM_E];
+    if (held) {
+#pragma unroll
+        for (int j = 0; j < NORM_E; ++j) {
+            const int i = t + 1024 * j;
+            v[j] = 0.0f;
+            if (i < n) {
+                float a = x[base + i];
+                if (r) a += r[base + i];
+                v[j] = a;
+                ss += a * a;
+            }
+        }
+    } else {
+        for (int i = t; i < n; i += 1024) {
+            float a = x[base + i];
+            if (r) a += r[base + i];
+            ss += a * a;
+        }
     }
     ss = warp_sum(ss);
     if (lane == 0) red[t >> 5] = ss;
     sync();
-    float tot = 0.0f;
+    if (t < 32) {
+        const float s = warp_sum(red[t]);
+        if (t == 0) tot_s = s;
+    }
+    sync();
+    const float scale = 1.0f / sqrt_f(tot_s / (float)n + eps);
+    if (held) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) tot += red[i];
-    const float scale = 1.0f / sqrt_f(tot / (float)n + eps);
-    block_q8_1* qr = q + (u64)bid_x() * (n / 32);
-    for (int i = t; i < n; i += 256) {
-        float v = x[base + i] * scale;
-        if (w) v *= w[i];
-        y[base + i] = v;
-        const float amax = warp_max(fabs_f(v));
-        const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        const int c = (int)rint_f(v * id);
-        const float qsum = warp_sum((float)c);
-        block_q8_1* b = qr + i / 32;
-        b->qs[lane] = (i8)c;
-        if (lane == 0) {
-            b->d = f2h(d);
-            b->s = f2h(d * qsum);
+        for (int j = 0; j < NORM_E; ++j) {
+            const int i = t + 1024 * j;
+            if (i < n) {  // warp-uniform: n % 32 == 0
+                if (x_out) x_out[base + i] = v[j];
+                float o = v[j] * scale;
+                if (w) o *= w[i];
+                y[base + i] = o;
+                q8_block_store(qr + i / 32, o);
+            }
+        }
+    } else {
+        for (int i = t; i < n; i += 1024) {
+            float a = x[base + i];
+            if (r) a += r[base + i];
+            float o = a * scale;
+            if (w) o *= w[i];
+            y[base + i] = o;
+            q8_block_store(qr + i / 32, o);
+        }
+        if (x_out) {
+            sync();  // every thread has read its x before any is overwritten
+            for (int i = t; i < n; i += 1024) x_out[base + i] = x[base + i] + r[base + i];
         }
     }
+}
+
+// rmsnorm_f32 plus the q8_1 form of y for the matvec that follows (saves a launch).
+// x, y: [rows, n] f32 (may alias); q: [rows, n / 32] block_q8_1; n % 32 == 0.
+// grid (rows), block 1024.
+KERNEL LAUNCH_BOUNDS(1024) void rmsnorm_q8_f32(const float* x, const float* w, float* y, block_q8_1* q, int n, float eps) {
+    norm_q8_row(x, 0, 0, w, y, q, n, eps);
 }
 
 // The rotation angle of pair i at position p exactly as the CPU backend (and ggml) computes
@@ -97,32 +141,10 @@ KERNEL void rope_f32(float* x, const int* pos, const float* ff, int n_head, int 
 }
 
 // The residual add fused with the next RMSNorm: x += r, then y = rmsnorm(x) * w and
-// y's q8_1 blocks. x, r, y: [rows, n] f32 (x updated in place); q: [rows, n / 32]
-// block_q8_1; n % 32 == 0. grid (rows), block 256.
-KERNEL void add_rmsnorm_q8_f32(float* x, const float* r, const float* w, float* y, block_q8_1* q, int n, float eps) {
-    __shared__ float red[8];
-    const u64 base = (u64)bid_x() * n;
-    const int t = tid_x(), lane = t & 31;
-    float ss = 0.0f;
-    for (int i = t; i < n; i += 256) {
-        const float v = x[base + i] + r[base + i];
-        x[base + i] = v;
-        ss += v * v;
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) red[t >> 5] = ss;
-    sync();
-    float tot = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) tot += red[i];
-    const float scale = 1.0f / sqrt_f(tot / (float)n + eps);
-    block_q8_1* qr = q + (u64)bid_x() * (n / 32);
-    for (int i = t; i < n; i += 256) {
-        float v = x[base + i] * scale;
-        if (w) v *= w[i];
-        y[base + i] = v;
-        q8_block_store(qr + i / 32, v);
-    }
+// y's q8_1 blocks. x, r, y: [rows, n] f32 (x updated in place; y may not alias x or r);
+// q: [rows, n / 32] block_q8_1; n % 32 == 0. grid (rows), block 1024.
+KERNEL LAUNCH_BOUNDS(1024) void add_rmsnorm_q8_f32(float* x, const float* r, const float* w, float* y, block_q8_1* q, int n, float eps) {
+    norm_q8_row(x, r, x, w, y, q, n, eps);
 }
 
 // After the q/k/v projections of a chunk, in one launch: per-head RMSNorm of q and k

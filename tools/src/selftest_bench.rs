@@ -72,6 +72,15 @@ pub fn run(dev: &GpuDevice) -> Result<()> {
                 w.len() as f64 / ms / 1e6
             );
         }
+        // The staged kernel forced on (whatever the default threshold) for comparison.
+        if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && k <= 16384 && k >= 2048 {
+            let mut i = 0;
+            let ms = time_ms(dev, 40, || {
+                i += 1;
+                Ok(ops::matvec_multi_with(dev, xin, k, &[(wbs[i % copies].ptr(), ty, rows, yb.ptr())], 8)?)
+            })?;
+            println!("bench matvec {ty:<5} {rows:>6}x{k:<5} staged: {:8.1} us  {:6.0} GB/s weights", ms * 1e3, w.len() as f64 / ms / 1e6);
+        }
     }
     // Small launches: the per-kernel floor that decode of small models sees.
     let xb = dev.alloc(4096 * 4)?;

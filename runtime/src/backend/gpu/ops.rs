@@ -76,7 +76,8 @@ pub fn matvec(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x:
         return Err(unsupported(format!("matvec: k = {k} is not a multiple of {ty}'s {}-element block", ty.block_elems())));
     }
     // One column of Q4_K / Q6_K: the staged kernel (`matvec_multi_n1` with one segment).
-    if ncols == 1 && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && k >= 8 * 256 && k <= 16384 && staged_matvec() {
+    let min_sb = staged_min_sb();
+    if ncols == 1 && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && min_sb > 0 && k >= min_sb.max(8) * 256 && k <= 16384 {
         return matvec_multi(d, x, k, &[(w, ty, rows, y)]);
     }
     let x_col_bytes = if matvec_takes_q8_1(ty) { q8_1_bytes(k, 1) } else { k * 4 };
@@ -173,7 +174,7 @@ pub fn add_rmsnorm_q8(d: &dyn Launch, x: DevPtr, r: DevPtr, w: Option<DevPtr>, y
     if rows == 0 {
         return Ok(());
     }
-    d.launch("add_rmsnorm_q8_f32", [rows as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(r), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps)])?;
+    d.launch("add_rmsnorm_q8_f32", [rows as u32, 1, 1], [1024, 1, 1], &[KArg::Ptr(x), KArg::Ptr(r), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps)])?;
     Ok(())
 }
 
@@ -192,11 +193,18 @@ fn multi_code(ty: GgmlType) -> Option<i32> {
     })
 }
 
-/// Whether the decode matvecs of Q4_K / Q6_K use the shared-memory staged kernels
-/// (`LODE_MV=0`: the older per-warp bodies, for A/B runs).
-fn staged_matvec() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LODE_MV").map(|v| v != "0").unwrap_or(true))
+/// The fewest super-blocks per row (K / 256) from which the decode matvecs of Q4_K / Q6_K
+/// use the shared-memory staged kernels; measured on the H200 (selftest --bench): they
+/// win on rows of 14336 and lose on rows of 2560–9728. `LODE_MV_MIN_SB=N` moves the
+/// threshold, `LODE_MV=0` turns them off (A/B runs).
+fn staged_min_sb() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        if std::env::var("LODE_MV").map(|v| v == "0").unwrap_or(false) {
+            return 0;
+        }
+        std::env::var("LODE_MV_MIN_SB").ok().and_then(|v| v.parse().ok()).unwrap_or(48)
+    })
 }
 
 /// True when `matvec_multi` takes weights of `ty` with rows of `k`.
@@ -208,9 +216,18 @@ pub fn multi_supports(ty: GgmlType, k: usize) -> bool {
 /// y_s[r] = Σ_k W_s[r][k]·x[k]. segs: (w [rows, k] of ty, ty, rows, y [rows] f32);
 /// x: [k/32] q8_1.
 pub fn matvec_multi(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)]) -> R {
+    matvec_multi_with(d, x, k, segs, staged_min_sb())
+}
+
+/// [`matvec_multi`] with the staged kernels' threshold given (super-blocks per row; 0:
+/// never): the selftest forces them on short rows too.
+pub fn matvec_multi_with(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)], min_sb: usize) -> R {
     if segs.is_empty() || segs.len() > 3 {
         return Err(unsupported(format!("matvec_multi: {} weights (1 to 3)", segs.len())));
     }
+    // The staged kernel (8 rows per block) when some segment qualifies, else the plain one.
+    let staged = min_sb > 0 && k <= 16384 && k / 256 >= min_sb.max(8) && segs.iter().any(|s| matches!(s.1, GgmlType::Q4_K | GgmlType::Q6_K));
+    let rows_per_block = if staged { 8 } else { 4 };
     let mut args = vec![KArg::Ptr(x), i(k)];
     let mut blocks = 0usize;
     for s in 0..3 {
@@ -219,7 +236,7 @@ pub fn matvec_multi(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, GgmlTy
                 if !multi_supports(ty, k) {
                     return Err(unsupported(format!("matvec_multi: {ty} weights with k = {k}")));
                 }
-                blocks += rows.div_ceil(8);
+                blocks += rows.div_ceil(rows_per_block);
                 args.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(multi_code(ty).unwrap_or(-1))]);
             }
             None => args.extend([KArg::Ptr(0), KArg::Ptr(0), i(0), KArg::I32(-1)]),
@@ -228,8 +245,12 @@ pub fn matvec_multi(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, GgmlTy
     if blocks == 0 {
         return Ok(());
     }
-    args.push(i(staged_matvec() as usize));
-    d.launch("matvec_multi_n1", [blocks as u32, 1, 1], [256, 1, 1], &args)?;
+    if staged {
+        args.push(i(min_sb));
+        d.launch("matvec_multi_n1", [blocks as u32, 1, 1], [256, 1, 1], &args)?;
+    } else {
+        d.launch("matvec_multi4_n1", [blocks as u32, 1, 1], [128, 1, 1], &args)?;
+    }
     Ok(())
 }
 
@@ -359,7 +380,7 @@ pub fn rmsnorm_q8(d: &dyn Launch, x: DevPtr, w: Option<DevPtr>, y: DevPtr, q: De
     if n % 32 != 0 {
         return Err(unsupported(format!("rmsnorm_q8: n = {n} is not a multiple of 32")));
     }
-    d.launch("rmsnorm_q8_f32", [rows as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps)])?;
+    d.launch("rmsnorm_q8_f32", [rows as u32, 1, 1], [1024, 1, 1], &[KArg::Ptr(x), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps)])?;
     Ok(())
 }
 

@@ -50,8 +50,9 @@ pub trait Target {
     fn rope_kv(&self, _q: &[f32], _k: &[f32], _v: &[f32], _qw: Option<&[f32]>, _kw: Option<&[f32]>, _pos: &[i32], _ff: Option<&[f32]>, _p: &ops::RopeKv, _base: f32, _slots: usize) -> Out<RopeKvOut> {
         Ok(None)
     }
-    /// Up to 3 one-column matvecs over one quantized input: (outputs, q8_1 activation bytes).
-    fn matvec_multi(&self, _ws: &[(&[u8], GgmlType, usize)], _k: usize, _x: &[f32]) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
+    /// Up to 3 one-column matvecs over one quantized input: (outputs, q8_1 activation
+    /// bytes). `staged_min_sb`: see `ops::matvec_multi_with`.
+    fn matvec_multi(&self, _ws: &[(&[u8], GgmlType, usize)], _k: usize, _x: &[f32], _staged_min_sb: usize) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
         Ok(None)
     }
     /// Attention that also writes its output's q8_1 blocks: (out, q8 bytes).
@@ -453,7 +454,7 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
         "rmsnorm_q8" | "swiglu_q8" | "geglu_q8" => {
             for _ in 0..cases {
                 let rows = rng.range(1, 9);
-                let n = 32 * rng.range(1, 100);
+                let n = 32 * rng.range(1, 400);
                 let x = rng.vec(rows * n, 2.0);
                 let u = rng.vec(rows * n, 2.0);
                 let w = rng.vec(n, 1.5);
@@ -601,7 +602,8 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
         "add_rmsnorm_q8" => {
             for _ in 0..cases {
                 let rows = rng.range(1, 9);
-                let n = 32 * rng.range(1, 100);
+                // Up to 12800: past 8192 values per row the kernel's strided path.
+                let n = 32 * rng.range(1, 400);
                 let x = rng.vec(rows * n, 2.0);
                 let r = rng.vec(rows * n, 2.0);
                 let w = rng.vec(n, 1.5);
@@ -700,7 +702,11 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                 let nw = 1 + c % 3;
                 let tys: Vec<GgmlType> = (0..nw).map(|_| types[rng.range(0, types.len() - 1)]).collect();
                 let be = if tys.iter().any(|t| t.block_elems() == 256) { 256 } else { 32 };
-                let k = be * rng.range(1, 4096 / be);
+                // Every third case long rows (up to 16384: the staged kernels' limit, and
+                // past it the warp bodies again); odd cases force the staged kernels.
+                let kmax = if c % 3 == 2 { 20480 } else { 4096 };
+                let k = be * rng.range(1, kmax / be);
+                let staged = if c % 2 == 1 { 8 } else { 48 };
                 let ws: Vec<(Vec<u8>, GgmlType, usize)> = tys
                     .iter()
                     .map(|&ty| {
@@ -710,11 +716,11 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                     .collect();
                 let x = rng.vec(k, 1.0);
                 let refs: Vec<(&[u8], GgmlType, usize)> = ws.iter().map(|(w, t, r)| (&w[..], *t, *r)).collect();
-                let Some((ys, q8)) = t.matvec_multi(&refs, k, &x)? else { return Ok(None) };
+                let Some((ys, q8)) = t.matvec_multi(&refs, k, &x, staged)? else { return Ok(None) };
                 for (i, (w, ty, rows)) in ws.iter().enumerate() {
                     let wf = dequant(*ty, w, rows * k)?;
                     let (want, tol) = q8_reference(&wf, *rows, k, &q8, 1);
-                    acc.cmp(&format!("weight {i}/{nw} {ty} rows={rows} k={k}"), &ys[i], &want, |j| tol[j]);
+                    acc.cmp(&format!("weight {i}/{nw} {ty} rows={rows} k={k} staged>={staged}sb"), &ys[i], &want, |j| tol[j]);
                 }
             }
         }
@@ -959,7 +965,7 @@ impl Target for GpuTarget<'_> {
         d.read(vcb.ptr(), bytemuck::cast_slice_mut(&mut vc))?;
         Ok(Some((d.read_f32(qb.ptr(), q.len())?, d.read_f32(kb.ptr(), k.len())?, kc, vc)))
     }
-    fn matvec_multi(&self, ws: &[(&[u8], GgmlType, usize)], k: usize, x: &[f32]) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
+    fn matvec_multi(&self, ws: &[(&[u8], GgmlType, usize)], k: usize, x: &[f32], staged_min_sb: usize) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
         let qb = self.out_buf(ops::q8_1_bytes(k, 1))?;
@@ -972,7 +978,7 @@ impl Target for GpuTarget<'_> {
             segs.push((wb.ptr(), ty, rows, yb.ptr()));
             bufs.push((wb, yb, rows));
         }
-        ops::matvec_multi(d, qb.ptr(), k, &segs)?;
+        ops::matvec_multi_with(d, qb.ptr(), k, &segs, staged_min_sb)?;
         let mut ys = Vec::new();
         for (_, yb, rows) in &bufs {
             ys.push(d.read_f32(yb.ptr(), *rows)?);
