@@ -24,7 +24,9 @@ if stage bench; then
     M=/tmp/$P.gguf
     [ -f "$M" ] || { t0=$(date +%s); "$L" synth --preset "$P" -o "$M" >/dev/null || { rc=1; continue; }; echo "synth $P: $(( $(date +%s) - t0 )) s"; }
     echo "== $P: fused (default)"; "$L" bench --device cuda -m "$M" -p 512 -n 128 -r 5 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
-    echo "== $P: LODE_MV=0 (warp-body matvecs)"; LODE_MV=0 "$L" bench --device cuda -m "$M" -p 0 -n 128 -r 3 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
+    for V in ${VARIANTS:-LODE_MV=0}; do
+      echo "== $P: $V"; env "$V" "$L" bench --device cuda -m "$M" -p 0 -n 128 -r 3 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
+    done
     echo "== $P: LODE_MV=0 LODE_FUSE=0 (main's kernels)"; LODE_MV=0 LODE_FUSE=0 "$L" bench --device cuda -m "$M" -p 0 -n 128 -r 3 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
     if [ -n "${GRAPHS_OFF:-}" ]; then
       echo "== $P: LODE_GRAPHS=0"; LODE_GRAPHS=0 "$L" bench --device cuda -m "$M" -p 0 -n 128 -r 3 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
