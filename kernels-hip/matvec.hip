@@ -444,8 +444,9 @@ DEV float q6k_dot(const q6k_regs& r, int sb, int h, int q, const i8* qs, const m
 // everything else the per-type warp bodies on global q8_1.
 // Type codes: 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0, 10 Q4_K, 11 Q5_K, 12 Q6_K.
 // x: [k / 32] block_q8_1; y_s: [rows_s] f32; staged: the fewest super-blocks per row for
-// which the staged kernels are used (0: never). On the H200 they beat the warp bodies
-// only on long rows (Q4_K 4096 x 14336: 2.0 vs 1.4 TB/s) and lost on K <= 9728.
+// which the staged kernels are used (0: never). On the H200 they beat the uncapped warp
+// bodies on long rows (Q4_K 4096 x 14336: 2.0 vs 1.4 TB/s) but only matched them once
+// those were compiled for 64 registers, and lost on K <= 9728: opt-in (ops.rs).
 // grid (Σ ceil(rows_s / 8)), block 256.
 // One row of any q8_1-consuming type by its warp body (type codes as above).
 DEV void mv_any(int ty, const u8* W, const block_q8_1* x, int row, int kb, int nsb, float* acc) {

@@ -194,16 +194,17 @@ fn multi_code(ty: GgmlType) -> Option<i32> {
 }
 
 /// The fewest super-blocks per row (K / 256) from which the decode matvecs of Q4_K / Q6_K
-/// use the shared-memory staged kernels; measured on the H200 (selftest --bench): they
-/// win on rows of 14336 and lose on rows of 2560–9728. `LODE_MV_MIN_SB=N` moves the
-/// threshold, `LODE_MV=0` turns them off (A/B runs).
+/// use the shared-memory staged kernels; 0 (the default): never. On the H200 (BENCHMARKS.md)
+/// they matched the register-capped warp bodies on rows of 14336 (Q4_K 4096 × 14336: 2.05
+/// TB/s both) and lost on rows of 2560–9728, and every preset decoded 1–2 % faster
+/// without them, so they are opt-in: `LODE_MV_MIN_SB=N` (`LODE_MV=0` forces them off).
 fn staged_min_sb() -> usize {
     static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *V.get_or_init(|| {
         if std::env::var("LODE_MV").map(|v| v == "0").unwrap_or(false) {
             return 0;
         }
-        std::env::var("LODE_MV_MIN_SB").ok().and_then(|v| v.parse().ok()).unwrap_or(48)
+        std::env::var("LODE_MV_MIN_SB").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
     })
 }
 
