@@ -18,6 +18,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 rc=0
 if stage selftest; then
   echo "== selftest"; "$L" selftest --device cuda --cases "$CASES" --bench || rc=1
+  for V in ${SELFTEST_VARIANTS:-}; do
+    echo "== selftest, matvec checks and bench with $V"; env "$V" "$L" selftest --device cuda --cases "$CASES" --filter matvec --bench 2>&1 | grep -v "^PASS" || rc=1
+  done
 fi
 if stage bench; then
   for P in qwen3-0.6b qwen3-4b llama-8b; do
@@ -79,6 +82,7 @@ if stage kld && [ -n "$TXT" ]; then
     [ -f "$M" ] || { echo "-- $M absent"; continue; }
     echo "== KLD $M: sha256 $(sha256sum "$M" | cut -c1-16)"
     b=$(basename "$M" .gguf)
+    "$L" bench --device cuda -m "$M" -p 512 -n 128 -r 3 2>&1 | grep -v '^bench:' || rc=1
     "$L" perplexity -m "$M" -f "$TXT" --ctx 512 --chunks "${CHUNKS:-8}" --device cpu --save-logits "/tmp/$b-cpu.logits" 2>&1 | grep -E "^(Final|PPL|perplexity: [0-9]+ tokens)" 
     for mode in default ${KLD_MODES:-}; do
       echo "-- GPU ($mode) vs CPU"
