@@ -10,6 +10,16 @@ use super::{Model, ModelError};
 /// (bounds the logits buffer: 16 × 262,144 × 4 B = 16 MiB for Gemma 3).
 const OUT_ROWS_MAX: usize = 16;
 
+/// Where a chunk's rows keep their K/V: one sequence's cache for every row (prompt
+/// chunks, single-sequence decode), or one cache per row — a batched decode step in which
+/// row `t` is the next token of the sequence whose cache is `caches[t]` (continuous
+/// batching: the weights are read once for all sequences, attention stays per sequence).
+#[derive(Clone, Copy, Debug)]
+pub enum KvRows<'a> {
+    One(KvCache),
+    PerRow(&'a [KvCache]),
+}
+
 /// Which positions of a chunk need logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputRows {
@@ -32,6 +42,11 @@ pub struct Scratch {
     hb2: Buf,    // [n, n_ff]
     out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
     logits: Buf, // [OUT_ROWS_MAX, n_vocab]
+    // One row of q/k/v/att for the per-sequence attention of a batched step.
+    q1: Buf,   // [n_head * head_dim_k]
+    k1: Buf,   // [n_head_kv * head_dim_k]
+    v1: Buf,   // [n_head_kv * head_dim_v]
+    att1: Buf, // [n_head * head_dim_v]
 }
 
 impl Scratch {
@@ -51,6 +66,10 @@ impl Scratch {
             hb2: be.alloc(n * c.n_ff)?,
             out_x: be.alloc(OUT_ROWS_MAX * c.n_embd)?,
             logits: be.alloc(OUT_ROWS_MAX * c.n_vocab)?,
+            q1: be.alloc(c.n_head * c.head_dim_k)?,
+            k1: be.alloc(c.n_head_kv * c.head_dim_k)?,
+            v1: be.alloc(c.n_head_kv * c.head_dim_v)?,
+            att1: be.alloc(c.n_head * c.head_dim_v)?,
         })
     }
 
@@ -58,7 +77,7 @@ impl Scratch {
     pub fn free(self, be: &mut dyn Backend) -> Result<(), ModelError> {
         for b in [
             self.x, self.xb, self.xb2, self.q, self.k, self.v, self.att, self.hb, self.hb2, self.out_x,
-            self.logits,
+            self.logits, self.q1, self.k1, self.v1, self.att1,
         ] {
             be.free(b)?;
         }
@@ -68,14 +87,14 @@ impl Scratch {
 
 impl Model {
     /// Runs `tokens` (at positions `pos`, one chunk of at most `s.n_max`) through the
-    /// model, writing their K/V into `kv`, and hands the logits of the requested rows to
+    /// model, writing their K/V into `kv` (per row for a batched step), and hands the logits of the requested rows to
     /// `on_logits(row_in_chunk, logits)` (`[n_vocab]` f32).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         be: &mut dyn Backend,
         s: &Scratch,
-        kv: KvCache,
+        kv: KvRows<'_>,
         tokens: &[u32],
         pos: &[u32],
         rows: OutputRows,
@@ -83,9 +102,13 @@ impl Model {
     ) -> Result<(), ModelError> {
         let c = &self.cfg;
         let n = tokens.len();
-        if n == 0 || n > s.n_max || pos.len() != n {
+        let per_row_ok = match kv {
+            KvRows::One(_) => true,
+            KvRows::PerRow(caches) => caches.len() == n,
+        };
+        if n == 0 || n > s.n_max || pos.len() != n || !per_row_ok {
             return Err(ModelError::BadConfig(format!(
-                "forward: {n} tokens, {} positions, chunk limit {}",
+                "forward: {n} tokens, {} positions, chunk limit {}, {kv:?}",
                 pos.len(),
                 s.n_max
             )));
@@ -128,7 +151,6 @@ impl Model {
             if let Some(qs) = c.q_scale {
                 be.scale(s.q, n * qd, qs)?;
             }
-            be.kv_write(kv, l, s.k, s.v, pos)?;
             let attn = Attention {
                 n_head: c.n_head,
                 n_kv_head: c.n_head_kv,
@@ -137,7 +159,7 @@ impl Model {
                 scale: c.attn_scale,
                 window: c.swa_layers[l].then_some(c.n_swa),
             };
-            be.attention(s.q, kv, l, pos, &attn, s.att)?;
+            self.attend(be, s, kv, l, pos, &attn)?;
             be.matmul(&self.w(ly.wo), s.att, n, s.xb2)?;
             if let Some(pn) = ly.post_attn_norm {
                 be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
@@ -174,6 +196,40 @@ impl Model {
                 on_logits(r0 + i, row);
             }
             r0 += m;
+        }
+        Ok(())
+    }
+
+    /// Stores the chunk's K/V of layer `l` and attends over the cache. A batched step
+    /// does both per row, through one-row buffers, against each row's own cache.
+    fn attend(
+        &self,
+        be: &mut dyn Backend,
+        s: &Scratch,
+        kv: KvRows<'_>,
+        l: usize,
+        pos: &[u32],
+        attn: &Attention,
+    ) -> Result<(), ModelError> {
+        let caches = match kv {
+            KvRows::One(kv) => {
+                be.kv_write(kv, l, s.k, s.v, pos)?;
+                be.attention(s.q, kv, l, pos, attn, s.att)?;
+                return Ok(());
+            }
+            KvRows::PerRow(caches) => caches,
+        };
+        let c = &self.cfg;
+        let (qd, kd) = (c.n_head * c.head_dim_k, c.n_head_kv * c.head_dim_k);
+        let (vd, ad) = (c.n_head_kv * c.head_dim_v, c.n_head * c.head_dim_v);
+        for (t, &cache) in caches.iter().enumerate() {
+            let p = &pos[t..t + 1];
+            be.copy(s.k, t * kd, s.k1, 0, kd)?;
+            be.copy(s.v, t * vd, s.v1, 0, vd)?;
+            be.kv_write(cache, l, s.k1, s.v1, p)?;
+            be.copy(s.q, t * qd, s.q1, 0, qd)?;
+            be.attention(s.q1, cache, l, p, attn, s.att1)?;
+            be.copy(s.att1, 0, s.att, t * ad, ad)?;
         }
         Ok(())
     }
