@@ -42,11 +42,6 @@ pub struct Scratch {
     hb2: Buf,    // [n, n_ff]
     out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
     logits: Buf, // [OUT_ROWS_MAX, n_vocab]
-    // One row of q/k/v/att for the per-sequence attention of a batched step.
-    q1: Buf,   // [n_head * head_dim_k]
-    k1: Buf,   // [n_head_kv * head_dim_k]
-    v1: Buf,   // [n_head_kv * head_dim_v]
-    att1: Buf, // [n_head * head_dim_v]
 }
 
 impl Scratch {
@@ -66,10 +61,6 @@ impl Scratch {
             hb2: be.alloc(n * c.n_ff)?,
             out_x: be.alloc(OUT_ROWS_MAX * c.n_embd)?,
             logits: be.alloc(OUT_ROWS_MAX * c.n_vocab)?,
-            q1: be.alloc(c.n_head * c.head_dim_k)?,
-            k1: be.alloc(c.n_head_kv * c.head_dim_k)?,
-            v1: be.alloc(c.n_head_kv * c.head_dim_v)?,
-            att1: be.alloc(c.n_head * c.head_dim_v)?,
         })
     }
 
@@ -77,7 +68,7 @@ impl Scratch {
     pub fn free(self, be: &mut dyn Backend) -> Result<(), ModelError> {
         for b in [
             self.x, self.xb, self.xb2, self.q, self.k, self.v, self.att, self.hb, self.hb2, self.out_x,
-            self.logits, self.q1, self.k1, self.v1, self.att1,
+            self.logits,
         ] {
             be.free(b)?;
         }
@@ -200,8 +191,8 @@ impl Model {
         Ok(())
     }
 
-    /// Stores the chunk's K/V of layer `l` and attends over the cache. A batched step
-    /// does both per row, through one-row buffers, against each row's own cache.
+    /// Stores the chunk's K/V of layer `l` and attends over the cache — for a batched
+    /// step, each row in and over its own sequence's cache.
     fn attend(
         &self,
         be: &mut dyn Backend,
@@ -211,25 +202,12 @@ impl Model {
         pos: &[u32],
         attn: &Attention,
     ) -> Result<(), ModelError> {
-        let caches = match kv {
+        match kv {
             KvRows::One(kv) => {
                 be.kv_write(kv, l, s.k, s.v, pos)?;
                 be.attention(s.q, kv, l, pos, attn, s.att)?;
-                return Ok(());
             }
-            KvRows::PerRow(caches) => caches,
-        };
-        let c = &self.cfg;
-        let (qd, kd) = (c.n_head * c.head_dim_k, c.n_head_kv * c.head_dim_k);
-        let (vd, ad) = (c.n_head_kv * c.head_dim_v, c.n_head * c.head_dim_v);
-        for (t, &cache) in caches.iter().enumerate() {
-            let p = &pos[t..t + 1];
-            be.copy(s.k, t * kd, s.k1, 0, kd)?;
-            be.copy(s.v, t * vd, s.v1, 0, vd)?;
-            be.kv_write(cache, l, s.k1, s.v1, p)?;
-            be.copy(s.q, t * qd, s.q1, 0, qd)?;
-            be.attention(s.q1, cache, l, p, attn, s.att1)?;
-            be.copy(s.att1, 0, s.att, t * ad, ad)?;
+            KvRows::PerRow(caches) => be.attention_rows(s.q, s.k, s.v, caches, l, pos, attn, s.att)?,
         }
         Ok(())
     }
