@@ -10,6 +10,16 @@ use super::{Model, ModelError};
 /// (bounds the logits buffer: 16 × 262,144 × 4 B = 16 MiB for Gemma 3).
 const OUT_ROWS_MAX: usize = 16;
 
+/// Where a chunk's rows keep their K/V: one sequence's cache for every row (prompt
+/// chunks, single-sequence decode), or one cache per row — a batched decode step in which
+/// row `t` is the next token of the sequence whose cache is `caches[t]` (continuous
+/// batching: the weights are read once for all sequences, attention stays per sequence).
+#[derive(Clone, Copy, Debug)]
+pub enum KvRows<'a> {
+    One(KvCache),
+    PerRow(&'a [KvCache]),
+}
+
 /// Which positions of a chunk need logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputRows {
@@ -68,14 +78,14 @@ impl Scratch {
 
 impl Model {
     /// Runs `tokens` (at positions `pos`, one chunk of at most `s.n_max`) through the
-    /// model, writing their K/V into `kv`, and hands the logits of the requested rows to
+    /// model, writing their K/V into `kv` (per row for a batched step), and hands the logits of the requested rows to
     /// `on_logits(row_in_chunk, logits)` (`[n_vocab]` f32).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         be: &mut dyn Backend,
         s: &Scratch,
-        kv: KvCache,
+        kv: KvRows<'_>,
         tokens: &[u32],
         pos: &[u32],
         rows: OutputRows,
@@ -83,9 +93,13 @@ impl Model {
     ) -> Result<(), ModelError> {
         let c = &self.cfg;
         let n = tokens.len();
-        if n == 0 || n > s.n_max || pos.len() != n {
+        let per_row_ok = match kv {
+            KvRows::One(_) => true,
+            KvRows::PerRow(caches) => caches.len() == n,
+        };
+        if n == 0 || n > s.n_max || pos.len() != n || !per_row_ok {
             return Err(ModelError::BadConfig(format!(
-                "forward: {n} tokens, {} positions, chunk limit {}",
+                "forward: {n} tokens, {} positions, chunk limit {}, {kv:?}",
                 pos.len(),
                 s.n_max
             )));
@@ -132,7 +146,24 @@ impl Model {
                 rope,
                 q_scale: c.q_scale,
             };
-            be.rope_kv_write(s.q, s.k, s.v, kv, l, pos, &prep)?;
+            match kv {
+                // One cache: q/k norms, RoPE and the K/V store in one (fused) op.
+                KvRows::One(cache) => be.rope_kv_write(s.q, s.k, s.v, cache, l, pos, &prep)?,
+                // Per-row caches: the K/V store happens in `attention_rows`.
+                KvRows::PerRow(_) => {
+                    if let Some(qn) = &prep.q_norm {
+                        be.rms_norm(s.q, s.q, n * c.n_head, c.head_dim_k, Some(qn), c.eps)?;
+                    }
+                    if let Some(kn) = &prep.k_norm {
+                        be.rms_norm(s.k, s.k, n * c.n_head_kv, c.head_dim_k, Some(kn), c.eps)?;
+                    }
+                    be.rope(s.q, c.n_head, c.head_dim_k, pos, &rope)?;
+                    be.rope(s.k, c.n_head_kv, c.head_dim_k, pos, &rope)?;
+                    if let Some(qs) = c.q_scale {
+                        be.scale(s.q, n * c.n_head * c.head_dim_k, qs)?;
+                    }
+                }
+            }
             let attn = Attention {
                 n_head: c.n_head,
                 n_kv_head: c.n_head_kv,
@@ -141,7 +172,7 @@ impl Model {
                 scale: c.attn_scale,
                 window: c.swa_layers[l].then_some(c.n_swa),
             };
-            be.attention(s.q, kv, l, pos, &attn, s.att)?;
+            self.attend(be, s, kv, l, pos, &attn)?;
             be.matmul(&self.w(ly.wo), s.att, n, s.xb2)?;
             if let Some(pn) = ly.post_attn_norm {
                 be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
@@ -180,6 +211,25 @@ impl Model {
                 on_logits(r0 + i, row);
             }
             r0 += m;
+        }
+        Ok(())
+    }
+
+    /// Attends over the cache (its K/V already stored by `rope_kv_write`) — for a
+    /// batched step, stores each row's K/V in and attends over its own sequence's cache.
+    fn attend(
+        &self,
+        be: &mut dyn Backend,
+        s: &Scratch,
+        kv: KvRows<'_>,
+        l: usize,
+        pos: &[u32],
+        attn: &Attention,
+    ) -> Result<(), ModelError> {
+        match kv {
+            // The K/V store was part of `rope_kv_write`.
+            KvRows::One(kv) => be.attention(s.q, kv, l, pos, attn, s.att)?,
+            KvRows::PerRow(caches) => be.attention_rows(s.q, s.k, s.v, caches, l, pos, attn, s.att)?,
         }
         Ok(())
     }
