@@ -17,7 +17,7 @@ echo "tools: nsys=$(command -v nsys || echo none) ncu=$(command -v ncu || echo n
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null
 rc=0
 if stage selftest; then
-  echo "== selftest"; "$L" selftest --device cuda --cases "$CASES" --bench || rc=1
+  echo "== selftest"; "$L" selftest --device cuda --cases "$CASES" ${SELFTEST_BENCH---bench} | grep -v "^PASS" || rc=1
   for V in ${SELFTEST_VARIANTS:-}; do
     echo "== selftest, matvec checks and bench with $V"; env "$V" "$L" selftest --device cuda --cases "$CASES" --filter matvec --bench 2>&1 | grep -v "^PASS" || rc=1
   done
@@ -26,7 +26,7 @@ if stage bench; then
   for P in qwen3-0.6b qwen3-4b llama-8b; do
     M=/tmp/$P.gguf
     [ -f "$M" ] || { t0=$(date +%s); "$L" synth --preset "$P" -o "$M" >/dev/null || { rc=1; continue; }; echo "synth $P: $(( $(date +%s) - t0 )) s"; }
-    echo "== $P: fused (default)"; "$L" bench --device cuda -m "$M" -p 512 -n 128 -r 5 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
+    echo "== $P: fused (default)"; "$L" bench --device cuda -m "$M" ${DEFAULT_ARGS:--p 512 -n 128 -r 5} --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
     for V in ${VARIANTS:-LODE_MV=0}; do
       echo "== $P: $V"; env "$V" "$L" bench --device cuda -m "$M" -p 0 -n 128 -r 3 --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
     done
