@@ -52,20 +52,16 @@ DEV void store(float* y, const float* acc, int rows, int row, int ncols) {
 
 // ---- K-quants: 8 lanes per 256-element super-block, 4 super-blocks per warp step ----
 
-// R4 = false: the warp's 4 lane groups take 4 different super-blocks of one row.
-// R4 = true: each lane group is a different row (see mv4 below) and all 4 groups take the
-// same super-blocks, so the activation loads of a warp instruction are broadcasts.
-template <int NC, bool R4 = false>
+template <int NC>
 DEV void mv_q4_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
     const int lane = tid_x() & 31, j = lane & 7, c = j >> 1, h = j & 1;
-    const int g0 = R4 ? 0 : (lane >> 3), gs = R4 ? 1 : 4;
     // Up to 16 super-blocks per outer step in 4 slots: every weight load of the step is
     // issued before any is used (decode matvecs are latency-bound).
-    for (int sb0 = 0; sb0 < nsb; sb0 += 4 * gs) {
+    for (int sb0 = 0; sb0 < nsb; sb0 += 16) {
         u32x4 hd[4], qv[4];
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int sb = sb0 + g0 + gs * it;
+            const int sb = sb0 + (lane >> 3) + 4 * it;
             if (sb < nsb) {
                 const u8* b = wr + (u64)sb * 144;
                 hd[it] = *(const u32x4*)b;
@@ -74,7 +70,7 @@ DEV void mv_q4_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
         }
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
-            const int sb = sb0 + g0 + gs * it;
+            const int sb = sb0 + (lane >> 3) + 4 * it;
             if (sb >= nsb) continue;
             const float d = h2f((u16)(hd[it].x & 0xffff)), dmin = h2f((u16)(hd[it].x >> 16));
             float sc0, m0, sc1, m1;
@@ -139,14 +135,13 @@ DEV void mv_q5_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
     }
 }
 
-template <int NC, bool R4 = false>
+template <int NC>
 DEV void mv_q6_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
     const int lane = tid_x() & 31, j = lane & 7, h = j >> 2, l0 = 8 * (j & 3);
-    const int g0 = R4 ? 0 : (lane >> 3), gs = R4 ? 1 : 4;
-    for (int sb0 = 0; sb0 < nsb; sb0 += 4 * gs)
+    for (int sb0 = 0; sb0 < nsb; sb0 += 16)
 #pragma unroll
     for (int it = 0; it < 4; ++it) {
-        const int sb = sb0 + g0 + gs * it;
+        const int sb = sb0 + (lane >> 3) + 4 * it;
         if (sb >= nsb) continue;
         const u8* b = wr + (u64)sb * 210;
         const u8* L = b + 64 * h;
@@ -549,64 +544,6 @@ KERNEL LAUNCH_BOUNDS_MIN(128, 8) void matvec_multi4_n1(const block_q8_1* x, int 
     } else if (b >= nb0) {
         b -= nb0;
         W = W1, y = y1, rows = rows1, ty = ty1;
-    }
-    const int row = b * 4 + (tid_x() >> 5);
-    if (row >= rows) return;
-    float acc[1] = {0.0f};
-    mv_any(ty, W, x, row, k / 32, k / 256, acc);
-    store<1>(y, acc, rows, row, 1);
-}
-
-// ---- four rows per warp (8 lanes per row) for Q4_K / Q6_K decode ----
-//
-// With one row per warp, a warp's 4 lane groups read 4 different super-blocks' q8_1
-// activations: each activation load instruction touches ~9 cache lines, and L1 wavefronts
-// (not DRAM) bound the K-quant matvecs near 1.3–1.9 TB/s. Here lane group r of a warp is
-// row 4·warp + r and all groups walk the same super-blocks, so those loads are broadcasts.
-// Opt-in (`LODE_MV4=1`, ops.rs) until measured. A dead row's group runs with nsb = 0.
-DEV void store_r4(float* y, float a, int rows, int row) {
-    a += shfl_xor(a, 1);
-    a += shfl_xor(a, 2);
-    a += shfl_xor(a, 4);
-    if (row < rows && (tid_x() & 7) == 0) y[row] = a;
-}
-DEV void mv4_any(int ty, const u8* W, const block_q8_1* x, int row, int rows, int k, float* y) {
-    const int nsb = k / 256, live = row < rows;
-    float acc[1] = {0.0f};
-    if (ty == 10) mv_q4_K<1, true>(W + (u64)(live ? row : 0) * nsb * 144, x, k / 32, live ? nsb : 0, 1, acc);
-    else mv_q6_K<1, true>(W + (u64)(live ? row : 0) * nsb * 210, x, k / 32, live ? nsb : 0, 1, acc);
-    store_r4(y, acc[0], rows, row);
-}
-
-// W: [rows, k] Q4_K (ty 10) or Q6_K (ty 12); x: [k / 32] q8_1; y: [rows] f32.
-// grid (ceil(rows / 16)), block 128.
-KERNEL LAUNCH_BOUNDS_MIN(128, 8) void matvec_r4_n1(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ty) {
-    const int row = (bid_x() * 4 + (tid_x() >> 5)) * 4 + ((tid_x() & 31) >> 3);
-    mv4_any(ty, W, x, row, rows, k, y);
-}
-
-// matvec_multi4_n1 with Q4_K / Q6_K segments four rows per warp (16 rows per block;
-// other types 4 rows per block, one per warp). grid (Σ ceil(rows_s / rpb_s)), block 128.
-KERNEL LAUNCH_BOUNDS_MIN(128, 8) void matvec_multi16_n1(const block_q8_1* x, int k, const u8* W0, float* y0, int rows0, int ty0,
-                                                       const u8* W1, float* y1, int rows1, int ty1, const u8* W2, float* y2,
-                                                       int rows2, int ty2) {
-    int b = bid_x();
-    const int r0 = (ty0 == 10 || ty0 == 12) ? 16 : 4, r1 = (ty1 == 10 || ty1 == 12) ? 16 : 4;
-    const int nb0 = (rows0 + r0 - 1) / r0, nb1 = (rows1 + r1 - 1) / r1;
-    const u8* W = W0;
-    float* y = y0;
-    int rows = rows0, ty = ty0;
-    if (b >= nb0 + nb1) {
-        b -= nb0 + nb1;
-        W = W2, y = y2, rows = rows2, ty = ty2;
-    } else if (b >= nb0) {
-        b -= nb0;
-        W = W1, y = y1, rows = rows1, ty = ty1;
-    }
-    if (ty == 10 || ty == 12) {
-        const int row = (b * 4 + (tid_x() >> 5)) * 4 + ((tid_x() & 31) >> 3);
-        mv4_any(ty, W, x, row, rows, k, y);
-        return;
     }
     const int row = b * 4 + (tid_x() >> 5);
     if (row >= rows) return;

@@ -75,19 +75,10 @@ pub fn matvec(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x:
     if k % ty.block_elems() != 0 {
         return Err(unsupported(format!("matvec: k = {k} is not a multiple of {ty}'s {}-element block", ty.block_elems())));
     }
-    // One column of Q4_K / Q6_K: the staged kernel when opted in (`matvec_multi_n1`, one
-    // segment), else four rows per warp when on, else the per-type warp kernels below.
+    // One column of Q4_K / Q6_K: the staged kernel (`matvec_multi_n1` with one segment).
     let min_sb = staged_min_sb();
     if ncols == 1 && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && min_sb > 0 && k >= min_sb.max(8) * 256 && k <= 16384 {
         return matvec_multi(d, x, k, &[(w, ty, rows, y)]);
-    }
-    if ncols == 1 && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && rows4() {
-        if rows == 0 {
-            return Ok(());
-        }
-        let code = if ty == GgmlType::Q4_K { 10 } else { 12 };
-        d.launch("matvec_r4_n1", [ceil(rows, 16), 1, 1], [128, 1, 1], &[KArg::Ptr(w), KArg::Ptr(x), KArg::Ptr(y), i(rows), i(k), KArg::I32(code)])?;
-        return Ok(());
     }
     let x_col_bytes = if matvec_takes_q8_1(ty) { q8_1_bytes(k, 1) } else { k * 4 };
     let grid = [ceil(rows, 4), 1, 1];
@@ -217,15 +208,6 @@ fn staged_min_sb() -> usize {
     })
 }
 
-/// Whether Q4_K / Q6_K decode matvecs run four rows per warp (`matvec_r4_n1`,
-/// `matvec_multi16_n1`: the lane groups of a warp share each super-block's activation
-/// loads). `LODE_MV4=1` turns it on, `LODE_MV4=0` off; see `DEFAULT_MV4`.
-fn rows4() -> bool {
-    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("LODE_MV4").map(|v| v != "0").unwrap_or(DEFAULT_MV4))
-}
-const DEFAULT_MV4: bool = false;
-
 /// True when `matvec_multi` takes weights of `ty` with rows of `k`.
 pub fn multi_supports(ty: GgmlType, k: usize) -> bool {
     multi_code(ty).is_some() && k % ty.block_elems() == 0
@@ -246,12 +228,7 @@ pub fn matvec_multi_with(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, G
     }
     // The staged kernel (8 rows per block) when some segment qualifies, else the plain one.
     let staged = min_sb > 0 && k <= 16384 && k / 256 >= min_sb.max(8) && segs.iter().any(|s| matches!(s.1, GgmlType::Q4_K | GgmlType::Q6_K));
-    let r4 = !staged && rows4();
-    let rows_per_block = |ty: GgmlType| match (staged, r4 && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)) {
-        (true, _) => 8,
-        (false, true) => 16,
-        (false, false) => 4,
-    };
+    let rows_per_block = if staged { 8 } else { 4 };
     let mut args = vec![KArg::Ptr(x), i(k)];
     let mut blocks = 0usize;
     for s in 0..3 {
@@ -260,7 +237,7 @@ pub fn matvec_multi_with(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, G
                 if !multi_supports(ty, k) {
                     return Err(unsupported(format!("matvec_multi: {ty} weights with k = {k}")));
                 }
-                blocks += rows.div_ceil(rows_per_block(ty));
+                blocks += rows.div_ceil(rows_per_block);
                 args.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(multi_code(ty).unwrap_or(-1))]);
             }
             None => args.extend([KArg::Ptr(0), KArg::Ptr(0), i(0), KArg::I32(-1)]),
@@ -273,7 +250,7 @@ pub fn matvec_multi_with(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, G
         args.push(i(min_sb));
         d.launch("matvec_multi_n1", [blocks as u32, 1, 1], [256, 1, 1], &args)?;
     } else {
-        d.launch(if r4 { "matvec_multi16_n1" } else { "matvec_multi4_n1" }, [blocks as u32, 1, 1], [128, 1, 1], &args)?;
+        d.launch("matvec_multi4_n1", [blocks as u32, 1, 1], [128, 1, 1], &args)?;
     }
     Ok(())
 }
