@@ -329,7 +329,7 @@ impl Backend for GpuBackend {
     }
 
     fn weight_stats(&self) -> Option<WeightStats> {
-        Some(self.cache.stats())
+        Some(WeightStats { graphs: Some(self.replay.borrow().stats), ..self.cache.stats() })
     }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {
@@ -585,7 +585,7 @@ impl Drop for GpuBackend {
             eprintln!("{r}");
         }
         let st = self.replay.get_mut().stats;
-        tracing::info!("graph replay: {} captures, {} replays, {} fallbacks, {} eager steps", st.captures, st.replays, st.fallbacks, st.eager_steps);
+        tracing::info!("graph replay: {st:?}");
         self.replay.get_mut().release(&self.dev);
     }
 }

@@ -21,6 +21,10 @@ pub struct DeviceCore {
     /// Bytes currently allocated through this device, and the high-water mark.
     pub allocated: AtomicU64,
     pub peak: AtomicU64,
+    /// Live allocations: base → (bytes, id). Ids are never reused, so graph replay can
+    /// tell a freed-and-reallocated buffer from the one an instance was bound to.
+    live: Mutex<std::collections::BTreeMap<DevPtr, (usize, u64)>>,
+    next_id: AtomicU64,
 }
 
 impl Drop for DeviceCore {
@@ -70,6 +74,9 @@ impl Drop for DeviceBuffer {
         // Frees are ordered after queued work by the driver (cuMemFree/hipFree synchronize).
         let _ = self.core.drv.free(self.ptr);
         self.core.allocated.fetch_sub(self.bytes as u64, Ordering::Relaxed);
+        if let Ok(mut l) = self.core.live.lock() {
+            l.remove(&self.ptr);
+        }
     }
 }
 
@@ -132,6 +139,8 @@ impl GpuDevice {
             funcs: Mutex::new(Default::default()),
             allocated: AtomicU64::new(0),
             peak: AtomicU64::new(0),
+            live: Mutex::new(Default::default()),
+            next_id: AtomicU64::new(1),
         };
         Ok(GpuDevice { core: Arc::new(core) })
     }
@@ -173,7 +182,21 @@ impl GpuDevice {
         let ptr = self.core.drv.malloc(bytes)?;
         let now = self.core.allocated.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
         self.core.peak.fetch_max(now, Ordering::Relaxed);
+        let id = self.core.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut l) = self.core.live.lock() {
+            l.insert(ptr, (bytes, id));
+        }
         Ok(DeviceBuffer { core: self.core.clone(), ptr, bytes })
+    }
+    /// The id of the live allocation holding `p` (ids are never reused).
+    pub fn allocation_of(&self, p: DevPtr) -> Option<u64> {
+        let l = self.core.live.lock().ok()?;
+        let (&base, &(bytes, id)) = l.range(..=p).next_back()?;
+        (p < base + bytes.max(1) as u64).then_some(id)
+    }
+    /// Is allocation `id` still live?
+    pub fn allocation_live(&self, id: u64) -> bool {
+        self.core.live.lock().map(|l| l.values().any(|&(_, i)| i == id)).unwrap_or(false)
     }
     pub fn upload(&self, data: &[u8]) -> Result<DeviceBuffer> {
         let b = self.alloc(data.len())?;
