@@ -146,6 +146,16 @@ impl GpuBackend {
         self.replay.borrow().stats
     }
 
+    /// The weight cache (test hooks: injected failures, allocation limit).
+    pub fn weight_cache_mut(&mut self) -> &mut WeightCache<GpuMaterializer> {
+        &mut self.cache
+    }
+
+    /// Graph replay on or off (as `LODE_GRAPHS` sets it at start).
+    pub fn set_graphs(&mut self, on: bool) {
+        self.replay.get_mut().enabled = on;
+    }
+
     /// Launch target for ops: through the step recorder.
     fn rec(&self) -> Rec<'_> {
         Rec { dev: &self.dev, replay: &self.replay }

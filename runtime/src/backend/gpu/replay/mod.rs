@@ -51,7 +51,7 @@ pub enum Entry {
 }
 
 /// Counters for the memory report and `lode bench`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReplayStats {
     /// Instances built for a new signature.
     pub captures: u64,
