@@ -98,6 +98,7 @@ pub fn check(dev: &GpuDevice, path: &Path, mapped_steps: usize) -> Result<bool> 
     }
     drop(m);
     println!("residency check on {}: {} weight tensors used, {} bytes, {} read in the stored layout", path.display(), s.used, s.bytes, s.stored);
+    println!("context limits set at open: {}", if dev.context_limits().is_empty() { "driver defaults".to_string() } else { dev.context_limits() });
     let mut t = Tally(0, 0);
 
     // device: one copy per weight at every prefill length.

@@ -25,6 +25,8 @@ pub struct DeviceCore {
     /// tell a freed-and-reallocated buffer from the one an instance was bound to.
     live: Mutex<std::collections::BTreeMap<DevPtr, (usize, u64)>>,
     next_id: AtomicU64,
+    /// What `trim_context` set.
+    limits: Mutex<String>,
 }
 
 impl Drop for DeviceCore {
@@ -141,8 +143,38 @@ impl GpuDevice {
             peak: AtomicU64::new(0),
             live: Mutex::new(Default::default()),
             next_id: AtomicU64::new(1),
+            limits: Mutex::new(String::new()),
         };
-        Ok(GpuDevice { core: Arc::new(core) })
+        let dev = GpuDevice { core: Arc::new(core) };
+        dev.trim_context();
+        Ok(dev)
+    }
+
+    /// Shrink the context's fixed reservations (thread stacks, printf FIFO, device malloc
+    /// heap) to what lode's kernels use: none of them calls printf or malloc, and the
+    /// driver grows the stack at launch for a kernel that needs more. On an H200 the
+    /// default 1 KiB stack alone reserves 264 MiB. `LODE_GPU_LIMITS=driver` keeps the
+    /// driver's defaults.
+    fn trim_context(&self) {
+        if std::env::var("LODE_GPU_LIMITS").is_ok_and(|v| v == "driver") {
+            return;
+        }
+        let mut note = Vec::new();
+        for (limit, tries) in [(driver::Limit::Stack, [0usize, 16, 256]), (driver::Limit::PrintfFifo, [0, 4096, 65536]), (driver::Limit::MallocHeap, [0, 4096, 65536])] {
+            match tries.iter().find_map(|&b| self.core.drv.set_limit(limit, b).ok()) {
+                Some(now) => note.push(format!("{limit:?} {now} B")),
+                None => note.push(format!("{limit:?} unchanged")),
+            }
+        }
+        tracing::info!("context limits: {}", note.join(", "));
+        if let Ok(mut n) = self.core.limits.lock() {
+            *n = note.join(", ");
+        }
+    }
+
+    /// The context limits lode set at open (empty: the driver's defaults).
+    pub fn context_limits(&self) -> String {
+        self.core.limits.lock().map(|n| n.clone()).unwrap_or_default()
     }
 
     pub fn api(&self) -> Api {
