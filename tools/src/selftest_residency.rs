@@ -33,8 +33,6 @@ struct Setup {
     used: u64,
     bytes: u64,
     stored: u64,
-    /// Weights whose device layout is made by packing (e.g. f16 norms → f32).
-    packed: u64,
 }
 
 impl Setup {
@@ -84,16 +82,13 @@ pub fn check(dev: &GpuDevice, path: &Path, mapped_steps: usize) -> Result<bool> 
     let file = crate::common::open_gguf(path)?;
     let m = Model::load(file.clone()).context("loading the model")?;
     let ids = m.weight_ids();
-    let mut s = Setup { file: file.clone(), dev: dev.clone(), n_vocab: m.cfg.n_vocab, used: ids.len() as u64, bytes: 0, stored: 0, packed: 0 };
+    let mut s = Setup { file: file.clone(), dev: dev.clone(), n_vocab: m.cfg.n_vocab, used: ids.len() as u64, bytes: 0, stored: 0 };
     for &id in &ids {
         let w = m.w(id);
         s.bytes += w.data().len() as u64;
         let l = canonical(w.ty(), consumer_for_dims(&w.view.info.dims), DeviceClass::Gpu);
         if l == Layout::Stored {
             s.stored += 1;
-        }
-        if l.needs_pack(w.ty()) {
-            s.packed += 1;
         }
     }
     drop(m);
@@ -135,26 +130,6 @@ pub fn check(dev: &GpuDevice, path: &Path, mapped_steps: usize) -> Result<bool> 
     t.check("upload bit-identical logits", got == want && at_load == s.used, format!("{at_load} copies at load"));
     drop(e);
 
-    let mut e = s.engine(s.backend(Residency::Mapped, None)?)?;
-    let t0 = Instant::now();
-    let got = run(&mut e, &p, mapped_steps)?;
-    let secs = t0.elapsed().as_secs_f64();
-    let st = e.weight_stats().unwrap_or_default();
-    t.check(
-        "mapped bit-identical logits, no copy of stored-layout weights",
-        got == want && st.copies == s.used - s.stored && st.mapped == s.stored,
-        format!(
-            "copies {} (weights not in the stored layout: {}), mapped {}; tokens {:?}; {} evals in {secs:.2} s ≈ {:.2} GB/s of weights over the bus",
-            st.copies,
-            s.used - s.stored,
-            st.mapped,
-            tokens(&got),
-            mapped_steps + 1,
-            (mapped_steps + 1) as f64 * st.mapped_bytes as f64 / secs / 1e9
-        ),
-    );
-    drop(e);
-
     let mut be = s.backend(Residency::Device, None)?;
     be.set_graphs(false);
     let mut e = s.engine(be)?;
@@ -175,10 +150,9 @@ pub fn check(dev: &GpuDevice, path: &Path, mapped_steps: usize) -> Result<bool> 
     t.check("then a run within budget", got == want, "same logits as the reference".into());
 
     // Injected failures at a materialization midway: error, then the same engine works.
-    let stages: &[Stage] = if s.packed > 0 { &[Stage::Alloc, Stage::Upload, Stage::Pack] } else { &[Stage::Alloc, Stage::Upload] };
-    for &stage in stages {
+    for stage in [Stage::Pack, Stage::Alloc, Stage::Upload] {
         let mut be = s.backend(Residency::Device, None)?;
-        let at = if stage == Stage::Pack { 0 } else { s.used / 2 };
+        let at = s.used / 2;
         be.weight_cache_mut().inject_failure(stage, at);
         let mut e = s.engine(be)?;
         let err = run(&mut e, &p, 2).err().map(|e| e.to_string()).unwrap_or_default();
@@ -188,6 +162,27 @@ pub fn check(dev: &GpuDevice, path: &Path, mapped_steps: usize) -> Result<bool> 
         let ok = err.contains("weight `") && matches!(&again, Ok(g) if *g == want);
         t.check(&format!("injected {stage:?} failure at {at}"), ok, format!("error: {err}; then {}; (resident, device allocated) after the failure {leak:?}", if ok { "same logits" } else { "WRONG" }));
     }
+    // Last: `mapped` reads every weight over the bus on every step.
+    let mut e = s.engine(s.backend(Residency::Mapped, None)?)?;
+    let t0 = Instant::now();
+    let got = run(&mut e, &p, mapped_steps)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let st = e.weight_stats().unwrap_or_default();
+    t.check(
+        "mapped bit-identical logits, no copy of stored-layout weights",
+        got == want && st.copies == s.used - s.stored && st.mapped == s.stored,
+        format!(
+            "copies {} (weights not in the stored layout: {}), mapped {}; tokens {:?}; {} evals in {secs:.2} s ≈ {:.2} GB/s of weights over the bus",
+            st.copies,
+            s.used - s.stored,
+            st.mapped,
+            tokens(&got),
+            mapped_steps + 1,
+            (mapped_steps + 1) as f64 * st.mapped_bytes as f64 / secs / 1e9
+        ),
+    );
+    drop(e);
+
     println!("residency check: {} passed, {} failed", t.0, t.1);
     Ok(t.1 == 0)
 }
