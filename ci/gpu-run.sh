@@ -106,6 +106,8 @@ PY
 fi
 if stage residency; then
   echo "== residency"
+  echo "-- kernel selftest with a 256-byte thread stack (LODE_GPU_STACK=256)"
+  LODE_GPU_STACK=256 "$T" 120 "$LODE" selftest --device "$DEV" --cases 3 2>&1 | grep -E "FAIL|passed" | cut -c1-200
   R="$OUT/residency"; mkdir -p "$R"
   TXT="$(ls carry/alice29.txt ../shared/fixtures/gemma3-270m/alice29.txt 2>/dev/null | head -1)"
   for P in ${RESIDENCY_PRESETS:-qwen3-4b llama-8b}; do
@@ -113,6 +115,7 @@ if stage residency; then
     echo "-- $P: lode fit"; "$T" 60 "$LODE" fit -m "$M" --ctx 2176 --device "$DEV" || rc=1
     peak "$M" "$P-trimmed" LODE_GPU_LIMITS=min
     peak "$M" "$P-driver-limits" LODE_GPU_LIMITS=driver
+    peak "$M" "$P-stack256" LODE_GPU_STACK=256
     if [ "$P" = "${RESIDENCY_CHECK_PRESET:-qwen3-4b}" ]; then
       echo "-- $P: in-process residency checks (prefill schedule, modes, budget, injected failures)"
       "$T" 300 "$LODE" selftest --device "$DEV" --cases 0 --residency-check "$M" --mapped-steps 8 || rc=1

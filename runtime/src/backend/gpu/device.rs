@@ -12,6 +12,10 @@ use std::sync::{Arc, Mutex};
 
 pub type Result<T> = std::result::Result<T, DriverError>;
 
+/// Per-thread stack bytes lode asks for (`LODE_GPU_STACK`); the driver's default is
+/// 1,024, kept until a smaller value is measured safe for every kernel (`lode selftest`).
+const DEFAULT_STACK: usize = 1024;
+
 /// Shared device state; buffers hold an `Arc` of it so they can free themselves.
 pub struct DeviceCore {
     pub drv: Box<dyn Driver>,
@@ -150,22 +154,26 @@ impl GpuDevice {
         Ok(dev)
     }
 
-    /// Shrink the context's fixed reservations (thread stacks, printf FIFO, device malloc
-    /// heap) to what lode's kernels use: none of them calls printf or malloc, and the
-    /// driver grows the stack at launch for a kernel that needs more. On an H200 the
-    /// default 1 KiB stack alone reserves 264 MiB. `LODE_GPU_LIMITS=driver` keeps the
-    /// driver's defaults.
+    /// Shrink the context's fixed reservations to what lode's kernels use: the per-thread
+    /// stack (reserved for every thread the GPU can hold: 264 MiB on an H200 at the
+    /// driver's 1 KiB), the printf FIFO and the device malloc heap (no lode kernel calls
+    /// printf or malloc; the driver clamps 0 to its minimum). `LODE_GPU_LIMITS=driver`
+    /// keeps the driver's defaults.
     fn trim_context(&self) {
         if std::env::var("LODE_GPU_LIMITS").is_ok_and(|v| v == "driver") {
             return;
         }
+        let stack = std::env::var("LODE_GPU_STACK").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_STACK);
+        let used = || self.core.drv.mem_info().map(|(f, t)| (t - f) >> 20).unwrap_or(0);
+        let before = used();
         let mut note = Vec::new();
-        for (limit, tries) in [(driver::Limit::Stack, [0usize, 16, 256]), (driver::Limit::PrintfFifo, [0, 4096, 65536]), (driver::Limit::MallocHeap, [0, 4096, 65536])] {
-            match tries.iter().find_map(|&b| self.core.drv.set_limit(limit, b).ok()) {
-                Some(now) => note.push(format!("{limit:?} {now} B")),
-                None => note.push(format!("{limit:?} unchanged")),
+        for (limit, bytes) in [(driver::Limit::Stack, stack), (driver::Limit::PrintfFifo, 0), (driver::Limit::MallocHeap, 0)] {
+            match self.core.drv.set_limit(limit, bytes) {
+                Ok(now) => note.push(format!("{limit:?} {now} B")),
+                Err(e) => note.push(format!("{limit:?} unchanged ({e})")),
             }
         }
+        note.push(format!("driver used {before} → {} MiB", used()));
         tracing::info!("context limits: {}", note.join(", "));
         if let Ok(mut n) = self.core.limits.lock() {
             *n = note.join(", ");

@@ -52,8 +52,17 @@ impl GpuDevice {
     }
 }
 
+/// `LODE_TRACE_LAUNCH=1`: print every launch before it is made (finding a crash).
+fn trace() -> bool {
+    static T: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *T.get_or_init(|| std::env::var("LODE_TRACE_LAUNCH").is_ok_and(|v| v == "1"))
+}
+
 impl Executor for GpuDevice {
     fn issue(&self, e: &Entry) -> Result<(), DriverError> {
+        if trace() {
+            eprintln!("launch {e:?}");
+        }
         match e {
             Entry::Kernel { name, grid, block, args } => self.launch(name, *grid, *block, args),
             Entry::Copy { dst, src, bytes } => self.copy(*dst, *src, *bytes),
@@ -72,6 +81,9 @@ impl Executor for GpuDevice {
         ok
     }
     fn launch(&self, exec: RawHandle) -> Result<(), DriverError> {
+        if trace() {
+            eprintln!("graph launch {exec:#x}");
+        }
         self.graph_launch(exec)
     }
     fn destroy(&self, exec: RawHandle) {
