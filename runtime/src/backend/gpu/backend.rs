@@ -596,6 +596,7 @@ impl Drop for GpuBackend {
         }
         let st = self.replay.get_mut().stats;
         tracing::info!("graph replay: {st:?}");
+        self.cache.set_graph_stats(st);
         self.replay.get_mut().release(&self.dev);
     }
 }

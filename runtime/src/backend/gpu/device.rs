@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 
 pub type Result<T> = std::result::Result<T, DriverError>;
 
-/// Per-thread stack bytes lode asks for (`LODE_GPU_STACK`); the driver's default is
-/// 1,024, kept until a smaller value is measured safe for every kernel (`lode selftest`).
-const DEFAULT_STACK: usize = 1024;
+/// Per-thread stack bytes lode asks for (`LODE_GPU_STACK`; the driver's default is
+/// 1,024). Every lode kernel compiles to a 0-byte stack frame (`ptxas -v`); 256 is the
+/// value measured on the H200 (all selftests pass, same speed) and saves 198 MiB there.
+const DEFAULT_STACK: usize = 256;
 
 /// Shared device state; buffers hold an `Arc` of it so they can free themselves.
 pub struct DeviceCore {
