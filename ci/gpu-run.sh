@@ -41,7 +41,9 @@ fi
 # Weight residency (issue 5) and graph replay (issue 7); sections owned by that work.
 # llama.cpp's peak device memory for pp2048 + tg128: qwen3-4b 3,575 MiB, llama-8b 5,527 MiB;
 # its tg128: 0.6b 748, 4b 336, 8b 276 t/s.
-T="${T:-timeout}"   # every step is bounded: a slow mode must not eat the call
+# Every step is bounded (SIGKILL 10 s after SIGTERM: a process stuck in a driver call — seen
+# with `mapped` on the H200 — ignores SIGTERM and must not eat the call).
+T="${T:-tlimit}"; tlimit() { timeout -k 10 "$@"; }
 MD="${MODEL_TMP:-/tmp/lode-synth}"; mkdir -p "$MD"   # big synthetic models stay out of $OUT
 synth() { [ -f "$2" ] || "$T" 300 "$LODE" synth --preset "$1" -o "$2" >/dev/null; }
 # peak MODEL TAG ENV...: pp2048 + tg128 in `device` residency with nvidia-smi sampled
@@ -51,7 +53,7 @@ peak() {
   local base; base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
   (nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > "$R/$tag.smi" 2>/dev/null &
    echo $! > "$R/smi.pid")
-  env "$@" "$T" 240 "$LODE" bench -m "$M" --device "$DEV" -p 2048 -n 128 -r 1 --residency device --memory-report -o json \
+  env "$@" timeout -k 10 240 "$LODE" bench -m "$M" --device "$DEV" -p 2048 -n 128 -r 1 --residency device --memory-report -o json \
     > "$R/$tag.json" 2> "$R/$tag.err" || rc=1
   kill "$(cat "$R/smi.pid")" 2>/dev/null; sleep 0.2
   echo "-- $tag: pp2048+tg128 nvidia-smi peak $(sort -n "$R/$tag.smi" 2>/dev/null | tail -1) MiB (idle before: ${base:-?} MiB) [$*]"
@@ -106,33 +108,35 @@ PY
 fi
 if stage residency; then
   echo "== residency"
-  echo "-- kernel selftest with a 256-byte thread stack (LODE_GPU_STACK=256)"
-  LODE_GPU_STACK=256 "$T" 120 "$LODE" selftest --device "$DEV" --cases 3 2>&1 | grep -E "FAIL|passed" | cut -c1-200
   R="$OUT/residency"; mkdir -p "$R"
   TXT="$(ls carry/alice29.txt ../shared/fixtures/gemma3-270m/alice29.txt 2>/dev/null | head -1)"
+  CHECK="${RESIDENCY_CHECK_PRESET:-qwen3-4b}"
+  echo "-- kernel selftest with the default (256-byte) thread stack"
+  "$T" 120 "$LODE" selftest --device "$DEV" --cases 3 2>&1 | grep -E "FAIL|passed" | cut -c1-200
   for P in ${RESIDENCY_PRESETS:-qwen3-4b llama-8b}; do
     M="$MD/$P.gguf"; synth "$P" "$M" || { echo "-- $P: synth failed"; rc=1; continue; }
     echo "-- $P: lode fit"; "$T" 60 "$LODE" fit -m "$M" --ctx 2176 --device "$DEV" || rc=1
-    peak "$M" "$P-trimmed" LODE_GPU_LIMITS=min
+    peak "$M" "$P-default-limits"
     peak "$M" "$P-driver-limits" LODE_GPU_LIMITS=driver
-    peak "$M" "$P-stack256" LODE_GPU_STACK=256
-    if [ "$P" = "${RESIDENCY_CHECK_PRESET:-qwen3-4b}" ]; then
-      echo "-- $P: in-process residency checks (prefill schedule, modes, budget, injected failures)"
-      "$T" 300 "$LODE" selftest --device "$DEV" --cases 0 --residency-check "$M" --mapped-steps 8 || rc=1
-      if [ -n "$TXT" ]; then
-        echo "-- $P: logits upload vs device vs mapped (KLD must be 0, same top-1 100 %)"
-        "$T" 120 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency upload \
-          --save-logits "$R/$P-upload.logits" > /dev/null 2>"$R/$P-ppl-upload.err" || rc=1
-        for mode in device mapped; do
-          "$T" 90 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency "$mode" \
-            --kl-divergence-base "$R/$P-upload.logits" 2>&1 | tee "$R/$P-kld-$mode.txt" | grep -E "Mean +KLD|Maximum +KLD|Same top-1" | sed "s/^/   $mode: /"
-        done
-      fi
-    fi
   done
-  echo "-- mapped over the bus, short runs (why the 4B bench crawled): qwen3-0.6b pp16 + tg16"
-  M="$MD/qwen3-0.6b.gguf"; synth qwen3-0.6b "$M"
-  "$T" 90 "$LODE" bench -m "$M" --device "$DEV" -p 16 -n 16 -r 1 --residency mapped 2>&1 | grep -E '^bench:|rror' | cut -c1-400
+  M="$MD/$CHECK.gguf"; synth "$CHECK" "$M"
+  if [ -n "$TXT" ]; then
+    echo "-- $CHECK: logits upload vs device (vs mapped last) (KLD must be 0, same top-1 100 %)"
+    "$T" 120 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency upload \
+      --save-logits "$R/$CHECK-upload.logits" > /dev/null 2>"$R/$CHECK-ppl-upload.err" || rc=1
+    "$T" 90 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency device \
+      --kl-divergence-base "$R/$CHECK-upload.logits" 2>&1 | grep -E "Mean +KLD|Maximum +KLD|Same top-1" | sed "s/^/   device: /"
+  fi
+  echo "-- $CHECK: in-process residency checks (prefill schedule, modes, budget, injected failures, mapped last)"
+  "$T" 240 "$LODE" selftest --device "$DEV" --cases 0 --residency-check "$M" --mapped-steps 8 || { echo "   exit $?"; rc=1; }
+  echo "-- mapped over the bus, short run first: qwen3-0.6b pp16 + tg4"
+  M6="$MD/qwen3-0.6b.gguf"; synth qwen3-0.6b "$M6"
+  LODE_TRACE_LAUNCH=1 "$T" 60 "$LODE" bench -m "$M6" --device "$DEV" -p 16 -n 4 -r 1 --residency mapped > "$R/mapped06.out" 2>&1
+  echo "   exit $?; $(grep -c '^launch' "$R/mapped06.out") launches; last: $(grep -v '^launch' "$R/mapped06.out" | tail -2 | cut -c1-300)"
+  if [ -n "$TXT" ]; then
+    "$T" 90 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency mapped \
+      --kl-divergence-base "$R/$CHECK-upload.logits" 2>&1 | grep -E "Mean +KLD|Maximum +KLD|Same top-1" | sed "s/^/   mapped: /"
+  fi
 fi
 echo "== done rc=$rc"
 exit $rc
