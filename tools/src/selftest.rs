@@ -38,12 +38,31 @@ pub struct Args {
     /// Greedy steps per model.
     #[arg(long, default_value_t = 32)]
     pub gen: usize,
+    /// Run the weight-residency and graph-replay checks on the GPU over this model
+    /// (`selftest_residency.rs`).
+    #[arg(long)]
+    pub residency_check: Option<std::path::PathBuf>,
+    /// Decode steps of the residency check's mode comparisons (`mapped` reads every
+    /// weight over the bus per step).
+    #[arg(long, default_value_t = 8)]
+    pub mapped_steps: usize,
     /// Teacher-forced tokens per model for the KL divergence.
     #[arg(long, default_value_t = 128)]
     pub text_tokens: usize,
+    /// With `--model`: compare the CPU backend against itself with every norm output
+    /// nudged by one f32 rounding step (the KLD floor of any not bit-identical backend);
+    /// needs no GPU.
+    #[arg(long)]
+    pub perturb: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.perturb {
+        for m in &args.models {
+            crate::selftest_model::perturb_compare(m, args.text_tokens, crate::common::physical_cores())?;
+        }
+        return Ok(());
+    }
     let choice: DeviceChoice = args.device.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let dev = gpu::select(choice)?;
     let mut model_fail = 0;
@@ -56,6 +75,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     println!("FAIL model {}: {e:#}", m.display());
                     model_fail += 1
                 }
+            }
+        }
+        if let Some(p) = &args.residency_check {
+            if !crate::selftest_residency::check(d, p, args.mapped_steps)? {
+                model_fail += 1;
             }
         }
     } else if !args.models.is_empty() {
@@ -74,7 +98,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             for (fam, origin) in d.kernel_origins() {
                 println!("  kernels {fam:<12} {origin:?}");
             }
-            selftest::run_checks(&t, args.filter.as_deref(), args.cases, args.seed)
+            let mut r = selftest::run_checks(&t, args.filter.as_deref(), args.cases, args.seed);
+            r.extend(gpu::selftest_replay::run(d, args.filter.as_deref()));
+            r
         }
         None => {
             let t = selftest::HostTarget;

@@ -98,6 +98,21 @@ pub struct Attention {
     pub window: Option<usize>,
 }
 
+/// What [`Backend::rope_kv_write`] does to a layer's fresh q/k/v projections.
+#[derive(Clone, Copy, Debug)]
+pub struct QkvPrep<'a> {
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    /// Per-head RMSNorm weights of q and k (`[head_dim]`; qwen3, gemma3).
+    pub q_norm: Option<WeightRef<'a>>,
+    pub k_norm: Option<WeightRef<'a>>,
+    pub eps: f32,
+    pub rope: Rope<'a>,
+    /// Multiplier of q after RoPE.
+    pub q_scale: Option<f32>,
+}
+
 /// Gate activation of a gated FFN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Glu {
@@ -192,16 +207,6 @@ pub trait Backend: Send {
     /// `y[t][r] = Σ_k W[r][k] x[t][k]`: `x` `[n_tok, w.row_len()]`, `y` `[n_tok, w.n_rows()]`.
     fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()>;
 
-    /// `ys[i] = ws[i]·x` for weights that read the same input (q/k/v; gate/up). The CPU
-    /// backend converts the input once and runs all rows as one job; the default is one
-    /// [`Self::matmul`] per weight.
-    fn matmul_many(&mut self, ws: &[&WeightRef], x: Buf, n_tok: usize, ys: &[Buf]) -> Result<()> {
-        for (w, &y) in ws.iter().zip(ys) {
-            self.matmul(w, x, n_tok, y)?;
-        }
-        Ok(())
-    }
-
     /// Per row of `row_len`: `out = x / sqrt(mean(x²) + eps) ⊙ w` (`w` absent: 1).
     /// With `row_len = head_dim` and `n_rows = n_tok * n_head` this is the per-head
     /// q/k norm.
@@ -248,6 +253,34 @@ pub trait Backend: Send {
         pos: &[u32],
     ) -> Result<()>;
 
+    /// Fused ops. Each has a default composed of the ops above, so a backend only
+    /// overrides those it can do in fewer launches (the GPU: decode is launch-bound).
+    ///
+    /// `y_i = W_i x` for every `(W_i, y_i)` of `outs` (all with rows of `x`'s length):
+    /// the q/k/v or gate/up projections of one input.
+    fn matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        for (w, y) in outs {
+            self.matmul(w, x, n_tok, *y)?;
+        }
+        Ok(())
+    }
+
+    /// `x += b` over `n_rows * row_len` values, then `out = rms_norm(x)` (the residual
+    /// add and the next norm).
+    #[allow(clippy::too_many_arguments)]
+    fn add_rms_norm(&mut self, x: Buf, b: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+        self.add(x, b, x, n_rows * row_len)?;
+        self.rms_norm(x, out, n_rows, row_len, w, eps)
+    }
+
+    /// After the q/k/v projections of `pos.len()` tokens: per-head norms of q and k,
+    /// RoPE of both, q scaled, then k and v stored in `kv` at `layer` (`q` and `k` are
+    /// updated in place).
+    #[allow(clippy::too_many_arguments)]
+    fn rope_kv_write(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
+        rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p)
+    }
+
     /// Causal attention of `q` `[n_tok, n_head*head_dim_k]` (token `t` at `pos[t]`) over
     /// cache slots `0..=pos[t]` of `layer` (narrowed by the window);
     /// `out` `[n_tok, n_head*head_dim_v]`.
@@ -260,6 +293,69 @@ pub trait Backend: Send {
         p: &Attention,
         out: Buf,
     ) -> Result<()>;
+
+    /// A batched decode step's K/V store and attention, where row `t` is the next token
+    /// of a different sequence: it stores row `t` of `k`/`v` in cache `kvs[t]` at slot
+    /// `pos[t]` and attends with row `t` of `q` over that cache. This default goes row by
+    /// row through one-row buffers; backends override it to skip the copies.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_rows(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        kvs: &[KvCache],
+        layer: usize,
+        pos: &[u32],
+        p: &Attention,
+        out: Buf,
+    ) -> Result<()> {
+        if kvs.len() != pos.len() {
+            return Err(BackendError::Invalid { op: "attention_rows", msg: format!("{} caches for {} rows", kvs.len(), pos.len()) });
+        }
+        let (qd, kd) = (p.n_head * p.head_dim_k, p.n_kv_head * p.head_dim_k);
+        let (vd, ad) = (p.n_kv_head * p.head_dim_v, p.n_head * p.head_dim_v);
+        let mut tmp = Vec::with_capacity(4);
+        let run = |be: &mut Self, tmp: &mut Vec<Buf>| -> Result<()> {
+            for len in [qd, kd, vd, ad] {
+                tmp.push(be.alloc(len)?);
+            }
+            let (q1, k1, v1, a1) = (tmp[0], tmp[1], tmp[2], tmp[3]);
+            for (t, &kv) in kvs.iter().enumerate() {
+                let p1 = &pos[t..t + 1];
+                be.copy(k, t * kd, k1, 0, kd)?;
+                be.copy(v, t * vd, v1, 0, vd)?;
+                be.kv_write(kv, layer, k1, v1, p1)?;
+                be.copy(q, t * qd, q1, 0, qd)?;
+                be.attention(q1, kv, layer, p1, p, a1)?;
+                be.copy(a1, 0, out, t * ad, ad)?;
+            }
+            Ok(())
+        };
+        let r = run(self, &mut tmp);
+        for b in tmp {
+            let _ = self.free(b);
+        }
+        r
+    }
+}
+
+/// [`Backend::rope_kv_write`] as the separate ops (the default, and a backend's fallback).
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv_write_unfused<B: Backend + ?Sized>(be: &mut B, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
+    let n = pos.len();
+    if let Some(qn) = &p.q_norm {
+        be.rms_norm(q, q, n * p.n_head, p.head_dim, Some(qn), p.eps)?;
+    }
+    if let Some(kn) = &p.k_norm {
+        be.rms_norm(k, k, n * p.n_kv_head, p.head_dim, Some(kn), p.eps)?;
+    }
+    be.rope(q, p.n_head, p.head_dim, pos, &p.rope)?;
+    be.rope(k, p.n_kv_head, p.head_dim, pos, &p.rope)?;
+    if let Some(qs) = p.q_scale {
+        be.scale(q, n * p.n_head * p.head_dim, qs)?;
+    }
+    be.kv_write(kv, layer, k, v, pos)
 }
 
 /// Opens the backend `kind` asks for. `Auto` falls back to the CPU with a one-line note

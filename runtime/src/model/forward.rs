@@ -2,13 +2,23 @@
 //! (reference §5). Architecture differences are data in [`Config`] and optional
 //! weights in [`Layer`], not branches on the architecture name.
 
-use crate::backend::{Attention, Backend, Buf, KvCache, Rope};
+use crate::backend::{Attention, Backend, Buf, KvCache, QkvPrep, Rope};
 
 use super::{Model, ModelError};
 
 /// Rows of the LM head computed at once when every position's logits are wanted
 /// (bounds the logits buffer: 16 × 262,144 × 4 B = 16 MiB for Gemma 3).
 const OUT_ROWS_MAX: usize = 16;
+
+/// Where a chunk's rows keep their K/V: one sequence's cache for every row (prompt
+/// chunks, single-sequence decode), or one cache per row — a batched decode step in which
+/// row `t` is the next token of the sequence whose cache is `caches[t]` (continuous
+/// batching: the weights are read once for all sequences, attention stays per sequence).
+#[derive(Clone, Copy, Debug)]
+pub enum KvRows<'a> {
+    One(KvCache),
+    PerRow(&'a [KvCache]),
+}
 
 /// Which positions of a chunk need logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,14 +82,14 @@ impl Scratch {
 
 impl Model {
     /// Runs `tokens` (at positions `pos`, one chunk of at most `s.n_max`) through the
-    /// model, writing their K/V into `kv`, and hands the logits of the requested rows to
+    /// model, writing their K/V into `kv` (per row for a batched step), and hands the logits of the requested rows to
     /// `on_logits(row_in_chunk, logits)` (`[n_vocab]` f32).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         be: &mut dyn Backend,
         s: &Scratch,
-        kv: KvCache,
+        kv: KvRows<'_>,
         tokens: &[u32],
         pos: &[u32],
         rows: OutputRows,
@@ -87,36 +97,40 @@ impl Model {
     ) -> Result<(), ModelError> {
         let c = &self.cfg;
         let n = tokens.len();
-        if n == 0 || n > s.n_max || pos.len() != n {
+        let per_row_ok = match kv {
+            KvRows::One(_) => true,
+            KvRows::PerRow(caches) => caches.len() == n,
+        };
+        if n == 0 || n > s.n_max || pos.len() != n || !per_row_ok {
             return Err(ModelError::BadConfig(format!(
-                "forward: {n} tokens, {} positions, chunk limit {}",
+                "forward: {n} tokens, {} positions, chunk limit {}, {kv:?}",
                 pos.len(),
                 s.n_max
             )));
         }
         let (e, ff) = (c.n_embd, c.n_ff);
-        let qd = c.n_head * c.head_dim_k;
 
         be.get_rows(&self.w(self.tok_embd), tokens, s.x)?;
         if let Some(sc) = c.embd_scale {
             be.scale(s.x, n * e, sc)?;
         }
         let rope_freqs = self.rope_freqs.map(|id| self.w(id));
+        // The FFN output of the previous layer is added to the residual together with
+        // the next norm (one fused op on backends that have it).
+        let mut pending_add = false;
         for (l, ly) in self.layers.iter().enumerate() {
             // Attention block.
-            be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.attn_norm)), c.eps)?;
+            if pending_add {
+                be.add_rms_norm(s.x, s.xb2, s.xb, n, e, Some(&self.w(ly.attn_norm)), c.eps)?;
+            } else {
+                be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.attn_norm)), c.eps)?;
+            }
             let (wq, wk, wv) = (self.w(ly.wq), self.w(ly.wk), self.w(ly.wv));
-            be.matmul_many(&[&wq, &wk, &wv], s.xb, n, &[s.q, s.k, s.v])?;
+            be.matmul_multi(s.xb, n, &[(&wq, s.q), (&wk, s.k), (&wv, s.v)])?;
             for (b, dst) in [(ly.bq, s.q), (ly.bk, s.k), (ly.bv, s.v)] {
                 if let Some(b) = b {
                     be.add_bias(dst, n, &self.w(b))?;
                 }
-            }
-            if let Some(qn) = ly.q_norm {
-                be.rms_norm(s.q, s.q, n * c.n_head, c.head_dim_k, Some(&self.w(qn)), c.eps)?;
-            }
-            if let Some(kn) = ly.k_norm {
-                be.rms_norm(s.k, s.k, n * c.n_head_kv, c.head_dim_k, Some(&self.w(kn)), c.eps)?;
             }
             let (base, scale) = c.rope_for_layer(l);
             let rope = Rope {
@@ -126,12 +140,34 @@ impl Model {
                 freq_scale: scale,
                 freq_factors: rope_freqs,
             };
-            be.rope(s.q, c.n_head, c.head_dim_k, pos, &rope)?;
-            be.rope(s.k, c.n_head_kv, c.head_dim_k, pos, &rope)?;
-            if let Some(qs) = c.q_scale {
-                be.scale(s.q, n * qd, qs)?;
+            let prep = QkvPrep {
+                n_head: c.n_head,
+                n_kv_head: c.n_head_kv,
+                head_dim: c.head_dim_k,
+                q_norm: ly.q_norm.map(|id| self.w(id)),
+                k_norm: ly.k_norm.map(|id| self.w(id)),
+                eps: c.eps,
+                rope,
+                q_scale: c.q_scale,
+            };
+            match kv {
+                // One cache: q/k norms, RoPE and the K/V store in one (fused) op.
+                KvRows::One(cache) => be.rope_kv_write(s.q, s.k, s.v, cache, l, pos, &prep)?,
+                // Per-row caches: the K/V store happens in `attention_rows`.
+                KvRows::PerRow(_) => {
+                    if let Some(qn) = &prep.q_norm {
+                        be.rms_norm(s.q, s.q, n * c.n_head, c.head_dim_k, Some(qn), c.eps)?;
+                    }
+                    if let Some(kn) = &prep.k_norm {
+                        be.rms_norm(s.k, s.k, n * c.n_head_kv, c.head_dim_k, Some(kn), c.eps)?;
+                    }
+                    be.rope(s.q, c.n_head, c.head_dim_k, pos, &rope)?;
+                    be.rope(s.k, c.n_head_kv, c.head_dim_k, pos, &rope)?;
+                    if let Some(qs) = c.q_scale {
+                        be.scale(s.q, n * c.n_head * c.head_dim_k, qs)?;
+                    }
+                }
             }
-            be.kv_write(kv, l, s.k, s.v, pos)?;
             let attn = Attention {
                 n_head: c.n_head,
                 n_kv_head: c.n_head_kv,
@@ -140,22 +176,24 @@ impl Model {
                 scale: c.attn_scale,
                 window: c.swa_layers[l].then_some(c.n_swa),
             };
-            be.attention(s.q, kv, l, pos, &attn, s.att)?;
+            self.attend(be, s, kv, l, pos, &attn)?;
             be.matmul(&self.w(ly.wo), s.att, n, s.xb2)?;
             if let Some(pn) = ly.post_attn_norm {
                 be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
             }
-            be.add(s.x, s.xb2, s.x, n * e)?;
 
             // Feed-forward block.
-            be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.ffn_norm)), c.eps)?;
+            be.add_rms_norm(s.x, s.xb2, s.xb, n, e, Some(&self.w(ly.ffn_norm)), c.eps)?;
             let (wg, wu) = (self.w(ly.gate), self.w(ly.up));
-            be.matmul_many(&[&wg, &wu], s.xb, n, &[s.hb, s.hb2])?;
+            be.matmul_multi(s.xb, n, &[(&wg, s.hb), (&wu, s.hb2)])?;
             be.glu(s.hb, s.hb2, s.hb, n * ff, c.act)?;
             be.matmul(&self.w(ly.down), s.hb, n, s.xb2)?;
             if let Some(pn) = ly.post_ffw_norm {
                 be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
             }
+            pending_add = true;
+        }
+        if pending_add {
             be.add(s.x, s.xb2, s.x, n * e)?;
         }
 
@@ -178,6 +216,25 @@ impl Model {
                 on_logits(r0 + i, row);
             }
             r0 += m;
+        }
+        Ok(())
+    }
+
+    /// Attends over the cache (its K/V already stored by `rope_kv_write`) — for a
+    /// batched step, stores each row's K/V in and attends over its own sequence's cache.
+    fn attend(
+        &self,
+        be: &mut dyn Backend,
+        s: &Scratch,
+        kv: KvRows<'_>,
+        l: usize,
+        pos: &[u32],
+        attn: &Attention,
+    ) -> Result<(), ModelError> {
+        match kv {
+            // The K/V store was part of `rope_kv_write`.
+            KvRows::One(kv) => be.attention(s.q, kv, l, pos, attn, s.att)?,
+            KvRows::PerRow(caches) => be.attention_rows(s.q, s.k, s.v, caches, l, pos, attn, s.att)?,
         }
         Ok(())
     }

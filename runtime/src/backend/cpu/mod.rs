@@ -237,7 +237,10 @@ impl Backend for CpuBackend {
         })
     }
 
-    fn matmul_many(&mut self, ws: &[&WeightRef], x: Buf, n_tok: usize, ys: &[Buf]) -> Result<()> {
+    fn matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        let ws: Vec<&WeightRef> = outs.iter().map(|o| o.0).collect();
+        let ys: Vec<Buf> = outs.iter().map(|o| o.1).collect();
+        let (ws, ys) = (&ws[..], &ys[..]);
         let k = ws.first().map_or(0, |w| w.row_len());
         let same_input = ws.iter().all(|w| w.row_len() == k && quant::vec_dot_type(w.ty()) == quant::vec_dot_type(ws[0].ty()));
         let distinct = ys.iter().enumerate().all(|(i, y)| *y != x && !ys[..i].contains(y));

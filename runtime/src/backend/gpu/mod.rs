@@ -17,6 +17,7 @@ pub mod materialize;
 pub mod ops;
 pub mod replay;
 pub mod selftest;
+pub mod selftest_replay;
 
 pub use backend::GpuBackend;
 pub use device::{DeviceBuffer, GpuDevice};
