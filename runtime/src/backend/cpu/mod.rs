@@ -421,9 +421,9 @@ impl Backend for CpuBackend {
         self.with_io(up, out, |uv, ov, pool| {
             let u = span(uv.unwrap_or(&[]), 0, n, "glu")?;
             let o = span_mut(ov, 0, n, "glu")?;
-            // SiLU's `exp` makes each element ~5 ns: split from a few thousand on.
-            let inline = if act == Glu::Silu { 1024 } else { INLINE_MAX };
-            let per = if n <= inline { n } else { n.div_ceil(2 * pool.threads()).max(512) };
+            // SiLU's `exp` and GELU's f16 round trips make each element a few ns: split
+            // from a thousand on.
+            let per = if n <= 1024 { n } else { n.div_ceil(2 * pool.threads()).max(512) };
             par_chunks(pool, o, per, &|i, o| ops::glu_inplace(o, &u[i * per..][..o.len()], act));
             Ok(())
         })
