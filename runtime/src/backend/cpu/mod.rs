@@ -51,8 +51,9 @@ pub struct CpuBackend {
     rope_memo: Option<(RopeKey, Vec<f32>, Vec<f32>)>,
 }
 
-/// What a rope table depends on: position, `n_rot`, base and scale bits, factors' address.
-type RopeKey = (u32, usize, u32, u32, usize);
+/// What a rope table depends on: position, `n_rot`, base and scale bits, the frequency
+/// factors' bits.
+type RopeKey = (u32, usize, u32, u32, Option<Vec<u32>>);
 
 impl CpuBackend {
     /// A backend running on `threads` threads (0: rayon's default).
@@ -335,7 +336,7 @@ impl Backend for CpuBackend {
         let mut v = self.take(x)?;
         let width = n_head * head_dim;
         if let [p] = *pos {
-            let key = (p, rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff.map_or(0, |f| f.as_ptr() as usize));
+            let key = (p, rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff.map(|f| f[..rope.n_rot / 2].iter().map(|x| x.to_bits()).collect()));
             let half = rope.n_rot / 2;
             let memo = match self.rope_memo.take() {
                 Some(m) if m.0 == key => m,
