@@ -478,3 +478,32 @@ impl Backend for CpuBackend {
         r
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::RopeMode;
+
+    /// One-position rope reuses its table only for the same position and parameters.
+    #[test]
+    fn rope_table_memo_never_goes_stale() {
+        let mut be = CpuBackend::new(2).unwrap();
+        let x: Vec<f32> = (0..16).map(|i| i as f32 * 0.25 - 1.0).collect();
+        let buf = be.alloc(16).unwrap();
+        let rope = |base: f32| Rope { mode: RopeMode::Neox, n_rot: 8, freq_base: base, freq_scale: 1.0, freq_factors: None };
+        let want = |p: u32, base: f32| {
+            let (mut c, mut s) = (vec![0.0; 4], vec![0.0; 4]);
+            ops::rope_table(p, 8, base, 1.0, None, &mut c, &mut s);
+            let mut y = x.clone();
+            y.chunks_exact_mut(8).for_each(|h| ops::rope_head(h, RopeMode::Neox, 8, &c, &s));
+            y
+        };
+        for (p, base) in [(3, 10000.0), (3, 10000.0), (3, 500.0), (4, 500.0), (3, 10000.0)] {
+            be.write(buf, &x).unwrap();
+            be.rope(buf, 2, 8, &[p], &rope(base)).unwrap();
+            let mut got = vec![0.0; 16];
+            be.read(buf, &mut got).unwrap();
+            assert_eq!(got, want(p, base), "pos {p} base {base}");
+        }
+    }
+}
