@@ -90,7 +90,7 @@ impl Model {
                 s.n_max
             )));
         }
-        let (e, ff) = (c.n_embd, c.n_ff);
+        let e = c.n_embd;
         let qd = c.n_head * c.head_dim_k;
 
         be.get_rows(&self.w(self.tok_embd), tokens, s.x)?;
@@ -146,9 +146,7 @@ impl Model {
 
             // Feed-forward block.
             be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.ffn_norm)), c.eps)?;
-            be.matmul(&self.w(ly.gate), s.xb, n, s.hb)?;
-            be.matmul(&self.w(ly.up), s.xb, n, s.hb2)?;
-            be.glu(s.hb, s.hb2, s.hb, n * ff, c.act)?;
+            be.matmul_glu(&self.w(ly.gate), &self.w(ly.up), s.xb, n, s.hb, s.hb2, c.act)?;
             be.matmul(&self.w(ly.down), s.hb, n, s.xb2)?;
             if let Some(pn) = ly.post_ffw_norm {
                 be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
