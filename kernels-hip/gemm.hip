@@ -5,7 +5,7 @@
 // act = SiLU (act 0) or GELU-tanh (act 1): the gate/up projections of one FFN from one
 // activation tile, the GLU in the epilogue.
 //
-// Block = 8 warps = a 128 (M) x BN (N) tile, BN = 64 or 16. Each K step of 64 elements:
+// Block = 8 warps = a 128 (M) x BN (N) tile, BN = 128, 64 or 16 (paired form: 64). Each K step of 64 elements:
 // every thread decodes 32 weights of one row (two 16-element halves of one sub-block pair
 // of a K-quant, whose scales it decodes once for both; or one whole 32-element block) into
 // shared memory as f16, and 4·BN/16 activations converted to f16; then each warp issues
@@ -22,6 +22,13 @@
 #define GB_M 128
 #define GB_K 64
 #define GB_LD 72 // padded row stride (u16): 144 bytes, 16-byte aligned, conflict-free ldmatrix
+// Two blocks per SM on NVIDIA for the register-heavy tiles (n128, paired): caps them at
+// 128 registers (measured faster than one block with no spills).
+#ifdef LODE_AMD
+#define LAUNCH_BOUNDS_2(n) LAUNCH_BOUNDS(n)
+#else
+#define LAUNCH_BOUNDS_2(n) __launch_bounds__(n, 2)
+#endif
 
 enum {
     T_Q4_0 = 0,
@@ -175,17 +182,17 @@ DEV void emit(const Raw& r, u16* dst, int ks, int c) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
             if (TYPE == T_Q8_0) {
-                a[i] = d * (float)(i8)byte_at(r.w, i);
-                b[i] = d * (float)(i8)byte_at(r.w, 16 + i);
+                a[i] = d * qf(byte_at(r.w, i) ^ 0x80, 128.0f);
+                b[i] = d * qf(byte_at(r.w, 16 + i) ^ 0x80, 128.0f);
             } else {
-                int lo = byte_at(r.w, i) & 15, hi = byte_at(r.w, i) >> 4;
+                u32 lo = byte_at(r.w, i) & 15, hi = byte_at(r.w, i) >> 4;
                 if (TYPE == T_Q5_0 || TYPE == T_Q5_1) {
                     lo |= ((r.w[9] >> i) & 1) << 4;
                     hi |= ((r.w[9] >> (i + 16)) & 1) << 4;
                 }
                 const float off = TYPE == T_Q4_0 ? 8.0f : TYPE == T_Q5_0 ? 16.0f : 0.0f;
-                a[i] = d * ((float)lo - off) + m;
-                b[i] = d * ((float)hi - off) + m;
+                a[i] = fma_f(d, qf(lo, off), m);
+                b[i] = fma_f(d, qf(hi, off), m);
             }
         }
         put16(dst + 32 * c, a);
@@ -201,7 +208,7 @@ DEV void emit(const Raw& r, u16* dst, int ks, int c) {
         const float d0 = d * sc0, n0 = dmin * m0, d1 = d * sc1, n1 = dmin * m1;
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
-            int lo, hi;
+            u32 lo, hi;
             if (TYPE == T_Q4_K_R64) {
                 // field bytes: element 2q (low nibble) | 2q + 1 (high); A in w[4..5], B in w[6..7].
                 lo = (byte_at(r.w + 4, i >> 1) >> (4 * (i & 1))) & 15;
@@ -217,8 +224,8 @@ DEV void emit(const Raw& r, u16* dst, int ks, int c) {
                     hi |= ((qh >> (2 * p + 1)) & 1) << 4;
                 }
             }
-            a[i] = d0 * (float)lo - n0;
-            b[i] = d1 * (float)hi - n1;
+            a[i] = fma_f(d0, qf(lo, 0.0f), -n0);
+            b[i] = fma_f(d1, qf(hi, 0.0f), -n1);
         }
     } else {
         // Q6_K: A = ql[64h + l] nibble (p & 1), B = ql[64h + 32 + l] same nibble;
@@ -229,10 +236,10 @@ DEV void emit(const Raw& r, u16* dst, int ks, int c) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
             const u32 qh = byte_at(r.w + 8, i);
-            const int qa = ((byte_at(r.w, i) >> sh) & 15) | (((qh >> (2 * gA)) & 3) << 4);
-            const int qb = ((byte_at(r.w + 4, i) >> sh) & 15) | (((qh >> (2 * gA + 2)) & 3) << 4);
-            a[i] = dA * (float)(qa - 32);
-            b[i] = dB * (float)(qb - 32);
+            const u32 qa = ((byte_at(r.w, i) >> sh) & 15) | (((qh >> (2 * gA)) & 3) << 4);
+            const u32 qb = ((byte_at(r.w + 4, i) >> sh) & 15) | (((qh >> (2 * gA + 2)) & 3) << 4);
+            a[i] = dA * qf(qa, 32.0f);
+            b[i] = dB * qf(qb, 32.0f);
         }
     }
     put16(dst + 16 * c, a);
@@ -382,7 +389,10 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
     KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n16(const u8* W, const float* X, float* Y, int M, int N, int K) {   \
         gemm_body<T, 16, false>(W, W, X, Y, M, N, K, 0);                                                             \
     }                                                                                                                \
-    KERNEL LAUNCH_BOUNDS(256) void gemm_glu_##NAME##_n64(const u8* G, const u8* U, const float* X, float* Y, int M, \
+    KERNEL LAUNCH_BOUNDS_2(256) void gemm_##NAME##_n128(const u8* W, const float* X, float* Y, int M, int N, int K) {  \
+        gemm_body<T, 128, false>(W, W, X, Y, M, N, K, 0);                                                            \
+    }                                                                                                                \
+    KERNEL LAUNCH_BOUNDS_2(256) void gemm_glu_##NAME##_n64(const u8* G, const u8* U, const float* X, float* Y, int M, \
                                                          int N, int K, int act) {                                    \
         gemm_body<T, 64, true>(G, U, X, Y, M, N, K, act);                                                            \
     }

@@ -94,8 +94,20 @@ DEV void frag_coord(int i, int lane, int* m, int* n) {
 }
 #endif
 
-// Two f32 -> two f16 bits packed low | high << 16.
+// Two f32 -> two f16 bits packed low | high << 16 (one cvt.rn.f16x2.f32 on NVIDIA).
+#ifdef LODE_AMD
 DEV u32 pack_h2(float a, float b) { return (u32)f2h(a) | ((u32)f2h(b) << 16); }
+#else
+DEV u32 pack_h2(float a, float b) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
+}
+#endif
+
+// (float)q - bias for a small unsigned integer q (< 2^23) without an int->float
+// conversion (those issue at a quarter of the FMA rate): 2^23 + q has q as its mantissa.
+DEV float qf(u32 q, float bias) { return __builtin_bit_cast(float, 0x4B000000u | q) - (8388608.0f + bias); }
 
 struct __attribute__((aligned(16))) mma_u4 { u32 x, y, z, w; };
 DEV void st_u4(u16* p, u32 a, u32 b, u32 c, u32 d) {

@@ -446,7 +446,7 @@ impl Backend for GpuBackend {
     fn matmul_glu(&mut self, gate: &WeightRef, up: &WeightRef, x: Buf, n_tok: usize, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
         let (ty, lay) = (gate.ty(), layout::canonical(gate.ty(), Consumer::Matrix, DeviceClass::Gpu));
         let same = up.ty() == ty && up.n_rows() == gate.n_rows() && up.row_len() == gate.row_len();
-        if !(self.gemm_prefill && same && prefill::use_gemm(ty, lay, n_tok) && n_tok >= 16) {
+        if !(self.gemm_prefill && same && prefill::use_glu(ty, lay, n_tok)) {
             self.matmul(gate, x, n_tok, out)?;
             self.matmul(up, x, n_tok, tmp)?;
             return self.glu(out, tmp, out, n_tok * gate.n_rows(), act);

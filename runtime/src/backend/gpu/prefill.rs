@@ -23,16 +23,16 @@ type R = Result<(), GpuError>;
 
 /// Every kernel of the `gemm` family (checked against the code objects by tests).
 pub const GEMM_KERNELS: &[&str] = &[
-    "gemm_q4_0_n64", "gemm_q4_0_n16", "gemm_glu_q4_0_n64",
-    "gemm_q4_1_n64", "gemm_q4_1_n16", "gemm_glu_q4_1_n64",
-    "gemm_q5_0_n64", "gemm_q5_0_n16", "gemm_glu_q5_0_n64",
-    "gemm_q5_1_n64", "gemm_q5_1_n16", "gemm_glu_q5_1_n64",
-    "gemm_q8_0_n64", "gemm_q8_0_n16", "gemm_glu_q8_0_n64",
-    "gemm_q4_K_n64", "gemm_q4_K_n16", "gemm_glu_q4_K_n64",
-    "gemm_q5_K_n64", "gemm_q5_K_n16", "gemm_glu_q5_K_n64",
-    "gemm_q6_K_n64", "gemm_q6_K_n16", "gemm_glu_q6_K_n64",
-    "gemm_q4_K_r64_n64", "gemm_q4_K_r64_n16", "gemm_glu_q4_K_r64_n64",
-    "gemm_q6_K_r64_n64", "gemm_q6_K_r64_n16", "gemm_glu_q6_K_r64_n64",
+    "gemm_q4_0_n64", "gemm_q4_0_n16", "gemm_glu_q4_0_n64", "gemm_q4_0_n128",
+    "gemm_q4_1_n64", "gemm_q4_1_n16", "gemm_glu_q4_1_n64", "gemm_q4_1_n128",
+    "gemm_q5_0_n64", "gemm_q5_0_n16", "gemm_glu_q5_0_n64", "gemm_q5_0_n128",
+    "gemm_q5_1_n64", "gemm_q5_1_n16", "gemm_glu_q5_1_n64", "gemm_q5_1_n128",
+    "gemm_q8_0_n64", "gemm_q8_0_n16", "gemm_glu_q8_0_n64", "gemm_q8_0_n128",
+    "gemm_q4_K_n64", "gemm_q4_K_n16", "gemm_glu_q4_K_n64", "gemm_q4_K_n128",
+    "gemm_q5_K_n64", "gemm_q5_K_n16", "gemm_glu_q5_K_n64", "gemm_q5_K_n128",
+    "gemm_q6_K_n64", "gemm_q6_K_n16", "gemm_glu_q6_K_n64", "gemm_q6_K_n128",
+    "gemm_q4_K_r64_n64", "gemm_q4_K_r64_n16", "gemm_glu_q4_K_r64_n64", "gemm_q4_K_r64_n128",
+    "gemm_q6_K_r64_n64", "gemm_q6_K_r64_n16", "gemm_glu_q6_K_r64_n64", "gemm_q6_K_r64_n128",
 ];
 
 /// Every kernel of the `flash_attn` family.
@@ -41,9 +41,9 @@ pub const FLASH_KERNELS: &[&str] = &["flash_attn_f16_d64", "flash_attn_f16_d128"
 /// Output rows per GEMM block.
 const TILE_M: usize = 128;
 
-/// The three kernels (n64, n16, glu n64) of a (type, layout), or None if the GEMM does not
-/// read that combination.
-fn names(ty: GgmlType, layout: Layout) -> Option<[&'static str; 3]> {
+/// The four kernels (n64, n16, glu n64, n128) of a (type, layout), or None if the GEMM does
+/// not read that combination.
+fn names(ty: GgmlType, layout: Layout) -> Option<[&'static str; 4]> {
     let i = match (ty, layout) {
         (GgmlType::Q4_0, Layout::Stored) => 0,
         (GgmlType::Q4_1, Layout::Stored) => 1,
@@ -57,7 +57,7 @@ fn names(ty: GgmlType, layout: Layout) -> Option<[&'static str; 3]> {
         (GgmlType::Q6_K, Layout::Row64) => 9,
         _ => return None,
     };
-    Some([GEMM_KERNELS[3 * i], GEMM_KERNELS[3 * i + 1], GEMM_KERNELS[3 * i + 2]])
+    Some([GEMM_KERNELS[4 * i], GEMM_KERNELS[4 * i + 1], GEMM_KERNELS[4 * i + 2], GEMM_KERNELS[4 * i + 3]])
 }
 
 /// Whether the GEMM reads `ty` weights held in `layout`.
@@ -69,23 +69,39 @@ struct Policy {
     gemm: bool,
     flash: bool,
     min_tokens: usize,
+    /// Token count from which the 128-token tile is used (0: never).
+    n128_from: usize,
+    /// Gate/up through the paired kernel.
+    fuse_glu: bool,
 }
 
 fn policy() -> &'static Policy {
     static P: OnceLock<Policy> = OnceLock::new();
     P.get_or_init(|| {
         let off = |k: &str| std::env::var(k).map(|v| v == "0").unwrap_or(false);
+        let num = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
         Policy {
             gemm: !off("LODE_GEMM"),
             flash: !off("LODE_FLASH"),
-            min_tokens: std::env::var("LODE_GEMM_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MIN_TOKENS).max(1),
+            min_tokens: num("LODE_GEMM_MIN", DEFAULT_MIN_TOKENS).max(1),
+            n128_from: num("LODE_GEMM_N128", DEFAULT_N128_FROM),
+            fuse_glu: num("LODE_GLU_FUSE", DEFAULT_FUSE_GLU as usize) != 0,
         }
     })
 }
 
 /// Below this many tokens decode's multi-column matvec serves the matmul (it reads the
 /// same weight copy; the crossover was measured on the H200, see BENCHMARKS.md).
-const DEFAULT_MIN_TOKENS: usize = 2;
+const DEFAULT_MIN_TOKENS: usize = 16;
+/// See [`Policy::n128_from`] (measured on the H200, BENCHMARKS.md).
+const DEFAULT_N128_FROM: usize = 256;
+/// See [`Policy::fuse_glu`] (measured on the H200, BENCHMARKS.md).
+const DEFAULT_FUSE_GLU: bool = false;
+
+/// Whether gate/up of `n_tok` tokens should go through the paired kernel.
+pub fn use_glu(ty: GgmlType, layout: Layout, n_tok: usize) -> bool {
+    policy().fuse_glu && use_gemm(ty, layout, n_tok)
+}
 
 /// Whether a matmul of `n_tok` tokens over `ty`/`layout` weights goes to the GEMM.
 pub fn use_gemm(ty: GgmlType, layout: Layout, n_tok: usize) -> bool {
@@ -110,9 +126,13 @@ fn i(v: usize) -> KArg {
     KArg::I32(v as i32)
 }
 
-/// Token tile for n tokens: 16 below 48 tokens (less padding), else 64.
-fn tile_n(n: usize) -> usize {
-    if n < 48 {
+/// Token tile for n tokens and m rows: 16 for few tokens (less padding; also up to 64
+/// tokens when m is small, for more blocks), 128 from `n128_from`, else 64.
+fn tile_n(n: usize, m: usize) -> usize {
+    let p = policy();
+    if p.n128_from > 0 && n >= p.n128_from {
+        128
+    } else if n < 48 || (n <= 64 && m < 8192) {
         16
     } else {
         64
@@ -123,10 +143,10 @@ fn tile_n(n: usize) -> usize {
 /// w: [m, k] of `ty` in `layout`; x: [n, k] f32; y: [n, m] f32.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize) -> R {
-    gemm_tiled(d, w, ty, layout, m, k, x, y, n, tile_n(n))
+    gemm_tiled(d, w, ty, layout, m, k, x, y, n, tile_n(n, m))
 }
 
-/// [`gemm`] with an explicit token tile (16 or 64); the kernel bench times both.
+/// [`gemm`] with an explicit token tile (16, 64 or 128); the kernel bench times them.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_tiled(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize, bn: usize) -> R {
     let nm = names(ty, layout).ok_or_else(|| GpuError::Unsupported(format!("gemm of {ty} weights in the {} layout", layout.name(ty))))?;
@@ -134,7 +154,11 @@ pub fn gemm_tiled(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: us
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let (name, bn) = if bn == 16 { (nm[1], 16) } else { (nm[0], 64) };
+    let (name, bn) = match bn {
+        16 => (nm[1], 16),
+        128 => (nm[3], 128),
+        _ => (nm[0], 64),
+    };
     let grid = [m.div_ceil(TILE_M) as u32, n.div_ceil(bn) as u32, 1];
     d.launch(name, grid, [256, 1, 1], &[KArg::Ptr(w), KArg::Ptr(x), KArg::Ptr(y), i(m), i(n), i(k)])?;
     Ok(())
@@ -192,12 +216,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_type_has_three_distinct_kernels() {
+    fn every_type_has_four_distinct_kernels() {
         for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
             let n = names(ty, Layout::Stored).unwrap();
             let t = ty.name().to_lowercase();
             assert!(n.iter().all(|s| s.to_lowercase().contains(&t)), "{ty}: {n:?}");
-            assert!(n[0].ends_with("_n64") && n[1].ends_with("_n16") && n[2].starts_with("gemm_glu_"));
+            assert!(n[0].ends_with("_n64") && n[1].ends_with("_n16") && n[2].starts_with("gemm_glu_") && n[3].ends_with("_n128"));
         }
         assert!(names(GgmlType::Q4_K, Layout::Row64).unwrap()[0].contains("r64"));
         assert!(!gemm_supports(GgmlType::Q8_0, Layout::Row64));

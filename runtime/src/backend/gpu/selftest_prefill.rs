@@ -271,7 +271,10 @@ impl PrefillTarget for GpuPrefill<'_> {
         let wb = self.weights(w, ty, layout, rows, k)?;
         let xb = d.upload_f32(x)?;
         let yb = self.out_buf(n * rows * 4)?;
-        prefill::gemm(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n)?;
+        // Every token tile meets every token count (the dispatch alone would give each
+        // tile only its own range of n).
+        let tile = [16, 64, 128][(rows + n) % 3];
+        prefill::gemm_tiled(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n, tile)?;
         Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
     }
     fn gemm_glu(&self, g: &[u8], u: &[u8], ty: GgmlType, layout: Layout, rows: usize, k: usize, x: &[f32], n: usize, gelu: bool) -> Out<Vec<f32>> {
@@ -345,6 +348,12 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
                 let other = if n < 48 { 64 } else { 16 };
                 let ms2 = time_ms(dev, reps, || prefill::gemm_tiled(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, other))?;
                 line.push_str(&format!("  (tile n{other}: {:.1} us)", ms2 * 1e3));
+            }
+            if n >= 512 {
+                for other in [64usize, 128] {
+                    let ms2 = time_ms(dev, reps, || prefill::gemm_tiled(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, other))?;
+                    line.push_str(&format!("  (tile n{other}: {:.1} us {:.1} TFLOP/s)", ms2 * 1e3, 2.0 * (m * k * n) as f64 / ms2 / 1e9));
+                }
             }
             if n == 16 {
                 let ms3 = time_ms(dev, reps, || {
