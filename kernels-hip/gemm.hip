@@ -5,7 +5,8 @@
 // act = SiLU (act 0) or GELU-tanh (act 1): the gate/up projections of one FFN from one
 // activation tile, the GLU in the epilogue.
 //
-// Block = 8 warps = a 128 (M) x BN (N) tile, BN = 128, 64 or 16 (paired form: 64). Each K step of 64 elements:
+// Block = BM / 16 warps = a BM (M) x BN (N) tile: BM = 128 with BN = 128, 64 or 16 (paired
+// form: 64), or BM = 64 with BN = 64 (`_m64`: twice the blocks for shapes with few rows). Each K step of 64 elements:
 // every thread decodes 32 weights of one row (two 16-element halves of one sub-block pair
 // of a K-quant, whose scales it decodes once for both; or one whole 32-element block) into
 // shared memory as f16, and 4·BN/16 activations converted to f16; then each warp issues
@@ -15,11 +16,10 @@
 // outside this tile.
 // Any M and N work (rows past M / tokens past N are zero-filled and never stored); K is
 // whole blocks of the type (a multiple of 256 for K-quants, 32 otherwise).
-// grid (ceil(M / 128), ceil(N / BN)), block 256.
+// grid (ceil(M / BM), ceil(N / BN)), block 2 BM.
 #include "common.h"
 #include "mma.h"
 
-#define GB_M 128
 #define GB_K 64
 #define GB_LD 72 // padded row stride (u16): 144 bytes, 16-byte aligned, conflict-free ldmatrix
 // Two blocks per SM on NVIDIA for the register-heavy tiles (n128, paired): caps them at
@@ -58,6 +58,16 @@ DEV void ld16(u32* d, const u8* p) {
 DEV void ld16_a2(u32* d, const u8* p) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) d[i] = ld_u32_a2(p + 4 * i);
+}
+// 16 bytes from a 2-byte aligned address: four 4-byte loads where it is 4-byte aligned
+// (half the blocks of the odd-sized types; uniform across a warp for even block counts).
+DEV void ld16_a24(u32* d, const u8* p) {
+    if (((u64)p & 3) == 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) d[i] = ld_u32(p + 4 * i);
+    } else {
+        ld16_a2(d, p);
+    }
 }
 DEV u32 byte_at(const u32* w, int i) { return (w[i >> 2] >> (8 * (i & 3))) & 0xff; }
 
@@ -99,8 +109,8 @@ DEV void load_raw(Raw& r, const u8* W, int row, int K, int ks, int c) {
         const u8* b = W + ((u64)row * kb + bi) * BB;
         if (TYPE == T_Q8_0) {
             r.w[8] = ld_u16(b);
-            ld16_a2(r.w, b + 2);
-            ld16_a2(r.w + 4, b + 18);
+            ld16_a24(r.w, b + 2);
+            ld16_a24(r.w + 4, b + 18);
         } else {
             const int qoff = TYPE == T_Q4_0 ? 2 : TYPE == T_Q4_1 ? 4 : TYPE == T_Q5_0 ? 6 : 8;
             r.w[8] = (TYPE == T_Q4_1 || TYPE == T_Q5_1) ? ld_u32(b) : (u32)ld_u16(b);
@@ -110,7 +120,7 @@ DEV void load_raw(Raw& r, const u8* W, int row, int K, int ks, int c) {
 #pragma unroll
                 for (int i = 0; i < 4; ++i) r.w[i] = ld_u32(b + qoff + 4 * i);
             } else {
-                ld16_a2(r.w, b + qoff);
+                ld16_a24(r.w, b + qoff);
             }
         }
         return;
@@ -137,9 +147,9 @@ DEV void load_raw(Raw& r, const u8* W, int row, int K, int ks, int c) {
         const int h = p >> 1, gA = 2 * (p & 1);
         if (TYPE == T_Q6_K) {
             const u8* b = W + ((u64)row * nsb + sb) * BB;
-            ld16_a2(r.w, b + 64 * h + 16 * c);
-            ld16_a2(r.w + 4, b + 64 * h + 32 + 16 * c);
-            ld16_a2(r.w + 8, b + 128 + 32 * h + 16 * c);
+            ld16_a24(r.w, b + 64 * h + 16 * c);
+            ld16_a24(r.w + 4, b + 64 * h + 32 + 16 * c);
+            ld16_a24(r.w + 8, b + 128 + 32 * h + 16 * c);
             const u8* S = b + 192 + 8 * h + c;
             r.w[12] = (u32)S[2 * gA] | ((u32)S[2 * gA + 2] << 8);
             r.w[13] = ld_u16(b + 208);
@@ -246,14 +256,14 @@ DEV void emit(const Raw& r, u16* dst, int ks, int c) {
     put16(dst + 32 + 16 * c, b);
 }
 
-// Activations of one K step: BN rows x 64, SEG = BN / 4 floats per thread.
-template <int BN>
+// Activations of one K step: BN rows x 64, SEG = 64 BN / threads floats per thread.
+template <int SEG>
 struct XRaw {
-    float v[BN / 4];
+    float v[SEG];
 };
-template <int BN>
-DEV void load_x(XRaw<BN>& x, const float* X, int N, int K, int n0, int ks) {
-    constexpr int SEG = BN / 4, TPR = 64 / SEG;
+template <int SEG>
+DEV void load_x(XRaw<SEG>& x, const float* X, int N, int K, int n0, int ks) {
+    constexpr int TPR = 64 / SEG;
     const int t = tid_x(), n = n0 + t / TPR, k = ks * GB_K + (t % TPR) * SEG;
     const float* p = X + (u64)n * K + k;
     if (n < N && k + SEG <= K) {
@@ -267,9 +277,9 @@ DEV void load_x(XRaw<BN>& x, const float* X, int N, int K, int n0, int ks) {
         for (int i = 0; i < SEG; ++i) x.v[i] = (n < N && k + i < K) ? p[i] : 0.0f;
     }
 }
-template <int BN>
-DEV void store_x(const XRaw<BN>& x, u16* sX) {
-    constexpr int SEG = BN / 4, TPR = 64 / SEG;
+template <int SEG>
+DEV void store_x(const XRaw<SEG>& x, u16* sX) {
+    constexpr int TPR = 64 / SEG;
     const int t = tid_x();
     u16* d = sX + (t / TPR) * GB_LD + (t % TPR) * SEG;
     if constexpr (SEG >= 8) {
@@ -284,17 +294,19 @@ DEV void store_x(const XRaw<BN>& x, u16* sX) {
     }
 }
 
-template <int TYPE, int BN, bool GLU>
+template <int TYPE, int BM, int BN, bool GLU>
 DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, int N, int K, int act) {
-    constexpr int WN = BN >= 32 ? BN / 32 : 1; // warps along N
-    constexpr int WM = 8 / WN;                  // warps along M
-    constexpr int FM = GB_M / (16 * WM), FN = BN / (16 * WN);
-    __shared__ __attribute__((aligned(16))) u16 sW[GB_M * GB_LD];
-    __shared__ __attribute__((aligned(16))) u16 sW2[GLU ? GB_M * GB_LD : 8];
+    constexpr int NT = 2 * BM, NWARP = NT / 32;       // two threads per weight row
+    constexpr int WN = BN >= 32 ? BN / 32 : 1;         // warps along N
+    constexpr int WM = NWARP / WN;                     // warps along M
+    constexpr int FM = BM / (16 * WM), FN = BN / (16 * WN);
+    constexpr int SEG = BN * GB_K / NT;                // activations per thread and step
+    __shared__ __attribute__((aligned(16))) u16 sW[BM * GB_LD];
+    __shared__ __attribute__((aligned(16))) u16 sW2[GLU ? BM * GB_LD : 8];
     __shared__ __attribute__((aligned(16))) u16 sX[BN * GB_LD];
     const int t = tid_x(), lane = t & 31, warp = t >> 5;
     const int wm = warp % WM, wn = warp / WM;
-    const int m0 = bid_x() * GB_M, n0 = bid_y() * BN;
+    const int m0 = bid_x() * BM, n0 = bid_y() * BN;
     const int r = t >> 1, c = t & 1, row = m0 + r;
     const bool live = row < M;
     const int nks = (K + GB_K - 1) / GB_K;
@@ -309,12 +321,12 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
         }
 
     Raw raw, raw2;
-    XRaw<BN> xr;
+    XRaw<SEG> xr;
     if (live) {
         load_raw<TYPE>(raw, W, row, K, 0, c);
         if (GLU) load_raw<TYPE>(raw2, W2, row, K, 0, c);
     }
-    load_x<BN>(xr, X, N, K, n0, 0);
+    load_x<SEG>(xr, X, N, K, n0, 0);
     for (int ks = 0; ks < nks; ++ks) {
         u16* dst = sW + r * GB_LD;
         if (live) {
@@ -331,14 +343,14 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
                 put16(sW2 + r * GB_LD + 32 * c + 16, z);
             }
         }
-        store_x<BN>(xr, sX);
+        store_x<SEG>(xr, sX);
         sync();
         if (ks + 1 < nks) {
             if (live) {
                 load_raw<TYPE>(raw, W, row, K, ks + 1, c);
                 if (GLU) load_raw<TYPE>(raw2, W2, row, K, ks + 1, c);
             }
-            load_x<BN>(xr, X, N, K, n0, ks + 1);
+            load_x<SEG>(xr, X, N, K, n0, ks + 1);
         }
 #pragma unroll
         for (int kk = 0; kk < GB_K / 16; ++kk) {
@@ -384,17 +396,20 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
 
 #define GEMM_KERNELS(NAME, T)                                                                                        \
     KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n64(const u8* W, const float* X, float* Y, int M, int N, int K) {   \
-        gemm_body<T, 64, false>(W, W, X, Y, M, N, K, 0);                                                             \
+        gemm_body<T, 128, 64, false>(W, W, X, Y, M, N, K, 0);                                                             \
     }                                                                                                                \
     KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n16(const u8* W, const float* X, float* Y, int M, int N, int K) {   \
-        gemm_body<T, 16, false>(W, W, X, Y, M, N, K, 0);                                                             \
+        gemm_body<T, 128, 16, false>(W, W, X, Y, M, N, K, 0);                                                             \
     }                                                                                                                \
     KERNEL LAUNCH_BOUNDS_2(256) void gemm_##NAME##_n128(const u8* W, const float* X, float* Y, int M, int N, int K) {  \
-        gemm_body<T, 128, false>(W, W, X, Y, M, N, K, 0);                                                            \
+        gemm_body<T, 128, 128, false>(W, W, X, Y, M, N, K, 0);                                                            \
+    }                                                                                                                \
+    KERNEL LAUNCH_BOUNDS(128) void gemm_##NAME##_m64(const u8* W, const float* X, float* Y, int M, int N, int K) {   \
+        gemm_body<T, 64, 64, false>(W, W, X, Y, M, N, K, 0);                                                         \
     }                                                                                                                \
     KERNEL LAUNCH_BOUNDS_2(256) void gemm_glu_##NAME##_n64(const u8* G, const u8* U, const float* X, float* Y, int M, \
                                                          int N, int K, int act) {                                    \
-        gemm_body<T, 64, true>(G, U, X, Y, M, N, K, act);                                                            \
+        gemm_body<T, 128, 64, true>(G, U, X, Y, M, N, K, act);                                                            \
     }
 
 GEMM_KERNELS(q4_0, T_Q4_0)

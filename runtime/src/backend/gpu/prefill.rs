@@ -23,16 +23,16 @@ type R = Result<(), GpuError>;
 
 /// Every kernel of the `gemm` family (checked against the code objects by tests).
 pub const GEMM_KERNELS: &[&str] = &[
-    "gemm_q4_0_n64", "gemm_q4_0_n16", "gemm_glu_q4_0_n64", "gemm_q4_0_n128",
-    "gemm_q4_1_n64", "gemm_q4_1_n16", "gemm_glu_q4_1_n64", "gemm_q4_1_n128",
-    "gemm_q5_0_n64", "gemm_q5_0_n16", "gemm_glu_q5_0_n64", "gemm_q5_0_n128",
-    "gemm_q5_1_n64", "gemm_q5_1_n16", "gemm_glu_q5_1_n64", "gemm_q5_1_n128",
-    "gemm_q8_0_n64", "gemm_q8_0_n16", "gemm_glu_q8_0_n64", "gemm_q8_0_n128",
-    "gemm_q4_K_n64", "gemm_q4_K_n16", "gemm_glu_q4_K_n64", "gemm_q4_K_n128",
-    "gemm_q5_K_n64", "gemm_q5_K_n16", "gemm_glu_q5_K_n64", "gemm_q5_K_n128",
-    "gemm_q6_K_n64", "gemm_q6_K_n16", "gemm_glu_q6_K_n64", "gemm_q6_K_n128",
-    "gemm_q4_K_r64_n64", "gemm_q4_K_r64_n16", "gemm_glu_q4_K_r64_n64", "gemm_q4_K_r64_n128",
-    "gemm_q6_K_r64_n64", "gemm_q6_K_r64_n16", "gemm_glu_q6_K_r64_n64", "gemm_q6_K_r64_n128",
+    "gemm_q4_0_n64", "gemm_q4_0_n16", "gemm_glu_q4_0_n64", "gemm_q4_0_n128", "gemm_q4_0_m64",
+    "gemm_q4_1_n64", "gemm_q4_1_n16", "gemm_glu_q4_1_n64", "gemm_q4_1_n128", "gemm_q4_1_m64",
+    "gemm_q5_0_n64", "gemm_q5_0_n16", "gemm_glu_q5_0_n64", "gemm_q5_0_n128", "gemm_q5_0_m64",
+    "gemm_q5_1_n64", "gemm_q5_1_n16", "gemm_glu_q5_1_n64", "gemm_q5_1_n128", "gemm_q5_1_m64",
+    "gemm_q8_0_n64", "gemm_q8_0_n16", "gemm_glu_q8_0_n64", "gemm_q8_0_n128", "gemm_q8_0_m64",
+    "gemm_q4_K_n64", "gemm_q4_K_n16", "gemm_glu_q4_K_n64", "gemm_q4_K_n128", "gemm_q4_K_m64",
+    "gemm_q5_K_n64", "gemm_q5_K_n16", "gemm_glu_q5_K_n64", "gemm_q5_K_n128", "gemm_q5_K_m64",
+    "gemm_q6_K_n64", "gemm_q6_K_n16", "gemm_glu_q6_K_n64", "gemm_q6_K_n128", "gemm_q6_K_m64",
+    "gemm_q4_K_r64_n64", "gemm_q4_K_r64_n16", "gemm_glu_q4_K_r64_n64", "gemm_q4_K_r64_n128", "gemm_q4_K_r64_m64",
+    "gemm_q6_K_r64_n64", "gemm_q6_K_r64_n16", "gemm_glu_q6_K_r64_n64", "gemm_q6_K_r64_n128", "gemm_q6_K_r64_m64",
 ];
 
 /// Every kernel of the `flash_attn` family.
@@ -41,9 +41,9 @@ pub const FLASH_KERNELS: &[&str] = &["flash_attn_f16_d64", "flash_attn_f16_d128"
 /// Output rows per GEMM block.
 const TILE_M: usize = 128;
 
-/// The four kernels (n64, n16, glu n64, n128) of a (type, layout), or None if the GEMM does
-/// not read that combination.
-fn names(ty: GgmlType, layout: Layout) -> Option<[&'static str; 4]> {
+/// The five kernels (128x64, 128x16, paired 128x64, 128x128, 64x64 tiles) of a (type,
+/// layout), or None if the GEMM does not read that combination.
+fn names(ty: GgmlType, layout: Layout) -> Option<[&'static str; 5]> {
     let i = match (ty, layout) {
         (GgmlType::Q4_0, Layout::Stored) => 0,
         (GgmlType::Q4_1, Layout::Stored) => 1,
@@ -57,7 +57,8 @@ fn names(ty: GgmlType, layout: Layout) -> Option<[&'static str; 4]> {
         (GgmlType::Q6_K, Layout::Row64) => 9,
         _ => return None,
     };
-    Some([GEMM_KERNELS[4 * i], GEMM_KERNELS[4 * i + 1], GEMM_KERNELS[4 * i + 2], GEMM_KERNELS[4 * i + 3]])
+    let k = &GEMM_KERNELS[5 * i..5 * i + 5];
+    Some([k[0], k[1], k[2], k[3], k[4]])
 }
 
 /// Whether the GEMM reads `ty` weights held in `layout`.
@@ -94,9 +95,13 @@ fn policy() -> &'static Policy {
 /// same weight copy; the crossover was measured on the H200, see BENCHMARKS.md).
 const DEFAULT_MIN_TOKENS: usize = 16;
 /// See [`Policy::n128_from`] (measured on the H200, BENCHMARKS.md).
-const DEFAULT_N128_FROM: usize = 256;
-/// See [`Policy::fuse_glu`] (measured on the H200, BENCHMARKS.md).
-const DEFAULT_FUSE_GLU: bool = false;
+/// (Off: with 128 registers it spills and ran 20-35 % slower than the 64-token tile.)
+const DEFAULT_N128_FROM: usize = 0;
+/// See [`Policy::fuse_glu`] (measured on the H200, BENCHMARKS.md: pp2048 +3 % on qwen3-4b).
+const DEFAULT_FUSE_GLU: bool = true;
+/// Below this many 128 x 64 blocks (about two per SM of an H200) the 64 x 64 tile is
+/// used instead, for twice the blocks.
+const FEW_BLOCKS: usize = 256;
 
 /// Whether gate/up of `n_tok` tokens should go through the paired kernel.
 pub fn use_glu(ty: GgmlType, layout: Layout, n_tok: usize) -> bool {
@@ -127,17 +132,23 @@ fn i(v: usize) -> KArg {
 }
 
 /// Token tile for n tokens and m rows: 16 for few tokens (less padding; also up to 64
-/// tokens when m is small, for more blocks), 128 from `n128_from`, else 64.
+/// tokens when m is small, for more blocks), 128 from `n128_from`, else 64 — with 64-row
+/// blocks (tile code 6464) when 128-row ones would be too few to fill the GPU.
 fn tile_n(n: usize, m: usize) -> usize {
     let p = policy();
     if p.n128_from > 0 && n >= p.n128_from {
         128
     } else if n < 48 || (n <= 64 && m < 8192) {
         16
+    } else if m.div_ceil(TILE_M) * n.div_ceil(64) < FEW_BLOCKS {
+        M64
     } else {
         64
     }
 }
+
+/// Tile code of the 64-row x 64-token blocks.
+pub const M64: usize = 6464;
 
 /// y[t][r] = Σ_k W[r][k]·x[t][k].
 /// w: [m, k] of `ty` in `layout`; x: [n, k] f32; y: [n, m] f32.
@@ -146,7 +157,8 @@ pub fn gemm(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k
     gemm_tiled(d, w, ty, layout, m, k, x, y, n, tile_n(n, m))
 }
 
-/// [`gemm`] with an explicit token tile (16, 64 or 128); the kernel bench times them.
+/// [`gemm`] with an explicit token tile (16, 64, 128, or [`M64`] for 64 x 64 blocks); the
+/// kernel bench and the selftest use every one.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_tiled(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize, bn: usize) -> R {
     let nm = names(ty, layout).ok_or_else(|| GpuError::Unsupported(format!("gemm of {ty} weights in the {} layout", layout.name(ty))))?;
@@ -154,13 +166,14 @@ pub fn gemm_tiled(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: us
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let (name, bn) = match bn {
-        16 => (nm[1], 16),
-        128 => (nm[3], 128),
-        _ => (nm[0], 64),
+    let (name, bm, bn) = match bn {
+        16 => (nm[1], TILE_M, 16),
+        128 => (nm[3], TILE_M, 128),
+        M64 => (nm[4], 64, 64),
+        _ => (nm[0], TILE_M, 64),
     };
-    let grid = [m.div_ceil(TILE_M) as u32, n.div_ceil(bn) as u32, 1];
-    d.launch(name, grid, [256, 1, 1], &[KArg::Ptr(w), KArg::Ptr(x), KArg::Ptr(y), i(m), i(n), i(k)])?;
+    let grid = [m.div_ceil(bm) as u32, n.div_ceil(bn) as u32, 1];
+    d.launch(name, grid, [2 * bm as u32, 1, 1], &[KArg::Ptr(w), KArg::Ptr(x), KArg::Ptr(y), i(m), i(n), i(k)])?;
     Ok(())
 }
 
@@ -216,12 +229,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_type_has_four_distinct_kernels() {
+    fn every_type_has_five_distinct_kernels() {
         for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
             let n = names(ty, Layout::Stored).unwrap();
             let t = ty.name().to_lowercase();
             assert!(n.iter().all(|s| s.to_lowercase().contains(&t)), "{ty}: {n:?}");
-            assert!(n[0].ends_with("_n64") && n[1].ends_with("_n16") && n[2].starts_with("gemm_glu_") && n[3].ends_with("_n128"));
+            assert!(n[0].ends_with("_n64") && n[1].ends_with("_n16") && n[2].starts_with("gemm_glu_") && n[3].ends_with("_n128") && n[4].ends_with("_m64"));
         }
         assert!(names(GgmlType::Q4_K, Layout::Row64).unwrap()[0].contains("r64"));
         assert!(!gemm_supports(GgmlType::Q8_0, Layout::Row64));

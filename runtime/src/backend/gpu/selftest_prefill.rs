@@ -273,7 +273,7 @@ impl PrefillTarget for GpuPrefill<'_> {
         let yb = self.out_buf(n * rows * 4)?;
         // Every token tile meets every token count (the dispatch alone would give each
         // tile only its own range of n).
-        let tile = [16, 64, 128][(rows + n) % 3];
+        let tile = [16, 64, 128, prefill::M64][(rows + n) % 4];
         prefill::gemm_tiled(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n, tile)?;
         Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
     }
@@ -350,9 +350,9 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
                 line.push_str(&format!("  (tile n{other}: {:.1} us)", ms2 * 1e3));
             }
             if n >= 512 {
-                for other in [64usize, 128] {
+                for other in [64usize, prefill::M64] {
                     let ms2 = time_ms(dev, reps, || prefill::gemm_tiled(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, other))?;
-                    line.push_str(&format!("  (tile n{other}: {:.1} us {:.1} TFLOP/s)", ms2 * 1e3, 2.0 * (m * k * n) as f64 / ms2 / 1e9));
+                    line.push_str(&format!("  (tile {}: {:.1} us {:.1} TFLOP/s)", if other == prefill::M64 { "64x64".to_string() } else { format!("n{other}") }, ms2 * 1e3, 2.0 * (m * k * n) as f64 / ms2 / 1e9));
                 }
             }
             if n == 16 {
