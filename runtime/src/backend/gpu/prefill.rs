@@ -99,9 +99,10 @@ const DEFAULT_MIN_TOKENS: usize = 16;
 const DEFAULT_N128_FROM: usize = 0;
 /// See [`Policy::fuse_glu`] (measured on the H200, BENCHMARKS.md: pp2048 +3 % on qwen3-4b).
 const DEFAULT_FUSE_GLU: bool = true;
-/// Below this many 128 x 64 blocks (about two per SM of an H200) the 64 x 64 tile is
-/// used instead, for twice the blocks.
-const FEW_BLOCKS: usize = 256;
+/// Below this many 128 x 64 blocks the 64 x 64 tile is used instead, for twice the
+/// blocks. 0 (never): on the H200 the 64 x 64 tile ran 0.55-0.75x the 128 x 64 one on
+/// every preset shape except the 1024-row K/V projections at 512 tokens (+9 %).
+const FEW_BLOCKS: usize = 0;
 
 /// Whether gate/up of `n_tok` tokens should go through the paired kernel.
 pub fn use_glu(ty: GgmlType, layout: Layout, n_tok: usize) -> bool {
