@@ -56,7 +56,11 @@ struct FragB { u32 r[4]; };
 struct FragC { float v[8]; };
 
 DEV int mma_lane() { return threadIdx.x & 31; }
-DEV u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+DEV u32 smem_addr(const void* p) {
+    u64 a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (u32)a;
+}
 // ldmatrix.x4: lanes 8q..8q+7 give the row addresses of 8x8 matrix q.
 DEV void frag_a(FragA& a, const u16* s, int ld) {
     const int l = mma_lane();
