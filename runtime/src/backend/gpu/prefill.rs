@@ -9,8 +9,9 @@
 //! into shared memory inside the kernel).
 //!
 //! Environment: `LODE_GEMM=0` turns the GEMM off (prefill then runs decode's 8-column
-//! matvec), `LODE_FLASH=0` the flash attention, `LODE_GEMM_MIN=N` sets the smallest token
-//! count sent to the GEMM.
+//! matvec), `LODE_FLASH=0` the flash attention, `LODE_GLU_FUSE=0` the paired gate/up,
+//! `LODE_GEMM_MIN=N` sets the smallest token count sent to the GEMM (default 32),
+//! `LODE_GEMM_N128=N` the token count from which the 128-token tile is used (default never).
 
 use super::driver::{DevPtr, KArg};
 use super::ops::Launch;
@@ -92,8 +93,10 @@ fn policy() -> &'static Policy {
 }
 
 /// Below this many tokens decode's multi-column matvec serves the matmul (it reads the
-/// same weight copy; the crossover was measured on the H200, see BENCHMARKS.md).
-const DEFAULT_MIN_TOKENS: usize = 16;
+/// same weight copy). H200, kernel bench: at 16 tokens the matvec (8 columns per launch)
+/// won on 4 of 6 qwen3-4b shapes, by up to 2.2x; the GEMM is flat up to 64 tokens while the
+/// matvec grows with every 8, so they cross at about 32 (BENCHMARKS.md).
+const DEFAULT_MIN_TOKENS: usize = 32;
 /// See [`Policy::n128_from`] (measured on the H200, BENCHMARKS.md).
 /// (Off: with 128 registers it spills and ran 20-35 % slower than the 64-token tile.)
 const DEFAULT_N128_FROM: usize = 0;
