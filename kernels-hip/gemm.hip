@@ -16,7 +16,8 @@
 // outside this tile.
 // Any M and N work (rows past M / tokens past N are zero-filled and never stored); K is
 // whole blocks of the type (a multiple of 256 for K-quants, 32 otherwise).
-// grid (ceil(M / BM), ceil(N / BN)), block 2 BM.
+// grid (ceil(M / BM), ceil(N / BN), ksplit), block 2 BM. ksplit = 2 splits the K steps in
+// two halves that add into a zeroed Y (more blocks for shapes with few output tiles).
 #include "common.h"
 #include "mma.h"
 
@@ -294,8 +295,16 @@ DEV void store_x(const XRaw<SEG>& x, u16* sX) {
     }
 }
 
+DEV void atomic_add_f32(float* p, float v) {
+#ifdef LODE_AMD
+    __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+    atomicAdd(p, v);
+#endif
+}
+
 template <int TYPE, int BM, int BN, bool GLU>
-DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, int N, int K, int act) {
+DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, int N, int K, int act, int ksplit) {
     constexpr int NT = 2 * BM, NWARP = NT / 32;       // two threads per weight row
     constexpr int WN = BN >= 32 ? BN / 32 : 1;         // warps along N
     constexpr int WM = NWARP / WN;                     // warps along M
@@ -309,7 +318,12 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
     const int m0 = bid_x() * BM, n0 = bid_y() * BN;
     const int r = t >> 1, c = t & 1, row = m0 + r;
     const bool live = row < M;
-    const int nks = (K + GB_K - 1) / GB_K;
+    // K steps [kb0, kb1) of this block: all of them, or part bid_z() of `ksplit` (split-K:
+    // the parts add into Y, which the caller zeroed; with two parts the sum is exact-order
+    // independent, 0 + a + b == 0 + b + a).
+    const int nks_all = (K + GB_K - 1) / GB_K, per = (nks_all + ksplit - 1) / ksplit;
+    const int kb0 = bid_z() * per, nks = kb0 + per < nks_all ? kb0 + per : nks_all;
+    if (kb0 >= nks) return;
 
     FragC acc[FM][FN], acc2[GLU ? FM : 1][GLU ? FN : 1];
 #pragma unroll
@@ -323,11 +337,11 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
     Raw raw, raw2;
     XRaw<SEG> xr;
     if (live) {
-        load_raw<TYPE>(raw, W, row, K, 0, c);
-        if (GLU) load_raw<TYPE>(raw2, W2, row, K, 0, c);
+        load_raw<TYPE>(raw, W, row, K, kb0, c);
+        if (GLU) load_raw<TYPE>(raw2, W2, row, K, kb0, c);
     }
-    load_x<SEG>(xr, X, N, K, n0, 0);
-    for (int ks = 0; ks < nks; ++ks) {
+    load_x<SEG>(xr, X, N, K, n0, kb0);
+    for (int ks = kb0; ks < nks; ++ks) {
         u16* dst = sW + r * GB_LD;
         if (live) {
             emit<TYPE>(raw, dst, ks, c);
@@ -389,28 +403,39 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
                         const float u = acc2[GLU ? i : 0][GLU ? j : 0].v[e];
                         v = (act ? gelu_tanh_f(v) : silu_f(v)) * u;
                     }
-                    Y[(u64)n * M + m] = v;
+                    if (ksplit > 1) atomic_add_f32(Y + (u64)n * M + m, v);
+                    else Y[(u64)n * M + m] = v;
                 }
             }
 }
 
-#define GEMM_KERNELS(NAME, T)                                                                                        \
-    KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n64(const u8* W, const float* X, float* Y, int M, int N, int K) {   \
-        gemm_body<T, 128, 64, false>(W, W, X, Y, M, N, K, 0);                                                             \
-    }                                                                                                                \
-    KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n16(const u8* W, const float* X, float* Y, int M, int N, int K) {   \
-        gemm_body<T, 128, 16, false>(W, W, X, Y, M, N, K, 0);                                                             \
-    }                                                                                                                \
-    KERNEL LAUNCH_BOUNDS_2(256) void gemm_##NAME##_n128(const u8* W, const float* X, float* Y, int M, int N, int K) {  \
-        gemm_body<T, 128, 128, false>(W, W, X, Y, M, N, K, 0);                                                            \
-    }                                                                                                                \
-    KERNEL LAUNCH_BOUNDS(128) void gemm_##NAME##_m64(const u8* W, const float* X, float* Y, int M, int N, int K) {   \
-        gemm_body<T, 64, 64, false>(W, W, X, Y, M, N, K, 0);                                                         \
-    }                                                                                                                \
-    KERNEL LAUNCH_BOUNDS_2(256) void gemm_glu_##NAME##_n64(const u8* G, const u8* U, const float* X, float* Y, int M, \
-                                                         int N, int K, int act) {                                    \
-        gemm_body<T, 128, 64, true>(G, U, X, Y, M, N, K, act);                                                            \
+#define GEMM_KERNELS(NAME, T)                                                                                       \
+    KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n64(const u8* W, const float* X, float* Y, int M, int N, int K,    \
+                                                     int ksplit) {                                                  \
+        gemm_body<T, 128, 64, false>(W, W, X, Y, M, N, K, 0, ksplit);                                               \
+    }                                                                                                               \
+    KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n16(const u8* W, const float* X, float* Y, int M, int N, int K,    \
+                                                     int ksplit) {                                                  \
+        gemm_body<T, 128, 16, false>(W, W, X, Y, M, N, K, 0, ksplit);                                               \
+    }                                                                                                               \
+    KERNEL LAUNCH_BOUNDS_2(256) void gemm_##NAME##_n128(const u8* W, const float* X, float* Y, int M, int N, int K, \
+                                                        int ksplit) {                                               \
+        gemm_body<T, 128, 128, false>(W, W, X, Y, M, N, K, 0, ksplit);                                              \
+    }                                                                                                               \
+    KERNEL LAUNCH_BOUNDS(128) void gemm_##NAME##_m64(const u8* W, const float* X, float* Y, int M, int N, int K,    \
+                                                     int ksplit) {                                                  \
+        gemm_body<T, 64, 64, false>(W, W, X, Y, M, N, K, 0, ksplit);                                                \
+    }                                                                                                               \
+    KERNEL LAUNCH_BOUNDS_2(256) void gemm_glu_##NAME##_n64(const u8* G, const u8* U, const float* X, float* Y, int M,\
+                                                           int N, int K, int act) {                                 \
+        gemm_body<T, 128, 64, true>(G, U, X, Y, M, N, K, act, 1);                                                   \
     }
+
+// y[i] = 0 for i < n (split-K GEMMs add into a zeroed output). grid ceil(n / 256), block 256.
+KERNEL void gemm_zero_f32(float* y, int n) {
+    const int i = bid_x() * 256 + tid_x();
+    if (i < n) y[i] = 0.0f;
+}
 
 GEMM_KERNELS(q4_0, T_Q4_0)
 GEMM_KERNELS(q4_1, T_Q4_1)

@@ -11,7 +11,8 @@
 //! Environment: `LODE_GEMM=0` turns the GEMM off (prefill then runs decode's 8-column
 //! matvec), `LODE_FLASH=0` the flash attention, `LODE_GLU_FUSE=0` the paired gate/up,
 //! `LODE_GEMM_MIN=N` sets the smallest token count sent to the GEMM (default 32),
-//! `LODE_GEMM_N128=N` the token count from which the 128-token tile is used (default never).
+//! `LODE_GEMM_N128=N` the token count from which the 128-token tile is used (default never),
+//! `LODE_SPLIT_K=0` the split-K of under-filled shapes.
 
 use super::driver::{DevPtr, KArg};
 use super::ops::Launch;
@@ -34,6 +35,7 @@ pub const GEMM_KERNELS: &[&str] = &[
     "gemm_q6_K_n64", "gemm_q6_K_n16", "gemm_glu_q6_K_n64", "gemm_q6_K_n128", "gemm_q6_K_m64",
     "gemm_q4_K_r64_n64", "gemm_q4_K_r64_n16", "gemm_glu_q4_K_r64_n64", "gemm_q4_K_r64_n128", "gemm_q4_K_r64_m64",
     "gemm_q6_K_r64_n64", "gemm_q6_K_r64_n16", "gemm_glu_q6_K_r64_n64", "gemm_q6_K_r64_n128", "gemm_q6_K_r64_m64",
+    "gemm_zero_f32",
 ];
 
 /// Every kernel of the `flash_attn` family.
@@ -58,7 +60,7 @@ fn names(ty: GgmlType, layout: Layout) -> Option<[&'static str; 5]> {
         (GgmlType::Q6_K, Layout::Row64) => 9,
         _ => return None,
     };
-    let k = &GEMM_KERNELS[5 * i..5 * i + 5];
+    let k = &GEMM_KERNELS[5 * i..5 * i + 5]; // (the list ends with gemm_zero_f32)
     Some([k[0], k[1], k[2], k[3], k[4]])
 }
 
@@ -75,6 +77,8 @@ struct Policy {
     n128_from: usize,
     /// Gate/up through the paired kernel.
     fuse_glu: bool,
+    /// Split-K for under-filled shapes (`LODE_SPLIT_K=0` turns it off).
+    split_k: bool,
 }
 
 fn policy() -> &'static Policy {
@@ -88,6 +92,7 @@ fn policy() -> &'static Policy {
             min_tokens: num("LODE_GEMM_MIN", DEFAULT_MIN_TOKENS).max(1),
             n128_from: num("LODE_GEMM_N128", DEFAULT_N128_FROM),
             fuse_glu: num("LODE_GLU_FUSE", DEFAULT_FUSE_GLU as usize) != 0,
+            split_k: !off("LODE_SPLIT_K"),
         }
     })
 }
@@ -158,13 +163,32 @@ pub const M64: usize = 6464;
 /// w: [m, k] of `ty` in `layout`; x: [n, k] f32; y: [n, m] f32.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize) -> R {
-    gemm_tiled(d, w, ty, layout, m, k, x, y, n, tile_n(n, m))
+    let bn = tile_n(n, m);
+    gemm_tiled(d, w, ty, layout, m, k, x, y, n, bn, k_split(m, n, k, bn))
 }
 
-/// [`gemm`] with an explicit token tile (16, 64, 128, or [`M64`] for 64 x 64 blocks); the
-/// kernel bench and the selftest use every one.
+/// Split-K factor: 2 when the 128 x 64 tiles would leave the GPU under-filled (fewer than
+/// SPLIT_BLOCKS) and K is long enough that each half still amortizes its tile (H200: the
+/// 1024- and 2560-row projections at 512 tokens); else 1.
+fn k_split(m: usize, n: usize, k: usize, bn: usize) -> usize {
+    let p = policy();
+    if !p.split_k || bn != 64 || k < 2048 {
+        return 1;
+    }
+    if m.div_ceil(TILE_M) * n.div_ceil(64) < SPLIT_BLOCKS {
+        2
+    } else {
+        1
+    }
+}
+
+/// See [`k_split`]: two 128 x 64 blocks per SM of an H200.
+const SPLIT_BLOCKS: usize = 264;
+
+/// [`gemm`] with an explicit token tile (16, 64, 128, or [`M64`] for 64 x 64 blocks) and
+/// split-K factor (1 or 2); the kernel bench and the selftest use every one.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_tiled(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize, bn: usize) -> R {
+pub fn gemm_tiled(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize, bn: usize, ksplit: usize) -> R {
     let nm = names(ty, layout).ok_or_else(|| GpuError::Unsupported(format!("gemm of {ty} weights in the {} layout", layout.name(ty))))?;
     check_k(ty, k)?;
     if m == 0 || n == 0 {
@@ -176,8 +200,12 @@ pub fn gemm_tiled(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: us
         M64 => (nm[4], 64, 64),
         _ => (nm[0], TILE_M, 64),
     };
-    let grid = [m.div_ceil(bm) as u32, n.div_ceil(bn) as u32, 1];
-    d.launch(name, grid, [2 * bm as u32, 1, 1], &[KArg::Ptr(w), KArg::Ptr(x), KArg::Ptr(y), i(m), i(n), i(k)])?;
+    let ksplit = ksplit.clamp(1, 2);
+    if ksplit > 1 {
+        d.launch("gemm_zero_f32", [(m * n).div_ceil(256) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(y), i(m * n)])?;
+    }
+    let grid = [m.div_ceil(bm) as u32, n.div_ceil(bn) as u32, ksplit as u32];
+    d.launch(name, grid, [2 * bm as u32, 1, 1], &[KArg::Ptr(w), KArg::Ptr(x), KArg::Ptr(y), i(m), i(n), i(k), i(ksplit)])?;
     Ok(())
 }
 

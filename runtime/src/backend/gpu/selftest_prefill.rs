@@ -274,7 +274,8 @@ impl PrefillTarget for GpuPrefill<'_> {
         // Every token tile meets every token count (the dispatch alone would give each
         // tile only its own range of n).
         let tile = [16, 64, 128, prefill::M64][(rows + n) % 4];
-        prefill::gemm_tiled(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n, tile)?;
+        let split = 1 + (rows + n / 2) % 2; // split-K (output zeroed, halves added) on about half
+        prefill::gemm_tiled(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n, tile, split)?;
         Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
     }
     fn gemm_glu(&self, g: &[u8], u: &[u8], ty: GgmlType, layout: Layout, rows: usize, k: usize, x: &[f32], n: usize, gelu: bool) -> Out<Vec<f32>> {
@@ -346,13 +347,14 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
             let mut line = format!("bench prefill gemm {label:<11} {ty:<5} {m:>5}x{k:<5} n={n:<5} {:9.1} us {tf:7.1} TFLOP/s", ms * 1e3);
             if n <= 64 {
                 let other = if n < 48 { 64 } else { 16 };
-                let ms2 = time_ms(dev, reps, || prefill::gemm_tiled(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, other))?;
+                let ms2 = time_ms(dev, reps, || prefill::gemm_tiled(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, other, 1))?;
                 line.push_str(&format!("  (tile n{other}: {:.1} us)", ms2 * 1e3));
             }
             if n >= 512 {
-                for other in [64usize, prefill::M64] {
-                    let ms2 = time_ms(dev, reps, || prefill::gemm_tiled(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, other))?;
-                    line.push_str(&format!("  (tile {}: {:.1} us {:.1} TFLOP/s)", if other == prefill::M64 { "64x64".to_string() } else { format!("n{other}") }, ms2 * 1e3, 2.0 * (m * k * n) as f64 / ms2 / 1e9));
+                for (other, split) in [(64usize, 1usize), (64, 2), (prefill::M64, 1)] {
+                    let ms2 = time_ms(dev, reps, || prefill::gemm_tiled(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, other, split))?;
+                    let tile = if other == prefill::M64 { "64x64".to_string() } else { format!("n{other}") };
+                    line.push_str(&format!("  ({tile} split {split}: {:.1} us {:.1} TFLOP/s)", ms2 * 1e3, 2.0 * (m * k * n) as f64 / ms2 / 1e9));
                 }
             }
             if n == 16 {
