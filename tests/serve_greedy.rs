@@ -93,6 +93,10 @@ fn greedy_text_matches_the_engine_streamed_or_not_and_concurrently() {
         .collect();
     let got: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(got, [want1.clone(), want2.clone(), want1.clone(), want2.clone()]);
+    // Continuous batching: concurrent requests shared decode steps (one forward pass for
+    // both slots' next tokens), so steps carried more rows than there were steps.
+    let (steps, rows) = (srv.metric("lode_batch_steps_total", &[]), srv.metric("lode_batch_rows_total", &[]));
+    assert!(steps > 0.0 && rows > steps, "decode steps were not batched: {steps} steps, {rows} rows");
 
     // The same prompt three times on two slots: at least one lands on a slot that
     // holds it, reuses the cached prefix, and still gives the same text.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use lode_runtime::backend::{self, DeviceKind, KvType};
-use lode_runtime::engine::{Engine, EngineOptions};
+use lode_runtime::engine::{BatchEngine, Engine, EngineOptions};
 use lode_runtime::gguf::GgufFile;
 use lode_runtime::model::Model;
 use lode_runtime::weights::{ByteSize, Residency, WeightOptions};
@@ -231,6 +231,24 @@ pub fn open_gguf(path: &Path) -> Result<Arc<GgufFile>> {
 
 /// Opens the model and the backend `--device` asks for, and builds an engine.
 pub fn open_engine(args: &ModelArgs) -> Result<(Engine, Arc<GgufFile>, PathBuf)> {
+    let (model, be, opts, file, path) = open_parts(args)?;
+    let engine = Engine::new(model, be, opts)?;
+    tracing::info!("model {} on {}, context {}", path.display(), engine.backend_name(), engine.n_ctx());
+    Ok((engine, file, path))
+}
+
+/// [`open_engine`] for `n_seq` sequences sharing the model and backend (each with its
+/// own KV cache of the context size).
+pub fn open_batch_engine(args: &ModelArgs, n_seq: usize) -> Result<(BatchEngine, Arc<GgufFile>, PathBuf)> {
+    let (model, be, opts, file, path) = open_parts(args)?;
+    let engine = BatchEngine::new(model, be, opts, n_seq)?;
+    tracing::info!("model {} on {}, {n_seq} sequence(s) of {}", path.display(), engine.backend_name(), engine.n_ctx());
+    Ok((engine, file, path))
+}
+
+type Parts = (Model, Box<dyn lode_runtime::backend::Backend>, EngineOptions, Arc<GgufFile>, PathBuf);
+
+fn open_parts(args: &ModelArgs) -> Result<Parts> {
     let path = resolve_model(args.model.as_deref())?;
     let file = open_gguf(&path)?;
     let model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
@@ -240,9 +258,7 @@ pub fn open_engine(args: &ModelArgs) -> Result<(Engine, Arc<GgufFile>, PathBuf)>
         eprintln!("lode: {note}");
     }
     let opts = EngineOptions { ctx_size: args.ctx_size, batch_size: args.batch_size, kv_type: args.kv_type };
-    let engine = Engine::new(model, be, opts)?;
-    tracing::info!("model {} on {}, context {}", path.display(), engine.backend_name(), engine.n_ctx());
-    Ok((engine, file, path))
+    Ok((model, be, opts, file, path))
 }
 
 /// The prompt from `-p`, else all of stdin.

@@ -2,16 +2,18 @@
 //! the generation loop with its stop conditions. It knows tokens, not text: the caller
 //! tokenizes, detokenizes and watches stop strings ([`StopStrings`]) in `on_token`.
 
+mod batch;
 mod sampler;
 mod stop;
 
 use std::time::Instant;
 
+pub use batch::BatchEngine;
 pub use sampler::{argmax_logits, Sampler, SamplerParams};
 pub use stop::StopStrings;
 
-use crate::backend::{Backend, BackendError, KvCache, KvSpec, KvType};
-use crate::model::{Model, ModelError, OutputRows, Scratch};
+use crate::backend::{Backend, BackendError, KvType};
+use crate::model::{Model, ModelError, OutputRows};
 
 /// Default upper bound of the context when `--ctx-size` is not given.
 pub const DEFAULT_CTX_CAP: usize = 4096;
@@ -95,134 +97,72 @@ impl GenOutput {
     }
 }
 
+/// What the generation loop needs from one sequence: evaluate tokens after the cached
+/// ones. Implemented by [`Engine`] and by a server's handle on one sequence of a shared
+/// [`BatchEngine`], so both run the same [`generate`] loop.
+pub trait Sequence {
+    /// Evaluates `tokens` after the cached ones and returns the last token's logits.
+    fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError>;
+    /// Tokens in the cache, in order.
+    fn history(&self) -> &[u32];
+    /// Keeps the first `n` cached tokens and forgets the rest.
+    fn truncate(&mut self, n: usize);
+    fn n_ctx(&self) -> usize;
+}
+
 /// A model bound to a backend with a KV cache for one sequence.
 pub struct Engine {
-    model: Model,
-    be: Box<dyn Backend>,
-    kv: KvCache,
-    scratch: Option<Scratch>,
-    n_ctx: usize,
-    /// Tokens whose K/V are in the cache, in order (slot = index).
-    history: Vec<u32>,
+    inner: BatchEngine,
 }
 
 impl Engine {
-    pub fn new(model: Model, mut be: Box<dyn Backend>, opts: EngineOptions) -> Result<Engine, EngineError> {
-        let c = &model.cfg;
-        let n_ctx = opts.ctx_size.unwrap_or_else(|| c.n_ctx_train.min(DEFAULT_CTX_CAP));
-        if n_ctx == 0 || opts.batch_size == 0 {
-            return Err(EngineError::InvalidArg(format!(
-                "context size {n_ctx} and batch size {} must be at least 1",
-                opts.batch_size
-            )));
-        }
-        if n_ctx > c.n_ctx_train {
-            tracing::warn!("context {n_ctx} exceeds the model's training context {}", c.n_ctx_train);
-        }
-        let spec = KvSpec {
-            n_layer: c.n_layer,
-            n_ctx,
-            n_kv_head: c.n_head_kv,
-            head_dim_k: c.head_dim_k,
-            head_dim_v: c.head_dim_v,
-            ty: opts.kv_type,
-        };
-        let weights: Vec<_> = model.weight_ids().into_iter().map(|id| model.w(id)).collect();
-        be.attach_weights(model.file(), &weights)?;
-        let kv = be.alloc_kv(&spec)?;
-        let scratch = Scratch::new(be.as_mut(), &model, opts.batch_size.min(n_ctx))?;
-        Ok(Engine { model, be, kv, scratch: Some(scratch), n_ctx, history: Vec::new() })
+    pub fn new(model: Model, be: Box<dyn Backend>, opts: EngineOptions) -> Result<Engine, EngineError> {
+        Ok(Engine { inner: BatchEngine::new(model, be, opts, 1)? })
     }
 
     pub fn model(&self) -> &Model {
-        &self.model
+        self.inner.model()
     }
     pub fn backend_name(&self) -> String {
-        self.be.name()
+        self.inner.backend_name()
     }
     /// The backend's weight-residency counters (`--memory-report`, `lode bench`).
     pub fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
-        self.be.weight_stats()
+        self.inner.weight_stats()
     }
     pub fn n_ctx(&self) -> usize {
-        self.n_ctx
+        self.inner.n_ctx()
     }
     /// Tokens in the cache.
     pub fn n_past(&self) -> usize {
-        self.history.len()
+        self.inner.history(0).len()
     }
     pub fn history(&self) -> &[u32] {
-        &self.history
+        self.inner.history(0)
     }
     /// Forgets everything (the next eval starts at position 0).
     pub fn clear(&mut self) {
-        self.history.clear();
+        self.inner.truncate(0, 0);
     }
     /// Keeps the first `n` cached tokens (a shared prompt prefix) and forgets the rest.
     pub fn truncate(&mut self, n: usize) {
-        self.history.truncate(n);
+        self.inner.truncate(0, n);
     }
 
     /// Evaluates `tokens` after the cached ones and returns the last token's logits.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
         let mut last = Vec::new();
-        self.eval_rows(tokens, OutputRows::Last, &mut |_, l| last = l.to_vec())?;
+        self.inner.eval_rows(0, tokens, OutputRows::Last, &mut |_, l| last = l.to_vec())?;
         Ok(last)
     }
 
     /// Evaluates `tokens` and hands every position's logits (`[n_vocab]`, predicting the
     /// next token) to `on_logits(index_in_tokens, logits)` — what perplexity needs.
     pub fn eval_all(&mut self, tokens: &[u32], on_logits: &mut dyn FnMut(usize, &[f32])) -> Result<(), EngineError> {
-        self.eval_rows(tokens, OutputRows::All, on_logits)
+        self.inner.eval_rows(0, tokens, OutputRows::All, on_logits)
     }
 
-    fn eval_rows(
-        &mut self,
-        tokens: &[u32],
-        rows: OutputRows,
-        on_logits: &mut dyn FnMut(usize, &[f32]),
-    ) -> Result<(), EngineError> {
-        if tokens.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        let free = self.n_ctx - self.history.len();
-        if tokens.len() > free {
-            return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), free, n_ctx: self.n_ctx });
-        }
-        let n_vocab = self.model.cfg.n_vocab as u32;
-        if let Some(&bad) = tokens.iter().find(|&&t| t >= n_vocab) {
-            return Err(EngineError::InvalidArg(format!("token id {bad} is outside the vocabulary ({n_vocab})")));
-        }
-        let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
-        let chunk = scratch.n_max;
-        let mut done = 0;
-        for part in tokens.chunks(chunk) {
-            let p0 = self.history.len() as u32;
-            let pos: Vec<u32> = (p0..p0 + part.len() as u32).collect();
-            let is_last = done + part.len() == tokens.len();
-            let r = match rows {
-                OutputRows::All => OutputRows::All,
-                OutputRows::Last if is_last => OutputRows::Last,
-                _ => OutputRows::None,
-            };
-            let base = done;
-            let res = self.model.forward(self.be.as_mut(), scratch, self.kv, part, &pos, r, &mut |i, l| {
-                on_logits(base + i, l)
-            });
-            if let Err(e) = res {
-                // The chunk's K/V may be half written: forget it.
-                return Err(e.into());
-            }
-            self.history.extend_from_slice(part);
-            done += part.len();
-        }
-        Ok(())
-    }
-
-    /// Evaluates `prompt` after the cached tokens, then samples up to
-    /// `params.max_tokens` tokens. `on_token` sees each sampled token that is not an
-    /// end-of-generation token. A full context ends generation with
-    /// [`StopReason::ContextFull`].
+    /// See [`generate`].
     pub fn generate(
         &mut self,
         prompt: &[u32],
@@ -230,44 +170,64 @@ impl Engine {
         sampler: &mut Sampler,
         on_token: &mut dyn FnMut(u32) -> Flow,
     ) -> Result<GenOutput, EngineError> {
-        if params.max_tokens == 0 {
-            return Err(EngineError::InvalidArg("the number of tokens to generate must be at least 1".into()));
-        }
-        let t0 = Instant::now();
-        let mut logits = self.eval(prompt)?;
-        for &t in prompt {
-            sampler.accept(t);
-        }
-        let prompt_secs = t0.elapsed().as_secs_f64();
-        let t1 = Instant::now();
-        let mut tokens = Vec::new();
-        let stop = loop {
-            let tok = sampler.sample(&logits);
-            sampler.accept(tok);
-            tokens.push(tok);
-            if params.eog.contains(&tok) {
-                break StopReason::Eog;
-            }
-            if on_token(tok) == Flow::Stop {
-                break StopReason::Caller;
-            }
-            if tokens.len() >= params.max_tokens {
-                break StopReason::MaxTokens;
-            }
-            if self.history.len() >= self.n_ctx {
-                break StopReason::ContextFull;
-            }
-            logits = self.eval(&[tok])?;
-        };
-        Ok(GenOutput { tokens, stop, n_prompt: prompt.len(), prompt_secs, gen_secs: t1.elapsed().as_secs_f64() })
+        generate(self, prompt, params, sampler, on_token)
     }
 }
 
-impl Drop for Engine {
-    fn drop(&mut self) {
-        if let Some(s) = self.scratch.take() {
-            let _ = s.free(self.be.as_mut());
-        }
-        let _ = self.be.free_kv(self.kv);
+impl Sequence for Engine {
+    fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        Engine::eval(self, tokens)
     }
+    fn history(&self) -> &[u32] {
+        Engine::history(self)
+    }
+    fn truncate(&mut self, n: usize) {
+        Engine::truncate(self, n)
+    }
+    fn n_ctx(&self) -> usize {
+        Engine::n_ctx(self)
+    }
+}
+
+/// Evaluates `prompt` after `seq`'s cached tokens, then samples up to
+/// `params.max_tokens` tokens. `on_token` sees each sampled token that is not an
+/// end-of-generation token. A full context ends generation with
+/// [`StopReason::ContextFull`].
+pub fn generate(
+    seq: &mut dyn Sequence,
+    prompt: &[u32],
+    params: &GenParams,
+    sampler: &mut Sampler,
+    on_token: &mut dyn FnMut(u32) -> Flow,
+) -> Result<GenOutput, EngineError> {
+    if params.max_tokens == 0 {
+        return Err(EngineError::InvalidArg("the number of tokens to generate must be at least 1".into()));
+    }
+    let t0 = Instant::now();
+    let mut logits = seq.eval(prompt)?;
+    for &t in prompt {
+        sampler.accept(t);
+    }
+    let prompt_secs = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let mut tokens = Vec::new();
+    let stop = loop {
+        let tok = sampler.sample(&logits);
+        sampler.accept(tok);
+        tokens.push(tok);
+        if params.eog.contains(&tok) {
+            break StopReason::Eog;
+        }
+        if on_token(tok) == Flow::Stop {
+            break StopReason::Caller;
+        }
+        if tokens.len() >= params.max_tokens {
+            break StopReason::MaxTokens;
+        }
+        if seq.history().len() >= seq.n_ctx() {
+            break StopReason::ContextFull;
+        }
+        logits = seq.eval(&[tok])?;
+    };
+    Ok(GenOutput { tokens, stop, n_prompt: prompt.len(), prompt_secs, gen_secs: t1.elapsed().as_secs_f64() })
 }

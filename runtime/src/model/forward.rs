@@ -10,6 +10,16 @@ use super::{Model, ModelError};
 /// (bounds the logits buffer: 16 × 262,144 × 4 B = 16 MiB for Gemma 3).
 const OUT_ROWS_MAX: usize = 16;
 
+/// Where a chunk's rows keep their K/V: one sequence's cache for every row (prompt
+/// chunks, single-sequence decode), or one cache per row — a batched decode step in which
+/// row `t` is the next token of the sequence whose cache is `caches[t]` (continuous
+/// batching: the weights are read once for all sequences, attention stays per sequence).
+#[derive(Clone, Copy, Debug)]
+pub enum KvRows<'a> {
+    One(KvCache),
+    PerRow(&'a [KvCache]),
+}
+
 /// Which positions of a chunk need logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputRows {
@@ -68,14 +78,14 @@ impl Scratch {
 
 impl Model {
     /// Runs `tokens` (at positions `pos`, one chunk of at most `s.n_max`) through the
-    /// model, writing their K/V into `kv`, and hands the logits of the requested rows to
+    /// model, writing their K/V into `kv` (per row for a batched step), and hands the logits of the requested rows to
     /// `on_logits(row_in_chunk, logits)` (`[n_vocab]` f32).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         be: &mut dyn Backend,
         s: &Scratch,
-        kv: KvCache,
+        kv: KvRows<'_>,
         tokens: &[u32],
         pos: &[u32],
         rows: OutputRows,
@@ -83,9 +93,13 @@ impl Model {
     ) -> Result<(), ModelError> {
         let c = &self.cfg;
         let n = tokens.len();
-        if n == 0 || n > s.n_max || pos.len() != n {
+        let per_row_ok = match kv {
+            KvRows::One(_) => true,
+            KvRows::PerRow(caches) => caches.len() == n,
+        };
+        if n == 0 || n > s.n_max || pos.len() != n || !per_row_ok {
             return Err(ModelError::BadConfig(format!(
-                "forward: {n} tokens, {} positions, chunk limit {}",
+                "forward: {n} tokens, {} positions, chunk limit {}, {kv:?}",
                 pos.len(),
                 s.n_max
             )));
@@ -128,7 +142,6 @@ impl Model {
             if let Some(qs) = c.q_scale {
                 be.scale(s.q, n * qd, qs)?;
             }
-            be.kv_write(kv, l, s.k, s.v, pos)?;
             let attn = Attention {
                 n_head: c.n_head,
                 n_kv_head: c.n_head_kv,
@@ -137,7 +150,7 @@ impl Model {
                 scale: c.attn_scale,
                 window: c.swa_layers[l].then_some(c.n_swa),
             };
-            be.attention(s.q, kv, l, pos, &attn, s.att)?;
+            self.attend(be, s, kv, l, pos, &attn)?;
             be.matmul(&self.w(ly.wo), s.att, n, s.xb2)?;
             if let Some(pn) = ly.post_attn_norm {
                 be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
@@ -172,6 +185,27 @@ impl Model {
                 on_logits(r0 + i, row);
             }
             r0 += m;
+        }
+        Ok(())
+    }
+
+    /// Stores the chunk's K/V of layer `l` and attends over the cache — for a batched
+    /// step, each row in and over its own sequence's cache.
+    fn attend(
+        &self,
+        be: &mut dyn Backend,
+        s: &Scratch,
+        kv: KvRows<'_>,
+        l: usize,
+        pos: &[u32],
+        attn: &Attention,
+    ) -> Result<(), ModelError> {
+        match kv {
+            KvRows::One(kv) => {
+                be.kv_write(kv, l, s.k, s.v, pos)?;
+                be.attention(s.q, kv, l, pos, attn, s.att)?;
+            }
+            KvRows::PerRow(caches) => be.attention_rows(s.q, s.k, s.v, caches, l, pos, attn, s.att)?,
         }
         Ok(())
     }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use config::{Arch, Config, SUPPORTED_ARCHS};
-pub use forward::{Scratch, OutputRows};
+pub use forward::{KvRows, OutputRows, Scratch};
 
 use crate::gguf::{GgufError, GgufFile};
 use crate::quant::GgmlType;

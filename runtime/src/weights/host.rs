@@ -217,4 +217,8 @@ impl Backend for CachedBackend {
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         self.inner.attention(q, kv, layer, pos, p, out)
     }
+    #[allow(clippy::too_many_arguments)]
+    fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        self.inner.attention_rows(q, k, v, kvs, layer, pos, p, out)
+    }
 }

@@ -1,12 +1,14 @@
 //! Timing one test in process, the way llama-bench does: random token ids, KV cache
 //! cleared before every repetition, an untimed prefill of `depth` tokens first, then
 //! the timed prompt (`ppN`: one batched evaluation of N tokens) or generation (`tgN`:
-//! N single-token steps, each fed a random token).
+//! N single-token steps, each fed a random token). `tgN xS` times N steps of S sequences
+//! decoding together (continuous batching): S × N tokens per sample.
 
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use lode_runtime::engine::Engine;
+use lode_runtime::engine::BatchEngine;
+use lode_runtime::model::OutputRows;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -24,6 +26,8 @@ pub struct TestSpec {
     pub n: usize,
     /// Tokens already in the cache, untimed.
     pub depth: usize,
+    /// Sequences decoding together (generation rows; 1 otherwise).
+    pub seqs: usize,
 }
 
 impl TestSpec {
@@ -31,6 +35,7 @@ impl TestSpec {
     pub fn name(&self) -> String {
         let base = match self.kind {
             Kind::Prompt => format!("pp{}", self.n),
+            Kind::Gen if self.seqs > 1 => format!("tg{} x{}", self.n, self.seqs),
             Kind::Gen => format!("tg{}", self.n),
         };
         if self.depth > 0 {
@@ -41,7 +46,11 @@ impl TestSpec {
     }
     /// KV slots this test needs.
     pub fn ctx_needed(&self) -> usize {
-        self.depth + self.n
+        self.depth + self.n + 1
+    }
+    /// Tokens one sample produces.
+    pub fn tokens(&self) -> usize {
+        self.n * self.seqs.max(1)
     }
 }
 
@@ -85,9 +94,10 @@ pub fn process_cpu_ns() -> Option<u64> {
     Some(ticks * 10_000_000)
 }
 
-/// Runs tests on one engine with a seeded source of random token ids.
+/// Runs tests on one engine (sequence 0; all of them for `xS` rows) with a seeded
+/// source of random token ids.
 pub struct Runner<'e> {
-    pub engine: &'e mut Engine,
+    pub engine: &'e mut BatchEngine,
     rng: StdRng,
     n_vocab: u32,
     /// BOS to start generation with (llama-bench starts with BOS when the model adds it).
@@ -95,7 +105,7 @@ pub struct Runner<'e> {
 }
 
 impl<'e> Runner<'e> {
-    pub fn new(engine: &'e mut Engine, seed: u64, bos: Option<u32>) -> Runner<'e> {
+    pub fn new(engine: &'e mut BatchEngine, seed: u64, bos: Option<u32>) -> Runner<'e> {
         let n_vocab = engine.model().cfg.n_vocab as u32;
         Runner { engine, rng: StdRng::seed_from_u64(seed), n_vocab, bos }
     }
@@ -108,27 +118,44 @@ impl<'e> Runner<'e> {
     /// shortens the test (for a warm-up).
     pub fn run_once(&mut self, t: &TestSpec, n_override: Option<usize>) -> Result<Sample> {
         let n = n_override.unwrap_or(t.n);
-        self.engine.clear();
-        if t.depth > 0 {
-            let d = self.random(t.depth);
-            self.engine.eval(&d).with_context(|| format!("{}: prefill of the depth tokens", t.name()))?;
+        let seqs = t.seqs.max(1);
+        if seqs > self.engine.n_seq() {
+            anyhow::bail!("{}: {seqs} sequences, the engine has {}", t.name(), self.engine.n_seq());
+        }
+        for s in 0..seqs {
+            self.engine.truncate(s, 0);
+            if t.depth > 0 {
+                let d = self.random(t.depth);
+                self.engine
+                    .eval_rows(s, &d, OutputRows::None, &mut |_, _| {})
+                    .with_context(|| format!("{}: prefill of the depth tokens", t.name()))?;
+            }
         }
         match t.kind {
             Kind::Prompt => {
                 let p = self.random(n);
                 let clock = Clock::start();
-                self.engine.eval(&p).with_context(|| format!("{}: prompt", t.name()))?;
+                self.engine.eval_rows(0, &p, OutputRows::Last, &mut |_, _| {}).with_context(|| format!("{}: prompt", t.name()))?;
                 Ok(clock.stop())
             }
             Kind::Gen => {
-                let mut tok = match self.bos {
+                let first = match self.bos {
                     Some(b) => b,
                     None => self.random(1)[0],
                 };
+                let mut steps: Vec<(usize, u32)> = (0..seqs).map(|s| (s, first)).collect();
                 let clock = Clock::start();
                 for _ in 0..n {
-                    self.engine.eval(&[tok]).with_context(|| format!("{}: decode step", t.name()))?;
-                    tok = self.rng.gen_range(0..self.n_vocab);
+                    if seqs == 1 {
+                        self.engine
+                            .eval_rows(0, &[steps[0].1], OutputRows::Last, &mut |_, _| {})
+                            .with_context(|| format!("{}: decode step", t.name()))?;
+                    } else {
+                        self.engine.step(&steps).with_context(|| format!("{}: decode step", t.name()))?;
+                    }
+                    for s in steps.iter_mut() {
+                        s.1 = self.rng.gen_range(0..self.n_vocab);
+                    }
                 }
                 Ok(clock.stop())
             }
@@ -155,7 +182,8 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(TestSpec { kind: Kind::Prompt, n: 512, depth: 0 }.name(), "pp512");
-        assert_eq!(TestSpec { kind: Kind::Gen, n: 128, depth: 4096 }.name(), "tg128 @ d4096");
+        assert_eq!(TestSpec { kind: Kind::Prompt, n: 512, depth: 0, seqs: 1 }.name(), "pp512");
+        assert_eq!(TestSpec { kind: Kind::Gen, n: 128, depth: 4096, seqs: 1 }.name(), "tg128 @ d4096");
+        assert_eq!(TestSpec { kind: Kind::Gen, n: 128, depth: 0, seqs: 8 }.name(), "tg128 x8");
     }
 }

@@ -35,6 +35,11 @@ pub struct Args {
     /// Tokens already in the KV cache before each test (untimed), comma-separated.
     #[arg(short = 'd', long = "n-depth", value_delimiter = ',', default_value = "0")]
     pub n_depth: Vec<usize>,
+    /// Sequences decoding together for the generation rows, comma-separated: `tgN xS`
+    /// rows time N steps of S sequences in one batch each (continuous batching, as
+    /// `lode serve` runs concurrent requests) and report tokens/s over all of them.
+    #[arg(short = 's', long = "sequences", value_delimiter = ',', default_value = "1")]
+    pub sequences: Vec<usize>,
     /// Timed repetitions per test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub repetitions: usize,
@@ -101,10 +106,12 @@ pub fn tests_of(args: &Args) -> Vec<TestSpec> {
     let mut v = Vec::new();
     for &depth in &args.n_depth {
         for &n in args.n_prompt.iter().filter(|&&n| n > 0) {
-            v.push(TestSpec { kind: Kind::Prompt, n, depth });
+            v.push(TestSpec { kind: Kind::Prompt, n, depth, seqs: 1 });
         }
         for &n in args.n_gen.iter().filter(|&&n| n > 0) {
-            v.push(TestSpec { kind: Kind::Gen, n, depth });
+            for &seqs in args.sequences.iter().filter(|&&s| s > 0) {
+                v.push(TestSpec { kind: Kind::Gen, n, depth, seqs });
+            }
         }
     }
     v
@@ -129,7 +136,8 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         kv_type,
         weights: args.weights.clone(),
     };
-    let (mut engine, file, path) = common::open_engine(&margs)?;
+    let n_seq = tests.iter().map(|t| t.seqs).max().unwrap_or(1);
+    let (mut engine, file, path) = common::open_batch_engine(&margs, n_seq)?;
     let tok = Tokenizer::from_gguf(&file).with_context(|| format!("cannot load the tokenizer of {}", path.display()))?;
     let bos = if tok.add_bos() { tok.bos() } else { None };
     let filename = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
@@ -164,6 +172,7 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
             type_v: kv_name.clone(),
             n_prompt: if t.kind == Kind::Prompt { t.n } else { 0 },
             n_gen: if t.kind == Kind::Gen { t.n } else { 0 },
+            n_seq: t.seqs,
             n_depth: t.depth,
             test_time: report::now_rfc3339(),
             test: t.name(),
@@ -179,10 +188,12 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
             cpu_norm_ts: None,
             roofline_frac: None,
         };
-        row.set_samples(wall, t.n);
+        row.set_samples(wall, t.tokens());
         row.set_cpu(cpu.unwrap_or_default());
         if let (Some(bw), Kind::Gen) = (args.mem_bw, t.kind) {
-            row.roofline_frac = Some(info.weight_bytes_per_token as f64 * row.avg_ts / (bw * 1e9));
+            // Weights are read once per step, whatever the number of sequences.
+            let steps_per_s = row.avg_ts / t.seqs.max(1) as f64;
+            row.roofline_frac = Some(info.weight_bytes_per_token as f64 * steps_per_s / (bw * 1e9));
         }
         let util = match (row.cpu_util, row.cpu_norm_ts) {
             (Some(u), Some(n)) => format!(" (process CPU {:.0} % of {threads} threads; {n:.2} t/s per {threads} CPU-s/s)", u * 100.0),

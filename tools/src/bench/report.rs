@@ -92,6 +92,9 @@ pub struct Row {
     pub type_v: String,
     pub n_prompt: usize,
     pub n_gen: usize,
+    /// Sequences decoding together (`tgN xS`); t/s counts the tokens of all of them.
+    #[serde(default = "one")]
+    pub n_seq: usize,
     pub n_depth: usize,
     pub test_time: String,
     pub test: String,
@@ -115,6 +118,10 @@ pub struct Row {
     /// Decode rows with `--mem-bw`: weight bytes per token × tokens/s ÷ bandwidth.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub roofline_frac: Option<f64>,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Row {

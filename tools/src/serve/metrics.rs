@@ -30,6 +30,10 @@ pub struct Metrics {
     /// Copies of the weights resident in device memory (0 on the CPU: it reads the
     /// mapped file in place).
     pub weight_copies: AtomicU64,
+    /// Batched decode steps run, and the sequences they carried (rows / steps is the
+    /// mean batch size).
+    pub batch_steps: AtomicU64,
+    pub batch_rows: AtomicU64,
     /// Generated tokens per second of uptime, for the last [`RATE_WINDOW_S`] seconds.
     recent: Mutex<VecDeque<(u64, u64)>>,
 }
@@ -51,6 +55,8 @@ impl Metrics {
             slots,
             device_memory_bytes: AtomicU64::new(0),
             weight_copies: AtomicU64::new(0),
+            batch_steps: AtomicU64::new(0),
+            batch_rows: AtomicU64::new(0),
             recent: Mutex::new(VecDeque::new()),
         }
     }
@@ -119,8 +125,20 @@ impl Metrics {
         metric(
             "lode_weight_copies",
             "gauge",
-            "Copies of the weights in device memory (0 on the CPU, which reads the mapped file).",
+            "Weight tensors copied into device memory by the weight cache (one per tensor used; 0 where weights are read from the mapped file).",
             self.weight_copies.load(Relaxed).to_string(),
+        );
+        metric(
+            "lode_batch_steps_total",
+            "counter",
+            "Decode steps run, each one forward pass over the next token of every decoding request.",
+            self.batch_steps.load(Relaxed).to_string(),
+        );
+        metric(
+            "lode_batch_rows_total",
+            "counter",
+            "Sequences carried by those steps (divided by the steps: the mean batch size).",
+            self.batch_rows.load(Relaxed).to_string(),
         );
         if let Some(rss) = resident_bytes() {
             metric("lode_process_resident_memory_bytes", "gauge", "Resident set size (VmRSS).", rss.to_string());

@@ -2,17 +2,16 @@
 //! over SSE or not, `/v1/models`, `/health`, Prometheus `/metrics`).
 //!
 //! Layout: [`api`] reads requests and shapes responses, [`routes`] is the HTTP side,
-//! [`scheduler`] owns the slots (one OS thread and one engine each) and the FIFO queue
-//! in front of them, [`slot`] runs one generation on an engine, [`metrics`] counts,
-//! [`errors`] is the OpenAI error JSON.
+//! [`scheduler`] owns the slots (one OS thread each) and the FIFO queue in front of
+//! them, [`slot`] runs one generation on a slot's sequence, [`batcher`] is the engine
+//! thread those sequences share, [`metrics`] counts, [`errors`] is the OpenAI error JSON.
 //!
-//! Every slot has its own `Engine` (its own KV cache) over the same mapped model file:
-//! on the CPU, weights are read in place from the one mapping, and all slots share one
-//! rayon pool of `--threads` threads, so a lone request gets every core and concurrent
-//! ones split them. Decode steps of different slots are not batched into one forward
-//! pass (continuous batching waits for the GPU backend).
+//! One backend and one model serve every slot: each slot is a sequence of one
+//! `BatchEngine` (its own KV cache; the weights resident once), and the decode steps of
+//! all generating slots run together as one forward pass (continuous batching).
 
 pub mod api;
+pub mod batcher;
 pub mod errors;
 pub mod metrics;
 pub mod routes;
@@ -23,8 +22,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use lode_runtime::backend::{self, cpu::CpuBackend, Backend, DeviceKind};
-use lode_runtime::engine::{Engine, EngineOptions};
+use lode_runtime::backend;
+use lode_runtime::engine::{BatchEngine, EngineOptions};
 use lode_runtime::model::Model;
 use lode_runtime::tokenizer::{ChatTemplate, Tokenizer};
 
@@ -71,20 +70,20 @@ pub fn run(args: Args) -> Result<()> {
     let threads = args.model.threads.unwrap_or_else(common::physical_cores);
     let opts = EngineOptions { ctx_size: args.model.ctx_size, batch_size: args.model.batch_size, kv_type: args.model.kv_type };
 
-    let mut backends = open_backends(args.model.device, threads, args.parallel)?;
-    let mut runners: Vec<Box<dyn SlotRunner>> = Vec::with_capacity(args.parallel);
-    let (mut n_ctx, mut n_ctx_train, mut n_vocab, mut n_embd, mut be_name) = (0, 0, 0, 0, String::new());
-    for be in backends.drain(..) {
-        // Loading only indexes the mapped file: every slot reads the same weights.
-        let model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
-        let engine = Engine::new(model, be, opts)?;
-        n_ctx = engine.n_ctx();
-        n_ctx_train = engine.model().cfg.n_ctx_train;
-        n_vocab = engine.model().cfg.n_vocab;
-        n_embd = engine.model().cfg.n_embd;
-        be_name = engine.backend_name();
-        runners.push(Box::new(EngineSlot::new(engine, tok.clone())));
+    // One backend and one copy of the weights; a KV cache per slot.
+    let (be, note) = backend::open_with(args.model.device, threads, &args.model.weights.options()?)?;
+    if let Some(note) = note {
+        eprintln!("lode: {note}");
     }
+    let model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
+    let engine = BatchEngine::new(model, be, opts, args.parallel)?;
+    let (n_ctx, be_name) = (engine.n_ctx(), engine.backend_name());
+    let c = &engine.model().cfg;
+    let (n_ctx_train, n_vocab, n_embd) = (c.n_ctx_train, c.n_vocab, c.n_embd);
+    let metrics = Arc::new(Metrics::new(args.parallel));
+    let handles = batcher::start(engine, metrics.clone()).context("cannot start the engine thread")?;
+    let runners: Vec<Box<dyn SlotRunner>> =
+        handles.into_iter().map(|h| Box::new(EngineSlot::new(h, tok.clone())) as Box<dyn SlotRunner>).collect();
 
     let model_id = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let mut aliases: Vec<String> = Vec::new();
@@ -98,7 +97,6 @@ pub fn run(args: Args) -> Result<()> {
     aliases.retain(|a| *a != model_id);
     aliases.dedup();
 
-    let metrics = Arc::new(Metrics::new(args.parallel));
     let scheduler = Scheduler::start(runners, metrics.clone()).context("cannot start the slot threads")?;
     let state = Arc::new(AppState {
         model_id: model_id.clone(),
@@ -142,37 +140,6 @@ pub fn run(args: Args) -> Result<()> {
         let app = routes::router(state);
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("server failed")
     })
-}
-
-/// One backend per slot. On the CPU they share one thread pool.
-fn open_backends(device: DeviceKind, threads: usize, n: usize) -> Result<Vec<Box<dyn Backend>>> {
-    let cpu = |n: usize| -> Result<Vec<Box<dyn Backend>>> {
-        let pool = CpuBackend::build_pool(threads)?;
-        Ok((0..n).map(|_| Box::new(CpuBackend::with_pool(pool.clone())) as Box<dyn Backend>).collect())
-    };
-    if device == DeviceKind::Cpu {
-        return cpu(n);
-    }
-    let (first, note) = backend::open(device, threads)?;
-    if let Some(note) = note {
-        eprintln!("lode: {note}");
-    }
-    if first.name().starts_with("cpu") {
-        drop(first);
-        return cpu(n);
-    }
-    // A GPU backend per slot (each holds its own KV cache and scratch buffers).
-    if n > 1 {
-        tracing::warn!(
-            "{}: each of the {n} slots uploads its own copy of the weights until GPU backends share them",
-            first.name()
-        );
-    }
-    let mut v = vec![first];
-    for _ in 1..n {
-        v.push(backend::open(device, threads)?.0);
-    }
-    Ok(v)
 }
 
 async fn shutdown_signal() {

@@ -1,5 +1,5 @@
-//! The real [`SlotRunner`]: an [`Engine`] with its own KV cache, plus the text side of
-//! generation (streaming detokenization and stop strings).
+//! The real [`SlotRunner`]: one sequence (its own KV cache) of the server's engine, plus
+//! the text side of generation (streaming detokenization and stop strings).
 //!
 //! Prompt-prefix reuse: the engine keeps the tokens of the slot's last request in its
 //! cache; a new prompt that starts the same way (the usual case in a chat, where each
@@ -7,21 +7,30 @@
 
 use std::sync::Arc;
 
-use lode_runtime::engine::{Engine, EngineError, Flow, GenParams, Sampler, StopReason, StopStrings};
+use lode_runtime::engine::{generate, Engine, EngineError, Flow, GenParams, Sampler, Sequence, StopReason, StopStrings};
 use lode_runtime::tokenizer::Tokenizer;
 
 use super::api::{Timings, Usage};
 use super::errors::ApiError;
 use super::scheduler::{Finish, Job, SlotRunner};
 
-pub struct EngineSlot {
-    pub engine: Engine,
+/// A sequence a slot generates on: an [`Engine`] of its own, or its handle on the
+/// server's shared batch engine ([`super::batcher::SeqHandle`]).
+pub trait SlotSequence: Sequence + Send {
+    /// The request is over (done, failed or cancelled).
+    fn finished(&mut self) {}
+}
+
+impl SlotSequence for Engine {}
+
+pub struct EngineSlot<S: SlotSequence> {
+    pub engine: S,
     pub tok: Arc<Tokenizer>,
     pub eog: Vec<u32>,
 }
 
-impl EngineSlot {
-    pub fn new(engine: Engine, tok: Arc<Tokenizer>) -> EngineSlot {
+impl<S: SlotSequence> EngineSlot<S> {
+    pub fn new(engine: S, tok: Arc<Tokenizer>) -> EngineSlot<S> {
         let eog = tok.eog_ids();
         EngineSlot { engine, tok, eog }
     }
@@ -34,8 +43,21 @@ pub fn reusable_prefix(history: &[u32], prompt: &[u32]) -> usize {
     common.min(prompt.len().saturating_sub(1))
 }
 
-impl SlotRunner for EngineSlot {
+impl<S: SlotSequence> SlotRunner for EngineSlot<S> {
     fn run(&mut self, job: &Job, emit: &mut dyn FnMut(String) -> bool) -> Result<Finish, ApiError> {
+        let r = self.generate(job, emit);
+        self.engine.finished();
+        r
+    }
+
+    fn reset(&mut self) {
+        self.engine.truncate(0);
+        self.engine.finished();
+    }
+}
+
+impl<S: SlotSequence> EngineSlot<S> {
+    fn generate(&mut self, job: &Job, emit: &mut dyn FnMut(String) -> bool) -> Result<Finish, ApiError> {
         let EngineSlot { engine, tok, eog } = self;
         let prompt = &job.prompt;
         let cached = reusable_prefix(engine.history(), prompt);
@@ -50,7 +72,7 @@ impl SlotRunner for EngineSlot {
         let (mut cancelled, mut stop_hit) = (false, false);
         let params = GenParams { max_tokens: job.max_tokens, eog: eog.clone() };
         let tk: &Tokenizer = tok;
-        let result = engine.generate(&prompt[cached..], &params, &mut sampler, &mut |id| {
+        let result = generate(engine, &prompt[cached..], &params, &mut sampler, &mut |id| {
             let piece = dec.push(tk, id);
             let (text, hit) = stops.push(&piece);
             if !emit(text) {
@@ -66,7 +88,7 @@ impl SlotRunner for EngineSlot {
         let out = match result {
             Ok(out) => out,
             Err(e) => {
-                engine.clear();
+                engine.truncate(0);
                 return Err(match e {
                     EngineError::PromptTooLong { n_prompt, free, n_ctx } => ApiError::context_exceeded(
                         format!("the prompt has {n_prompt} tokens but only {free} of the context's {n_ctx} are free"),
@@ -102,9 +124,6 @@ impl SlotRunner for EngineSlot {
         })
     }
 
-    fn reset(&mut self) {
-        self.engine.clear();
-    }
 }
 
 #[cfg(test)]

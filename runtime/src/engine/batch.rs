@@ -1,0 +1,192 @@
+//! Several sequences over one model and one backend: each sequence has its own KV cache
+//! and token history; the weights, the backend and the activation buffers are shared.
+//! A decode [`BatchEngine::step`] runs the next token of many sequences as ONE forward
+//! pass, so every weight is read once per step however many sequences are decoding
+//! (continuous batching, as a server needs it). [`super::Engine`] is this with one
+//! sequence.
+
+use crate::backend::{Backend, KvCache, KvSpec};
+use crate::model::{KvRows, Model, OutputRows, Scratch};
+
+use super::{EngineError, EngineOptions, DEFAULT_CTX_CAP};
+
+/// One sequence: its cache and the tokens whose K/V it holds (slot = index).
+struct Seq {
+    kv: KvCache,
+    history: Vec<u32>,
+}
+
+pub struct BatchEngine {
+    model: Model,
+    be: Box<dyn Backend>,
+    seqs: Vec<Seq>,
+    scratch: Option<Scratch>,
+    n_ctx: usize,
+}
+
+impl BatchEngine {
+    /// `n_seq` sequences of `opts.ctx_size` slots each. The shared activation buffers hold
+    /// max(batch size, n_seq) rows: a prompt chunk or one step of every sequence.
+    pub fn new(model: Model, mut be: Box<dyn Backend>, opts: EngineOptions, n_seq: usize) -> Result<BatchEngine, EngineError> {
+        let c = &model.cfg;
+        let n_ctx = opts.ctx_size.unwrap_or_else(|| c.n_ctx_train.min(DEFAULT_CTX_CAP));
+        if n_ctx == 0 || opts.batch_size == 0 || n_seq == 0 {
+            return Err(EngineError::InvalidArg(format!(
+                "context size {n_ctx}, batch size {} and sequence count {n_seq} must be at least 1",
+                opts.batch_size
+            )));
+        }
+        if n_ctx > c.n_ctx_train {
+            tracing::warn!("context {n_ctx} exceeds the model's training context {}", c.n_ctx_train);
+        }
+        let spec = KvSpec {
+            n_layer: c.n_layer,
+            n_ctx,
+            n_kv_head: c.n_head_kv,
+            head_dim_k: c.head_dim_k,
+            head_dim_v: c.head_dim_v,
+            ty: opts.kv_type,
+        };
+        let weights: Vec<_> = model.weight_ids().into_iter().map(|id| model.w(id)).collect();
+        be.attach_weights(model.file(), &weights)?;
+        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx };
+        // Built step by step so that Drop releases whatever was allocated if one fails.
+        for _ in 0..n_seq {
+            let kv = e.be.alloc_kv(&spec)?;
+            e.seqs.push(Seq { kv, history: Vec::new() });
+        }
+        let rows = opts.batch_size.min(n_ctx).max(n_seq);
+        e.scratch = Some(Scratch::new(e.be.as_mut(), &e.model, rows)?);
+        Ok(e)
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+    pub fn backend_name(&self) -> String {
+        self.be.name()
+    }
+    /// The backend's weight-residency counters (`--memory-report`, `lode bench`).
+    pub fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
+        self.be.weight_stats()
+    }
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    pub fn n_seq(&self) -> usize {
+        self.seqs.len()
+    }
+    /// Tokens in `seq`'s cache, in order.
+    pub fn history(&self, seq: usize) -> &[u32] {
+        &self.seqs[seq].history
+    }
+    /// Keeps the first `n` cached tokens of `seq` (a shared prompt prefix).
+    pub fn truncate(&mut self, seq: usize, n: usize) {
+        self.seqs[seq].history.truncate(n);
+    }
+
+    fn check_seq(&self, seq: usize) -> Result<(), EngineError> {
+        if seq >= self.seqs.len() {
+            return Err(EngineError::InvalidArg(format!("sequence {seq} does not exist ({} sequences)", self.seqs.len())));
+        }
+        Ok(())
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<(), EngineError> {
+        let n_vocab = self.model.cfg.n_vocab as u32;
+        match tokens.iter().find(|&&t| t >= n_vocab) {
+            Some(&bad) => Err(EngineError::InvalidArg(format!("token id {bad} is outside the vocabulary ({n_vocab})"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Evaluates `tokens` after `seq`'s cached ones, in chunks of the batch size, and
+    /// hands the requested rows' logits to `on_logits(index_in_tokens, logits)`.
+    pub fn eval_rows(
+        &mut self,
+        seq: usize,
+        tokens: &[u32],
+        rows: OutputRows,
+        on_logits: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<(), EngineError> {
+        self.check_seq(seq)?;
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let free = self.n_ctx - self.seqs[seq].history.len();
+        if tokens.len() > free {
+            return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), free, n_ctx: self.n_ctx });
+        }
+        self.check_tokens(tokens)?;
+        let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
+        let s = &mut self.seqs[seq];
+        let mut done = 0;
+        for part in tokens.chunks(scratch.n_max) {
+            let p0 = s.history.len() as u32;
+            let pos: Vec<u32> = (p0..p0 + part.len() as u32).collect();
+            let is_last = done + part.len() == tokens.len();
+            let r = match rows {
+                OutputRows::All => OutputRows::All,
+                OutputRows::Last if is_last => OutputRows::Last,
+                _ => OutputRows::None,
+            };
+            let base = done;
+            // On error the chunk's K/V may be half written; the history does not claim it.
+            self.model.forward(self.be.as_mut(), scratch, KvRows::One(s.kv), part, &pos, r, &mut |i, l| {
+                on_logits(base + i, l)
+            })?;
+            s.history.extend_from_slice(part);
+            done += part.len();
+        }
+        Ok(())
+    }
+
+    /// One decode step of several sequences at once: `steps[i] = (seq, token)` appends
+    /// `token` to `seq` and returns the logits after it, in the order of `steps`. Each
+    /// sequence appears at most once.
+    pub fn step(&mut self, steps: &[(usize, u32)]) -> Result<Vec<Vec<f32>>, EngineError> {
+        let n = steps.len();
+        let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
+        if n == 0 || n > scratch.n_max {
+            return Err(EngineError::InvalidArg(format!("a step of {n} sequences (1..={} allowed)", scratch.n_max)));
+        }
+        let mut caches = Vec::with_capacity(n);
+        let mut pos = Vec::with_capacity(n);
+        let mut tokens = Vec::with_capacity(n);
+        for (i, &(seq, tok)) in steps.iter().enumerate() {
+            self.check_seq(seq)?;
+            if steps[..i].iter().any(|&(other, _)| other == seq) {
+                return Err(EngineError::InvalidArg(format!("sequence {seq} appears twice in one step")));
+            }
+            let s = &self.seqs[seq];
+            if s.history.len() >= self.n_ctx {
+                return Err(EngineError::PromptTooLong { n_prompt: 1, free: 0, n_ctx: self.n_ctx });
+            }
+            caches.push(s.kv);
+            pos.push(s.history.len() as u32);
+            tokens.push(tok);
+        }
+        self.check_tokens(&tokens)?;
+        let mut out = vec![Vec::new(); n];
+        // One sequence: the single-sequence path (no per-row copies), bit-identical to `eval`.
+        let kv = if n == 1 { KvRows::One(caches[0]) } else { KvRows::PerRow(&caches) };
+        self.model.forward(self.be.as_mut(), scratch, kv, &tokens, &pos, OutputRows::All, &mut |i, l| {
+            out[i] = l.to_vec()
+        })?;
+        for &(seq, tok) in steps {
+            self.seqs[seq].history.push(tok);
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for BatchEngine {
+    fn drop(&mut self) {
+        if let Some(s) = self.scratch.take() {
+            let _ = s.free(self.be.as_mut());
+        }
+        for s in self.seqs.drain(..) {
+            let _ = self.be.free_kv(s.kv);
+        }
+    }
+}

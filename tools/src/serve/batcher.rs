@@ -1,0 +1,199 @@
+//! Continuous batching: one engine thread owns the [`BatchEngine`] (one model, one
+//! backend, one copy of the weights, a KV cache per slot); each slot thread drives its
+//! request through a [`SeqHandle`], which sends the engine thread what to evaluate.
+//!
+//! A prompt is evaluated as soon as it arrives (one sequence at a time: prompts are
+//! already many tokens wide). Decode steps wait briefly for each other: the engine thread
+//! runs one forward pass over the next token of every decoding sequence as soon as all of
+//! them have asked (or [`STEP_WINDOW`] after the first ask), so N concurrent requests read
+//! the weights once per token instead of N times.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lode_runtime::engine::{BatchEngine, EngineError, Sequence};
+use lode_runtime::model::OutputRows;
+
+use super::metrics::Metrics;
+use super::slot::SlotSequence;
+
+/// How long a decode step waits for the other decoding sequences to ask. They normally
+/// arrive within microseconds (sampling and detokenizing one token); the window only
+/// bounds the wait for a slot that is slow to come back.
+const STEP_WINDOW: Duration = Duration::from_millis(3);
+
+type Reply = SyncSender<Result<Vec<f32>, String>>;
+
+enum Msg {
+    /// Evaluate a prompt (or its uncached tail) after the sequence's cached tokens.
+    Eval { seq: usize, tokens: Vec<u32>, reply: Reply },
+    /// The next token of a decoding sequence.
+    Step { seq: usize, token: u32, reply: Reply },
+    /// Keep the first `n` cached tokens.
+    Truncate { seq: usize, n: usize },
+    /// The sequence's request is over: steps no longer wait for it.
+    Idle { seq: usize },
+}
+
+/// Starts the engine thread; returns one handle per sequence of `engine`.
+pub fn start(engine: BatchEngine, metrics: Arc<Metrics>) -> std::io::Result<Vec<SeqHandle>> {
+    let (tx, rx) = mpsc::channel();
+    let n_ctx = engine.n_ctx();
+    let handles = (0..engine.n_seq())
+        .map(|seq| SeqHandle { seq, tx: tx.clone(), history: engine.history(seq).to_vec(), n_ctx })
+        .collect();
+    std::thread::Builder::new().name("lode-engine".into()).spawn(move || engine_thread(engine, rx, metrics))?;
+    Ok(handles)
+}
+
+/// One sequence of the shared engine, as a slot thread sees it. It mirrors the
+/// sequence's token history (only this handle changes it), so reading it costs no trip.
+pub struct SeqHandle {
+    seq: usize,
+    tx: Sender<Msg>,
+    history: Vec<u32>,
+    n_ctx: usize,
+}
+
+impl SeqHandle {
+    fn ask(&self, msg: impl FnOnce(Reply) -> Msg) -> Result<Vec<f32>, EngineError> {
+        let (reply, rx) = mpsc::sync_channel(1);
+        let gone = || EngineError::InvalidArg("the engine thread has stopped".into());
+        self.tx.send(msg(reply)).map_err(|_| gone())?;
+        rx.recv().map_err(|_| gone())?.map_err(EngineError::InvalidArg)
+    }
+}
+
+impl Sequence for SeqHandle {
+    fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        // The engine checks the context too; checking here keeps the typed error the
+        // server turns into a 400.
+        let free = self.n_ctx - self.history.len();
+        if tokens.len() > free {
+            return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), free, n_ctx: self.n_ctx });
+        }
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let seq = self.seq;
+        let logits = if tokens.len() == 1 {
+            let token = tokens[0];
+            self.ask(|reply| Msg::Step { seq, token, reply })?
+        } else {
+            let tokens = tokens.to_vec();
+            self.ask(|reply| Msg::Eval { seq, tokens, reply })?
+        };
+        self.history.extend_from_slice(tokens);
+        Ok(logits)
+    }
+    fn history(&self) -> &[u32] {
+        &self.history
+    }
+    fn truncate(&mut self, n: usize) {
+        self.history.truncate(n);
+        let _ = self.tx.send(Msg::Truncate { seq: self.seq, n });
+    }
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+}
+
+impl SlotSequence for SeqHandle {
+    fn finished(&mut self) {
+        let _ = self.tx.send(Msg::Idle { seq: self.seq });
+    }
+}
+
+/// Runs `f` on the engine; a panic becomes an error message and every sequence is
+/// forgotten (its cache contents are unknown), so the server keeps serving.
+fn guarded<T>(engine: &mut BatchEngine, f: impl FnOnce(&mut BatchEngine) -> Result<T, EngineError>) -> Result<T, String> {
+    match catch_unwind(AssertUnwindSafe(|| f(engine))) {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            tracing::error!("engine panicked: {what}; forgetting every sequence's cache");
+            for s in 0..engine.n_seq() {
+                engine.truncate(s, 0);
+            }
+            Err(format!("internal error in the engine: {what}"))
+        }
+    }
+}
+
+/// Publishes the weight cache's copies and the device memory the backend holds.
+fn publish_memory(engine: &BatchEngine, m: &Metrics) {
+    if let Some(w) = engine.weight_stats() {
+        m.weight_copies.store(w.copies, Relaxed);
+        if let Some(d) = &w.device {
+            m.device_memory_bytes.store(d.driver_used_bytes.unwrap_or(d.allocated_bytes), Relaxed);
+        }
+    }
+}
+
+fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>) {
+    publish_memory(&engine, &m);
+    let mut decoding = vec![false; engine.n_seq()];
+    let mut pending: Vec<(usize, u32, Reply)> = Vec::new();
+    let mut deadline = Instant::now();
+    let mut open = true;
+    while open || !pending.is_empty() {
+        let ready = !pending.is_empty()
+            && (!open || pending.len() >= decoding.iter().filter(|&&d| d).count() || Instant::now() >= deadline);
+        if ready {
+            let steps: Vec<(usize, u32)> = pending.iter().map(|&(s, t, _)| (s, t)).collect();
+            let n = m.batch_steps.fetch_add(1, Relaxed);
+            m.batch_rows.fetch_add(steps.len() as u64, Relaxed);
+            match guarded(&mut engine, |e| e.step(&steps)) {
+                Ok(rows) => pending.drain(..).zip(rows).for_each(|((_, _, r), l)| drop(r.send(Ok(l)))),
+                Err(e) => pending.drain(..).for_each(|(_, _, r)| drop(r.send(Err(e.clone())))),
+            }
+            if n % 64 == 0 {
+                publish_memory(&engine, &m);
+            }
+            continue;
+        }
+        let msg = if pending.is_empty() {
+            match rx.recv() {
+                Ok(m) => m,
+                Err(_) => break,
+            }
+        } else {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => {
+                    open = false;
+                    continue;
+                }
+            }
+        };
+        match msg {
+            Msg::Eval { seq, tokens, reply } => {
+                decoding[seq] = true;
+                let r = guarded(&mut engine, |e| {
+                    let mut last = Vec::new();
+                    e.eval_rows(seq, &tokens, OutputRows::Last, &mut |_, l| last = l.to_vec())?;
+                    Ok(last)
+                });
+                let _ = reply.send(r);
+                publish_memory(&engine, &m);
+            }
+            Msg::Step { seq, token, reply } => {
+                decoding[seq] = true;
+                if pending.is_empty() {
+                    deadline = Instant::now() + STEP_WINDOW;
+                }
+                pending.push((seq, token, reply));
+            }
+            Msg::Truncate { seq, n } => engine.truncate(seq, n),
+            Msg::Idle { seq } => decoding[seq] = false,
+        }
+    }
+}
