@@ -58,13 +58,15 @@ DEV void att_acc(float* acc, const u16* r, int epl, float corr, float pw) {
 //      so a captured decode graph replays unchanged as the cache grows)
 // kc:  [n_ctx, n_kv_head * head_dim] f16 (row p = key at position p), vc likewise
 // out: [n_tok, n_head, head_dim] f32
+// q8:  null, or out's q8_1 blocks ([n_tok, n_head * head_dim / 32]; head_dim % 32 == 0),
+//      the output projection's input, written here to save a quantize launch
 // Query at position P attends keys p in [max(0, P - window + 1) if window > 0 else 0, P].
 // grid (n_head, n_tok), block 512. Each warp runs 4 independent key streams (8 lanes per
 // key, head_dim / 8 elements per lane), 64 streams per block, each with its own online
 // softmax state; a warp merges its 4 streams with shuffles, the 16 warps merge through
 // shared memory.
 KERNEL LAUNCH_BOUNDS(512) void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
-                     const int* pos, int window, float scale) {
+                     const int* pos, int window, float scale, block_q8_1* q8) {
     __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
     __shared__ float s_acc[ATT_WARPS][256];
     const int head = bid_x(), tok = bid_y();
@@ -179,5 +181,7 @@ KERNEL LAUNCH_BOUNDS(512) void attn_f16(const float* q, const u16* kc, const u16
         for (int w = 0; w < ATT_WARPS; ++w)
             if (s_l[w] > 0.0f) v += s_acc[w][i] * exp_fast(s_m[w] - M);
         o[i] = v * inv;
+        // head_dim % 32 == 0: each warp here holds one whole block of 32 outputs.
+        if (q8) q8_block_store(q8 + (((u64)tok * n_head + head) * head_dim + i) / 32, v * inv);
     }
 }

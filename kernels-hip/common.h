@@ -35,10 +35,14 @@ typedef unsigned long long u64;
 #define DEV static __device__ __forceinline__
 #define KERNEL extern "C" __global__
 // The block size a kernel is always launched with (caps registers so it fits).
+// LAUNCH_BOUNDS_MIN(n, m) also asks for m resident blocks per multiprocessor (NVIDIA:
+// caps registers so that many fit; AMD: the work-group size bound only).
 #ifdef LODE_AMD
 #define LAUNCH_BOUNDS(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
+#define LAUNCH_BOUNDS_MIN(n, m) __attribute__((amdgpu_flat_work_group_size(1, n)))
 #else
 #define LAUNCH_BOUNDS(n) __launch_bounds__(n)
+#define LAUNCH_BOUNDS_MIN(n, m) __launch_bounds__(n, m)
 #endif
 
 #ifdef LODE_AMD
@@ -160,6 +164,13 @@ DEV float tanh_f(float x) {
 DEV float silu_f(float x) { return x * rcp(1.0f + exp_fast(-x)); }
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 DEV float gelu_tanh_f(float x) { return 0.5f * x * (1.0f + tanh_f(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+// GELU as the CPU backend (and ggml's CPU, through its f16 table) computes it: input
+// rounded to f16, GELU of that, result rounded to f16; 0 below -10, x above 10.
+DEV float gelu_f16r(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    return h2f(f2h(gelu_tanh_f(h2f(f2h(x)))));
+}
 
 // q8_1 activation block: 32 int8 codes, d = amax/127, s = sum of the unquantized values.
 struct __attribute__((aligned(4))) block_q8_1 {
@@ -167,6 +178,20 @@ struct __attribute__((aligned(4))) block_q8_1 {
     u16 s;
     i8 qs[32];
 };
+
+// q8_1 form of 32 consecutive values held one per lane of a warp (all 32 lanes call it).
+DEV void q8_block_store(block_q8_1* b, float v) {
+    const int lane = tid_x() & 31;
+    const float amax = warp_max(fabs_f(v));
+    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int c = (int)rint_f(v * id);
+    const float qsum = warp_sum((float)c);
+    b->qs[lane] = (i8)c;
+    if (lane == 0) {
+        b->d = f2h(d);
+        b->s = f2h(d * qsum);
+    }
+}
 
 // ---- matrix cores: one 16x16x16 f16 product, f32 accumulate, per 32-lane warp ----
 // A: 16 (M) rows x 16 (K) f16 at sA (row stride lda, in u16 units), B: 16 (N) rows x 16 (K)

@@ -29,10 +29,10 @@ KERNEL void swiglu_f32(const float* g, const float* u, float* y, int n) {
     if (i < n) y[i] = silu_f(g[i]) * u[i];
 }
 
-// y = gelu_tanh(g) * u  (GeGLU, Gemma)
+// y = gelu(g) * u  (GeGLU, Gemma; GELU rounded through f16 as the CPU backend)
 KERNEL void geglu_f32(const float* g, const float* u, float* y, int n) {
     const int i = bid_x() * 256 + tid_x();
-    if (i < n) y[i] = gelu_tanh_f(g[i]) * u[i];
+    if (i < n) y[i] = gelu_f16r(g[i]) * u[i];
 }
 
 // y = act(g) * u and its q8_1 blocks (32 consecutive elements each) for the down
@@ -41,7 +41,7 @@ KERNEL void glu_q8_f32(const float* g, const float* u, float* y, block_q8_1* q, 
     const int i = bid_x() * 256 + tid_x(), lane = tid_x() & 31;
     if (i - lane >= n) return; // whole warp past the end (n % 32 == 0)
     const float a = g[i];
-    const float v = (act ? gelu_tanh_f(a) : silu_f(a)) * u[i];
+    const float v = (act ? gelu_f16r(a) : silu_f(a)) * u[i];
     y[i] = v;
     const float amax = warp_max(fabs_f(v));
     const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;

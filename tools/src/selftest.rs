@@ -44,9 +44,20 @@ pub struct Args {
     /// Teacher-forced tokens per model for the KL divergence.
     #[arg(long, default_value_t = 128)]
     pub text_tokens: usize,
+    /// With `--model`: compare the CPU backend against itself with every norm output
+    /// nudged by one f32 rounding step (the KLD floor of any not bit-identical backend);
+    /// needs no GPU.
+    #[arg(long)]
+    pub perturb: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.perturb {
+        for m in &args.models {
+            crate::selftest_model::perturb_compare(m, args.text_tokens, crate::common::physical_cores())?;
+        }
+        return Ok(());
+    }
     let choice: DeviceChoice = args.device.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let dev = gpu::select(choice)?;
     let mut model_fail = 0;

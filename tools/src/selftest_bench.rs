@@ -27,21 +27,30 @@ pub fn run(dev: &GpuDevice) -> Result<()> {
     println!("bench d2d copy {} MiB: {:.3} ms, {:.0} GB/s (read+write)", bytes >> 20, ms, 2.0 * bytes as f64 / ms / 1e6);
     drop((a, b));
     let mut rng = selftest::Rng::new(1);
+    // Shapes of the synthetic presets' decode matvecs (4B: 2560 / 9728; 8B: 4096 / 14336)
+    // and the big heads. Each weight is uploaded in enough copies (cycled) to total
+    // ≥ 256 MiB, so the 60 MB L2 cannot serve repetitions: these are DRAM figures.
     for (ty, rows, k) in [
-        (GgmlType::Q4_K, 16384, 4096),
-        (GgmlType::Q6_K, 16384, 4096),
+        (GgmlType::Q4_K, 14336, 4096),
+        (GgmlType::Q6_K, 4096, 14336),
+        (GgmlType::Q4_K, 4096, 14336),
+        (GgmlType::Q4_K, 4096, 4096),
+        (GgmlType::Q4_K, 9728, 2560),
+        (GgmlType::Q6_K, 2560, 9728),
+        (GgmlType::Q4_K, 2560, 4096),
+        (GgmlType::Q4_K, 1024, 2560),
         (GgmlType::Q5_K, 16384, 4096),
         (GgmlType::Q8_0, 16384, 4096),
         (GgmlType::Q4_0, 16384, 4096),
         (GgmlType::Q4_1, 16384, 4096),
         (GgmlType::Q5_0, 16384, 4096),
         (GgmlType::F16, 8192, 4096),
-        (GgmlType::Q4_K, 4096, 1024),
-        (GgmlType::Q4_K, 2560, 2560),
         (GgmlType::Q6_K, 151936, 1024),
+        (GgmlType::Q6_K, 128256, 4096),
     ] {
         let w = selftest::random_weights(&mut rng, ty, rows, k);
-        let wb = dev.upload(&w)?;
+        let copies = ((256usize << 20) / w.len()).clamp(1, 64);
+        let wbs: Vec<_> = (0..copies).map(|_| dev.upload(&w)).collect::<std::result::Result<_, _>>()?;
         let x = rng.vec(k * 8, 1.0);
         let xb = dev.upload_f32(&x)?;
         let qb = dev.alloc(ops::q8_1_bytes(k, 8))?;
@@ -52,12 +61,25 @@ pub fn run(dev: &GpuDevice) -> Result<()> {
         }
         let xin = if q8 { qb.ptr() } else { xb.ptr() };
         for ncols in [1usize, 8] {
-            let ms = time_ms(dev, 20, || Ok(ops::matvec(dev, wb.ptr(), ty, rows, k, xin, yb.ptr(), ncols)?))?;
+            let mut i = 0;
+            let ms = time_ms(dev, 40, || {
+                i += 1;
+                Ok(ops::matvec(dev, wbs[i % copies].ptr(), ty, rows, k, xin, yb.ptr(), ncols)?)
+            })?;
             println!(
-                "bench matvec {ty:<5} {rows:>6}x{k:<5} ncols={ncols}: {:8.1} us  {:6.0} GB/s weights",
+                "bench matvec {ty:<5} {rows:>6}x{k:<5} ncols={ncols}: {:8.1} us  {:6.0} GB/s weights ({copies} copies)",
                 ms * 1e3,
                 w.len() as f64 / ms / 1e6
             );
+        }
+        // The staged kernel forced on (whatever the default threshold) for comparison.
+        if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && k <= 16384 && k >= 2048 {
+            let mut i = 0;
+            let ms = time_ms(dev, 40, || {
+                i += 1;
+                Ok(ops::matvec_multi_with(dev, xin, k, &[(wbs[i % copies].ptr(), ty, rows, yb.ptr())], 8)?)
+            })?;
+            println!("bench matvec {ty:<5} {rows:>6}x{k:<5} staged: {:8.1} us  {:6.0} GB/s weights", ms * 1e3, w.len() as f64 / ms / 1e6);
         }
     }
     // Small launches: the per-kernel floor that decode of small models sees.

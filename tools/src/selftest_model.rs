@@ -164,3 +164,105 @@ fn speed(gpu: &mut Engine, ids: &[u32], tg: usize) -> Result<()> {
     println!("  speed: pp{} {:.1} tok/s, tg{} {:.1} tok/s ({:.3} ms/token) on {}", ids.len(), ids.len() as f64 / pp, tg, tg as f64 / tgs, tgs * 1e3 / tg as f64, gpu.backend_name());
     Ok(())
 }
+
+/// A backend that forwards every op to `inner` and then multiplies each RMSNorm output by
+/// (1 + 2⁻²³): a perturbation of one f32 rounding step, the size of the differences that
+/// summation order or an exp implementation make between two correct backends.
+struct Nudged(Box<dyn lode_runtime::backend::Backend>);
+
+mod nudged_impl {
+    use super::Nudged;
+    use lode_runtime::backend::{Attention, Backend, Buf, Glu, KvCache, KvSpec, Result, Rope};
+    use lode_runtime::weights::WeightRef;
+    impl Backend for Nudged {
+        fn name(&self) -> String {
+            format!("{} (norm outputs × (1 + 2^-23))", self.0.name())
+        }
+        fn alloc(&mut self, len: usize) -> Result<Buf> {
+            self.0.alloc(len)
+        }
+        fn free(&mut self, buf: Buf) -> Result<()> {
+            self.0.free(buf)
+        }
+        fn write(&mut self, buf: Buf, src: &[f32]) -> Result<()> {
+            self.0.write(buf, src)
+        }
+        fn read(&mut self, buf: Buf, dst: &mut [f32]) -> Result<()> {
+            self.0.read(buf, dst)
+        }
+        fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
+            self.0.alloc_kv(spec)
+        }
+        fn free_kv(&mut self, kv: KvCache) -> Result<()> {
+            self.0.free_kv(kv)
+        }
+        fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
+            self.0.get_rows(w, ids, out)
+        }
+        fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()> {
+            self.0.matmul(w, x, n_tok, y)
+        }
+        fn rms_norm(&mut self, x: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+            self.0.rms_norm(x, out, n_rows, row_len, w, eps)?;
+            self.0.scale(out, n_rows * row_len, 1.0 + f32::EPSILON)
+        }
+        fn rope(&mut self, x: Buf, n_head: usize, head_dim: usize, pos: &[u32], rope: &Rope) -> Result<()> {
+            self.0.rope(x, n_head, head_dim, pos, rope)
+        }
+        fn add(&mut self, a: Buf, b: Buf, out: Buf, n: usize) -> Result<()> {
+            self.0.add(a, b, out, n)
+        }
+        fn add_bias(&mut self, x: Buf, n_tok: usize, bias: &WeightRef) -> Result<()> {
+            self.0.add_bias(x, n_tok, bias)
+        }
+        fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
+            self.0.scale(x, n, s)
+        }
+        fn glu(&mut self, gate: Buf, up: Buf, out: Buf, n: usize, act: Glu) -> Result<()> {
+            self.0.glu(gate, up, out, n, act)
+        }
+        fn copy(&mut self, src: Buf, src_off: usize, dst: Buf, dst_off: usize, n: usize) -> Result<()> {
+            self.0.copy(src, src_off, dst, dst_off, n)
+        }
+        fn kv_write(&mut self, kv: KvCache, layer: usize, k: Buf, v: Buf, pos: &[u32]) -> Result<()> {
+            self.0.kv_write(kv, layer, k, v, pos)
+        }
+        fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+            self.0.attention(q, kv, layer, pos, p, out)
+        }
+    }
+}
+
+/// `lode selftest --model F --perturb`: the CPU backend against itself with every norm
+/// output nudged by one f32 rounding step. Q8 activation codes then flip now and then, and
+/// each flip is a full quantization step that the next layers amplify into more flips: the
+/// KL divergence this prints is the floor any backend that is not bit-identical to the CPU
+/// (summation order, exp, rsqrt) can reach on this model — the GPU gate is judged against it.
+pub fn perturb_compare(path: &Path, n_text: usize, threads: usize) -> Result<()> {
+    let file = crate::common::open_gguf(path)?;
+    let opts = EngineOptions { ctx_size: Some((n_text + 8).max(128)), batch_size: 512, kv_type: KvType::F16 };
+    let mk = |nudge: bool| -> Result<Engine> {
+        let model = Model::load(file.clone()).with_context(|| format!("cannot load {}", path.display()))?;
+        let cpu: Box<dyn lode_runtime::backend::Backend> = Box::new(CpuBackend::new(threads)?);
+        let be: Box<dyn lode_runtime::backend::Backend> = if nudge { Box::new(Nudged(cpu)) } else { cpu };
+        Ok(Engine::new(model, be, opts)?)
+    };
+    let (mut a, mut b) = (mk(false)?, mk(true)?);
+    let ids = prompt_ids(&file, a.model().cfg.n_vocab, n_text);
+    let mut la: Vec<Vec<f32>> = Vec::new();
+    a.eval_all(&ids, &mut |_, l| la.push(l.to_vec()))?;
+    let (mut kl_sum, mut same, mut n) = (0f64, 0usize, 0usize);
+    b.eval_all(&ids, &mut |i, l| {
+        let (p, q) = (log_softmax(&la[i]), log_softmax(l));
+        kl_sum += p.iter().zip(&q).map(|(x, y)| x.exp() * (x - y)).sum::<f64>();
+        same += (argmax_logits(&la[i]) == argmax_logits(l)) as usize;
+        n += 1;
+    })?;
+    println!(
+        "model {}: cpu vs cpu with norm outputs × (1 + 2^-23), teacher-forced {n} positions: mean KLD = {:.3e}, same top-1 = {:.2} %",
+        path.display(),
+        kl_sum / n.max(1) as f64,
+        100.0 * same as f64 / n.max(1) as f64
+    );
+    Ok(())
+}

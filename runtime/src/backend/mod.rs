@@ -98,6 +98,21 @@ pub struct Attention {
     pub window: Option<usize>,
 }
 
+/// What [`Backend::rope_kv_write`] does to a layer's fresh q/k/v projections.
+#[derive(Clone, Copy, Debug)]
+pub struct QkvPrep<'a> {
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    /// Per-head RMSNorm weights of q and k (`[head_dim]`; qwen3, gemma3).
+    pub q_norm: Option<WeightRef<'a>>,
+    pub k_norm: Option<WeightRef<'a>>,
+    pub eps: f32,
+    pub rope: Rope<'a>,
+    /// Multiplier of q after RoPE.
+    pub q_scale: Option<f32>,
+}
+
 /// Gate activation of a gated FFN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Glu {
@@ -228,8 +243,7 @@ pub trait Backend: Send {
     /// `tmp` (same size as `out`) may be used as scratch. A backend may fuse it (the GPU
     /// does for two or more tokens: one kernel, one activation tile, GLU in the epilogue).
     fn matmul_glu(&mut self, gate: &WeightRef, up: &WeightRef, x: Buf, n_tok: usize, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
-        self.matmul(gate, x, n_tok, out)?;
-        self.matmul(up, x, n_tok, tmp)?;
+        self.matmul_multi(x, n_tok, &[(gate, out), (up, tmp)])?;
         self.glu(out, tmp, out, n_tok * gate.n_rows(), act)
     }
     /// Copies `n` elements from `src[src_off..]` to `dst[dst_off..]`.
@@ -246,6 +260,34 @@ pub trait Backend: Send {
         v: Buf,
         pos: &[u32],
     ) -> Result<()>;
+
+    /// Fused ops. Each has a default composed of the ops above, so a backend only
+    /// overrides those it can do in fewer launches (the GPU: decode is launch-bound).
+    ///
+    /// `y_i = W_i x` for every `(W_i, y_i)` of `outs` (all with rows of `x`'s length):
+    /// the q/k/v or gate/up projections of one input.
+    fn matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        for (w, y) in outs {
+            self.matmul(w, x, n_tok, *y)?;
+        }
+        Ok(())
+    }
+
+    /// `x += b` over `n_rows * row_len` values, then `out = rms_norm(x)` (the residual
+    /// add and the next norm).
+    #[allow(clippy::too_many_arguments)]
+    fn add_rms_norm(&mut self, x: Buf, b: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+        self.add(x, b, x, n_rows * row_len)?;
+        self.rms_norm(x, out, n_rows, row_len, w, eps)
+    }
+
+    /// After the q/k/v projections of `pos.len()` tokens: per-head norms of q and k,
+    /// RoPE of both, q scaled, then k and v stored in `kv` at `layer` (`q` and `k` are
+    /// updated in place).
+    #[allow(clippy::too_many_arguments)]
+    fn rope_kv_write(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
+        rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p)
+    }
 
     /// Causal attention of `q` `[n_tok, n_head*head_dim_k]` (token `t` at `pos[t]`) over
     /// cache slots `0..=pos[t]` of `layer` (narrowed by the window);
@@ -304,6 +346,24 @@ pub trait Backend: Send {
         }
         r
     }
+}
+
+/// [`Backend::rope_kv_write`] as the separate ops (the default, and a backend's fallback).
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv_write_unfused<B: Backend + ?Sized>(be: &mut B, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
+    let n = pos.len();
+    if let Some(qn) = &p.q_norm {
+        be.rms_norm(q, q, n * p.n_head, p.head_dim, Some(qn), p.eps)?;
+    }
+    if let Some(kn) = &p.k_norm {
+        be.rms_norm(k, k, n * p.n_kv_head, p.head_dim, Some(kn), p.eps)?;
+    }
+    be.rope(q, p.n_head, p.head_dim, pos, &p.rope)?;
+    be.rope(k, p.n_kv_head, p.head_dim, pos, &p.rope)?;
+    if let Some(qs) = p.q_scale {
+        be.scale(q, n * p.n_head * p.head_dim, qs)?;
+    }
+    be.kv_write(kv, layer, k, v, pos)
 }
 
 /// Opens the backend `kind` asks for. `Auto` falls back to the CPU with a one-line note

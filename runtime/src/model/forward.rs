@@ -2,7 +2,7 @@
 //! (reference §5). Architecture differences are data in [`Config`] and optional
 //! weights in [`Layer`], not branches on the architecture name.
 
-use crate::backend::{Attention, Backend, Buf, KvCache, Rope};
+use crate::backend::{Attention, Backend, Buf, KvCache, QkvPrep, Rope};
 
 use super::{Model, ModelError};
 
@@ -105,29 +105,28 @@ impl Model {
             )));
         }
         let e = c.n_embd;
-        let qd = c.n_head * c.head_dim_k;
 
         be.get_rows(&self.w(self.tok_embd), tokens, s.x)?;
         if let Some(sc) = c.embd_scale {
             be.scale(s.x, n * e, sc)?;
         }
         let rope_freqs = self.rope_freqs.map(|id| self.w(id));
+        // The FFN output of the previous layer is added to the residual together with
+        // the next norm (one fused op on backends that have it).
+        let mut pending_add = false;
         for (l, ly) in self.layers.iter().enumerate() {
             // Attention block.
-            be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.attn_norm)), c.eps)?;
-            be.matmul(&self.w(ly.wq), s.xb, n, s.q)?;
-            be.matmul(&self.w(ly.wk), s.xb, n, s.k)?;
-            be.matmul(&self.w(ly.wv), s.xb, n, s.v)?;
+            if pending_add {
+                be.add_rms_norm(s.x, s.xb2, s.xb, n, e, Some(&self.w(ly.attn_norm)), c.eps)?;
+            } else {
+                be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.attn_norm)), c.eps)?;
+            }
+            let (wq, wk, wv) = (self.w(ly.wq), self.w(ly.wk), self.w(ly.wv));
+            be.matmul_multi(s.xb, n, &[(&wq, s.q), (&wk, s.k), (&wv, s.v)])?;
             for (b, dst) in [(ly.bq, s.q), (ly.bk, s.k), (ly.bv, s.v)] {
                 if let Some(b) = b {
                     be.add_bias(dst, n, &self.w(b))?;
                 }
-            }
-            if let Some(qn) = ly.q_norm {
-                be.rms_norm(s.q, s.q, n * c.n_head, c.head_dim_k, Some(&self.w(qn)), c.eps)?;
-            }
-            if let Some(kn) = ly.k_norm {
-                be.rms_norm(s.k, s.k, n * c.n_head_kv, c.head_dim_k, Some(&self.w(kn)), c.eps)?;
             }
             let (base, scale) = c.rope_for_layer(l);
             let rope = Rope {
@@ -137,10 +136,33 @@ impl Model {
                 freq_scale: scale,
                 freq_factors: rope_freqs,
             };
-            be.rope(s.q, c.n_head, c.head_dim_k, pos, &rope)?;
-            be.rope(s.k, c.n_head_kv, c.head_dim_k, pos, &rope)?;
-            if let Some(qs) = c.q_scale {
-                be.scale(s.q, n * qd, qs)?;
+            let prep = QkvPrep {
+                n_head: c.n_head,
+                n_kv_head: c.n_head_kv,
+                head_dim: c.head_dim_k,
+                q_norm: ly.q_norm.map(|id| self.w(id)),
+                k_norm: ly.k_norm.map(|id| self.w(id)),
+                eps: c.eps,
+                rope,
+                q_scale: c.q_scale,
+            };
+            match kv {
+                // One cache: q/k norms, RoPE and the K/V store in one (fused) op.
+                KvRows::One(cache) => be.rope_kv_write(s.q, s.k, s.v, cache, l, pos, &prep)?,
+                // Per-row caches: the K/V store happens in `attention_rows`.
+                KvRows::PerRow(_) => {
+                    if let Some(qn) = &prep.q_norm {
+                        be.rms_norm(s.q, s.q, n * c.n_head, c.head_dim_k, Some(qn), c.eps)?;
+                    }
+                    if let Some(kn) = &prep.k_norm {
+                        be.rms_norm(s.k, s.k, n * c.n_head_kv, c.head_dim_k, Some(kn), c.eps)?;
+                    }
+                    be.rope(s.q, c.n_head, c.head_dim_k, pos, &rope)?;
+                    be.rope(s.k, c.n_head_kv, c.head_dim_k, pos, &rope)?;
+                    if let Some(qs) = c.q_scale {
+                        be.scale(s.q, n * c.n_head * c.head_dim_k, qs)?;
+                    }
+                }
             }
             let attn = Attention {
                 n_head: c.n_head,
@@ -155,15 +177,17 @@ impl Model {
             if let Some(pn) = ly.post_attn_norm {
                 be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
             }
-            be.add(s.x, s.xb2, s.x, n * e)?;
 
             // Feed-forward block.
-            be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.ffn_norm)), c.eps)?;
+            be.add_rms_norm(s.x, s.xb2, s.xb, n, e, Some(&self.w(ly.ffn_norm)), c.eps)?;
             be.matmul_glu(&self.w(ly.gate), &self.w(ly.up), s.xb, n, s.hb, s.hb2, c.act)?;
             be.matmul(&self.w(ly.down), s.hb, n, s.xb2)?;
             if let Some(pn) = ly.post_ffw_norm {
                 be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
             }
+            pending_add = true;
+        }
+        if pending_add {
             be.add(s.x, s.xb2, s.x, n * e)?;
         }
 
@@ -189,8 +213,8 @@ impl Model {
         Ok(())
     }
 
-    /// Stores the chunk's K/V of layer `l` and attends over the cache — for a batched
-    /// step, each row in and over its own sequence's cache.
+    /// Attends over the cache (its K/V already stored by `rope_kv_write`) — for a
+    /// batched step, stores each row's K/V in and attends over its own sequence's cache.
     fn attend(
         &self,
         be: &mut dyn Backend,
@@ -201,10 +225,8 @@ impl Model {
         attn: &Attention,
     ) -> Result<(), ModelError> {
         match kv {
-            KvRows::One(kv) => {
-                be.kv_write(kv, l, s.k, s.v, pos)?;
-                be.attention(s.q, kv, l, pos, attn, s.att)?;
-            }
+            // The K/V store was part of `rope_kv_write`.
+            KvRows::One(kv) => be.attention(s.q, kv, l, pos, attn, s.att)?,
             KvRows::PerRow(caches) => be.attention_rows(s.q, s.k, s.v, caches, l, pos, attn, s.att)?,
         }
         Ok(())

@@ -19,12 +19,14 @@ use super::driver::DevPtr;
 use super::replay::{Entry, Rec, Replay, ReplayStats};
 use super::{ops, prefill, GpuError};
 use std::cell::RefCell;
-use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, Result, Rope, RopeMode};
+use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, QkvPrep, Result, Rope, RopeMode};
 use crate::quant;
 use super::materialize::{GpuMaterializer, MappedFile};
 use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
 use crate::weights::{Residency, WeightCache, WeightOptions, WeightRef, WeightStats};
 use std::collections::HashMap;
+
+mod fused;
 
 /// Map a GPU error into the backend's error type, naming the op.
 fn err(op: &'static str) -> impl Fn(GpuError) -> BackendError {
@@ -73,7 +75,8 @@ pub struct GpuBackend {
     cache: WeightCache<GpuMaterializer>,
     /// The registered file mapping (`mapped` residency).
     mapped: Option<MappedFile>,
-    inv_freq: HashMap<(usize, u32, u32, usize), DeviceBuffer>,
+    /// RoPE frequency divisors on the device, by the host address of their weight.
+    inv_freq: HashMap<usize, DeviceBuffer>,
     q8: Scratch,
     /// Per-step staging of host inputs (ids, positions): slot addresses repeat per step.
     stage: Scratch,
@@ -90,6 +93,9 @@ pub struct GpuBackend {
     replay: RefCell<Replay>,
     /// Prefill matmuls on matrix cores (`prefill.rs`; `LODE_GEMM=0` turns them off).
     gemm_prefill: bool,
+    /// Fused decode ops (multi-matvec, add+norm, norm+rope+KV store, attention writing
+    /// q8_1); `LODE_FUSE=0` falls back to the trait's unfused defaults (for A/B runs).
+    fuse: bool,
 }
 
 impl GpuBackend {
@@ -134,6 +140,7 @@ impl GpuBackend {
             predicted_pos: None,
             replay: RefCell::new(Replay::new()),
             gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
+            fuse: std::env::var("LODE_FUSE").map(|v| v != "0").unwrap_or(true),
         }
     }
 
@@ -282,26 +289,28 @@ impl GpuBackend {
         Ok(ptr)
     }
 
-    fn rope_table(&mut self, r: &Rope) -> Result<DevPtr> {
-        let fkey = r.freq_factors.map(|f| f.data().as_ptr() as usize).unwrap_or(0);
-        let key = (r.n_rot, r.freq_base.to_bits(), r.freq_scale.to_bits(), fkey);
+    /// The rope's frequency divisors as a device f32 vector (uploaded once per weight).
+    fn rope_factors(&mut self, r: &Rope) -> Result<Option<DevPtr>> {
+        let Some(f) = r.freq_factors else { return Ok(None) };
+        let key = f.data().as_ptr() as usize;
         if let Some(b) = self.inv_freq.get(&key) {
-            return Ok(b.ptr());
+            return Ok(Some(b.ptr()));
         }
-        let factors: Option<Vec<f32>> = match r.freq_factors {
-            Some(f) => {
-                let mut v = vec![0f32; f.row_len() * f.n_rows()];
-                quant::dequantize(f.ty(), f.data(), &mut v).map_err(|source| BackendError::Quant { op: "rope", weight: f.name().into(), source })?;
-                Some(v)
-            }
-            None => None,
-        };
-        let inv = ops::rope_inv_freq(r.n_rot, r.freq_base, r.freq_scale, factors.as_deref());
+        let mut v = vec![0f32; f.row_len() * f.n_rows()];
+        quant::dequantize(f.ty(), f.data(), &mut v).map_err(|source| BackendError::Quant { op: "rope", weight: f.name().into(), source })?;
+        if v.len() < r.n_rot / 2 {
+            return Err(BackendError::Invalid { op: "rope", msg: format!("`{}` has {} frequency factors, RoPE of {} dims needs {}", f.name(), v.len(), r.n_rot, r.n_rot / 2) });
+        }
         self.barrier()?;
-        let b = self.dev.upload_f32(&inv).map_err(derr("rope"))?;
+        let b = self.dev.upload_f32(&v).map_err(derr("rope"))?;
         let p = b.ptr();
         self.inv_freq.insert(key, b);
-        Ok(p)
+        Ok(Some(p))
+    }
+
+    /// Device address of the q8_1 scratch sized for `values` values (in blocks of 32).
+    fn q8_scratch(&mut self, values: usize, op: &'static str) -> Result<DevPtr> {
+        self.q8.get(&self.dev, ops::q8_1_bytes(values, 1)).map_err(derr(op))
     }
 }
 
@@ -447,8 +456,7 @@ impl Backend for GpuBackend {
         let (ty, lay) = (gate.ty(), layout::canonical(gate.ty(), Consumer::Matrix, DeviceClass::Gpu));
         let same = up.ty() == ty && up.n_rows() == gate.n_rows() && up.row_len() == gate.row_len();
         if !(self.gemm_prefill && same && prefill::use_glu(ty, lay, n_tok)) {
-            self.matmul(gate, x, n_tok, out)?;
-            self.matmul(up, x, n_tok, tmp)?;
+            self.matmul_multi(x, n_tok, &[(gate, out), (up, tmp)])?;
             return self.glu(out, tmp, out, n_tok * gate.n_rows(), act);
         }
         let (k, rows) = (gate.row_len(), gate.n_rows());
@@ -493,9 +501,10 @@ impl Backend for GpuBackend {
     fn rope(&mut self, x: Buf, n_head: usize, head_dim: usize, pos: &[u32], rope: &Rope) -> Result<()> {
         let (xp, xn) = self.buf(x)?;
         Self::check_len("rope", x, xn, pos.len() * n_head * head_dim)?;
-        let table = self.rope_table(rope)?;
+        let ff = self.rope_factors(rope)?;
         let pp = self.positions(pos)?;
-        let r = ops::rope(&self.rec(), xp, pp, table, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, 1.0).map_err(err("rope"));
+        let ts = ops::rope_theta_scale(rope.freq_base, rope.n_rot);
+        let r = ops::rope(&self.rec(), xp, pp, ff, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, ts, rope.freq_scale, 1.0).map_err(err("rope"));
         self.touch(x);
         r
     }
@@ -593,11 +602,31 @@ impl Backend for GpuBackend {
         }
         let window = p.window.unwrap_or(0);
         let pp = self.positions(pos)?;
-        self.touch(out);
         if prefill::use_flash(pos.len(), p.head_dim_k) {
+            self.touch(out);
             return prefill::flash_attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"));
         }
-        ops::attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))
+        let values = pos.len() * p.n_head * p.head_dim_v;
+        // The output projection's q8_1 input, written by the attention kernel itself.
+        let q8 = if self.fuse && p.head_dim_v % 32 == 0 { Some(self.q8_scratch(values, "attention")?) } else { None };
+        self.touch(out);
+        ops::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
+        if q8.is_some() {
+            self.q8_of = Some((out.0, self.version(out), values));
+        }
+        Ok(())
+    }
+
+    fn matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        self.fused_matmul_multi(x, n_tok, outs)
+    }
+
+    fn add_rms_norm(&mut self, x: Buf, b: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+        self.fused_add_rms_norm(x, b, out, n_rows, row_len, w, eps)
+    }
+
+    fn rope_kv_write(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
+        self.fused_rope_kv_write(q, k, v, kv, layer, pos, p)
     }
 
     /// Row by row over each row's own cache, reading `q`/`k`/`v`/`out` in place (device

@@ -45,10 +45,10 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
             "matvec_f32_n1", "matvec_f32_n8", "matvec_f16_n1", "matvec_f16_n8", "matvec_bf16_n1", "matvec_bf16_n8",
             "matvec_q4_0_n1", "matvec_q4_0_n8", "matvec_q4_1_n1", "matvec_q4_1_n8", "matvec_q5_0_n1", "matvec_q5_0_n8",
             "matvec_q5_1_n1", "matvec_q5_1_n8", "matvec_q8_0_n1", "matvec_q8_0_n8", "matvec_q4_K_n1", "matvec_q4_K_n8",
-            "matvec_q5_K_n1", "matvec_q5_K_n8", "matvec_q6_K_n1", "matvec_q6_K_n8",
+            "matvec_q5_K_n1", "matvec_q5_K_n8", "matvec_q6_K_n1", "matvec_q6_K_n8", "matvec_multi_n1", "matvec_multi4_n1",
         ],
     ),
-    ("norm_rope", include_str!("../../../../kernels-hip/norm_rope.hip"), &["rmsnorm_f32", "rmsnorm_q8_f32", "rope_f32"]),
+    ("norm_rope", include_str!("../../../../kernels-hip/norm_rope.hip"), &["rmsnorm_f32", "rmsnorm_q8_f32", "rope_f32", "add_rmsnorm_q8_f32", "rope_kv_f32"]),
     ("attention", include_str!("../../../../kernels-hip/attention.hip"), &["attn_f16"]),
     (
         "elementwise",

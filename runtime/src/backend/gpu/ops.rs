@@ -75,6 +75,11 @@ pub fn matvec(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x:
     if k % ty.block_elems() != 0 {
         return Err(unsupported(format!("matvec: k = {k} is not a multiple of {ty}'s {}-element block", ty.block_elems())));
     }
+    // One column of Q4_K / Q6_K: the staged kernel (`matvec_multi_n1` with one segment).
+    let min_sb = staged_min_sb();
+    if ncols == 1 && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && min_sb > 0 && k >= min_sb.max(8) * 256 && k <= 16384 {
+        return matvec_multi(d, x, k, &[(w, ty, rows, y)]);
+    }
     let x_col_bytes = if matvec_takes_q8_1(ty) { q8_1_bytes(k, 1) } else { k * 4 };
     let grid = [ceil(rows, 4), 1, 1];
     let mut c = 0;
@@ -95,20 +100,17 @@ pub fn rmsnorm(d: &dyn Launch, x: DevPtr, w: Option<DevPtr>, y: DevPtr, rows: us
     Ok(())
 }
 
-/// The per-pair inverse frequencies RoPE multiplies positions by:
-/// `freq_scale · base^(−2i/n_rot) / ff_i`, in f64 then rounded.
-pub fn rope_inv_freq(n_rot: usize, base: f32, freq_scale: f32, factors: Option<&[f32]>) -> Vec<f32> {
-    (0..n_rot / 2)
-        .map(|p| {
-            let ff = factors.and_then(|f| f.get(p)).copied().unwrap_or(1.0) as f64;
-            (freq_scale as f64 * (base as f64).powf(-2.0 * p as f64 / n_rot as f64) / ff) as f32
-        })
-        .collect()
+/// RoPE's per-pair angle factor `base^(-2/n_rot)`, computed exactly as the CPU backend
+/// does (f32 `powf`): the kernels multiply the position by it once per pair, in f32, as
+/// ggml does, so GPU and CPU angles agree to the bit before sin/cos.
+pub fn rope_theta_scale(base: f32, n_rot: usize) -> f32 {
+    base.powf(-2.0 / n_rot as f32)
 }
 
-/// RoPE in place. x: [n_tok, n_head, head_dim] f32; pos: [n_tok] i32; inv_freq: [n_rot/2] f32.
+/// RoPE in place. x: [n_tok, n_head, head_dim] f32; pos: [n_tok] i32; ff: [n_rot/2] f32
+/// frequency divisors or none. Angle of pair i: freq_scale · (pos · theta_scale^i / ff_i).
 #[allow(clippy::too_many_arguments)]
-pub fn rope(d: &dyn Launch, x: DevPtr, pos: DevPtr, inv_freq: DevPtr, n_tok: usize, n_head: usize, head_dim: usize, n_rot: usize, neox: bool, attn_factor: f32) -> R {
+pub fn rope(d: &dyn Launch, x: DevPtr, pos: DevPtr, ff: Option<DevPtr>, n_tok: usize, n_head: usize, head_dim: usize, n_rot: usize, neox: bool, theta_scale: f32, freq_scale: f32, attn_factor: f32) -> R {
     if n_rot > head_dim || n_rot % 2 != 0 {
         return Err(unsupported(format!("rope: n_rot {n_rot} with head_dim {head_dim}")));
     }
@@ -116,8 +118,140 @@ pub fn rope(d: &dyn Launch, x: DevPtr, pos: DevPtr, inv_freq: DevPtr, n_tok: usi
         "rope_f32",
         [n_tok as u32, n_head as u32, 1],
         [128, 1, 1],
-        &[KArg::Ptr(x), KArg::Ptr(pos), KArg::Ptr(inv_freq), i(n_head), i(head_dim), i(n_rot), i(neox as usize), KArg::F32(attn_factor)],
+        &[KArg::Ptr(x), KArg::Ptr(pos), KArg::Ptr(ff.unwrap_or(0)), i(n_head), i(head_dim), i(n_rot), i(neox as usize), KArg::F32(theta_scale), KArg::F32(freq_scale), KArg::F32(attn_factor)],
     )?;
+    Ok(())
+}
+
+/// Shapes and parameters of [`rope_kv`].
+#[derive(Clone, Copy, Debug)]
+pub struct RopeKv {
+    pub n_tok: usize,
+    pub n_head: usize,
+    pub n_kv: usize,
+    pub head_dim: usize,
+    pub n_rot: usize,
+    pub neox: bool,
+    pub theta_scale: f32,
+    pub freq_scale: f32,
+    pub eps: f32,
+    pub q_scale: f32,
+}
+
+/// One launch after the q/k/v projections: per-head RMSNorm of q and k (when `qw` / `kw`
+/// are given, each [head_dim] f32), RoPE of both, q scaled by `q_scale`, q and k written
+/// back, k and v stored as f16 at cache rows pos[t].
+/// q: [n_tok, n_head, hd] f32; k, v: [n_tok, n_kv, hd] f32; kc, vc: [n_ctx, n_kv·hd] f16;
+/// pos: [n_tok] i32; ff: [n_rot/2] f32 or none.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv(d: &dyn Launch, q: DevPtr, k: DevPtr, v: DevPtr, kc: DevPtr, vc: DevPtr, qw: Option<DevPtr>, kw: Option<DevPtr>, pos: DevPtr, ff: Option<DevPtr>, p: &RopeKv) -> R {
+    if p.n_rot > p.head_dim || p.n_rot % 2 != 0 || p.head_dim > 256 || p.head_dim == 0 {
+        return Err(unsupported(format!("rope_kv: n_rot {} with head_dim {}", p.n_rot, p.head_dim)));
+    }
+    if p.n_tok == 0 {
+        return Ok(());
+    }
+    d.launch(
+        "rope_kv_f32",
+        [p.n_tok as u32, (p.n_head + 2 * p.n_kv) as u32, 1],
+        [128, 1, 1],
+        &[
+            KArg::Ptr(q), KArg::Ptr(k), KArg::Ptr(v), KArg::Ptr(kc), KArg::Ptr(vc), KArg::Ptr(qw.unwrap_or(0)), KArg::Ptr(kw.unwrap_or(0)),
+            KArg::Ptr(pos), KArg::Ptr(ff.unwrap_or(0)), i(p.n_head), i(p.n_kv), i(p.head_dim), i(p.n_rot), i(p.neox as usize),
+            KArg::F32(p.theta_scale), KArg::F32(p.freq_scale), KArg::F32(p.eps), KArg::F32(p.q_scale),
+        ],
+    )?;
+    Ok(())
+}
+
+/// x += r, then y = rmsnorm(x)·w and y's q8_1 blocks. x, r, y: [rows, n] f32; w: [n] or
+/// none; q: [rows, n/32] q8_1; n % 32 == 0.
+#[allow(clippy::too_many_arguments)]
+pub fn add_rmsnorm_q8(d: &dyn Launch, x: DevPtr, r: DevPtr, w: Option<DevPtr>, y: DevPtr, q: DevPtr, rows: usize, n: usize, eps: f32) -> R {
+    if n % 32 != 0 {
+        return Err(unsupported(format!("add_rmsnorm_q8: n = {n} is not a multiple of 32")));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    d.launch("add_rmsnorm_q8_f32", [rows as u32, 1, 1], [1024, 1, 1], &[KArg::Ptr(x), KArg::Ptr(r), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps)])?;
+    Ok(())
+}
+
+/// The type code `matvec_multi_n1` switches on (None: not a q8_1 consumer).
+fn multi_code(ty: GgmlType) -> Option<i32> {
+    Some(match ty {
+        GgmlType::Q4_0 => 0,
+        GgmlType::Q4_1 => 1,
+        GgmlType::Q5_0 => 2,
+        GgmlType::Q5_1 => 3,
+        GgmlType::Q8_0 => 4,
+        GgmlType::Q4_K => 10,
+        GgmlType::Q5_K => 11,
+        GgmlType::Q6_K => 12,
+        _ => return None,
+    })
+}
+
+/// The fewest super-blocks per row (K / 256) from which the decode matvecs of Q4_K / Q6_K
+/// use the shared-memory staged kernels; 0 (the default): never. On the H200 (BENCHMARKS.md)
+/// they matched the register-capped warp bodies on rows of 14336 (Q4_K 4096 × 14336: 2.05
+/// TB/s both) and lost on rows of 2560–9728, and every preset decoded 1–2 % faster
+/// without them, so they are opt-in: `LODE_MV_MIN_SB=N` (`LODE_MV=0` forces them off).
+fn staged_min_sb() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        if std::env::var("LODE_MV").map(|v| v == "0").unwrap_or(false) {
+            return 0;
+        }
+        std::env::var("LODE_MV_MIN_SB").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+    })
+}
+
+/// True when `matvec_multi` takes weights of `ty` with rows of `k`.
+pub fn multi_supports(ty: GgmlType, k: usize) -> bool {
+    multi_code(ty).is_some() && k % ty.block_elems() == 0
+}
+
+/// Up to 3 one-column matvecs over the same q8_1 activations, one launch:
+/// y_s[r] = Σ_k W_s[r][k]·x[k]. segs: (w [rows, k] of ty, ty, rows, y [rows] f32);
+/// x: [k/32] q8_1.
+pub fn matvec_multi(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)]) -> R {
+    matvec_multi_with(d, x, k, segs, staged_min_sb())
+}
+
+/// [`matvec_multi`] with the staged kernels' threshold given (super-blocks per row; 0:
+/// never): the selftest forces them on short rows too.
+pub fn matvec_multi_with(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)], min_sb: usize) -> R {
+    if segs.is_empty() || segs.len() > 3 {
+        return Err(unsupported(format!("matvec_multi: {} weights (1 to 3)", segs.len())));
+    }
+    // The staged kernel (8 rows per block) when some segment qualifies, else the plain one.
+    let staged = min_sb > 0 && k <= 16384 && k / 256 >= min_sb.max(8) && segs.iter().any(|s| matches!(s.1, GgmlType::Q4_K | GgmlType::Q6_K));
+    let rows_per_block = if staged { 8 } else { 4 };
+    let mut args = vec![KArg::Ptr(x), i(k)];
+    let mut blocks = 0usize;
+    for s in 0..3 {
+        match segs.get(s) {
+            Some(&(w, ty, rows, y)) => {
+                if !multi_supports(ty, k) {
+                    return Err(unsupported(format!("matvec_multi: {ty} weights with k = {k}")));
+                }
+                blocks += rows.div_ceil(rows_per_block);
+                args.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(multi_code(ty).unwrap_or(-1))]);
+            }
+            None => args.extend([KArg::Ptr(0), KArg::Ptr(0), i(0), KArg::I32(-1)]),
+        }
+    }
+    if blocks == 0 {
+        return Ok(());
+    }
+    if staged {
+        args.push(i(min_sb));
+        d.launch("matvec_multi_n1", [blocks as u32, 1, 1], [256, 1, 1], &args)?;
+    } else {
+        d.launch("matvec_multi4_n1", [blocks as u32, 1, 1], [128, 1, 1], &args)?;
+    }
     Ok(())
 }
 
@@ -126,6 +260,16 @@ pub fn rope(d: &dyn Launch, x: DevPtr, pos: DevPtr, inv_freq: DevPtr, n_tok: usi
 /// (slots 0..=max pos filled). window = 0: full causal.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, n_tok: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
+    attention_q8(d, q, kc, vc, out, None, n_tok, n_head, n_kv_head, head_dim, pos, window, scale)
+}
+
+/// [`attention`] that also writes out's q8_1 blocks to `q8` ([n_tok, n_head·head_dim/32];
+/// needs head_dim % 32 == 0) for the output projection.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_q8(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, q8: Option<DevPtr>, n_tok: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
+    if q8.is_some() && head_dim % 32 != 0 {
+        return Err(unsupported(format!("attention with q8_1 output: head_dim {head_dim} is not a multiple of 32")));
+    }
     if head_dim % 8 != 0 || head_dim > 256 || n_kv_head == 0 || n_head % n_kv_head != 0 {
         return Err(unsupported(format!("attention: head_dim {head_dim}, heads {n_head}/{n_kv_head}")));
     }
@@ -133,7 +277,7 @@ pub fn attention(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr,
         "attn_f16",
         [n_head as u32, n_tok as u32, 1],
         [512, 1, 1],
-        &[KArg::Ptr(q), KArg::Ptr(kc), KArg::Ptr(vc), KArg::Ptr(out), i(n_head), i(n_kv_head), i(head_dim), KArg::Ptr(pos), i(window), KArg::F32(scale)],
+        &[KArg::Ptr(q), KArg::Ptr(kc), KArg::Ptr(vc), KArg::Ptr(out), i(n_head), i(n_kv_head), i(head_dim), KArg::Ptr(pos), i(window), KArg::F32(scale), KArg::Ptr(q8.unwrap_or(0))],
     )?;
     Ok(())
 }
@@ -230,7 +374,7 @@ pub fn rmsnorm_q8(d: &dyn Launch, x: DevPtr, w: Option<DevPtr>, y: DevPtr, q: De
     if n % 32 != 0 {
         return Err(unsupported(format!("rmsnorm_q8: n = {n} is not a multiple of 32")));
     }
-    d.launch("rmsnorm_q8_f32", [rows as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps)])?;
+    d.launch("rmsnorm_q8_f32", [rows as u32, 1, 1], [1024, 1, 1], &[KArg::Ptr(x), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps)])?;
     Ok(())
 }
 

@@ -5,9 +5,12 @@
 //!
 //! A [`Target`] method returns `Ok(None)` for an op it does not implement (reported SKIP).
 
-use super::device::GpuDevice;
 use super::{ops, GpuError};
 use crate::quant::{self, GgmlType};
+
+mod fused;
+mod targets;
+pub use targets::{GpuTarget, HostTarget};
 
 type Out<T> = Result<Option<T>, GpuError>;
 
@@ -20,7 +23,7 @@ pub trait Target {
     fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>>;
     fn rmsnorm(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<Vec<f32>>;
     #[allow(clippy::too_many_arguments)]
-    fn rope(&self, x: &[f32], pos: &[i32], inv_freq: &[f32], n_head: usize, head_dim: usize, n_rot: usize, neox: bool, attn_factor: f32) -> Out<Vec<f32>>;
+    fn rope(&self, x: &[f32], pos: &[i32], ff: Option<&[f32]>, n_head: usize, head_dim: usize, n_rot: usize, neox: bool, base: f32, freq_scale: f32, attn_factor: f32) -> Out<Vec<f32>>;
     #[allow(clippy::too_many_arguments)]
     fn attention(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<Vec<f32>>;
     fn elementwise(&self, op: Elt, a: &[f32], b: &[f32], p: f32) -> Out<Vec<f32>>;
@@ -41,12 +44,34 @@ pub trait Target {
     fn kv_store(&self, _k: &[f32], _v: &[f32], _nk: usize, _nv: usize, _rows: &[i32], _slots: usize) -> Out<(Vec<u16>, Vec<u16>)> {
         Ok(None)
     }
+    /// Fused residual add + rmsnorm + q8_1: (x + r, y, q8 bytes).
+    fn add_rmsnorm_q8(&self, _x: &[f32], _r: &[f32], _w: Option<&[f32]>, _rows: usize, _n: usize, _eps: f32) -> Out<(Vec<f32>, Vec<f32>, Vec<u8>)> {
+        Ok(None)
+    }
+    /// Fused q/k norm + RoPE + K/V store: (q, k, kc, vc) after the op.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_kv(&self, _q: &[f32], _k: &[f32], _v: &[f32], _qw: Option<&[f32]>, _kw: Option<&[f32]>, _pos: &[i32], _ff: Option<&[f32]>, _p: &ops::RopeKv, _base: f32, _slots: usize) -> Out<RopeKvOut> {
+        Ok(None)
+    }
+    /// Up to 3 one-column matvecs over one quantized input: (outputs, q8_1 activation
+    /// bytes). `staged_min_sb`: see `ops::matvec_multi_with`.
+    fn matvec_multi(&self, _ws: &[(&[u8], GgmlType, usize)], _k: usize, _x: &[f32], _staged_min_sb: usize) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
+        Ok(None)
+    }
+    /// Attention that also writes its output's q8_1 blocks: (out, q8 bytes).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_q8(&self, _q: &[f32], _kc: &[u16], _vc: &[u16], _n_tok: usize, _n_head: usize, _n_kv: usize, _hd: usize, _pos0: usize, _window: usize, _scale: f32) -> Out<(Vec<f32>, Vec<u8>)> {
+        Ok(None)
+    }
     /// Prefill GEMM, Q4_K weights × f32 rows: y [n, rows].
     fn gemm_q4_k(&self, _w: &[u8], _rows: usize, _k: usize, _x: &[f32], _n: usize) -> Out<Vec<f32>> {
         Ok(None)
     }
     fn f32_to_f16_rows(&self, src: &[f32], rows: usize, n: usize, stride: usize, row0: usize, dst_rows: usize) -> Out<Vec<u16>>;
 }
+
+/// What `rope_kv` leaves behind: q, k (in place) and the two f16 caches.
+pub type RopeKvOut = (Vec<f32>, Vec<f32>, Vec<u16>, Vec<u16>);
 
 /// The flat elementwise ops.
 #[derive(Clone, Copy, Debug)]
@@ -173,6 +198,71 @@ fn decode_q8_1(b: &[u8], k: usize, rows: usize) -> (Vec<f32>, Vec<f32>) {
     (xh, s)
 }
 
+/// f64 reference of a matvec over the kernel's own q8_1 activations, and per-output
+/// tolerances: the min/offset term used s = Σx (f16) instead of Σx̂, bounded per block.
+/// wf: [rows, k] dequantized weights; q8: [ncols, ceil(k/32)] blocks. Both [ncols, rows].
+fn q8_reference(wf: &[f32], rows: usize, k: usize, q8: &[u8], ncols: usize) -> (Vec<f64>, Vec<f64>) {
+    let (xh, s) = decode_q8_1(q8, k, ncols);
+    let kb = k.div_ceil(32);
+    let mut want = vec![0f64; ncols * rows];
+    let mut tol = vec![0f64; ncols * rows];
+    for col in 0..ncols {
+        for r in 0..rows {
+            let (mut dot, mut mag, mut sterm) = (0f64, 0f64, 0f64);
+            for b in 0..kb {
+                let (mut sx, mut wmax, mut wmin) = (0f64, f64::MIN, f64::MAX);
+                for i in b * 32..(b * 32 + 32).min(k) {
+                    let wv = wf[r * k + i] as f64;
+                    let xv = xh[col * kb * 32 + i] as f64;
+                    dot += wv * xv;
+                    mag += (wv * xv).abs();
+                    sx += xv;
+                    wmax = wmax.max(wv);
+                    wmin = wmin.min(wv);
+                }
+                let off_bound = 2.0 * wmax.abs().max(wmin.abs()) + (wmax - wmin);
+                let sd = (s[col * kb + b] as f64 - sx).abs() + 1e-3 * sx.abs();
+                sterm += off_bound * sd;
+            }
+            want[col * rows + r] = dot;
+            tol[col * rows + r] = 2e-5 * mag + sterm + 1e-5;
+        }
+    }
+    (want, tol)
+}
+
+/// Checks that q8_1 blocks encode `vals` ([rows·n], blocks of 32 consecutive values):
+/// codes within half a step (plus the f16 scale's rounding), s = d·Σq.
+fn q8_blocks_check(acc: &mut Acc, case: &str, vals: &[f32], q: &[u8], rows: usize, n: usize) {
+    let (xh, s) = decode_q8_1(q, n, rows);
+    let (mut got, mut wq, mut tol) = (Vec::new(), Vec::new(), Vec::new());
+    for b in 0..rows * n / 32 {
+        let blk = &vals[b * 32..b * 32 + 32];
+        let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+        for i in 0..32 {
+            got.push(xh[b * 32 + i]);
+            wq.push(blk[i] as f64);
+            tol.push(amax * (1.0 / 254.0 + 5e-4) * 1.01 + 1e-6);
+        }
+        let sq: f64 = (0..32).map(|i| xh[b * 32 + i] as f64).sum();
+        got.push(s[b]);
+        wq.push(sq);
+        tol.push(sq.abs() * 1e-3 + amax * 1e-3 + 1e-5);
+    }
+    acc.cmp(&format!("{case} (q8_1)"), &got, &wq, |i| tol[i]);
+}
+
+/// The CPU backend's RoPE of one head (its own table: ggml's iterative f32 angle).
+#[allow(clippy::too_many_arguments)]
+fn cpu_rope_head(x: &mut [f32], pos: i32, n_rot: usize, neox: bool, base: f32, freq_scale: f32, ff: Option<&[f32]>, af: f32) {
+    let (mut c, mut s) = (vec![0f32; n_rot / 2], vec![0f32; n_rot / 2]);
+    crate::backend::cpu::ops::rope_table(pos as u32, n_rot, base, freq_scale, ff, &mut c, &mut s);
+    c.iter_mut().for_each(|v| *v *= af);
+    s.iter_mut().for_each(|v| *v *= af);
+    let mode = if neox { crate::backend::RopeMode::Neox } else { crate::backend::RopeMode::Norm };
+    crate::backend::cpu::ops::rope_head(x, mode, n_rot, &c, &s);
+}
+
 /// Accumulates one check's verdict over cases.
 pub(crate) struct Acc {
     rep: CheckReport,
@@ -241,7 +331,7 @@ pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64)
         names.push(format!("get_rows_{}", ty.name().to_lowercase()));
     }
     names.push("gemm_q4_k".into());
-    for n in ["rmsnorm_q8", "swiglu_q8", "geglu_q8", "kv_store"] {
+    for n in ["rmsnorm_q8", "swiglu_q8", "geglu_q8", "kv_store", "add_rmsnorm_q8", "rope_kv", "matvec_multi", "attention_q8"] {
         names.push(n.into());
     }
     for n in ["rmsnorm", "rope_norm", "rope_neox", "attention_decode", "attention_prefill", "add", "mul", "scale", "swiglu", "geglu", "softcap", "f32_to_f16_rows"] {
@@ -284,34 +374,7 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
             let case = format!("rows={rows} k={k} ncols={ncols}");
             match q8 {
                 Some(q8) => {
-                    // Reference over the kernel's own activations; the min/offset term used
-                    // s = Σx (f16) instead of Σx̂, bounded per block below.
-                    let (xh, s) = decode_q8_1(&q8, k, ncols);
-                    let kb = k.div_ceil(32);
-                    let mut want = vec![0f64; ncols * rows];
-                    let mut tol = vec![0f64; ncols * rows];
-                    for col in 0..ncols {
-                        for r in 0..rows {
-                            let (mut dot, mut mag, mut sterm) = (0f64, 0f64, 0f64);
-                            for b in 0..kb {
-                                let (mut sx, mut wmax, mut wmin) = (0f64, f64::MIN, f64::MAX);
-                                for i in b * 32..(b * 32 + 32).min(k) {
-                                    let wv = wf[r * k + i] as f64;
-                                    let xv = xh[col * kb * 32 + i] as f64;
-                                    dot += wv * xv;
-                                    mag += (wv * xv).abs();
-                                    sx += xv;
-                                    wmax = wmax.max(wv);
-                                    wmin = wmin.min(wv);
-                                }
-                                let off_bound = 2.0 * wmax.abs().max(wmin.abs()) + (wmax - wmin);
-                                let sd = (s[col * kb + b] as f64 - sx).abs() + 1e-3 * sx.abs();
-                                sterm += off_bound * sd;
-                            }
-                            want[col * rows + r] = dot;
-                            tol[col * rows + r] = 2e-5 * mag + sterm + 1e-5;
-                        }
-                    }
+                    let (want, tol) = q8_reference(&wf, rows, k, &q8, ncols);
                     acc.cmp(&case, &y, &want, |i| tol[i]);
                 }
                 None => {
@@ -394,7 +457,7 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
         "rmsnorm_q8" | "swiglu_q8" | "geglu_q8" => {
             for _ in 0..cases {
                 let rows = rng.range(1, 9);
-                let n = 32 * rng.range(1, 100);
+                let n = 32 * rng.range(1, 400);
                 let x = rng.vec(rows * n, 2.0);
                 let u = rng.vec(rows * n, 2.0);
                 let w = rng.vec(n, 1.5);
@@ -410,7 +473,7 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                 } else {
                     let op = if name == "swiglu_q8" { Elt::SwiGlu } else { Elt::GeGlu };
                     let Some((y, q)) = t.glu_q8(&x, &u, name == "geglu_q8")? else { return Ok(None) };
-                    let want = x.iter().zip(&u).map(|(&a, &b)| ref_elt(op, a as f64, b as f64, 0.0)).collect();
+                    let want = x.iter().zip(&u).zip(&y).map(|((&a, &b), &g)| if name == "geglu_q8" { geglu_want(a, b, g) } else { ref_elt(op, a as f64, b as f64, 0.0) }).collect();
                     (y, q, want)
                 };
                 acc.cmp(&format!("rows={rows} n={n} (values)"), &y, &want, |i| 2e-5 * want[i].abs() + 1e-6);
@@ -513,6 +576,8 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
             }
         }
         "rope_norm" | "rope_neox" => {
+            // Against the CPU backend's own RoPE (same f32 angles), so only sin/cos and the
+            // rotation's rounding may differ.
             let neox = name == "rope_neox";
             for _ in 0..cases {
                 let hd = [32, 64, 80, 128, 256][rng.range(0, 4)];
@@ -522,24 +587,24 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                 let x = rng.vec(n_tok * n_head * hd, 1.0);
                 let pos: Vec<i32> = (0..n_tok).map(|_| rng.range(0, 9000) as i32).collect();
                 let factors: Option<Vec<f32>> = (rng.f() > 0.3).then(|| (0..n_rot / 2).map(|_| 1.0 + 7.0 * rng.f().abs()).collect());
-                let inv = ops::rope_inv_freq(n_rot, [10000.0, 1e6, 5e5][rng.range(0, 2)], 1.0 / rng.range(1, 8) as f32, factors.as_deref());
+                let base = [10000.0, 1e6, 5e5][rng.range(0, 2)];
+                let fs = 1.0 / rng.range(1, 8) as f32;
                 let af = 1.0 + 0.1 * rng.f();
-                let Some(y) = t.rope(&x, &pos, &inv, n_head, hd, n_rot, neox, af)? else { return Ok(None) };
-                let mut want: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+                let Some(y) = t.rope(&x, &pos, factors.as_deref(), n_head, hd, n_rot, neox, base, fs, af)? else { return Ok(None) };
+                let mut want = x.clone();
                 for tk in 0..n_tok {
                     for h in 0..n_head {
-                        let base = (tk * n_head + h) * hd;
-                        for p in 0..n_rot / 2 {
-                            let theta = (pos[tk] as f32 * inv[p]) as f64;
-                            let (s, c) = (theta.sin() * af as f64, theta.cos() * af as f64);
-                            let (i0, i1) = if neox { (p, p + n_rot / 2) } else { (2 * p, 2 * p + 1) };
-                            let (a, b) = (x[base + i0] as f64, x[base + i1] as f64);
-                            want[base + i0] = a * c - b * s;
-                            want[base + i1] = a * s + b * c;
-                        }
+                        let base_i = (tk * n_head + h) * hd;
+                        cpu_rope_head(&mut want[base_i..base_i + hd], pos[tk], n_rot, neox, base, fs, factors.as_deref(), af);
                     }
                 }
-                acc.cmp(&format!("hd={hd} n_rot={n_rot} heads={n_head} toks={n_tok}"), &y, &want, |_| 2e-5);
+                let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+                acc.cmp(&format!("hd={hd} n_rot={n_rot} heads={n_head} toks={n_tok}"), &y, &want, |_| 3e-6);
+            }
+        }
+        "add_rmsnorm_q8" | "rope_kv" | "matvec_multi" | "attention_q8" => {
+            if fused::check(t, name, cases, rng, &mut acc)?.is_none() {
+                return Ok(None);
             }
         }
         "attention_decode" | "attention_prefill" => {
@@ -596,12 +661,30 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                 let b = rng.vec(n, 3.0);
                 let p = 0.5 + 30.0 * rng.f().abs();
                 let Some(y) = t.elementwise(op, &a, &b, p)? else { return Ok(None) };
-                let want: Vec<f64> = a.iter().zip(&b).map(|(&a, &b)| ref_elt(op, a as f64, b as f64, p as f64)).collect();
+                let want: Vec<f64> = a.iter().zip(&b).zip(&y).map(|((&a, &b), &g)| if matches!(op, Elt::GeGlu) { geglu_want(a, b, g) } else { ref_elt(op, a as f64, b as f64, p as f64) }).collect();
                 acc.cmp(&format!("n={n}"), &y, &want, |i| 1e-5 * want[i].abs() + 1e-6);
             }
         }
     }
     Ok(Some(acc.finish()))
+}
+
+/// GeGLU reference: the CPU's f16-rounded GELU times `u`; where the kernel's f32 GELU sat
+/// on an f16 rounding boundary the neighbouring f16 is accepted too (whichever is closest
+/// to what the kernel wrote), so a kernel that skips the f16 rounding still fails.
+fn geglu_want(a: f32, u: f32, got: f32) -> f64 {
+    let g = crate::backend::cpu::ops::gelu_tanh_f16(a);
+    if !(-10.0..10.0).contains(&a) || g == 0.0 {
+        return g as f64 * u as f64;
+    }
+    let h = half::f16::from_f32(g);
+    let bits = h.to_bits();
+    let (up, down) = (half::f16::from_bits(bits.wrapping_add(1)), half::f16::from_bits(bits.wrapping_sub(1)));
+    [h, up, down]
+        .iter()
+        .map(|c| c.to_f32() as f64 * u as f64)
+        .min_by(|x, y| (x - got as f64).abs().total_cmp(&(y - got as f64).abs()))
+        .unwrap_or(g as f64 * u as f64)
 }
 
 fn ref_elt(op: Elt, a: f64, b: f64, p: f64) -> f64 {
@@ -610,7 +693,7 @@ fn ref_elt(op: Elt, a: f64, b: f64, p: f64) -> f64 {
         Elt::Mul => a * b,
         Elt::Scale => a * p,
         Elt::SwiGlu => a / (1.0 + (-a).exp()) * b,
-        Elt::GeGlu => 0.5 * a * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (a + 0.044715 * a * a * a)).tanh()) * b,
+        Elt::GeGlu => crate::backend::cpu::ops::gelu_tanh_f16(a as f32) as f64 * b,
         Elt::Softcap => (a / p).tanh() * p,
     }
 }
@@ -638,210 +721,6 @@ pub fn ref_attention(q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: us
         }
     }
     out
-}
-
-/// The GPU under test: uploads inputs, poisons outputs, launches, reads back.
-pub struct GpuTarget<'a>(pub &'a GpuDevice);
-
-impl GpuTarget<'_> {
-    fn out_buf(&self, bytes: usize) -> Result<super::DeviceBuffer, GpuError> {
-        let b = self.0.alloc(bytes)?;
-        self.0.poison(&b)?;
-        Ok(b)
-    }
-}
-
-impl Target for GpuTarget<'_> {
-    fn label(&self) -> String {
-        let i = self.0.info();
-        format!("{} {} ({})", self.0.api(), i.name, i.arch)
-    }
-    fn matvec(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], ncols: usize) -> Out<(Vec<f32>, Option<Vec<u8>>)> {
-        let d = self.0;
-        let wb = d.upload(w)?;
-        let xb = d.upload_f32(x)?;
-        let yb = self.out_buf(ncols * rows * 4)?;
-        let q8 = if ops::matvec_takes_q8_1(ty) {
-            let qb = self.out_buf(ops::q8_1_bytes(k, ncols))?;
-            ops::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, ncols)?;
-            ops::matvec(d, wb.ptr(), ty, rows, k, qb.ptr(), yb.ptr(), ncols)?;
-            let mut q = vec![0u8; qb.len()];
-            d.read(qb.ptr(), &mut q)?;
-            Some(q)
-        } else {
-            ops::matvec(d, wb.ptr(), ty, rows, k, xb.ptr(), yb.ptr(), ncols)?;
-            None
-        };
-        Ok(Some((d.read_f32(yb.ptr(), ncols * rows)?, q8)))
-    }
-    fn quantize_q8_1(&self, x: &[f32], rows: usize, k: usize) -> Out<Vec<u8>> {
-        let d = self.0;
-        let xb = d.upload_f32(x)?;
-        let qb = self.out_buf(ops::q8_1_bytes(k, rows))?;
-        ops::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, rows)?;
-        let mut q = vec![0u8; qb.len()];
-        d.read(qb.ptr(), &mut q)?;
-        Ok(Some(q))
-    }
-    fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>> {
-        let d = self.0;
-        let wb = d.upload(w)?;
-        let ib = d.upload_i32(ids)?;
-        let yb = self.out_buf(ids.len() * k * 4)?;
-        ops::get_rows(d, wb.ptr(), ty, k, ib.ptr(), ids.len(), yb.ptr(), scale)?;
-        Ok(Some(d.read_f32(yb.ptr(), ids.len() * k)?))
-    }
-    fn rmsnorm(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<Vec<f32>> {
-        let d = self.0;
-        let xb = d.upload_f32(x)?;
-        let wb = match w {
-            Some(w) => Some(d.upload_f32(w)?),
-            None => None,
-        };
-        let yb = self.out_buf(rows * n * 4)?;
-        ops::rmsnorm(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), rows, n, eps)?;
-        Ok(Some(d.read_f32(yb.ptr(), rows * n)?))
-    }
-    fn rope(&self, x: &[f32], pos: &[i32], inv_freq: &[f32], n_head: usize, head_dim: usize, n_rot: usize, neox: bool, attn_factor: f32) -> Out<Vec<f32>> {
-        let d = self.0;
-        let xb = d.upload_f32(x)?;
-        let pb = d.upload_i32(pos)?;
-        let fb = d.upload_f32(inv_freq)?;
-        ops::rope(d, xb.ptr(), pb.ptr(), fb.ptr(), pos.len(), n_head, head_dim, n_rot, neox, attn_factor)?;
-        Ok(Some(d.read_f32(xb.ptr(), x.len())?))
-    }
-    fn attention(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<Vec<f32>> {
-        let d = self.0;
-        let qb = d.upload_f32(q)?;
-        let kb = d.upload(bytemuck::cast_slice(kc))?;
-        let vb = d.upload(bytemuck::cast_slice(vc))?;
-        let ob = self.out_buf(q.len() * 4)?;
-        let pos: Vec<i32> = (0..n_tok).map(|t| (pos0 + t) as i32).collect();
-        let pb = d.upload_i32(&pos)?;
-        ops::attention(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n_tok, n_head, n_kv, hd, pb.ptr(), window, scale)?;
-        Ok(Some(d.read_f32(ob.ptr(), q.len())?))
-    }
-    fn elementwise(&self, op: Elt, a: &[f32], b: &[f32], p: f32) -> Out<Vec<f32>> {
-        let d = self.0;
-        let n = a.len();
-        let ab = d.upload_f32(a)?;
-        let bb = d.upload_f32(b)?;
-        let yb = self.out_buf(n * 4)?;
-        let (a, b, y) = (ab.ptr(), bb.ptr(), yb.ptr());
-        match op {
-            Elt::Add => ops::add(d, a, b, y, n)?,
-            Elt::Mul => ops::mul(d, a, b, y, n)?,
-            Elt::Scale => ops::scale(d, a, y, n, p)?,
-            Elt::SwiGlu => ops::glu(d, a, b, y, n, false)?,
-            Elt::GeGlu => ops::glu(d, a, b, y, n, true)?,
-            Elt::Softcap => ops::softcap(d, a, y, n, p)?,
-        }
-        Ok(Some(d.read_f32(y, n)?))
-    }
-    fn rmsnorm_q8(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<(Vec<f32>, Vec<u8>)> {
-        let d = self.0;
-        let xb = d.upload_f32(x)?;
-        let wb = match w {
-            Some(w) => Some(d.upload_f32(w)?),
-            None => None,
-        };
-        let yb = self.out_buf(rows * n * 4)?;
-        let qb = self.out_buf(ops::q8_1_bytes(n, rows))?;
-        ops::rmsnorm_q8(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps)?;
-        let mut q = vec![0u8; qb.len()];
-        d.read(qb.ptr(), &mut q)?;
-        Ok(Some((d.read_f32(yb.ptr(), rows * n)?, q)))
-    }
-    fn glu_q8(&self, g: &[f32], u: &[f32], gelu: bool) -> Out<(Vec<f32>, Vec<u8>)> {
-        let d = self.0;
-        let n = g.len();
-        let gb = d.upload_f32(g)?;
-        let ub = d.upload_f32(u)?;
-        let yb = self.out_buf(n * 4)?;
-        let qb = self.out_buf(ops::q8_1_bytes(n, 1))?;
-        ops::glu_q8(d, gb.ptr(), ub.ptr(), yb.ptr(), qb.ptr(), n, gelu)?;
-        let mut q = vec![0u8; qb.len()];
-        d.read(qb.ptr(), &mut q)?;
-        Ok(Some((d.read_f32(yb.ptr(), n)?, q)))
-    }
-    fn kv_store(&self, k: &[f32], v: &[f32], nk: usize, nv: usize, rows: &[i32], slots: usize) -> Out<(Vec<u16>, Vec<u16>)> {
-        let d = self.0;
-        let kb = d.upload_f32(k)?;
-        let vb = d.upload_f32(v)?;
-        let rb = d.upload_i32(rows)?;
-        let kcb = self.out_buf(slots * nk * 2)?;
-        let vcb = self.out_buf(slots * nv * 2)?;
-        ops::kv_store(d, kb.ptr(), vb.ptr(), kcb.ptr(), vcb.ptr(), nk, nv, rb.ptr(), rows.len())?;
-        let mut kc = vec![0u16; slots * nk];
-        let mut vc = vec![0u16; slots * nv];
-        d.read(kcb.ptr(), bytemuck::cast_slice_mut(&mut kc))?;
-        d.read(vcb.ptr(), bytemuck::cast_slice_mut(&mut vc))?;
-        Ok(Some((kc, vc)))
-    }
-    fn gemm_q4_k(&self, w: &[u8], rows: usize, k: usize, x: &[f32], n: usize) -> Out<Vec<f32>> {
-        let d = self.0;
-        let wb = d.upload(w)?;
-        let xb = d.upload_f32(x)?;
-        let yb = self.out_buf(n * rows * 4)?;
-        ops::gemm_q4_k(d, wb.ptr(), rows, k, xb.ptr(), yb.ptr(), n)?;
-        Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
-    }
-    fn f32_to_f16_rows(&self, src: &[f32], rows: usize, n: usize, stride: usize, row0: usize, dst_rows: usize) -> Out<Vec<u16>> {
-        let d = self.0;
-        let sb = d.upload_f32(src)?;
-        let db = self.out_buf(dst_rows * stride * 2)?;
-        let idx: Vec<i32> = (0..rows).map(|r| (row0 + r) as i32).collect();
-        let ib = d.upload_i32(&idx)?;
-        ops::f32_to_f16_rows(d, sb.ptr(), db.ptr(), rows, n, stride, ib.ptr())?;
-        let mut out = vec![0u16; dst_rows * stride];
-        d.read(db.ptr(), bytemuck::cast_slice_mut(&mut out))?;
-        Ok(Some(out))
-    }
-}
-
-/// The CPU reference kernels as a target: `quant::matmul` and `quant::dequantize`.
-pub struct HostTarget;
-
-impl Target for HostTarget {
-    fn label(&self) -> String {
-        "cpu (quant::matmul / quant::dequantize)".into()
-    }
-    fn matvec(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], ncols: usize) -> Out<(Vec<f32>, Option<Vec<u8>>)> {
-        let mut y = vec![f32::NAN; ncols * rows];
-        quant::matmul(w, ty, rows, k, x, ncols, &mut y).map_err(|e| GpuError::Unsupported(e.to_string()))?;
-        Ok(Some((y, None)))
-    }
-    fn quantize_q8_1(&self, _: &[f32], _: usize, _: usize) -> Out<Vec<u8>> {
-        Ok(None)
-    }
-    fn activation_type(&self, ty: GgmlType) -> Option<GgmlType> {
-        Some(quant::vec_dot_type(ty))
-    }
-    fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>> {
-        let rb = ty.bytes_for(k as u64).unwrap_or(0) as usize;
-        let mut y = vec![f32::NAN; ids.len() * k];
-        for (r, &id) in ids.iter().enumerate() {
-            let id = id as usize;
-            quant::dequantize(ty, &w[id * rb..(id + 1) * rb], &mut y[r * k..(r + 1) * k]).map_err(|e| GpuError::Unsupported(e.to_string()))?;
-            y[r * k..(r + 1) * k].iter_mut().for_each(|v| *v *= scale);
-        }
-        Ok(Some(y))
-    }
-    fn rmsnorm(&self, _: &[f32], _: Option<&[f32]>, _: usize, _: usize, _: f32) -> Out<Vec<f32>> {
-        Ok(None)
-    }
-    fn rope(&self, _: &[f32], _: &[i32], _: &[f32], _: usize, _: usize, _: usize, _: bool, _: f32) -> Out<Vec<f32>> {
-        Ok(None)
-    }
-    fn attention(&self, _: &[f32], _: &[u16], _: &[u16], _: usize, _: usize, _: usize, _: usize, _: usize, _: usize, _: f32) -> Out<Vec<f32>> {
-        Ok(None)
-    }
-    fn elementwise(&self, _: Elt, _: &[f32], _: &[f32], _: f32) -> Out<Vec<f32>> {
-        Ok(None)
-    }
-    fn f32_to_f16_rows(&self, _: &[f32], _: usize, _: usize, _: usize, _: usize, _: usize) -> Out<Vec<u16>> {
-        Ok(None)
-    }
 }
 
 #[cfg(test)]
@@ -879,7 +758,7 @@ mod tests {
             fn activation_type(&self, ty: GgmlType) -> Option<GgmlType> { HostTarget.activation_type(ty) }
             fn get_rows(&self, _: &[u8], _: GgmlType, _: usize, _: &[i32], _: f32) -> Out<Vec<f32>> { Ok(None) }
             fn rmsnorm(&self, _: &[f32], _: Option<&[f32]>, _: usize, _: usize, _: f32) -> Out<Vec<f32>> { Ok(None) }
-            fn rope(&self, _: &[f32], _: &[i32], _: &[f32], _: usize, _: usize, _: usize, _: bool, _: f32) -> Out<Vec<f32>> { Ok(None) }
+            fn rope(&self, _: &[f32], _: &[i32], _: Option<&[f32]>, _: usize, _: usize, _: usize, _: bool, _: f32, _: f32, _: f32) -> Out<Vec<f32>> { Ok(None) }
             fn attention(&self, _: &[f32], _: &[u16], _: &[u16], _: usize, _: usize, _: usize, _: usize, _: usize, _: usize, _: f32) -> Out<Vec<f32>> { Ok(None) }
             fn elementwise(&self, _: Elt, _: &[f32], _: &[f32], _: f32) -> Out<Vec<f32>> { Ok(None) }
             fn f32_to_f16_rows(&self, _: &[f32], _: usize, _: usize, _: usize, _: usize, _: usize) -> Out<Vec<u16>> { Ok(None) }

@@ -1,0 +1,130 @@
+//! The GPU backend's fused decode ops (the `Backend` trait's `matmul_multi`,
+//! `add_rms_norm`, `rope_kv_write`): one launch where the trait's defaults issue several.
+//! Each falls back to the unfused ops when `LODE_FUSE=0` or a shape does not fit.
+
+use super::{err, GpuBackend};
+use crate::backend::gpu::ops;
+use crate::backend::{Backend, BackendError, Buf, KvCache, QkvPrep, Result, RopeMode};
+use crate::weights::WeightRef;
+
+impl GpuBackend {
+    pub(super) fn fused_matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        let k = outs.first().map(|(w, _)| w.row_len()).unwrap_or(0);
+        let fusable = self.fuse && n_tok == 1 && (1..=3).contains(&outs.len()) && outs.iter().all(|(w, _)| w.row_len() == k && ops::multi_supports(w.ty(), k));
+        if !fusable {
+            for (w, y) in outs {
+                self.matmul(w, x, n_tok, *y)?;
+            }
+            return Ok(());
+        }
+        let (xp, xn) = self.buf(x)?;
+        Self::check_len("matmul", x, xn, k)?;
+        let mut segs = Vec::with_capacity(outs.len());
+        for (w, y) in outs {
+            let (yp, yn) = self.buf(*y)?;
+            Self::check_len("matmul", *y, yn, w.n_rows())?;
+            let wp = self.weight(w)?;
+            segs.push((wp, w.ty(), w.n_rows(), yp));
+        }
+        let grown = self.q8.grown;
+        let q = self.q8_scratch(k, "matmul")?;
+        let key = (x.0, self.version(x), k);
+        if self.q8_of != Some(key) || self.q8.grown != grown {
+            ops::quantize_q8_1(&self.rec(), xp, q, k, 1).map_err(err("matmul"))?;
+            self.q8_of = Some(key);
+        }
+        let names: Vec<&str> = outs.iter().map(|(w, _)| w.name()).collect();
+        ops::matvec_multi(&self.rec(), q, k, &segs).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", names.join(", ")) })?;
+        for (_, y) in outs {
+            self.touch(*y);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fused_add_rms_norm(&mut self, x: Buf, b: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+        if !self.fuse || row_len % 32 != 0 || out == x || out == b {
+            self.add(x, b, x, n_rows * row_len)?;
+            return self.rms_norm(x, out, n_rows, row_len, w, eps);
+        }
+        let n = n_rows * row_len;
+        let (xp, xn) = self.buf(x)?;
+        let (bp, bn) = self.buf(b)?;
+        let (op, on) = self.buf(out)?;
+        Self::check_len("add_rms_norm", x, xn, n)?;
+        Self::check_len("add_rms_norm", b, bn, n)?;
+        Self::check_len("add_rms_norm", out, on, n)?;
+        let wp = match w {
+            Some(w) => {
+                if w.row_len() * w.n_rows() != row_len {
+                    return Err(BackendError::Invalid { op: "add_rms_norm", msg: format!("weight `{}` has {} values, rows have {row_len}", w.name(), w.row_len() * w.n_rows()) });
+                }
+                Some(self.weight_f32(w)?)
+            }
+            None => None,
+        };
+        let q = self.q8_scratch(n, "add_rms_norm")?;
+        ops::add_rmsnorm_q8(&self.rec(), xp, bp, wp, op, q, n_rows, row_len, eps).map_err(err("add_rms_norm"))?;
+        self.touch(x);
+        self.touch(out);
+        self.q8_of = Some((out.0, self.version(out), n));
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fused_rope_kv_write(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
+        let spec = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?.spec;
+        let norm_ok = |w: &Option<WeightRef>| w.as_ref().map(|w| w.row_len() * w.n_rows() == p.head_dim).unwrap_or(true);
+        let fusable = self.fuse
+            && p.head_dim <= 256
+            && p.head_dim == spec.head_dim_k
+            && p.head_dim == spec.head_dim_v
+            && p.n_kv_head == spec.n_kv_head
+            && p.rope.n_rot <= p.head_dim
+            && p.rope.n_rot % 2 == 0
+            && norm_ok(&p.q_norm)
+            && norm_ok(&p.k_norm)
+            && !q.eq(&k)
+            && !q.eq(&v);
+        if !fusable {
+            return crate::backend::rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p);
+        }
+        let n = pos.len();
+        let (qp, qn) = self.buf(q)?;
+        let (kp, kn) = self.buf(k)?;
+        let (vp, vn) = self.buf(v)?;
+        Self::check_len("rope_kv_write", q, qn, n * p.n_head * p.head_dim)?;
+        Self::check_len("rope_kv_write", k, kn, n * p.n_kv_head * p.head_dim)?;
+        Self::check_len("rope_kv_write", v, vn, n * p.n_kv_head * p.head_dim)?;
+        if let Some(&bad) = pos.iter().find(|&&x| x as usize >= spec.n_ctx) {
+            return Err(BackendError::Invalid { op: "rope_kv_write", msg: format!("position {bad} past the cache's {} slots", spec.n_ctx) });
+        }
+        let (kc, vc) = self.kvs[&kv.0].layers.get(layer).map(|(a, b)| (a.ptr(), b.ptr())).ok_or(BackendError::Invalid { op: "rope_kv_write", msg: format!("layer {layer} of {}", spec.n_layer) })?;
+        let qw = match &p.q_norm {
+            Some(w) => Some(self.weight_f32(w)?),
+            None => None,
+        };
+        let kw = match &p.k_norm {
+            Some(w) => Some(self.weight_f32(w)?),
+            None => None,
+        };
+        let ff = self.rope_factors(&p.rope)?;
+        let pp = self.positions(pos)?;
+        let a = ops::RopeKv {
+            n_tok: n,
+            n_head: p.n_head,
+            n_kv: p.n_kv_head,
+            head_dim: p.head_dim,
+            n_rot: p.rope.n_rot,
+            neox: p.rope.mode == RopeMode::Neox,
+            theta_scale: ops::rope_theta_scale(p.rope.freq_base, p.rope.n_rot),
+            freq_scale: p.rope.freq_scale,
+            eps: p.eps,
+            q_scale: p.q_scale.unwrap_or(1.0),
+        };
+        ops::rope_kv(&self.rec(), qp, kp, vp, kc, vc, qw, kw, pp, ff, &a).map_err(err("rope_kv_write"))?;
+        self.touch(q);
+        self.touch(k);
+        Ok(())
+    }
+}

@@ -1,0 +1,286 @@
+//! The two [`Target`]s: the GPU under test ([`GpuTarget`]: uploads inputs, poisons
+//! outputs, launches through `ops`, reads back) and the CPU reference kernels
+//! ([`HostTarget`]: `quant::matmul` / `quant::dequantize`, which `cargo test` checks).
+
+use super::{Elt, Out, RopeKvOut, Target};
+use crate::backend::gpu::device::GpuDevice;
+use crate::backend::gpu::DeviceBuffer;
+use crate::backend::gpu::{ops, GpuError};
+use crate::quant::{self, GgmlType};
+
+/// The GPU under test: uploads inputs, poisons outputs, launches, reads back.
+pub struct GpuTarget<'a>(pub &'a GpuDevice);
+
+impl GpuTarget<'_> {
+    fn out_buf(&self, bytes: usize) -> Result<DeviceBuffer, GpuError> {
+        let b = self.0.alloc(bytes)?;
+        self.0.poison(&b)?;
+        Ok(b)
+    }
+}
+
+impl Target for GpuTarget<'_> {
+    fn label(&self) -> String {
+        let i = self.0.info();
+        format!("{} {} ({})", self.0.api(), i.name, i.arch)
+    }
+    fn matvec(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], ncols: usize) -> Out<(Vec<f32>, Option<Vec<u8>>)> {
+        let d = self.0;
+        let wb = d.upload(w)?;
+        let xb = d.upload_f32(x)?;
+        let yb = self.out_buf(ncols * rows * 4)?;
+        let q8 = if ops::matvec_takes_q8_1(ty) {
+            let qb = self.out_buf(ops::q8_1_bytes(k, ncols))?;
+            ops::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, ncols)?;
+            ops::matvec(d, wb.ptr(), ty, rows, k, qb.ptr(), yb.ptr(), ncols)?;
+            let mut q = vec![0u8; qb.len()];
+            d.read(qb.ptr(), &mut q)?;
+            Some(q)
+        } else {
+            ops::matvec(d, wb.ptr(), ty, rows, k, xb.ptr(), yb.ptr(), ncols)?;
+            None
+        };
+        Ok(Some((d.read_f32(yb.ptr(), ncols * rows)?, q8)))
+    }
+    fn quantize_q8_1(&self, x: &[f32], rows: usize, k: usize) -> Out<Vec<u8>> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let qb = self.out_buf(ops::q8_1_bytes(k, rows))?;
+        ops::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, rows)?;
+        let mut q = vec![0u8; qb.len()];
+        d.read(qb.ptr(), &mut q)?;
+        Ok(Some(q))
+    }
+    fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>> {
+        let d = self.0;
+        let wb = d.upload(w)?;
+        let ib = d.upload_i32(ids)?;
+        let yb = self.out_buf(ids.len() * k * 4)?;
+        ops::get_rows(d, wb.ptr(), ty, k, ib.ptr(), ids.len(), yb.ptr(), scale)?;
+        Ok(Some(d.read_f32(yb.ptr(), ids.len() * k)?))
+    }
+    fn rmsnorm(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<Vec<f32>> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let wb = match w {
+            Some(w) => Some(d.upload_f32(w)?),
+            None => None,
+        };
+        let yb = self.out_buf(rows * n * 4)?;
+        ops::rmsnorm(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), rows, n, eps)?;
+        Ok(Some(d.read_f32(yb.ptr(), rows * n)?))
+    }
+    fn rope(&self, x: &[f32], pos: &[i32], ff: Option<&[f32]>, n_head: usize, head_dim: usize, n_rot: usize, neox: bool, base: f32, freq_scale: f32, attn_factor: f32) -> Out<Vec<f32>> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let pb = d.upload_i32(pos)?;
+        let fb = match ff {
+            Some(f) => Some(d.upload_f32(f)?),
+            None => None,
+        };
+        let ts = ops::rope_theta_scale(base, n_rot);
+        ops::rope(d, xb.ptr(), pb.ptr(), fb.as_ref().map(|b| b.ptr()), pos.len(), n_head, head_dim, n_rot, neox, ts, freq_scale, attn_factor)?;
+        Ok(Some(d.read_f32(xb.ptr(), x.len())?))
+    }
+    fn add_rmsnorm_q8(&self, x: &[f32], r: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<(Vec<f32>, Vec<f32>, Vec<u8>)> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let rb = d.upload_f32(r)?;
+        let wb = match w {
+            Some(w) => Some(d.upload_f32(w)?),
+            None => None,
+        };
+        let yb = self.out_buf(rows * n * 4)?;
+        let qb = self.out_buf(ops::q8_1_bytes(n, rows))?;
+        ops::add_rmsnorm_q8(d, xb.ptr(), rb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps)?;
+        let mut q = vec![0u8; qb.len()];
+        d.read(qb.ptr(), &mut q)?;
+        Ok(Some((d.read_f32(xb.ptr(), rows * n)?, d.read_f32(yb.ptr(), rows * n)?, q)))
+    }
+    fn rope_kv(&self, q: &[f32], k: &[f32], v: &[f32], qw: Option<&[f32]>, kw: Option<&[f32]>, pos: &[i32], ff: Option<&[f32]>, p: &ops::RopeKv, _base: f32, slots: usize) -> Out<RopeKvOut> {
+        let d = self.0;
+        let (qb, kb, vb) = (d.upload_f32(q)?, d.upload_f32(k)?, d.upload_f32(v)?);
+        let up = |w: Option<&[f32]>| -> Result<Option<DeviceBuffer>, GpuError> { Ok(match w { Some(w) => Some(d.upload_f32(w)?), None => None }) };
+        let (qwb, kwb, ffb) = (up(qw)?, up(kw)?, up(ff)?);
+        let pb = d.upload_i32(pos)?;
+        let w = p.n_kv * p.head_dim;
+        let kcb = self.out_buf(slots * w * 2)?;
+        let vcb = self.out_buf(slots * w * 2)?;
+        let ptr = |b: &Option<DeviceBuffer>| b.as_ref().map(|b| b.ptr());
+        ops::rope_kv(d, qb.ptr(), kb.ptr(), vb.ptr(), kcb.ptr(), vcb.ptr(), ptr(&qwb), ptr(&kwb), pb.ptr(), ptr(&ffb), p)?;
+        let mut kc = vec![0u16; slots * w];
+        let mut vc = vec![0u16; slots * w];
+        d.read(kcb.ptr(), bytemuck::cast_slice_mut(&mut kc))?;
+        d.read(vcb.ptr(), bytemuck::cast_slice_mut(&mut vc))?;
+        Ok(Some((d.read_f32(qb.ptr(), q.len())?, d.read_f32(kb.ptr(), k.len())?, kc, vc)))
+    }
+    fn matvec_multi(&self, ws: &[(&[u8], GgmlType, usize)], k: usize, x: &[f32], staged_min_sb: usize) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let qb = self.out_buf(ops::q8_1_bytes(k, 1))?;
+        ops::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, 1)?;
+        let mut bufs = Vec::new();
+        let mut segs = Vec::new();
+        for &(w, ty, rows) in ws {
+            let wb = d.upload(w)?;
+            let yb = self.out_buf(rows * 4)?;
+            segs.push((wb.ptr(), ty, rows, yb.ptr()));
+            bufs.push((wb, yb, rows));
+        }
+        ops::matvec_multi_with(d, qb.ptr(), k, &segs, staged_min_sb)?;
+        let mut ys = Vec::new();
+        for (_, yb, rows) in &bufs {
+            ys.push(d.read_f32(yb.ptr(), *rows)?);
+        }
+        let mut q = vec![0u8; qb.len()];
+        d.read(qb.ptr(), &mut q)?;
+        Ok(Some((ys, q)))
+    }
+    fn attention_q8(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<(Vec<f32>, Vec<u8>)> {
+        let d = self.0;
+        let qb = d.upload_f32(q)?;
+        let kb = d.upload(bytemuck::cast_slice(kc))?;
+        let vb = d.upload(bytemuck::cast_slice(vc))?;
+        let ob = self.out_buf(q.len() * 4)?;
+        let q8b = self.out_buf(ops::q8_1_bytes(n_head * hd, n_tok))?;
+        let pos: Vec<i32> = (0..n_tok).map(|t| (pos0 + t) as i32).collect();
+        let pb = d.upload_i32(&pos)?;
+        ops::attention_q8(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), Some(q8b.ptr()), n_tok, n_head, n_kv, hd, pb.ptr(), window, scale)?;
+        let mut q8 = vec![0u8; q8b.len()];
+        d.read(q8b.ptr(), &mut q8)?;
+        Ok(Some((d.read_f32(ob.ptr(), q.len())?, q8)))
+    }
+    fn attention(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<Vec<f32>> {
+        let d = self.0;
+        let qb = d.upload_f32(q)?;
+        let kb = d.upload(bytemuck::cast_slice(kc))?;
+        let vb = d.upload(bytemuck::cast_slice(vc))?;
+        let ob = self.out_buf(q.len() * 4)?;
+        let pos: Vec<i32> = (0..n_tok).map(|t| (pos0 + t) as i32).collect();
+        let pb = d.upload_i32(&pos)?;
+        ops::attention(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n_tok, n_head, n_kv, hd, pb.ptr(), window, scale)?;
+        Ok(Some(d.read_f32(ob.ptr(), q.len())?))
+    }
+    fn elementwise(&self, op: Elt, a: &[f32], b: &[f32], p: f32) -> Out<Vec<f32>> {
+        let d = self.0;
+        let n = a.len();
+        let ab = d.upload_f32(a)?;
+        let bb = d.upload_f32(b)?;
+        let yb = self.out_buf(n * 4)?;
+        let (a, b, y) = (ab.ptr(), bb.ptr(), yb.ptr());
+        match op {
+            Elt::Add => ops::add(d, a, b, y, n)?,
+            Elt::Mul => ops::mul(d, a, b, y, n)?,
+            Elt::Scale => ops::scale(d, a, y, n, p)?,
+            Elt::SwiGlu => ops::glu(d, a, b, y, n, false)?,
+            Elt::GeGlu => ops::glu(d, a, b, y, n, true)?,
+            Elt::Softcap => ops::softcap(d, a, y, n, p)?,
+        }
+        Ok(Some(d.read_f32(y, n)?))
+    }
+    fn rmsnorm_q8(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<(Vec<f32>, Vec<u8>)> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let wb = match w {
+            Some(w) => Some(d.upload_f32(w)?),
+            None => None,
+        };
+        let yb = self.out_buf(rows * n * 4)?;
+        let qb = self.out_buf(ops::q8_1_bytes(n, rows))?;
+        ops::rmsnorm_q8(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps)?;
+        let mut q = vec![0u8; qb.len()];
+        d.read(qb.ptr(), &mut q)?;
+        Ok(Some((d.read_f32(yb.ptr(), rows * n)?, q)))
+    }
+    fn glu_q8(&self, g: &[f32], u: &[f32], gelu: bool) -> Out<(Vec<f32>, Vec<u8>)> {
+        let d = self.0;
+        let n = g.len();
+        let gb = d.upload_f32(g)?;
+        let ub = d.upload_f32(u)?;
+        let yb = self.out_buf(n * 4)?;
+        let qb = self.out_buf(ops::q8_1_bytes(n, 1))?;
+        ops::glu_q8(d, gb.ptr(), ub.ptr(), yb.ptr(), qb.ptr(), n, gelu)?;
+        let mut q = vec![0u8; qb.len()];
+        d.read(qb.ptr(), &mut q)?;
+        Ok(Some((d.read_f32(yb.ptr(), n)?, q)))
+    }
+    fn kv_store(&self, k: &[f32], v: &[f32], nk: usize, nv: usize, rows: &[i32], slots: usize) -> Out<(Vec<u16>, Vec<u16>)> {
+        let d = self.0;
+        let kb = d.upload_f32(k)?;
+        let vb = d.upload_f32(v)?;
+        let rb = d.upload_i32(rows)?;
+        let kcb = self.out_buf(slots * nk * 2)?;
+        let vcb = self.out_buf(slots * nv * 2)?;
+        ops::kv_store(d, kb.ptr(), vb.ptr(), kcb.ptr(), vcb.ptr(), nk, nv, rb.ptr(), rows.len())?;
+        let mut kc = vec![0u16; slots * nk];
+        let mut vc = vec![0u16; slots * nv];
+        d.read(kcb.ptr(), bytemuck::cast_slice_mut(&mut kc))?;
+        d.read(vcb.ptr(), bytemuck::cast_slice_mut(&mut vc))?;
+        Ok(Some((kc, vc)))
+    }
+    fn gemm_q4_k(&self, w: &[u8], rows: usize, k: usize, x: &[f32], n: usize) -> Out<Vec<f32>> {
+        let d = self.0;
+        let wb = d.upload(w)?;
+        let xb = d.upload_f32(x)?;
+        let yb = self.out_buf(n * rows * 4)?;
+        ops::gemm_q4_k(d, wb.ptr(), rows, k, xb.ptr(), yb.ptr(), n)?;
+        Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
+    }
+    fn f32_to_f16_rows(&self, src: &[f32], rows: usize, n: usize, stride: usize, row0: usize, dst_rows: usize) -> Out<Vec<u16>> {
+        let d = self.0;
+        let sb = d.upload_f32(src)?;
+        let db = self.out_buf(dst_rows * stride * 2)?;
+        let idx: Vec<i32> = (0..rows).map(|r| (row0 + r) as i32).collect();
+        let ib = d.upload_i32(&idx)?;
+        ops::f32_to_f16_rows(d, sb.ptr(), db.ptr(), rows, n, stride, ib.ptr())?;
+        let mut out = vec![0u16; dst_rows * stride];
+        d.read(db.ptr(), bytemuck::cast_slice_mut(&mut out))?;
+        Ok(Some(out))
+    }
+}
+
+/// The CPU reference kernels as a target: `quant::matmul` and `quant::dequantize`.
+pub struct HostTarget;
+
+impl Target for HostTarget {
+    fn label(&self) -> String {
+        "cpu (quant::matmul / quant::dequantize)".into()
+    }
+    fn matvec(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], ncols: usize) -> Out<(Vec<f32>, Option<Vec<u8>>)> {
+        let mut y = vec![f32::NAN; ncols * rows];
+        quant::matmul(w, ty, rows, k, x, ncols, &mut y).map_err(|e| GpuError::Unsupported(e.to_string()))?;
+        Ok(Some((y, None)))
+    }
+    fn quantize_q8_1(&self, _: &[f32], _: usize, _: usize) -> Out<Vec<u8>> {
+        Ok(None)
+    }
+    fn activation_type(&self, ty: GgmlType) -> Option<GgmlType> {
+        Some(quant::vec_dot_type(ty))
+    }
+    fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>> {
+        let rb = ty.bytes_for(k as u64).unwrap_or(0) as usize;
+        let mut y = vec![f32::NAN; ids.len() * k];
+        for (r, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            quant::dequantize(ty, &w[id * rb..(id + 1) * rb], &mut y[r * k..(r + 1) * k]).map_err(|e| GpuError::Unsupported(e.to_string()))?;
+            y[r * k..(r + 1) * k].iter_mut().for_each(|v| *v *= scale);
+        }
+        Ok(Some(y))
+    }
+    fn rmsnorm(&self, _: &[f32], _: Option<&[f32]>, _: usize, _: usize, _: f32) -> Out<Vec<f32>> {
+        Ok(None)
+    }
+    fn rope(&self, _: &[f32], _: &[i32], _: Option<&[f32]>, _: usize, _: usize, _: usize, _: bool, _: f32, _: f32, _: f32) -> Out<Vec<f32>> {
+        Ok(None)
+    }
+    fn attention(&self, _: &[f32], _: &[u16], _: &[u16], _: usize, _: usize, _: usize, _: usize, _: usize, _: usize, _: f32) -> Out<Vec<f32>> {
+        Ok(None)
+    }
+    fn elementwise(&self, _: Elt, _: &[f32], _: &[f32], _: f32) -> Out<Vec<f32>> {
+        Ok(None)
+    }
+    fn f32_to_f16_rows(&self, _: &[f32], _: usize, _: usize, _: usize, _: usize, _: usize) -> Out<Vec<u16>> {
+        Ok(None)
+    }
+}
+
