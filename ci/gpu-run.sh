@@ -3,14 +3,14 @@
 # run-time compile path), then end-to-end checks and benchmarks; everything it prints is
 # also written under $OUT (report.txt). Needs no Rust toolchain: only the lode binary.
 #   LODE=path/to/lode  (default: carry/lode, else target/release/lode)
-#   LODE_DEVICE=cuda|hip (default cuda)   STAGES="selftest rtc e2e bench residency" (default all)
+#   LODE_DEVICE=cuda|hip (default cuda)   STAGES="selftest rtc e2e bench residency replay" (default all)
 #   MODELS=dir with the real GGUFs (optional)   CASES=N (default 30)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
 LODE="${LODE:-$( [ -x carry/lode ] && echo carry/lode || echo target/release/lode)}"
 DEV="${LODE_DEVICE:-cuda}"
-STAGES="${STAGES:-selftest rtc e2e bench residency}"
+STAGES="${STAGES:-selftest rtc e2e bench residency replay}"
 CASES="${CASES:-30}"
 exec > >(tee -a "$OUT/report.txt") 2>&1
 echo "== lode gpu-run $(date -u +%FT%TZ) device=$DEV binary=$LODE"
@@ -20,7 +20,7 @@ if [ "$DEV" = cuda ] && ! ldconfig -p | grep -q libnvrtc.so; then
   d=$(dirname "$(find / -name 'libnvrtc.so.1[0-9]*' -not -path '*/proc/*' 2>/dev/null | head -1)" 2>/dev/null)
   [ -n "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}" && echo "nvrtc from $d"
 fi
-export LODE_CACHE_DIR="$OUT/cache"
+export LODE_CACHE_DIR="${LODE_CACHE_DIR:-$OUT/cache}"
 rc=0
 stage() { case " $STAGES " in *" $1 "*) return 0;; *) return 1;; esac; }
 if stage selftest; then
@@ -38,59 +38,105 @@ if stage bench && [ -f carry/bench.sh ]; then
   echo "== bench"; bash carry/bench.sh "$LODE" "$DEV" || rc=1
 fi
 # ---------------------------------------------------------------------------------------
-# Weight residency (issue 5; section owned by the residency work). For each synthetic
-# shape: `lode fit`, then pp2048 + tg128 in each residency mode with the memory report
-# (copies, duplicates, peak device memory; nvidia-smi sampled alongside), greedy tokens
-# of mapped vs device, and bit-identical logits between upload / device / mapped
-# (perplexity --kl-divergence-base: mean KLD 0, same top-1 100 %).
-# llama.cpp's peak device memory for the same run: qwen3-4b 3,575 MiB, llama-8b 5,527 MiB.
+# Weight residency (issue 5) and graph replay (issue 7); sections owned by that work.
+# llama.cpp's peak device memory for pp2048 + tg128: qwen3-4b 3,575 MiB, llama-8b 5,527 MiB;
+# its tg128: 0.6b 748, 4b 336, 8b 276 t/s.
+# Every step is bounded (SIGKILL 10 s after SIGTERM: a process stuck in a driver call — seen
+# with `mapped` on the H200 — ignores SIGTERM and must not eat the call).
+T="${T:-tlimit}"; tlimit() { timeout -k 10 "$@"; }
+MD="${MODEL_TMP:-/tmp/lode-synth}"; mkdir -p "$MD"   # big synthetic models stay out of $OUT
+synth() { [ -f "$2" ] || "$T" 300 "$LODE" synth --preset "$1" -o "$2" >/dev/null; }
+# peak MODEL TAG ENV...: pp2048 + tg128 in `device` residency with nvidia-smi sampled
+# every 50 ms; lode's own high-water mark and the driver's figure from --memory-report.
+peak() {
+  local M=$1 tag=$2; shift 2
+  local base; base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
+  (nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > "$R/$tag.smi" 2>/dev/null &
+   echo $! > "$R/smi.pid")
+  env "$@" timeout -k 10 240 "$LODE" bench -m "$M" --device "$DEV" -p 2048 -n 128 -r 1 --residency device --memory-report -o json \
+    > "$R/$tag.json" 2> "$R/$tag.err" || rc=1
+  kill "$(cat "$R/smi.pid")" 2>/dev/null; sleep 0.2
+  echo "-- $tag: pp2048+tg128 nvidia-smi peak $(sort -n "$R/$tag.smi" 2>/dev/null | tail -1) MiB (idle before: ${base:-?} MiB) [$*]"
+  grep -E '^bench:|error' "$R/$tag.err" | cut -c1-600
+  python3 - "$R/$tag.err" <<'PY' || true
+import json, re, sys
+t = open(sys.argv[1]).read()
+m = list(re.finditer(r'\{\s*"residency"', t))
+if not m: sys.exit(0)
+d = json.JSONDecoder().raw_decode(t[m[-1].start():])[0]
+dev = d.get("device") or {}
+mib = lambda b: f"{b / 2**20:,.0f} MiB" if b else "?"
+print(f"   copies {d['copies']}, duplicates {d['duplicates']}, resident {mib(d['resident_bytes'])}, "
+      f"lode peak {mib(dev.get('peak_allocated_bytes'))}, driver peak {mib(dev.get('driver_peak_used_bytes'))}, graphs {d.get('graphs')}")
+PY
+}
+if stage replay; then
+  echo "== replay"
+  R="$OUT/replay"; mkdir -p "$R"
+  [ "${REPLAY_SELFTEST:-1}" = 0 ] || "$T" 120 "$LODE" selftest --device "$DEV" --filter replay --cases 1 || rc=1
+  for P in ${REPLAY_PRESETS-qwen3-0.6b qwen3-4b llama-8b}; do
+    M="$MD/$P.gguf"
+    synth "$P" "$M" || { echo "-- $P: synth failed"; rc=1; continue; }
+    for g in 1 0; do
+      LODE_GRAPHS=$g "$T" 180 "$LODE" bench -m "$M" --device "$DEV" -p 0 -n 128 -r 2 -o json > "$R/$P-graphs$g.json" 2> "$R/$P-graphs$g.err" || rc=1
+      echo "-- $P LODE_GRAPHS=$g: $(grep -E '^bench:' "$R/$P-graphs$g.err" | cut -c1-500)"
+      LODE_GRAPHS=$g "$T" 120 "$LODE" generate -m "$M" --device "$DEV" --temp 0 -n 32 --json -p "Replay must not change a token." \
+        > "$R/$P-gen$g.json" 2>>"$R/$P-gen.err" || rc=1
+    done
+    python3 - "$R/$P-gen1.json" "$R/$P-gen0.json" "$P" <<'PY' || rc=1
+import json, sys
+a, b = (json.load(open(f))["generated_ids"] for f in sys.argv[1:3])
+ok = a == b and len(a) > 0
+print(f"-- {sys.argv[3]}: greedy tokens graphs on == off: {'OK' if ok else 'FAIL'} ({len(a)} tokens)")
+sys.exit(0 if ok else 1)
+PY
+  done
+  for G in ${REAL_MODELS:-}; do
+    [ -f "$G" ] || continue
+    for g in 1 0; do
+      LODE_GRAPHS=$g "$T" 120 "$LODE" generate -m "$G" --device "$DEV" --temp 0 -n 64 --json --memory-report -p "The Queen of Hearts, she made some tarts," \
+        > "$R/real-gen$g.json" 2> "$R/real-gen$g.err" || rc=1; grep -o "\"graphs\":{[^}]*}" "$R/real-gen$g.err" | sed "s/^/   graphs=$g: /"
+    done
+    python3 - "$R/real-gen1.json" "$R/real-gen0.json" "$G" <<'PY' || rc=1
+import json, sys
+a, b = (json.load(open(f))["generated_ids"] for f in sys.argv[1:3])
+ok = a == b and len(a) > 0
+print(f"-- {sys.argv[3]}: greedy tokens graphs on == off: {'OK' if ok else 'FAIL'} ({len(a)} tokens): {a[:16]}...")
+sys.exit(0 if ok else 1)
+PY
+  done
+fi
 if stage residency; then
   echo "== residency"
   R="$OUT/residency"; mkdir -p "$R"
   TXT="$(ls carry/alice29.txt ../shared/fixtures/gemma3-270m/alice29.txt 2>/dev/null | head -1)"
+  CHECK="${RESIDENCY_CHECK_PRESET:-qwen3-4b}"
+  echo "-- kernel selftest with the default (256-byte) thread stack"
+  "$T" 120 "$LODE" selftest --device "$DEV" --cases 3 2>&1 | grep -E "FAIL|passed" | cut -c1-200
   for P in ${RESIDENCY_PRESETS:-qwen3-4b llama-8b}; do
-    M="$R/$P.gguf"
-    [ -f "$M" ] || "$LODE" synth --preset "$P" -o "$M" >/dev/null || { rc=1; continue; }
-    echo "-- $P: lode fit"
-    "$LODE" fit -m "$M" --ctx 2176 --device "$DEV" || rc=1
-    for mode in device mapped upload; do
-      [ "$mode" = mapped ] && PN=64 || PN=2048   # mapped reads weights over PCIe: short prompt
-      base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
-      (nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > "$R/$P-$mode.smi" 2>/dev/null &
-       echo $! > "$R/smi.pid")
-      "$LODE" bench -m "$M" --device "$DEV" -p "$PN" -n 128 -r 1 --residency "$mode" --memory-report -o json \
-        > "$R/$P-$mode.json" 2> "$R/$P-$mode.err" || rc=1
-      kill "$(cat "$R/smi.pid")" 2>/dev/null
-      peak=$(sort -n "$R/$P-$mode.smi" 2>/dev/null | tail -1)
-      echo "-- $P $mode: pp$PN+tg128; nvidia-smi peak ${peak:-?} MiB (idle before: ${base:-?} MiB)"
-      grep -E '^bench:|memory_report|error' "$R/$P-$mode.err" | cut -c1-2000
-    done
-    echo "-- $P: greedy tokens, mapped vs device"
-    for mode in device mapped; do
-      "$LODE" generate -m "$M" --device "$DEV" --residency "$mode" --temp 0 -n 32 --json \
-        -p "The weight cache keeps every tensor resident once." > "$R/$P-gen-$mode.json" 2>>"$R/$P-gen.err" || rc=1
-    done
-    if python3 - "$R/$P-gen-device.json" "$R/$P-gen-mapped.json" <<'PY'
-import json, sys
-a, b = (json.load(open(f))["generated_ids"] for f in sys.argv[1:3])
-print("device:", a); print("mapped:", b)
-sys.exit(0 if a == b and len(a) > 0 else 1)
-PY
-    then echo "-- $P: mapped == device greedy tokens: OK"; else echo "-- $P: mapped != device greedy tokens: FAIL"; rc=1; fi
-    if [ -n "$TXT" ]; then
-      echo "-- $P: logits upload vs device vs mapped (KLD must be 0, same top-1 100 %)"
-      "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency upload \
-        --save-logits "$R/$P-upload.logits" > /dev/null 2>"$R/$P-ppl-upload.err" || rc=1
-      for mode in device mapped; do
-        "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency "$mode" \
-          --kl-divergence-base "$R/$P-upload.logits" 2>&1 | grep -E "Mean +KLD|Maximum +KLD|Same top-1" | sed "s/^/   $mode: /"
-      done
-    fi
+    M="$MD/$P.gguf"; synth "$P" "$M" || { echo "-- $P: synth failed"; rc=1; continue; }
+    echo "-- $P: lode fit"; "$T" 60 "$LODE" fit -m "$M" --ctx 2176 --device "$DEV" || rc=1
+    peak "$M" "$P-default-limits"
+    peak "$M" "$P-driver-limits" LODE_GPU_LIMITS=driver
   done
-  echo "-- over budget, then a good run (same binary, clear error expected)"
-  "$LODE" generate -m "$R/qwen3-4b.gguf" --device "$DEV" --weight-budget 1GiB --temp 0 -n 4 -p hi 2>&1 | tail -2
-  LODE_TEST_ALLOC_LIMIT=512MiB "$LODE" generate -m "$R/qwen3-4b.gguf" --device "$DEV" --temp 0 -n 4 -p hi 2>&1 | tail -2
-  rm -f "$R"/*.gguf
+  M="$MD/$CHECK.gguf"; synth "$CHECK" "$M"
+  if [ -n "$TXT" ]; then
+    echo "-- $CHECK: logits upload vs device (vs mapped last) (KLD must be 0, same top-1 100 %)"
+    "$T" 120 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency upload \
+      --save-logits "$R/$CHECK-upload.logits" > /dev/null 2>"$R/$CHECK-ppl-upload.err" || rc=1
+    "$T" 90 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency device \
+      --kl-divergence-base "$R/$CHECK-upload.logits" 2>&1 | grep -E "Mean +KLD|Maximum +KLD|Same top-1" | sed "s/^/   device: /"
+  fi
+  echo "-- $CHECK: in-process residency checks (prefill schedule, modes, budget, injected failures, mapped last)"
+  "$T" 240 "$LODE" selftest --device "$DEV" --cases 0 --residency-check "$M" --mapped-steps 8 || { echo "   exit $?"; rc=1; }
+  echo "-- mapped over the bus, short run first: qwen3-0.6b pp16 + tg4"
+  M6="$MD/qwen3-0.6b.gguf"; synth qwen3-0.6b "$M6"
+  LODE_TRACE_LAUNCH=1 "$T" 60 "$LODE" bench -m "$M6" --device "$DEV" -p 16 -n 4 -r 1 --residency mapped > "$R/mapped06.out" 2>&1
+  echo "   exit $?; $(grep -c '^launch' "$R/mapped06.out") launches; last: $(grep -v '^launch' "$R/mapped06.out" | tail -2 | cut -c1-300)"
+  if [ -n "$TXT" ]; then
+    "$T" 90 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency mapped \
+      --kl-divergence-base "$R/$CHECK-upload.logits" 2>&1 | grep -E "Mean +KLD|Maximum +KLD|Same top-1" | sed "s/^/   mapped: /"
+  fi
 fi
 echo "== done rc=$rc"
 exit $rc

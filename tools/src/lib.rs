@@ -11,6 +11,7 @@ pub mod perplexity;
 pub mod selftest;
 pub mod selftest_bench;
 pub mod selftest_model;
+pub mod selftest_residency;
 pub mod serve;
 pub mod synth;
 pub mod tokenize;

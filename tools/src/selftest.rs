@@ -41,6 +41,14 @@ pub struct Args {
     /// Greedy steps per model.
     #[arg(long, default_value_t = 32)]
     pub gen: usize,
+    /// Run the weight-residency and graph-replay checks on the GPU over this model
+    /// (`selftest_residency.rs`).
+    #[arg(long)]
+    pub residency_check: Option<std::path::PathBuf>,
+    /// Decode steps of the residency check's mode comparisons (`mapped` reads every
+    /// weight over the bus per step).
+    #[arg(long, default_value_t = 8)]
+    pub mapped_steps: usize,
     /// Teacher-forced tokens per model for the KL divergence.
     #[arg(long, default_value_t = 128)]
     pub text_tokens: usize,
@@ -72,6 +80,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
         }
+        if let Some(p) = &args.residency_check {
+            if !crate::selftest_residency::check(d, p, args.mapped_steps)? {
+                model_fail += 1;
+            }
+        }
     } else if !args.models.is_empty() {
         println!("SKIP --model: no GPU to compare against the CPU");
     }
@@ -90,6 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             let mut r = selftest::run_checks(&t, args.filter.as_deref(), args.cases, args.seed);
             r.extend(gpu::selftest_prefill::run_checks(&gpu::selftest_prefill::GpuPrefill(d), args.filter.as_deref(), args.cases, args.seed));
+            r.extend(gpu::selftest_replay::run(d, args.filter.as_deref()));
             r
         }
         None => {

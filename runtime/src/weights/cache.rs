@@ -159,6 +159,11 @@ impl<M: Materializer> WeightCache<M> {
     pub fn set_alloc_limit(&mut self, bytes: Option<u64>) {
         self.alloc_limit = bytes;
     }
+    /// Graph replay counters of the backend that owns the cache, for the report it
+    /// prints at exit (`--memory-report`).
+    pub fn set_graph_stats(&mut self, g: crate::backend::gpu::replay::ReplayStats) {
+        self.stats.graphs = Some(g);
+    }
     pub fn set_budget(&mut self, bytes: Option<u64>) {
         self.budget = bytes;
         self.stats.budget_bytes = bytes;

@@ -57,6 +57,8 @@ pub struct WeightStats {
     pub budget_bytes: Option<u64>,
     /// The device's own numbers, where it has them.
     pub device: Option<DeviceMemory>,
+    /// Graph replay counters (captures, hits, rebinds, rebuilds …) of a GPU backend.
+    pub graphs: Option<crate::backend::gpu::replay::ReplayStats>,
 }
 
 impl WeightStats {
@@ -77,8 +79,12 @@ impl WeightStats {
             .device
             .map(|d| format!(", device peak {} (driver {})", human(d.peak_allocated_bytes), d.driver_peak_used_bytes.map(human).unwrap_or_else(|| "n/a".into())))
             .unwrap_or_default();
+        let graphs = self
+            .graphs
+            .map(|g| format!(" | graphs: {} captures, {} hits, {} rebinds, {} rebuilds, {} fallbacks, {} eager steps", g.captures, g.hits, g.rebinds, g.rebuilds, g.fallbacks, g.eager_steps))
+            .unwrap_or_default();
         format!(
-            "weights: {} copies ({}), {} mapped, {} duplicates, {:.1} ms materializing{peak}",
+            "weights: {} copies ({}), {} mapped, {} duplicates, {:.1} ms materializing{peak}{graphs}",
             self.copies,
             human(self.resident_bytes),
             self.mapped,

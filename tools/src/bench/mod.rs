@@ -187,6 +187,7 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
             cpu_util: None,
             cpu_norm_ts: None,
             roofline_frac: None,
+            graphs: runner.engine.weight_stats().and_then(|s| s.graphs),
         };
         row.set_samples(wall, t.tokens());
         row.set_cpu(cpu.unwrap_or_default());

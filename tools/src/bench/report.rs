@@ -118,6 +118,10 @@ pub struct Row {
     /// Decode rows with `--mem-bw`: weight bytes per token × tokens/s ÷ bandwidth.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub roofline_frac: Option<f64>,
+    /// GPU graph replay counters since the engine was made (captures, hits, rebinds,
+    /// rebuilds, fallbacks, eager steps), after this test.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub graphs: Option<lode_runtime::backend::gpu::replay::ReplayStats>,
 }
 
 fn one() -> usize {

@@ -153,6 +153,16 @@ impl GpuBackend {
         self.replay.borrow().stats
     }
 
+    /// The weight cache (test hooks: injected failures, allocation limit).
+    pub fn weight_cache_mut(&mut self) -> &mut WeightCache<GpuMaterializer> {
+        &mut self.cache
+    }
+
+    /// Graph replay on or off (as `LODE_GRAPHS` sets it at start).
+    pub fn set_graphs(&mut self, on: bool) {
+        self.replay.get_mut().enabled = on;
+    }
+
     /// Launch target for ops: through the step recorder.
     fn rec(&self) -> Rec<'_> {
         Rec { dev: &self.dev, replay: &self.replay }
@@ -338,7 +348,7 @@ impl Backend for GpuBackend {
     }
 
     fn weight_stats(&self) -> Option<WeightStats> {
-        Some(self.cache.stats())
+        Some(WeightStats { graphs: Some(self.replay.borrow().stats), ..self.cache.stats() })
     }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {
@@ -678,7 +688,8 @@ impl Drop for GpuBackend {
             eprintln!("{r}");
         }
         let st = self.replay.get_mut().stats;
-        tracing::info!("graph replay: {} captures, {} replays, {} fallbacks, {} eager steps", st.captures, st.replays, st.fallbacks, st.eager_steps);
+        tracing::info!("graph replay: {st:?}");
+        self.cache.set_graph_stats(st);
         self.replay.get_mut().release(&self.dev);
     }
 }

@@ -20,6 +20,7 @@ pub mod prefill;
 pub mod replay;
 pub mod selftest;
 pub mod selftest_prefill;
+pub mod selftest_replay;
 
 pub use backend::GpuBackend;
 pub use device::{DeviceBuffer, GpuDevice};

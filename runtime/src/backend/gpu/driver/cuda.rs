@@ -4,7 +4,7 @@
 //! (each call sets it; the cost is a TLS write). Signatures follow `cuda.h` of CUDA 12/13;
 //! the `_v2` names are the ones the header's macros select.
 
-use super::{open_first, sym, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, KArg, RawHandle, Result};
+use super::{open_first, sym, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, KArg, Limit, RawHandle, Result};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::OnceLock;
 
@@ -23,6 +23,8 @@ struct Table {
     device_total_mem: unsafe extern "C" fn(*mut usize, c_int) -> CuResult,
     primary_ctx_retain: unsafe extern "C" fn(*mut Ctx, c_int) -> CuResult,
     ctx_set_current: unsafe extern "C" fn(Ctx) -> CuResult,
+    ctx_set_limit: unsafe extern "C" fn(c_int, usize) -> CuResult,
+    ctx_get_limit: unsafe extern "C" fn(*mut usize, c_int) -> CuResult,
     get_error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
     mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
     mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> CuResult,
@@ -119,6 +121,8 @@ impl CudaDriver {
             device_total_mem: get!("cuDeviceTotalMem_v2"),
             primary_ctx_retain: get!("cuDevicePrimaryCtxRetain"),
             ctx_set_current: get!("cuCtxSetCurrent"),
+            ctx_set_limit: get!("cuCtxSetLimit"),
+            ctx_get_limit: get!("cuCtxGetLimit"),
             get_error_name: get!("cuGetErrorName"),
             mem_get_info: get!("cuMemGetInfo_v2"),
             mem_alloc: get!("cuMemAlloc_v2"),
@@ -259,6 +263,18 @@ impl Driver for CudaDriver {
         // SAFETY: out-pointer is a local; `dev` is a valid device ordinal from open().
         self.check("cuDeviceGetAttribute", unsafe { (self.t.device_get_attribute)(&mut v, id, self.dev) })?;
         Ok(v)
+    }
+    fn set_limit(&self, limit: Limit, bytes: usize) -> Result<usize> {
+        self.cur()?;
+        let id = limit as c_int;
+        // SAFETY: `id` is a CUlimit value (0 stack, 1 printf FIFO, 2 malloc heap); the
+        // out-pointer is a local.
+        unsafe {
+            self.check("cuCtxSetLimit", (self.t.ctx_set_limit)(id, bytes))?;
+            let mut now = 0usize;
+            self.check("cuCtxGetLimit", (self.t.ctx_get_limit)(&mut now, id))?;
+            Ok(now)
+        }
     }
     fn mem_info(&self) -> Result<(u64, u64)> {
         self.cur()?;

@@ -56,6 +56,17 @@ pub enum DriverError {
 
 pub type Result<T> = std::result::Result<T, DriverError>;
 
+/// Per-context reservations (CUDA's `CUlimit` values). Each costs device memory in
+/// every context: the stack one is reserved for every thread the GPU can hold
+/// (bytes × 2,048 × SMs: 264 MiB on an H200 at the 1 KiB default), and the driver grows
+/// it at launch for any kernel that needs more, so a small value is safe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    Stack = 0,
+    PrintfFifo = 1,
+    MallocHeap = 2,
+}
+
 /// One kernel argument, passed by value.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KArg {
@@ -98,6 +109,11 @@ pub trait Driver: Send + Sync {
     fn attribute(&self, attr: DevAttr) -> Result<i32>;
     /// (free, total) bytes of device memory.
     fn mem_info(&self) -> Result<(u64, u64)>;
+    /// Set a context limit; returns the value now in force. Backends without the call
+    /// keep their defaults.
+    fn set_limit(&self, _limit: Limit, _bytes: usize) -> Result<usize> {
+        Err(DriverError::Other { api: Api::Hip, what: "context limits are not set on this backend".into() })
+    }
 
     fn malloc(&self, bytes: usize) -> Result<DevPtr>;
     fn free(&self, ptr: DevPtr) -> Result<()>;
