@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "elementwise", "gemm"];
+const FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "elementwise", "gemm", "flash_attn"];
 const AMD_ARCHS: &[&str] = &["gfx1100", "gfx1151"];
 
 fn main() {
@@ -31,6 +31,7 @@ fn main() {
         println!("cargo:rerun-if-changed=kernels-hip/{f}.hip");
     }
     println!("cargo:rerun-if-changed=kernels-hip/common.h");
+    println!("cargo:rerun-if-changed=kernels-hip/mma.h");
     println!("cargo:rerun-if-env-changed=LODE_NVCC");
     println!("cargo:rerun-if-env-changed=LODE_HIP_CLANG");
     println!("cargo:rerun-if-env-changed=LODE_NO_KERNEL_BUILD");

@@ -33,6 +33,7 @@ pub fn embedded() -> Embedded {
 }
 
 const COMMON_H: &str = include_str!("../../../../kernels-hip/common.h");
+const MMA_H: &str = include_str!("../../../../kernels-hip/mma.h");
 
 /// Each kernel family: its source file and the kernels it must export.
 pub const FAMILIES: &[(&str, &str, &[&str])] = &[
@@ -58,12 +59,14 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
             "get_rows_q5_1", "get_rows_q8_0", "get_rows_q4_K", "get_rows_q5_K", "get_rows_q6_K",
         ],
     ),
-    ("gemm", include_str!("../../../../kernels-hip/gemm.hip"), &["gemm_q4_K_f16"]),
+    ("gemm", include_str!("../../../../kernels-hip/gemm.hip"), super::prefill::GEMM_KERNELS),
+    ("flash_attn", include_str!("../../../../kernels-hip/flash_attn.hip"), super::prefill::FLASH_KERNELS),
 ];
 
-/// The full compilable source of a family: common.h inlined in place of its #include.
+/// The full compilable source of a family: common.h (and mma.h, which follows it) inlined
+/// in place of their #includes.
 pub fn family_source(src: &str) -> String {
-    src.replace("#include \"common.h\"", COMMON_H)
+    src.replace("#include \"common.h\"", COMMON_H).replace("#include \"mma.h\"", MMA_H)
 }
 
 /// FNV-1a 64 over the bytes (stable across builds; the cache key needs no crypto).
@@ -181,11 +184,15 @@ mod tests {
     fn family_source_inlines_the_header_once() {
         for (fam, src, names) in FAMILIES {
             let full = family_source(src);
-            assert!(!full.contains("#include \"common.h\""), "{fam}");
+            assert!(!full.contains("#include \"common.h\"") && !full.contains("#include \"mma.h\""), "{fam}");
             assert!(full.contains("struct __attribute__((aligned(4))) block_q8_1"), "{fam}");
             for n in *names {
                 let base = n.trim_end_matches("_n1").trim_end_matches("_n8");
-                assert!(full.contains(base), "{fam}: kernel {n} not in source");
+                // The prefill families name their kernels through instantiation macros.
+                let gemm = n.trim_start_matches("gemm_glu_").trim_start_matches("gemm_").trim_end_matches("_n64").trim_end_matches("_n16").trim_end_matches("_n128").trim_end_matches("_m64");
+                let flash = n.trim_start_matches("flash_attn_f16_d");
+                let by_macro = full.contains(&format!("GEMM_KERNELS({gemm},")) || full.contains(&format!("FLASH_KERNEL({flash},"));
+                assert!(full.contains(base) || by_macro, "{fam}: kernel {n} not in source");
             }
         }
     }
