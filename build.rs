@@ -14,14 +14,17 @@
 //! are caught here, never on the GPU machine.
 //!
 //! Output: `$OUT_DIR/kernels_embedded.rs` defining
-//! `pub static EMBEDDED: &[(&str /*family*/, &str /*arch*/, &[u8])]`, which `src/main.rs`
-//! hands to `lode_runtime::backend::gpu::kernels::register_embedded` at start. The root
+//! `pub static EMBEDDED: &[(&str /*family*/, &str /*arch*/, &[u8])]` and
+//! `pub static EMBEDDED_SOURCES: &[(&str /*family*/, u64 /*fingerprint*/)]` (the sources
+//! each family's objects were compiled from), which `src/main.rs` hands to
+//! `lode_runtime::backend::gpu::kernels::register_embedded` at start; the runtime ignores
+//! objects whose fingerprint differs from the sources it embeds (a stale build directory). The root
 //! package owns the blobs (rather than `lode-runtime`) so library builds and tests stay
 //! fast; the runtime finds nothing registered there and uses the run-time compilers.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "elementwise", "gemm"];
+const FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "elementwise", "gemm", "flash_attn"];
 const AMD_ARCHS: &[&str] = &["gfx1100", "gfx1151"];
 
 fn main() {
@@ -31,6 +34,7 @@ fn main() {
         println!("cargo:rerun-if-changed=kernels-hip/{f}.hip");
     }
     println!("cargo:rerun-if-changed=kernels-hip/common.h");
+    println!("cargo:rerun-if-changed=kernels-hip/mma.h");
     println!("cargo:rerun-if-env-changed=LODE_NVCC");
     println!("cargo:rerun-if-env-changed=LODE_HIP_CLANG");
     println!("cargo:rerun-if-env-changed=LODE_NO_KERNEL_BUILD");
@@ -111,7 +115,28 @@ fn main() {
         rs.push_str(&format!("    ({fam:?}, {arch:?}, include_bytes!({:?})),\n", o.display().to_string()));
     }
     rs.push_str("];\n");
+    rs.push_str("/// Fingerprints of the sources each family was compiled from.\npub static EMBEDDED_SOURCES: &[(&str, u64)] = &[\n");
+    for fam in FAMILIES {
+        let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+        let parts = [read(src.join("common.h")), read(src.join("mma.h")), read(src.join(format!("{fam}.hip")))];
+        let refs: Vec<&[u8]> = parts.iter().map(|v| v.as_slice()).collect();
+        rs.push_str(&format!("    ({fam:?}, {:#x}),\n", fingerprint(&refs)));
+    }
+    rs.push_str("];\n");
     std::fs::write(out.join("kernels_embedded.rs"), rs).expect("write kernels_embedded.rs");
+}
+
+/// FNV-1a over the parts, each followed by a 0xff separator; the runtime's
+/// `kernels::source_fingerprint` computes the same over its embedded sources.
+fn fingerprint(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in p.iter().chain(std::iter::once(&0xffu8)) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }
 
 /// nvcc plus the extra include folders the pip wheels need.

@@ -14,12 +14,12 @@ out=$(ls -td target/"$profile"/build/lode-*/out 2>/dev/null | while read d; do [
 if [ -z "$out" ]; then echo "check-hip-objects: no build output; run cargo build --$profile first" >&2; exit 1; fi
 fail=0
 for arch in gfx1100 gfx1151; do
-  for fam in quantize matvec norm_rope attention elementwise gemm; do
+  for fam in quantize matvec norm_rope attention elementwise gemm flash_attn; do
     co="$out/$fam.$arch.co"
     if [ ! -f "$co" ]; then echo "MISSING $co"; fail=1; continue; fi
     nk=$("$objdump" -t "$co" | grep -c '\.kd$' || true)
     echo "$fam.$arch: $nk kernels"
-    if [ "$fam" = gemm ]; then
+    if [ "$fam" = gemm ] || [ "$fam" = flash_attn ]; then
       nw=$("$objdump" -d --mcpu="$arch" "$co" | grep -c 'v_wmma' || true)
       echo "$fam.$arch: $nw v_wmma instructions"
       if [ "$nw" -eq 0 ]; then echo "FAIL: no v_wmma in $co"; fail=1; fi

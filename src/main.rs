@@ -46,7 +46,7 @@ enum Command {
 include!(concat!(env!("OUT_DIR"), "/kernels_embedded.rs"));
 
 fn main() -> std::process::ExitCode {
-    lode_runtime::backend::gpu::kernels::register_embedded(EMBEDDED);
+    lode_runtime::backend::gpu::kernels::register_embedded(EMBEDDED, EMBEDDED_SOURCES);
     let cli = Cli::parse();
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.log.clone());
     tracing_subscriber::fmt()

@@ -52,3 +52,17 @@ fn amd_code_objects_export_every_kernel() {
         }
     }
 }
+
+/// The embedded objects were compiled from the very kernel sources the runtime embeds
+/// (a build directory shared between checkouts can hold objects of other sources; the
+/// runtime then compiles at run time instead, and this test says so).
+#[test]
+fn embedded_objects_match_the_embedded_sources() {
+    use lode_runtime::backend::gpu::kernels;
+    kernels::register_embedded(EMBEDDED, EMBEDDED_SOURCES);
+    for (family, src, _) in kernels::FAMILIES {
+        assert!(kernels::embedded_matches_sources(family, src), "{family}: embedded objects were built from other sources");
+    }
+    // The check can fail: other sources give another fingerprint.
+    assert!(!kernels::embedded_matches_sources("matvec", "// not the matvec source"));
+}

@@ -29,6 +29,9 @@ pub struct Args {
     /// Kernel-level decode bandwidth benchmarks on the GPU (after the checks).
     #[arg(long)]
     pub bench: bool,
+    /// Prefill kernel benchmarks (GEMM shapes of the 4B / 8B presets, flash attention).
+    #[arg(long)]
+    pub bench_prefill: bool,
     /// Decode steps timed per model (0: none).
     #[arg(long, default_value_t = 128)]
     pub tg: usize,
@@ -99,6 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 println!("  kernels {fam:<12} {origin:?}");
             }
             let mut r = selftest::run_checks(&t, args.filter.as_deref(), args.cases, args.seed);
+            r.extend(gpu::selftest_prefill::run_checks(&gpu::selftest_prefill::GpuPrefill(d), args.filter.as_deref(), args.cases, args.seed));
             r.extend(gpu::selftest_replay::run(d, args.filter.as_deref()));
             r
         }
@@ -123,6 +127,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("{passed} passed, {failed} failed, {} skipped", reports.iter().filter(|r| r.skipped).count());
     if let (true, Some(d)) = (args.bench, &dev) {
         crate::selftest_bench::run(d)?;
+    }
+    if let (true, Some(d)) = (args.bench_prefill, &dev) {
+        gpu::selftest_prefill::bench(d)?;
     }
     if reports.is_empty() {
         anyhow::bail!("no check matches filter {:?}", args.filter);

@@ -238,6 +238,14 @@ pub trait Backend: Send {
     fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()>;
     /// `out = act(gate) ⊙ up` over `n` elements.
     fn glu(&mut self, gate: Buf, up: Buf, out: Buf, n: usize, act: Glu) -> Result<()>;
+    /// One feed-forward's gate and up projections and the GLU:
+    /// `out = act(gate·x) ⊙ (up·x)`, `x` `[n_tok, k]`, `out` `[n_tok, gate.n_rows()]`;
+    /// `tmp` (same size as `out`) may be used as scratch. A backend may fuse it (the GPU
+    /// does for two or more tokens: one kernel, one activation tile, GLU in the epilogue).
+    fn matmul_glu(&mut self, gate: &WeightRef, up: &WeightRef, x: Buf, n_tok: usize, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
+        self.matmul_multi(x, n_tok, &[(gate, out), (up, tmp)])?;
+        self.glu(out, tmp, out, n_tok * gate.n_rows(), act)
+    }
     /// Copies `n` elements from `src[src_off..]` to `dst[dst_off..]`.
     fn copy(&mut self, src: Buf, src_off: usize, dst: Buf, dst_off: usize, n: usize)
         -> Result<()>;

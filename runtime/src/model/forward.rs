@@ -108,7 +108,7 @@ impl Model {
                 s.n_max
             )));
         }
-        let (e, ff) = (c.n_embd, c.n_ff);
+        let e = c.n_embd;
 
         be.get_rows(&self.w(self.tok_embd), tokens, s.x)?;
         if let Some(sc) = c.embd_scale {
@@ -184,9 +184,7 @@ impl Model {
 
             // Feed-forward block.
             be.add_rms_norm(s.x, s.xb2, s.xb, n, e, Some(&self.w(ly.ffn_norm)), c.eps)?;
-            let (wg, wu) = (self.w(ly.gate), self.w(ly.up));
-            be.matmul_multi(s.xb, n, &[(&wg, s.hb), (&wu, s.hb2)])?;
-            be.glu(s.hb, s.hb2, s.hb, n * ff, c.act)?;
+            be.matmul_glu(&self.w(ly.gate), &self.w(ly.up), s.xb, n, s.hb, s.hb2, c.act)?;
             be.matmul(&self.w(ly.down), s.hb, n, s.xb2)?;
             if let Some(pn) = ly.post_ffw_norm {
                 be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;

@@ -17,10 +17,10 @@
 use super::device::{DeviceBuffer, GpuDevice};
 use super::driver::DevPtr;
 use super::replay::{Entry, Rec, Replay, ReplayStats};
-use super::{ops, GpuError};
+use super::{ops, prefill, GpuError};
 use std::cell::RefCell;
 use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, QkvPrep, Result, Rope, RopeMode};
-use crate::quant::{self, GgmlType};
+use crate::quant;
 use super::materialize::{GpuMaterializer, MappedFile};
 use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
 use crate::weights::{Residency, WeightCache, WeightOptions, WeightRef, WeightStats};
@@ -91,7 +91,7 @@ pub struct GpuBackend {
     /// Positions written speculatively into this step's slot, still to be confirmed.
     predicted_pos: Option<(Vec<u32>, DevPtr)>,
     replay: RefCell<Replay>,
-    /// Prefill of Q4_K weights (≥ 16 tokens) on matrix cores (`LODE_GEMM=0` turns it off).
+    /// Prefill matmuls on matrix cores (`prefill.rs`; `LODE_GEMM=0` turns them off).
     gemm_prefill: bool,
     /// Fused decode ops (multi-matvec, add+norm, norm+rope+KV store, attention writing
     /// q8_1); `LODE_FUSE=0` falls back to the trait's unfused defaults (for A/B runs).
@@ -443,11 +443,9 @@ impl Backend for GpuBackend {
         let wp = self.weight(w)?;
         let ty = w.ty();
         let map = |e: GpuError| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) };
-        // The matrix-core GEMM skeleton beat the 8-column matvec on the H200 for the 0.6B
-        // and 4B shapes and lost on the 8B shape (K = 4096 / 14336): use it below K 4096.
-        let use_gemm = ty == GgmlType::Q4_K && n_tok >= 16 && k < 4096 && self.gemm_prefill;
-        let r = if use_gemm {
-            ops::gemm_q4_k(&self.rec(), wp, rows, k, xp, yp, n_tok).map_err(map)
+        let lay = layout::canonical(ty, Consumer::Matrix, DeviceClass::Gpu);
+        let r = if self.gemm_prefill && prefill::use_gemm(ty, lay, n_tok) {
+            prefill::gemm(&self.rec(), wp, ty, lay, rows, k, xp, yp, n_tok).map_err(map)
         } else if ops::matvec_takes_q8_1(ty) {
             let grown = self.q8.grown;
             let q = self.q8.get(&self.dev, ops::q8_1_bytes(k, n_tok)).map_err(derr("matmul"))?;
@@ -461,6 +459,26 @@ impl Backend for GpuBackend {
             ops::matvec(&self.rec(), wp, ty, rows, k, xp, yp, n_tok).map_err(map)
         };
         self.touch(y);
+        r
+    }
+
+    fn matmul_glu(&mut self, gate: &WeightRef, up: &WeightRef, x: Buf, n_tok: usize, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
+        let (ty, lay) = (gate.ty(), layout::canonical(gate.ty(), Consumer::Matrix, DeviceClass::Gpu));
+        let same = up.ty() == ty && up.n_rows() == gate.n_rows() && up.row_len() == gate.row_len();
+        if !(self.gemm_prefill && same && prefill::use_glu(ty, lay, n_tok)) {
+            self.matmul_multi(x, n_tok, &[(gate, out), (up, tmp)])?;
+            return self.glu(out, tmp, out, n_tok * gate.n_rows(), act);
+        }
+        let (k, rows) = (gate.row_len(), gate.n_rows());
+        let (xp, xn) = self.buf(x)?;
+        let (op, on) = self.buf(out)?;
+        Self::check_len("matmul_glu", x, xn, n_tok * k)?;
+        Self::check_len("matmul_glu", out, on, n_tok * rows)?;
+        let gp = self.weight(gate)?;
+        let upp = self.weight(up)?;
+        let r = prefill::gemm_glu(&self.rec(), gp, upp, ty, lay, rows, k, xp, op, n_tok, act == Glu::GeluTanh)
+            .map_err(|e| BackendError::Invalid { op: "matmul_glu", msg: format!("{} / {}: {e}", gate.name(), up.name()) });
+        self.touch(out);
         r
     }
 
@@ -594,6 +612,10 @@ impl Backend for GpuBackend {
         }
         let window = p.window.unwrap_or(0);
         let pp = self.positions(pos)?;
+        if prefill::use_flash(pos.len(), p.head_dim_k) {
+            self.touch(out);
+            return prefill::flash_attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"));
+        }
         let values = pos.len() * p.n_head * p.head_dim_v;
         // The output projection's q8_1 input, written by the attention kernel itself.
         let q8 = if self.fuse && p.head_dim_v % 32 == 0 { Some(self.q8_scratch(values, "attention")?) } else { None };

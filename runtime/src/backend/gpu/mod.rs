@@ -4,7 +4,8 @@
 //! - [`device`]: buffers, the stream, events, launches, memory info, graph hooks.
 //! - [`kernels`]: embedded code objects or NVRTC/hipRTC compiles, cached on disk.
 //! - [`ops`]: one typed launcher per kernel (shape checks, grids).
-//! - [`selftest`]: every kernel against the CPU reference (`lode selftest`).
+//! - [`prefill`]: matrix-core GEMM and flash attention for two or more tokens.
+//! - [`selftest`], [`selftest_prefill`]: every kernel against the CPU reference (`lode selftest`).
 //!
 //! What runs on an NVIDIA GPU is what runs on an AMD one: only `driver/{cuda,hip}.rs`
 //! differ, and the kernels are one HIP C++ source built for both.
@@ -15,8 +16,10 @@ pub mod driver;
 pub mod kernels;
 pub mod materialize;
 pub mod ops;
+pub mod prefill;
 pub mod replay;
 pub mod selftest;
+pub mod selftest_prefill;
 pub mod selftest_replay;
 
 pub use backend::GpuBackend;

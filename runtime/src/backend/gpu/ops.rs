@@ -363,17 +363,10 @@ pub fn get_rows(d: &dyn Launch, w: DevPtr, ty: GgmlType, k: usize, ids: DevPtr, 
     Ok(())
 }
 
-/// Prefill GEMM on matrix cores: y[n][m] = Σ_k W[m][k]·x[n][k].
+/// Prefill GEMM on matrix cores: y[n][m] = Σ_k W[m][k]·x[n][k] (see `prefill::gemm`).
 /// w: [m, k] Q4_K (stored layout, k a multiple of 256); x: [n, k] f32; y: [n, m] f32.
 pub fn gemm_q4_k(d: &dyn Launch, w: DevPtr, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize) -> R {
-    if k % 256 != 0 {
-        return Err(unsupported(format!("gemm_q4_k: k = {k} is not a multiple of 256")));
-    }
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    d.launch("gemm_q4_K_f16", [ceil(m, 64), ceil(n, 16), 1], [128, 1, 1], &[KArg::Ptr(w), KArg::Ptr(x), KArg::Ptr(y), i(m), i(n), i(k)])?;
-    Ok(())
+    super::prefill::gemm(d, w, GgmlType::Q4_K, crate::weights::layout::Layout::Stored, m, k, x, y, n)
 }
 
 /// `rmsnorm` that also writes y's q8_1 blocks. q: [rows, n/32] q8_1; n % 32 == 0.

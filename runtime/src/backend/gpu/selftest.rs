@@ -176,7 +176,7 @@ pub fn random_weights(rng: &mut Rng, ty: GgmlType, rows: usize, k: usize) -> Vec
     w
 }
 
-fn dequant(ty: GgmlType, w: &[u8], n: usize) -> Result<Vec<f32>, GpuError> {
+pub(crate) fn dequant(ty: GgmlType, w: &[u8], n: usize) -> Result<Vec<f32>, GpuError> {
     let mut out = vec![0f32; n];
     quant::dequantize(ty, w, &mut out).map_err(|e| GpuError::Unsupported(format!("reference dequantize: {e}")))?;
     Ok(out)
@@ -264,15 +264,15 @@ fn cpu_rope_head(x: &mut [f32], pos: i32, n_rot: usize, neox: bool, base: f32, f
 }
 
 /// Accumulates one check's verdict over cases.
-struct Acc {
+pub(crate) struct Acc {
     rep: CheckReport,
 }
 impl Acc {
-    fn new(name: &str) -> Acc {
+    pub(crate) fn new(name: &str) -> Acc {
         Acc { rep: CheckReport { name: name.into(), cases: 0, max_err: 0.0, worst_ratio: 0.0, skipped: false, failure: None } }
     }
     /// Compare got vs want elementwise with per-element tolerance.
-    fn cmp(&mut self, case: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -> f64) {
+    pub(crate) fn cmp(&mut self, case: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -> f64) {
         self.rep.cases += 1;
         if got.len() != want.len() {
             self.fail(format!("{case}: {} outputs, expected {}", got.len(), want.len()));
@@ -295,13 +295,13 @@ impl Acc {
             }
         }
     }
-    fn fail(&mut self, msg: String) {
+    pub(crate) fn fail(&mut self, msg: String) {
         if self.rep.failure.is_none() {
             self.rep.failure = Some(msg);
         }
         self.rep.worst_ratio = self.rep.worst_ratio.max(f64::INFINITY);
     }
-    fn finish(self) -> CheckReport {
+    pub(crate) fn finish(self) -> CheckReport {
         self.rep
     }
 }
