@@ -121,7 +121,16 @@ pub fn kernel(ty: GgmlType, isa: Isa) -> Option<DotFn> {
 /// row at a time. Measured on the 2-core EPYC: several rows read side by side defeat
 /// the hardware prefetcher and run ~2.5× slower per CPU-second once the weights are
 /// not in cache, although they win when the rows are cached (see [`rows_kernel`]).
+/// Where the instruction set has a one-stream many-row kernel (same results as the
+/// one-row kernel, row by row) it is used: no call per row, activation blocks prepared
+/// once.
 pub fn stream_kernel(ty: GgmlType, isa: Isa) -> Option<Kernel> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && avx2_detected() {
+        if let Some(f) = super::simd_avx2::stream_kernel(ty) {
+            return Some(Kernel::Rows(f));
+        }
+    }
     kernel(ty, isa).map(Kernel::Row)
 }
 
@@ -136,6 +145,21 @@ pub fn rows_kernel(ty: GgmlType, isa: Isa) -> Option<Kernel> {
     }
     let _ = isa;
     scalar_kernel(ty).map(Kernel::Row)
+}
+
+/// Four activation rows (`xs`) against the consecutive weight rows of `w`: `out` is
+/// `[4, rows]` (token-major).
+pub(crate) type Tokens4Fn = fn(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]);
+
+/// For weights of `ty` as stored: a kernel taking four tokens at once (each row's
+/// results equal the [`rows_kernel`]'s), where `isa` has one.
+pub(crate) fn tokens4(ty: GgmlType, isa: Isa) -> Option<Tokens4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && avx2_detected() {
+        return super::simd_avx2::tokens4(ty);
+    }
+    let _ = (ty, isa);
+    None
 }
 
 /// For many-token matmuls on `isa`: a kernel for row bands first expanded by

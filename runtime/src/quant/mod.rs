@@ -30,7 +30,8 @@ mod types;
 
 pub use dot::{kernel, rows_kernel, scalar_kernel, stream_kernel, DotFn, Isa, Kernel, RowsFn};
 pub use matmul::{
-    matmul_batch, matmul_quantized, matmul_with, quantize_rows, BatchItem, QuantizedRows,
+    matmul_batch, matmul_batch_on, matmul_quantized, matmul_quantized_on, matmul_with, par_chunks,
+    quantize_rows, quantize_rows_on, BatchItem, Parallel, QuantizedRows, RayonPool,
 };
 pub use types::GgmlType;
 

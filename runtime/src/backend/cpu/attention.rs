@@ -1,6 +1,8 @@
 //! KV cache storage and attention over it, on the CPU.
 //!
-//! Layout per layer: K is `[n_ctx, n_kv_head * head_dim_k]`, V is
+//! Layout per layer: K is stored transposed, `[n_kv_head, head_dim_k, n_ctx]`, so the
+//! scores of consecutive keys are computed side by side in SIMD lanes, each still summed
+//! in order over the head dimension (see `attn_kernels`); V is
 //! `[n_ctx, n_kv_head * head_dim_v]`, slot = position. With an f16 cache and fewer than
 //! [`TILED_MIN_ROWS`] query rows the query is rounded to f16 before `q·k`, as llama.cpp's
 //! CPU flash attention does for small batches and decode (its tiled kernel for larger
@@ -8,10 +10,10 @@
 //! are f32.
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
-use rayon::prelude::*;
 
+use super::attn_kernels::{self as kern, KeysT, Rows};
 use crate::backend::{Attention, BackendError, KvSpec, KvType, Result};
+use crate::quant::{par_chunks, Parallel};
 
 /// Query rows from which llama.cpp's CPU flash attention switches to its tiled kernel.
 pub const TILED_MIN_ROWS: usize = 64;
@@ -42,18 +44,25 @@ impl KvData {
         })
     }
 
-    fn store(&mut self, at: usize, src: &[f32]) {
+    /// `src[i]` to element `at + i * step`.
+    fn store(&mut self, at: usize, step: usize, src: &[f32]) {
         match self {
-            KvData::F32(d) => d[at..at + src.len()].copy_from_slice(src),
-            KvData::F16(d) => d[at..at + src.len()].convert_from_f32_slice(src),
+            KvData::F32(d) => src.iter().enumerate().for_each(|(i, &x)| d[at + i * step] = x),
+            KvData::F16(d) => src.iter().enumerate().for_each(|(i, &x)| d[at + i * step] = f16::from_f32(x)),
         }
     }
 
-    /// Row `at..at+dst.len()` as f32.
-    fn load(&self, at: usize, dst: &mut [f32]) {
+    fn keys(&self) -> KeysT<'_> {
         match self {
-            KvData::F32(d) => dst.copy_from_slice(&d[at..at + dst.len()]),
-            KvData::F16(d) => d[at..at + dst.len()].convert_to_f32_slice(dst),
+            KvData::F32(d) => KeysT::F32(d),
+            KvData::F16(d) => KeysT::F16(d),
+        }
+    }
+
+    fn rows(&self) -> Rows<'_> {
+        match self {
+            KvData::F32(d) => Rows::F32(d),
+            KvData::F16(d) => Rows::F16(d),
         }
     }
 }
@@ -91,8 +100,9 @@ impl Kv {
             if p >= s.n_ctx {
                 return Err(invalid(format!("position {p} outside the cache ({} slots)", s.n_ctx)));
             }
-            self.k[layer].store(p * wk, &k[t * wk..(t + 1) * wk]);
-            self.v[layer].store(p * wv, &v[t * wv..(t + 1) * wv]);
+            // K row (all heads: [n_kv_head * head_dim_k]) goes down column `p`.
+            self.k[layer].store(p, s.n_ctx, &k[t * wk..(t + 1) * wk]);
+            self.v[layer].store(p * wv, 1, &v[t * wv..(t + 1) * wv]);
         }
         Ok(())
     }
@@ -100,6 +110,7 @@ impl Kv {
     /// Causal (optionally windowed) GQA attention; `out` `[pos.len(), n_head*head_dim_v]`.
     pub fn attend(
         &self,
+        par: &dyn Parallel,
         layer: usize,
         q: &[f32],
         pos: &[u32],
@@ -124,13 +135,17 @@ impl Kv {
             return Err(invalid(format!("position {bad} outside the cache ({} slots)", s.n_ctx)));
         }
         let group = p.n_head / p.n_kv_head;
-        let (wk, wv) = (s.n_kv_head * dk, s.n_kv_head * dv);
-        let (kc, vc) = (&self.k[layer], &self.v[layer]);
+        let (n_ctx, wv) = (s.n_ctx, s.n_kv_head * dv);
+        let (kc, vc) = (self.k[layer].keys(), self.v[layer].rows());
         let round_q = s.ty == KvType::F16 && pos.len() < TILED_MIN_ROWS;
-        out[..pos.len() * p.n_head * dv]
-            .par_chunks_mut(dv)
-            .enumerate()
-            .for_each(|(i, o)| {
+        // Query rows (token, head) per task: one each for decode, a few dozen for a
+        // prompt so the scratch vectors below are made once per task, not per row.
+        let n_rows = pos.len() * p.n_head;
+        let per = (n_rows / (8 * par.threads().max(1))).clamp(1, 64);
+        par_chunks(par, &mut out[..n_rows * dv], per * dv, &|task, os| {
+            let (mut qh, mut scores, mut row) = (vec![0.0f32; dk], Vec::new(), vec![0.0f32; dv]);
+            for (r, o) in os.chunks_exact_mut(dv).enumerate() {
+                let i = task * per + r;
                 let (t, h) = (i / p.n_head, i % p.n_head);
                 let kvh = h / group;
                 let pq = pos[t] as usize;
@@ -138,75 +153,36 @@ impl Kv {
                     Some(w) => (pq + 1).saturating_sub(w),
                     None => 0,
                 };
-                let mut qh = q[(t * p.n_head + h) * dk..][..dk].to_vec();
+                qh.copy_from_slice(&q[(t * p.n_head + h) * dk..][..dk]);
                 if round_q {
                     qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
                 }
-                let mut row = vec![0.0f32; dk.max(dv)];
+                // This head's transposed K: element (d, key) at d * n_ctx + key.
+                let kh = match kc {
+                    KeysT::F32(d) => KeysT::F32(&d[kvh * dk * n_ctx..(kvh + 1) * dk * n_ctx]),
+                    KeysT::F16(d) => KeysT::F16(&d[kvh * dk * n_ctx..(kvh + 1) * dk * n_ctx]),
+                };
+                scores.clear();
+                scores.resize(pq + 1 - lo, 0.0);
+                kern::scores(&qh, kh, n_ctx, lo, p.scale, &mut scores);
                 if round_q {
-                    online_f16(&qh, kc, vc, lo..=pq, (wk, kvh * dk), (wv, kvh * dv), p.scale, &mut row, o);
-                    return;
+                    kern::online_f16(&scores, vc, wv, kvh * dv, lo, &mut row, o);
+                    continue;
                 }
-                let mut scores = Vec::with_capacity(pq + 1 - lo);
-                let mut max = f32::NEG_INFINITY;
-                for pk in lo..=pq {
-                    kc.load(pk * wk + kvh * dk, &mut row[..dk]);
-                    let d: f32 = qh.iter().zip(&row[..dk]).map(|(a, b)| a * b).sum();
-                    let sc = d * p.scale;
-                    max = max.max(sc);
-                    scores.push(sc);
-                }
+                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
                 let mut sum = 0.0f32;
                 for sc in scores.iter_mut() {
                     *sc = (*sc - max).exp();
                     sum += *sc;
                 }
                 o.fill(0.0);
-                for (j, pk) in (lo..=pq).enumerate() {
-                    vc.load(pk * wv + kvh * dv, &mut row[..dv]);
-                    let w = scores[j] / sum;
-                    o.iter_mut().zip(&row[..dv]).for_each(|(a, &b)| *a += w * b);
+                for (j, sc) in scores.iter().enumerate() {
+                    kern::add_scaled(o, sc / sum, vc, (lo + j) * wv + kvh * dv, &mut row);
                 }
-            });
+            }
+        });
         Ok(())
     }
-}
-
-/// One query head over keys `keys` with an online softmax whose V accumulator is kept
-/// in f16 (rounded after every key), as llama.cpp's CPU flash attention does for small
-/// batches and decode with an f16 cache. `k_at`/`v_at` are (row stride, head offset).
-#[allow(clippy::too_many_arguments)]
-fn online_f16(
-    q: &[f32],
-    kc: &KvData,
-    vc: &KvData,
-    keys: std::ops::RangeInclusive<usize>,
-    k_at: (usize, usize),
-    v_at: (usize, usize),
-    scale: f32,
-    row: &mut [f32],
-    out: &mut [f32],
-) {
-    let (dk, dv) = (q.len(), out.len());
-    let mut acc = vec![f16::ZERO; dv];
-    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
-    for pk in keys {
-        kc.load(pk * k_at.0 + k_at.1, &mut row[..dk]);
-        let s = q.iter().zip(&row[..dk]).map(|(a, b)| a * b).sum::<f32>() * scale;
-        let (mut ms, mut vs) = (1.0f32, 1.0f32);
-        if s > m {
-            ms = (m - s).exp();
-            m = s;
-            acc.iter_mut().for_each(|a| *a = f16::from_f32(a.to_f32() * ms));
-        } else {
-            vs = (s - m).exp();
-        }
-        vc.load(pk * v_at.0 + v_at.1, &mut row[..dv]);
-        acc.iter_mut().zip(&row[..dv]).for_each(|(a, &v)| *a = f16::from_f32(v.mul_add(vs, a.to_f32())));
-        sum = sum * ms + vs;
-    }
-    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-    out.iter_mut().zip(&acc).for_each(|(o, a)| *o = a.to_f32() * inv);
 }
 
 fn invalid(msg: String) -> BackendError {
@@ -235,11 +211,11 @@ mod tests {
             kv.write(0, &k, &v, &[0, 1, 2]).unwrap();
             let q = [5.0, 5.0, -5.0, 0.0]; // two heads, one token
             let mut out = [0.0f32; 4];
-            kv.attend(0, &q, &[0], &attn(None), &mut out).unwrap();
+            kv.attend(&crate::quant::RayonPool, 0, &q, &[0], &attn(None), &mut out).unwrap();
             assert_eq!(out, [0.0; 4]); // only key 0 visible, value 0
-            kv.attend(0, &q, &[2], &attn(Some(1)), &mut out).unwrap();
+            kv.attend(&crate::quant::RayonPool, 0, &q, &[2], &attn(Some(1)), &mut out).unwrap();
             assert_eq!(out, [2.0, 20.0, 2.0, 20.0]); // window 1: only itself
-            kv.attend(0, &q, &[2], &attn(None), &mut out).unwrap();
+            kv.attend(&crate::quant::RayonPool, 0, &q, &[2], &attn(None), &mut out).unwrap();
             // head 0 favours key 2 (score 10) over keys 0,1 (score 5).
             assert!(out[0] > 1.9 && out[0] < 2.0, "{out:?}");
         }
@@ -250,7 +226,7 @@ mod tests {
         let mut kv = Kv::new(spec(KvType::F32)).unwrap();
         assert!(kv.write(0, &[0.0; 2], &[0.0; 2], &[8]).is_err());
         let mut out = [0.0f32; 4];
-        assert!(kv.attend(0, &[0.0; 4], &[9], &attn(None), &mut out).is_err());
-        assert!(kv.attend(1, &[0.0; 4], &[0], &attn(None), &mut out).is_err());
+        assert!(kv.attend(&crate::quant::RayonPool, 0, &[0.0; 4], &[9], &attn(None), &mut out).is_err());
+        assert!(kv.attend(&crate::quant::RayonPool, 1, &[0.0; 4], &[0], &attn(None), &mut out).is_err());
     }
 }

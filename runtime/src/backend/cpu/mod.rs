@@ -1,36 +1,59 @@
 //! The CPU backend: f32 activations in host vectors, weights read in place from the
-//! mapped file through `quant::matmul` / `quant::dequantize` (zero copies), work spread
-//! over a rayon pool of `threads` threads.
+//! mapped file through `quant::matmul_*_on` / `quant::dequantize` (zero copies), work
+//! spread over a [`Team`] of `threads` threads (the calling thread is one of them). Ops
+//! on a single row (a decode step's norms, rope, adds) run inline on the caller: handing
+//! them out would cost more than they do.
 //!
 //! It is the oracle every GPU kernel is checked against, so it keeps llama.cpp's
 //! arithmetic (see `ops`) rather than chasing speed with different rounding.
 
 mod attention;
+mod attn_kernels;
 pub mod ops;
+mod team;
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use rayon::prelude::*;
-
 use crate::backend::{
     Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, Result, Rope,
 };
-use crate::quant::{self, GgmlType};
+use crate::quant::{self, par_chunks, GgmlType, Isa, Parallel};
 use crate::weights::WeightRef;
 
 use attention::Kv;
+pub use team::Team;
+
+/// Below this many elements an element-wise op runs on the calling thread alone.
+const INLINE_MAX: usize = 1 << 14;
+
+impl Parallel for Team {
+    fn threads(&self) -> usize {
+        Team::threads(self)
+    }
+    fn for_each(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        Team::for_each(self, n, f)
+    }
+}
 
 /// Host-memory backend.
 pub struct CpuBackend {
     /// Shared between backends when several engines run at once (`lode serve`'s slots),
     /// so they split one set of threads instead of oversubscribing the cores.
-    pool: Arc<rayon::ThreadPool>,
+    pool: Arc<Team>,
     threads: usize,
+    isa: Isa,
     /// Indexed by `Buf.0`; `None` once freed.
     bufs: Vec<Option<Vec<f32>>>,
     kvs: Vec<Option<Kv>>,
+    /// The last single position's rope table (q and k of a layer, and the layers with
+    /// the same base, rotate by the same angles): key, cos, sin.
+    rope_memo: Option<(RopeKey, Vec<f32>, Vec<f32>)>,
 }
+
+/// What a rope table depends on: position, `n_rot`, base and scale bits, the frequency
+/// factors' bits.
+type RopeKey = (u32, usize, u32, u32, Option<Vec<u32>>);
 
 impl CpuBackend {
     /// A backend running on `threads` threads (0: rayon's default).
@@ -39,17 +62,21 @@ impl CpuBackend {
     }
 
     /// A backend running on an existing pool (shared with other backends).
-    pub fn with_pool(pool: Arc<rayon::ThreadPool>) -> CpuBackend {
-        let threads = pool.current_num_threads();
-        CpuBackend { pool, threads, bufs: Vec::new(), kvs: Vec::new() }
+    /// (Backends sharing a team run their ops in turn, each op on every thread.)
+    pub fn with_pool(pool: Arc<Team>) -> CpuBackend {
+        let threads = pool.threads();
+        CpuBackend { pool, threads, isa: Isa::best(), bufs: Vec::new(), kvs: Vec::new(), rope_memo: None }
     }
 
-    /// The pool `new(threads)` would build, for [`Self::with_pool`].
-    pub fn build_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("lode-cpu-{i}"))
-            .build()
+    /// The team `new(threads)` would build (0: one thread per available core), for
+    /// [`Self::with_pool`].
+    pub fn build_pool(threads: usize) -> Result<Arc<Team>> {
+        let n = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
+        Team::new(n)
             .map(Arc::new)
             .map_err(|e| BackendError::Unavailable(format!("cannot start CPU threads: {e}")))
     }
@@ -80,7 +107,7 @@ impl CpuBackend {
     /// then `f` gets `None` as input and works in place).
     fn with_io<F>(&mut self, x: Buf, out: Buf, f: F) -> Result<()>
     where
-        F: FnOnce(Option<&[f32]>, &mut [f32], &rayon::ThreadPool) -> Result<()>,
+        F: FnOnce(Option<&[f32]>, &mut [f32], &Team) -> Result<()>,
     {
         let mut o = self.take(out)?;
         let r = if x == out {
@@ -202,13 +229,57 @@ impl Backend for CpuBackend {
         if x == y {
             return Err(invalid("matmul", "input and output must be different buffers".into()));
         }
-        let (k, rows) = (w.row_len(), w.n_rows());
+        let (k, rows, isa) = (w.row_len(), w.n_rows(), self.isa);
         self.with_io(x, y, |xv, yv, pool| {
             let xs = span(xv.unwrap_or(&[]), 0, n_tok * k, "matmul")?;
             let ys = span_mut(yv, 0, n_tok * rows, "matmul")?;
-            pool.install(|| quant::matmul(w.data(), w.ty(), rows, k, xs, n_tok, ys))
-                .map_err(|e| quant_err("matmul", w, e))
+            let xq = quant::quantize_rows_on(pool, w.ty(), xs, n_tok, k).map_err(|e| quant_err("matmul", w, e))?;
+            quant::matmul_quantized_on(pool, w.data(), w.ty(), rows, &xq, ys, isa).map_err(|e| quant_err("matmul", w, e))
         })
+    }
+
+    fn matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        let ws: Vec<&WeightRef> = outs.iter().map(|o| o.0).collect();
+        let ys: Vec<Buf> = outs.iter().map(|o| o.1).collect();
+        let (ws, ys) = (&ws[..], &ys[..]);
+        let k = ws.first().map_or(0, |w| w.row_len());
+        let same_input = ws.iter().all(|w| w.row_len() == k && quant::vec_dot_type(w.ty()) == quant::vec_dot_type(ws[0].ty()));
+        let distinct = ys.iter().enumerate().all(|(i, y)| *y != x && !ys[..i].contains(y));
+        if ws.len() != ys.len() || ws.len() < 2 || !same_input || !distinct {
+            for (w, &y) in ws.iter().zip(ys) {
+                self.matmul(w, x, n_tok, y)?;
+            }
+            return Ok(());
+        }
+        // One conversion of the input, one job for the union of the weights' rows.
+        let xq = {
+            let xs = span(self.buf(x)?, 0, n_tok * k, "matmul")?;
+            quant::quantize_rows_on(&*self.pool, ws[0].ty(), xs, n_tok, k).map_err(|e| quant_err("matmul", ws[0], e))?
+        };
+        let mut outs = Vec::with_capacity(ys.len());
+        for &y in ys {
+            match self.take(y) {
+                Ok(v) => outs.push(v),
+                Err(e) => {
+                    for (&y, v) in ys.iter().zip(outs) {
+                        self.put(y, v);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let r = (|| {
+            let mut items = Vec::with_capacity(ws.len());
+            for (w, o) in ws.iter().zip(outs.iter_mut()) {
+                let y = span_mut(o, 0, n_tok * w.n_rows(), "matmul")?;
+                items.push(quant::BatchItem { w: w.data(), ty: w.ty(), rows: w.n_rows(), y });
+            }
+            quant::matmul_batch_on(&*self.pool, &mut items, &xq, self.isa).map_err(|e| quant_err("matmul", ws[0], e))
+        })();
+        for (&y, v) in ys.iter().zip(outs) {
+            self.put(y, v);
+        }
+        r
     }
 
     fn rms_norm(
@@ -229,13 +300,22 @@ impl Backend for CpuBackend {
         let wv = wv.as_deref();
         self.with_io(x, out, |xv, ov, pool| {
             let o = span_mut(ov, 0, n_rows * row_len, "rms_norm")?;
-            pool.install(|| match xv {
-                None => o.par_chunks_mut(row_len).for_each(|r| ops::rms_norm_inplace(r, wv, eps)),
-                Some(xv) => {
-                    let xs = &xv[..o.len().min(xv.len())];
-                    o.par_chunks_mut(row_len)
-                        .zip(xs.par_chunks(row_len))
-                        .for_each(|(r, x)| ops::rms_norm_row(x, r, wv, eps));
+            if row_len == 0 {
+                return Ok(());
+            }
+            let xs = match xv {
+                Some(xv) => Some(span(xv, 0, n_rows * row_len, "rms_norm")?),
+                None => None,
+            };
+            // Rows per task: a few tasks per thread, or everything inline when small.
+            let per = if o.len() <= INLINE_MAX { n_rows } else { n_rows.div_ceil(4 * pool.threads()) };
+            par_chunks(pool, o, per.max(1) * row_len, &|i, o| match xs {
+                None => o.chunks_exact_mut(row_len).for_each(|r| ops::rms_norm_inplace(r, wv, eps)),
+                Some(xs) => {
+                    let xs = &xs[i * per * row_len..][..o.len()];
+                    for (r, x) in o.chunks_exact_mut(row_len).zip(xs.chunks_exact(row_len)) {
+                        ops::rms_norm_row(x, r, wv, eps);
+                    }
                 }
             });
             Ok(())
@@ -254,17 +334,42 @@ impl Backend for CpuBackend {
         }
         let ff = ff.as_deref();
         let mut v = self.take(x)?;
-        let r = span_mut(&mut v, 0, pos.len() * n_head * head_dim, "rope").map(|xs| {
-            self.pool.install(|| {
-                xs.par_chunks_mut(n_head * head_dim).zip(pos.par_iter()).for_each(|(tok, &p)| {
-                    let half = rope.n_rot / 2;
+        let width = n_head * head_dim;
+        if let [p] = *pos {
+            let key = (p, rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff.map(|f| f[..rope.n_rot / 2].iter().map(|x| x.to_bits()).collect()));
+            let half = rope.n_rot / 2;
+            let memo = match self.rope_memo.take() {
+                Some(m) if m.0 == key => m,
+                _ => {
                     let (mut c, mut s) = (vec![0.0f32; half], vec![0.0f32; half]);
+                    ops::rope_table(p, rope.n_rot, rope.freq_base, rope.freq_scale, ff, &mut c, &mut s);
+                    (key, c, s)
+                }
+            };
+            let r = span_mut(&mut v, 0, width, "rope").map(|tok| {
+                for head in tok.chunks_exact_mut(head_dim) {
+                    ops::rope_head(head, rope.mode, rope.n_rot, &memo.1, &memo.2);
+                }
+            });
+            self.rope_memo = Some(memo);
+            self.put(x, v);
+            return r;
+        }
+        let r = span_mut(&mut v, 0, pos.len() * width, "rope").map(|xs| {
+            if width == 0 {
+                return;
+            }
+            let per = if xs.len() <= INLINE_MAX { pos.len() } else { pos.len().div_ceil(4 * self.pool.threads()) };
+            par_chunks(&*self.pool, xs, per.max(1) * width, &|i, toks| {
+                let half = rope.n_rot / 2;
+                let (mut c, mut s) = (vec![0.0f32; half], vec![0.0f32; half]);
+                for (tok, &p) in toks.chunks_exact_mut(width).zip(&pos[i * per..]) {
                     ops::rope_table(p, rope.n_rot, rope.freq_base, rope.freq_scale, ff, &mut c, &mut s);
                     for head in tok.chunks_exact_mut(head_dim) {
                         ops::rope_head(head, rope.mode, rope.n_rot, &c, &s);
                     }
-                })
-            })
+                }
+            });
         });
         self.put(x, v);
         r
@@ -317,12 +422,10 @@ impl Backend for CpuBackend {
         self.with_io(up, out, |uv, ov, pool| {
             let u = span(uv.unwrap_or(&[]), 0, n, "glu")?;
             let o = span_mut(ov, 0, n, "glu")?;
-            pool.install(|| {
-                o.par_chunks_mut(4096).zip(u.par_chunks(4096)).for_each(|(o, u)| {
-                    let g = o.to_vec();
-                    ops::glu(&g, u, o, act);
-                })
-            });
+            // SiLU's `exp` and GELU's f16 round trips make each element a few ns: split
+            // from a thousand on.
+            let per = if n <= 1024 { n } else { n.div_ceil(2 * pool.threads()).max(512) };
+            par_chunks(pool, o, per, &|i, o| ops::glu_inplace(o, &u[i * per..][..o.len()], act));
             Ok(())
         })
     }
@@ -369,9 +472,38 @@ impl Backend for CpuBackend {
         let r = (|| {
             let qv = self.bufs.get(q.0 as usize).and_then(|x| x.as_ref()).ok_or(BackendError::BadHandle(q))?;
             let c = self.kvs.get(kv.0 as usize).and_then(|x| x.as_ref()).ok_or(BackendError::BadKvHandle(kv))?;
-            self.pool.install(|| c.attend(layer, qv, pos, p, &mut o))
+            c.attend(&*self.pool, layer, qv, pos, p, &mut o)
         })();
         self.put(out, o);
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::RopeMode;
+
+    /// One-position rope reuses its table only for the same position and parameters.
+    #[test]
+    fn rope_table_memo_never_goes_stale() {
+        let mut be = CpuBackend::new(2).unwrap();
+        let x: Vec<f32> = (0..16).map(|i| i as f32 * 0.25 - 1.0).collect();
+        let buf = be.alloc(16).unwrap();
+        let rope = |base: f32| Rope { mode: RopeMode::Neox, n_rot: 8, freq_base: base, freq_scale: 1.0, freq_factors: None };
+        let want = |p: u32, base: f32| {
+            let (mut c, mut s) = (vec![0.0; 4], vec![0.0; 4]);
+            ops::rope_table(p, 8, base, 1.0, None, &mut c, &mut s);
+            let mut y = x.clone();
+            y.chunks_exact_mut(8).for_each(|h| ops::rope_head(h, RopeMode::Neox, 8, &c, &s));
+            y
+        };
+        for (p, base) in [(3, 10000.0), (3, 10000.0), (3, 500.0), (4, 500.0), (3, 10000.0)] {
+            be.write(buf, &x).unwrap();
+            be.rope(buf, 2, 8, &[p], &rope(base)).unwrap();
+            let mut got = vec![0.0; 16];
+            be.read(buf, &mut got).unwrap();
+            assert_eq!(got, want(p, base), "pos {p} base {base}");
+        }
     }
 }

@@ -89,6 +89,22 @@ pub fn glu(gate: &[f32], up: &[f32], out: &mut [f32], act: Glu) {
     }
 }
 
+/// [`glu`] with the gate values in `gate_out`, overwritten by the result.
+pub fn glu_inplace(gate_out: &mut [f32], up: &[f32], act: Glu) {
+    match act {
+        Glu::Silu => {
+            for (o, &u) in gate_out.iter_mut().zip(up) {
+                *o = silu(*o) * u;
+            }
+        }
+        Glu::GeluTanh => {
+            for (o, &u) in gate_out.iter_mut().zip(up) {
+                *o = gelu_tanh_f16(*o) * u;
+            }
+        }
+    }
+}
+
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
@@ -103,8 +119,16 @@ pub fn gelu_tanh_f16(x: f32) -> f32 {
     } else if x >= 10.0 {
         x
     } else {
-        f16::from_f32(gelu_tanh(f16::from_f32(x).to_f32())).to_f32()
+        gelu_table()[f16::from_f32(x).to_bits() as usize].to_f32()
     }
+}
+
+/// `f16(gelu_tanh(h))` for every f16 bit pattern `h` (128 KiB, built on first use):
+/// the rounding above makes GELU a function of 65,536 inputs.
+fn gelu_table() -> &'static [half::f16] {
+    use half::f16;
+    static TABLE: std::sync::OnceLock<Vec<f16>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| (0..=u16::MAX).map(|b| f16::from_f32(gelu_tanh(f16::from_bits(b).to_f32()))).collect())
 }
 
 /// GELU, tanh form: `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`.
@@ -161,6 +185,17 @@ mod tests {
         let mut b = [1.0f32, 2.0, 3.0, 4.0];
         rope_head(&mut b, RopeMode::Neox, 4, &cos, &sin);
         assert_eq!(b, [-3.0, 2.0, 1.0, 4.0]);
+    }
+
+    #[test]
+    fn gelu_table_equals_the_direct_rounding() {
+        use half::f16;
+        // Inside the unsaturated range (±10): every f16 input's neighbourhood.
+        for i in -13_000..13_000 {
+            let x = i as f32 * 7.3e-4;
+            let direct = f16::from_f32(gelu_tanh(f16::from_f32(x).to_f32())).to_f32();
+            assert_eq!(gelu_tanh_f16(x).to_bits(), direct.to_bits(), "{x}");
+        }
     }
 
     #[test]

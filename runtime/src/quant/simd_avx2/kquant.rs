@@ -55,57 +55,86 @@ fn min_term(ms: __m256i, y: &[u8]) -> __m128i {
     _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s)
 }
 
-/// Shared Q4_K / Q5_K loop. `high(b, c)` gives the fifth bits (already at 0x10) of
-/// chunk `c`'s low and high halves, or zeros for Q4_K; codes start at `qs_off`.
+/// Shared Q4_K / Q5_K loop over `T` activation rows at once (the weight side of each
+/// super-block is unpacked once for all of them; each row's arithmetic is the same as
+/// with `T = 1`). `high(b, c)` gives the fifth bits (already at 0x10) of chunk `c`'s low
+/// and high halves, or zeros for Q4_K; codes start at `qs_off`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn k45_loop(
+fn k45_loop<const T: usize>(
     w: &[u8],
-    x: &[u8],
+    xs: [&[u8]; T],
     n: usize,
     wb: usize,
     qs_off: usize,
     high: impl Fn(&[u8], i32) -> (__m256i, __m256i),
-) -> f32 {
+) -> [f32; T] {
     let nb = n / 256;
-    let (w, x) = (&w[..nb * wb], &x[..nb * Q8K]);
+    let w = &w[..nb * wb];
+    let xs = xs.map(|x| &x[..nb * Q8K]);
     let m4 = _mm256_set1_epi8(0x0f);
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc_m = [_mm_setzero_ps(); T];
     for i in 0..nb {
-        let (b, y) = (&w[i * wb..(i + 1) * wb], &x[i * Q8K..(i + 1) * Q8K]);
-        let dy = d8(y);
-        let d = dy * f16_at(b, 0);
-        let dmin = dy * f16_at(b, 2);
+        let b = &w[i * wb..(i + 1) * wb];
+        let (dw, dminw) = (f16_at(b, 0), f16_at(b, 2));
         let ms = scales_mins(&b[4..16]);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(min_term(ms, y)), acc_m);
         let sc = _mm256_permute2x128_si256(ms, ms, 0x00); // scales in both halves
-        let mut sumi = _mm256_setzero_si256();
+        let mut sumi = [_mm256_setzero_si256(); T];
         for c in 0..4 {
             let q = ld256(&b[qs_off + 32 * c..]);
             let (hl, hh) = high(b, c as i32);
             let ql = _mm256_or_si256(_mm256_and_si256(q, m4), hl);
             let qh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh);
-            let yl = ld256(&y[4 + 64 * c..]);
-            let yh = ld256(&y[4 + 64 * c + 32..]);
-            let pl = _mm256_madd_epi16(lane16(sc, 2 * c as i32), _mm256_maddubs_epi16(ql, yl));
-            let ph = _mm256_madd_epi16(lane16(sc, 2 * c as i32 + 1), _mm256_maddubs_epi16(qh, yh));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            let (sl, sh) = (lane16(sc, 2 * c as i32), lane16(sc, 2 * c as i32 + 1));
+            for t in 0..T {
+                let y = &xs[t][i * Q8K..(i + 1) * Q8K];
+                let yl = ld256(&y[4 + 64 * c..]);
+                let yh = ld256(&y[4 + 64 * c + 32..]);
+                let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, yl));
+                let ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(qh, yh));
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(pl, ph));
+            }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        for t in 0..T {
+            let y = &xs[t][i * Q8K..(i + 1) * Q8K];
+            let dy = d8(y);
+            let (d, dmin) = (dy * dw, dy * dminw);
+            acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(min_term(ms, y)), acc_m[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
     }
-    super::hsum(acc) - hsum128(acc_m)
+    std::array::from_fn(|t| super::hsum(acc[t]) - hsum128(acc_m[t]))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q4_k_body(w: &[u8], x: &[u8], n: usize) -> f32 {
     let zero = _mm256_setzero_si256();
-    k45_loop(w, x, n, 144, 16, |_, _| (zero, zero))
+    k45_loop::<1>(w, [x], n, 144, 16, |_, _| (zero, zero))[0]
+}
+
+/// [`q4_k_body`] for four activation rows: `[w·x0, w·x1, w·x2, w·x3]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_k_body4(w: &[u8], xs: [&[u8]; 4], n: usize) -> [f32; 4] {
+    let zero = _mm256_setzero_si256();
+    k45_loop::<4>(w, xs, n, 144, 16, |_, _| (zero, zero))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q5_k_body(w: &[u8], x: &[u8], n: usize) -> f32 {
-    k45_loop(w, x, n, 176, 48, |b, c| {
+    q5_k_loop::<1>(w, [x], n)[0]
+}
+
+/// [`q5_k_body`] for four activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5_k_body4(w: &[u8], xs: [&[u8]; 4], n: usize) -> [f32; 4] {
+    q5_k_loop::<4>(w, xs, n)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_k_loop<const T: usize>(w: &[u8], xs: [&[u8]; T], n: usize) -> [f32; T] {
+    k45_loop::<T>(w, xs, n, 176, 48, |b, c| {
         let qh = ld256(&b[16..]);
         let one = _mm256_set1_epi8(1);
         let bit = |s: i32| {
@@ -118,17 +147,32 @@ pub(super) fn q5_k_body(w: &[u8], x: &[u8], n: usize) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q6_k_body(w: &[u8], x: &[u8], n: usize) -> f32 {
+    q6_k_loop::<1>(w, [x], n)[0]
+}
+
+/// [`q6_k_body`] for four activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q6_k_body4(w: &[u8], xs: [&[u8]; 4], n: usize) -> [f32; 4] {
+    q6_k_loop::<4>(w, xs, n)
+}
+
+/// Q6_K against `T` activation rows (weights unpacked once; per row the same
+/// arithmetic as `T = 1`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_loop<const T: usize>(w: &[u8], xs: [&[u8]; T], n: usize) -> [f32; T] {
     let nb = n / 256;
-    let (w, x) = (&w[..nb * 210], &x[..nb * Q8K]);
+    let w = &w[..nb * 210];
+    let xs = xs.map(|x| &x[..nb * Q8K]);
     let m4 = _mm256_set1_epi8(0x0f);
     let m3 = _mm256_set1_epi8(3);
     let k32 = _mm256_set1_epi8(32);
-    let mut acc = _mm256_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..nb {
-        let (b, y) = (&w[i * 210..(i + 1) * 210], &x[i * Q8K..(i + 1) * Q8K]);
-        let d = d8(y) * f16_at(b, 208);
+        let b = &w[i * 210..(i + 1) * 210];
+        let dw = f16_at(b, 208);
         let scales = ld128(&b[192..]);
-        let mut sumi = _mm256_setzero_si256();
+        let mut sumi = [_mm256_setzero_si256(); T];
         for h in 0..2 {
             let ql1 = ld256(&b[64 * h..]);
             let ql2 = ld256(&b[64 * h + 32..]);
@@ -144,35 +188,23 @@ pub(super) fn q6_k_body(w: &[u8], x: &[u8], n: usize) -> f32 {
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql2, 4), m4), hi(6)),
             ];
             for (k, &qk) in q.iter().enumerate() {
-                let yk = ld256(&y[4 + 128 * h + 32 * k..]);
-                // Σ (q − 32)·u = Σ q·u − 32·Σ u, both through maddubs (no overflow).
-                let p =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(qk, yk), _mm256_maddubs_epi16(k32, yk));
                 // group g's two scales: sc[2g] for the low 16 elements, sc[2g+1] for the high.
                 let g = (4 * h + k) as i8;
-                let pick = _mm_set_epi8(
-                    2 * g + 1,
-                    2 * g + 1,
-                    2 * g + 1,
-                    2 * g + 1,
-                    2 * g + 1,
-                    2 * g + 1,
-                    2 * g + 1,
-                    2 * g + 1,
-                    2 * g,
-                    2 * g,
-                    2 * g,
-                    2 * g,
-                    2 * g,
-                    2 * g,
-                    2 * g,
-                    2 * g,
-                );
+                let (lo, hi) = (2 * g, 2 * g + 1);
+                let pick = _mm_set_epi8(hi, hi, hi, hi, hi, hi, hi, hi, lo, lo, lo, lo, lo, lo, lo, lo);
                 let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p));
+                for t in 0..T {
+                    let yk = ld256(&xs[t][i * Q8K + 4 + 128 * h + 32 * k..]);
+                    // Σ (q − 32)·u = Σ q·u − 32·Σ u, both through maddubs (no overflow).
+                    let p = _mm256_sub_epi16(_mm256_maddubs_epi16(qk, yk), _mm256_maddubs_epi16(k32, yk));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sc, p));
+                }
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        for t in 0..T {
+            let d = d8(&xs[t][i * Q8K..]) * dw;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
     }
-    super::hsum(acc)
+    std::array::from_fn(|t| super::hsum(acc[t]))
 }

@@ -13,6 +13,26 @@ use std::arch::x86_64::*;
 
 mod kquant;
 mod q32;
+mod quantize;
+
+/// The AVX2 activation quantizer for `ty` (Q8_0, Q8_1), if there is one. The caller
+/// has checked the CPU; `src`/`dst` must be whole blocks of matching counts.
+pub(crate) fn quantizer(ty: GgmlType) -> Option<fn(&[f32], &mut [u8])> {
+    fn q8_0(src: &[f32], dst: &mut [u8]) {
+        // SAFETY: reachable only through `quantizer`, which `matmul` calls only after
+        // detecting AVX2, FMA and F16C.
+        unsafe { quantize::quant_q8_0(src, dst) }
+    }
+    fn q8_1(src: &[f32], dst: &mut [u8]) {
+        // SAFETY: as above.
+        unsafe { quantize::quant_q8_1(src, dst) }
+    }
+    match ty {
+        GgmlType::Q8_0 => Some(q8_0),
+        GgmlType::Q8_1 => Some(q8_1),
+        _ => None,
+    }
+}
 
 use super::dot::{DotFn, RowsFn};
 use super::types::GgmlType;
@@ -88,10 +108,71 @@ rows_entry! {
     dot_q8_0, rows_q8_0 => q32::q8_0_rows;
 }
 
+/// Safe entry points for the one-stream kernels of [`q32`].
+macro_rules! stream_entry {
+    ($($name:ident => $body:path;)*) => {$(
+        fn $name(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+            // SAFETY: reachable only through `stream_kernel`, which `dot::stream_kernel`
+            // calls only after detecting AVX2, FMA and F16C.
+            unsafe { $body(w, x, n, out) }
+        }
+    )*};
+}
+
+stream_entry! {
+    stream_q4_0 => q32::q4_0_stream;
+    stream_q4_1 => q32::q4_1_stream;
+    stream_q5_0 => q32::q5_0_stream;
+    stream_q5_1 => q32::q5_1_stream;
+    stream_q8_0 => q32::q8_0_stream;
+}
+
+/// The kernel that runs many rows of `ty` as one stream (decode), where there is one.
+pub(crate) fn stream_kernel(ty: GgmlType) -> Option<RowsFn> {
+    Some(match ty {
+        GgmlType::Q4_0 => stream_q4_0,
+        GgmlType::Q4_1 => stream_q4_1,
+        GgmlType::Q5_0 => stream_q5_0,
+        GgmlType::Q5_1 => stream_q5_1,
+        GgmlType::Q8_0 => stream_q8_0,
+        _ => return None,
+    })
+}
+
 fn rows_u8_1(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
     // SAFETY: reachable only through `expanded_kernel`, which `dot::expanded_kernel`
     // calls only after detecting AVX2, FMA and F16C.
     unsafe { q32::u8_1_rows(w, x, n, out) }
+}
+
+/// Four tokens against rows of `ty` in their stored form (the K-quants: one unpack of
+/// each weight super-block for the four), where there is such a kernel.
+pub(crate) fn tokens4(ty: GgmlType) -> Option<super::dot::Tokens4Fn> {
+    macro_rules! per_row {
+        ($name:ident, $body:path, $bytes:expr) => {
+            fn $name(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]) {
+                let rows = out.len() / 4;
+                let rb = n / 256 * $bytes;
+                for r in 0..rows {
+                    // SAFETY: reachable only through `tokens4`, which `dot::tokens4` calls
+                    // only after detecting AVX2, FMA and F16C.
+                    let v = unsafe { $body(&w[r * rb..(r + 1) * rb], xs, n) };
+                    for (t, v) in v.into_iter().enumerate() {
+                        out[t * rows + r] = v;
+                    }
+                }
+            }
+        };
+    }
+    per_row!(q4_k, kquant::q4_k_body4, 144);
+    per_row!(q5_k, kquant::q5_k_body4, 176);
+    per_row!(q6_k, kquant::q6_k_body4, 210);
+    match ty {
+        GgmlType::Q4_K => Some(q4_k),
+        GgmlType::Q5_K => Some(q5_k),
+        GgmlType::Q6_K => Some(q6_k),
+        _ => None,
+    }
 }
 
 /// The many-row kernel for a band expanded by `q32::expand` from weights of type `ty`.

@@ -165,6 +165,51 @@ fn rows<const MIN_TERM: bool>(
     }
 }
 
+/// All rows of `out` one after another (one weight stream, which the hardware
+/// prefetcher follows best when the weights come from memory), with every activation
+/// block prepared once for all rows. Per row the same arithmetic as [`rows_r`] with
+/// `R = 1`, so the same results.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+fn stream<const MIN_TERM: bool>(
+    w: &[u8],
+    x: &[u8],
+    n: usize,
+    out: &mut [f32],
+    wb: usize,
+    yb: usize,
+    prep: impl Fn(*const u8) -> Act,
+    isum: impl Fn(*const u8, &Act) -> __m256i,
+) {
+    let nb = n / 32;
+    let row_bytes = nb * wb;
+    let w = &w[..out.len() * row_bytes];
+    let x = &x[..nb * yb];
+    // SAFETY: block i of `x` lies inside `x` (sliced above).
+    let acts: Vec<Act> = (0..nb).map(|i| prep(unsafe { x.as_ptr().add(i * yb) })).collect();
+    for (o, wr) in out.iter_mut().zip(w.chunks_exact(row_bytes.max(1))) {
+        let mut acc = _mm256_setzero_ps();
+        let mut acc_m = _mm_setzero_ps();
+        let wp = wr.as_ptr();
+        for (i, a) in acts.iter().enumerate() {
+            // SAFETY: block i of the row lies inside `wr` (nb blocks of wb bytes).
+            let b = unsafe { wp.add(i * wb) };
+            // SAFETY: a weight block is ≥ 18 bytes, so 4 bytes at its start are readable.
+            let dm = _mm_mul_ps(unsafe { f16x2(b) }, a.ds);
+            if MIN_TERM {
+                acc_m = _mm_add_ps(acc_m, dm);
+            }
+            let p = _mm256_cvtepi32_ps(isum(b, a));
+            acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), p, acc);
+        }
+        *o = hsum(acc);
+        if MIN_TERM {
+            *o += _mm_cvtss_f32(_mm_movehdup_ps(acc_m));
+        }
+    }
+}
+
 /// Activation block of Q8_0 (`d` at 0, codes at 2) with `Σ y · offset` per lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -248,4 +293,60 @@ pub(super) fn u8_1_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
     // SAFETY (closure): `rows` passes pointers to whole 36-byte weight blocks.
     let isum = |b: *const u8, a: &Act| dot_u8i8(unsafe { ldp256(b.add(4)) }, a.q);
     rows::<true>(w, x, n, out, 36, 36, |y| prep_q8_1(y), isum);
+}
+
+// The same kernels for one weight stream (decode), see [`stream`].
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q8_0_stream(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+    let prep = |y: *const u8| {
+        // SAFETY: `rows` passes pointers to whole 34-byte blocks.
+        let (q, ds) = unsafe { (ldp256(y.add(2)), f16x2(y)) };
+        Act { q, aux: q, ds }
+    };
+    // Σ w·y = Σ |w| · (y·sign w): |w| is read unsigned, so a weight code of −128 (never
+    // written by a quantizer, but legal in a file) still multiplies correctly; activation
+    // codes are within ±127.
+    let isum = |b: *const u8, a: &Act| {
+        // SAFETY: `rows` passes pointers to whole 34-byte weight blocks.
+        let wq = unsafe { ldp256(b.add(2)) };
+        dot_u8i8(_mm256_abs_epi8(wq), _mm256_sign_epi8(a.q, wq))
+    };
+    stream::<false>(w, x, n, out, 34, 34, prep, isum);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_0_stream(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+    // SAFETY (closure): `rows` passes pointers to whole 18-byte weight blocks.
+    let isum = |b: *const u8, a: &Act| {
+        _mm256_sub_epi32(dot_u8i8(unsafe { nibbles32(b.add(2)) }, a.q), a.aux)
+    };
+    stream::<false>(w, x, n, out, 18, 34, |y| prep_q8_0(y, 3), isum);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5_0_stream(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+    let isum = |b: *const u8, a: &Act| {
+        // SAFETY: `rows` passes pointers to whole 22-byte weight blocks.
+        let q = unsafe { _mm256_or_si256(nibbles32(b.add(6)), bit4_32(b.add(2))) };
+        _mm256_sub_epi32(dot_u8i8(q, a.q), a.aux)
+    };
+    stream::<false>(w, x, n, out, 22, 34, |y| prep_q8_0(y, 4), isum);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_1_stream(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+    // SAFETY (closure): `rows` passes pointers to whole 20-byte weight blocks.
+    let isum = |b: *const u8, a: &Act| dot_u8i8(unsafe { nibbles32(b.add(4)) }, a.q);
+    stream::<true>(w, x, n, out, 20, 36, |y| prep_q8_1(y), isum);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5_1_stream(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+    let isum = |b: *const u8, a: &Act| {
+        // SAFETY: `rows` passes pointers to whole 24-byte weight blocks.
+        let q = unsafe { _mm256_or_si256(nibbles32(b.add(8)), bit4_32(b.add(4))) };
+        dot_u8i8(q, a.q)
+    };
+    stream::<true>(w, x, n, out, 24, 36, |y| prep_q8_1(y), isum);
 }

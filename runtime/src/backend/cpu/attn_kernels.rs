@@ -1,0 +1,298 @@
+//! The inner loops of CPU attention: `q·k` scores over many keys, the online-softmax V
+//! accumulation with an f16 accumulator, and `o += w·v`. Each has a portable version
+//! and an AVX2+FMA+F16C one that computes the same values bit for bit: the scores keep
+//! every key's sum in sequential order over the head dimension (8 keys side by side in
+//! the lanes, which the transposed K layout makes contiguous), and the element-wise
+//! steps round exactly as the portable code does.
+
+use half::f16;
+
+/// One KV head's K, transposed: element `(d, key)` at `d * stride + key`.
+#[derive(Clone, Copy)]
+pub enum KeysT<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+/// V rows: row `key` of this head at `key * stride + off`, `dv` elements.
+#[derive(Clone, Copy)]
+pub enum Rows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+impl Rows<'_> {
+    fn load(self, at: usize, dst: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        match self {
+            Rows::F32(d) => dst.copy_from_slice(&d[at..at + dst.len()]),
+            Rows::F16(d) => d[at..at + dst.len()].convert_to_f32_slice(dst),
+        }
+    }
+}
+
+fn avx2() -> bool {
+    crate::quant::Isa::Avx2.available()
+}
+
+/// `out[j] = (Σ_d q[d]·K[d][lo+j]) · scale` for `j < out.len()`, each sum taken in order
+/// of `d` from -0.0 (as `Iterator::sum` does).
+pub fn scores(q: &[f32], k: KeysT, stride: usize, lo: usize, scale: f32, out: &mut [f32]) {
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+        done = unsafe { x86::scores(q, k, stride, lo, scale, out) };
+    }
+    for (j, o) in out.iter_mut().enumerate().skip(done) {
+        let key = lo + j;
+        let s: f32 = match k {
+            KeysT::F32(kt) => q.iter().enumerate().map(|(d, &a)| a * kt[d * stride + key]).sum(),
+            KeysT::F16(kt) => q.iter().enumerate().map(|(d, &a)| a * kt[d * stride + key].to_f32()).sum(),
+        };
+        *o = s * scale;
+    }
+}
+
+/// One query head over keys `lo..lo + scores.len()` (scores precomputed) with an online
+/// softmax whose V accumulator is kept in f16 (rounded after every key), as llama.cpp's
+/// CPU flash attention does for small batches and decode with an f16 cache. V row of
+/// key `p` at `p * stride + off`. `acc` is scratch of `out.len()`.
+pub fn online_f16(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, acc: &mut [f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() && out.len() % 8 == 0 {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+        unsafe { x86::online_f16(scores, v, stride, off, lo, acc, out) };
+        return;
+    }
+    online_f16_portable(scores, v, stride, off, lo, acc, out)
+}
+
+fn online_f16_portable(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, acc: &mut [f32], out: &mut [f32]) {
+    let dv = out.len();
+    let mut a16 = vec![f16::ZERO; dv];
+    let row = &mut acc[..dv];
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+    for (j, &s) in scores.iter().enumerate() {
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if s > m {
+            ms = (m - s).exp();
+            m = s;
+            a16.iter_mut().for_each(|a| *a = f16::from_f32(a.to_f32() * ms));
+        } else {
+            vs = (s - m).exp();
+        }
+        v.load((lo + j) * stride + off, row);
+        a16.iter_mut().zip(row.iter()).for_each(|(a, &x)| *a = f16::from_f32(x.mul_add(vs, a.to_f32())));
+        sum = sum * ms + vs;
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    out.iter_mut().zip(&a16).for_each(|(o, a)| *o = a.to_f32() * inv);
+}
+
+/// `o += w · V[key]` element-wise (a product, then a sum: no fused multiply-add).
+pub fn add_scaled(o: &mut [f32], w: f32, v: Rows, at: usize, row: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() && o.len() % 8 == 0 {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+        unsafe { x86::add_scaled(o, w, v, at) };
+        return;
+    }
+    add_scaled_portable(o, w, v, at, row)
+}
+
+fn add_scaled_portable(o: &mut [f32], w: f32, v: Rows, at: usize, row: &mut [f32]) {
+    let row = &mut row[..o.len()];
+    v.load(at, row);
+    o.iter_mut().zip(row.iter()).for_each(|(a, &b)| *a += w * b);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{KeysT, Rows};
+    use std::arch::x86_64::*;
+
+    /// 8 lanes of `k` from `at` (bounds-checked slice, unaligned load).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn ld(k: KeysT, at: usize) -> __m256 {
+        match k {
+            KeysT::F32(s) => {
+                let s = &s[at..at + 8];
+                // SAFETY: `s` is 8 readable f32.
+                unsafe { _mm256_loadu_ps(s.as_ptr()) }
+            }
+            KeysT::F16(s) => {
+                let s = &s[at..at + 8];
+                // SAFETY: `s` is 8 readable f16 (16 bytes).
+                _mm256_cvtph_ps(unsafe { _mm_loadu_si128(s.as_ptr() as *const __m128i) })
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn ldv(v: Rows, at: usize) -> __m256 {
+        match v {
+            Rows::F32(s) => ld(KeysT::F32(s), at),
+            Rows::F16(s) => ld(KeysT::F16(s), at),
+        }
+    }
+
+    /// Rounds 8 lanes to f16 and back (round to nearest even, as `f16::from_f32`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn round16(x: __m256) -> __m256 {
+        _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+    }
+
+    /// The scores of whole groups of 8 keys; returns how many it wrote.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn scores(q: &[f32], k: KeysT, stride: usize, lo: usize, scale: f32, out: &mut [f32]) -> usize {
+        let n = out.len();
+        let sc = _mm256_set1_ps(scale);
+        let mut j = 0;
+        // Four groups at once so four add chains are in flight.
+        while j + 32 <= n {
+            let mut acc = [_mm256_set1_ps(-0.0); 4];
+            for (d, &qd) in q.iter().enumerate() {
+                let qv = _mm256_set1_ps(qd);
+                let at = d * stride + lo + j;
+                for (g, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(qv, ld(k, at + 8 * g)));
+                }
+            }
+            for (g, a) in acc.iter().enumerate() {
+                store(&mut out[j + 8 * g..], _mm256_mul_ps(*a, sc));
+            }
+            j += 32;
+        }
+        // The last group may run past the wanted keys into later slots of the same rows
+        // (each lane is its own key, so the extra lanes are computed and dropped).
+        while j < n && lo + j + 8 <= stride {
+            let mut a = _mm256_set1_ps(-0.0);
+            for (d, &qd) in q.iter().enumerate() {
+                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(qd), ld(k, d * stride + lo + j)));
+            }
+            let a = _mm256_mul_ps(a, sc);
+            if j + 8 <= n {
+                store(&mut out[j..], a);
+            } else {
+                let mut tmp = [0f32; 8];
+                store(&mut tmp, a);
+                out[j..].copy_from_slice(&tmp[..n - j]);
+            }
+            j += 8;
+        }
+        j.min(n)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn store(o: &mut [f32], x: __m256) {
+        let o = &mut o[..8];
+        // SAFETY: `o` is 8 writable f32.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), x) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn load(o: &[f32]) -> __m256 {
+        ld(KeysT::F32(o), 0)
+    }
+
+    /// [`super::online_f16`] with `out.len()` a multiple of 8; `acc` holds the f16
+    /// accumulator's values as f32.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn online_f16(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, acc: &mut [f32], out: &mut [f32]) {
+        let dv = out.len();
+        let acc = &mut acc[..dv];
+        acc.fill(0.0);
+        let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+        for (j, &s) in scores.iter().enumerate() {
+            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+            if s > m {
+                ms = (m - s).exp();
+                m = s;
+                let msv = _mm256_set1_ps(ms);
+                for i in (0..dv).step_by(8) {
+                    let x = round16(_mm256_mul_ps(load(&acc[i..]), msv));
+                    store(&mut acc[i..], x);
+                }
+            } else {
+                vs = (s - m).exp();
+            }
+            let vsv = _mm256_set1_ps(vs);
+            let at = (lo + j) * stride + off;
+            for i in (0..dv).step_by(8) {
+                let x = ldv(v, at + i);
+                let x = round16(_mm256_fmadd_ps(x, vsv, load(&acc[i..])));
+                store(&mut acc[i..], x);
+            }
+            sum = sum * ms + vs;
+        }
+        let inv = _mm256_set1_ps(if sum == 0.0 { 0.0 } else { 1.0 / sum });
+        for i in (0..dv).step_by(8) {
+            store(&mut out[i..], _mm256_mul_ps(load(&acc[i..]), inv));
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn add_scaled(o: &mut [f32], w: f32, v: Rows, at: usize) {
+        let wv = _mm256_set1_ps(w);
+        for i in (0..o.len()).step_by(8) {
+            let x = _mm256_add_ps(load(&o[i..]), _mm256_mul_ps(wv, ldv(v, at + i)));
+            store(&mut o[i..], x);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn avx2_scores_equal_the_sequential_sums() {
+        let (dk, stride, lo) = (24, 77, 3);
+        let q: Vec<f32> = (0..dk).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.37).collect();
+        let k32: Vec<f32> = (0..dk * stride).map(|i| ((i * 53 % 17) as f32 - 8.0) * 0.113).collect();
+        let k16: Vec<f16> = k32.iter().map(|&x| f16::from_f32(x)).collect();
+        for kt in [KeysT::F32(&k32), KeysT::F16(&k16)] {
+            // Every length: whole groups, a group cut short, the scalar tail at the end.
+            for len in [stride - lo, stride - lo - 3, 13, 5] {
+            let mut got = vec![0.0; len];
+            scores(&q, kt, stride, lo, 0.125, &mut got);
+            for (j, &g) in got.iter().enumerate() {
+                let s: f32 = (0..dk)
+                    .map(|d| {
+                        q[d] * match kt {
+                            KeysT::F32(k) => k[d * stride + lo + j],
+                            KeysT::F16(k) => k[d * stride + lo + j].to_f32(),
+                        }
+                    })
+                    .sum();
+                assert_eq!(g.to_bits(), (s * 0.125).to_bits(), "key {j}");
+            }
+            }
+        }
+    }
+
+    #[test]
+    fn avx2_accumulation_equals_the_portable_one() {
+        let (dv, stride, off, lo, n) = (16, 40, 8, 2, 9);
+        let v32: Vec<f32> = (0..stride * (lo + n)).map(|i| ((i * 29 % 13) as f32 - 6.0) * 0.71).collect();
+        let v16: Vec<f16> = v32.iter().map(|&x| f16::from_f32(x)).collect();
+        let sc = [0.3f32, -1.0, 2.5, 2.4, 7.0, -3.0, 7.5, 0.0, 1.0];
+        for v in [Rows::F32(&v32), Rows::F16(&v16)] {
+            let (mut a, mut b) = (vec![0.0; dv], vec![0.0; dv]);
+            let mut acc = vec![0.0; dv];
+            online_f16(&sc, v, stride, off, lo, &mut acc, &mut a);
+            online_f16_portable(&sc, v, stride, off, lo, &mut acc, &mut b);
+            assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+            let (mut a, mut b) = (vec![0.5; dv], vec![0.5; dv]);
+            add_scaled(&mut a, 0.37, v, 3 * stride + off, &mut acc);
+            add_scaled_portable(&mut b, 0.37, v, 3 * stride + off, &mut acc);
+            assert_eq!(a, b);
+        }
+    }
+}
