@@ -27,6 +27,7 @@ use crate::weights::{Residency, WeightCache, WeightOptions, WeightRef, WeightSta
 use std::collections::HashMap;
 
 mod fused;
+mod rows;
 
 /// Map a GPU error into the backend's error type, naming the op.
 fn err(op: &'static str) -> impl Fn(GpuError) -> BackendError {
@@ -639,46 +640,9 @@ impl Backend for GpuBackend {
         self.fused_rope_kv_write(q, k, v, kv, layer, pos, p)
     }
 
-    /// Row by row over each row's own cache, reading `q`/`k`/`v`/`out` in place (device
-    /// addresses of the rows) with one staged positions array: two launches per row.
+    #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
-        let n = pos.len();
-        if kvs.len() != n {
-            return Err(BackendError::Invalid { op: "attention_rows", msg: format!("{} caches for {n} rows", kvs.len()) });
-        }
-        let (qd, ad) = (p.n_head * p.head_dim_k, p.n_head * p.head_dim_v);
-        let (rk, rv) = (p.n_kv_head * p.head_dim_k, p.n_kv_head * p.head_dim_v);
-        let (qp, qn) = self.buf(q)?;
-        let (kp, kn) = self.buf(k)?;
-        let (vp, vn) = self.buf(v)?;
-        let (op, on) = self.buf(out)?;
-        Self::check_len("attention_rows", q, qn, n * qd)?;
-        Self::check_len("attention_rows", k, kn, n * rk)?;
-        Self::check_len("attention_rows", v, vn, n * rv)?;
-        Self::check_len("attention_rows", out, on, n * ad)?;
-        let mut caches = Vec::with_capacity(n);
-        for (t, kv) in kvs.iter().enumerate() {
-            let c = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(*kv))?;
-            let s = c.spec;
-            if p.head_dim_k != p.head_dim_v || p.n_kv_head != s.n_kv_head || p.head_dim_k != s.head_dim_k {
-                return Err(BackendError::Invalid { op: "attention_rows", msg: "attention shape differs from the KV cache's".into() });
-            }
-            if pos[t] as usize >= s.n_ctx {
-                return Err(BackendError::Invalid { op: "attention_rows", msg: format!("position {} past the cache's {} slots", pos[t], s.n_ctx) });
-            }
-            let (kc, vc) = c.layers.get(layer).map(|(a, b)| (a.ptr(), b.ptr())).ok_or(BackendError::Invalid { op: "attention_rows", msg: format!("layer {layer} of {}", s.n_layer) })?;
-            caches.push((kc, vc));
-        }
-        let pp = self.positions(pos)?;
-        let window = p.window.unwrap_or(0);
-        for (t, &(kc, vc)) in caches.iter().enumerate() {
-            let (t4, pt) = (t as u64 * 4, pp + t as u64 * 4);
-            ops::kv_store(&self.rec(), kp + t4 * rk as u64, vp + t4 * rv as u64, kc, vc, rk, rv, pt, 1).map_err(err("kv_write"))?;
-            ops::attention(&self.rec(), qp + t4 * qd as u64, kc, vc, op + t4 * ad as u64, 1, p.n_head, p.n_kv_head, p.head_dim_k, pt, window, p.scale)
-                .map_err(err("attention"))?;
-        }
-        self.touch(out);
-        Ok(())
+        self.per_row_attention(q, k, v, kvs, layer, pos, p, out)
     }
 }
 

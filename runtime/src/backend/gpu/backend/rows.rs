@@ -1,0 +1,53 @@
+//! A batched decode step's attention (`Backend::attention_rows`): row `t` is the next token
+//! of a different sequence, so its K/V go into, and its query attends over, that
+//! sequence's own cache. The rows of `q`/`k`/`v`/`out` are read in place (device addresses
+//! of the rows) with one staged positions array: two launches per row.
+
+use super::{err, GpuBackend};
+use crate::backend::gpu::ops;
+use crate::backend::{Attention, BackendError, Buf, KvCache, Result};
+
+impl GpuBackend {
+    /// Row by row over each row's own cache, reading `q`/`k`/`v`/`out` in place (device
+    /// addresses of the rows) with one staged positions array: two launches per row.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn per_row_attention(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        let n = pos.len();
+        if kvs.len() != n {
+            return Err(BackendError::Invalid { op: "attention_rows", msg: format!("{} caches for {n} rows", kvs.len()) });
+        }
+        let (qd, ad) = (p.n_head * p.head_dim_k, p.n_head * p.head_dim_v);
+        let (rk, rv) = (p.n_kv_head * p.head_dim_k, p.n_kv_head * p.head_dim_v);
+        let (qp, qn) = self.buf(q)?;
+        let (kp, kn) = self.buf(k)?;
+        let (vp, vn) = self.buf(v)?;
+        let (op, on) = self.buf(out)?;
+        GpuBackend::check_len("attention_rows", q, qn, n * qd)?;
+        GpuBackend::check_len("attention_rows", k, kn, n * rk)?;
+        GpuBackend::check_len("attention_rows", v, vn, n * rv)?;
+        GpuBackend::check_len("attention_rows", out, on, n * ad)?;
+        let mut caches = Vec::with_capacity(n);
+        for (t, kv) in kvs.iter().enumerate() {
+            let c = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(*kv))?;
+            let s = c.spec;
+            if p.head_dim_k != p.head_dim_v || p.n_kv_head != s.n_kv_head || p.head_dim_k != s.head_dim_k {
+                return Err(BackendError::Invalid { op: "attention_rows", msg: "attention shape differs from the KV cache's".into() });
+            }
+            if pos[t] as usize >= s.n_ctx {
+                return Err(BackendError::Invalid { op: "attention_rows", msg: format!("position {} past the cache's {} slots", pos[t], s.n_ctx) });
+            }
+            let (kc, vc) = c.layers.get(layer).map(|(a, b)| (a.ptr(), b.ptr())).ok_or(BackendError::Invalid { op: "attention_rows", msg: format!("layer {layer} of {}", s.n_layer) })?;
+            caches.push((kc, vc));
+        }
+        let pp = self.positions(pos)?;
+        let window = p.window.unwrap_or(0);
+        for (t, &(kc, vc)) in caches.iter().enumerate() {
+            let (t4, pt) = (t as u64 * 4, pp + t as u64 * 4);
+            ops::kv_store(&self.rec(), kp + t4 * rk as u64, vp + t4 * rv as u64, kc, vc, rk, rv, pt, 1).map_err(err("kv_write"))?;
+            ops::attention(&self.rec(), qp + t4 * qd as u64, kc, vc, op + t4 * ad as u64, 1, p.n_head, p.n_kv_head, p.head_dim_k, pt, window, p.scale)
+                .map_err(err("attention"))?;
+        }
+        self.touch(out);
+        Ok(())
+    }
+}
