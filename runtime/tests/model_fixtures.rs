@@ -22,9 +22,17 @@ fn models_dir() -> PathBuf {
 }
 
 fn fixtures_dir() -> PathBuf {
-    std::env::var_os("LODE_FIXTURES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures")))
+    if let Some(d) = std::env::var_os("LODE_FIXTURES_DIR") {
+        return PathBuf::from(d);
+    }
+    // Beside the checkout, or beside a git worktree one level deeper.
+    let near = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures"));
+    let deeper = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures"));
+    if !near.is_dir() && deeper.is_dir() {
+        deeper
+    } else {
+        near
+    }
 }
 
 /// The model file and fixture folder of `name`, or `None` (with a note) when absent.
