@@ -18,6 +18,7 @@ use lode_runtime::engine::{BatchEngine, EngineError, Sequence};
 use lode_runtime::model::OutputRows;
 
 use super::metrics::Metrics;
+use super::scheduler::panic_message;
 use super::slot::SlotSequence;
 
 /// How long a decode step waits for the other decoding sequences to ask. They normally
@@ -113,11 +114,7 @@ fn guarded<T>(engine: &mut BatchEngine, f: impl FnOnce(&mut BatchEngine) -> Resu
     match catch_unwind(AssertUnwindSafe(|| f(engine))) {
         Ok(r) => r.map_err(|e| e.to_string()),
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
+            let what = panic_message(panic.as_ref());
             tracing::error!("engine panicked: {what}; forgetting every sequence's cache");
             for s in 0..engine.n_seq() {
                 engine.truncate(s, 0);

@@ -96,6 +96,15 @@ impl Scheduler {
     }
 }
 
+/// The text a caught panic carries (`panic!` with a literal or a formatted message).
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 fn next_job(sh: &Shared) -> Job {
     let mut q = sh.queue.lock().unwrap_or_else(|e| e.into_inner());
     loop {
@@ -146,11 +155,7 @@ fn worker(slot: usize, mut runner: Box<dyn SlotRunner>, sh: Arc<Shared>) {
             Ok(Err(e)) => Event::Error(e),
             Err(panic) => {
                 m.worker_panics.fetch_add(1, Relaxed);
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
+                let what = panic_message(panic.as_ref());
                 tracing::error!("slot {slot}: generation panicked: {what}; resetting the slot");
                 if catch_unwind(AssertUnwindSafe(|| runner.reset())).is_err() {
                     tracing::error!("slot {slot}: reset panicked too");

@@ -251,6 +251,13 @@ impl GpuBackend {
         self.bufs.get(&b.0).map(|e| e.2).unwrap_or(0)
     }
 
+    /// The K and V arrays of `layer` in cache `kv`, with the cache's shape.
+    fn kv_layer(&self, op: &'static str, kv: KvCache, layer: usize) -> Result<(DevPtr, DevPtr, KvSpec)> {
+        let c = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
+        let (k, v) = c.layers.get(layer).ok_or(BackendError::Invalid { op, msg: format!("layer {layer} of {}", c.spec.n_layer) })?;
+        Ok((k.ptr(), v.ptr(), c.spec))
+    }
+
     fn check_len(op: &'static str, b: Buf, have: usize, need: usize) -> Result<()> {
         if need > have {
             return Err(BackendError::Invalid { op, msg: format!("buffer {b:?} holds {have} values, the op needs {need}") });
@@ -586,9 +593,7 @@ impl Backend for GpuBackend {
     fn kv_write(&mut self, kv: KvCache, layer: usize, k: Buf, v: Buf, pos: &[u32]) -> Result<()> {
         let (kp, kn) = self.buf(k)?;
         let (vp, vn) = self.buf(v)?;
-        let c = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
-        let s = c.spec;
-        let (kc, vc) = c.layers.get(layer).map(|(a, b)| (a.ptr(), b.ptr())).ok_or(BackendError::Invalid { op: "kv_write", msg: format!("layer {layer} of {}", s.n_layer) })?;
+        let (kc, vc, s) = self.kv_layer("kv_write", kv, layer)?;
         let (rk, rv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
         Self::check_len("kv_write", k, kn, pos.len() * rk)?;
         Self::check_len("kv_write", v, vn, pos.len() * rv)?;
@@ -606,9 +611,8 @@ impl Backend for GpuBackend {
         let (op, on) = self.buf(out)?;
         Self::check_len("attention", q, qn, pos.len() * p.n_head * p.head_dim_k)?;
         Self::check_len("attention", out, on, pos.len() * p.n_head * p.head_dim_v)?;
-        let c = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
-        let (kc, vc) = c.layers.get(layer).map(|(a, b)| (a.ptr(), b.ptr())).ok_or(BackendError::Invalid { op: "attention", msg: format!("layer {layer} of {}", c.spec.n_layer) })?;
-        if p.head_dim_k != p.head_dim_v || p.n_kv_head != c.spec.n_kv_head || p.head_dim_k != c.spec.head_dim_k {
+        let (kc, vc, spec) = self.kv_layer("attention", kv, layer)?;
+        if p.head_dim_k != p.head_dim_v || p.n_kv_head != spec.n_kv_head || p.head_dim_k != spec.head_dim_k {
             return Err(BackendError::Invalid { op: "attention", msg: "attention shape differs from the KV cache's".into() });
         }
         let window = p.window.unwrap_or(0);

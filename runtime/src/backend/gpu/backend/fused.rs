@@ -99,7 +99,7 @@ impl GpuBackend {
         if let Some(&bad) = pos.iter().find(|&&x| x as usize >= spec.n_ctx) {
             return Err(BackendError::Invalid { op: "rope_kv_write", msg: format!("position {bad} past the cache's {} slots", spec.n_ctx) });
         }
-        let (kc, vc) = self.kvs[&kv.0].layers.get(layer).map(|(a, b)| (a.ptr(), b.ptr())).ok_or(BackendError::Invalid { op: "rope_kv_write", msg: format!("layer {layer} of {}", spec.n_layer) })?;
+        let (kc, vc, _) = self.kv_layer("rope_kv_write", kv, layer)?;
         let qw = match &p.q_norm {
             Some(w) => Some(self.weight_f32(w)?),
             None => None,

@@ -28,15 +28,13 @@ impl GpuBackend {
         GpuBackend::check_len("attention_rows", out, on, n * ad)?;
         let mut caches = Vec::with_capacity(n);
         for (t, kv) in kvs.iter().enumerate() {
-            let c = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(*kv))?;
-            let s = c.spec;
+            let (kc, vc, s) = self.kv_layer("attention_rows", *kv, layer)?;
             if p.head_dim_k != p.head_dim_v || p.n_kv_head != s.n_kv_head || p.head_dim_k != s.head_dim_k {
                 return Err(BackendError::Invalid { op: "attention_rows", msg: "attention shape differs from the KV cache's".into() });
             }
             if pos[t] as usize >= s.n_ctx {
                 return Err(BackendError::Invalid { op: "attention_rows", msg: format!("position {} past the cache's {} slots", pos[t], s.n_ctx) });
             }
-            let (kc, vc) = c.layers.get(layer).map(|(a, b)| (a.ptr(), b.ptr())).ok_or(BackendError::Invalid { op: "attention_rows", msg: format!("layer {layer} of {}", s.n_layer) })?;
             caches.push((kc, vc));
         }
         let pp = self.positions(pos)?;
