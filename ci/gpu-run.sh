@@ -4,13 +4,15 @@
 # also written under $OUT (report.txt). Needs no Rust toolchain: only the lode binary.
 #   LODE=path/to/lode  (default: carry/lode, else target/release/lode)
 #   LODE_DEVICE=cuda|hip (default cuda)   STAGES="selftest rtc e2e bench residency replay" (default all)
-#   MODELS=dir with the real GGUFs (optional)   CASES=N (default 30)
+#   REAL_MODELS="/tmp/smol.gguf /tmp/gemma.gguf" (real GGUFs reassembled by earlier piece calls; optional)
+#   PRESETS="qwen3-0.6b qwen3-4b llama-8b" (bench)   CASES=N (default 30)
+# Stages: selftest rtc e2e bench kld profile residency replay (default all but profile).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
 LODE="${LODE:-$( [ -x carry/lode ] && echo carry/lode || echo target/release/lode)}"
 DEV="${LODE_DEVICE:-cuda}"
-STAGES="${STAGES:-selftest rtc e2e bench residency replay}"
+STAGES="${STAGES:-selftest rtc e2e bench kld residency replay}"
 CASES="${CASES:-30}"
 exec > >(tee -a "$OUT/report.txt") 2>&1
 echo "== lode gpu-run $(date -u +%FT%TZ) device=$DEV binary=$LODE"
@@ -31,11 +33,51 @@ if stage rtc; then
   echo "== selftest (run-time compile: LODE_KERNELS=rtc)"
   LODE_KERNELS=rtc "$LODE" selftest --device "$DEV" --cases 5 || rc=1
 fi
-if stage e2e && [ -f carry/e2e.sh ]; then
-  echo "== end to end"; bash carry/e2e.sh "$LODE" "$DEV" || rc=1
+MD="${MODEL_TMP:-/tmp/lode-synth}"; mkdir -p "$MD"   # big synthetic models stay out of $OUT
+T="${T:-tlimit}"; tlimit() { timeout -k 10 "$@"; }
+synth() { [ -f "$2" ] || "$T" 300 "$LODE" synth --preset "$1" -o "$2" >/dev/null; }
+TXT="$(ls carry/alice29.txt ../shared/fixtures/gemma3-270m/alice29.txt 2>/dev/null | head -1)"
+if stage e2e; then
+  # Every architecture end to end on the GPU: greedy GPU tokens against the CPU backend's.
+  echo "== end to end (greedy GPU vs CPU)"
+  for G in ${REAL_MODELS:-}; do
+    [ -f "$G" ] || { echo "-- $G absent"; continue; }
+    echo "-- $G sha256 $(sha256sum "$G" | cut -c1-16)"
+    "$T" 240 "$LODE" selftest --device "$DEV" --cases 0 --model "$G" --tg 0 --gen 32 --text-tokens 128 2>&1 | tail -8 || rc=1
+  done
+  for P in ${E2E_PRESETS:-qwen3-0.6b}; do
+    synth "$P" "$MD/$P.gguf" || { echo "-- $P: synth failed"; rc=1; continue; }
+    "$T" 240 "$LODE" selftest --device "$DEV" --cases 0 --model "$MD/$P.gguf" --tg 0 --gen 32 --text-tokens 128 2>&1 | tail -7 || rc=1
+  done
 fi
-if stage bench && [ -f carry/bench.sh ]; then
-  echo "== bench"; bash carry/bench.sh "$LODE" "$DEV" || rc=1
+if stage bench; then
+  # llama-bench-style rows for the synthetic presets; --mem-bw gives the roofline fraction.
+  # llama.cpp on this H200 (Q4_K_M, FA on): tg128 748/336/276, pp512 36,405/13,603/9,568, pp2048 -/14,122/9,850.
+  echo "== bench"
+  for P in ${PRESETS:-qwen3-0.6b qwen3-4b llama-8b}; do
+    synth "$P" "$MD/$P.gguf" || { echo "-- $P: synth failed"; rc=1; continue; }
+    echo "-- $P"
+    "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 512,2048 -n 128 -r "${REPS:-3}" -s "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
+  done
+fi
+if stage kld && [ -n "$TXT" ]; then
+  # GPU vs CPU over the fixture text, same KV precision (f16): issue 4 asks KLD <= 1e-3, top-1 >= 98 %.
+  for G in ${REAL_MODELS:-}; do
+    [ -f "$G" ] || continue
+    b=$(basename "$G" .gguf); echo "== KLD GPU vs CPU: $G"
+    "$T" 300 "$LODE" perplexity -m "$G" -f "$TXT" --ctx 512 --chunks "${CHUNKS:-8}" --device cpu --save-logits "/tmp/$b-cpu.logits" 2>&1 | grep -E "^(Final|PPL)" || rc=1
+    "$T" 120 "$LODE" perplexity -m "$G" -f "$TXT" --ctx 512 --chunks "${CHUNKS:-8}" --device "$DEV" \
+      --kl-divergence-base "/tmp/$b-cpu.logits" 2>&1 | grep -E "Final|Mean|Maximum KLD|99.0%|Median|Same top" || rc=1
+  done
+fi
+if stage profile && command -v nsys >/dev/null; then
+  for P in ${PROFILE_PRESETS:-qwen3-4b}; do
+    synth "$P" "$MD/$P.gguf" || continue
+    echo "== nsys kernel summary: $P decode (graph nodes traced)"
+    nsys profile --cuda-graph-trace=node -o "/tmp/prof-$P" --force-overwrite true \
+      "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 64 -r 1 --no-warmup >/dev/null 2>&1
+    nsys stats --report cuda_gpu_kern_sum --format csv "/tmp/prof-$P.nsys-rep" 2>/dev/null | cut -d, -f1-9 | head -40
+  done
 fi
 # ---------------------------------------------------------------------------------------
 # Weight residency (issue 5) and graph replay (issue 7); sections owned by that work.
@@ -43,9 +85,6 @@ fi
 # its tg128: 0.6b 748, 4b 336, 8b 276 t/s.
 # Every step is bounded (SIGKILL 10 s after SIGTERM: a process stuck in a driver call — seen
 # with `mapped` on the H200 — ignores SIGTERM and must not eat the call).
-T="${T:-tlimit}"; tlimit() { timeout -k 10 "$@"; }
-MD="${MODEL_TMP:-/tmp/lode-synth}"; mkdir -p "$MD"   # big synthetic models stay out of $OUT
-synth() { [ -f "$2" ] || "$T" 300 "$LODE" synth --preset "$1" -o "$2" >/dev/null; }
 # peak MODEL TAG ENV...: pp2048 + tg128 in `device` residency with nvidia-smi sampled
 # every 50 ms; lode's own high-water mark and the driver's figure from --memory-report.
 peak() {
@@ -109,7 +148,6 @@ fi
 if stage residency; then
   echo "== residency"
   R="$OUT/residency"; mkdir -p "$R"
-  TXT="$(ls carry/alice29.txt ../shared/fixtures/gemma3-270m/alice29.txt 2>/dev/null | head -1)"
   CHECK="${RESIDENCY_CHECK_PRESET:-qwen3-4b}"
   echo "-- kernel selftest with the default (256-byte) thread stack"
   "$T" 120 "$LODE" selftest --device "$DEV" --cases 3 2>&1 | grep -E "FAIL|passed" | cut -c1-200

@@ -16,7 +16,8 @@
 #include "mma.h"
 
 #define FA_KT 32 // keys per step
-#define FA_NEG_INF (-__builtin_huge_valf())
+// -inf from its bits: NVRTC has no __builtin_huge_valf and no <cmath> INFINITY.
+#define FA_NEG_INF (__builtin_bit_cast(float, 0xff800000u))
 #define FA_LDS (FA_KT + 1)
 #define FA_LDP (FA_KT + 8)
 
