@@ -1,22 +1,45 @@
 //! KV cache storage and attention over it, on the CPU.
 //!
 //! Layout per layer: K is stored transposed, `[n_kv_head, head_dim_k, n_ctx]`, so the
-//! scores of consecutive keys are computed side by side in SIMD lanes, each still summed
-//! in order over the head dimension (see `attn_kernels`); V is
-//! `[n_ctx, n_kv_head * head_dim_v]`, slot = position. With an f16 cache and fewer than
-//! [`TILED_MIN_ROWS`] query rows the query is rounded to f16 before `q·k`, as llama.cpp's
-//! CPU flash attention does for small batches and decode (its tiled kernel for larger
-//! batches keeps Q in f32), so an f16 run is comparable with llama.cpp's default; sums
-//! are f32.
+//! scores of consecutive keys are computed side by side in SIMD lanes (see
+//! `attn_kernels`); V is `[n_ctx, n_kv_head * head_dim_v]`, slot = position. Every path
+//! rounds as the llama.cpp CPU path it corresponds to ([`Mode`]): an f16 cache as its
+//! default flash attention, an f32 cache as its precise variant without it, so each of
+//! our runs is comparable with one of its fixtures.
 
 use half::f16;
 
+use super::attn_ggml;
 use super::attn_kernels::{self as kern, KeysT, Rows};
 use crate::backend::{Attention, BackendError, KvSpec, KvType, Result};
 use crate::quant::{par_chunks, Parallel};
 
 /// Query rows from which llama.cpp's CPU flash attention switches to its tiled kernel.
 pub const TILED_MIN_ROWS: usize = 64;
+
+/// Which of llama.cpp's CPU attention paths a call mirrors (its default pairs flash
+/// attention with an f16 cache; its precise variant an f32 cache without it).
+#[derive(Clone, Copy)]
+enum Mode {
+    /// Flash attention, fewer than [`TILED_MIN_ROWS`] rows: Q rounded to f16, scores as
+    /// `ggml_vec_dot_f16`, online softmax with an f16 V accumulator.
+    FlashRows,
+    /// Flash attention's tiled kernel: see [`attn_ggml::tiled`].
+    FlashTiled,
+    /// `K·Q` as `ggml_vec_dot_f32`, softmax and `p·V` as [`attn_ggml::no_fa`] (16 lanes
+    /// for a prompt's matrix product, 64 for one row's dot product).
+    Plain { lanes_v: usize },
+}
+
+impl Mode {
+    fn of(ty: KvType, rows: usize) -> Mode {
+        match ty {
+            KvType::F16 if rows < TILED_MIN_ROWS => Mode::FlashRows,
+            KvType::F16 => Mode::FlashTiled,
+            KvType::F32 => Mode::Plain { lanes_v: if rows > 1 { 16 } else { 64 } },
+        }
+    }
+}
 
 /// One layer's K or V.
 pub enum KvData {
@@ -137,13 +160,13 @@ impl Kv {
         let group = p.n_head / p.n_kv_head;
         let (n_ctx, wv) = (s.n_ctx, s.n_kv_head * dv);
         let (kc, vc) = (self.k[layer].keys(), self.v[layer].rows());
-        let round_q = s.ty == KvType::F16 && pos.len() < TILED_MIN_ROWS;
+        let mode = Mode::of(s.ty, pos.len());
         // Query rows (token, head) per task: one each for decode, a few dozen for a
         // prompt so the scratch vectors below are made once per task, not per row.
         let n_rows = pos.len() * p.n_head;
         let per = (n_rows / (8 * par.threads().max(1))).clamp(1, 64);
         par_chunks(par, &mut out[..n_rows * dv], per * dv, &|task, os| {
-            let (mut qh, mut scores, mut row) = (vec![0.0f32; dk], Vec::new(), vec![0.0f32; dv]);
+            let (mut qh, mut scores, mut row, mut acc) = (vec![0.0f32; dk], Vec::new(), vec![0.0f32; dv], Vec::new());
             for (r, o) in os.chunks_exact_mut(dv).enumerate() {
                 let i = task * per + r;
                 let (t, h) = (i / p.n_head, i % p.n_head);
@@ -154,9 +177,6 @@ impl Kv {
                     None => 0,
                 };
                 qh.copy_from_slice(&q[(t * p.n_head + h) * dk..][..dk]);
-                if round_q {
-                    qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
-                }
                 // This head's transposed K: element (d, key) at d * n_ctx + key.
                 let kh = match kc {
                     KeysT::F32(d) => KeysT::F32(&d[kvh * dk * n_ctx..(kvh + 1) * dk * n_ctx]),
@@ -164,20 +184,21 @@ impl Kv {
                 };
                 scores.clear();
                 scores.resize(pq + 1 - lo, 0.0);
-                kern::scores(&qh, kh, n_ctx, lo, p.scale, &mut scores);
-                if round_q {
-                    kern::online_f16(&scores, vc, wv, kvh * dv, lo, &mut row, o);
-                    continue;
-                }
-                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                let mut sum = 0.0f32;
-                for sc in scores.iter_mut() {
-                    *sc = (*sc - max).exp();
-                    sum += *sc;
-                }
-                o.fill(0.0);
-                for (j, sc) in scores.iter().enumerate() {
-                    kern::add_scaled(o, sc / sum, vc, (lo + j) * wv + kvh * dv, &mut row);
+                let voff = kvh * dv;
+                match mode {
+                    Mode::FlashRows => {
+                        qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
+                        kern::scores_tree(&qh, kh, n_ctx, lo, p.scale, 64, &mut scores);
+                        kern::online_f16(&scores, vc, wv, voff, lo, &mut row, o);
+                    }
+                    Mode::FlashTiled => {
+                        kern::scores(&qh, kh, n_ctx, lo, p.scale, &mut scores);
+                        attn_ggml::tiled(&scores, vc, wv, voff, lo, &mut row, o);
+                    }
+                    Mode::Plain { lanes_v } => {
+                        kern::scores_tree(&qh, kh, n_ctx, lo, p.scale, 64, &mut scores);
+                        attn_ggml::no_fa(&mut scores, vc, wv, voff, lo, lanes_v, &mut acc, &mut row, o);
+                    }
                 }
             }
         });

@@ -1,9 +1,8 @@
-//! The inner loops of CPU attention: `q·k` scores over many keys, the online-softmax V
-//! accumulation with an f16 accumulator, and `o += w·v`. Each has a portable version
-//! and an AVX2+FMA+F16C one that computes the same values bit for bit: the scores keep
-//! every key's sum in sequential order over the head dimension (8 keys side by side in
-//! the lanes, which the transposed K layout makes contiguous), and the element-wise
-//! steps round exactly as the portable code does.
+//! The inner loops of CPU attention: `q·k` scores over many keys (two summation orders,
+//! one per llama.cpp kernel), the online-softmax V accumulation with an f16 accumulator,
+//! and `o += w·v`. Each has a portable version and an AVX2+FMA+F16C one that computes
+//! the same values bit for bit (8 keys side by side in the lanes, which the transposed K
+//! layout makes contiguous; every key's own sum in the order the portable code uses).
 
 use half::f16;
 
@@ -14,6 +13,16 @@ pub enum KeysT<'a> {
     F16(&'a [f16]),
 }
 
+impl KeysT<'_> {
+    #[inline]
+    fn at(self, i: usize) -> f32 {
+        match self {
+            KeysT::F32(d) => d[i],
+            KeysT::F16(d) => d[i].to_f32(),
+        }
+    }
+}
+
 /// V rows: row `key` of this head at `key * stride + off`, `dv` elements.
 #[derive(Clone, Copy)]
 pub enum Rows<'a> {
@@ -22,7 +31,7 @@ pub enum Rows<'a> {
 }
 
 impl Rows<'_> {
-    fn load(self, at: usize, dst: &mut [f32]) {
+    pub fn load(self, at: usize, dst: &mut [f32]) {
         use half::slice::HalfFloatSliceExt;
         match self {
             Rows::F32(d) => dst.copy_from_slice(&d[at..at + dst.len()]),
@@ -35,8 +44,9 @@ fn avx2() -> bool {
     crate::quant::Isa::Avx2.available()
 }
 
-/// `out[j] = (Σ_d q[d]·K[d][lo+j]) · scale` for `j < out.len()`, each sum taken in order
-/// of `d` from -0.0 (as `Iterator::sum` does).
+/// `out[j] = (Σ_d q[d]·K[d][lo+j]) · scale` for `j < out.len()`, each sum one chain of
+/// fused multiply-adds in order of `d` from +0 — llama.cpp's tiled CPU flash attention
+/// (prompt batches of ≥ 64 rows) forms its scores this way.
 pub fn scores(q: &[f32], k: KeysT, stride: usize, lo: usize, scale: f32, out: &mut [f32]) {
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
@@ -46,12 +56,62 @@ pub fn scores(q: &[f32], k: KeysT, stride: usize, lo: usize, scale: f32, out: &m
     }
     for (j, o) in out.iter_mut().enumerate().skip(done) {
         let key = lo + j;
-        let s: f32 = match k {
-            KeysT::F32(kt) => q.iter().enumerate().map(|(d, &a)| a * kt[d * stride + key]).sum(),
-            KeysT::F16(kt) => q.iter().enumerate().map(|(d, &a)| a * kt[d * stride + key].to_f32()).sum(),
-        };
+        let s = q.iter().enumerate().fold(0.0f32, |acc, (d, &a)| a.mul_add(k.at(d * stride + key), acc));
         *o = s * scale;
     }
+}
+
+/// Like [`scores`], but each sum in the order of ggml's vector dot products: `lanes`
+/// (16 or 64) partial chains of fused multiply-adds (element `d` in chain `d % lanes`),
+/// folded by [`fold_lanes`]; elements past the last whole `lanes` added in f64 after.
+/// With 64 lanes this is `ggml_vec_dot_f16`/`_f32` on AVX-512 (flash attention's small
+/// batches, and the f32-cache `K·Q` product); with 16 the f32 GEMM of one row.
+pub fn scores_tree(q: &[f32], k: KeysT, stride: usize, lo: usize, scale: f32, lanes: usize, out: &mut [f32]) {
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if avx2() && q.len() % lanes == 0 {
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+        done = unsafe { x86::scores_tree(q, k, stride, lo, scale, lanes, out) };
+    }
+    for (j, o) in out.iter_mut().enumerate().skip(done) {
+        *o = tree_dot(q, |d| k.at(d * stride + lo + j), lanes) * scale;
+    }
+}
+
+/// One dot product in the order described at [`scores_tree`].
+pub fn tree_dot(q: &[f32], k: impl Fn(usize) -> f32, lanes: usize) -> f32 {
+    let np = q.len() / lanes * lanes;
+    let mut p = [0f32; 64];
+    for (l, pl) in p.iter_mut().enumerate().take(lanes) {
+        *pl = (l..np).step_by(lanes).fold(0.0f32, |a, d| q[d].mul_add(k(d), a));
+    }
+    let r = fold_lanes(&p, lanes);
+    if np == q.len() {
+        return r;
+    }
+    (np..q.len()).fold(r as f64, |s, d| s + (q[d] * k(d)) as f64) as f32
+}
+
+/// Folds 16 or 64 partial sums as ggml's AVX-512 reductions do: 64 → 16 by
+/// `(p[t] + p[t+32]) + (p[t+16] + p[t+48])`, then [`fold16`].
+pub fn fold_lanes(p: &[f32], lanes: usize) -> f32 {
+    let mut a = [0f32; 16];
+    if lanes == 64 {
+        for (t, at) in a.iter_mut().enumerate() {
+            *at = (p[t] + p[t + 32]) + (p[t + 16] + p[t + 48]);
+        }
+    } else {
+        a.copy_from_slice(&p[..16]);
+    }
+    fold16(&a)
+}
+
+/// The horizontal sum of 16 lanes in the order of GCC's `_mm512_reduce_add_ps`: halves,
+/// quarters, then `(t[0] + t[2]) + (t[1] + t[3])`.
+pub fn fold16(a: &[f32; 16]) -> f32 {
+    let t3: [f32; 8] = std::array::from_fn(|i| a[i + 8] + a[i]);
+    let t6: [f32; 4] = std::array::from_fn(|j| t3[j + 4] + t3[j]);
+    (t6[0] + t6[2]) + (t6[1] + t6[3])
 }
 
 /// One query head over keys `lo..lo + scores.len()` (scores precomputed) with an online
@@ -84,7 +144,7 @@ fn online_f16_portable(scores: &[f32], v: Rows, stride: usize, off: usize, lo: u
         }
         v.load((lo + j) * stride + off, row);
         a16.iter_mut().zip(row.iter()).for_each(|(a, &x)| *a = f16::from_f32(x.mul_add(vs, a.to_f32())));
-        sum = sum * ms + vs;
+        sum = sum.mul_add(ms, vs);
     }
     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     out.iter_mut().zip(&a16).for_each(|(o, a)| *o = a.to_f32() * inv);
@@ -154,12 +214,12 @@ mod x86 {
         let mut j = 0;
         // Four groups at once so four add chains are in flight.
         while j + 32 <= n {
-            let mut acc = [_mm256_set1_ps(-0.0); 4];
+            let mut acc = [_mm256_setzero_ps(); 4];
             for (d, &qd) in q.iter().enumerate() {
                 let qv = _mm256_set1_ps(qd);
                 let at = d * stride + lo + j;
                 for (g, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_add_ps(*a, _mm256_mul_ps(qv, ld(k, at + 8 * g)));
+                    *a = _mm256_fmadd_ps(qv, ld(k, at + 8 * g), *a);
                 }
             }
             for (g, a) in acc.iter().enumerate() {
@@ -170,9 +230,9 @@ mod x86 {
         // The last group may run past the wanted keys into later slots of the same rows
         // (each lane is its own key, so the extra lanes are computed and dropped).
         while j < n && lo + j + 8 <= stride {
-            let mut a = _mm256_set1_ps(-0.0);
+            let mut a = _mm256_setzero_ps();
             for (d, &qd) in q.iter().enumerate() {
-                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(qd), ld(k, d * stride + lo + j)));
+                a = _mm256_fmadd_ps(_mm256_set1_ps(qd), ld(k, d * stride + lo + j), a);
             }
             let a = _mm256_mul_ps(a, sc);
             if j + 8 <= n {
@@ -180,6 +240,46 @@ mod x86 {
             } else {
                 let mut tmp = [0f32; 8];
                 store(&mut tmp, a);
+                out[j..].copy_from_slice(&tmp[..n - j]);
+            }
+            j += 8;
+        }
+        j.min(n)
+    }
+
+    /// [`super::scores_tree`] for whole groups of 8 keys (`q.len()` a multiple of
+    /// `lanes`); returns how many it wrote.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn scores_tree(q: &[f32], k: KeysT, stride: usize, lo: usize, scale: f32, lanes: usize, out: &mut [f32]) -> usize {
+        let n = out.len();
+        let sc = _mm256_set1_ps(scale);
+        let chain = |l: usize, at: usize| {
+            let mut a = _mm256_setzero_ps();
+            for d in (l..q.len()).step_by(lanes) {
+                a = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), ld(k, d * stride + at), a);
+            }
+            a
+        };
+        let mut j = 0;
+        while j < n && lo + j + 8 <= stride {
+            let at = lo + j;
+            let a: [__m256; 16] = std::array::from_fn(|t| {
+                if lanes == 64 {
+                    let x = _mm256_add_ps(chain(t, at), chain(t + 32, at));
+                    _mm256_add_ps(x, _mm256_add_ps(chain(t + 16, at), chain(t + 48, at)))
+                } else {
+                    chain(t, at)
+                }
+            });
+            let t3: [__m256; 8] = std::array::from_fn(|i| _mm256_add_ps(a[i + 8], a[i]));
+            let t6: [__m256; 4] = std::array::from_fn(|i| _mm256_add_ps(t3[i + 4], t3[i]));
+            let r = _mm256_add_ps(_mm256_add_ps(t6[0], t6[2]), _mm256_add_ps(t6[1], t6[3]));
+            let r = _mm256_mul_ps(r, sc);
+            if j + 8 <= n {
+                store(&mut out[j..], r);
+            } else {
+                let mut tmp = [0f32; 8];
+                store(&mut tmp, r);
                 out[j..].copy_from_slice(&tmp[..n - j]);
             }
             j += 8;
@@ -229,7 +329,7 @@ mod x86 {
                 let x = round16(_mm256_fmadd_ps(x, vsv, load(&acc[i..])));
                 store(&mut acc[i..], x);
             }
-            sum = sum * ms + vs;
+            sum = sum.mul_add(ms, vs);
         }
         let inv = _mm256_set1_ps(if sum == 0.0 { 0.0 } else { 1.0 / sum });
         for i in (0..dv).step_by(8) {
@@ -263,18 +363,37 @@ mod tests {
             let mut got = vec![0.0; len];
             scores(&q, kt, stride, lo, 0.125, &mut got);
             for (j, &g) in got.iter().enumerate() {
-                let s: f32 = (0..dk)
-                    .map(|d| {
-                        q[d] * match kt {
-                            KeysT::F32(k) => k[d * stride + lo + j],
-                            KeysT::F16(k) => k[d * stride + lo + j].to_f32(),
-                        }
-                    })
-                    .sum();
+                let s = (0..dk).fold(0.0f32, |a, d| q[d].mul_add(kt.at(d * stride + lo + j), a));
                 assert_eq!(g.to_bits(), (s * 0.125).to_bits(), "key {j}");
             }
             }
         }
+    }
+
+    #[test]
+    fn avx2_tree_scores_equal_the_portable_ones() {
+        for (dk, lanes) in [(64, 64), (256, 64), (64, 16), (80, 16), (72, 64)] {
+            let (stride, lo) = (61, 5);
+            let q: Vec<f32> = (0..dk).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.37).collect();
+            let k32: Vec<f32> = (0..dk * stride).map(|i| ((i * 53 % 17) as f32 - 8.0) * 0.113).collect();
+            let k16: Vec<f16> = k32.iter().map(|&x| f16::from_f32(x)).collect();
+            for kt in [KeysT::F32(&k32), KeysT::F16(&k16)] {
+                for len in [stride - lo, 13, 5] {
+                    let mut got = vec![0.0; len];
+                    scores_tree(&q, kt, stride, lo, 0.25, lanes, &mut got);
+                    for (j, &g) in got.iter().enumerate() {
+                        let want = tree_dot(&q, |d| kt.at(d * stride + lo + j), lanes) * 0.25;
+                        assert_eq!(g.to_bits(), want.to_bits(), "dk {dk} lanes {lanes} key {j}");
+                    }
+                }
+            }
+        }
+        // The fold itself: 64 ones in lane order give 64, and the pairing is as documented.
+        let mut p = [0f32; 64];
+        p[0] = 1e8;
+        p[32] = 1.0;
+        p[16] = -1e8;
+        assert_eq!(fold_lanes(&p, 64), 1.0 - 1.0 + 0.0); // (1e8 + 1) + (-1e8) = 0 in f32
     }
 
     #[test]

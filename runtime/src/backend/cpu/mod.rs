@@ -8,9 +8,12 @@
 //! arithmetic (see `ops`) rather than chasing speed with different rounding.
 
 mod attention;
+mod attn_ggml;
 mod attn_kernels;
+mod dump;
 pub mod ops;
 mod team;
+mod vexp;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -97,6 +100,15 @@ impl CpuBackend {
 
     fn put(&mut self, b: Buf, v: Vec<f32>) {
         self.bufs[b.0 as usize] = Some(v);
+    }
+
+    /// `LODE_CPU_DUMP` (see `dump`): the first `n` values of `b` as the next dump.
+    fn dump(&self, op: &str, b: Buf, n: usize) {
+        if dump::on() {
+            if let Ok(v) = self.buf(b) {
+                dump::write(op, &v[..n.min(v.len())]);
+            }
+        }
     }
 
     fn kv(&mut self, h: KvCache) -> Result<&mut Kv> {
@@ -235,7 +247,9 @@ impl Backend for CpuBackend {
             let ys = span_mut(yv, 0, n_tok * rows, "matmul")?;
             let xq = quant::quantize_rows_on(pool, w.ty(), xs, n_tok, k).map_err(|e| quant_err("matmul", w, e))?;
             quant::matmul_quantized_on(pool, w.data(), w.ty(), rows, &xq, ys, isa).map_err(|e| quant_err("matmul", w, e))
-        })
+        })?;
+        self.dump("matmul", y, n_tok * rows);
+        Ok(())
     }
 
     fn matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
@@ -279,6 +293,9 @@ impl Backend for CpuBackend {
         for (&y, v) in ys.iter().zip(outs) {
             self.put(y, v);
         }
+        for (w, &y) in ws.iter().zip(ys) {
+            self.dump("matmul", y, n_tok * w.n_rows());
+        }
         r
     }
 
@@ -319,7 +336,9 @@ impl Backend for CpuBackend {
                 }
             });
             Ok(())
-        })
+        })?;
+        self.dump("rms_norm", out, n_rows * row_len);
+        Ok(())
     }
 
     fn rope(&mut self, x: Buf, n_head: usize, head_dim: usize, pos: &[u32], rope: &Rope) -> Result<()> {
@@ -372,6 +391,7 @@ impl Backend for CpuBackend {
             });
         });
         self.put(x, v);
+        self.dump("rope", x, pos.len() * width);
         r
     }
 
@@ -389,7 +409,9 @@ impl Backend for CpuBackend {
             let o = span_mut(ov, 0, n, "add")?;
             o.iter_mut().zip(s).for_each(|(o, s)| *o += s);
             Ok(())
-        })
+        })?;
+        self.dump("add", acc, n);
+        Ok(())
     }
 
     fn add_bias(&mut self, x: Buf, n_tok: usize, bias: &WeightRef) -> Result<()> {
@@ -427,7 +449,9 @@ impl Backend for CpuBackend {
             let per = if n <= 1024 { n } else { n.div_ceil(2 * pool.threads()).max(512) };
             par_chunks(pool, o, per, &|i, o| ops::glu_inplace(o, &u[i * per..][..o.len()], act));
             Ok(())
-        })
+        })?;
+        self.dump("glu", out, n);
+        Ok(())
     }
 
     fn copy(&mut self, src: Buf, src_off: usize, dst: Buf, dst_off: usize, n: usize) -> Result<()> {
@@ -475,6 +499,7 @@ impl Backend for CpuBackend {
             c.attend(&*self.pool, layer, qv, pos, p, &mut o)
         })();
         self.put(out, o);
+        self.dump("attention", out, pos.len() * p.n_head * p.head_dim_v);
         r
     }
 }

@@ -59,28 +59,32 @@ pub fn rope_table(
     }
 }
 
-/// Rotates one head vector with a precomputed table.
+/// Rotates one head vector with a precomputed table. The rounding is that of ggml's
+/// compiled code (gcc contracts its `x0·cos − x1·sin` into a fused multiply-add):
+/// `fma(x0, cos, −(x1·sin))` and `fma(x0, sin, x1·cos)`.
 pub fn rope_head(x: &mut [f32], mode: RopeMode, n_rot: usize, cos: &[f32], sin: &[f32]) {
-    let half = n_rot / 2;
-    for i in 0..half {
-        let (a, b) = match mode {
-            RopeMode::Norm => (2 * i, 2 * i + 1),
-            RopeMode::Neox => (i, i + half),
-        };
-        let (x0, x1) = (x[a], x[b]);
-        x[a] = x0 * cos[i] - x1 * sin[i];
-        x[b] = x0 * sin[i] + x1 * cos[i];
-    }
+    super::vexp::with_fma(|| {
+        let half = n_rot / 2;
+        for i in 0..half {
+            let (a, b) = match mode {
+                RopeMode::Norm => (2 * i, 2 * i + 1),
+                RopeMode::Neox => (i, i + half),
+            };
+            let (x0, x1) = (x[a], x[b]);
+            x[a] = x0.mul_add(cos[i], -(x1 * sin[i]));
+            x[b] = x0.mul_add(sin[i], x1 * cos[i]);
+        }
+    })
 }
 
 /// `out = act(gate) ⊙ up`, element-wise.
 pub fn glu(gate: &[f32], up: &[f32], out: &mut [f32], act: Glu) {
     match act {
-        Glu::Silu => {
+        Glu::Silu => super::vexp::with_fma(|| {
             for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
                 *o = silu(g) * u;
             }
-        }
+        }),
         Glu::GeluTanh => {
             for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
                 *o = gelu_tanh_f16(g) * u;
@@ -92,11 +96,11 @@ pub fn glu(gate: &[f32], up: &[f32], out: &mut [f32], act: Glu) {
 /// [`glu`] with the gate values in `gate_out`, overwritten by the result.
 pub fn glu_inplace(gate_out: &mut [f32], up: &[f32], act: Glu) {
     match act {
-        Glu::Silu => {
+        Glu::Silu => super::vexp::with_fma(|| {
             for (o, &u) in gate_out.iter_mut().zip(up) {
                 *o = silu(*o) * u;
             }
-        }
+        }),
         Glu::GeluTanh => {
             for (o, &u) in gate_out.iter_mut().zip(up) {
                 *o = gelu_tanh_f16(*o) * u;
@@ -105,8 +109,11 @@ pub fn glu_inplace(gate_out: &mut [f32], up: &[f32], act: Glu) {
     }
 }
 
+/// SiLU as llama.cpp's CPU backend computes it in its fused SwiGLU: with its vector
+/// exponential ([`super::vexp`]), not libm's.
+#[inline(always)]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    super::vexp::silu(x)
 }
 
 /// GELU as ggml's CPU backend computes it: the input rounded to f16, GELU of that,
