@@ -162,6 +162,22 @@ pub(crate) fn tokens4(ty: GgmlType, isa: Isa) -> Option<Tokens4Fn> {
     None
 }
 
+/// Tokens from which llama.cpp's CPU backend switches K-quant weights (those it does
+/// not repack) to its tiled GEMM, whose summation order differs from its vector dot's.
+pub(crate) const BATCH_ORDER_MIN_TOKENS: usize = 8;
+
+/// For a matmul of ≥ [`BATCH_ORDER_MIN_TOKENS`] tokens on `isa`: kernels (one token;
+/// four tokens) that round as llama.cpp's batched path for `ty`, where that differs from
+/// [`rows_kernel`] / [`tokens4`].
+pub(crate) fn batch_order(ty: GgmlType, isa: Isa) -> Option<(Kernel, Tokens4Fn)> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && avx2_detected() {
+        return super::simd_avx2::batch_order(ty).map(|(r, q)| (Kernel::Rows(r), q));
+    }
+    let _ = (ty, isa);
+    None
+}
+
 /// For many-token matmuls on `isa`: a kernel for row bands first expanded by
 /// `q32::expand` (bytes per expanded block alongside), when that is faster than
 /// unpacking the packed blocks for every token. `None`: use [`rows_kernel`].

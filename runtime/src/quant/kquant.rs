@@ -208,16 +208,28 @@ fn dot_block(b: &[u8], q: &[u8; QK_K], x: &[u8]) -> f32 {
     (f16_at(b, 0) * dx) * isum as f32 - (f16_at(b, 2) * dx) * msum as f32
 }
 
+/// In the order of llama.cpp's one-row repacked Q4_K kernel: two FMA chains over the
+/// super-blocks (`d·dx × Σ sc·Σ q·u` and `dmin·dx × Σ m·bsum`), subtracted at the end —
+/// the same values as the AVX2 kernel's.
 pub(crate) fn dot_q4_k(w: &[u8], x: &[u8], n: usize) -> f32 {
-    let mut sum = 0f32;
-    for (bw, bx) in w
+    let (mut acc, mut acc_m) = (0f32, 0f32);
+    for (b, x) in w
         .chunks_exact(Q4_K_BYTES)
         .zip(x.chunks_exact(Q8_K_BYTES))
         .take(n / QK_K)
     {
-        sum += dot_block(bw, &codes(&bw[16..], None), bx);
+        let q = codes(&b[16..], None);
+        let (sc, m) = scales_mins(&b[4..16]);
+        let u = &x[Q8K_QS..Q8K_QS + QK_K];
+        let isum: i32 = (0..8)
+            .map(|j| sc[j] as i32 * (32 * j..32 * j + 32).map(|i| q[i] as i32 * u[i] as i8 as i32).sum::<i32>())
+            .sum();
+        let msum: i32 = (0..16).map(|k| bsum(x, k) * m[k / 2] as i32).sum();
+        let dx = f32_at(x, 0);
+        acc = (isum as f32).mul_add(f16_at(b, 0) * dx, acc);
+        acc_m = (msum as f32).mul_add(f16_at(b, 2) * dx, acc_m);
     }
-    sum
+    acc - acc_m
 }
 
 pub(crate) fn dot_q5_k(w: &[u8], x: &[u8], n: usize) -> f32 {

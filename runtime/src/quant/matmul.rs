@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use super::dot::{expanded_kernel, rows_kernel, stream_kernel, tokens4, Isa, Kernel};
+use super::dot::{batch_order, expanded_kernel, rows_kernel, stream_kernel, tokens4, Isa, Kernel, BATCH_ORDER_MIN_TOKENS};
 use super::q32;
 use super::types::GgmlType;
 use super::{quantize, vec_dot_type, QuantError};
@@ -218,13 +218,18 @@ pub fn matmul_quantized_on(
     } else {
         None
     };
+    // llama.cpp sums some types in another order for a larger batch; follow it.
+    let (kern, quad) = match batch_order(ty, isa) {
+        Some((k, q)) if n_tok >= BATCH_ORDER_MIN_TOKENS => (k, Some(q)),
+        _ => (kern, tokens4(ty, isa)),
+    };
     par_chunks(par, &mut tmp, n_tok * chunk, &|ci, out| {
         let r0 = ci * chunk;
         let nr = out.len() / n_tok;
         let w = &w[r0 * wrb..(r0 + nr) * wrb];
         match expanded {
             Some((ek, eb)) => tile_expanded(ty, ek, eb, w, wrb, xq, nr, out),
-            None => tile(kern, tokens4(ty, isa), w, wrb, xq, nr, out),
+            None => tile(kern, quad, w, wrb, xq, nr, out),
         }
     });
     let per = n_tok.div_ceil(4 * par.threads().max(1));
@@ -420,7 +425,9 @@ mod tests {
     use super::*;
 
     /// Every path (one token: the stream kernels; many: bands, expanded bands, four
-    /// tokens at a time, leftovers) gives each (row, token) the same bits.
+    /// tokens at a time, leftovers) gives each (row, token) the same bits — except
+    /// where a batch sums in llama.cpp's batched order on purpose (Q4_K's four-token
+    /// kernel, Q6_K from 8 tokens on); then within a few ulp.
     #[test]
     fn many_tokens_equal_one_token_at_a_time_bit_for_bit() {
         use GgmlType::*;
@@ -445,6 +452,13 @@ mod tests {
                     let x1 = quantize_rows(ty, &x[t * k..(t + 1) * k], 1, k).unwrap();
                     let mut one = vec![0f32; rows];
                     matmul_quantized(&wq, ty, rows, &x1, &mut one, isa).unwrap();
+                    let batch_order = isa != Isa::Scalar && ((ty == Q4_K && t < n_tok - n_tok % 4) || (ty == Q6_K && n_tok >= 8));
+                    if batch_order {
+                        for (a, b) in all[t * rows..(t + 1) * rows].iter().zip(&one) {
+                            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{ty} {isa:?} token {t}: {a} vs {b}");
+                        }
+                        continue;
+                    }
                     let a: Vec<u32> = all[t * rows..(t + 1) * rows].iter().map(|v| v.to_bits()).collect();
                     let b: Vec<u32> = one.iter().map(|v| v.to_bits()).collect();
                     assert_eq!(a, b, "{ty} {isa:?} token {t}");

@@ -138,10 +138,14 @@ fn gelu_table() -> &'static [half::f16] {
     TABLE.get_or_init(|| (0..=u16::MAX).map(|b| f16::from_f32(gelu_tanh(f16::from_bits(b).to_f32()))).collect())
 }
 
-/// GELU, tanh form: `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`.
+/// GELU, tanh form: `0.5x(1 + tanh(√(2/π)·x·(1 + 0.044715x²)))`, rounded as ggml's
+/// compiled table builder does (gcc contracts `1 + a·x·x` into one fused multiply-add).
 pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+    #[allow(clippy::excessive_precision)]
+    const SQRT_2_OVER_PI: f32 = 0.797_884_560_802_865_355_879_892_119_868_76;
+    const COEF_A: f32 = 0.044715;
+    let inner = (COEF_A * x).mul_add(x, 1.0);
+    (0.5 * x) * (1.0 + (SQRT_2_OVER_PI * x * inner).tanh())
 }
 
 #[cfg(test)]
@@ -203,6 +207,16 @@ mod tests {
             let direct = f16::from_f32(gelu_tanh(f16::from_f32(x).to_f32())).to_f32();
             assert_eq!(gelu_tanh_f16(x).to_bits(), direct.to_bits(), "{x}");
         }
+    }
+
+    #[test]
+    #[ignore]
+    fn gelu_table_equals_a_file() {
+        // LODE_GELU_TABLE=<65536 little-endian f16 bits> (e.g. built by ggml's formula in C).
+        let bytes = std::fs::read(std::env::var("LODE_GELU_TABLE").unwrap()).unwrap();
+        let t = gelu_table();
+        let bad = (0..65536).filter(|&i| u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]) != t[i].to_bits()).count();
+        assert_eq!(bad, 0);
     }
 
     #[test]

@@ -175,6 +175,35 @@ pub(crate) fn tokens4(ty: GgmlType) -> Option<super::dot::Tokens4Fn> {
     }
 }
 
+/// Kernels (one token; four tokens) that sum as llama.cpp's CPU backend does for a
+/// batch of ≥ 8 tokens where that order differs from its one-token order (Q6_K: its
+/// tiled GEMM), or `None`.
+pub(crate) fn batch_order(ty: GgmlType) -> Option<(RowsFn, super::dot::Tokens4Fn)> {
+    fn rows_q6_k_tiled(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+        let rb = n / 256 * 210;
+        for (o, wr) in out.iter_mut().zip(w.chunks(rb.max(1))) {
+            // SAFETY: reachable only through `batch_order`, which `dot::batch_order`
+            // calls only after detecting AVX2, FMA and F16C.
+            *o = unsafe { kquant::q6_k_body_tiled(wr, x, n) };
+        }
+    }
+    fn tokens4_q6_k_tiled(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]) {
+        let rows = out.len() / 4;
+        let rb = n / 256 * 210;
+        for r in 0..rows {
+            // SAFETY: as above.
+            let v = unsafe { kquant::q6_k_body4_tiled(&w[r * rb..(r + 1) * rb], xs, n) };
+            for (t, v) in v.into_iter().enumerate() {
+                out[t * rows + r] = v;
+            }
+        }
+    }
+    match ty {
+        GgmlType::Q6_K => Some((rows_q6_k_tiled, tokens4_q6_k_tiled)),
+        _ => None,
+    }
+}
+
 /// The many-row kernel for a band expanded by `q32::expand` from weights of type `ty`.
 pub(crate) fn expanded_kernel(ty: GgmlType) -> Option<RowsFn> {
     match ty {
