@@ -2,6 +2,12 @@
 //! (`shared/fixtures/{gemma3-270m,smollm2-135m}`): greedy continuations and
 //! per-position log-probabilities. Skips (with a note) when a model or the fixtures are
 //! absent; CI fetches both first.
+//!
+//! The CPU backend rounds as llama.cpp's CPU backend does on an AVX2 machine (see
+//! `backend/cpu/attn_ggml.rs`, `quant/simd_avx2/kquant.rs`), so there the logits equal
+//! the fixtures (KL 0) and every continuation matches in full; the issue's looser bars
+//! (95 % same top-1, no miss at a margin ≥ 0.5, KL ≤ 0.01, greedy up to a near-tie) are
+//! what any CPU must meet.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -52,6 +58,11 @@ fn engine(model: &PathBuf, kv_type: KvType, ctx: usize) -> Engine {
     Engine::new(model, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type }).expect("engine")
 }
 
+/// Whether this CPU runs the kernels that reproduce llama.cpp's rounding (AVX2+FMA+F16C).
+fn exact_numerics() -> bool {
+    lode_runtime::quant::Isa::Avx2.available()
+}
+
 fn read_json(p: PathBuf) -> Value {
     serde_json::from_str(&std::fs::read_to_string(&p).expect("read fixture")).expect("parse fixture")
 }
@@ -96,6 +107,9 @@ fn greedy_matches_llama_cpp_until_a_near_tie() {
             }
         }
         eprintln!("{name}: {full}/{} continuations match all tokens", cases.len());
+        if exact_numerics() && full != cases.len() {
+            failures.push(format!("{name}: only {full}/{} continuations match in full", cases.len()));
+        }
         assert!(failures.is_empty(), "{failures:#?}");
     }
 }
@@ -106,17 +120,23 @@ struct Agreement {
     same_top1: usize,
     kl_sum: f64,
     kl_max: f64,
+    /// Largest |our logit − llama.cpp's| over each position's top 32.
+    logit_diff_max: f64,
+    /// Positions whose top-1 differs although llama.cpp's top-1/top-2 margin is ≥ 0.5.
     confident_misses: Vec<usize>,
 }
 
-/// `other` is the same prompt from llama.cpp's other attention precision: a position
-/// where llama.cpp's two runs pick different top-1 tokens is not held against us even
-/// when this run's margin is ≥ 0.5 (llama.cpp is not self-consistent there).
-fn compare_logits(e: &mut Engine, prompt: &Value, other: &Value) -> Agreement {
+fn compare_logits(e: &mut Engine, prompt: &Value) -> Agreement {
     let tokens = ids(&prompt["prompt_ids"]);
     let positions = prompt["positions"].as_array().unwrap();
-    let other = other["positions"].as_array().unwrap();
-    let mut a = Agreement { n: 0, same_top1: 0, kl_sum: 0.0, kl_max: 0.0, confident_misses: Vec::new() };
+    let mut a = Agreement {
+        n: 0,
+        same_top1: 0,
+        kl_sum: 0.0,
+        kl_max: 0.0,
+        logit_diff_max: 0.0,
+        confident_misses: Vec::new(),
+    };
     e.clear();
     e.eval_all(&tokens, &mut |i, logits| {
         let p = &positions[i];
@@ -128,6 +148,8 @@ fn compare_logits(e: &mut Engine, prompt: &Value, other: &Value) -> Agreement {
         // KL(A‖B) over A's top-32 plus the remaining mass (fixture README).
         let (mut kl, mut sum_a, mut sum_b) = (0.0, 0.0, 0.0);
         for (&t, &la) in top_ids.iter().zip(&top_logits) {
+            // The fixture's decimals round-trip to f32: compare as f32.
+            a.logit_diff_max = a.logit_diff_max.max((logits[t as usize] - la as f32).abs() as f64);
             let lpa = la - lse_a;
             let lpb = logits[t as usize] as f64 - lse_b;
             kl += lpa.exp() * (lpa - lpb);
@@ -142,7 +164,7 @@ fn compare_logits(e: &mut Engine, prompt: &Value, other: &Value) -> Agreement {
         a.kl_max = a.kl_max.max(kl);
         if ours == top_ids[0] {
             a.same_top1 += 1;
-        } else if top_logits[0] - top_logits[1] >= 0.5 && other[i]["top_ids"][0] == p["top_ids"][0] {
+        } else if top_logits[0] - top_logits[1] >= 0.5 {
             a.confident_misses.push(i);
         }
     })
@@ -150,7 +172,7 @@ fn compare_logits(e: &mut Engine, prompt: &Value, other: &Value) -> Agreement {
     a
 }
 
-fn check_logits(fixture: &str, other_fixture: &str, kv_type: KvType) {
+fn check_logits(fixture: &str, kv_type: KvType) {
     let mut failures = Vec::new();
     // `LODE_FIXTURE_ONLY=<model name>` narrows a run to one model (for quick measurements).
     let only = std::env::var("LODE_FIXTURE_ONLY").ok();
@@ -160,24 +182,22 @@ fn check_logits(fixture: &str, other_fixture: &str, kv_type: KvType) {
         }
         let Some((model, fx)) = find(name, file) else { continue };
         let l = read_json(fx.join(fixture));
-        let o = read_json(fx.join(other_fixture));
         let mut e = engine(&model, kv_type, 1024);
-        for (p, q) in l["prompts"].as_array().unwrap().iter().zip(o["prompts"].as_array().unwrap()) {
+        for p in l["prompts"].as_array().unwrap() {
             let id = p["id"].as_str().unwrap();
-            assert_eq!(p["prompt_ids"], q["prompt_ids"], "fixtures disagree on prompt {id}");
-            let a = compare_logits(&mut e, p, q);
+            let a = compare_logits(&mut e, p);
             let top1 = a.same_top1 as f64 / a.n as f64;
             let kl = a.kl_sum / a.n as f64;
             eprintln!(
-                "{name} {fixture} {id} ({kv_type:?} KV): {} positions, same top-1 {:.1} %, mean KL {kl:.5}, max KL {:.4}",
+                "{name} {fixture} {id} ({kv_type:?} KV): {} positions, same top-1 {:.1} %, mean KL {kl:.6}, \
+                 max KL {:.2e}, max |Δlogit| (top 32) {:.2e}",
                 a.n,
                 100.0 * top1,
-                a.kl_max
+                a.kl_max,
+                a.logit_diff_max
             );
-            // llama.cpp agrees with itself (f16 vs f32 KV) at 94.7–97.7 % of positions on these
-            // prompts, and a 2e-7 relative change of the attention scores moves our figure by
-            // ±2 %; 90 % is the fixture README's acceptance.
-            if top1 < 0.90 {
+            // The issue's bars.
+            if top1 < 0.95 {
                 failures.push(format!("{name} {id}: same top-1 only {:.1} %", 100.0 * top1));
             }
             if !a.confident_misses.is_empty() {
@@ -186,19 +206,27 @@ fn check_logits(fixture: &str, other_fixture: &str, kv_type: KvType) {
             if kl > 0.01 {
                 failures.push(format!("{name} {id}: mean KL {kl}"));
             }
+            // Where the kernels reproduce llama.cpp's rounding, the logits are its logits
+            // (the fixture stores the shortest decimal that round-trips each f32).
+            if exact_numerics() && a.logit_diff_max > 0.0 {
+                failures.push(format!(
+                    "{name} {id}: logits differ from llama.cpp's by up to {:.2e} (expected bit-equal on AVX2)",
+                    a.logit_diff_max
+                ));
+            }
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// Default llama.cpp settings (f16 KV) against an f16-KV run.
+/// Default llama.cpp settings (f16 KV, flash attention) against an f16-KV run.
 #[test]
 fn logits_match_llama_cpp_f16_kv() {
-    check_logits("logits.json", "logits_f32kv_nofa.json", KvType::F16);
+    check_logits("logits.json", KvType::F16);
 }
 
-/// llama.cpp's most precise path (f32 KV, no flash attention) against an f32-KV run.
+/// llama.cpp's precise variant (f32 KV, no flash attention) against an f32-KV run.
 #[test]
 fn logits_match_llama_cpp_f32_kv() {
-    check_logits("logits_f32kv_nofa.json", "logits.json", KvType::F32);
+    check_logits("logits_f32kv_nofa.json", KvType::F32);
 }
