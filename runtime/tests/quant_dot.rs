@@ -118,7 +118,7 @@ proptest! {
             let (wq, xq) = exact_scale_blocks(ty, n, seed);
             let s = scalar_kernel(ty).unwrap()(&wq, &xq, n);
             let v = kernel(ty, Isa::Avx2).unwrap()(&wq, &xq, n);
-            prop_assert_eq!(s.to_bits(), v.to_bits(), "{}: scalar {} avx2 {}", ty, s, v);
+            prop_assert!(same_or_lane_rounded(ty, s, v), "{}: scalar {} avx2 {}", ty, s, v);
         }
     }
 
@@ -141,7 +141,7 @@ proptest! {
             rows_kernel(ty, Isa::Avx2).unwrap().rows(&w, rb, &xq, n, &mut out);
             for r in 0..n_rows {
                 let s = scalar_kernel(ty).unwrap()(&w[r * rb..(r + 1) * rb], &xq, n);
-                prop_assert_eq!(s.to_bits(), out[r].to_bits(), "{} row {}: scalar {} rows-kernel {}", ty, r, s, out[r]);
+                prop_assert!(same_or_lane_rounded(ty, s, out[r]), "{} row {}: scalar {} rows-kernel {}", ty, r, s, out[r]);
             }
         }
     }
@@ -154,6 +154,16 @@ proptest! {
             check_matmul(ty, rows, 256 * kb, n_tok, seed)?;
         }
     }
+}
+
+/// Bit-equal — except Q6_K, whose AVX2 kernel keeps llama.cpp's lane sums, where the
+/// `−32` offset is applied per 32 elements: a lane's integer can pass 2^24 before the
+/// offset, so its conversion to f32 may round (as in llama.cpp) even under exact scales.
+fn same_or_lane_rounded(ty: GgmlType, a: f32, b: f32) -> bool {
+    if ty == GgmlType::Q6_K {
+        return (a - b).abs() <= a.abs().max(b.abs()) * 2f32.powi(-20);
+    }
+    a.to_bits() == b.to_bits()
 }
 
 /// Random raw blocks for `ty` (weights) and its activation type with every f16/f32 scale
@@ -350,11 +360,14 @@ fn q8_0_weight_code_minus_128_is_exact() {
 }
 
 /// Many tokens (where 32-element-block bands are expanded to byte codes first) give each
-/// token exactly what a one-token matmul gives it.
+/// token exactly what a one-token matmul gives it — except the rows that llama.cpp's CPU
+/// backend sums in a batched order, which we follow on AVX2 (Q4_K: the first
+/// `n − n % 4` tokens; Q6_K: every token of a batch of ≥ 8): those agree within a few ulp.
 #[test]
 fn many_token_matmul_equals_one_token_matmuls() {
     let (rows, k, n_tok) = (45usize, 512usize, 33usize);
     let mut rng = Lcg(7);
+    let batched = Isa::best() == Isa::Avx2;
     for ty in WEIGHT_TYPES {
         let w = quant(ty, &(0..rows * k).map(|_| rng.f32()).collect::<Vec<_>>());
         let x: Vec<f32> = (0..n_tok * k).map(|_| rng.f32()).collect();
@@ -363,7 +376,15 @@ fn many_token_matmul_equals_one_token_matmuls() {
         for t in 0..n_tok {
             let mut y1 = vec![f32::NAN; rows];
             matmul(&w, ty, rows, k, &x[t * k..(t + 1) * k], 1, &mut y1).unwrap();
-            assert_eq!(&y[t * rows..(t + 1) * rows], &y1[..], "{ty} token {t}");
+            let other_order = batched
+                && ((ty == GgmlType::Q4_K && t < n_tok - n_tok % 4) || ty == GgmlType::Q6_K);
+            if other_order {
+                for (a, b) in y[t * rows..(t + 1) * rows].iter().zip(&y1) {
+                    assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{ty} token {t}: {a} vs {b}");
+                }
+            } else {
+                assert_eq!(&y[t * rows..(t + 1) * rows], &y1[..], "{ty} token {t}");
+            }
         }
     }
 }
