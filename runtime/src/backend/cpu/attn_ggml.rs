@@ -12,7 +12,7 @@
 //! In both, key `j` (absolute position) sits in tile `j / 64` and lane `j % lanes`, so
 //! masked keys (outside the causal or sliding window) add nothing, as in llama.cpp.
 
-use super::attn_kernels::{fold16, fold_lanes, Rows};
+use super::attn_kernels::{fma_row, fold16, fold_lanes, Rows};
 use super::vexp;
 
 /// Keys per tile of llama.cpp's tiled flash attention.
@@ -23,7 +23,7 @@ const TILE: usize = 64;
 #[allow(clippy::too_many_arguments)]
 pub fn tiled(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, row: &mut [f32], out: &mut [f32]) {
     vexp::with_fma(|| {
-        let (dv, hi) = (out.len(), lo + scores.len());
+        let hi = lo + scores.len();
         out.fill(0.0);
         let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
         let mut p = [0f32; TILE];
@@ -46,9 +46,7 @@ pub fn tiled(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, row:
             let sum: f64 = p.chunks_exact(16).map(|c| fold16(c.try_into().unwrap()) as f64).sum();
             s = (s as f64 + sum) as f32;
             for key in a..b {
-                v.load(key * stride + off, &mut row[..dv]);
-                let w = p[key - t0];
-                out.iter_mut().zip(row.iter()).for_each(|(o, &x)| *o = w.mul_add(x, *o));
+                fma_row(out, p[key - t0], v, key * stride + off, row);
             }
             t0 += TILE;
         }
@@ -91,10 +89,8 @@ pub fn no_fa(
         acc.clear();
         acc.resize(lanes * dv, 0.0);
         for (j, &e) in scores.iter().enumerate() {
-            let (key, w) = (lo + j, e * inv);
-            v.load(key * stride + off, &mut row[..dv]);
-            let a = &mut acc[(key % lanes) * dv..][..dv];
-            a.iter_mut().zip(row.iter()).for_each(|(o, &x)| *o = w.mul_add(x, *o));
+            let key = lo + j;
+            fma_row(&mut acc[(key % lanes) * dv..][..dv], e * inv, v, key * stride + off, row);
         }
         let mut p = [0f32; 64];
         for (d, o) in out.iter_mut().enumerate() {
