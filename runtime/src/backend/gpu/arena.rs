@@ -24,9 +24,10 @@ use super::driver::{DevPtr, DriverError};
 /// Placement alignment of each block: what every kernel's vector loads need.
 const ALIGN: usize = 256;
 
-pub struct Arena {
-    dev: GpuDevice,
-    base: DevPtr,
+/// The arena's bookkeeping without the device: where blocks go and which pieces of
+/// memory must be mapped or can be unmapped (unit-tested on the CPU).
+#[derive(Debug, Default)]
+pub struct Placement {
     /// Reserved bytes (addresses only).
     reserved: usize,
     granularity: usize,
@@ -34,8 +35,67 @@ pub struct Arena {
     top: usize,
     /// Placed blocks in address order: (offset, bytes, freed).
     blocks: Vec<(usize, usize, bool)>,
-    /// Physical pieces mapped behind the range, in address order: (offset, bytes, handle).
-    mapped: Vec<(usize, usize, u64)>,
+    /// Pieces of memory mapped behind the range, in address order: (offset, bytes).
+    mapped: Vec<(usize, usize)>,
+}
+
+impl Placement {
+    pub fn new(reserved: usize, granularity: usize) -> Placement {
+        let granularity = granularity.max(1);
+        Placement { reserved: reserved / granularity * granularity, granularity, ..Default::default() }
+    }
+    /// Bytes mapped behind the range.
+    pub fn backed(&self) -> usize {
+        self.mapped.last().map(|&(o, b)| o + b).unwrap_or(0)
+    }
+    /// Where `bytes` go, and the piece to map first (offset, bytes) if the range must
+    /// grow; `None` when the reservation is full. Nothing changes until [`Placement::commit`].
+    pub fn plan(&self, bytes: usize) -> Option<(usize, Option<(usize, usize)>)> {
+        let at = self.top.div_ceil(ALIGN) * ALIGN;
+        let end = at.checked_add(bytes.max(1))?;
+        if end > self.reserved {
+            return None;
+        }
+        let backed = self.backed();
+        let grow = (end > backed).then(|| (backed, (end - backed).div_ceil(self.granularity) * self.granularity));
+        Some((at, grow))
+    }
+    /// Record a planned block (after its piece, if any, was mapped).
+    pub fn commit(&mut self, at: usize, bytes: usize, grown: Option<(usize, usize)>) {
+        if let Some(g) = grown {
+            self.mapped.push(g);
+        }
+        self.blocks.push((at, bytes, false));
+        self.top = at + bytes.max(1);
+    }
+    /// Free the block at `offset`; returns the mapped pieces no block needs any more
+    /// (top first), already forgotten here: the caller unmaps them.
+    pub fn free(&mut self, offset: usize) -> Vec<(usize, usize)> {
+        if let Some(b) = self.blocks.iter_mut().find(|b| b.0 == offset) {
+            b.2 = true;
+        }
+        while self.blocks.last().is_some_and(|b| b.2) {
+            self.blocks.pop();
+        }
+        self.top = self.blocks.last().map(|b| b.0 + b.1.max(1)).unwrap_or(0);
+        let mut out = Vec::new();
+        while let Some(&(o, b)) = self.mapped.last() {
+            if o < self.top {
+                break;
+            }
+            out.push((o, b));
+            self.mapped.pop();
+        }
+        out
+    }
+}
+
+pub struct Arena {
+    dev: GpuDevice,
+    base: DevPtr,
+    place: Placement,
+    /// Physical handle of each mapped piece, by offset.
+    handles: Vec<(usize, u64)>,
 }
 
 impl Arena {
@@ -43,78 +103,119 @@ impl Arena {
     /// driver has no virtual memory management (or the reservation fails).
     pub fn new(dev: &GpuDevice, reserve: usize) -> Option<Arena> {
         let g = dev.driver().vmm_granularity()?;
-        let reserved = reserve.div_ceil(g) * g;
-        let base = dev.driver().va_reserve(reserved).ok()?;
-        dev.track(base, reserved);
-        Some(Arena { dev: dev.clone(), base, reserved, granularity: g, top: 0, blocks: Vec::new(), mapped: Vec::new() })
+        let place = Placement::new(reserve.div_ceil(g) * g, g);
+        let base = dev.driver().va_reserve(place.reserved).ok()?;
+        dev.track(base, place.reserved);
+        Some(Arena { dev: dev.clone(), base, place, handles: Vec::new() })
     }
 
     /// Bytes of device memory mapped behind the range.
     pub fn backed(&self) -> usize {
-        self.mapped.last().map(|&(o, b, _)| o + b).unwrap_or(0)
+        self.place.backed()
     }
 
     /// Place `bytes` at the top; maps more memory if needed. `Ok(None)`: the reservation
     /// is full (the caller allocates elsewhere).
     pub fn alloc(&mut self, bytes: usize) -> Result<Option<DevPtr>, DriverError> {
-        let at = self.top.div_ceil(ALIGN) * ALIGN;
-        let end = at + bytes.max(1);
-        if end > self.reserved {
-            return Ok(None);
+        let Some((at, grow)) = self.place.plan(bytes) else { return Ok(None) };
+        if let Some((o, b)) = grow {
+            let h = self.dev.driver().va_map(self.base + o as u64, b)?;
+            self.handles.push((o, h));
+            self.dev.account(b as i64);
         }
-        let backed = self.backed();
-        if end > backed {
-            let grow = (end - backed).div_ceil(self.granularity) * self.granularity;
-            let h = self.dev.driver().va_map(self.base + backed as u64, grow)?;
-            self.mapped.push((backed, grow, h));
-            self.dev.account(grow as i64);
-        }
-        self.blocks.push((at, bytes, false));
-        self.top = end;
+        self.place.commit(at, bytes, grow);
         Ok(Some(self.base + at as u64))
     }
 
-    /// Release the block at `ptr`; the top of the range shrinks past every freed block,
-    /// and memory no block needs any more is unmapped.
+    /// Release the block at `ptr`; memory no block needs any more is unmapped.
     pub fn free(&mut self, ptr: DevPtr) {
-        let Some(off) = ptr.checked_sub(self.base).map(|o| o as usize) else { return };
-        if let Some(b) = self.blocks.iter_mut().find(|b| b.0 == off) {
-            b.2 = true;
+        let Some(off) = ptr.checked_sub(self.base) else { return };
+        let pieces = self.place.free(off as usize);
+        if !pieces.is_empty() {
+            // Kernels may still read what is being unmapped.
+            let _ = self.dev.sync();
         }
-        while self.blocks.last().is_some_and(|b| b.2) {
-            self.blocks.pop();
-        }
-        self.top = self.blocks.last().map(|b| b.0 + b.1).unwrap_or(0);
-        let mut synced = false;
-        while let Some(&(o, b, h)) = self.mapped.last() {
-            if o < self.top {
-                break;
+        for (o, b) in pieces {
+            if let Some(i) = self.handles.iter().position(|&(ho, _)| ho == o) {
+                let (_, h) = self.handles.remove(i);
+                let _ = self.dev.driver().va_unmap(self.base + o as u64, b, h);
+                self.dev.account(-(b as i64));
             }
-            if !synced {
-                // Kernels may still read what is being unmapped.
-                let _ = self.dev.sync();
-                synced = true;
-            }
-            let _ = self.dev.driver().va_unmap(self.base + o as u64, b, h);
-            self.dev.account(-(b as i64));
-            self.mapped.pop();
         }
-    }
-
-    /// Does `ptr` lie inside this arena's range?
-    pub fn contains(&self, ptr: DevPtr) -> bool {
-        ptr >= self.base && ptr < self.base + self.reserved as u64
     }
 }
 
 impl Drop for Arena {
     fn drop(&mut self) {
         let _ = self.dev.sync();
-        while let Some((o, b, h)) = self.mapped.pop() {
-            let _ = self.dev.driver().va_unmap(self.base + o as u64, b, h);
-            self.dev.account(-(b as i64));
+        let pieces: Vec<(usize, usize)> = std::mem::take(&mut self.place.mapped);
+        for (o, b) in pieces.into_iter().rev() {
+            if let Some(&(_, h)) = self.handles.iter().find(|&&(ho, _)| ho == o) {
+                let _ = self.dev.driver().va_unmap(self.base + o as u64, b, h);
+                self.dev.account(-(b as i64));
+            }
         }
         self.dev.untrack(self.base);
-        let _ = self.dev.driver().va_free(self.base, self.reserved);
+        let _ = self.dev.driver().va_free(self.base, self.place.reserved);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    /// Place and map as the arena does; returns the block's offset.
+    fn place(p: &mut Placement, bytes: usize) -> Option<usize> {
+        let (at, grow) = p.plan(bytes)?;
+        p.commit(at, bytes, grow);
+        Some(at)
+    }
+
+    #[test]
+    fn blocks_are_aligned_and_memory_grows_by_granularity() {
+        let mut p = Placement::new(64 * MIB, 2 * MIB);
+        assert_eq!(place(&mut p, 5 * MIB + 3), Some(0));
+        assert_eq!(p.backed(), 6 * MIB);
+        // Next block starts at the next 256-byte boundary, inside what is mapped.
+        let b = place(&mut p, 1000).unwrap();
+        assert_eq!(b, (5 * MIB + 3).div_ceil(256) * 256);
+        assert_eq!(p.backed(), 6 * MIB);
+        // 400 weights of 5.6 MiB cost their bytes rounded once, not 6 MiB each.
+        let mut q = Placement::new(4096 * MIB, 2 * MIB);
+        for _ in 0..400 {
+            place(&mut q, 5_898_240).unwrap();
+        }
+        assert_eq!(q.backed(), (400 * 5_898_240usize).div_ceil(2 * MIB) * 2 * MIB);
+    }
+
+    #[test]
+    fn a_full_reservation_says_so() {
+        let mut p = Placement::new(4 * MIB, 2 * MIB);
+        assert!(place(&mut p, 3 * MIB).is_some());
+        assert_eq!(p.plan(2 * MIB), None);
+        assert!(p.plan(MIB / 2).is_some());
+    }
+
+    #[test]
+    fn freeing_the_top_unmaps_what_no_block_needs() {
+        let mut p = Placement::new(64 * MIB, 2 * MIB);
+        let a = place(&mut p, 3 * MIB).unwrap();
+        let b = place(&mut p, 4 * MIB).unwrap();
+        assert_eq!(p.backed(), 8 * MIB);
+        // A block below the top waits for the ones above it.
+        assert!(p.free(a).is_empty());
+        assert_eq!(p.backed(), 8 * MIB);
+        // Freeing the top releases both, and both pieces (the newest first).
+        assert_eq!(p.free(b), vec![(4 * MIB, 4 * MIB), (0, 4 * MIB)]);
+        assert_eq!(p.backed(), 0);
+        // A rollback of the last block keeps what the block below still uses.
+        let a = place(&mut p, 3 * MIB).unwrap();
+        let b = place(&mut p, 4 * MIB).unwrap();
+        assert_eq!(p.free(b), vec![(4 * MIB, 4 * MIB)]);
+        assert_eq!(p.backed(), 4 * MIB);
+        assert_eq!(place(&mut p, 10), Some((3 * MIB).div_ceil(256) * 256));
+        let _ = a;
     }
 }
