@@ -4,7 +4,7 @@
 # also written under $OUT (report.txt). Needs no Rust toolchain: only the lode binary.
 #   LODE=path/to/lode  (default: carry/lode, else target/release/lode)
 #   LODE_DEVICE=cuda|hip (default cuda)   STAGES="selftest rtc e2e bench residency replay" (default all)
-#   REAL_MODELS="/tmp/smol.gguf /tmp/gemma.gguf" (real GGUFs reassembled by earlier piece calls; optional)
+#   REAL_MODELS="/tmp/smol.gguf /tmp/gemma.gguf" (real GGUFs brought by ci/model-pieces.sh in earlier calls; optional)
 #   PRESETS="qwen3-0.6b qwen3-4b llama-8b" (bench)   CASES=N (default 30)
 # Stages: selftest rtc e2e bench kld profile residency replay (default all but profile).
 set -uo pipefail

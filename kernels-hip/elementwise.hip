@@ -71,6 +71,17 @@ KERNEL void kv_store_f16(const float* k, const float* v, u16* kc, u16* vc, int n
     if (i < nv) vc[p * nv + i] = f2h(v[(u64)r * nv + i]);
 }
 
+// A batched decode step's K and V rows, each into its own sequence's caches (kv[2r],
+// kv[2r + 1]) at slot pos[r]. grid (ceil(max(nk, nv) / 256), n_rows), block 256.
+KERNEL void kv_store_f16_rows(const float* k, const float* v, const u64* kv, int nk, int nv, const int* pos) {
+    const int i = bid_x() * 256 + tid_x(), r = bid_y();
+    const u64 p = (u64)pos[r];
+    u16* kc = (u16*)kv[2 * r];
+    u16* vc = (u16*)kv[2 * r + 1];
+    if (i < nk) kc[p * nk + i] = f2h(k[(u64)r * nk + i]);
+    if (i < nv) vc[p * nv + i] = f2h(v[(u64)r * nv + i]);
+}
+
 // y = tanh(x / cap) * cap  (final logit soft-capping)
 KERNEL void softcap_f32(const float* x, float* y, int n, float cap) {
     const int i = bid_x() * 256 + tid_x();

@@ -351,6 +351,26 @@ pub fn attention_q8(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevP
     Ok(())
 }
 
+/// A batched decode step's attention: query row t attends over its own sequence's caches,
+/// whose addresses sit at kv[2t] (K) and kv[2t + 1] (V) (a device u64 table); one launch.
+/// q, out: [n_rows, n_head, head_dim] f32; pos: [n_rows] i32 on the device.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_rows(d: &dyn Launch, q: DevPtr, kv: DevPtr, out: DevPtr, n_rows: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
+    if head_dim % 8 != 0 || head_dim > 256 || n_kv_head == 0 || n_head % n_kv_head != 0 {
+        return Err(unsupported(format!("attention: head_dim {head_dim}, heads {n_head}/{n_kv_head}")));
+    }
+    if n_rows == 0 {
+        return Ok(());
+    }
+    d.launch(
+        "attn_f16_rows",
+        [n_head as u32, n_rows as u32, 1],
+        [512, 1, 1],
+        &[KArg::Ptr(q), KArg::Ptr(kv), KArg::Ptr(out), i(n_head), i(n_kv_head), i(head_dim), KArg::Ptr(pos), i(window), KArg::F32(scale)],
+    )?;
+    Ok(())
+}
+
 fn flat(d: &dyn Launch, name: &'static str, n: usize, args: &[KArg]) -> R {
     if n == 0 {
         return Ok(());
@@ -451,6 +471,17 @@ pub fn rmsnorm_q8(d: &dyn Launch, x: DevPtr, w: Option<DevPtr>, y: DevPtr, q: De
 pub fn glu_q8(d: &dyn Launch, g: DevPtr, u: DevPtr, y: DevPtr, q: DevPtr, n: usize, gelu: bool, fmt: ActFmt) -> R {
     check_group("glu_q8", fmt, n)?;
     flat(d, "glu_q8_f32", n, &[KArg::Ptr(g), KArg::Ptr(u), KArg::Ptr(y), KArg::Ptr(q), i(n), i(gelu as usize), fmt.flag()])
+}
+
+/// A batched decode step's K and V rows, row r into its own sequence's caches (kv[2r],
+/// kv[2r + 1], a device u64 table) at slot pos[r]. k: [n_rows, nk] f32, v: [n_rows, nv] f32.
+#[allow(clippy::too_many_arguments)]
+pub fn kv_store_rows(d: &dyn Launch, k: DevPtr, v: DevPtr, kv: DevPtr, nk: usize, nv: usize, pos: DevPtr, n_rows: usize) -> R {
+    if n_rows == 0 {
+        return Ok(());
+    }
+    d.launch("kv_store_f16_rows", [ceil(nk.max(nv), 256), n_rows as u32, 1], [256, 1, 1], &[KArg::Ptr(k), KArg::Ptr(v), KArg::Ptr(kv), i(nk), i(nv), KArg::Ptr(pos)])?;
+    Ok(())
 }
 
 /// K and V rows into the f16 caches. k: [n_rows, nk] f32, v: [n_rows, nv] f32;

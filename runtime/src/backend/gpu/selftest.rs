@@ -11,6 +11,7 @@ use ops::ActFmt;
 
 mod act;
 mod fused;
+mod rows;
 mod targets;
 pub use targets::{GpuTarget, HostTarget};
 
@@ -81,6 +82,11 @@ pub trait Target {
         Ok(None)
     }
     fn f32_to_f16_rows(&self, src: &[f32], rows: usize, n: usize, stride: usize, row0: usize, dst_rows: usize) -> Out<Vec<u16>>;
+    /// The batched decode step's per-row K/V store and attention (`selftest/rows.rs`);
+    /// a device-only check: the CPU target has no address tables. Ok(None) = skipped.
+    fn attention_rows(&self, _cases: usize, _rng: &mut Rng, _acc: &mut Acc) -> Out<()> {
+        Ok(None)
+    }
 }
 
 /// What `rope_kv` leaves behind: q, k (in place) and the two f16 caches.
@@ -298,7 +304,7 @@ fn cpu_rope_head(x: &mut [f32], pos: i32, n_rot: usize, neox: bool, base: f32, f
 }
 
 /// Accumulates one check's verdict over cases.
-pub(crate) struct Acc {
+pub struct Acc {
     rep: CheckReport,
 }
 impl Acc {
@@ -385,7 +391,7 @@ pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64)
         names.push(format!("get_rows_{}", ty.name().to_lowercase()));
     }
     names.push("gemm_q4_k".into());
-    for n in ["rmsnorm_q8", "swiglu_q8", "geglu_q8", "kv_store", "add_rmsnorm_q8", "rope_kv", "matvec_multi", "attention_q8"] {
+    for n in ["rmsnorm_q8", "swiglu_q8", "geglu_q8", "kv_store", "add_rmsnorm_q8", "rope_kv", "matvec_multi", "attention_q8", "attention_rows"] {
         names.push(n.into());
     }
     for n in ["rmsnorm", "rope_norm", "rope_neox", "attention_decode", "attention_prefill", "add", "mul", "scale", "swiglu", "geglu", "softcap", "f32_to_f16_rows"] {
@@ -652,6 +658,11 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
         }
         "add_rmsnorm_q8" | "rope_kv" | "matvec_multi" | "attention_q8" => {
             if fused::check(t, name, cases, rng, &mut acc)?.is_none() {
+                return Ok(None);
+            }
+        }
+        "attention_rows" => {
+            if t.attention_rows(cases, rng, &mut acc)?.is_none() {
                 return Ok(None);
             }
         }

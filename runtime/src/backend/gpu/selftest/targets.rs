@@ -229,6 +229,10 @@ impl Target for GpuTarget<'_> {
         d.read(qb.ptr(), &mut q)?;
         Ok(Some((d.read_f32(yb.ptr(), n)?, q)))
     }
+    fn attention_rows(&self, cases: usize, rng: &mut super::Rng, acc: &mut super::Acc) -> Out<()> {
+        super::rows::check(self.0, cases, rng, acc)?;
+        Ok(Some(()))
+    }
     fn kv_store(&self, k: &[f32], v: &[f32], nk: usize, nv: usize, rows: &[i32], slots: usize) -> Out<(Vec<u16>, Vec<u16>)> {
         let d = self.0;
         let kb = d.upload_f32(k)?;
