@@ -63,7 +63,7 @@ const MMA_H: &str = include_str!("../../../../kernels-hip/mma.h");
 
 /// Each kernel family: its source file and the kernels it must export.
 pub const FAMILIES: &[(&str, &str, &[&str])] = &[
-    ("quantize", include_str!("../../../../kernels-hip/quantize.hip"), &["quantize_q8_1"]),
+    ("quantize", include_str!("../../../../kernels-hip/quantize.hip"), &["quantize_q8_1", "quantize_q8_k", "quantize_dq_q8_1", "quantize_dq_q8_k"]),
     (
         "matvec",
         include_str!("../../../../kernels-hip/matvec.hip"),
