@@ -28,6 +28,7 @@ use std::collections::HashMap;
 
 mod act;
 mod fused;
+mod readback;
 mod rows;
 
 /// Map a GPU error into the backend's error type, naming the op.
@@ -100,6 +101,8 @@ pub struct GpuBackend {
     /// Fused decode ops (multi-matvec, add+norm, norm+rope+KV store, attention writing
     /// q8_1); `LODE_FUSE=0` falls back to the trait's unfused defaults (for A/B runs).
     fuse: bool,
+    /// Large reads through one page-locked buffer (`readback.rs`).
+    readback: readback::Readback,
 }
 
 impl GpuBackend {
@@ -144,6 +147,7 @@ impl GpuBackend {
             replay: RefCell::new(Replay::new()),
             gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
             fuse: std::env::var("LODE_FUSE").map(|v| v != "0").unwrap_or(true),
+            readback: readback::Readback::from_env(),
         }
     }
 
@@ -389,7 +393,7 @@ impl Backend for GpuBackend {
         Self::check_len("read", buf, n, dst.len())?;
         self.end_step()?;
         self.retired.clear();
-        self.dev.read(p, bytemuck::cast_slice_mut(dst)).map_err(derr("read"))
+        self.readback.read(&self.dev, p, bytemuck::cast_slice_mut(dst)).map_err(derr("read"))
     }
 
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
