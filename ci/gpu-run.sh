@@ -4,7 +4,7 @@
 # also written under $OUT (report.txt). Needs no Rust toolchain: only the lode binary.
 #   LODE=path/to/lode  (default: carry/lode, else target/release/lode)
 #   LODE_DEVICE=cuda|hip (default cuda)   STAGES="selftest rtc e2e bench residency replay" (default all)
-#   REAL_MODELS="/tmp/smol.gguf /tmp/gemma.gguf" (real GGUFs reassembled by earlier piece calls; optional)
+#   REAL_MODELS="/tmp/smol.gguf /tmp/gemma.gguf" (real GGUFs brought by ci/model-pieces.sh in earlier calls; optional)
 #   PRESETS="qwen3-0.6b qwen3-4b llama-8b" (bench)   CASES=N (default 30)
 # Stages: selftest rtc e2e bench kld profile residency replay (default all but profile).
 set -uo pipefail
@@ -149,32 +149,49 @@ if stage residency; then
   echo "== residency"
   R="$OUT/residency"; mkdir -p "$R"
   CHECK="${RESIDENCY_CHECK_PRESET:-qwen3-4b}"
+  # bounded SECS LOG CMD...: run CMD; if it outlives SECS, print its threads' kernel state
+  # (a stalled driver call shows as a thread in R or D), then SIGTERM, then SIGKILL.
+  bounded() { local secs=$1 log=$2; shift 2
+    "$@" > "$log" 2>&1 & local pid=$! i=0
+    while kill -0 $pid 2>/dev/null && [ $i -lt $((secs * 5)) ]; do sleep 0.2; i=$((i + 1)); done
+    if kill -0 $pid 2>/dev/null; then
+      echo "   STALLED after ${secs} s: $(grep State /proc/$pid/status)"
+      for t in /proc/$pid/task/*; do st=$(awk '/^State/{print $2}' $t/status)
+        case "$st" in R|D) echo "   thread $(basename $t) $st, syscall $(cut -d' ' -f1 $t/syscall 2>/dev/null), utime/stime $(cut -d' ' -f14,15 $t/stat)";; esac; done
+      kill -TERM $pid; sleep 2; kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null; return 124
+    fi
+    wait $pid
+  }
   echo "-- kernel selftest with the default (256-byte) thread stack"
   "$T" 120 "$LODE" selftest --device "$DEV" --cases 3 2>&1 | grep -E "FAIL|passed" | cut -c1-200
   for P in ${RESIDENCY_PRESETS:-qwen3-4b llama-8b}; do
     M="$MD/$P.gguf"; synth "$P" "$M" || { echo "-- $P: synth failed"; rc=1; continue; }
-    echo "-- $P: lode fit"; "$T" 60 "$LODE" fit -m "$M" --ctx 2176 --device "$DEV" || rc=1
-    peak "$M" "$P-default-limits"
+    # bench's pp2048 test runs at a 2,048-token context (tg128 at 128): fit the peak's.
+    echo "-- $P: lode fit"; "$T" 60 "$LODE" fit -m "$M" --ctx 2048 --device "$DEV" || rc=1
+    peak "$M" "$P-default" LODE_MEM_TRACE=1
+    grep -E "^mem: (context|KV|graph)" "$R/$P-default.err" | head -6 | sed 's/^/   /'
+    peak "$M" "$P-no-arena" LODE_WEIGHT_ARENA=0
     peak "$M" "$P-driver-limits" LODE_GPU_LIMITS=driver
   done
   M="$MD/$CHECK.gguf"; synth "$CHECK" "$M"
   if [ -n "$TXT" ]; then
-    echo "-- $CHECK: logits upload vs device (vs mapped last) (KLD must be 0, same top-1 100 %)"
+    echo "-- $CHECK: logits upload vs device vs mapped (KLD must be 0, same top-1 100 %)"
     "$T" 120 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency upload \
       --save-logits "$R/$CHECK-upload.logits" > /dev/null 2>"$R/$CHECK-ppl-upload.err" || rc=1
-    "$T" 90 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency device \
-      --kl-divergence-base "$R/$CHECK-upload.logits" 2>&1 | grep -E "Mean +KLD|Maximum +KLD|Same top-1" | sed "s/^/   device: /"
+    for r in device mapped; do
+      "$T" 90 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency $r \
+        --kl-divergence-base "$R/$CHECK-upload.logits" 2>&1 | grep -E "Mean +KLD|Maximum +KLD|Same top-1" | sed "s/^/   $r: /"
+    done
   fi
   echo "-- $CHECK: in-process residency checks (prefill schedule, modes, budget, injected failures, mapped last)"
-  "$T" 240 "$LODE" selftest --device "$DEV" --cases 0 --residency-check "$M" --mapped-steps 8 || { echo "   exit $?"; rc=1; }
-  echo "-- mapped over the bus, short run first: qwen3-0.6b pp16 + tg4"
+  bounded 240 "$R/check.out" "$LODE" selftest --device "$DEV" --cases 0 --residency-check "$M" --mapped-steps 8 || rc=1
+  grep -E "PASS|FAIL|passed" "$R/check.out" | cut -c1-300
+  echo "-- mapped on qwen3-0.6b, pp16 + tg4: the default host memory (pinned on a discrete GPU), then registering the file's own mapping"
   M6="$MD/qwen3-0.6b.gguf"; synth qwen3-0.6b "$M6"
-  LODE_TRACE_LAUNCH=1 "$T" 60 "$LODE" bench -m "$M6" --device "$DEV" -p 16 -n 4 -r 1 --residency mapped > "$R/mapped06.out" 2>&1
-  echo "   exit $?; $(grep -c '^launch' "$R/mapped06.out") launches; last: $(grep -v '^launch' "$R/mapped06.out" | tail -2 | cut -c1-300)"
-  if [ -n "$TXT" ]; then
-    "$T" 90 "$LODE" perplexity -m "$M" -f "$TXT" --ctx 128 --chunks 2 --device "$DEV" --residency mapped \
-      --kl-divergence-base "$R/$CHECK-upload.logits" 2>&1 | grep -E "Mean +KLD|Maximum +KLD|Same top-1" | sed "s/^/   mapped: /"
-  fi
+  for h in "" register; do
+    LODE_WEIGHT_TRACE=1 LODE_MAPPED_HOST=$h bounded 30 "$R/mapped06-$h.out" "$LODE" bench -m "$M6" --device "$DEV" -p 16 -n 4 -r 1 --residency mapped
+    echo "   LODE_MAPPED_HOST=${h:-default}: exit $?; $(grep -E '^(mapped|bench):' "$R/mapped06-$h.out" | tail -3 | cut -c1-250 | paste -sd'|')"
+  done
 fi
 echo "== done rc=$rc"
 exit $rc

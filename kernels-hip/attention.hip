@@ -65,11 +65,12 @@ DEV void att_acc(float* acc, const u16* r, int epl, float corr, float pw) {
 // key, head_dim / 8 elements per lane), 64 streams per block, each with its own online
 // softmax state; a warp merges its 4 streams with shuffles, the 16 warps merge through
 // shared memory.
-KERNEL LAUNCH_BOUNDS(512) void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
-                     const int* pos, int window, float scale, block_q8_1* q8) {
+// The body of one (head, query) block; `attn_f16` and `attn_f16_rows` differ only in where
+// the query's caches are.
+DEV void attn_f16_block(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
+                        const int* pos, int window, float scale, block_q8_1* q8, int head, int tok) {
     __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
     __shared__ float s_acc[ATT_WARPS][256];
-    const int head = bid_x(), tok = bid_y();
     const int lane = tid_x() & 31, warp = tid_x() >> 5;
     const int grp = lane >> 3, sub = lane & 7;
     const int epl = head_dim / 8;
@@ -184,4 +185,19 @@ KERNEL LAUNCH_BOUNDS(512) void attn_f16(const float* q, const u16* kc, const u16
         // head_dim % 32 == 0: each warp here holds one whole block of 32 outputs.
         if (q8) q8_block_store(q8 + (((u64)tok * n_head + head) * head_dim + i) / 32, v * inv);
     }
+}
+
+KERNEL LAUNCH_BOUNDS(512) void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
+                     const int* pos, int window, float scale, block_q8_1* q8) {
+    attn_f16_block(q, kc, vc, out, n_head, n_kv_head, head_dim, pos, window, scale, q8, bid_x(), bid_y());
+}
+
+// A batched decode step: query row t belongs to a different sequence, whose K and V caches
+// sit at kv[2t] and kv[2t + 1] (device addresses), so all rows run in one launch.
+// q, out: [n_rows, n_head, head_dim] f32; pos: [n_rows] i32; grid (n_head, n_rows), block 512.
+KERNEL LAUNCH_BOUNDS(512) void attn_f16_rows(const float* q, const u64* kv, float* out, int n_head, int n_kv_head, int head_dim,
+                          const int* pos, int window, float scale) {
+    const int tok = bid_y();
+    attn_f16_block(q, (const u16*)kv[2 * tok], (const u16*)kv[2 * tok + 1], out, n_head, n_kv_head, head_dim, pos, window, scale,
+                   (block_q8_1*)0, bid_x(), tok);
 }

@@ -193,6 +193,99 @@ DEV void q8_block_store(block_q8_1* b, float v) {
     }
 }
 
+// K-format activation blocks: the codes of ggml's q8_K (one f32 scale per 256 values,
+// taken from the signed value of largest magnitude: iscale = -127 / max, codes
+// min(127, round_even(iscale * x)), d = 1 / iscale; an all-zero super-block is all
+// zeros), kept in block_q8_1's 36-byte shape so the matvecs index both formats alike.
+// Per 32-element block j of a super-block: d = 16 bits of the super-block's f32 scale
+// (the low half in even j, the high half in odd j), s = the i16 sum of the block's codes.
+// Every K-quant weight is dotted with these, so GPU and CPU quantize activations alike.
+DEV float q8k_scale(const block_q8_1* even) { return __builtin_bit_cast(float, (u32)even[0].d | ((u32)even[1].d << 16)); }
+DEV float q8k_bsum(const block_q8_1* b) { return (float)(short)b->s; }
+
+// One super-block held by one warp, lane l holding elements 8l .. 8l + 7 in v: the codes
+// (8 per lane, into q) and the scale d (returned; 0 for an all-zero super-block).
+DEV float q8k_warp_codes(const float* v, int* q) {
+    const int lane = tid_x() & 31;
+    float am = 0.0f;
+    int idx = 0x7fffffff;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const float a = fabs_f(v[j]);
+        if (a > am) {
+            am = a;
+            idx = 8 * lane + j;
+        }
+    }
+    // The largest magnitude; among equal ones the first in element order (as the CPU's scan).
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+        const float oa = shfl_xor(am, m);
+        const int oi = shfl_xor_i(idx, m);
+        if (oa > am || (oa == am && oi < idx)) {
+            am = oa;
+            idx = oi;
+        }
+    }
+    if (am == 0.0f) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = 0;
+        return 0.0f;
+    }
+    float mine = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+        if (8 * lane + j == idx) mine = v[j];
+    const float mx = warp_sum(mine); // one non-zero term: exact
+    const float iscale = -127.0f / mx;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int c = (int)rint_f(iscale * v[j]);
+        q[j] = c < 127 ? c : 127;
+    }
+    return 1.0f / iscale;
+}
+
+// Store one super-block's K-format blocks (all 32 lanes call it; codes and d from
+// q8k_warp_codes). b: the super-block's first block.
+DEV void q8k_warp_store(block_q8_1* b, const int* q, float d) {
+    const int lane = tid_x() & 31, j = lane >> 2;
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s += q[i];
+    s += shfl_xor_i(s, 1);
+    s += shfl_xor_i(s, 2);
+    u32 w0 = 0, w1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        w0 |= ((u32)q[i] & 0xff) << (8 * i);
+        w1 |= ((u32)q[4 + i] & 0xff) << (8 * i);
+    }
+    u32* qs = (u32*)b[j].qs + 2 * (lane & 3);
+    qs[0] = w0;
+    qs[1] = w1;
+    if ((lane & 3) == 0) {
+        const u32 bits = __builtin_bit_cast(u32, d);
+        b[j].d = (u16)((j & 1) ? (bits >> 16) : (bits & 0xffff));
+        b[j].s = (u16)(short)s;
+    }
+}
+
+// K-format blocks of one row of n values (n % 256 == 0) by all threads of a block
+// (nthr of them, a multiple of 32), after a barrier that made the row visible: warp w
+// takes super-blocks w, w + nthr / 32, ...
+DEV void q8k_row_store(const float* y, block_q8_1* q, int n, int nthr) {
+    const int lane = tid_x() & 31;
+    for (int sb = tid_x() >> 5; sb < n / 256; sb += nthr >> 5) {
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = y[sb * 256 + 8 * lane + j];
+        int c[8];
+        const float d = q8k_warp_codes(v, c);
+        q8k_warp_store(q + sb * 8, c, d);
+    }
+}
+
 // ---- matrix cores: one 16x16x16 f16 product, f32 accumulate, per 32-lane warp ----
 // A: 16 (M) rows x 16 (K) f16 at sA (row stride lda, in u16 units), B: 16 (N) rows x 16 (K)
 // f16 at sB (stride ldb): acc += A * B^T. Lane l's acc[i] is element (m, n) given by

@@ -37,12 +37,18 @@ KERNEL void geglu_f32(const float* g, const float* u, float* y, int n) {
 
 // y = act(g) * u and its q8_1 blocks (32 consecutive elements each) for the down
 // projection. act: 0 = SiLU, 1 = GELU-tanh. grid (ceil(n / 256)), block 256; n % 32 == 0.
-KERNEL void glu_q8_f32(const float* g, const float* u, float* y, block_q8_1* q, int n, int act) {
+// kfmt = 1: q gets the K form (quantize.hip) instead (n % 256 == 0: one super-block per block).
+KERNEL void glu_q8_f32(const float* g, const float* u, float* y, block_q8_1* q, int n, int act, int kfmt) {
     const int i = bid_x() * 256 + tid_x(), lane = tid_x() & 31;
-    if (i - lane >= n) return; // whole warp past the end (n % 32 == 0)
+    if (i - lane >= n) return; // whole warp past the end (n % 32 == 0; block-uniform if kfmt)
     const float a = g[i];
     const float v = (act ? gelu_f16r(a) : silu_f(a)) * u[i];
     y[i] = v;
+    if (kfmt) {
+        sync(); // the block's 256 values are written
+        q8k_row_store(y + bid_x() * 256, q + bid_x() * 8, 256, 256);
+        return;
+    }
     const float amax = warp_max(fabs_f(v));
     const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
     const int c = (int)rint_f(v * id);
@@ -61,6 +67,17 @@ KERNEL void glu_q8_f32(const float* g, const float* u, float* y, block_q8_1* q, 
 KERNEL void kv_store_f16(const float* k, const float* v, u16* kc, u16* vc, int nk, int nv, const int* rows) {
     const int i = bid_x() * 256 + tid_x(), r = bid_y();
     const u64 p = (u64)rows[r];
+    if (i < nk) kc[p * nk + i] = f2h(k[(u64)r * nk + i]);
+    if (i < nv) vc[p * nv + i] = f2h(v[(u64)r * nv + i]);
+}
+
+// A batched decode step's K and V rows, each into its own sequence's caches (kv[2r],
+// kv[2r + 1]) at slot pos[r]. grid (ceil(max(nk, nv) / 256), n_rows), block 256.
+KERNEL void kv_store_f16_rows(const float* k, const float* v, const u64* kv, int nk, int nv, const int* pos) {
+    const int i = bid_x() * 256 + tid_x(), r = bid_y();
+    const u64 p = (u64)pos[r];
+    u16* kc = (u16*)kv[2 * r];
+    u16* vc = (u16*)kv[2 * r + 1];
     if (i < nk) kc[p * nk + i] = f2h(k[(u64)r * nk + i]);
     if (i < nv) vc[p * nv + i] = f2h(v[(u64)r * nv + i]);
 }

@@ -1,8 +1,11 @@
 // Decode matvec: y[c][r] = sum_k W[r][k] * x[c][k] for up to NC activation columns.
 //
 // Weights are read in the GGUF stored block layout (§2 of the reference). Quantized
-// weights meet q8_1 activations (int8 dot4, §2.5 identities; the min/offset term uses
-// the q8_1 block's s = sum(x)); float weights meet f32 activations.
+// weights meet int8 activations quantized as the CPU backend quantizes them (quantize.hip):
+// the 32-element types the q8_1 form (Q4_1 / Q5_1 apply their min with the block's
+// s = d·Σq, as the CPU does; Q4_0 / Q5_0 subtract their offset from the codes, exact in
+// integers, as the CPU does), the K-quants the K form (one f32 scale per super-block,
+// integer code sums for the min term); float weights meet f32 activations.
 //
 // One warp per output row, 4 rows per 128-thread block; grid (ceil(rows / 4)).
 // NC = 1 is the decode kernel; NC = 8 serves prefill chunks (columns past `ncols` unused).
@@ -89,8 +92,9 @@ DEV void mv_q4_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
                     s0 = dot4((int)(qw[i] & 0x0F0F0F0F), a0[i], s0);
                     s1 = dot4((int)((qw[i] >> 4) & 0x0F0F0F0F), a1[i], s1);
                 }
-                float v = d * (sc0 * h2f(xb[0].d) * (float)s0 + sc1 * h2f(xb[1].d) * (float)s1);
-                if (h == 0) v -= dmin * (m0 * h2f(xb[0].s) + m1 * h2f(xb[1].s));
+                const float dx = q8k_scale(xb);
+                float v = d * dx * (sc0 * (float)s0 + sc1 * (float)s1);
+                if (h == 0) v -= dmin * dx * (m0 * q8k_bsum(xb) + m1 * q8k_bsum(xb + 1));
                 acc[col] += v;
             }
         }
@@ -128,8 +132,9 @@ DEV void mv_q5_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
                 s0 = dot4((int)lo, a0[i], s0);
                 s1 = dot4((int)hi, a1[i], s1);
             }
-            float v = d * (sc0 * h2f(xb[0].d) * (float)s0 + sc1 * h2f(xb[1].d) * (float)s1);
-            if (h == 0) v -= dmin * (m0 * h2f(xb[0].s) + m1 * h2f(xb[1].s));
+            const float dx = q8k_scale(xb);
+            float v = d * dx * (sc0 * (float)s0 + sc1 * (float)s1);
+            if (h == 0) v -= dmin * dx * (m0 * q8k_bsum(xb) + m1 * q8k_bsum(xb + 1));
             acc[col] += v;
         }
     }
@@ -161,6 +166,7 @@ DEV void mv_q6_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
         for (int col = 0; col < NC; ++col) {
             if (col >= ncols) break;
             float v = 0.0f;
+            const float dx = q8k_scale(x + (u64)col * kb + sb * 8);
 #pragma unroll
             for (int g = 0; g < 4; ++g) {
                 const block_q8_1* xb = x + (u64)col * kb + sb * 8 + 4 * h + g;
@@ -168,9 +174,9 @@ DEV void mv_q6_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
                 int s = dot4((int)q[g][0], a[0], 0);
                 s = dot4((int)q[g][1], a[1], s);
                 s -= dot4(0x20202020, a[0], dot4(0x20202020, a[1], 0));
-                v += (float)S[8 * h + 2 * g + l0 / 16] * h2f(xb->d) * (float)s;
+                v += (float)S[8 * h + 2 * g + l0 / 16] * (float)s;
             }
-            acc[col] += d * v;
+            acc[col] += d * dx * v;
         }
     }
 }
@@ -179,6 +185,8 @@ DEV void mv_q6_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
 
 // Expand 4 bits (bit i -> byte i, bit 4).
 DEV u32 spread4(u32 x) { return ((x & 1) << 4) | ((x & 2) << 11) | ((x & 4) << 18) | ((x & 8) << 25); }
+// Bytes b - o (b in [0, 32), o = 8 or 16 in every byte) as signed bytes, without borrows.
+DEV u32 sub_bytes(u32 b, u32 o) { return ((b | 0x80808080u) - o) ^ 0x80808080u; }
 
 // TYPE: 0 = Q4_0, 1 = Q4_1, 2 = Q5_0, 3 = Q5_1, 4 = Q8_0
 template <int TYPE, int NC>
@@ -211,6 +219,8 @@ DEV void mv_b32(const u8* wr, const block_q8_1* x, int kb, int ncols, float* acc
                     lo |= spread4((H >> (8 * hh + 4 * i)) & 15);
                     hi |= spread4((H >> (16 + 8 * hh + 4 * i)) & 15);
                 }
+                if (TYPE == 0) lo = sub_bytes(lo, 0x08080808u), hi = sub_bytes(hi, 0x08080808u);
+                if (TYPE == 2) lo = sub_bytes(lo, 0x10101010u), hi = sub_bytes(hi, 0x10101010u);
                 w[i] = (int)lo;
                 w[2 + i] = (int)hi;
             }
@@ -231,12 +241,7 @@ DEV void mv_b32(const u8* wr, const block_q8_1* x, int kb, int ncols, float* acc
                 s = dot4(w[3], a[4 + 2 * hh + 1], s);
             }
             float v = d * h2f(xb->d) * (float)s;
-            if (hh == 0) {
-                const float s8 = h2f(xb->s);
-                if (TYPE == 0) v -= 8.0f * d * s8;
-                if (TYPE == 2) v -= 16.0f * d * s8;
-                if (TYPE == 1 || TYPE == 3) v += m * s8;
-            }
+            if (hh == 0 && (TYPE == 1 || TYPE == 3)) v += m * h2f(xb->s);
             acc[col] += v;
         }
     }
@@ -340,13 +345,13 @@ MV_F(matvec_bf16, 2, 2)
 struct __attribute__((aligned(8))) mvs_ds { float d, s; };
 struct __attribute__((aligned(16))) i32x4 { int x, y, z, w; };
 
-// All threads of the block: x [kb] block_q8_1 -> qs [kb * 32] i8, ds [kb].
+// All threads of the block: x [kb] K-form blocks -> qs [kb * 32] i8, ds [kb] (d, d·Σq).
 DEV void mvs_stage(const block_q8_1* x, int kb, i8* qs, mvs_ds* ds) {
     const int t = tid_x();
     for (int i = t; i < kb * 8; i += 256) ((int*)qs)[i] = q8qs(x + (i >> 3))[i & 7];
     for (int b = t; b < kb; b += 256) {
-        ds[b].d = h2f(x[b].d);
-        ds[b].s = h2f(x[b].s);
+        ds[b].d = q8k_scale(x + (b & ~1));
+        ds[b].s = ds[b].d * q8k_bsum(x + b);
     }
 }
 
@@ -443,22 +448,23 @@ DEV float q6k_dot(const q6k_regs& r, int sb, int h, int q, const i8* qs, const m
 // Q4_K / Q6_K rows of at least 8 super-blocks (K <= MVS_K) use the staged kernels above,
 // everything else the per-type warp bodies on global q8_1.
 // Type codes: 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0, 10 Q4_K, 11 Q5_K, 12 Q6_K.
-// x: [k / 32] block_q8_1; y_s: [rows_s] f32; staged: the fewest super-blocks per row for
+// x: [k / 32] q8_1 form (for the 32-element types), xk: [k / 32] K form (for the
+// K-quants; either may be unused); y_s: [rows_s] f32; staged: the fewest super-blocks per row for
 // which the staged kernels are used (0: never). On the H200 they beat the uncapped warp
 // bodies on long rows (Q4_K 4096 x 14336: 2.0 vs 1.4 TB/s) but only matched them once
 // those were compiled for 64 registers, and lost on K <= 9728: opt-in (ops.rs).
 // grid (Σ ceil(rows_s / 8)), block 256.
 // One row of any q8_1-consuming type by its warp body (type codes as above).
-DEV void mv_any(int ty, const u8* W, const block_q8_1* x, int row, int kb, int nsb, float* acc) {
+DEV void mv_any(int ty, const u8* W, const block_q8_1* x, const block_q8_1* xk, int row, int kb, int nsb, float* acc) {
     switch (ty) {
     case 0: mv_b32<0, 1>(W + (u64)row * kb * 18, x, kb, 1, acc); break;
     case 1: mv_b32<1, 1>(W + (u64)row * kb * 20, x, kb, 1, acc); break;
     case 2: mv_b32<2, 1>(W + (u64)row * kb * 22, x, kb, 1, acc); break;
     case 3: mv_b32<3, 1>(W + (u64)row * kb * 24, x, kb, 1, acc); break;
     case 4: mv_b32<4, 1>(W + (u64)row * kb * 34, x, kb, 1, acc); break;
-    case 10: mv_q4_K<1>(W + (u64)row * nsb * 144, x, kb, nsb, 1, acc); break;
-    case 11: mv_q5_K<1>(W + (u64)row * nsb * 176, x, kb, nsb, 1, acc); break;
-    case 12: mv_q6_K<1>(W + (u64)row * nsb * 210, x, kb, nsb, 1, acc); break;
+    case 10: mv_q4_K<1>(W + (u64)row * nsb * 144, xk, kb, nsb, 1, acc); break;
+    case 11: mv_q5_K<1>(W + (u64)row * nsb * 176, xk, kb, nsb, 1, acc); break;
+    case 12: mv_q6_K<1>(W + (u64)row * nsb * 210, xk, kb, nsb, 1, acc); break;
     default: break;
     }
 }
@@ -468,7 +474,7 @@ DEV void mv_any(int ty, const u8* W, const block_q8_1* x, int row, int kb, int n
 #else
 #define MVS_BOUNDS LAUNCH_BOUNDS(256)
 #endif
-KERNEL MVS_BOUNDS void matvec_multi_n1(const block_q8_1* x, int k, const u8* W0, float* y0, int rows0, int ty0, const u8* W1,
+KERNEL MVS_BOUNDS void matvec_multi_n1(const block_q8_1* x, const block_q8_1* xk, int k, const u8* W0, float* y0, int rows0, int ty0, const u8* W1,
                                        float* y1, int rows1, int ty1, const u8* W2, float* y2, int rows2, int ty2, int staged) {
     __shared__ __attribute__((aligned(16))) i8 s_qs[MVS_K];
     __shared__ mvs_ds s_ds[MVS_K / 32];
@@ -497,7 +503,7 @@ KERNEL MVS_BOUNDS void matvec_multi_n1(const block_q8_1* x, int k, const u8* W0,
             const u8* wr = W + (u64)(live ? row : 0) * nsb * 144;
             q4k_regs cur, nxt;
             if (live && sb < nsb) q4k_load(wr, sb, c, &cur);
-            mvs_stage(x, kb, s_qs, s_ds);
+            mvs_stage(xk, kb, s_qs, s_ds);
             sync();
             if (!live) return;
             for (; sb < nsb; sb += 8) {
@@ -510,7 +516,7 @@ KERNEL MVS_BOUNDS void matvec_multi_n1(const block_q8_1* x, int k, const u8* W0,
             const u8* wr = W + (u64)(live ? row : 0) * nsb * 210;
             q6k_regs cur, nxt;
             if (live && sb < nsb) q6k_load(wr, sb, h, q, &cur);
-            mvs_stage(x, kb, s_qs, s_ds);
+            mvs_stage(xk, kb, s_qs, s_ds);
             sync();
             if (!live) return;
             for (; sb < nsb; sb += 8) {
@@ -523,14 +529,14 @@ KERNEL MVS_BOUNDS void matvec_multi_n1(const block_q8_1* x, int k, const u8* W0,
         return;
     }
     if (!live) return;
-    mv_any(ty, W, x, row, kb, nsb, acc);
+    mv_any(ty, W, x, xk, row, kb, nsb, acc);
     store<1>(y, acc, rows, row, 1);
 }
 
 // The same launch without the staged kernels: 4 rows per 128-thread block and the warp
 // bodies only, compiled for 8 resident blocks (64 registers, no spills); used when no
 // segment qualifies for staging. grid (Σ ceil(rows_s / 4)), block 128.
-KERNEL LAUNCH_BOUNDS_MIN(128, 8) void matvec_multi4_n1(const block_q8_1* x, int k, const u8* W0, float* y0, int rows0, int ty0,
+KERNEL LAUNCH_BOUNDS_MIN(128, 8) void matvec_multi4_n1(const block_q8_1* x, const block_q8_1* xk, int k, const u8* W0, float* y0, int rows0, int ty0,
                                                       const u8* W1, float* y1, int rows1, int ty1, const u8* W2, float* y2,
                                                       int rows2, int ty2) {
     int b = bid_x();
@@ -548,6 +554,6 @@ KERNEL LAUNCH_BOUNDS_MIN(128, 8) void matvec_multi4_n1(const block_q8_1* x, int 
     const int row = b * 4 + (tid_x() >> 5);
     if (row >= rows) return;
     float acc[1] = {0.0f};
-    mv_any(ty, W, x, row, k / 32, k / 256, acc);
+    mv_any(ty, W, x, xk, row, k / 32, k / 256, acc);
     store<1>(y, acc, rows, row, 1);
 }

@@ -34,7 +34,8 @@ KERNEL void rmsnorm_f32(const float* x, const float* w, float* y, int n, float e
 // one q8_1 block. Rows longer than 1024 * NORM_E use the strided loop.
 // x_out: where x + r goes (null: nowhere); r: null for a plain norm.
 #define NORM_E 8
-DEV void norm_q8_row(const float* x, const float* r, float* x_out, const float* w, float* y, block_q8_1* q, int n, float eps) {
+// kfmt = 1: q gets the K form (quantize.hip) of y instead of q8_1 (n % 256 == 0).
+DEV void norm_q8_row(const float* x, const float* r, float* x_out, const float* w, float* y, block_q8_1* q, int n, float eps, int kfmt) {
     __shared__ float red[32];
     __shared__ float tot_s;
     const u64 base = (u64)bid_x() * n;
@@ -80,7 +81,7 @@ DEV void norm_q8_row(const float* x, const float* r, float* x_out, const float* 
                 float o = v[j] * scale;
                 if (w) o *= w[i];
                 y[base + i] = o;
-                q8_block_store(qr + i / 32, o);
+                if (!kfmt) q8_block_store(qr + i / 32, o);
             }
         }
     } else {
@@ -90,20 +91,24 @@ DEV void norm_q8_row(const float* x, const float* r, float* x_out, const float* 
             float o = a * scale;
             if (w) o *= w[i];
             y[base + i] = o;
-            q8_block_store(qr + i / 32, o);
+            if (!kfmt) q8_block_store(qr + i / 32, o);
         }
         if (x_out) {
             sync();  // every thread has read its x before any is overwritten
             for (int i = t; i < n; i += 1024) x_out[base + i] = x[base + i] + r[base + i];
         }
     }
+    if (kfmt) {
+        sync(); // the row of y is written
+        q8k_row_store(y + base, qr, n, 1024);
+    }
 }
 
 // rmsnorm_f32 plus the q8_1 form of y for the matvec that follows (saves a launch).
 // x, y: [rows, n] f32 (may alias); q: [rows, n / 32] block_q8_1; n % 32 == 0.
 // grid (rows), block 1024.
-KERNEL LAUNCH_BOUNDS(1024) void rmsnorm_q8_f32(const float* x, const float* w, float* y, block_q8_1* q, int n, float eps) {
-    norm_q8_row(x, 0, 0, w, y, q, n, eps);
+KERNEL LAUNCH_BOUNDS(1024) void rmsnorm_q8_f32(const float* x, const float* w, float* y, block_q8_1* q, int n, float eps, int kfmt) {
+    norm_q8_row(x, 0, 0, w, y, q, n, eps, kfmt);
 }
 
 // The rotation angle of pair i at position p exactly as the CPU backend (and ggml) computes
@@ -143,8 +148,8 @@ KERNEL void rope_f32(float* x, const int* pos, const float* ff, int n_head, int 
 // The residual add fused with the next RMSNorm: x += r, then y = rmsnorm(x) * w and
 // y's q8_1 blocks. x, r, y: [rows, n] f32 (x updated in place; y may not alias x or r);
 // q: [rows, n / 32] block_q8_1; n % 32 == 0. grid (rows), block 1024.
-KERNEL LAUNCH_BOUNDS(1024) void add_rmsnorm_q8_f32(float* x, const float* r, const float* w, float* y, block_q8_1* q, int n, float eps) {
-    norm_q8_row(x, r, x, w, y, q, n, eps);
+KERNEL LAUNCH_BOUNDS(1024) void add_rmsnorm_q8_f32(float* x, const float* r, const float* w, float* y, block_q8_1* q, int n, float eps, int kfmt) {
+    norm_q8_row(x, r, x, w, y, q, n, eps, kfmt);
 }
 
 // After the q/k/v projections of a chunk, in one launch: per-head RMSNorm of q and k

@@ -6,11 +6,21 @@
 //! allocates), the f16 KV cache for the context, and an estimate of activation scratch.
 //! The total is compared with the device's free memory (the GPU driver's, or the CPU's
 //! `MemAvailable`), and the largest context that would fit is reported.
+//!
+//! On a GPU the device is opened as a run opens it (context, kernel modules, trimmed
+//! context limits), so "free" is what a run's own allocations can have, and the bytes are
+//! counted as the driver hands them out: weights in one arena (rounded once to its 2 MiB
+//! granularity), the KV cache as one allocation, each activation buffer rounded to the
+//! driver's page, plus what launching costs (functions loaded at first launch, the
+//! thread stack grown for the largest frame, graph instances). Beside it: the device
+//! memory a run will show in `nvidia-smi` (what this process holds after opening, plus
+//! the run's allocations).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use lode_runtime::backend::gpu::driver::{self, Api, DevAttr};
+use lode_runtime::backend::gpu::driver::{Api, DevAttr};
+use lode_runtime::backend::gpu::GpuDevice;
 use lode_runtime::backend::DeviceKind;
 use lode_runtime::model::Model;
 use lode_runtime::weights::budget::human;
@@ -49,10 +59,26 @@ struct Target {
     unified: bool,
     free: u64,
     total: u64,
+    /// GPU: device memory in use once the device is open as a run opens it.
+    used_at_open: u64,
+    /// GPU: weights share one arena (virtual memory management) instead of an
+    /// allocation each.
+    arena: bool,
 }
 
-/// Headroom for kernels' own buffers, graphs and staging on a GPU.
-const GPU_MARGIN: u64 = 64 << 20;
+/// What a run's launches add beyond its allocations (functions loaded on first launch,
+/// graph instances, staging): on the H200, Qwen3-4B pp2048 + tg128 with
+/// `LODE_MEM_TRACE=1`, the driver's used figure was within ~10 MiB of the context after
+/// open plus lode's page-rounded allocations (the one graph instance: 2 MiB; kernel
+/// modules load lazily and added nothing measurable). BENCHMARKS.md, residency.
+const GPU_LAUNCH_OVERHEAD: u64 = 8 << 20;
+
+/// The driver's allocation page: `cuMemAlloc` rounds each allocation up to it.
+const GPU_PAGE: u64 = 2 << 20;
+
+fn round_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
 
 pub fn run(args: Args) -> Result<()> {
     let path = common::resolve_model(args.model.as_deref())?;
@@ -65,10 +91,13 @@ pub fn run(args: Args) -> Result<()> {
         DeviceClass::Gpu => Residency::resolve(args.residency, target.unified).map_err(anyhow::Error::msg)?,
     };
     let c = &model.cfg;
+    let gpu = target.class == DeviceClass::Gpu;
 
     // Weights, per layout, through the cache's own policy.
     let mut per_layout: std::collections::BTreeMap<String, u64> = Default::default();
     let (mut weights, mut in_place, mut n_tensors) = (0u64, 0u64, 0usize);
+    // Bytes as the device hands them out: per weight (256-byte placement in the arena,
+    // else one driver page-rounded allocation each); the arena once to its granularity.
     for id in model.weight_ids() {
         let w = model.w(id);
         let l = layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), target.class);
@@ -80,25 +109,46 @@ pub fn run(args: Args) -> Result<()> {
             in_place += bytes;
             continue;
         }
-        weights += bytes;
+        weights += if target.class == DeviceClass::Gpu && !target.arena { round_up(bytes, GPU_PAGE) } else { round_up(bytes, 256) };
         *per_layout.entry(format!("{} ({})", l.name(w.ty()), w.ty())).or_default() += bytes;
     }
 
+    if gpu && target.arena {
+        weights = round_up(weights, GPU_PAGE);
+    }
     let ctx = args.ctx.unwrap_or_else(|| c.n_ctx_train.min(lode_runtime::engine::DEFAULT_CTX_CAP)).max(1);
     // f16 K and V for every layer and slot.
     let kv_per_token = (c.n_layer * c.n_head_kv * (c.head_dim_k + c.head_dim_v) * 2) as u64;
+    let kv = |ctx: usize| -> u64 {
+        let b = kv_per_token * ctx as u64;
+        if gpu { round_up(b, GPU_PAGE) } else { b }
+    };
     let scratch = |ctx: usize| -> u64 {
         let n = args.batch_size.min(ctx).max(1);
-        // The model's activation buffers (model::Scratch), f32.
-        let per_tok = 3 * c.n_embd + c.n_head * (c.head_dim_k + c.head_dim_v) + c.n_head_kv * (c.head_dim_k + c.head_dim_v) + 2 * c.n_ff;
-        let act = (n * per_tok + 16 * (c.n_embd + c.n_vocab)) as u64 * 4;
-        match target.class {
-            // q8_1 copy of the widest activation (36 bytes per 32 values), plus headroom.
-            DeviceClass::Gpu => act + (n * c.n_embd.max(c.n_ff)).div_ceil(32) as u64 * 36 + GPU_MARGIN,
-            DeviceClass::Cpu => act,
+        // The model's activation buffers (model::Scratch), f32, one allocation each.
+        let bufs = [
+            n * c.n_embd,
+            n * c.n_embd,
+            n * c.n_embd,
+            n * c.n_head * c.head_dim_k,
+            n * c.n_head_kv * c.head_dim_k,
+            n * c.n_head_kv * c.head_dim_v,
+            n * c.n_head * c.head_dim_v,
+            n * c.n_ff,
+            n * c.n_ff,
+            16 * c.n_embd,
+            16 * c.n_vocab,
+        ];
+        if !gpu {
+            return bufs.iter().map(|&v| v as u64 * 4).sum();
         }
+        let act: u64 = bufs.iter().map(|&v| round_up(v as u64 * 4, GPU_PAGE)).sum();
+        // The q8_1 copy of the widest activation (36 bytes per 32 values), grown to a
+        // power of two, and what launching costs.
+        let q8 = ((n * c.n_embd.max(c.n_ff)).div_ceil(32) as u64 * 36).next_power_of_two();
+        act + round_up(q8, GPU_PAGE) + GPU_LAUNCH_OVERHEAD
     };
-    let need = weights + kv_per_token * ctx as u64 + scratch(ctx);
+    let need = weights + kv(ctx) + scratch(ctx);
     let fits = need <= target.free;
     // Largest context: scratch grows with the chunk only up to the batch size.
     let fixed = weights + scratch(args.batch_size);
@@ -114,12 +164,14 @@ pub fn run(args: Args) -> Result<()> {
             "weights_per_layout": per_layout,
             "weights_in_place_bytes": in_place,
             "weight_tensors": n_tensors,
-            "kv_bytes": kv_per_token * ctx as u64,
+            "kv_bytes": kv(ctx),
             "kv_bytes_per_token": kv_per_token,
             "scratch_bytes": scratch(ctx),
             "need_bytes": need,
             "free_bytes": target.free,
             "total_bytes": target.total,
+            "device_used_at_open_bytes": target.used_at_open,
+            "predicted_device_used_bytes": if gpu { Some(target.used_at_open + need) } else { None },
             "fits": fits,
             "max_ctx": max_ctx,
             "n_ctx_train": c.n_ctx_train,
@@ -136,10 +188,17 @@ pub fn run(args: Args) -> Result<()> {
     if in_place > 0 {
         println!("  mapped    {:>11}  read in place from the file (pinned host memory, no device copy)", human(in_place));
     }
-    println!("  KV cache  {:>11}  (f16: {} layers × {ctx} × {} kv heads × {})", human(kv_per_token * ctx as u64), c.n_layer, c.n_head_kv, c.head_dim_k + c.head_dim_v);
-    println!("  scratch   {:>11}  (estimate: activations of {}-token chunks{})", human(scratch(ctx)), args.batch_size.min(ctx), if target.class == DeviceClass::Gpu { ", q8_1 copy, 64 MiB headroom" } else { "" });
+    println!("  KV cache  {:>11}  (f16: {} layers × {ctx} × {} kv heads × {})", human(kv(ctx)), c.n_layer, c.n_head_kv, c.head_dim_k + c.head_dim_v);
+    println!("  scratch   {:>11}  (estimate: activations of {}-token chunks{})", human(scratch(ctx)), args.batch_size.min(ctx), if gpu { ", one allocation each, q8_1 copy, launch overhead" } else { "" });
     println!("  needed    {:>11}", human(need));
     println!("  free      {:>11}  of {}", human(target.free), human(target.total));
+    if gpu {
+        println!(
+            "  device    {:>11}  predicted in use during the run (nvidia-smi): {} held once opened (context, kernels, other processes) + needed",
+            human(target.used_at_open + need),
+            human(target.used_at_open)
+        );
+    }
     let trained = if max_ctx > c.n_ctx_train as u64 { format!(" (the model was trained for {})", c.n_ctx_train) } else { String::new() };
     if fits {
         println!("fits: yes; the largest context that fits is {max_ctx}{trained}");
@@ -151,7 +210,7 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// The device `--device` names and its free memory, without loading kernels.
+/// The device `--device` names and its free memory, opened as a run opens it.
 fn target(kind: DeviceKind) -> Result<Target> {
     let ordinal = std::env::var("LODE_DEVICE_ORDINAL").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let apis: &[Api] = match kind {
@@ -161,19 +220,22 @@ fn target(kind: DeviceKind) -> Result<Target> {
         DeviceKind::Auto => &[Api::Cuda, Api::Hip],
     };
     for &api in apis {
-        match driver::open(api, ordinal) {
+        // Opened as a run opens it: context limits trimmed, kernel modules loaded.
+        match GpuDevice::open(api, ordinal) {
             Ok(d) => {
                 let (free, total) = d.mem_info().with_context(|| format!("{api}: cannot read device memory"))?;
                 let unified = d.attribute(DevAttr::Integrated).map(|v| v != 0).unwrap_or(false);
+                let arena = d.driver().vmm_granularity().is_some() && std::env::var("LODE_WEIGHT_ARENA").map(|v| v != "0").unwrap_or(true);
                 let info = d.info();
-                return Ok(Target { name: format!("{api}:{ordinal} ({})", info.name), class: DeviceClass::Gpu, unified, free, total });
+                let name = format!("{api}:{ordinal} ({})", info.name);
+                return Ok(Target { name, class: DeviceClass::Gpu, unified, free, total, used_at_open: total - free, arena });
             }
             Err(e) if kind != DeviceKind::Auto => return Err(e).with_context(|| format!("cannot open {api} device {ordinal}")),
             Err(_) => {}
         }
     }
     let (free, total) = meminfo().context("cannot read /proc/meminfo")?;
-    Ok(Target { name: "cpu".into(), class: DeviceClass::Cpu, unified: true, free, total })
+    Ok(Target { name: "cpu".into(), class: DeviceClass::Cpu, unified: true, free, total, used_at_open: 0, arena: false })
 }
 
 /// (MemAvailable, MemTotal) in bytes.

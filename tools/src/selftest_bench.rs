@@ -56,8 +56,8 @@ pub fn run(dev: &GpuDevice) -> Result<()> {
         let qb = dev.alloc(ops::q8_1_bytes(k, 8))?;
         let yb = dev.alloc(rows * 8 * 4)?;
         let q8 = ops::matvec_takes_q8_1(ty);
-        if q8 {
-            ops::quantize_q8_1(dev, xb.ptr(), qb.ptr(), k, 8)?;
+        if let Some(f) = ops::act_fmt(ty) {
+            ops::quantize_act(dev, f, xb.ptr(), qb.ptr(), k, 8)?;
         }
         let xin = if q8 { qb.ptr() } else { xb.ptr() };
         for ncols in [1usize, 8] {
@@ -77,7 +77,7 @@ pub fn run(dev: &GpuDevice) -> Result<()> {
             let mut i = 0;
             let ms = time_ms(dev, 40, || {
                 i += 1;
-                Ok(ops::matvec_multi_with(dev, xin, k, &[(wbs[i % copies].ptr(), ty, rows, yb.ptr())], 8)?)
+                Ok(ops::matvec_multi_with(dev, 0, xin, k, &[(wbs[i % copies].ptr(), ty, rows, yb.ptr())], 8)?)
             })?;
             println!("bench matvec {ty:<5} {rows:>6}x{k:<5} staged: {:8.1} us  {:6.0} GB/s weights", ms * 1e3, w.len() as f64 / ms / 1e6);
         }

@@ -6,8 +6,8 @@
 //! read in place from the registered file mapping (`mapped`). Small f32 vectors (norm
 //! weights, biases) that a file stores in another type have the f32 layout (dequantized
 //! on the host once, then uploaded).
-//! Activations: every `Buf` is a device f32 buffer. Matmuls of quantized weights quantize
-//! the activations to q8_1 in a reused scratch buffer first.
+//! Activations: every `Buf` is a device f32 buffer. Matmuls of quantized weights read them
+//! quantized as the CPU backend quantizes them (`act.rs`), from reused scratch buffers.
 //! Host slices (token ids, positions) are uploaded to per-step staging slots (an
 //! identical position list is staged once per step); kernels read positions on the device.
 //! Steps (the work between two read-backs) are recorded and, once two consecutive steps
@@ -26,7 +26,9 @@ use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
 use crate::weights::{Residency, WeightCache, WeightOptions, WeightRef, WeightStats};
 use std::collections::HashMap;
 
+mod act;
 mod fused;
+mod readback;
 mod rows;
 
 /// Map a GPU error into the backend's error type, naming the op.
@@ -39,8 +41,11 @@ fn derr(op: &'static str) -> impl Fn(super::DriverError) -> BackendError {
 
 struct Kv {
     spec: KvSpec,
+    /// Every layer's K and V in one allocation (one per array rounded each up to the
+    /// driver's 2 MiB page: 126 MiB on Qwen3-4B at 2,176 tokens).
+    _mem: DeviceBuffer,
     /// Per layer: K then V, each [n_ctx, n_kv_head * head_dim] f16.
-    layers: Vec<(DeviceBuffer, DeviceBuffer)>,
+    layers: Vec<(DevPtr, DevPtr)>,
 }
 
 /// A reusable device scratch region that only grows.
@@ -66,10 +71,10 @@ pub struct GpuBackend {
     /// Activation buffers: (memory, f32 length, version bumped by every op that writes it).
     bufs: HashMap<u32, (DeviceBuffer, usize, u64)>,
     tick: u64,
-    /// (buffer, version, values) whose q8_1 blocks (32 consecutive values each) the
-    /// scratch holds: q, k and v (and gate and up) projections of one input quantize it
-    /// once, and the norm / GLU kernels before a projection write them directly.
-    q8_of: Option<(u32, u64, usize)>,
+    /// Quantized forms of activation buffers (`act.rs`): q, k and v (and gate and up)
+    /// projections of one input quantize it once, and the norm / GLU kernels before a
+    /// projection write the blocks directly.
+    act: act::ActForms,
     kvs: HashMap<u32, Kv>,
     next: u32,
     /// Every weight copy (or in-place address), by (file region, layout).
@@ -78,7 +83,6 @@ pub struct GpuBackend {
     mapped: Option<MappedFile>,
     /// RoPE frequency divisors on the device, by the host address of their weight.
     inv_freq: HashMap<usize, DeviceBuffer>,
-    q8: Scratch,
     /// Per-step staging of host inputs (ids, positions): slot addresses repeat per step.
     stage: Scratch,
     stage_used: usize,
@@ -97,6 +101,8 @@ pub struct GpuBackend {
     /// Fused decode ops (multi-matvec, add+norm, norm+rope+KV store, attention writing
     /// q8_1); `LODE_FUSE=0` falls back to the trait's unfused defaults (for A/B runs).
     fuse: bool,
+    /// Large reads through one page-locked buffer (`readback.rs`).
+    readback: readback::Readback,
 }
 
 impl GpuBackend {
@@ -121,18 +127,17 @@ impl GpuBackend {
     }
 
     fn with_residency(dev: GpuDevice, residency: Residency, opts: &WeightOptions) -> GpuBackend {
-        let cache = WeightCache::new(GpuMaterializer { dev: dev.clone() }, residency, opts);
+        let cache = WeightCache::new(GpuMaterializer::new(dev.clone()), residency, opts);
         GpuBackend {
             dev,
             bufs: HashMap::new(),
             tick: 0,
-            q8_of: None,
+            act: act::ActForms::from_env(),
             kvs: HashMap::new(),
             next: 1,
             cache,
             mapped: None,
             inv_freq: HashMap::new(),
-            q8: Scratch::default(),
             stage: Scratch::default(),
             stage_used: 0,
             retired: Vec::new(),
@@ -142,6 +147,7 @@ impl GpuBackend {
             replay: RefCell::new(Replay::new()),
             gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
             fuse: std::env::var("LODE_FUSE").map(|v| v != "0").unwrap_or(true),
+            readback: readback::Readback::from_env(),
         }
     }
 
@@ -255,7 +261,7 @@ impl GpuBackend {
     fn kv_layer(&self, op: &'static str, kv: KvCache, layer: usize) -> Result<(DevPtr, DevPtr, KvSpec)> {
         let c = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
         let (k, v) = c.layers.get(layer).ok_or(BackendError::Invalid { op, msg: format!("layer {layer} of {}", c.spec.n_layer) })?;
-        Ok((k.ptr(), v.ptr(), c.spec))
+        Ok((*k, *v, c.spec))
     }
 
     fn check_len(op: &'static str, b: Buf, have: usize, need: usize) -> Result<()> {
@@ -326,10 +332,6 @@ impl GpuBackend {
         Ok(Some(p))
     }
 
-    /// Device address of the q8_1 scratch sized for `values` values (in blocks of 32).
-    fn q8_scratch(&mut self, values: usize, op: &'static str) -> Result<DevPtr> {
-        self.q8.get(&self.dev, ops::q8_1_bytes(values, 1)).map_err(derr(op))
-    }
 }
 
 impl Backend for GpuBackend {
@@ -391,7 +393,7 @@ impl Backend for GpuBackend {
         Self::check_len("read", buf, n, dst.len())?;
         self.end_step()?;
         self.retired.clear();
-        self.dev.read(p, bytemuck::cast_slice_mut(dst)).map_err(derr("read"))
+        self.readback.read(&self.dev, p, bytemuck::cast_slice_mut(dst)).map_err(derr("read"))
     }
 
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
@@ -402,21 +404,15 @@ impl Backend for GpuBackend {
         if spec.head_dim_k != spec.head_dim_v {
             return Err(BackendError::Invalid { op: "alloc_kv", msg: format!("head_dim_k {} != head_dim_v {}", spec.head_dim_k, spec.head_dim_v) });
         }
-        let mut layers = Vec::with_capacity(spec.n_layer);
-        for _ in 0..spec.n_layer {
-            let k = self.dev.alloc(spec.n_ctx * spec.n_kv_head * spec.head_dim_k * 2);
-            let v = self.dev.alloc(spec.n_ctx * spec.n_kv_head * spec.head_dim_v * 2);
-            match (k, v) {
-                (Ok(k), Ok(v)) => layers.push((k, v)),
-                _ => {
-                    let bytes = spec.n_layer as u64 * spec.n_ctx as u64 * spec.n_kv_head as u64 * (spec.head_dim_k + spec.head_dim_v) as u64 * 2;
-                    return Err(BackendError::OutOfMemory { what: "KV cache", bytes });
-                }
-            }
-        }
+        let kb = (spec.n_ctx * spec.n_kv_head * spec.head_dim_k * 2).div_ceil(256) * 256;
+        let vb = (spec.n_ctx * spec.n_kv_head * spec.head_dim_v * 2).div_ceil(256) * 256;
+        let total = spec.n_layer * (kb + vb);
+        let mem = self.dev.alloc(total).map_err(|_| BackendError::OutOfMemory { what: "KV cache", bytes: total as u64 })?;
+        let layers = (0..spec.n_layer).map(|l| (mem.at(l * (kb + vb)), mem.at(l * (kb + vb) + kb))).collect();
+        self.dev.mem_mark(&format!("KV cache {} MiB", total >> 20));
         let h = self.next;
         self.next += 1;
-        self.kvs.insert(h, Kv { spec: *spec, layers });
+        self.kvs.insert(h, Kv { spec: *spec, _mem: mem, layers });
         Ok(KvCache(h))
     }
 
@@ -452,16 +448,15 @@ impl Backend for GpuBackend {
         let ty = w.ty();
         let map = |e: GpuError| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) };
         let lay = layout::canonical(ty, Consumer::Matrix, DeviceClass::Gpu);
+        let fmt = ops::act_fmt(ty);
         let r = if self.gemm_prefill && prefill::use_gemm(ty, lay, n_tok) {
-            prefill::gemm(&self.rec(), wp, ty, lay, rows, k, xp, yp, n_tok).map_err(map)
-        } else if ops::matvec_takes_q8_1(ty) {
-            let grown = self.q8.grown;
-            let q = self.q8.get(&self.dev, ops::q8_1_bytes(k, n_tok)).map_err(derr("matmul"))?;
-            let key = (x.0, self.version(x), k * n_tok);
-            if self.q8_of != Some(key) || self.q8.grown != grown {
-                ops::quantize_q8_1(&self.rec(), xp, q, k, n_tok).map_err(map)?;
-                self.q8_of = Some(key);
-            }
+            let xa = match fmt {
+                Some(f) => self.act_values(x, f, k, n_tok, "matmul")?,
+                None => xp,
+            };
+            prefill::gemm(&self.rec(), wp, ty, lay, rows, k, xa, yp, n_tok).map_err(map)
+        } else if let Some(f) = fmt {
+            let q = self.act_blocks(x, f, k, n_tok, "matmul")?;
             ops::matvec(&self.rec(), wp, ty, rows, k, q, yp, n_tok).map_err(map)
         } else {
             ops::matvec(&self.rec(), wp, ty, rows, k, xp, yp, n_tok).map_err(map)
@@ -484,7 +479,11 @@ impl Backend for GpuBackend {
         Self::check_len("matmul_glu", out, on, n_tok * rows)?;
         let gp = self.weight(gate)?;
         let upp = self.weight(up)?;
-        let r = prefill::gemm_glu(&self.rec(), gp, upp, ty, lay, rows, k, xp, op, n_tok, act == Glu::GeluTanh)
+        let xa = match ops::act_fmt(ty) {
+            Some(f) => self.act_values(x, f, k, n_tok, "matmul_glu")?,
+            None => xp,
+        };
+        let r = prefill::gemm_glu(&self.rec(), gp, upp, ty, lay, rows, k, xa, op, n_tok, act == Glu::GeluTanh)
             .map_err(|e| BackendError::Invalid { op: "matmul_glu", msg: format!("{} / {}: {e}", gate.name(), up.name()) });
         self.touch(out);
         r
@@ -505,10 +504,10 @@ impl Backend for GpuBackend {
             None => None,
         };
         if row_len % 32 == 0 {
-            let q = self.q8.get(&self.dev, ops::q8_1_bytes(row_len, n_rows)).map_err(derr("rms_norm"))?;
-            ops::rmsnorm_q8(&self.rec(), xp, wp, op, q, n_rows, row_len, eps).map_err(err("rms_norm"))?;
+            let (fmt, _, q) = self.act_producer(out, Some(row_len), n_rows * row_len, "rms_norm")?;
+            ops::rmsnorm_q8(&self.rec(), xp, wp, op, q, n_rows, row_len, eps, fmt).map_err(err("rms_norm"))?;
             self.touch(out);
-            self.q8_of = Some((out.0, self.version(out), n_rows * row_len));
+            self.act_produced(out, fmt, row_len, n_rows * row_len);
             return Ok(());
         }
         let r = ops::rmsnorm(&self.rec(), xp, wp, op, n_rows, row_len, eps).map_err(err("rms_norm"));
@@ -565,10 +564,10 @@ impl Backend for GpuBackend {
         Self::check_len("glu", up, un, n)?;
         Self::check_len("glu", out, on, n)?;
         if n % 32 == 0 {
-            let q = self.q8.get(&self.dev, ops::q8_1_bytes(n, 1)).map_err(derr("glu"))?;
-            ops::glu_q8(&self.rec(), gp, up_, op, q, n, act == Glu::GeluTanh).map_err(err("glu"))?;
+            let (fmt, row_len, q) = self.act_producer(out, None, n, "glu")?;
+            ops::glu_q8(&self.rec(), gp, up_, op, q, n, act == Glu::GeluTanh, fmt).map_err(err("glu"))?;
             self.touch(out);
-            self.q8_of = Some((out.0, self.version(out), n));
+            self.act_produced(out, fmt, row_len, n);
             return Ok(());
         }
         let r = ops::glu(&self.rec(), gp, up_, op, n, act == Glu::GeluTanh).map_err(err("glu"));
@@ -622,12 +621,17 @@ impl Backend for GpuBackend {
             return prefill::flash_attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"));
         }
         let values = pos.len() * p.n_head * p.head_dim_v;
-        // The output projection's q8_1 input, written by the attention kernel itself.
-        let q8 = if self.fuse && p.head_dim_v % 32 == 0 { Some(self.q8_scratch(values, "attention")?) } else { None };
+        // The output projection's q8_1 input, written by the attention kernel itself (it
+        // writes per head, so not the K form a K-quant projection reads).
+        let q8 = if self.fuse && p.head_dim_v % 32 == 0 && !self.act_wants_k(out) {
+            Some(self.act_producer(out, Some(32), values, "attention")?.2)
+        } else {
+            None
+        };
         self.touch(out);
         ops::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
         if q8.is_some() {
-            self.q8_of = Some((out.0, self.version(out), values));
+            self.act_produced(out, ops::ActFmt::Q8_1, 32, values);
         }
         Ok(())
     }

@@ -32,6 +32,8 @@ pub struct DeviceCore {
     next_id: AtomicU64,
     /// What `trim_context` set.
     limits: Mutex<String>,
+    /// The driver's used bytes at the last `mem_mark` (the trace prints deltas).
+    last_used: AtomicU64,
 }
 
 impl Drop for DeviceCore {
@@ -107,6 +109,41 @@ impl Drop for HostRegistration<'_> {
     }
 }
 
+/// Page-locked host memory from the driver, readable by the device at `device_ptr`.
+/// Freed (after the queued work) on drop.
+pub struct PinnedHost {
+    core: Arc<DeviceCore>,
+    host: usize,
+    bytes: usize,
+    pub device_ptr: DevPtr,
+}
+
+impl PinnedHost {
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+    /// The host side, for filling.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `host` is a live allocation of `bytes` bytes from the driver, owned by
+        // `self` (freed only on drop) and borrowed exclusively through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.host as *mut u8, self.bytes) }
+    }
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: as above, shared borrow; the device only reads it.
+        unsafe { std::slice::from_raw_parts(self.host as *const u8, self.bytes) }
+    }
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        let _ = self.core.drv.stream_sync(self.core.stream);
+        let _ = self.core.drv.host_free(self.host);
+    }
+}
+
 /// A pair of timing events.
 pub struct Timer {
     core: Arc<DeviceCore>,
@@ -149,9 +186,12 @@ impl GpuDevice {
             live: Mutex::new(Default::default()),
             next_id: AtomicU64::new(1),
             limits: Mutex::new(String::new()),
+            last_used: AtomicU64::new(0),
         };
         let dev = GpuDevice { core: Arc::new(core) };
+        dev.mem_mark("context created, kernel modules loaded");
         dev.trim_context();
+        dev.mem_mark("context limits set");
         Ok(dev)
     }
 
@@ -179,6 +219,23 @@ impl GpuDevice {
         if let Ok(mut n) = self.core.limits.lock() {
             *n = note.join(", ");
         }
+    }
+
+    /// `LODE_MEM_TRACE=1`: one line with the driver's used memory, its change since the
+    /// previous mark, and lode's own allocations — where the context's overhead goes.
+    pub fn mem_mark(&self, what: &str) {
+        if !driver::mem_trace() {
+            return;
+        }
+        let Ok((free, total)) = self.core.drv.mem_info() else { return };
+        let used = total - free;
+        let prev = self.core.last_used.swap(used, Ordering::Relaxed);
+        eprintln!(
+            "mem: {what}: driver used {} MiB ({:+} KiB), lode allocated {} MiB",
+            used >> 20,
+            (used as i64 - prev as i64) >> 10,
+            self.allocated_bytes() >> 20
+        );
     }
 
     /// The context limits lode set at open (empty: the driver's defaults).
@@ -229,6 +286,32 @@ impl GpuDevice {
         }
         Ok(DeviceBuffer { core: self.core.clone(), ptr, bytes })
     }
+    /// Enter memory lode did not get from [`GpuDevice::alloc`] (a weight arena's address
+    /// range) in the live-allocation registry, so graph replay sees one stable
+    /// allocation; returns its id. [`GpuDevice::untrack`] removes it.
+    pub fn track(&self, ptr: DevPtr, bytes: usize) -> u64 {
+        let id = self.core.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut l) = self.core.live.lock() {
+            l.insert(ptr, (bytes, id));
+        }
+        id
+    }
+    pub fn untrack(&self, ptr: DevPtr) {
+        if let Ok(mut l) = self.core.live.lock() {
+            l.remove(&ptr);
+        }
+    }
+    /// Count `bytes` of device memory obtained outside [`GpuDevice::alloc`] (positive:
+    /// backed, negative: released) in lode's allocated bytes and their peak.
+    pub fn account(&self, bytes: i64) {
+        if bytes >= 0 {
+            let now = self.core.allocated.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+            self.core.peak.fetch_max(now, Ordering::Relaxed);
+        } else {
+            self.core.allocated.fetch_sub(bytes.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
+
     /// The id of the live allocation holding `p` (ids are never reused).
     pub fn allocation_of(&self, p: DevPtr) -> Option<u64> {
         let l = self.core.live.lock().ok()?;
@@ -280,6 +363,11 @@ impl GpuDevice {
         let device_ptr = self.core.drv.host_register(host)?;
         Ok(HostRegistration { core: self.core.clone(), host, device_ptr })
     }
+    /// `bytes` of page-locked host memory the device reads in place.
+    pub fn host_alloc(&self, bytes: usize) -> Result<PinnedHost> {
+        let (host, device_ptr) = self.core.drv.host_alloc(bytes)?;
+        Ok(PinnedHost { core: self.core.clone(), host, bytes, device_ptr })
+    }
     pub fn timer(&self) -> Result<Timer> {
         let start = self.core.drv.event_create()?;
         let end = self.core.drv.event_create()?;
@@ -288,19 +376,25 @@ impl GpuDevice {
 
     /// Launch kernel `name` on the device stream.
     pub fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<()> {
-        let f = {
+        let (f, first) = {
             let mut cache = self.core.funcs.lock().map_err(|_| poisoned())?;
             match cache.get(name) {
-                Some(&f) => f,
+                Some(&f) => (f, false),
                 None => {
                     let k = self.core.kernels.lock().map_err(|_| poisoned())?;
                     let f = k.as_ref().ok_or_else(poisoned)?.get(name)?;
                     cache.insert(name, f);
-                    f
+                    (f, true)
                 }
             }
         };
-        self.core.drv.launch(f, grid, block, 0, self.core.stream, args)
+        let r = self.core.drv.launch(f, grid, block, 0, self.core.stream, args);
+        if first {
+            // The driver loads a function's code (and grows the thread stack for its
+            // frame) at its first launch: what that costs shows here.
+            self.mem_mark(&format!("first launch of {name}"));
+        }
+        r
     }
 
     // ---- graph hooks ----

@@ -63,7 +63,7 @@ const MMA_H: &str = include_str!("../../../../kernels-hip/mma.h");
 
 /// Each kernel family: its source file and the kernels it must export.
 pub const FAMILIES: &[(&str, &str, &[&str])] = &[
-    ("quantize", include_str!("../../../../kernels-hip/quantize.hip"), &["quantize_q8_1"]),
+    ("quantize", include_str!("../../../../kernels-hip/quantize.hip"), &["quantize_q8_1", "quantize_q8_k", "quantize_dq_q8_1", "quantize_dq_q8_k"]),
     (
         "matvec",
         include_str!("../../../../kernels-hip/matvec.hip"),
@@ -75,12 +75,12 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
         ],
     ),
     ("norm_rope", include_str!("../../../../kernels-hip/norm_rope.hip"), &["rmsnorm_f32", "rmsnorm_q8_f32", "rope_f32", "add_rmsnorm_q8_f32", "rope_kv_f32"]),
-    ("attention", include_str!("../../../../kernels-hip/attention.hip"), &["attn_f16"]),
+    ("attention", include_str!("../../../../kernels-hip/attention.hip"), &["attn_f16", "attn_f16_rows"]),
     (
         "elementwise",
         include_str!("../../../../kernels-hip/elementwise.hip"),
         &[
-            "add_f32", "add_bias_f32", "mul_f32", "scale_f32", "swiglu_f32", "geglu_f32", "softcap_f32", "f32_to_f16_rows", "glu_q8_f32", "kv_store_f16",
+            "add_f32", "add_bias_f32", "mul_f32", "scale_f32", "swiglu_f32", "geglu_f32", "softcap_f32", "f32_to_f16_rows", "glu_q8_f32", "kv_store_f16", "kv_store_f16_rows",
             "get_rows_f32", "get_rows_f16", "get_rows_bf16", "get_rows_q4_0", "get_rows_q4_1", "get_rows_q5_0",
             "get_rows_q5_1", "get_rows_q8_0", "get_rows_q4_K", "get_rows_q5_K", "get_rows_q6_K",
         ],

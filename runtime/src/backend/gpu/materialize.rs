@@ -1,10 +1,12 @@
 //! The weight cache's view of a GPU: [`GpuMaterializer`] (allocate, upload, free through
-//! [`GpuDevice`]) and [`MappedFile`] (the model file registered with the device for
-//! `mapped` residency: read-only, one registration for the whole mapping).
+//! [`GpuDevice`], weights placed in one growing [`Arena`]) and [`MappedFile`] (the model
+//! file readable by the device in place for `mapped` residency).
 
 use std::sync::Arc;
+use std::time::Instant;
 
-use super::device::{DeviceBuffer, GpuDevice};
+use super::arena::Arena;
+use super::device::{DeviceBuffer, GpuDevice, PinnedHost};
 use super::driver::{DevPtr, DriverError};
 use crate::gguf::GgufFile;
 use crate::weights::{DeviceFault, DeviceMemory, Materializer, WeightError};
@@ -17,26 +19,87 @@ fn fault(e: DriverError) -> DeviceFault {
     DeviceFault { out_of_memory, msg: e.to_string() }
 }
 
+fn weight_trace() -> bool {
+    crate::weights::stats::trace_enabled()
+}
+
+/// One weight's device memory: a block of the arena, or its own allocation (no arena on
+/// this driver, `LODE_WEIGHT_ARENA=0`, or the arena's reservation is full).
+pub enum WeightBuf {
+    Arena { ptr: DevPtr, bytes: usize },
+    Own(DeviceBuffer),
+}
+
 pub struct GpuMaterializer {
     pub dev: GpuDevice,
+    arena: Option<Arena>,
+    /// Whether making the arena was tried (it is made on the first allocation).
+    arena_tried: bool,
+}
+
+impl GpuMaterializer {
+    pub fn new(dev: GpuDevice) -> GpuMaterializer {
+        GpuMaterializer { dev, arena: None, arena_tried: false }
+    }
+
+    /// Bytes of device memory behind the arena (0 without one).
+    pub fn arena_bytes(&self) -> usize {
+        self.arena.as_ref().map(|a| a.backed()).unwrap_or(0)
+    }
+
+    fn arena(&mut self) -> Option<&mut Arena> {
+        if !self.arena_tried {
+            self.arena_tried = true;
+            if std::env::var("LODE_WEIGHT_ARENA").map(|v| v != "0").unwrap_or(true) {
+                // Addresses only: reserving the device's whole size costs no memory and
+                // means the arena never runs out before the device does.
+                self.arena = Arena::new(&self.dev, self.dev.info().total_mem as usize);
+            }
+            if weight_trace() {
+                eprintln!("weight arena: {}", if self.arena.is_some() { "one growing range (virtual memory management)" } else { "none: one allocation per weight" });
+            }
+        }
+        self.arena.as_mut()
+    }
 }
 
 impl Materializer for GpuMaterializer {
-    type Buffer = DeviceBuffer;
-    fn alloc(&mut self, bytes: usize) -> Result<DeviceBuffer, DeviceFault> {
-        self.dev.alloc(bytes).map_err(fault)
+    type Buffer = WeightBuf;
+    fn alloc(&mut self, bytes: usize) -> Result<WeightBuf, DeviceFault> {
+        let before = self.arena_bytes();
+        if let Some(a) = self.arena() {
+            if let Some(ptr) = a.alloc(bytes).map_err(fault)? {
+                let after = self.arena_bytes();
+                // One trace line per 256 MiB of weights (LODE_MEM_TRACE).
+                if after >> 28 != before >> 28 {
+                    self.dev.mem_mark(&format!("weight arena at {} MiB", after >> 20));
+                }
+                return Ok(WeightBuf::Arena { ptr, bytes });
+            }
+        }
+        self.dev.alloc(bytes).map(WeightBuf::Own).map_err(fault)
     }
-    fn upload(&mut self, buf: &mut DeviceBuffer, data: &[u8]) -> Result<(), DeviceFault> {
-        self.dev.write(buf.ptr(), data).map_err(fault)?;
+    fn upload(&mut self, buf: &mut WeightBuf, data: &[u8]) -> Result<(), DeviceFault> {
+        self.dev.write(self.addr(buf), data).map_err(fault)?;
         // `data` may be a packed copy the cache drops on return: wait for the copy (and
         // surface an asynchronous failure here, where the weight is known).
         self.dev.sync().map_err(fault)
     }
-    fn free(&mut self, buf: DeviceBuffer) {
-        drop(buf);
+    fn free(&mut self, buf: WeightBuf) {
+        match buf {
+            WeightBuf::Arena { ptr, .. } => {
+                if let Some(a) = self.arena.as_mut() {
+                    a.free(ptr);
+                }
+            }
+            WeightBuf::Own(b) => drop(b),
+        }
     }
-    fn addr(&self, buf: &DeviceBuffer) -> u64 {
-        buf.ptr()
+    fn addr(&self, buf: &WeightBuf) -> u64 {
+        match buf {
+            WeightBuf::Arena { ptr, .. } => *ptr,
+            WeightBuf::Own(b) => b.ptr(),
+        }
     }
     fn memory(&self) -> Option<DeviceMemory> {
         let drv = self.dev.mem_info().ok();
@@ -50,26 +113,133 @@ impl Materializer for GpuMaterializer {
     }
 }
 
-/// The model file's mapping, registered with the device for reads in place. Holds the
-/// file, so the mapping outlives the registration; unregisters on drop.
+/// How `mapped` residency makes the file readable by the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MappedHost {
+    /// Register the file's own mapping (`cuMemHostRegister` read-only): no second copy
+    /// anywhere. The driver pins the mapping's page-cache pages.
+    Register,
+    /// Copy the file once into page-locked host memory the driver allocates
+    /// (`cuMemHostAlloc`): a host copy, still no device copy, and no pin of file-backed
+    /// pages (which the H200 machine's kernel did not complete: see BENCHMARKS.md). The
+    /// page cache behind the mapping stays reclaimable, so the host holds the weights
+    /// about once either way.
+    Pinned,
+}
+
+impl MappedHost {
+    /// `LODE_MAPPED_HOST=register|pinned`; else `register` on an integrated GPU (where
+    /// a second copy would cost the same memory the GPU computes from) and `pinned` on a
+    /// discrete one: on the H200 machine (Linux 6.18 guest, driver 580.159) registering
+    /// a freshly written model file's mapping never returned (the thread spun in the
+    /// kernel), while driver-allocated pinned memory of the same size took 0.2 s.
+    pub fn choose(dev: &GpuDevice) -> MappedHost {
+        match std::env::var("LODE_MAPPED_HOST").as_deref() {
+            Ok("register") => MappedHost::Register,
+            Ok("pinned") => MappedHost::Pinned,
+            _ if dev.is_integrated() => MappedHost::Register,
+            _ => MappedHost::Pinned,
+        }
+    }
+}
+
+enum Host {
+    Registered { chunks: Vec<(usize, usize)> },
+    /// The pinned copy, freed on drop.
+    Pinned { _copy: PinnedHost },
+}
+
+/// The model file, readable by the device in place. Holds the file, so the mapping
+/// outlives the registration; unregisters (or frees the pinned copy) on drop.
 pub struct MappedFile {
     dev: GpuDevice,
     file: Arc<GgufFile>,
+    host: Host,
     pub device_ptr: DevPtr,
 }
 
 impl MappedFile {
     pub fn register(dev: &GpuDevice, file: &Arc<GgufFile>) -> Result<MappedFile, WeightError> {
+        let how = MappedHost::choose(dev);
         let bytes = file.bytes();
-        let device_ptr = dev.driver().host_register(bytes).map_err(|e| WeightError::Mapping { bytes: bytes.len() as u64, msg: e.to_string() })?;
-        Ok(MappedFile { dev: dev.clone(), file: file.clone(), device_ptr })
+        let fail = |msg: String| WeightError::Mapping { bytes: bytes.len() as u64, msg };
+        let trace = weight_trace();
+        let t = Instant::now();
+        let (host, device_ptr) = match how {
+            MappedHost::Register => {
+                // In chunks (`LODE_MAPPED_CHUNK` bytes, default 256 MiB), each traced, so a
+                // stalled pin shows where; the device addresses must continue each other
+                // (they do under unified addressing) for a weight to span two chunks.
+                let chunk = std::env::var("LODE_MAPPED_CHUNK").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(256 << 20).max(1 << 16);
+                let chunk = chunk.div_ceil(4096) * 4096;
+                let mut chunks: Vec<(usize, usize)> = Vec::new();
+                let mut base: Option<DevPtr> = None;
+                let undo = |chunks: &[(usize, usize)]| {
+                    for &(o, n) in chunks {
+                        let _ = dev.driver().host_unregister(&bytes[o..o + n]);
+                    }
+                };
+                let n_chunks = bytes.len().div_ceil(chunk);
+                for (i, off) in (0..bytes.len()).step_by(chunk).enumerate() {
+                    let part = &bytes[off..(off + chunk).min(bytes.len())];
+                    if trace {
+                        eprintln!("mapped: cuMemHostRegister {}/{n_chunks}: {} bytes at file offset {off} (host {:p}) ...", i + 1, part.len(), part.as_ptr());
+                    }
+                    let t1 = Instant::now();
+                    let d = match dev.driver().host_register(part) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            undo(&chunks);
+                            return Err(fail(format!("{e} (registering {} bytes at file offset {off})", part.len())));
+                        }
+                    };
+                    chunks.push((off, part.len()));
+                    if trace {
+                        eprintln!("mapped: ... registered in {:.1} ms, device {d:#x}", t1.elapsed().as_secs_f64() * 1e3);
+                    }
+                    let b = *base.get_or_insert(d.wrapping_sub(off as u64));
+                    if b.wrapping_add(off as u64) != d {
+                        undo(&chunks);
+                        return Err(fail(format!("the device addresses of the registered chunks are not contiguous (chunk at file offset {off} at {d:#x}); set LODE_MAPPED_CHUNK above the file size")));
+                    }
+                }
+                (Host::Registered { chunks }, base.unwrap_or(0))
+            }
+            MappedHost::Pinned => {
+                if trace {
+                    eprintln!("mapped: cuMemHostAlloc {} bytes (pinned host copy of the file) ...", bytes.len());
+                }
+                let mut p = dev.host_alloc(bytes.len()).map_err(|e| fail(e.to_string()))?;
+                copy_parallel(p.as_mut_slice(), bytes);
+                let d = p.device_ptr;
+                (Host::Pinned { _copy: p }, d)
+            }
+        };
+        if trace {
+            eprintln!("mapped: {how:?}: {} bytes readable by the device at {device_ptr:#x} after {:.1} ms", bytes.len(), t.elapsed().as_secs_f64() * 1e3);
+        }
+        dev.mem_mark(&format!("file mapped ({how:?})"));
+        Ok(MappedFile { dev: dev.clone(), file: file.clone(), host, device_ptr })
     }
+}
+
+/// Copy `src` into `dst` (same length) on every core: a multi-GB file copy is bound by
+/// page faults on the source mapping more than by memory bandwidth.
+fn copy_parallel(dst: &mut [u8], src: &[u8]) {
+    use rayon::prelude::*;
+    const PIECE: usize = 16 << 20;
+    dst.par_chunks_mut(PIECE).zip(src.par_chunks(PIECE)).for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 impl Drop for MappedFile {
     fn drop(&mut self) {
         // Kernels reading the mapping must be done before its pages are released.
         let _ = self.dev.sync();
-        let _ = self.dev.driver().host_unregister(self.file.bytes());
+        if let Host::Registered { chunks } = &self.host {
+            let bytes = self.file.bytes();
+            for &(o, n) in chunks {
+                let _ = self.dev.driver().host_unregister(&bytes[o..o + n]);
+            }
+        }
     }
 }

@@ -10,6 +10,7 @@
 //! What runs on an NVIDIA GPU is what runs on an AMD one: only `driver/{cuda,hip}.rs`
 //! differ, and the kernels are one HIP C++ source built for both.
 
+pub mod arena;
 pub mod backend;
 pub mod device;
 pub mod driver;

@@ -45,6 +45,76 @@ pub fn quantize_q8_1(d: &dyn Launch, x: DevPtr, y: DevPtr, k: usize, rows: usize
     Ok(())
 }
 
+/// The activation blocks a quantized matvec reads (`kernels-hip/quantize.hip`), each
+/// rounded as the CPU backend rounds the weight type's `vec_dot_type`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum ActFmt {
+    /// 32-element q8_1 blocks: the codes and d of the CPU's q8_0 and q8_1 (Q4_0 … Q8_0).
+    Q8_1,
+    /// The codes and f32 scale of the CPU's q8_K, in 36-byte blocks (the K-quants).
+    K,
+}
+
+impl ActFmt {
+    /// Values per scale group (the `k` granularity the format needs).
+    pub fn group(self) -> usize {
+        match self {
+            ActFmt::Q8_1 => 32,
+            ActFmt::K => 256,
+        }
+    }
+    /// The kernel flag (`kfmt`) of the fused producers.
+    fn flag(self) -> KArg {
+        KArg::I32((self == ActFmt::K) as i32)
+    }
+}
+
+/// The activation format matvecs of `ty` read (None: float weights, f32 activations).
+pub fn act_fmt(ty: GgmlType) -> Option<ActFmt> {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => Some(ActFmt::Q8_1),
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => Some(ActFmt::K),
+        _ => None,
+    }
+}
+
+fn check_group(op: &str, fmt: ActFmt, n: usize) -> R {
+    if n % fmt.group() != 0 {
+        return Err(unsupported(format!("{op}: {n} values are not whole {}-value groups of the {fmt:?} activation form", fmt.group())));
+    }
+    Ok(())
+}
+
+/// x: [rows, k] f32 → y: [rows, k/32] blocks of `fmt` (the K form needs k % 256 == 0).
+pub fn quantize_act(d: &dyn Launch, fmt: ActFmt, x: DevPtr, y: DevPtr, k: usize, rows: usize) -> R {
+    match fmt {
+        ActFmt::Q8_1 => quantize_q8_1(d, x, y, k, rows),
+        ActFmt::K => {
+            check_group("quantize_act", fmt, k)?;
+            if rows == 0 || k == 0 {
+                return Ok(());
+            }
+            d.launch("quantize_q8_k", [ceil(k, 2048), rows as u32, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(y), i(k)])?;
+            Ok(())
+        }
+    }
+}
+
+/// y = x quantized to `fmt` and back to f32 (code × scale as the matvec reads it), for the
+/// prefill GEMM. x, y: [rows, k] f32 (may alias); k whole groups of `fmt`.
+pub fn quantize_dq(d: &dyn Launch, fmt: ActFmt, x: DevPtr, y: DevPtr, k: usize, rows: usize) -> R {
+    check_group("quantize_dq", fmt, k)?;
+    if rows == 0 || k == 0 {
+        return Ok(());
+    }
+    let (name, grid) = match fmt {
+        ActFmt::Q8_1 => ("quantize_dq_q8_1", ceil(k, 256)),
+        ActFmt::K => ("quantize_dq_q8_k", ceil(k, 2048)),
+    };
+    d.launch(name, [grid, rows as u32, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(y), i(k)])?;
+    Ok(())
+}
+
 /// True when the matvec for `ty` takes q8_1 activations (else f32).
 pub fn matvec_takes_q8_1(ty: GgmlType) -> bool {
     !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
@@ -68,8 +138,8 @@ fn matvec_names(ty: GgmlType) -> Option<(&'static str, &'static str)> {
 }
 
 /// y[c][r] = Σ_k W[r][k]·x[c][k] for c < ncols.
-/// w: [rows, k] of `ty` (stored layout); x: [ncols, k] f32, or q8_1 blocks when
-/// [`matvec_takes_q8_1`]; y: [ncols, rows] f32.
+/// w: [rows, k] of `ty` (stored layout); x: [ncols, k] f32, or [ncols, k/32] blocks of
+/// `act_fmt(ty)` when [`matvec_takes_q8_1`]; y: [ncols, rows] f32.
 pub fn matvec(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x: DevPtr, y: DevPtr, ncols: usize) -> R {
     let (n1, n8) = matvec_names(ty).ok_or_else(|| unsupported(format!("matvec of {ty} weights")))?;
     if k % ty.block_elems() != 0 {
@@ -78,7 +148,7 @@ pub fn matvec(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x:
     // One column of Q4_K / Q6_K: the staged kernel (`matvec_multi_n1` with one segment).
     let min_sb = staged_min_sb();
     if ncols == 1 && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && min_sb > 0 && k >= min_sb.max(8) * 256 && k <= 16384 {
-        return matvec_multi(d, x, k, &[(w, ty, rows, y)]);
+        return matvec_multi(d, 0, x, k, &[(w, ty, rows, y)]);
     }
     let x_col_bytes = if matvec_takes_q8_1(ty) { q8_1_bytes(k, 1) } else { k * 4 };
     let grid = [ceil(rows, 4), 1, 1];
@@ -164,17 +234,15 @@ pub fn rope_kv(d: &dyn Launch, q: DevPtr, k: DevPtr, v: DevPtr, kc: DevPtr, vc: 
     Ok(())
 }
 
-/// x += r, then y = rmsnorm(x)·w and y's q8_1 blocks. x, r, y: [rows, n] f32; w: [n] or
-/// none; q: [rows, n/32] q8_1; n % 32 == 0.
+/// x += r, then y = rmsnorm(x)·w and y's `fmt` blocks. x, r, y: [rows, n] f32; w: [n] or
+/// none; q: [rows, n/32] blocks; n whole groups of `fmt`.
 #[allow(clippy::too_many_arguments)]
-pub fn add_rmsnorm_q8(d: &dyn Launch, x: DevPtr, r: DevPtr, w: Option<DevPtr>, y: DevPtr, q: DevPtr, rows: usize, n: usize, eps: f32) -> R {
-    if n % 32 != 0 {
-        return Err(unsupported(format!("add_rmsnorm_q8: n = {n} is not a multiple of 32")));
-    }
+pub fn add_rmsnorm_q8(d: &dyn Launch, x: DevPtr, r: DevPtr, w: Option<DevPtr>, y: DevPtr, q: DevPtr, rows: usize, n: usize, eps: f32, fmt: ActFmt) -> R {
+    check_group("add_rmsnorm_q8", fmt, n)?;
     if rows == 0 {
         return Ok(());
     }
-    d.launch("add_rmsnorm_q8_f32", [rows as u32, 1, 1], [1024, 1, 1], &[KArg::Ptr(x), KArg::Ptr(r), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps)])?;
+    d.launch("add_rmsnorm_q8_f32", [rows as u32, 1, 1], [1024, 1, 1], &[KArg::Ptr(x), KArg::Ptr(r), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps), fmt.flag()])?;
     Ok(())
 }
 
@@ -213,23 +281,24 @@ pub fn multi_supports(ty: GgmlType, k: usize) -> bool {
     multi_code(ty).is_some() && k % ty.block_elems() == 0
 }
 
-/// Up to 3 one-column matvecs over the same q8_1 activations, one launch:
+/// Up to 3 one-column matvecs over the same activations, one launch:
 /// y_s[r] = Σ_k W_s[r][k]·x[k]. segs: (w [rows, k] of ty, ty, rows, y [rows] f32);
-/// x: [k/32] q8_1.
-pub fn matvec_multi(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)]) -> R {
-    matvec_multi_with(d, x, k, segs, staged_min_sb())
+/// x: [k/32] q8_1 form (read by the 32-element types), xk: [k/32] K form (read by the
+/// K-quants); a form no segment reads may be 0.
+pub fn matvec_multi(d: &dyn Launch, x: DevPtr, xk: DevPtr, k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)]) -> R {
+    matvec_multi_with(d, x, xk, k, segs, staged_min_sb())
 }
 
 /// [`matvec_multi`] with the staged kernels' threshold given (super-blocks per row; 0:
 /// never): the selftest forces them on short rows too.
-pub fn matvec_multi_with(d: &dyn Launch, x: DevPtr, k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)], min_sb: usize) -> R {
+pub fn matvec_multi_with(d: &dyn Launch, x: DevPtr, xk: DevPtr, k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)], min_sb: usize) -> R {
     if segs.is_empty() || segs.len() > 3 {
         return Err(unsupported(format!("matvec_multi: {} weights (1 to 3)", segs.len())));
     }
     // The staged kernel (8 rows per block) when some segment qualifies, else the plain one.
     let staged = min_sb > 0 && k <= 16384 && k / 256 >= min_sb.max(8) && segs.iter().any(|s| matches!(s.1, GgmlType::Q4_K | GgmlType::Q6_K));
     let rows_per_block = if staged { 8 } else { 4 };
-    let mut args = vec![KArg::Ptr(x), i(k)];
+    let mut args = vec![KArg::Ptr(x), KArg::Ptr(xk), i(k)];
     let mut blocks = 0usize;
     for s in 0..3 {
         match segs.get(s) {
@@ -278,6 +347,26 @@ pub fn attention_q8(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevP
         [n_head as u32, n_tok as u32, 1],
         [512, 1, 1],
         &[KArg::Ptr(q), KArg::Ptr(kc), KArg::Ptr(vc), KArg::Ptr(out), i(n_head), i(n_kv_head), i(head_dim), KArg::Ptr(pos), i(window), KArg::F32(scale), KArg::Ptr(q8.unwrap_or(0))],
+    )?;
+    Ok(())
+}
+
+/// A batched decode step's attention: query row t attends over its own sequence's caches,
+/// whose addresses sit at kv[2t] (K) and kv[2t + 1] (V) (a device u64 table); one launch.
+/// q, out: [n_rows, n_head, head_dim] f32; pos: [n_rows] i32 on the device.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_rows(d: &dyn Launch, q: DevPtr, kv: DevPtr, out: DevPtr, n_rows: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
+    if head_dim % 8 != 0 || head_dim > 256 || n_kv_head == 0 || n_head % n_kv_head != 0 {
+        return Err(unsupported(format!("attention: head_dim {head_dim}, heads {n_head}/{n_kv_head}")));
+    }
+    if n_rows == 0 {
+        return Ok(());
+    }
+    d.launch(
+        "attn_f16_rows",
+        [n_head as u32, n_rows as u32, 1],
+        [512, 1, 1],
+        &[KArg::Ptr(q), KArg::Ptr(kv), KArg::Ptr(out), i(n_head), i(n_kv_head), i(head_dim), KArg::Ptr(pos), i(window), KArg::F32(scale)],
     )?;
     Ok(())
 }
@@ -369,21 +458,30 @@ pub fn gemm_q4_k(d: &dyn Launch, w: DevPtr, m: usize, k: usize, x: DevPtr, y: De
     super::prefill::gemm(d, w, GgmlType::Q4_K, crate::weights::layout::Layout::Stored, m, k, x, y, n)
 }
 
-/// `rmsnorm` that also writes y's q8_1 blocks. q: [rows, n/32] q8_1; n % 32 == 0.
-pub fn rmsnorm_q8(d: &dyn Launch, x: DevPtr, w: Option<DevPtr>, y: DevPtr, q: DevPtr, rows: usize, n: usize, eps: f32) -> R {
-    if n % 32 != 0 {
-        return Err(unsupported(format!("rmsnorm_q8: n = {n} is not a multiple of 32")));
-    }
-    d.launch("rmsnorm_q8_f32", [rows as u32, 1, 1], [1024, 1, 1], &[KArg::Ptr(x), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps)])?;
+/// `rmsnorm` that also writes y's `fmt` blocks. q: [rows, n/32] blocks; n whole groups of `fmt`.
+#[allow(clippy::too_many_arguments)]
+pub fn rmsnorm_q8(d: &dyn Launch, x: DevPtr, w: Option<DevPtr>, y: DevPtr, q: DevPtr, rows: usize, n: usize, eps: f32, fmt: ActFmt) -> R {
+    check_group("rmsnorm_q8", fmt, n)?;
+    d.launch("rmsnorm_q8_f32", [rows as u32, 1, 1], [1024, 1, 1], &[KArg::Ptr(x), KArg::Ptr(w.unwrap_or(0)), KArg::Ptr(y), KArg::Ptr(q), i(n), KArg::F32(eps), fmt.flag()])?;
     Ok(())
 }
 
-/// `glu` that also writes y's q8_1 blocks (32 consecutive values each). n % 32 == 0.
-pub fn glu_q8(d: &dyn Launch, g: DevPtr, u: DevPtr, y: DevPtr, q: DevPtr, n: usize, gelu: bool) -> R {
-    if n % 32 != 0 {
-        return Err(unsupported(format!("glu_q8: n = {n} is not a multiple of 32")));
+/// `glu` that also writes y's `fmt` blocks. n whole groups of `fmt`.
+#[allow(clippy::too_many_arguments)]
+pub fn glu_q8(d: &dyn Launch, g: DevPtr, u: DevPtr, y: DevPtr, q: DevPtr, n: usize, gelu: bool, fmt: ActFmt) -> R {
+    check_group("glu_q8", fmt, n)?;
+    flat(d, "glu_q8_f32", n, &[KArg::Ptr(g), KArg::Ptr(u), KArg::Ptr(y), KArg::Ptr(q), i(n), i(gelu as usize), fmt.flag()])
+}
+
+/// A batched decode step's K and V rows, row r into its own sequence's caches (kv[2r],
+/// kv[2r + 1], a device u64 table) at slot pos[r]. k: [n_rows, nk] f32, v: [n_rows, nv] f32.
+#[allow(clippy::too_many_arguments)]
+pub fn kv_store_rows(d: &dyn Launch, k: DevPtr, v: DevPtr, kv: DevPtr, nk: usize, nv: usize, pos: DevPtr, n_rows: usize) -> R {
+    if n_rows == 0 {
+        return Ok(());
     }
-    flat(d, "glu_q8_f32", n, &[KArg::Ptr(g), KArg::Ptr(u), KArg::Ptr(y), KArg::Ptr(q), i(n), i(gelu as usize)])
+    d.launch("kv_store_f16_rows", [ceil(nk.max(nv), 256), n_rows as u32, 1], [256, 1, 1], &[KArg::Ptr(k), KArg::Ptr(v), KArg::Ptr(kv), i(nk), i(nv), KArg::Ptr(pos)])?;
+    Ok(())
 }
 
 /// K and V rows into the f16 caches. k: [n_rows, nk] f32, v: [n_rows, nv] f32;

@@ -7,8 +7,11 @@
 
 use super::{ops, GpuError};
 use crate::quant::{self, GgmlType};
+use ops::ActFmt;
 
+mod act;
 mod fused;
+mod rows;
 mod targets;
 pub use targets::{GpuTarget, HostTarget};
 
@@ -17,7 +20,8 @@ type Out<T> = Result<Option<T>, GpuError>;
 /// What the checks run against.
 pub trait Target {
     fn label(&self) -> String;
-    /// y: [ncols, rows]; for quantized weights also the q8_1 activation bytes the kernel read.
+    /// y: [ncols, rows]; for quantized weights also the activation blocks the kernel read
+    /// (the form `ops::act_fmt(ty)`).
     fn matvec(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], ncols: usize) -> Out<(Vec<f32>, Option<Vec<u8>>)>;
     fn quantize_q8_1(&self, x: &[f32], rows: usize, k: usize) -> Out<Vec<u8>>;
     fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>>;
@@ -32,20 +36,29 @@ pub trait Target {
     fn activation_type(&self, _ty: GgmlType) -> Option<GgmlType> {
         None
     }
-    /// Fused rmsnorm + q8_1 (y, q8 bytes).
-    fn rmsnorm_q8(&self, _x: &[f32], _w: Option<&[f32]>, _rows: usize, _n: usize, _eps: f32) -> Out<(Vec<f32>, Vec<u8>)> {
+    /// Activation blocks of `fmt` ([rows, k/32] 36-byte blocks) of x [rows, k].
+    fn quantize_act(&self, _fmt: ActFmt, _x: &[f32], _rows: usize, _k: usize) -> Out<Vec<u8>> {
         Ok(None)
     }
-    /// Fused GLU + q8_1 (y, q8 bytes).
-    fn glu_q8(&self, _g: &[f32], _u: &[f32], _gelu: bool) -> Out<(Vec<f32>, Vec<u8>)> {
+    /// x [rows, k] quantized to `fmt` and back to f32 (the prefill GEMM's input).
+    fn quantize_dq(&self, _fmt: ActFmt, _x: &[f32], _rows: usize, _k: usize) -> Out<Vec<f32>> {
+        Ok(None)
+    }
+    /// Fused rmsnorm + activation blocks of `fmt` (y, block bytes).
+    fn rmsnorm_q8(&self, _x: &[f32], _w: Option<&[f32]>, _rows: usize, _n: usize, _eps: f32, _fmt: ActFmt) -> Out<(Vec<f32>, Vec<u8>)> {
+        Ok(None)
+    }
+    /// Fused GLU + activation blocks of `fmt` (y, block bytes).
+    fn glu_q8(&self, _g: &[f32], _u: &[f32], _gelu: bool, _fmt: ActFmt) -> Out<(Vec<f32>, Vec<u8>)> {
         Ok(None)
     }
     /// K and V rows into f16 caches of `slots` rows: (kc, vc).
     fn kv_store(&self, _k: &[f32], _v: &[f32], _nk: usize, _nv: usize, _rows: &[i32], _slots: usize) -> Out<(Vec<u16>, Vec<u16>)> {
         Ok(None)
     }
-    /// Fused residual add + rmsnorm + q8_1: (x + r, y, q8 bytes).
-    fn add_rmsnorm_q8(&self, _x: &[f32], _r: &[f32], _w: Option<&[f32]>, _rows: usize, _n: usize, _eps: f32) -> Out<(Vec<f32>, Vec<f32>, Vec<u8>)> {
+    /// Fused residual add + rmsnorm + activation blocks of `fmt`: (x + r, y, block bytes).
+    #[allow(clippy::too_many_arguments)]
+    fn add_rmsnorm_q8(&self, _x: &[f32], _r: &[f32], _w: Option<&[f32]>, _rows: usize, _n: usize, _eps: f32, _fmt: ActFmt) -> Out<(Vec<f32>, Vec<f32>, Vec<u8>)> {
         Ok(None)
     }
     /// Fused q/k norm + RoPE + K/V store: (q, k, kc, vc) after the op.
@@ -53,8 +66,9 @@ pub trait Target {
     fn rope_kv(&self, _q: &[f32], _k: &[f32], _v: &[f32], _qw: Option<&[f32]>, _kw: Option<&[f32]>, _pos: &[i32], _ff: Option<&[f32]>, _p: &ops::RopeKv, _base: f32, _slots: usize) -> Out<RopeKvOut> {
         Ok(None)
     }
-    /// Up to 3 one-column matvecs over one quantized input: (outputs, q8_1 activation
-    /// bytes). `staged_min_sb`: see `ops::matvec_multi_with`.
+    /// Up to 3 one-column matvecs over one quantized input: (outputs, activation blocks:
+    /// the q8_1 form, then the K form when k % 256 == 0). `staged_min_sb`: see
+    /// `ops::matvec_multi_with`.
     fn matvec_multi(&self, _ws: &[(&[u8], GgmlType, usize)], _k: usize, _x: &[f32], _staged_min_sb: usize) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
         Ok(None)
     }
@@ -68,6 +82,11 @@ pub trait Target {
         Ok(None)
     }
     fn f32_to_f16_rows(&self, src: &[f32], rows: usize, n: usize, stride: usize, row0: usize, dst_rows: usize) -> Out<Vec<u16>>;
+    /// The batched decode step's per-row K/V store and attention (`selftest/rows.rs`);
+    /// a device-only check: the CPU target has no address tables. Ok(None) = skipped.
+    fn attention_rows(&self, _cases: usize, _rng: &mut Rng, _acc: &mut Acc) -> Out<()> {
+        Ok(None)
+    }
 }
 
 /// What `rope_kv` leaves behind: q, k (in place) and the two f16 caches.
@@ -184,13 +203,27 @@ pub(crate) fn dequant(ty: GgmlType, w: &[u8], n: usize) -> Result<Vec<f32>, GpuE
 
 /// Decode q8_1 blocks: (x̂ values, per-block s).
 fn decode_q8_1(b: &[u8], k: usize, rows: usize) -> (Vec<f32>, Vec<f32>) {
+    decode_act(b, k, rows, ActFmt::Q8_1)
+}
+
+/// Decode activation blocks of `fmt`: (x̂ values, per-block s = d·Σq).
+fn decode_act(b: &[u8], k: usize, rows: usize, fmt: ActFmt) -> (Vec<f32>, Vec<f32>) {
     let kb = k.div_ceil(32);
     let mut xh = vec![0f32; rows * kb * 32];
     let mut s = vec![0f32; rows * kb];
     for blk in 0..rows * kb {
         let p = &b[blk * 36..blk * 36 + 36];
-        let d = f16_val(&p[0..2]);
-        s[blk] = f16_val(&p[2..4]);
+        let d = match fmt {
+            ActFmt::Q8_1 => f16_val(&p[0..2]),
+            ActFmt::K => {
+                let e = &b[(blk & !1) * 36..];
+                f32::from_le_bytes([e[0], e[1], e[36], e[37]])
+            }
+        };
+        s[blk] = match fmt {
+            ActFmt::Q8_1 => f16_val(&p[2..4]),
+            ActFmt::K => d * i16::from_le_bytes([p[2], p[3]]) as f32,
+        };
         for i in 0..32 {
             xh[blk * 32 + i] = d * (p[4 + i] as i8) as f32;
         }
@@ -201,8 +234,8 @@ fn decode_q8_1(b: &[u8], k: usize, rows: usize) -> (Vec<f32>, Vec<f32>) {
 /// f64 reference of a matvec over the kernel's own q8_1 activations, and per-output
 /// tolerances: the min/offset term used s = Σx (f16) instead of Σx̂, bounded per block.
 /// wf: [rows, k] dequantized weights; q8: [ncols, ceil(k/32)] blocks. Both [ncols, rows].
-fn q8_reference(wf: &[f32], rows: usize, k: usize, q8: &[u8], ncols: usize) -> (Vec<f64>, Vec<f64>) {
-    let (xh, s) = decode_q8_1(q8, k, ncols);
+fn q8_reference(wf: &[f32], rows: usize, k: usize, q8: &[u8], ncols: usize, fmt: ActFmt) -> (Vec<f64>, Vec<f64>) {
+    let (xh, s) = decode_act(q8, k, ncols, fmt);
     let kb = k.div_ceil(32);
     let mut want = vec![0f64; ncols * rows];
     let mut tol = vec![0f64; ncols * rows];
@@ -231,9 +264,16 @@ fn q8_reference(wf: &[f32], rows: usize, k: usize, q8: &[u8], ncols: usize) -> (
     (want, tol)
 }
 
-/// Checks that q8_1 blocks encode `vals` ([rows·n], blocks of 32 consecutive values):
-/// codes within half a step (plus the f16 scale's rounding), s = d·Σq.
-fn q8_blocks_check(acc: &mut Acc, case: &str, vals: &[f32], q: &[u8], rows: usize, n: usize) {
+/// Checks that activation blocks of `fmt` are, byte for byte, what the CPU backend makes
+/// of `vals` ([rows, n]): a producer kernel quantizes exactly what it wrote.
+fn q8_blocks_check(acc: &mut Acc, case: &str, vals: &[f32], q: &[u8], rows: usize, n: usize, fmt: ActFmt) {
+    match act::cpu_blocks(fmt, vals, rows, n) {
+        Ok(want) => acc.cmp_bytes(&format!("{case} ({fmt:?} blocks)"), q, &want),
+        Err(e) => acc.fail(format!("{case}: {e}")),
+    }
+    if fmt == ActFmt::K {
+        return;
+    }
     let (xh, s) = decode_q8_1(q, n, rows);
     let (mut got, mut wq, mut tol) = (Vec::new(), Vec::new(), Vec::new());
     for b in 0..rows * n / 32 {
@@ -264,7 +304,7 @@ fn cpu_rope_head(x: &mut [f32], pos: i32, n_rot: usize, neox: bool, base: f32, f
 }
 
 /// Accumulates one check's verdict over cases.
-pub(crate) struct Acc {
+pub struct Acc {
     rep: CheckReport,
 }
 impl Acc {
@@ -293,6 +333,26 @@ impl Acc {
                     self.rep.failure = Some(format!("{case}: output {i} = {g:.6}, expected {w:.6} (tol {t:.2e})"));
                 }
             }
+        }
+    }
+    /// Byte-for-byte equality (the first difference is the failure).
+    pub(crate) fn cmp_bytes(&mut self, case: &str, got: &[u8], want: &[u8]) {
+        self.rep.cases += 1;
+        if got.len() != want.len() {
+            self.fail(format!("{case}: {} bytes, expected {}", got.len(), want.len()));
+        } else if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+            let (lo, hi) = (i.saturating_sub(4), (i + 4).min(got.len()));
+            self.fail(format!("{case}: byte {i} (block {} of 36 B) is {:#04x}, expected {:#04x}; got {:02x?} want {:02x?}", i / 36, got[i], want[i], &got[lo..hi], &want[lo..hi]));
+        }
+    }
+    /// Bit-for-bit equality of f32 values (any NaN equals any NaN: payloads differ by vendor;
+    /// the q8_1 form's f16 scale overflows to inf for |x| > 127·65504, and 0·inf is NaN on both).
+    pub(crate) fn cmp_bits(&mut self, case: &str, got: &[f32], want: &[f32]) {
+        self.rep.cases += 1;
+        if got.len() != want.len() {
+            self.fail(format!("{case}: {} values, expected {}", got.len(), want.len()));
+        } else if let Some(i) = got.iter().zip(want).position(|(a, b)| a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan())) {
+            self.fail(format!("{case}: value {i} is {:e}, expected {:e} (not bit-identical)", got[i], want[i]));
         }
     }
     pub(crate) fn fail(&mut self, msg: String) {
@@ -331,12 +391,14 @@ pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64)
         names.push(format!("get_rows_{}", ty.name().to_lowercase()));
     }
     names.push("gemm_q4_k".into());
-    for n in ["rmsnorm_q8", "swiglu_q8", "geglu_q8", "kv_store", "add_rmsnorm_q8", "rope_kv", "matvec_multi", "attention_q8"] {
+    for n in ["rmsnorm_q8", "swiglu_q8", "geglu_q8", "kv_store", "add_rmsnorm_q8", "rope_kv", "matvec_multi", "attention_q8", "attention_rows"] {
         names.push(n.into());
     }
     for n in ["rmsnorm", "rope_norm", "rope_neox", "attention_decode", "attention_prefill", "add", "mul", "scale", "swiglu", "geglu", "softcap", "f32_to_f16_rows"] {
         names.push(n.into());
     }
+    // Appended (each check's seed follows its index: the older checks keep theirs).
+    names.extend(act::CHECKS.iter().map(|s| s.to_string()));
     let mut out = Vec::new();
     for (idx, name) in names.iter().enumerate() {
         if let Some(f) = filter {
@@ -374,7 +436,7 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
             let case = format!("rows={rows} k={k} ncols={ncols}");
             match q8 {
                 Some(q8) => {
-                    let (want, tol) = q8_reference(&wf, rows, k, &q8, ncols);
+                    let (want, tol) = q8_reference(&wf, rows, k, &q8, ncols, ops::act_fmt(ty).unwrap_or(ActFmt::Q8_1));
                     acc.cmp(&case, &y, &want, |i| tol[i]);
                 }
                 None => {
@@ -455,14 +517,16 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
             }
         }
         "rmsnorm_q8" | "swiglu_q8" | "geglu_q8" => {
-            for _ in 0..cases {
+            for c in 0..cases {
                 let rows = rng.range(1, 9);
-                let n = 32 * rng.range(1, 400);
+                // Odd cases write the K form (rows of whole 256-value super-blocks).
+                let fmt = if c % 2 == 1 { ActFmt::K } else { ActFmt::Q8_1 };
+                let n = if fmt == ActFmt::K { 256 * rng.range(1, 50) } else { 32 * rng.range(1, 400) };
                 let x = rng.vec(rows * n, 2.0);
                 let u = rng.vec(rows * n, 2.0);
                 let w = rng.vec(n, 1.5);
                 let (y, q, want) = if name == "rmsnorm_q8" {
-                    let Some((y, q)) = t.rmsnorm_q8(&x, Some(&w), rows, n, 1e-6)? else { return Ok(None) };
+                    let Some((y, q)) = t.rmsnorm_q8(&x, Some(&w), rows, n, 1e-6, fmt)? else { return Ok(None) };
                     let mut want = Vec::with_capacity(rows * n);
                     for r in 0..rows {
                         let row = &x[r * n..(r + 1) * n];
@@ -472,28 +536,13 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                     (y, q, want)
                 } else {
                     let op = if name == "swiglu_q8" { Elt::SwiGlu } else { Elt::GeGlu };
-                    let Some((y, q)) = t.glu_q8(&x, &u, name == "geglu_q8")? else { return Ok(None) };
+                    let Some((y, q)) = t.glu_q8(&x, &u, name == "geglu_q8", fmt)? else { return Ok(None) };
                     let want = x.iter().zip(&u).zip(&y).map(|((&a, &b), &g)| if name == "geglu_q8" { geglu_want(a, b, g) } else { ref_elt(op, a as f64, b as f64, 0.0) }).collect();
                     (y, q, want)
                 };
                 acc.cmp(&format!("rows={rows} n={n} (values)"), &y, &want, |i| 2e-5 * want[i].abs() + 1e-6);
-                // The q8_1 blocks must encode the values just written.
-                let (xh, s) = decode_q8_1(&q, n, rows);
-                let (mut got, mut wq, mut tol) = (Vec::new(), Vec::new(), Vec::new());
-                for b in 0..rows * n / 32 {
-                    let blk = &y[b * 32..b * 32 + 32];
-                    let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
-                    for i in 0..32 {
-                        got.push(xh[b * 32 + i]);
-                        wq.push(blk[i] as f64);
-                        tol.push(amax * (1.0 / 254.0 + 5e-4) * 1.01 + 1e-6);
-                    }
-                    let sq: f64 = (0..32).map(|i| xh[b * 32 + i] as f64).sum();
-                    got.push(s[b]);
-                    wq.push(sq);
-                    tol.push(sq.abs() * 1e-3 + amax * 1e-3 + 1e-5);
-                }
-                acc.cmp(&format!("rows={rows} n={n} (q8_1)"), &got, &wq, |i| tol[i]);
+                // The blocks must be the CPU's quantization of the values just written.
+                q8_blocks_check(&mut acc, &format!("rows={rows} n={n}"), &y, &q, if name == "rmsnorm_q8" { rows } else { 1 }, if name == "rmsnorm_q8" { n } else { rows * n }, fmt);
             }
         }
         "kv_store" => {
@@ -602,8 +651,18 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                 acc.cmp(&format!("hd={hd} n_rot={n_rot} heads={n_head} toks={n_tok}"), &y, &want, |_| 3e-6);
             }
         }
+        n if n.starts_with("act_") => {
+            if act::check(t, n, cases, rng, &mut acc)?.is_none() {
+                return Ok(None);
+            }
+        }
         "add_rmsnorm_q8" | "rope_kv" | "matvec_multi" | "attention_q8" => {
             if fused::check(t, name, cases, rng, &mut acc)?.is_none() {
+                return Ok(None);
+            }
+        }
+        "attention_rows" => {
+            if t.attention_rows(cases, rng, &mut acc)?.is_none() {
                 return Ok(None);
             }
         }

@@ -359,7 +359,7 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
             }
             if n == 16 {
                 let ms3 = time_ms(dev, reps, || {
-                    ops::quantize_q8_1(dev, xb.ptr(), qb.ptr(), k, n)?;
+                    ops::quantize_act(dev, ops::act_fmt(ty).unwrap_or(ops::ActFmt::Q8_1), xb.ptr(), qb.ptr(), k, n)?;
                     ops::matvec(dev, wb.ptr(), ty, m, k, qb.ptr(), yb.ptr(), n)
                 })?;
                 line.push_str(&format!("  (q8_1 + matvec n8: {:.1} us)", ms3 * 1e3));

@@ -17,7 +17,7 @@ impl GpuBackend {
             }
             return Ok(());
         }
-        let (xp, xn) = self.buf(x)?;
+        let (_, xn) = self.buf(x)?;
         Self::check_len("matmul", x, xn, k)?;
         let mut segs = Vec::with_capacity(outs.len());
         for (w, y) in outs {
@@ -26,15 +26,16 @@ impl GpuBackend {
             let wp = self.weight(w)?;
             segs.push((wp, w.ty(), w.n_rows(), yp));
         }
-        let grown = self.q8.grown;
-        let q = self.q8_scratch(k, "matmul")?;
-        let key = (x.0, self.version(x), k);
-        if self.q8_of != Some(key) || self.q8.grown != grown {
-            ops::quantize_q8_1(&self.rec(), xp, q, k, 1).map_err(err("matmul"))?;
-            self.q8_of = Some(key);
+        // The forms the weights read (q8_1 and / or K); the K form last, so that it is the
+        // producer's hint when both are read.
+        let mut xq = [0, 0];
+        for fmt in [ops::ActFmt::Q8_1, ops::ActFmt::K] {
+            if outs.iter().any(|(w, _)| ops::act_fmt(w.ty()) == Some(fmt)) {
+                xq[(fmt == ops::ActFmt::K) as usize] = self.act_blocks(x, fmt, k, 1, "matmul")?;
+            }
         }
         let names: Vec<&str> = outs.iter().map(|(w, _)| w.name()).collect();
-        ops::matvec_multi(&self.rec(), q, k, &segs).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", names.join(", ")) })?;
+        ops::matvec_multi(&self.rec(), xq[0], xq[1], k, &segs).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", names.join(", ")) })?;
         for (_, y) in outs {
             self.touch(*y);
         }
@@ -63,11 +64,11 @@ impl GpuBackend {
             }
             None => None,
         };
-        let q = self.q8_scratch(n, "add_rms_norm")?;
-        ops::add_rmsnorm_q8(&self.rec(), xp, bp, wp, op, q, n_rows, row_len, eps).map_err(err("add_rms_norm"))?;
+        let (fmt, _, q) = self.act_producer(out, Some(row_len), n, "add_rms_norm")?;
+        ops::add_rmsnorm_q8(&self.rec(), xp, bp, wp, op, q, n_rows, row_len, eps, fmt).map_err(err("add_rms_norm"))?;
         self.touch(x);
         self.touch(out);
-        self.q8_of = Some((out.0, self.version(out), n));
+        self.act_produced(out, fmt, row_len, n);
         Ok(())
     }
 

@@ -1,15 +1,16 @@
 //! A batched decode step's attention (`Backend::attention_rows`): row `t` is the next token
 //! of a different sequence, so its K/V go into, and its query attends over, that
-//! sequence's own cache. The rows of `q`/`k`/`v`/`out` are read in place (device addresses
-//! of the rows) with one staged positions array: two launches per row.
+//! sequence's own cache. One staged table of cache addresses (K and V per row) and one
+//! staged positions array let all rows run in two launches per layer (`LODE_ROWS=loop`
+//! keeps the older two-launches-per-row loop, for comparison).
 
 use super::{err, GpuBackend};
 use crate::backend::gpu::ops;
 use crate::backend::{Attention, BackendError, Buf, KvCache, Result};
 
 impl GpuBackend {
-    /// Row by row over each row's own cache, reading `q`/`k`/`v`/`out` in place (device
-    /// addresses of the rows) with one staged positions array: two launches per row.
+    /// Each row over its own cache: one K/V store and one attention launch for all rows,
+    /// through a staged table of the rows' cache addresses.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn per_row_attention(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         let n = pos.len();
@@ -39,6 +40,14 @@ impl GpuBackend {
         }
         let pp = self.positions(pos)?;
         let window = p.window.unwrap_or(0);
+        if !row_loop() {
+            let table: Vec<u64> = caches.iter().flat_map(|&(kc, vc)| [kc, vc]).collect();
+            let tp = self.stage_bytes(bytemuck::cast_slice(&table))?;
+            ops::kv_store_rows(&self.rec(), kp, vp, tp, rk, rv, pp, n).map_err(err("kv_write"))?;
+            ops::attention_rows(&self.rec(), qp, tp, op, n, p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
+            self.touch(out);
+            return Ok(());
+        }
         for (t, &(kc, vc)) in caches.iter().enumerate() {
             let (t4, pt) = (t as u64 * 4, pp + t as u64 * 4);
             ops::kv_store(&self.rec(), kp + t4 * rk as u64, vp + t4 * rv as u64, kc, vc, rk, rv, pt, 1).map_err(err("kv_write"))?;
@@ -48,4 +57,10 @@ impl GpuBackend {
         self.touch(out);
         Ok(())
     }
+}
+
+/// `LODE_ROWS=loop`: the older two-launches-per-row loop (read once).
+fn row_loop() -> bool {
+    static LOOP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LOOP.get_or_init(|| std::env::var("LODE_ROWS").map(|v| v == "loop").unwrap_or(false))
 }

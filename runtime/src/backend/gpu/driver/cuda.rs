@@ -36,6 +36,8 @@ struct Table {
     mem_host_register: unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CuResult,
     mem_host_unregister: unsafe extern "C" fn(*mut c_void) -> CuResult,
     mem_host_get_device_pointer: unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CuResult,
+    mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
+    mem_free_host: unsafe extern "C" fn(*mut c_void) -> CuResult,
     stream_create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuResult,
     stream_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
     stream_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
@@ -69,6 +71,43 @@ struct Table {
     graph_exec_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
 }
 
+/// The virtual memory management calls (CUDA 10.2+), resolved when all are present.
+struct Vmm {
+    granularity: unsafe extern "C" fn(*mut usize, *const AllocProp, c_int) -> CuResult,
+    reserve: unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> CuResult,
+    free: unsafe extern "C" fn(u64, usize) -> CuResult,
+    create: unsafe extern "C" fn(*mut u64, usize, *const AllocProp, u64) -> CuResult,
+    release: unsafe extern "C" fn(u64) -> CuResult,
+    map: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> CuResult,
+    unmap: unsafe extern "C" fn(u64, usize) -> CuResult,
+    set_access: unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> CuResult,
+}
+
+/// `CUmemLocation`: type 1 = a device, `id` its ordinal.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Location {
+    ty: c_int,
+    id: c_int,
+}
+
+/// `CUmemAllocationProp` (32 bytes): pinned (1) device memory, no exportable handle.
+#[repr(C)]
+struct AllocProp {
+    ty: c_int,
+    handle_types: c_int,
+    location: Location,
+    win32_meta: *mut c_void,
+    alloc_flags: [u8; 8],
+}
+
+/// `CUmemAccessDesc`: flags 3 = read and write.
+#[repr(C)]
+struct AccessDesc {
+    location: Location,
+    flags: c_int,
+}
+
 /// NVRTC, opened on first run-time compile.
 struct Nvrtc {
     create: unsafe extern "C" fn(*mut *mut c_void, *const c_char, *const c_char, c_int, *const *const c_char, *const *const c_char) -> c_int,
@@ -87,6 +126,7 @@ pub struct CudaDriver {
     dev: c_int,
     info: DeviceInfo,
     nvrtc: OnceLock<std::result::Result<Nvrtc, String>>,
+    vmm: Option<(Vmm, usize)>,
     _lib: libloading::Library,
 }
 
@@ -134,6 +174,8 @@ impl CudaDriver {
             mem_host_register: get!("cuMemHostRegister_v2"),
             mem_host_unregister: get!("cuMemHostUnregister"),
             mem_host_get_device_pointer: get!("cuMemHostGetDevicePointer_v2"),
+            mem_host_alloc: get!("cuMemHostAlloc"),
+            mem_free_host: get!("cuMemFreeHost"),
             stream_create: get!("cuStreamCreate"),
             stream_destroy: get!("cuStreamDestroy_v2"),
             stream_synchronize: get!("cuStreamSynchronize"),
@@ -154,12 +196,26 @@ impl CudaDriver {
             graph_destroy: get!("cuGraphDestroy"),
             graph_exec_destroy: get!("cuGraphExecDestroy"),
         };
+        let vmm = (|| -> Result<Vmm> {
+            Ok(Vmm {
+                granularity: get!("cuMemGetAllocationGranularity"),
+                reserve: get!("cuMemAddressReserve"),
+                free: get!("cuMemAddressFree"),
+                create: get!("cuMemCreate"),
+                release: get!("cuMemRelease"),
+                map: get!("cuMemMap"),
+                unmap: get!("cuMemUnmap"),
+                set_access: get!("cuMemSetAccess"),
+            })
+        })()
+        .ok();
         let mut d = CudaDriver {
             t,
             ctx: std::ptr::null_mut(),
             dev: 0,
             info: DeviceInfo { name: String::new(), arch: String::new(), driver_version: 0, total_mem: 0 },
             nvrtc: OnceLock::new(),
+            vmm: None,
             _lib: lib,
         };
         // SAFETY: cuInit(0) is the documented first call; the out-pointers are locals.
@@ -191,6 +247,15 @@ impl CudaDriver {
             d.check("cuDeviceTotalMem", (d.t.device_total_mem)(&mut total, d.dev))?;
             d.info.total_mem = total as u64;
         }
+        // Attribute 102: CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED.
+        if let (Some(v), Ok(1)) = (vmm, d.attribute_id(102)) {
+            let mut g = 0usize;
+            // SAFETY: `prop` is a valid CUmemAllocationProp; the out-pointer is a local.
+            let rc = unsafe { (v.granularity)(&mut g, &d.alloc_prop(), 0) };
+            if rc == 0 && g > 0 && std::env::var("LODE_VMM").map(|s| s != "0").unwrap_or(true) {
+                d.vmm = Some((v, g));
+            }
+        }
         Ok(d)
     }
 
@@ -205,6 +270,17 @@ impl CudaDriver {
             if p.is_null() { format!("CUresult {code}") } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
         };
         Err(DriverError::Call { api: Api::Cuda, call, code, name })
+    }
+
+    fn attribute_id(&self, id: c_int) -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: out-pointer is a local; `dev` is a valid device ordinal from open().
+        self.check("cuDeviceGetAttribute", unsafe { (self.t.device_get_attribute)(&mut v, id, self.dev) })?;
+        Ok(v)
+    }
+
+    fn alloc_prop(&self) -> AllocProp {
+        AllocProp { ty: 1, handle_types: 0, location: Location { ty: 1, id: self.dev }, win32_meta: std::ptr::null_mut(), alloc_flags: [0; 8] }
     }
 
     /// Make the primary context current on the calling thread.
@@ -259,10 +335,7 @@ impl Driver for CudaDriver {
             DevAttr::PageableMemoryAccess => 88,
             DevAttr::SharedMemPerBlockOptin => 97,
         };
-        let mut v = 0;
-        // SAFETY: out-pointer is a local; `dev` is a valid device ordinal from open().
-        self.check("cuDeviceGetAttribute", unsafe { (self.t.device_get_attribute)(&mut v, id, self.dev) })?;
-        Ok(v)
+        self.attribute_id(id)
     }
     fn set_limit(&self, limit: Limit, bytes: usize) -> Result<usize> {
         self.cur()?;
@@ -335,6 +408,76 @@ impl Driver for CudaDriver {
         // SAFETY: `host` was registered by host_register.
         self.check("cuMemHostUnregister", unsafe { (self.t.mem_host_unregister)(host.as_ptr() as *mut c_void) })
     }
+    fn host_alloc(&self, bytes: usize) -> Result<(usize, DevPtr)> {
+        self.cur()?;
+        let mut h: *mut c_void = std::ptr::null_mut();
+        let mut d = 0u64;
+        // SAFETY: out-pointers are locals; flags 0x2 = CU_MEMHOSTALLOC_DEVICEMAP. The
+        // caller frees the pages with host_free once no work reads them.
+        unsafe {
+            self.check("cuMemHostAlloc", (self.t.mem_host_alloc)(&mut h, bytes.max(1), 0x2))?;
+            if let Err(e) = self.check("cuMemHostGetDevicePointer", (self.t.mem_host_get_device_pointer)(&mut d, h, 0)) {
+                (self.t.mem_free_host)(h);
+                return Err(e);
+            }
+        }
+        Ok((h as usize, d))
+    }
+    fn host_free(&self, host: usize) -> Result<()> {
+        self.cur()?;
+        // SAFETY: `host` came from host_alloc and is freed once.
+        self.check("cuMemFreeHost", unsafe { (self.t.mem_free_host)(host as *mut c_void) })
+    }
+    fn vmm_granularity(&self) -> Option<usize> {
+        self.vmm.as_ref().map(|v| v.1)
+    }
+    fn va_reserve(&self, bytes: usize) -> Result<DevPtr> {
+        let Some((v, g)) = &self.vmm else { return Err(DriverError::Other { api: Api::Cuda, what: "no VMM".into() }) };
+        self.cur()?;
+        let mut p = 0u64;
+        // SAFETY: out-pointer is a local; alignment is the granularity; no fixed address.
+        self.check("cuMemAddressReserve", unsafe { (v.reserve)(&mut p, bytes, *g, 0, 0) })?;
+        Ok(p)
+    }
+    fn va_free(&self, ptr: DevPtr, bytes: usize) -> Result<()> {
+        let Some((v, _)) = &self.vmm else { return Ok(()) };
+        self.cur()?;
+        // SAFETY: the range was reserved by va_reserve with this size and is unmapped.
+        self.check("cuMemAddressFree", unsafe { (v.free)(ptr, bytes) })
+    }
+    fn va_map(&self, ptr: DevPtr, bytes: usize) -> Result<u64> {
+        let Some((v, _)) = &self.vmm else { return Err(DriverError::Other { api: Api::Cuda, what: "no VMM".into() }) };
+        self.cur()?;
+        let prop = self.alloc_prop();
+        let access = AccessDesc { location: prop.location, flags: 3 };
+        let mut h = 0u64;
+        // SAFETY: `prop`/`access` are valid structs for the calls; `[ptr, ptr+bytes)` lies in
+        // a reservation of this driver, granularity-aligned and not mapped yet (the arena's
+        // invariant). Every failure path releases what this call made.
+        unsafe {
+            self.check("cuMemCreate", (v.create)(&mut h, bytes, &prop, 0))?;
+            if let Err(e) = self.check("cuMemMap", (v.map)(ptr, bytes, 0, h, 0)) {
+                (v.release)(h);
+                return Err(e);
+            }
+            if let Err(e) = self.check("cuMemSetAccess", (v.set_access)(ptr, bytes, &access, 1)) {
+                (v.unmap)(ptr, bytes);
+                (v.release)(h);
+                return Err(e);
+            }
+        }
+        Ok(h)
+    }
+    fn va_unmap(&self, ptr: DevPtr, bytes: usize, handle: u64) -> Result<()> {
+        let Some((v, _)) = &self.vmm else { return Ok(()) };
+        self.cur()?;
+        // SAFETY: `[ptr, ptr+bytes)` was mapped to `handle` by va_map; no queued work reads
+        // it (the arena synchronizes first).
+        unsafe {
+            self.check("cuMemUnmap", (v.unmap)(ptr, bytes))?;
+            self.check("cuMemRelease", (v.release)(handle))
+        }
+    }
     fn stream_create(&self) -> Result<RawHandle> {
         self.cur()?;
         let mut s = std::ptr::null_mut();
@@ -388,8 +531,12 @@ impl Driver for CudaDriver {
             owned = image.iter().copied().chain(std::iter::once(0)).collect();
             &owned
         };
+        let before = if super::mem_trace() { self.mem_info().ok() } else { None };
         // SAFETY: `img` is a complete cubin/PTX image alive for the call (the driver copies it).
         self.check("cuModuleLoadData", unsafe { (self.t.module_load_data)(&mut m, img.as_ptr().cast()) })?;
+        if let (Some((f0, t)), Ok((f1, _))) = (before, self.mem_info()) {
+            eprintln!("mem: module load ({} B image): driver used {} MiB ({:+} KiB)", image.len(), (t - f1) >> 20, (f0 as i64 - f1 as i64) >> 10);
+        }
         Ok(m as RawHandle)
     }
     fn module_unload(&self, module: RawHandle) -> Result<()> {

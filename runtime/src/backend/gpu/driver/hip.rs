@@ -35,6 +35,8 @@ struct Table {
     host_register: unsafe extern "C" fn(P, usize, c_uint) -> HipResult,
     host_unregister: unsafe extern "C" fn(P) -> HipResult,
     host_get_device_pointer: unsafe extern "C" fn(*mut P, P, c_uint) -> HipResult,
+    host_malloc: unsafe extern "C" fn(*mut P, usize, c_uint) -> HipResult,
+    host_free: unsafe extern "C" fn(P) -> HipResult,
     stream_create_with_flags: unsafe extern "C" fn(*mut P, c_uint) -> HipResult,
     stream_destroy: unsafe extern "C" fn(P) -> HipResult,
     stream_synchronize: unsafe extern "C" fn(P) -> HipResult,
@@ -133,6 +135,8 @@ impl HipDriver {
             host_register: get!("hipHostRegister"),
             host_unregister: get!("hipHostUnregister"),
             host_get_device_pointer: get!("hipHostGetDevicePointer"),
+            host_malloc: get!("hipHostMalloc"),
+            host_free: get!("hipHostFree"),
             stream_create_with_flags: get!("hipStreamCreateWithFlags"),
             stream_destroy: get!("hipStreamDestroy"),
             stream_synchronize: get!("hipStreamSynchronize"),
@@ -308,6 +312,24 @@ impl Driver for HipDriver {
     fn host_unregister(&self, host: &[u8]) -> Result<()> {
         // SAFETY: registered by host_register.
         self.check("hipHostUnregister", unsafe { (self.t.host_unregister)(host.as_ptr() as P) })
+    }
+    fn host_alloc(&self, bytes: usize) -> Result<(usize, DevPtr)> {
+        self.cur()?;
+        let mut h: P = std::ptr::null_mut();
+        let mut d: P = std::ptr::null_mut();
+        // SAFETY: out-pointers are locals; 0x2 = hipHostMallocMapped. Freed by host_free.
+        unsafe {
+            self.check("hipHostMalloc", (self.t.host_malloc)(&mut h, bytes.max(1), 0x2))?;
+            if let Err(e) = self.check("hipHostGetDevicePointer", (self.t.host_get_device_pointer)(&mut d, h, 0)) {
+                (self.t.host_free)(h);
+                return Err(e);
+            }
+        }
+        Ok((h as usize, d as usize as u64))
+    }
+    fn host_free(&self, host: usize) -> Result<()> {
+        // SAFETY: `host` came from host_alloc and is freed once.
+        self.check("hipHostFree", unsafe { (self.t.host_free)(host as P) })
     }
     fn stream_create(&self) -> Result<RawHandle> {
         self.cur()?;

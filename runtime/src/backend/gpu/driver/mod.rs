@@ -127,6 +127,35 @@ pub trait Driver: Send + Sync {
     /// The caller keeps `host` alive and unregisters it before freeing it.
     fn host_register(&self, host: &[u8]) -> Result<DevPtr>;
     fn host_unregister(&self, host: &[u8]) -> Result<()>;
+    /// Page-locked host memory the device reads in place (`cuMemHostAlloc` /
+    /// `hipHostMalloc` with the mapped flag): (host address, device address). Unlike
+    /// [`Driver::host_register`] the driver allocates the pages itself, so nothing of the
+    /// caller's (file-backed) mappings is pinned.
+    fn host_alloc(&self, bytes: usize) -> Result<(usize, DevPtr)>;
+    fn host_free(&self, host: usize) -> Result<()>;
+
+    /// Virtual memory management (a growable device arena: reserve addresses once, back
+    /// them with physical memory as it fills). `None` where the driver has no such calls
+    /// (callers then allocate with [`Driver::malloc`]); otherwise the mapping granularity.
+    fn vmm_granularity(&self) -> Option<usize> {
+        None
+    }
+    /// Reserve `bytes` (a multiple of the granularity) of device addresses, unbacked.
+    fn va_reserve(&self, _bytes: usize) -> Result<DevPtr> {
+        Err(DriverError::Other { api: self.api(), what: "no virtual memory management on this backend".into() })
+    }
+    fn va_free(&self, _ptr: DevPtr, _bytes: usize) -> Result<()> {
+        Ok(())
+    }
+    /// Back `[ptr, ptr+bytes)` (inside a reservation, granularity-aligned) with new
+    /// physical device memory, readable and writable by the device. Returns its handle.
+    fn va_map(&self, _ptr: DevPtr, _bytes: usize) -> Result<u64> {
+        Err(DriverError::Other { api: self.api(), what: "no virtual memory management on this backend".into() })
+    }
+    /// Undo one [`Driver::va_map`] (same range, same handle) and free its memory.
+    fn va_unmap(&self, _ptr: DevPtr, _bytes: usize, _handle: u64) -> Result<()> {
+        Ok(())
+    }
 
     fn stream_create(&self) -> Result<RawHandle>;
     fn stream_destroy(&self, stream: RawHandle) -> Result<()>;
@@ -166,6 +195,13 @@ pub trait Driver: Send + Sync {
     /// Compile kernel source at run time (NVRTC / hipRTC) for `arch`; returns a loadable
     /// image. The RTC library is opened on first use, so a missing one only fails here.
     fn rtc_compile(&self, source: &str, name: &str, arch: &str) -> Result<Vec<u8>>;
+}
+
+/// `LODE_MEM_TRACE=1`: print the driver's used-memory figure at each point where lode's
+/// device footprint changes shape (context, each module, weights, KV, scratch, graphs).
+pub fn mem_trace() -> bool {
+    static T: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *T.get_or_init(|| std::env::var("LODE_MEM_TRACE").is_ok_and(|v| !v.is_empty() && v != "0"))
 }
 
 /// Open the first library of `names` that loads; the error lists every name tried.

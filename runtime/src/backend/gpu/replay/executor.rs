@@ -72,6 +72,7 @@ impl Executor for GpuDevice {
         let graph = self.capture_record(record)?;
         let exec = self.graph_instantiate(graph);
         let _ = self.graph_destroy(graph);
+        self.mem_mark(&format!("graph of {} launches instantiated", record.len()));
         exec
     }
     fn rebind(&self, exec: RawHandle, record: &[Entry]) -> Result<bool, DriverError> {

@@ -3,7 +3,8 @@
 //! the CPU backend's own functions or the f64 references of the parent module.
 
 use super::{cpu_rope_head, dequant, q8_blocks_check, q8_reference, random_weights, ref_attention, Acc, Rng, Target};
-use crate::backend::gpu::{ops, GpuError};
+use crate::backend::gpu::ops::{self, ActFmt};
+use crate::backend::gpu::GpuError;
 use crate::quant::GgmlType;
 
 /// Runs check `name` (`cases` random cases) into `acc`; `Ok(None)` when the target does
@@ -11,15 +12,17 @@ use crate::quant::GgmlType;
 pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc: &mut Acc) -> Result<Option<()>, GpuError> {
     match name {
         "add_rmsnorm_q8" => {
-            for _ in 0..cases {
+            for c in 0..cases {
                 let rows = rng.range(1, 9);
-                // Up to 12800: past 8192 values per row the kernel's strided path.
-                let n = 32 * rng.range(1, 400);
+                // Up to 12800: past 8192 values per row the kernel's strided path. Odd
+                // cases write the K form (whole super-blocks).
+                let fmt = if c % 2 == 1 { ActFmt::K } else { ActFmt::Q8_1 };
+                let n = if fmt == ActFmt::K { 256 * rng.range(1, 50) } else { 32 * rng.range(1, 400) };
                 let x = rng.vec(rows * n, 2.0);
                 let r = rng.vec(rows * n, 2.0);
                 let w = rng.vec(n, 1.5);
                 let with_w = rng.f() > -0.5;
-                let Some((xo, y, q)) = t.add_rmsnorm_q8(&x, &r, with_w.then_some(&w[..]), rows, n, 1e-6)? else { return Ok(None) };
+                let Some((xo, y, q)) = t.add_rmsnorm_q8(&x, &r, with_w.then_some(&w[..]), rows, n, 1e-6, fmt)? else { return Ok(None) };
                 let sum: Vec<f32> = x.iter().zip(&r).map(|(a, b)| a + b).collect();
                 let case = format!("rows={rows} n={n}");
                 // The residual is an f32 add: bit-exact.
@@ -31,7 +34,7 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
                     want.extend(o.iter().map(|&v| v as f64));
                 }
                 acc.cmp(&format!("{case} (values)"), &y, &want, |i| 2e-6 * want[i].abs() + 1e-7);
-                q8_blocks_check(acc, &case, &y, &q, rows, n);
+                q8_blocks_check(acc, &case, &y, &q, rows, n, fmt);
             }
         }
         "rope_kv" => {
@@ -128,9 +131,12 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
                 let x = rng.vec(k, 1.0);
                 let refs: Vec<(&[u8], GgmlType, usize)> = ws.iter().map(|(w, t, r)| (&w[..], *t, *r)).collect();
                 let Some((ys, q8)) = t.matvec_multi(&refs, k, &x, staged)? else { return Ok(None) };
+                let half = ops::q8_1_bytes(k, 1);
                 for (i, (w, ty, rows)) in ws.iter().enumerate() {
                     let wf = dequant(*ty, w, rows * k)?;
-                    let (want, tol) = q8_reference(&wf, *rows, k, &q8, 1);
+                    let fmt = ops::act_fmt(*ty).unwrap_or(ActFmt::Q8_1);
+                    let blocks = if fmt == ActFmt::K { q8.get(half..2 * half).unwrap_or(&[]) } else { &q8[..half.min(q8.len())] };
+                    let (want, tol) = q8_reference(&wf, *rows, k, blocks, 1, fmt);
                     acc.cmp(&format!("weight {i}/{nw} {ty} rows={rows} k={k} staged>={staged}sb"), &ys[i], &want, |j| tol[j]);
                 }
             }
@@ -151,7 +157,7 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
                 let want = ref_attention(&q, &kc, &vc, n_tok, n_head, n_kv, hd, pos0, window, scale);
                 let case = format!("hd={hd} heads={n_head}/{n_kv} toks={n_tok} pos0={pos0} window={window}");
                 acc.cmp(&case, &y, &want, |i| 1e-4 * want[i].abs() + 2e-5);
-                q8_blocks_check(acc, &case, &y, &q8, n_tok, n_head * hd);
+                q8_blocks_check(acc, &case, &y, &q8, n_tok, n_head * hd, ActFmt::Q8_1);
             }
         }
         _ => return Err(GpuError::Unsupported(format!("unknown fused check {name}"))),

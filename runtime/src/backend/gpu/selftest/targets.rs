@@ -3,6 +3,7 @@
 //! ([`HostTarget`]: `quant::matmul` / `quant::dequantize`, which `cargo test` checks).
 
 use super::{Elt, Out, RopeKvOut, Target};
+use crate::backend::gpu::ops::ActFmt;
 use crate::backend::gpu::device::GpuDevice;
 use crate::backend::gpu::DeviceBuffer;
 use crate::backend::gpu::{ops, GpuError};
@@ -29,9 +30,9 @@ impl Target for GpuTarget<'_> {
         let wb = d.upload(w)?;
         let xb = d.upload_f32(x)?;
         let yb = self.out_buf(ncols * rows * 4)?;
-        let q8 = if ops::matvec_takes_q8_1(ty) {
+        let q8 = if let Some(fmt) = ops::act_fmt(ty) {
             let qb = self.out_buf(ops::q8_1_bytes(k, ncols))?;
-            ops::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, ncols)?;
+            ops::quantize_act(d, fmt, xb.ptr(), qb.ptr(), k, ncols)?;
             ops::matvec(d, wb.ptr(), ty, rows, k, qb.ptr(), yb.ptr(), ncols)?;
             let mut q = vec![0u8; qb.len()];
             d.read(qb.ptr(), &mut q)?;
@@ -50,6 +51,22 @@ impl Target for GpuTarget<'_> {
         let mut q = vec![0u8; qb.len()];
         d.read(qb.ptr(), &mut q)?;
         Ok(Some(q))
+    }
+    fn quantize_act(&self, fmt: ActFmt, x: &[f32], rows: usize, k: usize) -> Out<Vec<u8>> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let qb = self.out_buf(ops::q8_1_bytes(k, rows))?;
+        ops::quantize_act(d, fmt, xb.ptr(), qb.ptr(), k, rows)?;
+        let mut q = vec![0u8; qb.len()];
+        d.read(qb.ptr(), &mut q)?;
+        Ok(Some(q))
+    }
+    fn quantize_dq(&self, fmt: ActFmt, x: &[f32], rows: usize, k: usize) -> Out<Vec<f32>> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let yb = self.out_buf(x.len() * 4)?;
+        ops::quantize_dq(d, fmt, xb.ptr(), yb.ptr(), k, rows)?;
+        Ok(Some(d.read_f32(yb.ptr(), x.len())?))
     }
     fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>> {
         let d = self.0;
@@ -82,7 +99,7 @@ impl Target for GpuTarget<'_> {
         ops::rope(d, xb.ptr(), pb.ptr(), fb.as_ref().map(|b| b.ptr()), pos.len(), n_head, head_dim, n_rot, neox, ts, freq_scale, attn_factor)?;
         Ok(Some(d.read_f32(xb.ptr(), x.len())?))
     }
-    fn add_rmsnorm_q8(&self, x: &[f32], r: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<(Vec<f32>, Vec<f32>, Vec<u8>)> {
+    fn add_rmsnorm_q8(&self, x: &[f32], r: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32, fmt: ActFmt) -> Out<(Vec<f32>, Vec<f32>, Vec<u8>)> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
         let rb = d.upload_f32(r)?;
@@ -92,7 +109,7 @@ impl Target for GpuTarget<'_> {
         };
         let yb = self.out_buf(rows * n * 4)?;
         let qb = self.out_buf(ops::q8_1_bytes(n, rows))?;
-        ops::add_rmsnorm_q8(d, xb.ptr(), rb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps)?;
+        ops::add_rmsnorm_q8(d, xb.ptr(), rb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps, fmt)?;
         let mut q = vec![0u8; qb.len()];
         d.read(qb.ptr(), &mut q)?;
         Ok(Some((d.read_f32(xb.ptr(), rows * n)?, d.read_f32(yb.ptr(), rows * n)?, q)))
@@ -117,8 +134,16 @@ impl Target for GpuTarget<'_> {
     fn matvec_multi(&self, ws: &[(&[u8], GgmlType, usize)], k: usize, x: &[f32], staged_min_sb: usize) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
-        let qb = self.out_buf(ops::q8_1_bytes(k, 1))?;
+        // Both forms, one after the other (the K form only for whole super-blocks).
+        let half = ops::q8_1_bytes(k, 1);
+        let qb = self.out_buf(2 * half)?;
         ops::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, 1)?;
+        let xk = if k % 256 == 0 {
+            ops::quantize_act(d, ActFmt::K, xb.ptr(), qb.ptr() + half as u64, k, 1)?;
+            qb.ptr() + half as u64
+        } else {
+            0
+        };
         let mut bufs = Vec::new();
         let mut segs = Vec::new();
         for &(w, ty, rows) in ws {
@@ -127,7 +152,7 @@ impl Target for GpuTarget<'_> {
             segs.push((wb.ptr(), ty, rows, yb.ptr()));
             bufs.push((wb, yb, rows));
         }
-        ops::matvec_multi_with(d, qb.ptr(), k, &segs, staged_min_sb)?;
+        ops::matvec_multi_with(d, qb.ptr(), xk, k, &segs, staged_min_sb)?;
         let mut ys = Vec::new();
         for (_, yb, rows) in &bufs {
             ys.push(d.read_f32(yb.ptr(), *rows)?);
@@ -178,7 +203,7 @@ impl Target for GpuTarget<'_> {
         }
         Ok(Some(d.read_f32(y, n)?))
     }
-    fn rmsnorm_q8(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<(Vec<f32>, Vec<u8>)> {
+    fn rmsnorm_q8(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32, fmt: ActFmt) -> Out<(Vec<f32>, Vec<u8>)> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
         let wb = match w {
@@ -187,22 +212,26 @@ impl Target for GpuTarget<'_> {
         };
         let yb = self.out_buf(rows * n * 4)?;
         let qb = self.out_buf(ops::q8_1_bytes(n, rows))?;
-        ops::rmsnorm_q8(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps)?;
+        ops::rmsnorm_q8(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps, fmt)?;
         let mut q = vec![0u8; qb.len()];
         d.read(qb.ptr(), &mut q)?;
         Ok(Some((d.read_f32(yb.ptr(), rows * n)?, q)))
     }
-    fn glu_q8(&self, g: &[f32], u: &[f32], gelu: bool) -> Out<(Vec<f32>, Vec<u8>)> {
+    fn glu_q8(&self, g: &[f32], u: &[f32], gelu: bool, fmt: ActFmt) -> Out<(Vec<f32>, Vec<u8>)> {
         let d = self.0;
         let n = g.len();
         let gb = d.upload_f32(g)?;
         let ub = d.upload_f32(u)?;
         let yb = self.out_buf(n * 4)?;
         let qb = self.out_buf(ops::q8_1_bytes(n, 1))?;
-        ops::glu_q8(d, gb.ptr(), ub.ptr(), yb.ptr(), qb.ptr(), n, gelu)?;
+        ops::glu_q8(d, gb.ptr(), ub.ptr(), yb.ptr(), qb.ptr(), n, gelu, fmt)?;
         let mut q = vec![0u8; qb.len()];
         d.read(qb.ptr(), &mut q)?;
         Ok(Some((d.read_f32(yb.ptr(), n)?, q)))
+    }
+    fn attention_rows(&self, cases: usize, rng: &mut super::Rng, acc: &mut super::Acc) -> Out<()> {
+        super::rows::check(self.0, cases, rng, acc)?;
+        Ok(Some(()))
     }
     fn kv_store(&self, k: &[f32], v: &[f32], nk: usize, nv: usize, rows: &[i32], slots: usize) -> Out<(Vec<u16>, Vec<u16>)> {
         let d = self.0;
@@ -253,6 +282,17 @@ impl Target for HostTarget {
     }
     fn quantize_q8_1(&self, _: &[f32], _: usize, _: usize) -> Out<Vec<u8>> {
         Ok(None)
+    }
+    /// The CPU's own blocks (so `cargo test` runs the `act_*` check bodies: a tautology
+    /// for the bytes, but it exercises the layout conversion and the data generator).
+    fn quantize_act(&self, fmt: ActFmt, x: &[f32], rows: usize, k: usize) -> Out<Vec<u8>> {
+        Ok(Some(super::act::cpu_blocks(fmt, x, rows, k)?))
+    }
+    /// From the K-form bytes (not from `quant::dequantize`), so the conversion is checked.
+    fn quantize_dq(&self, fmt: ActFmt, x: &[f32], rows: usize, k: usize) -> Out<Vec<f32>> {
+        let b = super::act::cpu_blocks(fmt, x, rows, k)?;
+        let (xh, _) = super::decode_act(&b, k, rows, fmt);
+        Ok(Some(xh))
     }
     fn activation_type(&self, ty: GgmlType) -> Option<GgmlType> {
         Some(quant::vec_dot_type(ty))

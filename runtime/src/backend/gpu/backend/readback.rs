@@ -1,0 +1,48 @@
+//! Large reads (a step's logits: rows × vocabulary f32, 19 MiB for 32 rows of Qwen3) go
+//! through one page-locked host buffer: a copy from the device into pageable memory is
+//! staged by the driver in small pieces and runs several times slower. The buffer grows
+//! to the largest read seen and lives as long as the backend. `LODE_PINNED_READ=0` reads
+//! straight into the caller's memory (for A/B runs); a failed pinned allocation does too.
+
+use crate::backend::gpu::device::{GpuDevice, PinnedHost};
+use crate::backend::gpu::driver::DevPtr;
+use crate::backend::gpu::driver::DriverError;
+
+/// Reads smaller than this go straight to the caller's memory (one logits row of a small
+/// vocabulary, positions, test reads): the extra host copy would cost more than it saves.
+const PINNED_MIN_BYTES: usize = 1 << 20;
+
+pub(super) struct Readback {
+    buf: Option<PinnedHost>,
+    enabled: bool,
+}
+
+impl Readback {
+    pub(super) fn from_env() -> Readback {
+        Readback { buf: None, enabled: std::env::var("LODE_PINNED_READ").map(|v| v != "0").unwrap_or(true) }
+    }
+
+    /// Copy `dst.len()` bytes from `src` on the device into `dst` (the stream is synchronized).
+    pub(super) fn read(&mut self, dev: &GpuDevice, src: DevPtr, dst: &mut [u8]) -> Result<(), DriverError> {
+        let n = dst.len();
+        if !self.enabled || n < PINNED_MIN_BYTES {
+            return dev.read(src, dst);
+        }
+        if self.buf.as_ref().is_none_or(|b| b.len() < n) {
+            self.buf = None;
+            match dev.host_alloc(n.next_power_of_two()) {
+                Ok(b) => self.buf = Some(b),
+                Err(e) => {
+                    tracing::debug!("pinned read-back buffer of {n} bytes refused ({e}); reading into pageable memory");
+                    self.enabled = false;
+                    return dev.read(src, dst);
+                }
+            }
+        }
+        let Some(b) = self.buf.as_mut() else { return dev.read(src, dst) };
+        let staged = &mut b.as_mut_slice()[..n];
+        dev.read(src, staged)?;
+        dst.copy_from_slice(staged);
+        Ok(())
+    }
+}
