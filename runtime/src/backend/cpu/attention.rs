@@ -189,7 +189,10 @@ impl Kv {
                     Mode::FlashRows => {
                         qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
                         kern::scores_tree(&qh, kh, n_ctx, lo, p.scale, 64, &mut scores);
-                        kern::online_f16(&scores, vc, wv, voff, lo, &mut row, o);
+                        match split_keys(pos.len(), pq, par.threads()) {
+                            Some(chunk) => split_rows(&scores, vc, wv, voff, lo, chunk, &mut row, &mut acc, o),
+                            None => kern::online_f16(&scores, vc, wv, voff, lo, &mut row, o),
+                        }
                     }
                     Mode::FlashTiled => {
                         kern::scores(&qh, kh, n_ctx, lo, p.scale, &mut scores);
@@ -204,6 +207,50 @@ impl Kv {
         });
         Ok(())
     }
+}
+
+/// KV length llama.cpp attends over: the used cells padded to 256.
+const KV_PAD: usize = 256;
+
+/// For one query row (decode) whose padded KV length is ≥ 512, llama.cpp's flash
+/// attention splits the keys into `threads` equal chunks (one per thread) and merges the
+/// chunks' partial softmaxes; `Some(chunk length)` then. The rounding depends on the
+/// thread count, as there.
+fn split_keys(rows: usize, pq: usize, threads: usize) -> Option<usize> {
+    let n_kv = (pq + 1).div_ceil(KV_PAD) * KV_PAD;
+    (rows == 1 && n_kv >= 512).then(|| n_kv.div_ceil(threads.max(1)))
+}
+
+/// The split path's row: per chunk of keys the online softmax with its f16 accumulator
+/// (undivided), merged chunk by chunk as `v = fma(v, e^(M−M'), v_c·e^(M_c−M'))` (and the
+/// same for the sums), divided at the end.
+#[allow(clippy::too_many_arguments)]
+fn split_rows(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, chunk: usize, row: &mut [f32], part: &mut Vec<f32>, out: &mut [f32]) {
+    let hi = lo + scores.len();
+    let dv = out.len();
+    part.clear();
+    part.resize(dv, 0.0);
+    out.fill(0.0);
+    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+    let mut c0 = 0;
+    while c0 < hi {
+        let (a, b) = (c0.max(lo), (c0 + chunk).min(hi));
+        c0 += chunk;
+        if a >= b {
+            continue;
+        }
+        let (mc, sc) = kern::online_f16_part(&scores[a - lo..b - lo], v, stride, off, a, row, part);
+        if sc == 0.0 {
+            continue;
+        }
+        let m_new = m.max(mc);
+        let (so, sn) = ((m - m_new).exp(), (mc - m_new).exp());
+        out.iter_mut().zip(part.iter()).for_each(|(o, &p)| *o = o.mul_add(so, p * sn));
+        s = s.mul_add(so, sc * sn);
+        m = m_new;
+    }
+    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+    out.iter_mut().for_each(|o| *o *= inv);
 }
 
 fn invalid(msg: String) -> BackendError {

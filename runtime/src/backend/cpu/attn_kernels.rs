@@ -119,16 +119,32 @@ pub fn fold16(a: &[f32; 16]) -> f32 {
 /// CPU flash attention does for small batches and decode with an f16 cache. V row of
 /// key `p` at `p * stride + off`. `acc` is scratch of `out.len()`.
 pub fn online_f16(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, acc: &mut [f32], out: &mut [f32]) {
+    let (_, sum) = online_f16_part(scores, v, stride, off, lo, acc, out);
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    out.iter_mut().for_each(|o| *o *= inv);
+}
+
+/// [`online_f16`] before the division: `out` gets the f16 accumulator's values and the
+/// result is `(max score, Σ exp)`, as llama.cpp keeps per chunk of keys when it splits
+/// one row's keys across threads.
+pub fn online_f16_part(
+    scores: &[f32],
+    v: Rows,
+    stride: usize,
+    off: usize,
+    lo: usize,
+    acc: &mut [f32],
+    out: &mut [f32],
+) -> (f32, f32) {
     #[cfg(target_arch = "x86_64")]
     if avx2() && out.len() % 8 == 0 {
         // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
-        unsafe { x86::online_f16(scores, v, stride, off, lo, acc, out) };
-        return;
+        return unsafe { x86::online_f16(scores, v, stride, off, lo, acc, out) };
     }
     online_f16_portable(scores, v, stride, off, lo, acc, out)
 }
 
-fn online_f16_portable(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, acc: &mut [f32], out: &mut [f32]) {
+fn online_f16_portable(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, acc: &mut [f32], out: &mut [f32]) -> (f32, f32) {
     let dv = out.len();
     let mut a16 = vec![f16::ZERO; dv];
     let row = &mut acc[..dv];
@@ -146,8 +162,8 @@ fn online_f16_portable(scores: &[f32], v: Rows, stride: usize, off: usize, lo: u
         a16.iter_mut().zip(row.iter()).for_each(|(a, &x)| *a = f16::from_f32(x.mul_add(vs, a.to_f32())));
         sum = sum.mul_add(ms, vs);
     }
-    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-    out.iter_mut().zip(&a16).for_each(|(o, a)| *o = a.to_f32() * inv);
+    out.iter_mut().zip(&a16).for_each(|(o, a)| *o = a.to_f32());
+    (m, sum)
 }
 
 /// `o[i] = fma(w, V[at + i], o[i])` for `i < o.len()` (one rounding per element, so the
@@ -310,7 +326,7 @@ mod x86 {
     /// [`super::online_f16`] with `out.len()` a multiple of 8; `acc` holds the f16
     /// accumulator's values as f32.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn online_f16(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, acc: &mut [f32], out: &mut [f32]) {
+    pub fn online_f16(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, acc: &mut [f32], out: &mut [f32]) -> (f32, f32) {
         let dv = out.len();
         let acc = &mut acc[..dv];
         acc.fill(0.0);
@@ -337,10 +353,8 @@ mod x86 {
             }
             sum = sum.mul_add(ms, vs);
         }
-        let inv = _mm256_set1_ps(if sum == 0.0 { 0.0 } else { 1.0 / sum });
-        for i in (0..dv).step_by(8) {
-            store(&mut out[i..], _mm256_mul_ps(load(&acc[i..]), inv));
-        }
+        out.copy_from_slice(acc);
+        (m, sum)
     }
 }
 
@@ -402,9 +416,10 @@ mod tests {
         for v in [Rows::F32(&v32), Rows::F16(&v16)] {
             let (mut a, mut b) = (vec![0.0; dv], vec![0.0; dv]);
             let mut acc = vec![0.0; dv];
-            online_f16(&sc, v, stride, off, lo, &mut acc, &mut a);
-            online_f16_portable(&sc, v, stride, off, lo, &mut acc, &mut b);
+            let ra = online_f16_part(&sc, v, stride, off, lo, &mut acc, &mut a);
+            let rb = online_f16_portable(&sc, v, stride, off, lo, &mut acc, &mut b);
             assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+            assert_eq!((ra.0.to_bits(), ra.1.to_bits()), (rb.0.to_bits(), rb.1.to_bits()));
         }
     }
 }
