@@ -275,22 +275,20 @@ mod x86 {
     pub fn scores_tree(q: &[f32], k: KeysT, stride: usize, lo: usize, scale: f32, lanes: usize, out: &mut [f32]) -> usize {
         let n = out.len();
         let sc = _mm256_set1_ps(scale);
-        let chain = |l: usize, at: usize| {
-            let mut a = _mm256_setzero_ps();
-            for d in (l..q.len()).step_by(lanes) {
-                a = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), ld(k, d * stride + at), a);
-            }
-            a
-        };
         let mut j = 0;
         while j < n && lo + j + 8 <= stride {
             let at = lo + j;
+            // Lane l's chain: elements d ≡ l (mod lanes), in order of d.
+            let mut p = [_mm256_setzero_ps(); 64];
+            for (d, &qd) in q.iter().enumerate() {
+                let l = d % lanes;
+                p[l] = _mm256_fmadd_ps(_mm256_set1_ps(qd), ld(k, d * stride + at), p[l]);
+            }
             let a: [__m256; 16] = std::array::from_fn(|t| {
                 if lanes == 64 {
-                    let x = _mm256_add_ps(chain(t, at), chain(t + 32, at));
-                    _mm256_add_ps(x, _mm256_add_ps(chain(t + 16, at), chain(t + 48, at)))
+                    _mm256_add_ps(_mm256_add_ps(p[t], p[t + 32]), _mm256_add_ps(p[t + 16], p[t + 48]))
                 } else {
-                    chain(t, at)
+                    p[t]
                 }
             });
             let t3: [__m256; 8] = std::array::from_fn(|i| _mm256_add_ps(a[i + 8], a[i]));
