@@ -30,6 +30,8 @@ mod act;
 mod fused;
 mod readback;
 mod rows;
+mod staging;
+use staging::Scratch;
 
 /// Map a GPU error into the backend's error type, naming the op.
 fn err(op: &'static str) -> impl Fn(GpuError) -> BackendError {
@@ -48,23 +50,6 @@ struct Kv {
     layers: Vec<(DevPtr, DevPtr)>,
 }
 
-/// A reusable device scratch region that only grows.
-#[derive(Default)]
-struct Scratch {
-    buf: Option<DeviceBuffer>,
-    /// Times the region was reallocated (its contents lost).
-    grown: u64,
-}
-impl Scratch {
-    fn get(&mut self, dev: &GpuDevice, bytes: usize) -> std::result::Result<DevPtr, super::DriverError> {
-        if self.buf.as_ref().map(|b| b.len() < bytes).unwrap_or(true) {
-            self.grown += 1;
-            self.buf = None;
-            self.buf = Some(dev.alloc(bytes.next_power_of_two().max(4096))?);
-        }
-        Ok(self.buf.as_ref().map(|b| b.ptr()).unwrap_or(0))
-    }
-}
 
 pub struct GpuBackend {
     dev: GpuDevice,
@@ -180,68 +165,6 @@ impl GpuBackend {
         self.replay.get_mut().barrier(&self.dev).map_err(derr("graph replay"))
     }
 
-    /// Copy host values into this step's next staging slot; returns its address.
-    fn stage_bytes(&mut self, bytes: &[u8]) -> Result<DevPtr> {
-        let need = self.stage_used + bytes.len().div_ceil(256) * 256;
-        if self.stage.buf.as_ref().map(|b| b.len() < need).unwrap_or(true) {
-            if let Some(old) = self.stage.buf.take() {
-                self.retired.push(old);
-            }
-            self.stage_used = 0;
-            self.stage.get(&self.dev, (need * 2).max(1 << 16)).map_err(derr("staging"))?;
-        }
-        let p = self.stage.buf.as_ref().map(|b| b.ptr()).unwrap_or(0) + self.stage_used as u64;
-        self.stage_used += bytes.len().div_ceil(256) * 256;
-        self.dev.write(p, bytes).map_err(derr("staging"))?;
-        Ok(p)
-    }
-
-    /// Address the next staging slot would get.
-    fn stage_slot_addr(&self) -> DevPtr {
-        self.stage.buf.as_ref().map(|b| b.ptr()).unwrap_or(0) + self.stage_used as u64
-    }
-
-    /// At a replayable step's first op: stage the positions the step will most likely
-    /// use (the previous step's, each one further) where it staged them, and launch the
-    /// graph now so the GPU runs while the host verifies the rest of the step.
-    fn speculate(&mut self, first: &Entry) -> Result<()> {
-        if !self.replay.get_mut().can_speculate() {
-            return Ok(());
-        }
-        let Some((prev, ptr)) = self.prev_pos.clone() else { return Ok(()) };
-        // Decode steps only, and only while the predicted position is inside every KV
-        // cache: a wrong guess is recomputed, but the speculative run must stay in bounds
-        // (regression: repeated 512-token prefills predicted positions past the cache).
-        if prev.len() != 1 {
-            return Ok(());
-        }
-        let n = prev.len() as u32;
-        let pred: Vec<u32> = prev.iter().map(|p| p + n).collect();
-        let cap = self.kvs.values().map(|k| k.spec.n_ctx).min().unwrap_or(0);
-        if pred.iter().any(|&p| p as usize >= cap) {
-            return Ok(());
-        }
-        let in_stage = self.stage.buf.as_ref().map(|b| ptr >= b.ptr() && ptr + (pred.len() * 4) as u64 <= b.ptr() + b.len() as u64).unwrap_or(false);
-        if !in_stage || ptr < self.stage_slot_addr() {
-            return Ok(());
-        }
-        let v: Vec<i32> = pred.iter().map(|&p| p as i32).collect();
-        self.dev.write(ptr, bytemuck::cast_slice(&v)).map_err(derr("staging"))?;
-        if self.replay.get_mut().speculate(&self.dev, first).map_err(derr("graph replay"))? {
-            self.predicted_pos = Some((pred, ptr));
-        }
-        Ok(())
-    }
-
-    /// End of a step: replay or capture, then recycle the staging slots.
-    fn end_step(&mut self) -> Result<()> {
-        self.replay.get_mut().end_step(&self.dev).map_err(derr("graph replay"))?;
-        self.stage_used = 0;
-        self.prev_pos = self.step_pos.take();
-        self.predicted_pos = None;
-        Ok(())
-    }
-
     fn buf(&self, b: Buf) -> Result<(DevPtr, usize)> {
         self.bufs.get(&b.0).map(|(d, n, _)| (d.ptr(), *n)).ok_or(BackendError::BadHandle(b))
     }
@@ -288,29 +211,6 @@ impl GpuBackend {
         // Materializing allocates and uploads: outside the step record.
         self.barrier()?;
         Ok(self.cache.get(w, layout)?)
-    }
-
-    /// Stage positions once per step (as i32) and return their device address.
-    fn positions(&mut self, pos: &[u32]) -> Result<DevPtr> {
-        if let Some((p, ptr)) = &self.step_pos {
-            if p.as_slice() == pos {
-                return Ok(*ptr);
-            }
-        }
-        if let Some((pred, ptr)) = self.predicted_pos.take() {
-            let slot = pos.len().max(1).div_ceil(64) * 256;
-            if self.step_pos.is_none() && pred.as_slice() == pos && ptr == self.stage_slot_addr() {
-                // Already staged (before the speculative graph launch): take the slot.
-                self.stage_used += slot;
-                self.step_pos = Some((pred, ptr));
-                return Ok(ptr);
-            }
-            self.replay.get_mut().mispredicted(&self.dev).map_err(derr("graph replay"))?;
-        }
-        let v: Vec<i32> = pos.iter().map(|&p| p as i32).collect();
-        let ptr = self.stage_bytes(bytemuck::cast_slice(&v))?;
-        self.step_pos = Some((pos.to_vec(), ptr));
-        Ok(ptr)
     }
 
     /// The rope's frequency divisors as a device f32 vector (uploaded once per weight).
