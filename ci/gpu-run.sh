@@ -109,6 +109,16 @@ print(f"   copies {d['copies']}, duplicates {d['duplicates']}, resident {mib(d['
       f"lode peak {mib(dev.get('peak_allocated_bytes'))}, driver peak {mib(dev.get('driver_peak_used_bytes'))}, graphs {d.get('graphs')}")
 PY
 }
+# same_tokens ON.json OFF.json LABEL: the `generate --json` ids of replay on and off agree.
+same_tokens() {
+  python3 - "$@" <<'PY'
+import json, sys
+a, b = (json.load(open(f))["generated_ids"] for f in sys.argv[1:3])
+ok = a == b and len(a) > 0
+print(f"-- {sys.argv[3]}: greedy tokens graphs on == off: {'OK' if ok else 'FAIL'} ({len(a)} tokens): {a[:16]}...")
+sys.exit(0 if ok else 1)
+PY
+}
 if stage replay; then
   echo "== replay"
   R="$OUT/replay"; mkdir -p "$R"
@@ -122,13 +132,7 @@ if stage replay; then
       LODE_GRAPHS=$g "$T" 120 "$LODE" generate -m "$M" --device "$DEV" --temp 0 -n 32 --json -p "Replay must not change a token." \
         > "$R/$P-gen$g.json" 2>>"$R/$P-gen.err" || rc=1
     done
-    python3 - "$R/$P-gen1.json" "$R/$P-gen0.json" "$P" <<'PY' || rc=1
-import json, sys
-a, b = (json.load(open(f))["generated_ids"] for f in sys.argv[1:3])
-ok = a == b and len(a) > 0
-print(f"-- {sys.argv[3]}: greedy tokens graphs on == off: {'OK' if ok else 'FAIL'} ({len(a)} tokens)")
-sys.exit(0 if ok else 1)
-PY
+    same_tokens "$R/$P-gen1.json" "$R/$P-gen0.json" "$P" || rc=1
   done
   for G in ${REAL_MODELS:-}; do
     [ -f "$G" ] || continue
@@ -136,13 +140,7 @@ PY
       LODE_GRAPHS=$g "$T" 120 "$LODE" generate -m "$G" --device "$DEV" --temp 0 -n 64 --json --memory-report -p "The Queen of Hearts, she made some tarts," \
         > "$R/real-gen$g.json" 2> "$R/real-gen$g.err" || rc=1; grep -o "\"graphs\":{[^}]*}" "$R/real-gen$g.err" | sed "s/^/   graphs=$g: /"
     done
-    python3 - "$R/real-gen1.json" "$R/real-gen0.json" "$G" <<'PY' || rc=1
-import json, sys
-a, b = (json.load(open(f))["generated_ids"] for f in sys.argv[1:3])
-ok = a == b and len(a) > 0
-print(f"-- {sys.argv[3]}: greedy tokens graphs on == off: {'OK' if ok else 'FAIL'} ({len(a)} tokens): {a[:16]}...")
-sys.exit(0 if ok else 1)
-PY
+    same_tokens "$R/real-gen1.json" "$R/real-gen0.json" "$G" || rc=1
   done
 fi
 if stage residency; then

@@ -248,13 +248,7 @@ mod x86 {
                 a = _mm256_fmadd_ps(_mm256_set1_ps(qd), ld(k, d * stride + lo + j), a);
             }
             let a = _mm256_mul_ps(a, sc);
-            if j + 8 <= n {
-                store(&mut out[j..], a);
-            } else {
-                let mut tmp = [0f32; 8];
-                store(&mut tmp, a);
-                out[j..].copy_from_slice(&tmp[..n - j]);
-            }
+            store_upto(&mut out[j..], a);
             j += 8;
         }
         j.min(n)
@@ -295,13 +289,7 @@ mod x86 {
             let t6: [__m256; 4] = std::array::from_fn(|i| _mm256_add_ps(t3[i + 4], t3[i]));
             let r = _mm256_add_ps(_mm256_add_ps(t6[0], t6[2]), _mm256_add_ps(t6[1], t6[3]));
             let r = _mm256_mul_ps(r, sc);
-            if j + 8 <= n {
-                store(&mut out[j..], r);
-            } else {
-                let mut tmp = [0f32; 8];
-                store(&mut tmp, r);
-                out[j..].copy_from_slice(&tmp[..n - j]);
-            }
+            store_upto(&mut out[j..], r);
             j += 8;
         }
         j.min(n)
@@ -313,6 +301,20 @@ mod x86 {
         let o = &mut o[..8];
         // SAFETY: `o` is 8 writable f32.
         unsafe { _mm256_storeu_ps(o.as_mut_ptr(), x) }
+    }
+
+    /// The first `min(8, o.len())` lanes of `x` into `o` (a key group at the end of a row).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn store_upto(o: &mut [f32], x: __m256) {
+        if o.len() >= 8 {
+            store(o, x);
+        } else {
+            let mut tmp = [0f32; 8];
+            store(&mut tmp, x);
+            let n = o.len();
+            o.copy_from_slice(&tmp[..n]);
+        }
     }
 
     #[inline]

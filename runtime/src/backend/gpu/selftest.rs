@@ -259,10 +259,7 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
         }
         "rmsnorm_q8" | "swiglu_q8" | "geglu_q8" => {
             for c in 0..cases {
-                let rows = rng.range(1, 9);
-                // Odd cases write the K form (rows of whole 256-value super-blocks).
-                let fmt = if c % 2 == 1 { ActFmt::K } else { ActFmt::Q8_1 };
-                let n = if fmt == ActFmt::K { 256 * rng.range(1, 50) } else { 32 * rng.range(1, 400) };
+                let (rows, fmt, n) = producer_case(rng, c);
                 let x = rng.vec(rows * n, 2.0);
                 let u = rng.vec(rows * n, 2.0);
                 let w = rng.vec(n, 1.5);

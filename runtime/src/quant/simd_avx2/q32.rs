@@ -224,41 +224,13 @@ fn prep_q8_0(y: *const u8, offset_shift: i32) -> Act {
     }
 }
 
+/// Activation block of Q8_0 (`d` at 0, codes at 2), codes only.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q8_0_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
-    let prep = |y: *const u8| {
-        // SAFETY: `rows` passes pointers to whole 34-byte blocks.
-        let (q, ds) = unsafe { (ldp256(y.add(2)), f16x2(y)) };
-        Act { q, aux: q, ds }
-    };
-    // Σ w·y = Σ |w| · (y·sign w): |w| is read unsigned, so a weight code of −128 (never
-    // written by a quantizer, but legal in a file) still multiplies correctly; activation
-    // codes are within ±127.
-    let isum = |b: *const u8, a: &Act| {
-        // SAFETY: `rows` passes pointers to whole 34-byte weight blocks.
-        let wq = unsafe { ldp256(b.add(2)) };
-        dot_u8i8(_mm256_abs_epi8(wq), _mm256_sign_epi8(a.q, wq))
-    };
-    rows::<false>(w, x, n, out, 34, 34, prep, isum);
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q4_0_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
-    // SAFETY (closure): `rows` passes pointers to whole 18-byte weight blocks.
-    let isum = |b: *const u8, a: &Act| {
-        _mm256_sub_epi32(dot_u8i8(unsafe { nibbles32(b.add(2)) }, a.q), a.aux)
-    };
-    rows::<false>(w, x, n, out, 18, 34, |y| prep_q8_0(y, 3), isum);
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q5_0_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
-    let isum = |b: *const u8, a: &Act| {
-        // SAFETY: `rows` passes pointers to whole 22-byte weight blocks.
-        let q = unsafe { _mm256_or_si256(nibbles32(b.add(6)), bit4_32(b.add(2))) };
-        _mm256_sub_epi32(dot_u8i8(q, a.q), a.aux)
-    };
-    rows::<false>(w, x, n, out, 22, 34, |y| prep_q8_0(y, 4), isum);
+fn prep_q8_0_codes(y: *const u8) -> Act {
+    // SAFETY: `rows` passes pointers to whole 34-byte blocks.
+    let (q, ds) = unsafe { (ldp256(y.add(2)), f16x2(y)) };
+    Act { q, aux: q, ds }
 }
 
 /// Activation block of Q8_1 (`d`, `s` at 0, codes at 4).
@@ -270,22 +242,53 @@ fn prep_q8_1(y: *const u8) -> Act {
     Act { q, aux: q, ds }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q4_1_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
-    // SAFETY (closure): `rows` passes pointers to whole 20-byte weight blocks.
-    let isum = |b: *const u8, a: &Act| dot_u8i8(unsafe { nibbles32(b.add(4)) }, a.q);
-    rows::<true>(w, x, n, out, 20, 36, |y| prep_q8_1(y), isum);
+/// One weight type's pair of kernels from one block recipe: `$rows` (many weight rows,
+/// [`rows`]) and `$stream` (one weight stream for decode, [`stream`]). `$min`: the block
+/// has a min term; `$wb` / `$yb`: weight / activation block bytes.
+macro_rules! row_kernels {
+    ($rows:ident, $stream:ident, $min:literal, $wb:literal, $yb:literal, $prep:expr, $isum:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+            rows::<$min>(w, x, n, out, $wb, $yb, $prep, $isum);
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $stream(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
+            stream::<$min>(w, x, n, out, $wb, $yb, $prep, $isum);
+        }
+    };
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q5_1_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
-    let isum = |b: *const u8, a: &Act| {
-        // SAFETY: `rows` passes pointers to whole 24-byte weight blocks.
-        let q = unsafe { _mm256_or_si256(nibbles32(b.add(8)), bit4_32(b.add(4))) };
-        dot_u8i8(q, a.q)
-    };
-    rows::<true>(w, x, n, out, 24, 36, |y| prep_q8_1(y), isum);
-}
+// Σ w·y = Σ |w| · (y·sign w): |w| is read unsigned, so a weight code of −128 (never
+// written by a quantizer, but legal in a file) still multiplies correctly; activation
+// codes are within ±127.
+row_kernels!(q8_0_rows, q8_0_stream, false, 34, 34, |y| prep_q8_0_codes(y), |b: *const u8, a: &Act| {
+    // SAFETY: the kernels pass pointers to whole 34-byte weight blocks.
+    let wq = unsafe { ldp256(b.add(2)) };
+    dot_u8i8(_mm256_abs_epi8(wq), _mm256_sign_epi8(a.q, wq))
+});
+
+row_kernels!(q4_0_rows, q4_0_stream, false, 18, 34, |y| prep_q8_0(y, 3), |b: *const u8, a: &Act| {
+    // SAFETY: the kernels pass pointers to whole 18-byte weight blocks.
+    _mm256_sub_epi32(dot_u8i8(unsafe { nibbles32(b.add(2)) }, a.q), a.aux)
+});
+
+row_kernels!(q5_0_rows, q5_0_stream, false, 22, 34, |y| prep_q8_0(y, 4), |b: *const u8, a: &Act| {
+    // SAFETY: the kernels pass pointers to whole 22-byte weight blocks.
+    let q = unsafe { _mm256_or_si256(nibbles32(b.add(6)), bit4_32(b.add(2))) };
+    _mm256_sub_epi32(dot_u8i8(q, a.q), a.aux)
+});
+
+row_kernels!(q4_1_rows, q4_1_stream, true, 20, 36, |y| prep_q8_1(y), |b: *const u8, a: &Act| {
+    // SAFETY: the kernels pass pointers to whole 20-byte weight blocks.
+    dot_u8i8(unsafe { nibbles32(b.add(4)) }, a.q)
+});
+
+row_kernels!(q5_1_rows, q5_1_stream, true, 24, 36, |y| prep_q8_1(y), |b: *const u8, a: &Act| {
+    // SAFETY: the kernels pass pointers to whole 24-byte weight blocks.
+    let q = unsafe { _mm256_or_si256(nibbles32(b.add(8)), bit4_32(b.add(4))) };
+    dot_u8i8(q, a.q)
+});
 
 /// Expanded `_1` blocks (`f16 d`, `f16 m`, 32 × u8 codes; see `q32::expand`) · Q8_1.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -293,60 +296,4 @@ pub(super) fn u8_1_rows(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
     // SAFETY (closure): `rows` passes pointers to whole 36-byte weight blocks.
     let isum = |b: *const u8, a: &Act| dot_u8i8(unsafe { ldp256(b.add(4)) }, a.q);
     rows::<true>(w, x, n, out, 36, 36, |y| prep_q8_1(y), isum);
-}
-
-// The same kernels for one weight stream (decode), see [`stream`].
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q8_0_stream(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
-    let prep = |y: *const u8| {
-        // SAFETY: `rows` passes pointers to whole 34-byte blocks.
-        let (q, ds) = unsafe { (ldp256(y.add(2)), f16x2(y)) };
-        Act { q, aux: q, ds }
-    };
-    // Σ w·y = Σ |w| · (y·sign w): |w| is read unsigned, so a weight code of −128 (never
-    // written by a quantizer, but legal in a file) still multiplies correctly; activation
-    // codes are within ±127.
-    let isum = |b: *const u8, a: &Act| {
-        // SAFETY: `rows` passes pointers to whole 34-byte weight blocks.
-        let wq = unsafe { ldp256(b.add(2)) };
-        dot_u8i8(_mm256_abs_epi8(wq), _mm256_sign_epi8(a.q, wq))
-    };
-    stream::<false>(w, x, n, out, 34, 34, prep, isum);
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q4_0_stream(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
-    // SAFETY (closure): `rows` passes pointers to whole 18-byte weight blocks.
-    let isum = |b: *const u8, a: &Act| {
-        _mm256_sub_epi32(dot_u8i8(unsafe { nibbles32(b.add(2)) }, a.q), a.aux)
-    };
-    stream::<false>(w, x, n, out, 18, 34, |y| prep_q8_0(y, 3), isum);
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q5_0_stream(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
-    let isum = |b: *const u8, a: &Act| {
-        // SAFETY: `rows` passes pointers to whole 22-byte weight blocks.
-        let q = unsafe { _mm256_or_si256(nibbles32(b.add(6)), bit4_32(b.add(2))) };
-        _mm256_sub_epi32(dot_u8i8(q, a.q), a.aux)
-    };
-    stream::<false>(w, x, n, out, 22, 34, |y| prep_q8_0(y, 4), isum);
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q4_1_stream(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
-    // SAFETY (closure): `rows` passes pointers to whole 20-byte weight blocks.
-    let isum = |b: *const u8, a: &Act| dot_u8i8(unsafe { nibbles32(b.add(4)) }, a.q);
-    stream::<true>(w, x, n, out, 20, 36, |y| prep_q8_1(y), isum);
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q5_1_stream(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
-    let isum = |b: *const u8, a: &Act| {
-        // SAFETY: `rows` passes pointers to whole 24-byte weight blocks.
-        let q = unsafe { _mm256_or_si256(nibbles32(b.add(8)), bit4_32(b.add(4))) };
-        dot_u8i8(q, a.q)
-    };
-    stream::<true>(w, x, n, out, 24, 36, |y| prep_q8_1(y), isum);
 }

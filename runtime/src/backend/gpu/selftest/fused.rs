@@ -13,11 +13,7 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
     match name {
         "add_rmsnorm_q8" => {
             for c in 0..cases {
-                let rows = rng.range(1, 9);
-                // Up to 12800: past 8192 values per row the kernel's strided path. Odd
-                // cases write the K form (whole super-blocks).
-                let fmt = if c % 2 == 1 { ActFmt::K } else { ActFmt::Q8_1 };
-                let n = if fmt == ActFmt::K { 256 * rng.range(1, 50) } else { 32 * rng.range(1, 400) };
+                let (rows, fmt, n) = super::producer_case(rng, c);
                 let x = rng.vec(rows * n, 2.0);
                 let r = rng.vec(rows * n, 2.0);
                 let w = rng.vec(n, 1.5);

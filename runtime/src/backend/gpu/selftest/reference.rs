@@ -203,3 +203,12 @@ pub fn ref_attention(q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: us
     out
 }
 
+/// A fused producer's case shape (norm, add+norm, GLU writing quantized blocks): 1–8 rows of
+/// up to 12,800 values (past 8,192 the kernels' strided path); odd cases write the K form,
+/// whose rows are whole 256-value super-blocks. Returns (rows, form, row length).
+pub(crate) fn producer_case(rng: &mut Rng, case: usize) -> (usize, ActFmt, usize) {
+    let rows = rng.range(1, 9);
+    let fmt = if case % 2 == 1 { ActFmt::K } else { ActFmt::Q8_1 };
+    let n = if fmt == ActFmt::K { 256 * rng.range(1, 50) } else { 32 * rng.range(1, 400) };
+    (rows, fmt, n)
+}

@@ -18,6 +18,16 @@ impl GpuTarget<'_> {
         self.0.poison(&b)?;
         Ok(b)
     }
+    /// A buffer's bytes, read back.
+    fn bytes(&self, b: &DeviceBuffer) -> Result<Vec<u8>, GpuError> {
+        let mut v = vec![0u8; b.len()];
+        self.0.read(b.ptr(), &mut v)?;
+        Ok(v)
+    }
+    /// An optional f32 input (norm weights, frequency factors) uploaded when present.
+    fn upload_opt(&self, x: Option<&[f32]>) -> Result<Option<DeviceBuffer>, GpuError> {
+        Ok(x.map(|x| self.0.upload_f32(x)).transpose()?)
+    }
 }
 
 impl Target for GpuTarget<'_> {
@@ -34,8 +44,7 @@ impl Target for GpuTarget<'_> {
             let qb = self.out_buf(ops::q8_1_bytes(k, ncols))?;
             ops::quantize_act(d, fmt, xb.ptr(), qb.ptr(), k, ncols)?;
             ops::matvec(d, wb.ptr(), ty, rows, k, qb.ptr(), yb.ptr(), ncols)?;
-            let mut q = vec![0u8; qb.len()];
-            d.read(qb.ptr(), &mut q)?;
+            let q = self.bytes(&qb)?;
             Some(q)
         } else {
             ops::matvec(d, wb.ptr(), ty, rows, k, xb.ptr(), yb.ptr(), ncols)?;
@@ -44,21 +53,14 @@ impl Target for GpuTarget<'_> {
         Ok(Some((d.read_f32(yb.ptr(), ncols * rows)?, q8)))
     }
     fn quantize_q8_1(&self, x: &[f32], rows: usize, k: usize) -> Out<Vec<u8>> {
-        let d = self.0;
-        let xb = d.upload_f32(x)?;
-        let qb = self.out_buf(ops::q8_1_bytes(k, rows))?;
-        ops::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, rows)?;
-        let mut q = vec![0u8; qb.len()];
-        d.read(qb.ptr(), &mut q)?;
-        Ok(Some(q))
+        self.quantize_act(ActFmt::Q8_1, x, rows, k)
     }
     fn quantize_act(&self, fmt: ActFmt, x: &[f32], rows: usize, k: usize) -> Out<Vec<u8>> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
         let qb = self.out_buf(ops::q8_1_bytes(k, rows))?;
         ops::quantize_act(d, fmt, xb.ptr(), qb.ptr(), k, rows)?;
-        let mut q = vec![0u8; qb.len()];
-        d.read(qb.ptr(), &mut q)?;
+        let q = self.bytes(&qb)?;
         Ok(Some(q))
     }
     fn quantize_dq(&self, fmt: ActFmt, x: &[f32], rows: usize, k: usize) -> Out<Vec<f32>> {
@@ -79,10 +81,7 @@ impl Target for GpuTarget<'_> {
     fn rmsnorm(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<Vec<f32>> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
-        let wb = match w {
-            Some(w) => Some(d.upload_f32(w)?),
-            None => None,
-        };
+        let wb = self.upload_opt(w)?;
         let yb = self.out_buf(rows * n * 4)?;
         ops::rmsnorm(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), rows, n, eps)?;
         Ok(Some(d.read_f32(yb.ptr(), rows * n)?))
@@ -91,10 +90,7 @@ impl Target for GpuTarget<'_> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
         let pb = d.upload_i32(pos)?;
-        let fb = match ff {
-            Some(f) => Some(d.upload_f32(f)?),
-            None => None,
-        };
+        let fb = self.upload_opt(ff)?;
         let ts = ops::rope_theta_scale(base, n_rot);
         ops::rope(d, xb.ptr(), pb.ptr(), fb.as_ref().map(|b| b.ptr()), pos.len(), n_head, head_dim, n_rot, neox, ts, freq_scale, attn_factor)?;
         Ok(Some(d.read_f32(xb.ptr(), x.len())?))
@@ -103,22 +99,17 @@ impl Target for GpuTarget<'_> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
         let rb = d.upload_f32(r)?;
-        let wb = match w {
-            Some(w) => Some(d.upload_f32(w)?),
-            None => None,
-        };
+        let wb = self.upload_opt(w)?;
         let yb = self.out_buf(rows * n * 4)?;
         let qb = self.out_buf(ops::q8_1_bytes(n, rows))?;
         ops::add_rmsnorm_q8(d, xb.ptr(), rb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps, fmt)?;
-        let mut q = vec![0u8; qb.len()];
-        d.read(qb.ptr(), &mut q)?;
+        let q = self.bytes(&qb)?;
         Ok(Some((d.read_f32(xb.ptr(), rows * n)?, d.read_f32(yb.ptr(), rows * n)?, q)))
     }
     fn rope_kv(&self, q: &[f32], k: &[f32], v: &[f32], qw: Option<&[f32]>, kw: Option<&[f32]>, pos: &[i32], ff: Option<&[f32]>, p: &ops::RopeKv, _base: f32, slots: usize) -> Out<RopeKvOut> {
         let d = self.0;
         let (qb, kb, vb) = (d.upload_f32(q)?, d.upload_f32(k)?, d.upload_f32(v)?);
-        let up = |w: Option<&[f32]>| -> Result<Option<DeviceBuffer>, GpuError> { Ok(match w { Some(w) => Some(d.upload_f32(w)?), None => None }) };
-        let (qwb, kwb, ffb) = (up(qw)?, up(kw)?, up(ff)?);
+        let (qwb, kwb, ffb) = (self.upload_opt(qw)?, self.upload_opt(kw)?, self.upload_opt(ff)?);
         let pb = d.upload_i32(pos)?;
         let w = p.n_kv * p.head_dim;
         let kcb = self.out_buf(slots * w * 2)?;
@@ -157,8 +148,7 @@ impl Target for GpuTarget<'_> {
         for (_, yb, rows) in &bufs {
             ys.push(d.read_f32(yb.ptr(), *rows)?);
         }
-        let mut q = vec![0u8; qb.len()];
-        d.read(qb.ptr(), &mut q)?;
+        let q = self.bytes(&qb)?;
         Ok(Some((ys, q)))
     }
     fn attention_q8(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<(Vec<f32>, Vec<u8>)> {
@@ -171,8 +161,7 @@ impl Target for GpuTarget<'_> {
         let pos: Vec<i32> = (0..n_tok).map(|t| (pos0 + t) as i32).collect();
         let pb = d.upload_i32(&pos)?;
         ops::attention_q8(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), Some(q8b.ptr()), n_tok, n_head, n_kv, hd, pb.ptr(), window, scale)?;
-        let mut q8 = vec![0u8; q8b.len()];
-        d.read(q8b.ptr(), &mut q8)?;
+        let q8 = self.bytes(&q8b)?;
         Ok(Some((d.read_f32(ob.ptr(), q.len())?, q8)))
     }
     fn attention(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<Vec<f32>> {
@@ -206,15 +195,11 @@ impl Target for GpuTarget<'_> {
     fn rmsnorm_q8(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32, fmt: ActFmt) -> Out<(Vec<f32>, Vec<u8>)> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
-        let wb = match w {
-            Some(w) => Some(d.upload_f32(w)?),
-            None => None,
-        };
+        let wb = self.upload_opt(w)?;
         let yb = self.out_buf(rows * n * 4)?;
         let qb = self.out_buf(ops::q8_1_bytes(n, rows))?;
         ops::rmsnorm_q8(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps, fmt)?;
-        let mut q = vec![0u8; qb.len()];
-        d.read(qb.ptr(), &mut q)?;
+        let q = self.bytes(&qb)?;
         Ok(Some((d.read_f32(yb.ptr(), rows * n)?, q)))
     }
     fn glu_q8(&self, g: &[f32], u: &[f32], gelu: bool, fmt: ActFmt) -> Out<(Vec<f32>, Vec<u8>)> {
@@ -225,8 +210,7 @@ impl Target for GpuTarget<'_> {
         let yb = self.out_buf(n * 4)?;
         let qb = self.out_buf(ops::q8_1_bytes(n, 1))?;
         ops::glu_q8(d, gb.ptr(), ub.ptr(), yb.ptr(), qb.ptr(), n, gelu, fmt)?;
-        let mut q = vec![0u8; qb.len()];
-        d.read(qb.ptr(), &mut q)?;
+        let q = self.bytes(&qb)?;
         Ok(Some((d.read_f32(yb.ptr(), n)?, q)))
     }
     fn attention_rows(&self, cases: usize, rng: &mut super::Rng, acc: &mut super::Acc) -> Out<()> {
