@@ -87,6 +87,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ),
     ("gemm", include_str!("../../../../kernels-hip/gemm.hip"), super::prefill::GEMM_KERNELS),
     ("flash_attn", include_str!("../../../../kernels-hip/flash_attn.hip"), super::prefill::FLASH_KERNELS),
+    ("dequant", include_str!("../../../../kernels-hip/dequant.hip"), super::prefill_blas::DEQUANT_KERNELS),
 ];
 
 /// The full compilable source of a family: common.h (and mma.h, which follows it) inlined

@@ -10,6 +10,7 @@
 //! This folder is the only place in lode with `unsafe` FFI. Handles cross the trait as
 //! plain integers ([`DevPtr`], [`RawHandle`]); the vendor module casts them back.
 
+pub mod blas;
 pub mod cuda;
 pub mod hip;
 
