@@ -74,13 +74,15 @@ struct Target {
 /// modules load lazily and added nothing measurable). BENCHMARKS.md, residency.
 const GPU_LAUNCH_OVERHEAD: u64 = 8 << 20;
 
-/// What opening the vendor BLAS adds beyond the workspace lode hands it (handle, the
-/// library's own buffers and kernels loaded at first use); see BENCHMARKS.md.
-const BLAS_LIB_OVERHEAD: u64 = 64 << 20;
+/// What opening the vendor BLAS adds beyond lode's own allocations (handle, the library's
+/// buffers and kernels loaded at first use): on the H200 (cuBLAS 13.1), qwen3-4b pp2048 +
+/// tg128, the driver's peak rose 152 MiB with the BLAS on while lode's peak allocations
+/// rose 86 MiB (BENCHMARKS.md).
+const BLAS_LIB_OVERHEAD: u64 = 66 << 20;
 
 /// Device scratch of a prefill chunk of `n` tokens whose widest matmul input has `k`
 /// values: through the BLAS (`n` ≥ `LODE_BLAS_MIN`): the f16 activation operand, the
-/// weight slab (`max_slab`), the workspace and the library; else through lode's GEMM (from
+/// weight slab(s) (`max_slab`), the workspace and the library; else through lode's GEMM (from
 /// `LODE_GEMM_MIN`): the quantized activations' f32 values. Each scratch grows to a power
 /// of two (`Scratch`), then to the driver's page.
 fn prefill_scratch(n: usize, k: usize, max_slab: u64) -> u64 {
@@ -90,7 +92,9 @@ fn prefill_scratch(n: usize, k: usize, max_slab: u64) -> u64 {
     }
     let p = prefill_blas::policy();
     if p.on && n >= p.min_tokens && max_slab > 0 {
-        pow2((n * k * 2) as u64) + pow2(max_slab) + round_up(prefill_blas::WORKSPACE_BYTES as u64, GPU_PAGE) + BLAS_LIB_OVERHEAD
+        // Two slabs when the next weight is decoded on a side stream.
+        let slabs = if p.prefetch { 2 } else { 1 };
+        pow2((n * k * 2) as u64) + slabs * pow2(max_slab) + round_up(prefill_blas::WORKSPACE_BYTES as u64, GPU_PAGE) + BLAS_LIB_OVERHEAD
     } else if prefill::use_gemm(GgmlType::Q4_K, Layout::Stored, n) {
         pow2((n * k * 4) as u64)
     } else {

@@ -17,7 +17,9 @@
 //!
 //! Environment: `LODE_BLAS=0` turns the path off (the matrix-core GEMM serves prefill),
 //! `LODE_BLAS_MIN=N` the smallest token count sent to it, `LODE_BLAS_SLAB=64MiB` the slab
-//! bound, `LODE_BLAS_LIB=path` the library file (`driver::blas`).
+//! bound, `LODE_BLAS_LIB=path` the library file (`driver::blas`), `LODE_BLAS_PREFETCH=0`
+//! turns off decoding the next weight on a second stream while the GEMM runs
+//! (`backend/blas.rs`).
 
 use super::driver::blas::Blas;
 use super::driver::{DevPtr, KArg};
@@ -61,12 +63,18 @@ pub fn supports(ty: GgmlType, layout: Layout) -> bool {
 
 pub struct Policy {
     pub on: bool,
+    /// Decode the next weight into a second slab on a second stream during the GEMM.
+    pub prefetch: bool,
     pub min_tokens: usize,
     pub slab_bytes: usize,
 }
 
-/// Default smallest token count through the BLAS (H200 measurement: BENCHMARKS.md).
-pub const DEFAULT_MIN_TOKENS: usize = 64;
+/// Default smallest token count through the BLAS. H200 kernel bench (BENCHMARKS.md): at
+/// 16 tokens dequantize + cuBLAS beat decode's 8-column matvec (which serves fewer than
+/// `LODE_GEMM_MIN` = 32 tokens) on all 12 qwen3-4b / llama-8b shapes by 1.4-2.6x and lode's
+/// matrix-core GEMM on 11 of 12; at 8 tokens the matvec is one launch and wins on the
+/// small shapes.
+pub const DEFAULT_MIN_TOKENS: usize = 16;
 /// Default slab bound.
 pub const DEFAULT_SLAB: usize = 64 << 20;
 /// The BLAS workspace lode hands the library (cuBLAS's recommendation for Hopper).
@@ -84,7 +92,8 @@ pub fn policy() -> &'static Policy {
             }),
             Err(_) => DEFAULT_SLAB,
         };
-        Policy { on, min_tokens, slab_bytes: slab_bytes.max(1 << 20) }
+        let prefetch = std::env::var("LODE_BLAS_PREFETCH").map(|v| v != "0").unwrap_or(true);
+        Policy { on, prefetch, min_tokens, slab_bytes: slab_bytes.max(1 << 20) }
     })
 }
 
@@ -111,6 +120,15 @@ pub fn slab_bytes_for(m: usize, k: usize, slab_bytes: usize) -> usize {
     2 * k * m.min(chunk_rows(k, slab_bytes))
 }
 
+/// A [`Launch`] target on a second stream of the device (the slab prefetch).
+pub struct OnStream<'a>(pub &'a super::GpuDevice, pub super::driver::RawHandle);
+
+impl Launch for OnStream<'_> {
+    fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), super::DriverError> {
+        self.0.launch_on(self.1, name, grid, block, args)
+    }
+}
+
 fn i(v: usize) -> KArg {
     KArg::I32(v as i32)
 }
@@ -124,7 +142,7 @@ pub fn dequant_f16(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, row0
     if k == 0 || k % qk != 0 || k % 32 != 0 {
         return Err(GpuError::Unsupported(format!("dequant_f16: k = {k} is not whole {ty} blocks of {qk}")));
     }
-    let threads = rows * (k / 16);
+    let threads = rows * (k / 8);
     if threads >= 1 << 31 || row0 + rows >= 1 << 31 {
         return Err(GpuError::Unsupported(format!("dequant_f16: {rows} rows of {k} exceed one launch")));
     }

@@ -45,6 +45,7 @@ struct Table {
     event_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
     event_record: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult,
     event_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    stream_wait_event: unsafe extern "C" fn(*mut c_void, *mut c_void, c_uint) -> CuResult,
     event_elapsed_time: unsafe extern "C" fn(*mut f32, *mut c_void, *mut c_void) -> CuResult,
     module_load_data: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult,
     module_unload: unsafe extern "C" fn(*mut c_void) -> CuResult,
@@ -183,6 +184,7 @@ impl CudaDriver {
             event_destroy: get!("cuEventDestroy_v2"),
             event_record: get!("cuEventRecord"),
             event_synchronize: get!("cuEventSynchronize"),
+            stream_wait_event: get!("cuStreamWaitEvent"),
             event_elapsed_time: elapsed,
             module_load_data: get!("cuModuleLoadData"),
             module_unload: get!("cuModuleUnload"),
@@ -513,6 +515,10 @@ impl Driver for CudaDriver {
     fn event_sync(&self, event: RawHandle) -> Result<()> {
         // SAFETY: valid event handle.
         self.check("cuEventSynchronize", unsafe { (self.t.event_synchronize)(h(event)) })
+    }
+    fn stream_wait_event(&self, stream: RawHandle, event: RawHandle) -> Result<()> {
+        // SAFETY: valid handles from this driver; flags 0.
+        self.check("cuStreamWaitEvent", unsafe { (self.t.stream_wait_event)(h(stream), h(event), 0) })
     }
     fn event_elapsed_ms(&self, start: RawHandle, end: RawHandle) -> Result<f32> {
         let mut ms = 0f32;
