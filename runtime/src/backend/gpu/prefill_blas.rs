@@ -3,7 +3,7 @@
 //! writes a bounded, transient f16 slab of the weight's rows from its one resident copy
 //! (the canonical layout: stored blocks, or row64 for Q4_K / Q6_K), then (2) the vendor's
 //! f16 × f16 → f32 GEMM (f32 accumulation, `driver::blas`) against the f16 activations —
-//! looping over row chunks so the slab never exceeds `LODE_BLAS_SLAB` (default 64 MiB).
+//! looping over row chunks so the slab never exceeds `LODE_BLAS_SLAB` (default 128 MiB).
 //!
 //! Why: the matrix-core GEMM of `gemm.hip` tops out near 120 TFLOP/s on the H200, cuBLAS
 //! reaches ~700 on the same shapes (BENCHMARKS.md); decoding a weight to f16 costs one
@@ -16,10 +16,10 @@
 //! switching path changes only the summation order.
 //!
 //! Environment: `LODE_BLAS=0` turns the path off (the matrix-core GEMM serves prefill),
-//! `LODE_BLAS_MIN=N` the smallest token count sent to it, `LODE_BLAS_SLAB=64MiB` the slab
-//! bound, `LODE_BLAS_LIB=path` the library file (`driver::blas`), `LODE_BLAS_PREFETCH=0`
-//! turns off decoding the next weight on a second stream while the GEMM runs
-//! (`backend/blas.rs`).
+//! `LODE_BLAS_MIN=N` the smallest token count sent to it, `LODE_BLAS_SLAB=128MiB` the slab
+//! bound (default 128 MiB), `LODE_BLAS_LIB=path` the library file (`driver::blas`),
+//! `LODE_BLAS_PREFETCH=1` decodes the next weight on a second stream while the GEMM runs
+//! (`backend/blas.rs`; off by default: it measured no gain).
 
 use super::driver::blas::Blas;
 use super::driver::{DevPtr, KArg};
@@ -75,8 +75,11 @@ pub struct Policy {
 /// matrix-core GEMM on 11 of 12; at 8 tokens the matvec is one launch and wins on the
 /// small shapes.
 pub const DEFAULT_MIN_TOKENS: usize = 16;
-/// Default slab bound.
-pub const DEFAULT_SLAB: usize = 64 << 20;
+/// Default slab bound: 128 MiB holds every weight of the 8B preset whole (its 14336 x
+/// 4096 gate / up / down are 112 MiB of f16). H200, pp2048: llama-8b 19,067 t/s at 128 MiB
+/// vs 18,182 at 64 (two GEMMs of half the rows each); qwen3-4b unchanged (its largest
+/// weight takes 48 MiB, grown to 64); 8 / 16 / 32 MiB cost 5-35 % (BENCHMARKS.md).
+pub const DEFAULT_SLAB: usize = 128 << 20;
 /// The BLAS workspace lode hands the library (cuBLAS's recommendation for Hopper).
 pub const WORKSPACE_BYTES: usize = 32 << 20;
 
@@ -87,12 +90,14 @@ pub fn policy() -> &'static Policy {
         let min_tokens = std::env::var("LODE_BLAS_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MIN_TOKENS).max(2);
         let slab_bytes = match std::env::var("LODE_BLAS_SLAB") {
             Ok(v) => v.parse::<crate::weights::ByteSize>().map(|b| b.0 as usize).unwrap_or_else(|e| {
-                eprintln!("lode: LODE_BLAS_SLAB={v:?}: {e}; using 64MiB");
+                eprintln!("lode: LODE_BLAS_SLAB={v:?}: {e}; using 128MiB");
                 DEFAULT_SLAB
             }),
             Err(_) => DEFAULT_SLAB,
         };
-        let prefetch = std::env::var("LODE_BLAS_PREFETCH").map(|v| v != "0").unwrap_or(true);
+        // Off by default: measured +1 % (qwen3-4b), 0 (llama-8b), -2 % (qwen3-0.6b) at
+        // pp2048 on the H200 for a second slab's memory (BENCHMARKS.md).
+        let prefetch = std::env::var("LODE_BLAS_PREFETCH").map(|v| v == "1").unwrap_or(false);
         Policy { on, prefetch, min_tokens, slab_bytes: slab_bytes.max(1 << 20) }
     })
 }
@@ -142,7 +147,7 @@ pub fn dequant_f16(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, row0
     if k == 0 || k % qk != 0 || k % 32 != 0 {
         return Err(GpuError::Unsupported(format!("dequant_f16: k = {k} is not whole {ty} blocks of {qk}")));
     }
-    let threads = rows * (k / 8);
+    let threads = rows * (k / 16);
     if threads >= 1 << 31 || row0 + rows >= 1 << 31 {
         return Err(GpuError::Unsupported(format!("dequant_f16: {rows} rows of {k} exceed one launch")));
     }
@@ -237,8 +242,8 @@ mod tests {
                 assert_eq!(r % 64, 0);
             }
         }
-        // The 8B gate (14336 x 4096) takes two 64 MiB chunks; the 4B one (9728 x 2560) one.
+        // The 8B gate (14336 x 4096) fits one default slab, as does the 4B one (9728 x 2560).
         assert!(slab_bytes_for(9728, 2560, DEFAULT_SLAB) == 2 * 2560 * 9728);
-        assert!(slab_bytes_for(14336, 4096, DEFAULT_SLAB) <= DEFAULT_SLAB);
+        assert!(slab_bytes_for(14336, 4096, DEFAULT_SLAB) == 2 * 4096 * 14336);
     }
 }

@@ -11,8 +11,9 @@
 //! reached the GEMM (so every earlier reader of that slab is done); the main stream waits
 //! for the side stream's decode before its GEMM reads it. A wrong guess only wastes the
 //! decode (the weight is then decoded on the main stream as without prefetch). Weights
-//! larger than one slab go through the main stream in row chunks. `LODE_BLAS_PREFETCH=0`
-//! turns it off (one slab).
+//! larger than one slab go through the main stream in row chunks. Opt-in
+//! (`LODE_BLAS_PREFETCH=1`): on the H200 it gained ≤ 1 % (cuBLAS's GEMMs leave the decode
+//! little room to run alongside), not worth a second slab.
 //!
 //! Graph replay: a step that calls the BLAS is taken out of replay (`barrier`): the
 //! GEMM and the side stream's work are enqueued outside the step record, so such a step
