@@ -8,18 +8,14 @@
 //   with the CPU's operations in the CPU's order (`quant::dequantize`; no fused
 //   multiply-add), then rounded to nearest even: the slab is bit-exact with the CPU's
 //   dequantization rounded to f16 (selftest `dequant_*`). K is whole blocks of the type.
-//   One thread per NE = 8 consecutive elements of a row; grid ceil(rows K / 8 / 256),
-//   block 256; rows K / 8 < 2^31 (the slab is bounded).
+//   One thread per 16 consecutive elements of a row; grid ceil(rows K / 16 / 256), block
+//   256; rows K / 16 < 2^31 (the slab is bounded).
 //
 // act_f16_<form>(x, y, k): the prefill GEMM's f16 activation operand, rounded exactly as
 //   the matrix-core GEMM (`gemm.hip`) rounds what it stages: the quantized form's values
 //   (code x scale, as `quantize.hip`'s dq kernels compute them) then f2h; or plain f2h of
 //   the f32 activations (`LODE_PREFILL_ACT=f16`).
 #include "common.h"
-
-// Elements per thread: 8 (one 16-byte store, so a warp writes 512 contiguous bytes per
-// instruction; 16 per thread measured 2.5 TB/s on the H200).
-#define NE 8
 
 // f32 products and sums that the compiler must not fuse into an FMA (the CPU rounds each).
 #ifdef LODE_AMD
@@ -55,21 +51,21 @@ DEV void scale_min(const u8* s, int j, u32* sc, u32* mn) {
     }
 }
 
-// 32-element types: elements [k0, k0 + NE) of a row; h = which half of the block.
+// 32-element types: elements [k0, k0 + 16) of a row; h = which half of the block.
 // q4/q5 nibbles: element e < 16 is the low nibble of byte e, e >= 16 the high nibble of
 // byte e - 16; Q5's fifth bit of element e is bit e of qh.
 template <int BB, int QS, int QH, bool MIN, int OFF>
 DEV void dq_q32(const u8* W, int row, int K, int k0, float* y) {
     const u8* b = W + ((u64)row * (K / 32) + k0 / 32) * BB;
-    const int e0 = k0 & 31, h = e0 >> 4, l0 = e0 & 15;
+    const int h = (k0 >> 4) & 1;
     const float d = f16_at(b);
     const float m = MIN ? f16_at(b + 2) : 0.0f;
     const u32 qh = QH ? u32_at(b + QH) : 0;
 #pragma unroll
-    for (int i = 0; i < NE; ++i) {
-        const u32 byte = b[QS + l0 + i];
+    for (int i = 0; i < 16; ++i) {
+        const u32 byte = b[QS + i];
         u32 q = h ? byte >> 4 : byte & 15;
-        if (QH) q |= ((qh >> (e0 + i)) & 1) << 4;
+        if (QH) q |= ((qh >> (16 * h + i)) & 1) << 4;
         y[i] = MIN ? add_rn(mul_rn(d, (float)q), m) : mul_rn(d, (float)((int)q - OFF));
     }
 }
@@ -79,7 +75,7 @@ DEV void dq_q8_0(const u8* W, int row, int K, int k0, float* y) {
     const float d = f16_at(b);
     const u8* q = b + 2 + (k0 & 31);
 #pragma unroll
-    for (int i = 0; i < NE; ++i) y[i] = mul_rn((float)(int)(i8)q[i], d);
+    for (int i = 0; i < 16; ++i) y[i] = mul_rn((float)(int)(i8)q[i], d);
 }
 
 // Q4_K / Q5_K: hd = the 16 header bytes (d, dmin, scales); nib(l) = the 4-bit code of
@@ -90,7 +86,7 @@ DEV void dq_kq_out(const u8* hd, int j, const u32* q, float* y) {
     scale_min(hd + 4, j, &sc, &mn);
     const float d1 = mul_rn(d, (float)sc), m1 = mul_rn(dmin, (float)mn);
 #pragma unroll
-    for (int i = 0; i < NE; ++i) y[i] = sub_rn(mul_rn(d1, (float)q[i]), m1);
+    for (int i = 0; i < 16; ++i) y[i] = sub_rn(mul_rn(d1, (float)q[i]), m1);
 }
 
 template <bool Q5>
@@ -98,9 +94,9 @@ DEV void dq_qk(const u8* W, int row, int K, int k0, float* y) {
     const u8* b = W + ((u64)row * (K / 256) + k0 / 256) * (Q5 ? 176 : 144);
     const int e0 = k0 & 255, j = e0 >> 5, c = e0 >> 6, l0 = e0 & 31;
     const u8* qs = b + (Q5 ? 48 : 16) + 32 * c + l0;
-    u32 q[NE];
+    u32 q[16];
 #pragma unroll
-    for (int i = 0; i < NE; ++i) {
+    for (int i = 0; i < 16; ++i) {
         q[i] = (j & 1) ? qs[i] >> 4 : qs[i] & 15;
         if (Q5) q[i] |= ((b[16 + l0 + i] >> j) & 1) << 4;
     }
@@ -113,9 +109,9 @@ DEV void dq_q4k_r64(const u8* W, int row, int K, int k0, float* y) {
     const int e0 = k0 & 255, j = e0 >> 5, l0 = e0 & 31;
     // Field 1 + j: sub-block j's 32 codes, byte p = element 2p (low) | 2p + 1 (high).
     const u8* f = t + (1 + j) * 1024 + lane * 16 + l0 / 2;
-    u32 q[NE];
+    u32 q[16];
 #pragma unroll
-    for (int i = 0; i < NE; ++i) q[i] = (f[i >> 1] >> (4 * (i & 1))) & 15;
+    for (int i = 0; i < 16; ++i) q[i] = (f[i >> 1] >> (4 * (i & 1))) & 15;
     dq_kq_out(t + lane * 16, j, q, y);
 }
 
@@ -125,7 +121,7 @@ DEV void dq_q4k_r64(const u8* W, int row, int K, int k0, float* y) {
 DEV void dq_q6_out(const u8* ql0, const u8* ql1, const u8* qh, int qd, float d, int sc, float* y) {
     const float ds = mul_rn(d, (float)sc);
 #pragma unroll
-    for (int i = 0; i < NE; ++i) {
+    for (int i = 0; i < 16; ++i) {
         const u32 lb = (qd & 1) ? ql1[i] : ql0[i];
         const u32 q = ((qd >= 2) ? lb >> 4 : lb & 15) | (((qh[i] >> (2 * qd)) & 3) << 4);
         y[i] = mul_rn(ds, (float)((int)q - 32));
@@ -156,7 +152,7 @@ DEV void dq_q6k_r64(const u8* W, int row, int K, int k0, float* y) {
 enum { D_Q4_0, D_Q4_1, D_Q5_0, D_Q5_1, D_Q8_0, D_Q4_K, D_Q5_K, D_Q6_K, D_Q4_K_R64, D_Q6_K_R64 };
 
 template <int T>
-DEV void dqn(const u8* W, int row, int K, int k0, float* y) {
+DEV void dq16(const u8* W, int row, int K, int k0, float* y) {
     if (T == D_Q4_0) dq_q32<18, 2, 0, false, 8>(W, row, K, k0, y);
     if (T == D_Q4_1) dq_q32<20, 4, 0, true, 0>(W, row, K, k0, y);
     if (T == D_Q5_0) dq_q32<22, 6, 2, false, 16>(W, row, K, k0, y);
@@ -174,15 +170,18 @@ DEV u32 h2pack(float a, float b) { return (u32)f2h(a) | ((u32)f2h(b) << 16); }
 
 template <int T>
 DEV void dequant_body(const u8* W, u16* Y, int row0, int rows, int K) {
-    const u32 per_row = (u32)K / NE;
+    const u32 per_row = (u32)K / 16;
     const u32 g = bid_x() * 256 + tid_x();
     if (g >= (u32)rows * per_row) return;
-    const u32 r = g / per_row, k0 = (g - r * per_row) * NE;
-    float y[NE];
-    dqn<T>(W, row0 + (int)r, K, (int)k0, y);
-    dq_u4 a;
+    const u32 r = g / per_row, k0 = (g - r * per_row) * 16;
+    float y[16];
+    dq16<T>(W, row0 + (int)r, K, (int)k0, y);
+    dq_u4* o = (dq_u4*)(Y + (u64)r * K + k0);
+    dq_u4 a, b;
     a.x = h2pack(y[0], y[1]), a.y = h2pack(y[2], y[3]), a.z = h2pack(y[4], y[5]), a.w = h2pack(y[6], y[7]);
-    *(dq_u4*)(Y + (u64)r * K + k0) = a;
+    b.x = h2pack(y[8], y[9]), b.y = h2pack(y[10], y[11]), b.z = h2pack(y[12], y[13]), b.w = h2pack(y[14], y[15]);
+    o[0] = a;
+    o[1] = b;
 }
 
 KERNEL LAUNCH_BOUNDS(256) void dequant_f16_q4_0(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_Q4_0>(W, Y, row0, rows, K); }
