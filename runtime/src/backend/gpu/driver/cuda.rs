@@ -127,8 +127,34 @@ pub struct CudaDriver {
     info: DeviceInfo,
     nvrtc: OnceLock<std::result::Result<Nvrtc, String>>,
     vmm: Option<(Vmm, usize)>,
+    /// `cuLaunchKernelEx` (CUDA 12+), used for programmatic dependent launches on sm_90+.
+    launch_ex: Option<LaunchKernelEx>,
     _lib: libloading::Library,
 }
+
+type LaunchKernelEx = unsafe extern "C" fn(*const LaunchConfig, *mut c_void, *mut *mut c_void, *mut *mut c_void) -> CuResult;
+
+/// `CUlaunchAttribute`: a 4-byte id, padding to 8, then a 64-byte value union.
+#[repr(C)]
+struct LaunchAttribute {
+    id: c_uint,
+    pad: [u8; 4],
+    value: [u64; 8],
+}
+
+/// `CUlaunchConfig`.
+#[repr(C)]
+struct LaunchConfig {
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared_bytes: c_uint,
+    stream: *mut c_void,
+    attrs: *const LaunchAttribute,
+    num_attrs: c_uint,
+}
+
+/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`.
+const ATTR_PROGRAMMATIC_STREAM_SERIALIZATION: c_uint = 6;
 
 // SAFETY: the CUDA driver API is thread-safe; the context handle is a process-wide
 // primary context that every call makes current on its own thread first.
@@ -209,8 +235,10 @@ impl CudaDriver {
             })
         })()
         .ok();
+        let launch_ex = sym(a, &lib, &name, "cuLaunchKernelEx").ok();
         let mut d = CudaDriver {
             t,
+            launch_ex,
             ctx: std::ptr::null_mut(),
             dev: 0,
             info: DeviceInfo { name: String::new(), arch: String::new(), driver_version: 0, total_mem: 0 },
@@ -568,6 +596,25 @@ impl Driver for CudaDriver {
                 ptrs.as_mut_ptr(), std::ptr::null_mut(),
             )
         })
+    }
+    fn launch_overlapped(&self, func: RawHandle, grid: [u32; 3], block: [u32; 3], shared_bytes: u32, stream: RawHandle, args: &[KArg]) -> Result<()> {
+        let Some(launch_ex) = self.launch_ex.filter(|_| self.overlapped_launches()) else {
+            return self.launch(func, grid, block, shared_bytes, stream, args);
+        };
+        self.cur()?;
+        let mut store = Vec::with_capacity(args.len());
+        let mut ptrs = super::marshal_args(args, &mut store);
+        let mut value = [0u64; 8];
+        value[0] = 1; // programmaticStreamSerializationAllowed = 1 (an int at offset 0)
+        let attr = LaunchAttribute { id: ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, pad: [0; 4], value };
+        let cfg = LaunchConfig { grid, block, shared_bytes, stream: h(stream), attrs: &attr, num_attrs: 1 };
+        // SAFETY: `cfg` and `attr` are locals alive across the call and laid out as
+        // `CUlaunchConfig` / `CUlaunchAttribute`; `ptrs` point into `store` (see `launch`).
+        self.check("cuLaunchKernelEx", unsafe { launch_ex(&cfg, h(func), ptrs.as_mut_ptr(), std::ptr::null_mut()) })
+    }
+    fn overlapped_launches(&self) -> bool {
+        // Programmatic dependent launch needs compute capability 9.0.
+        self.launch_ex.is_some() && self.info.arch.strip_prefix("sm_").and_then(|v| v.parse::<u32>().ok()).is_some_and(|v| v >= 90)
     }
     fn capture_begin(&self, stream: RawHandle) -> Result<()> {
         self.cur()?;
