@@ -62,7 +62,7 @@ if stage bench; then
     # AB_ENV="LODE_PDL=0": the same bench again with that setting, side by side.
     if [ -n "${AB_ENV:-}" ]; then
       echo "-- $P with $AB_ENV"
-      env $AB_ENV "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" -s "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
+      (export $AB_ENV; "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" -s "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:') || rc=1
     fi
   done
 fi

@@ -24,7 +24,7 @@ pub struct DeviceCore {
     kernels: Mutex<Option<KernelSet>>,
     /// Resolved kernels: name → (function, launched overlapped).
     funcs: Mutex<std::collections::HashMap<&'static str, (RawHandle, bool)>>,
-    /// Programmatic dependent launches on (`LODE_PDL=0` turns them off).
+    /// Programmatic dependent launches on (`LODE_PDL=1`; off by default).
     overlap: bool,
     /// Bytes currently allocated through this device, and the high-water mark.
     pub allocated: AtomicU64,
@@ -179,7 +179,8 @@ impl GpuDevice {
         let drv = driver::open(api, ordinal)?;
         let stream = drv.stream_create()?;
         let kernels = KernelSet::load(drv.as_ref())?;
-        let overlap = drv.overlapped_launches() && std::env::var("LODE_PDL").map_or(true, |v| v != "0");
+        // Off by default: measured +2 % at one sequence and −4 to −7 % at eight (BENCHMARKS.md).
+        let overlap = drv.overlapped_launches() && std::env::var("LODE_PDL").is_ok_and(|v| v == "1");
         let core = DeviceCore {
             drv,
             stream,

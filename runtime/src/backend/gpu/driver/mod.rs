@@ -183,7 +183,8 @@ pub trait Driver: Send + Sync {
     /// (NVIDIA's programmatic dependent launch). Only for kernels whose first statement
     /// is `pdl_entry()` (kernels-hip/common.h), which waits for that kernel: the result
     /// is the same as [`Driver::launch`], with the launch latency hidden behind the
-    /// previous kernel's tail. Drivers without it launch the ordinary way.
+    /// previous kernel's tail. Drivers without it launch the ordinary way. `GpuDevice`
+    /// uses it only with `LODE_PDL=1`.
     fn launch_overlapped(
         &self,
         func: RawHandle,
