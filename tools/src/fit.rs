@@ -6,6 +6,9 @@
 //! allocates), the f16 KV cache for the context, and an estimate of activation scratch.
 //! The total is compared with the device's free memory (the GPU driver's, or the CPU's
 //! `MemAvailable`), and the largest context that would fit is reported.
+//! On a GPU the scratch includes prefill's operands: through the vendor BLAS (chunks of
+//! `LODE_BLAS_MIN` tokens or more) the f16 activations, the transient f16 weight slab(s),
+//! the BLAS workspace and the library's own memory; else the GEMM's f32 activation values.
 //!
 //! On a GPU the device is opened as a run opens it (context, kernel modules, trimmed
 //! context limits), so "free" is what a run's own allocations can have, and the bytes are
