@@ -199,3 +199,240 @@ DEV void flash_body(const float* q, const u16* kc, const u16* vc, float* out, in
 FLASH_KERNEL(64, 64)
 FLASH_KERNEL(128, 64)
 FLASH_KERNEL(256, 32)
+
+// ---------------------------------------------------------------------------------------
+// flash_attn2: the same arguments and semantics, FlashAttention-2 style (LODE_FLASH=2).
+// 64 queries (4 warps x 16 rows) of one head per block, 64 keys per step. Each warp keeps
+// its Q fragments, the S tile and the online softmax state in registers (row max / sum by
+// shuffles over the lanes that share a row, mma.h's row slots, so the one source fits both
+// fragment layouts); P becomes the A operand of PV without a block barrier
+// (frag_a_from_c). K and V have a shared tile each and are software-pipelined through
+// registers: V of this step is fetched from global memory while S and the softmax run,
+// K of the next step while PV runs, so there are two block barriers per 64 keys.
+// Head sizes up to 128 (HD 64, 128); 256 stays on the kernel above (its tiles would not
+// fit 48 KiB of static shared memory).
+#define FA2_KT 64 // keys per step
+#define FA2_BQ 64 // queries per block
+#define FA2_NT 128 // threads per block (4 warps)
+
+// One thread's share of a [FA2_KT][HD] f16 tile: NC 16-byte chunks.
+template <int HD>
+struct Fa2Regs {
+    static constexpr int CH = HD / 8, NC = FA2_KT * CH / FA2_NT;
+    fa_u4 v[NC];
+};
+
+// Rows [key0, key0 + 64) of a cache into registers (zeros past `last` or past head_dim:
+// slots past the last position may hold anything, NaN included, and are never read).
+template <int HD>
+DEV void fa2_fetch(Fa2Regs<HD>& r, const u16* cache, int key0, int last, u64 stride, int off, int hd) {
+    constexpr int CH = Fa2Regs<HD>::CH;
+#pragma unroll
+    for (int c = 0; c < Fa2Regs<HD>::NC; ++c) {
+        const int e = tid_x() + c * FA2_NT, row = e / CH, d = (e % CH) * 8, key = key0 + row;
+        fa_u4 v;
+        v.x = v.y = v.z = v.w = 0;
+        if (key <= last && d < hd) v = *(const fa_u4*)(cache + (u64)key * stride + off + d);
+        r.v[c] = v;
+    }
+}
+
+template <int HD>
+DEV void fa2_store(const Fa2Regs<HD>& r, u16* s) {
+    constexpr int CH = Fa2Regs<HD>::CH, LD = HD + 8;
+#pragma unroll
+    for (int c = 0; c < Fa2Regs<HD>::NC; ++c) {
+        const int e = tid_x() + c * FA2_NT;
+        *(fa_u4*)(s + (e / CH) * LD + (e % CH) * 8) = r.v[c];
+    }
+}
+
+template <int HD>
+DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, int n_tok, int n_head, int n_kv_head, int hd,
+                     const int* pos, int window, float scale) {
+    constexpr int LD = HD + 8, ND = HD / 16, NS = FA2_KT / 16, LDP = 16 + 8;
+    __shared__ __attribute__((aligned(16))) u16 sK[FA2_KT * LD]; // [64 keys][HD] (first: the Q tile)
+    __shared__ __attribute__((aligned(16))) u16 sV[FA2_KT * LD]; // [64 keys][HD]
+#ifdef LODE_AMD
+    __shared__ __attribute__((aligned(16))) u16 sP[4 * 16 * LDP]; // per warp: P as an A operand
+#endif
+    __shared__ int sPos[FA2_BQ], sLo[FA2_BQ], sRange[2];
+    const int t = tid_x(), lane = t & 31, warp = t >> 5;
+    const int q0 = bid_x() * FA2_BQ, head = bid_y();
+    const int kvh = head / (n_head / n_kv_head);
+    const u64 stride = (u64)n_kv_head * hd;
+    const int off = kvh * hd;
+#ifdef LODE_AMD
+    u16* scratch = sP + warp * 16 * LDP;
+#else
+    u16* scratch = nullptr;
+#endif
+
+    // Queries scaled by scale * log2(e) (the softmax then runs on exp2), f16, staged in sK.
+    const float qs = scale * 1.4426950408889634f;
+    for (int e = t; e < FA2_BQ * (HD / 4); e += FA2_NT) {
+        const int r = e / (HD / 4), d = (e % (HD / 4)) * 4, tok = q0 + r;
+        fa_f4 v;
+        v.x = v.y = v.z = v.w = 0.0f;
+        if (tok < n_tok && d < hd) v = *(const fa_f4*)(q + ((u64)tok * n_head + head) * hd + d);
+        u16* p = sK + r * LD + d;
+        p[0] = f2h(v.x * qs), p[1] = f2h(v.y * qs), p[2] = f2h(v.z * qs), p[3] = f2h(v.w * qs);
+    }
+    for (int r = t; r < FA2_BQ; r += FA2_NT) {
+        const int tok = q0 + r;
+        const int P = tok < n_tok ? pos[tok] : -1;
+        sPos[r] = P;
+        sLo[r] = (window > 0 && P >= 0) ? (P - window + 1 > 0 ? P - window + 1 : 0) : 0;
+    }
+    sync();
+    if (t == 0) {
+        int lo = 0x7fffffff, hi = -1;
+        for (int r = 0; r < FA2_BQ; ++r)
+            if (sPos[r] >= 0) {
+                lo = sLo[r] < lo ? sLo[r] : lo;
+                hi = sPos[r] > hi ? sPos[r] : hi;
+            }
+        sRange[0] = lo;
+        sRange[1] = hi;
+    }
+    FragA qf[ND];
+#pragma unroll
+    for (int kk = 0; kk < ND; ++kk) frag_a(qf[kk], sK + (warp * 16) * LD + kk * 16, LD);
+    // This lane's rows (one per row slot): position and first visible key; the warp's
+    // key range, to skip steps none of its rows sees.
+    int rP[FRAG_ROWS], rLo[FRAG_ROWS];
+#pragma unroll
+    for (int s = 0; s < FRAG_ROWS; ++s) {
+        const int m = warp * 16 + frag_slot_row(s, lane);
+        rP[s] = sPos[m];
+        rLo[s] = sLo[m];
+    }
+    int wHi = -1, wLo = 0x7fffffff;
+    for (int r = 0; r < 16; ++r) {
+        const int P = sPos[warp * 16 + r];
+        if (P >= 0) {
+            wHi = P > wHi ? P : wHi;
+            wLo = sLo[warp * 16 + r] < wLo ? sLo[warp * 16 + r] : wLo;
+        }
+    }
+    sync(); // sRange written; every warp has its Q fragments out of sK
+    const int kmin = sRange[0], kmax = sRange[1];
+
+    FragC o[ND];
+#pragma unroll
+    for (int j = 0; j < ND; ++j) frag_zero(o[j]);
+    float m_run[FRAG_ROWS], l_part[FRAG_ROWS]; // running max (log2 units); this lane's share of the sum
+#pragma unroll
+    for (int s = 0; s < FRAG_ROWS; ++s) m_run[s] = FA_NEG_INF, l_part[s] = 0.0f;
+
+    Fa2Regs<HD> kr, vr;
+    const int kfirst = kmax >= 0 ? (kmin / FA2_KT) * FA2_KT : 0;
+    if (kmax >= 0) {
+        fa2_fetch<HD>(kr, kc, kfirst, kmax, stride, off, hd);
+        fa2_store<HD>(kr, sK);
+    }
+    for (int k0 = kfirst; k0 <= kmax; k0 += FA2_KT) {
+        fa2_fetch<HD>(vr, vc, k0, kmax, stride, off, hd);
+        sync(); // sK holds K[k0..]; the last step's PV is done with sV
+        const bool active = k0 <= wHi && k0 + FA2_KT - 1 >= wLo;
+        FragA pa[NS];
+        if (active) {
+            // S = Q K^T (log2 units): 16 rows x 64 keys in NS fragments.
+            FragC s[NS];
+#pragma unroll
+            for (int j = 0; j < NS; ++j) frag_zero(s[j]);
+#pragma unroll
+            for (int kk = 0; kk < ND; ++kk)
+#pragma unroll
+                for (int j = 0; j < NS; ++j) {
+                    FragB b;
+                    frag_b(b, sK + (j * 16) * LD + kk * 16, LD);
+                    mma(s[j], qf[kk], b);
+                }
+            // Mask (causal, window, rows past n_tok) and the row max of this step.
+            float mx[FRAG_ROWS];
+#pragma unroll
+            for (int r = 0; r < FRAG_ROWS; ++r) mx[r] = FA_NEG_INF;
+#pragma unroll
+            for (int j = 0; j < NS; ++j)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    int m, n;
+                    frag_coord(i, lane, &m, &n);
+                    const int r = frag_slot(i), key = k0 + j * 16 + n;
+                    const bool ok = key <= rP[r] && key >= rLo[r];
+                    s[j].v[i] = ok ? s[j].v[i] : FA_NEG_INF;
+                    mx[r] = fmax_f(mx[r], s[j].v[i]);
+                }
+            float corr[FRAG_ROWS], mref[FRAG_ROWS];
+#pragma unroll
+            for (int r = 0; r < FRAG_ROWS; ++r) {
+                const float m_new = fmax_f(m_run[r], frag_row_max(mx[r]));
+                // A row that has seen no key yet keeps max -inf: exponents then use 0 so
+                // that every p (and the correction of an empty state) is exp2(-inf) = 0.
+                mref[r] = m_new == FA_NEG_INF ? 0.0f : m_new;
+                corr[r] = exp2_fast(m_run[r] - mref[r]);
+                m_run[r] = m_new;
+                l_part[r] *= corr[r];
+            }
+#pragma unroll
+            for (int j = 0; j < NS; ++j) {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const int r = frag_slot(i);
+                    const float p = exp2_fast(s[j].v[i] - mref[r]);
+                    s[j].v[i] = p;
+                    l_part[r] += p;
+                }
+                frag_a_from_c(pa[j], s[j], scratch, LDP);
+            }
+#pragma unroll
+            for (int j = 0; j < ND; ++j)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) o[j].v[i] *= corr[frag_slot(i)];
+        }
+        fa2_store<HD>(vr, sV);
+        const bool more = k0 + FA2_KT <= kmax;
+        if (more) fa2_fetch<HD>(kr, kc, k0 + FA2_KT, kmax, stride, off, hd);
+        sync(); // sV holds V[k0..]; every warp is done with sK
+        if (active) {
+            // O += P V.
+#pragma unroll
+            for (int kk = 0; kk < NS; ++kk)
+#pragma unroll
+                for (int j = 0; j < ND; ++j) {
+                    FragB b;
+                    frag_b_t(b, sV + (kk * 16) * LD + j * 16, LD);
+                    mma(o[j], pa[kk], b);
+                }
+        }
+        if (more) fa2_store<HD>(kr, sK);
+    }
+    float linv[FRAG_ROWS];
+#pragma unroll
+    for (int r = 0; r < FRAG_ROWS; ++r) {
+        const float l = frag_row_sum(l_part[r]);
+        linv[r] = l > 0.0f ? 1.0f / l : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < ND; ++j)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            int m, n;
+            frag_coord(i, lane, &m, &n);
+            m += warp * 16;
+            n += j * 16;
+            const int tok = q0 + m;
+            if (tok < n_tok && n < hd) out[((u64)tok * n_head + head) * hd + n] = o[j].v[i] * linv[frag_slot(i)];
+        }
+}
+
+#define FLASH2_KERNEL(HD)                                                                                              \
+    KERNEL LAUNCH_BOUNDS(FA2_NT) void flash_attn2_f16_d##HD(const float* q, const u16* kc, const u16* vc, float* out, \
+                                                           int n_tok, int n_head, int n_kv_head, int hd,              \
+                                                           const int* pos, int window, float scale) {                 \
+        flash2_body<HD>(q, kc, vc, out, n_tok, n_head, n_kv_head, hd, pos, window, scale);                           \
+    }
+
+FLASH2_KERNEL(64)
+FLASH2_KERNEL(128)

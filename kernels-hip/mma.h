@@ -98,6 +98,33 @@ DEV void frag_coord(int i, int lane, int* m, int* n) {
 }
 #endif
 
+// Row slots of a FragC, for softmax in registers without knowing the layout: a lane holds
+// FRAG_ROWS distinct rows; element i lies in row slot frag_slot(i), which is row
+// frag_slot_row(s, lane) (the same m frag_coord gives), and the FRAG_ROW_LANES lanes that
+// share a row differ only in their low log2(FRAG_ROW_LANES) lane bits, so frag_row_max /
+// frag_row_sum reduce a row over them with xor shuffles.
+#ifdef LODE_AMD
+#define FRAG_ROWS 8
+#define FRAG_ROW_LANES 16
+DEV int frag_slot(int i) { return i; }
+DEV int frag_slot_row(int s, int lane) { return 2 * s + (lane >> 4); }
+#else
+#define FRAG_ROWS 2
+#define FRAG_ROW_LANES 4
+DEV int frag_slot(int i) { return (i >> 1) & 1; }
+DEV int frag_slot_row(int s, int lane) { return (lane >> 2) + 8 * s; }
+#endif
+DEV float frag_row_max(float v) {
+#pragma unroll
+    for (int m = 1; m < FRAG_ROW_LANES; m <<= 1) v = fmax_f(v, shfl_xor(v, m));
+    return v;
+}
+DEV float frag_row_sum(float v) {
+#pragma unroll
+    for (int m = 1; m < FRAG_ROW_LANES; m <<= 1) v += shfl_xor(v, m);
+    return v;
+}
+
 // Two f32 -> two f16 bits packed low | high << 16 (one cvt.rn.f16x2.f32 on NVIDIA).
 #ifdef LODE_AMD
 DEV u32 pack_h2(float a, float b) { return (u32)f2h(a) | ((u32)f2h(b) << 16); }
@@ -122,3 +149,34 @@ DEV void st_u4(u16* p, u32 a, u32 b, u32 c, u32 d) {
     v.w = d;
     *(mma_u4*)p = v;
 }
+
+// A 16 x 16 FragC (rows m, columns n) as the A operand (rows m, k = n) of the next product,
+// rounded to f16: flash attention's P for PV. NVIDIA: the m16n8k16 accumulator layout is
+// the A layout, so it is register packing only and `scratch` is unused. AMD: the
+// accumulator holds columns per lane and the A operand rows, so it goes through `scratch`
+// (16 rows x ld u16, private to the calling wave, 16-byte aligned rows).
+#ifdef LODE_AMD
+DEV void frag_a_from_c(FragA& a, const FragC& c, u16* scratch, int ld) {
+    const int lane = mma_lane();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        int m, n;
+        frag_coord(i, lane, &m, &n);
+        scratch[m * ld + n] = f2h(c.v[i]);
+    }
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+    frag_a(a, scratch, ld);
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+}
+#else
+DEV void frag_a_from_c(FragA& a, const FragC& c, u16*, int) {
+    a.r[0] = pack_h2(c.v[0], c.v[1]); // row g,     k 2t, 2t+1
+    a.r[1] = pack_h2(c.v[2], c.v[3]); // row g + 8, k 2t, 2t+1
+    a.r[2] = pack_h2(c.v[4], c.v[5]); // row g,     k 2t+8, 2t+9
+    a.r[3] = pack_h2(c.v[6], c.v[7]); // row g + 8, k 2t+8, 2t+9
+}
+#endif

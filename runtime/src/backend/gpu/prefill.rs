@@ -9,7 +9,8 @@
 //! into shared memory inside the kernel).
 //!
 //! Environment: `LODE_GEMM=0` turns the GEMM off (prefill then runs decode's 8-column
-//! matvec), `LODE_FLASH=0` the flash attention, `LODE_GLU_FUSE=0` the paired gate/up,
+//! matvec), `LODE_FLASH=0` the flash attention (`LODE_FLASH=2` picks the FlashAttention-2
+//! style kernel, `LODE_FLASH=1` the first one; default: [`DEFAULT_FLASH`]), `LODE_GLU_FUSE=0` the paired gate/up,
 //! `LODE_GEMM_MIN=N` sets the smallest token count sent to the GEMM (default 32),
 //! `LODE_GEMM_N128=N` the token count from which the 128-token tile is used (default never),
 //! `LODE_SPLIT_K=1` turns on split-K for under-filled shapes (default off: not yet measured).
@@ -44,7 +45,17 @@ pub const GEMM_KERNELS: &[&str] = &[
 ];
 
 /// Every kernel of the `flash_attn` family.
-pub const FLASH_KERNELS: &[&str] = &["flash_attn_f16_d64", "flash_attn_f16_d128", "flash_attn_f16_d256"];
+pub const FLASH_KERNELS: &[&str] = &["flash_attn_f16_d64", "flash_attn_f16_d128", "flash_attn_f16_d256", "flash_attn2_f16_d64", "flash_attn2_f16_d128"];
+
+/// Which flash attention kernel serves prefill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlashKernel {
+    /// `flash_attn_f16_d*`: 32 keys per step, S and P through shared memory.
+    V1,
+    /// `flash_attn2_f16_d*`: FlashAttention-2 style, S and the softmax in registers, K/V
+    /// pipelined through registers, 64 keys per step; head sizes ≤ 128 (larger ones run V1).
+    V2,
+}
 
 /// Output rows per GEMM block.
 const TILE_M: usize = 128;
@@ -77,6 +88,8 @@ pub fn gemm_supports(ty: GgmlType, layout: Layout) -> bool {
 struct Policy {
     gemm: bool,
     flash: bool,
+    /// The flash kernel (`LODE_FLASH=1` / `2`).
+    flash_kernel: FlashKernel,
     min_tokens: usize,
     /// Token count from which the 128-token tile is used (0: never).
     n128_from: usize,
@@ -94,6 +107,11 @@ fn policy() -> &'static Policy {
         Policy {
             gemm: !off("LODE_GEMM"),
             flash: !off("LODE_FLASH"),
+            flash_kernel: match std::env::var("LODE_FLASH").as_deref() {
+                Ok("2") => FlashKernel::V2,
+                Ok("1") | Ok("old") => FlashKernel::V1,
+                _ => DEFAULT_FLASH,
+            },
             min_tokens: num("LODE_GEMM_MIN", DEFAULT_MIN_TOKENS).max(1),
             n128_from: num("LODE_GEMM_N128", DEFAULT_N128_FROM),
             fuse_glu: num("LODE_GLU_FUSE", DEFAULT_FUSE_GLU as usize) != 0,
@@ -116,6 +134,10 @@ const DEFAULT_FUSE_GLU: bool = true;
 /// blocks. 0 (never): on the H200 the 64 x 64 tile ran 0.55-0.75x the 128 x 64 one on
 /// every preset shape except the 1024-row K/V projections at 512 tokens (+9 %).
 const FEW_BLOCKS: usize = 0;
+
+/// The flash kernel used unless `LODE_FLASH` says otherwise. V1 until V2 is measured on
+/// the H200 (BENCHMARKS.md): V2 has passed no device run yet.
+pub const DEFAULT_FLASH: FlashKernel = FlashKernel::V1;
 
 /// Whether gate/up of `n_tok` tokens should go through the paired kernel.
 pub fn use_glu(ty: GgmlType, layout: Layout, n_tok: usize) -> bool {
@@ -238,27 +260,40 @@ pub fn flash_supports(head_dim: usize) -> bool {
 }
 
 /// Causal / sliding-window GQA attention of n_tok queries over an f16 cache, on matrix
-/// cores; the arguments and result of `ops::attention`.
+/// cores; the arguments and result of `ops::attention`, with the policy's kernel.
 /// q, out: [n_tok, n_head, head_dim] f32; kc, vc: [n_ctx, n_kv_head·head_dim] f16 (slots
 /// 0..=max pos filled); pos: [n_tok] i32 on the device; window = 0: full causal.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, n_tok: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
+    flash_attention_with(d, policy().flash_kernel, q, kc, vc, out, n_tok, n_head, n_kv_head, head_dim, pos, window, scale)
+}
+
+/// The kernel name, queries per block and threads per block `which` launches for `head_dim`.
+pub fn flash_launch(which: FlashKernel, head_dim: usize) -> (&'static str, usize, usize) {
+    match (which, head_dim) {
+        (FlashKernel::V2, 0..=64) => (FLASH_KERNELS[3], 64, 128),
+        (FlashKernel::V2, 65..=128) => (FLASH_KERNELS[4], 64, 128),
+        // V1: 2 threads per query.
+        (_, 0..=64) => (FLASH_KERNELS[0], 64, 128),
+        (_, 65..=128) => (FLASH_KERNELS[1], 64, 128),
+        _ => (FLASH_KERNELS[2], 32, 64),
+    }
+}
+
+/// [`flash_attention`] through the kernel `which` (the selftest and the bench run both).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_with(d: &dyn Launch, which: FlashKernel, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, n_tok: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
     if !flash_supports(head_dim) || n_kv_head == 0 || n_head % n_kv_head != 0 {
         return Err(GpuError::Unsupported(format!("flash attention: head_dim {head_dim}, heads {n_head}/{n_kv_head}")));
     }
     if n_tok == 0 {
         return Ok(());
     }
-    // (kernel, queries per block); block = 2 threads per query.
-    let (name, bq) = match head_dim {
-        0..=64 => (FLASH_KERNELS[0], 64),
-        65..=128 => (FLASH_KERNELS[1], 64),
-        _ => (FLASH_KERNELS[2], 32),
-    };
+    let (name, bq, threads) = flash_launch(which, head_dim);
     d.launch(
         name,
         [n_tok.div_ceil(bq) as u32, n_head as u32, 1],
-        [2 * bq as u32, 1, 1],
+        [threads as u32, 1, 1],
         &[KArg::Ptr(q), KArg::Ptr(kc), KArg::Ptr(vc), KArg::Ptr(out), i(n_tok), i(n_head), i(n_kv_head), i(head_dim), KArg::Ptr(pos), i(window), KArg::F32(scale)],
     )?;
     Ok(())
@@ -285,5 +320,11 @@ mod tests {
     fn flash_head_sizes() {
         assert!(flash_supports(64) && flash_supports(128) && flash_supports(256) && flash_supports(80));
         assert!(!flash_supports(0) && !flash_supports(260) && !flash_supports(100));
+        // V2 covers head sizes up to 128; 256 falls back to V1's kernel.
+        assert_eq!(flash_launch(FlashKernel::V2, 128).0, "flash_attn2_f16_d128");
+        assert_eq!(flash_launch(FlashKernel::V2, 80).0, "flash_attn2_f16_d128");
+        assert_eq!(flash_launch(FlashKernel::V2, 64).0, "flash_attn2_f16_d64");
+        assert_eq!(flash_launch(FlashKernel::V2, 256).0, "flash_attn_f16_d256");
+        assert_eq!(flash_launch(FlashKernel::V1, 128).0, "flash_attn_f16_d128");
     }
 }

@@ -14,6 +14,7 @@
 
 use super::device::GpuDevice;
 use super::prefill;
+use super::prefill::FlashKernel;
 use super::selftest::{dequant, random_weights, Acc, CheckReport, Rng};
 use super::{ops, GpuError};
 use crate::quant::GgmlType;
@@ -34,6 +35,12 @@ pub trait PrefillTarget {
     /// Cache of `slots` rows; queries at pos.
     #[allow(clippy::too_many_arguments)]
     fn flash(&self, q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: usize, n_kv: usize, hd: usize, window: usize, scale: f32) -> Out<Vec<f32>>;
+    /// [`Self::flash`] through a chosen kernel (a target with one kernel ignores `which`).
+    #[allow(clippy::too_many_arguments)]
+    fn flash_with(&self, which: FlashKernel, q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: usize, n_kv: usize, hd: usize, window: usize, scale: f32) -> Out<Vec<f32>> {
+        let _ = which;
+        self.flash(q, kc, vc, pos, n_head, n_kv, hd, window, scale)
+    }
 }
 
 /// The (type, layout) pairs the GEMM reads, with their check names.
@@ -77,13 +84,15 @@ pub fn run_checks(t: &dyn PrefillTarget, filter: Option<&str>, cases: usize, see
             });
         }
     }
-    if keep("flash_attn") {
-        let mut rng = Rng::new(seed ^ 0xf1a5);
-        out.push(match check_flash(t, cases, &mut rng) {
-            Ok(Some(r)) => r,
-            Ok(None) => skipped("flash_attn"),
-            Err(e) => failed("flash_attn", e),
-        });
+    for (name, which) in [("flash_attn", FlashKernel::V1), ("flash_attn2", FlashKernel::V2)] {
+        if keep(name) {
+            let mut rng = Rng::new(seed ^ 0xf1a5);
+            out.push(match check_flash(t, name, which, cases, &mut rng) {
+                Ok(Some(r)) => r,
+                Ok(None) => skipped(name),
+                Err(e) => failed(name, e),
+            });
+        }
     }
     out
 }
@@ -222,16 +231,41 @@ fn ref_flash(q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: usize, n_kv
     (out, tol)
 }
 
-fn check_flash(t: &dyn PrefillTarget, cases: usize, rng: &mut Rng) -> Out<CheckReport> {
-    let mut acc = Acc::new("flash_attn");
+/// Fixed attention shapes beyond the token-count sweep: (n, heads, kv heads, head_dim,
+/// first position, window). Every padded head size (64, 128, 256) and odd ones (8, 80),
+/// GQA ratios 1, 4 and 8, windows shorter than a key tile and longer than the chunk, and
+/// chunks that start past 0 (the second 512-token chunk over 1,024 keys).
+const FLASH_SHAPES: [(usize, usize, usize, usize, usize, usize); 10] = [
+    (512, 4, 1, 128, 512, 0),
+    (512, 8, 1, 128, 512, 300),
+    (200, 8, 1, 64, 0, 0),
+    (130, 2, 2, 80, 70, 50),
+    (97, 4, 1, 256, 0, 0),
+    (65, 8, 1, 256, 5, 17),
+    (300, 4, 1, 128, 1000, 64),
+    (33, 4, 4, 8, 3, 0),
+    (129, 8, 2, 128, 0, 1),
+    (64, 2, 2, 64, 64, 0),
+];
+
+fn check_flash(t: &dyn PrefillTarget, name: &str, which: FlashKernel, cases: usize, rng: &mut Rng) -> Out<CheckReport> {
+    let mut acc = Acc::new(name);
     const HDS: [usize; 5] = [128, 64, 256, 80, 96];
     const HEADS: [(usize, usize); 4] = [(4, 2), (4, 1), (2, 2), (8, 2)];
-    let f16 = |v: f32| half::f16::from_f32(v).to_bits();
+    let mut shapes = Vec::new();
     for (c, n) in token_counts(rng, cases.saturating_sub(TOKEN_COUNTS.len()) / 2).into_iter().enumerate() {
         let hd = if n >= 511 { HDS[c % 2] } else { HDS[c % HDS.len()] };
         let (n_head, n_kv) = if n >= 511 { (2, 1) } else { HEADS[c % HEADS.len()] };
         let pos0 = if c % 3 == 0 { 0 } else { rng.range(1, 40) };
         let window = if c % 4 == 3 { rng.range(1, n + pos0) } else { 0 };
+        let sharp = if c % 5 == 4 { 6.0 } else { 1.0 };
+        shapes.push((n, n_head, n_kv, hd, pos0, window, sharp));
+    }
+    for (c, &(n, n_head, n_kv, hd, pos0, window)) in FLASH_SHAPES.iter().enumerate() {
+        shapes.push((n, n_head, n_kv, hd, pos0, window, if c % 3 == 2 { 6.0 } else { 1.0 }));
+    }
+    let f16 = |v: f32| half::f16::from_f32(v).to_bits();
+    for (n, n_head, n_kv, hd, pos0, window, sharp) in shapes {
         // Slots past the last position hold NaN: the kernel must never read them.
         let slots = pos0 + n + rng.range(0, 40);
         let filled = pos0 + n;
@@ -239,11 +273,10 @@ fn check_flash(t: &dyn PrefillTarget, cases: usize, rng: &mut Rng) -> Out<CheckR
         let mk = |rng: &mut Rng| -> Vec<u16> { (0..slots * row).map(|i| if i < filled * row { f16(rng.f()) } else { 0x7e00 }).collect() };
         let kc = mk(rng);
         let vc = mk(rng);
-        let sharp = if c % 5 == 4 { 6.0 } else { 1.0 };
         let q = rng.vec(n * n_head * hd, sharp);
         let pos: Vec<i32> = (0..n).map(|i| (pos0 + i) as i32).collect();
         let scale = 1.0 / (hd as f32).sqrt();
-        let Some(y) = t.flash(&q, &kc, &vc, &pos, n_head, n_kv, hd, window, scale)? else { return Ok(None) };
+        let Some(y) = t.flash_with(which, &q, &kc, &vc, &pos, n_head, n_kv, hd, window, scale)? else { return Ok(None) };
         let (want, tol) = ref_flash(&q, &kc, &vc, &pos, n_head, n_kv, hd, window, scale);
         acc.cmp(&format!("n={n} heads={n_head}/{n_kv} hd={hd} pos0={pos0} window={window}"), &y, &want, |i| tol[i]);
     }
@@ -288,13 +321,16 @@ impl PrefillTarget for GpuPrefill<'_> {
         Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
     }
     fn flash(&self, q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: usize, n_kv: usize, hd: usize, window: usize, scale: f32) -> Out<Vec<f32>> {
+        self.flash_with(FlashKernel::V1, q, kc, vc, pos, n_head, n_kv, hd, window, scale)
+    }
+    fn flash_with(&self, which: FlashKernel, q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: usize, n_kv: usize, hd: usize, window: usize, scale: f32) -> Out<Vec<f32>> {
         let d = self.0;
         let qb = d.upload_f32(q)?;
         let kb = d.upload(bytemuck::cast_slice(kc))?;
         let vb = d.upload(bytemuck::cast_slice(vc))?;
         let pb = d.upload_i32(pos)?;
         let ob = self.out_buf(q.len() * 4)?;
-        prefill::flash_attention(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), pos.len(), n_head, n_kv, hd, pb.ptr(), window, scale)?;
+        prefill::flash_attention_with(d, which, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), pos.len(), n_head, n_kv, hd, pb.ptr(), window, scale)?;
         Ok(Some(d.read_f32(ob.ptr(), q.len())?))
     }
 }
@@ -397,11 +433,19 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
         let pos: Vec<i32> = (0..n as i32).collect();
         let pb = dev.upload_i32(&pos)?;
         let s = 1.0 / (hd as f32).sqrt();
-        let flash = time_ms(dev, 5, || prefill::flash_attention(dev, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n, nh, nkv, hd, pb.ptr(), 0, s))?;
+        let flash = time_ms(dev, 5, || prefill::flash_attention_with(dev, FlashKernel::V1, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n, nh, nkv, hd, pb.ptr(), 0, s))?;
+        let flash2 = time_ms(dev, 5, || prefill::flash_attention_with(dev, FlashKernel::V2, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n, nh, nkv, hd, pb.ptr(), 0, s))?;
         let old = time_ms(dev, 2, || ops::attention(dev, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n, nh, nkv, hd, pb.ptr(), 0, s))?;
         // causal: n(n+1)/2 scores per head, 2 products (QK, PV) of hd MACs each
         let flops = 4.0 * (n * (n + 1) / 2) as f64 * (nh * hd) as f64;
-        println!("bench prefill attention n={n} heads={nh}/{nkv} hd={hd}: flash {:8.1} us {:6.1} TFLOP/s; per-query kernel {:8.1} us", flash * 1e3, flops / flash / 1e9, old * 1e3);
+        println!(
+            "bench prefill attention n={n} heads={nh}/{nkv} hd={hd}: flash {:8.1} us {:6.1} TFLOP/s; flash2 {:8.1} us {:6.1} TFLOP/s; per-query kernel {:8.1} us",
+            flash * 1e3,
+            flops / flash / 1e9,
+            flash2 * 1e3,
+            flops / flash2 / 1e9,
+            old * 1e3
+        );
     }
     Ok(())
 }
@@ -415,6 +459,8 @@ mod tests {
     /// compute it. The checks must pass it, and must catch a wrong variant of it.
     struct Host {
         drop_last_row: bool,
+        /// A wrong attention: ignores the sliding window.
+        no_window: bool,
     }
     fn r16(v: f32) -> f32 {
         half::f16::from_f32(v).to_f32()
@@ -450,6 +496,7 @@ mod tests {
             Ok(Some(a.iter().zip(&b).map(|(&a, &b)| (act(a as f64, gelu) * b as f64) as f32).collect()))
         }
         fn flash(&self, q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: usize, n_kv: usize, hd: usize, window: usize, scale: f32) -> Out<Vec<f32>> {
+            let window = if self.no_window { 0 } else { window };
             let (o, _) = ref_flash(q, kc, vc, pos, n_head, n_kv, hd, window, scale);
             Ok(Some(o.iter().map(|&v| v as f32).collect()))
         }
@@ -457,19 +504,24 @@ mod tests {
 
     #[test]
     fn checks_pass_a_correct_target_and_catch_a_wrong_one() {
-        let ok = run_checks(&Host { drop_last_row: false }, Some("gemm_q4_k"), 0, 3);
+        let ok = run_checks(&Host { drop_last_row: false, no_window: false }, Some("gemm_q4_k"), 0, 3);
         assert_eq!(ok.len(), 2, "stored and row64");
         for r in &ok {
             assert!(r.passed() && r.cases == TOKEN_COUNTS.len(), "{}", r.line());
         }
-        let bad = run_checks(&Host { drop_last_row: true }, Some("gemm_q8_0"), 0, 3);
+        let bad = run_checks(&Host { drop_last_row: true, no_window: false }, Some("gemm_q8_0"), 0, 3);
         assert!(!bad[0].passed(), "{}", bad[0].line());
     }
 
     #[test]
     fn glu_and_flash_checks_pass_the_reference() {
-        for r in run_checks(&Host { drop_last_row: false }, Some("gemm_glu_q5_0"), 0, 5) {
+        for r in run_checks(&Host { drop_last_row: false, no_window: false }, Some("gemm_glu_q5_0"), 0, 5) {
             assert!(r.passed(), "{}", r.line());
         }
+        let ok = run_checks(&Host { drop_last_row: false, no_window: false }, Some("flash_attn2"), 0, 5);
+        assert_eq!(ok.len(), 1);
+        assert!(ok[0].passed() && ok[0].cases == TOKEN_COUNTS.len() + FLASH_SHAPES.len(), "{}", ok[0].line());
+        let bad = run_checks(&Host { drop_last_row: false, no_window: true }, Some("flash_attn2"), 0, 5);
+        assert!(!bad[0].passed(), "{}", bad[0].line());
     }
 }
