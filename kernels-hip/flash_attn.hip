@@ -307,12 +307,16 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
         rP[s] = sPos[m];
         rLo[s] = sLo[m];
     }
-    int wHi = -1, wLo = 0x7fffffff;
+    // wPmin / wLoMax: below the first and from the last, no key of a step is masked for
+    // any row (a row past n_tok has P = -1 and so masks every step).
+    int wHi = -1, wLo = 0x7fffffff, wPmin = 0x7fffffff, wLoMax = 0;
     for (int r = 0; r < 16; ++r) {
-        const int P = sPos[warp * 16 + r];
+        const int P = sPos[warp * 16 + r], lo = sLo[warp * 16 + r];
+        wPmin = P < wPmin ? P : wPmin;
+        wLoMax = lo > wLoMax ? lo : wLoMax;
         if (P >= 0) {
             wHi = P > wHi ? P : wHi;
-            wLo = sLo[warp * 16 + r] < wLo ? sLo[warp * 16 + r] : wLo;
+            wLo = lo < wLo ? lo : wLo;
         }
     }
     sync(); // sRange written; every warp has its Q fragments out of sK
@@ -350,20 +354,25 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
                     mma(s[j], qf[kk], b);
                 }
             // Mask (causal, window, rows past n_tok) and the row max of this step.
+            if (k0 + FA2_KT - 1 > wPmin || k0 < wLoMax) {
+#pragma unroll
+                for (int j = 0; j < NS; ++j)
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        int m, n;
+                        frag_coord(i, lane, &m, &n);
+                        const int r = frag_slot(i), key = k0 + j * 16 + n;
+                        const bool ok = key <= rP[r] && key >= rLo[r];
+                        s[j].v[i] = ok ? s[j].v[i] : FA_NEG_INF;
+                    }
+            }
             float mx[FRAG_ROWS];
 #pragma unroll
             for (int r = 0; r < FRAG_ROWS; ++r) mx[r] = FA_NEG_INF;
 #pragma unroll
             for (int j = 0; j < NS; ++j)
 #pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    int m, n;
-                    frag_coord(i, lane, &m, &n);
-                    const int r = frag_slot(i), key = k0 + j * 16 + n;
-                    const bool ok = key <= rP[r] && key >= rLo[r];
-                    s[j].v[i] = ok ? s[j].v[i] : FA_NEG_INF;
-                    mx[r] = fmax_f(mx[r], s[j].v[i]);
-                }
+                for (int i = 0; i < 8; ++i) mx[frag_slot(i)] = fmax_f(mx[frag_slot(i)], s[j].v[i]);
             float corr[FRAG_ROWS], mref[FRAG_ROWS];
 #pragma unroll
             for (int r = 0; r < FRAG_ROWS; ++r) {
