@@ -205,8 +205,8 @@ FLASH_KERNEL(256, 32)
 // 64 queries (4 warps x 16 rows) of one head per block, 64 keys per step. Each warp keeps
 // its Q fragments, the S tile and the online softmax state in registers (row max / sum by
 // shuffles over the lanes that share a row, mma.h's row slots, so the one source fits both
-// fragment layouts); P becomes the A operand of PV without a block barrier
-// (frag_a_from_c). K and V have a shared tile each and are software-pipelined through
+// fragment layouts); P becomes the A operand of PV in registers on NVIDIA (frag_a_from_c)
+// and through a per-warp shared tile on gfx11 (its accumulator and A layouts differ). K and V have a shared tile each and are software-pipelined through
 // registers: V of this step is fetched from global memory while S and the softmax run,
 // K of the next step while PV runs, so there are two block barriers per 64 keys.
 // Head sizes up to 128 (HD 64, 128); 256 stays on the kernel above (its tiles would not
@@ -226,43 +226,48 @@ struct Fa2Regs {
 // slots past the last position may hold anything, NaN included, and are never read).
 template <int HD>
 DEV void fa2_fetch(Fa2Regs<HD>& r, const u16* cache, int key0, int last, u64 stride, int off, int hd) {
-    constexpr int CH = Fa2Regs<HD>::CH;
+    // Thread t reads chunk t % CH of rows t / CH + c * RS (c = 0..NC-1): one pointer, one step.
+    constexpr int CH = Fa2Regs<HD>::CH, RS = FA2_NT / CH;
+    const int row0 = tid_x() / CH, d = (tid_x() % CH) * 8;
+    const u16* p = cache + (u64)(key0 + row0) * stride + off + d;
+    const u64 step = (u64)RS * stride;
 #pragma unroll
     for (int c = 0; c < Fa2Regs<HD>::NC; ++c) {
-        const int e = tid_x() + c * FA2_NT, row = e / CH, d = (e % CH) * 8, key = key0 + row;
         fa_u4 v;
         v.x = v.y = v.z = v.w = 0;
-        if (key <= last && d < hd) v = *(const fa_u4*)(cache + (u64)key * stride + off + d);
+        if (key0 + row0 + c * RS <= last && d < hd) v = *(const fa_u4*)p;
         r.v[c] = v;
+        p += step;
     }
 }
 
 template <int HD>
 DEV void fa2_store(const Fa2Regs<HD>& r, u16* s) {
-    constexpr int CH = Fa2Regs<HD>::CH, LD = HD + 8;
+    constexpr int CH = Fa2Regs<HD>::CH, RS = FA2_NT / CH, LD = HD + 8;
+    u16* p = s + (tid_x() / CH) * LD + (tid_x() % CH) * 8;
 #pragma unroll
-    for (int c = 0; c < Fa2Regs<HD>::NC; ++c) {
-        const int e = tid_x() + c * FA2_NT;
-        *(fa_u4*)(s + (e / CH) * LD + (e % CH) * 8) = r.v[c];
-    }
+    for (int c = 0; c < Fa2Regs<HD>::NC; ++c) *(fa_u4*)(p + c * RS * LD) = r.v[c];
 }
 
 template <int HD>
 DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, int n_tok, int n_head, int n_kv_head, int hd,
                      const int* pos, int window, float scale) {
-    constexpr int LD = HD + 8, ND = HD / 16, NS = FA2_KT / 16, LDP = 16 + 8;
+    // LDP: P's row stride where it is staged in shared memory (!MMA_C_IS_A: 16 x 64 per warp).
+    constexpr int LD = HD + 8, ND = HD / 16, NS = FA2_KT / 16, LDP = FA2_KT + 8;
     __shared__ __attribute__((aligned(16))) u16 sK[FA2_KT * LD]; // [64 keys][HD] (first: the Q tile)
     __shared__ __attribute__((aligned(16))) u16 sV[FA2_KT * LD]; // [64 keys][HD]
-#ifdef LODE_AMD
-    __shared__ __attribute__((aligned(16))) u16 sP[4 * 16 * LDP]; // per warp: P as an A operand
+#if !MMA_C_IS_A
+    __shared__ __attribute__((aligned(16))) u16 sP[4 * 16 * LDP]; // per warp: P, [16][64]
 #endif
     __shared__ int sPos[FA2_BQ], sLo[FA2_BQ], sRange[2];
     const int t = tid_x(), lane = t & 31, warp = t >> 5;
-    const int q0 = bid_x() * FA2_BQ, head = bid_y();
+    // The last query tiles (the most keys, causally) are launched first, so the short ones
+    // fill the tail of the grid.
+    const int q0 = ((n_tok + FA2_BQ - 1) / FA2_BQ - 1 - (int)bid_x()) * FA2_BQ, head = bid_y();
     const int kvh = head / (n_head / n_kv_head);
     const u64 stride = (u64)n_kv_head * hd;
     const int off = kvh * hd;
-#ifdef LODE_AMD
+#if !MMA_C_IS_A
     u16* scratch = sP + warp * 16 * LDP;
 #else
     u16* scratch = nullptr;
@@ -393,7 +398,10 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
                     s[j].v[i] = p;
                     l_part[r] += p;
                 }
-                frag_a_from_c(pa[j], s[j], scratch, LDP);
+                // P as the A operand of PV: in registers where the layouts agree, else staged
+                // in the warp's shared tile (read after the block barrier below).
+                if (MMA_C_IS_A) frag_a_from_c(pa[j], s[j], scratch, LDP);
+                else frag_c_store(s[j], scratch + j * 16, LDP);
             }
 #pragma unroll
             for (int j = 0; j < ND; ++j)
@@ -407,13 +415,15 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
         if (active) {
             // O += P V.
 #pragma unroll
-            for (int kk = 0; kk < NS; ++kk)
+            for (int kk = 0; kk < NS; ++kk) {
+                if (!MMA_C_IS_A) frag_a(pa[kk], scratch + kk * 16, LDP);
 #pragma unroll
                 for (int j = 0; j < ND; ++j) {
                     FragB b;
                     frag_b_t(b, sV + (kk * 16) * LD + j * 16, LD);
                     mma(o[j], pa[kk], b);
                 }
+            }
         }
         if (more) fa2_store<HD>(kr, sK);
     }

@@ -155,7 +155,10 @@ DEV void st_u4(u16* p, u32 a, u32 b, u32 c, u32 d) {
 // the A layout, so it is register packing only and `scratch` is unused. AMD: the
 // accumulator holds columns per lane and the A operand rows, so it goes through `scratch`
 // (16 rows x ld u16, private to the calling wave, 16-byte aligned rows).
+// MMA_C_IS_A: whether frag_a_from_c is register-only (a kernel may instead stage a FragC
+// in shared memory with frag_c_store and read it back with frag_a where it is not).
 #ifdef LODE_AMD
+#define MMA_C_IS_A 0
 DEV void frag_a_from_c(FragA& a, const FragC& c, u16* scratch, int ld) {
     const int lane = mma_lane();
 #pragma unroll
@@ -173,6 +176,7 @@ DEV void frag_a_from_c(FragA& a, const FragC& c, u16* scratch, int ld) {
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
 }
 #else
+#define MMA_C_IS_A 1
 DEV void frag_a_from_c(FragA& a, const FragC& c, u16*, int) {
     a.r[0] = pack_h2(c.v[0], c.v[1]); // row g,     k 2t, 2t+1
     a.r[1] = pack_h2(c.v[2], c.v[3]); // row g + 8, k 2t, 2t+1
@@ -180,3 +184,14 @@ DEV void frag_a_from_c(FragA& a, const FragC& c, u16*, int) {
     a.r[3] = pack_h2(c.v[6], c.v[7]); // row g + 8, k 2t+8, 2t+9
 }
 #endif
+
+// A FragC rounded to f16 into a row-major shared tile (row m at s + m * ld), any layout.
+DEV void frag_c_store(const FragC& c, u16* s, int ld) {
+    const int lane = mma_lane();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        int m, n;
+        frag_coord(i, lane, &m, &n);
+        s[m * ld + n] = f2h(c.v[i]);
+    }
+}
