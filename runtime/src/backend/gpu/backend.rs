@@ -18,6 +18,7 @@ use super::device::{DeviceBuffer, GpuDevice};
 use super::driver::DevPtr;
 use super::replay::{Entry, Rec, Replay, ReplayStats};
 use super::{ops, prefill, GpuError};
+use super::exact::Numerics;
 use std::cell::RefCell;
 use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, QkvPrep, Result, Rope, RopeMode};
 use crate::quant;
@@ -27,6 +28,7 @@ use crate::weights::{Residency, WeightCache, WeightOptions, WeightRef, WeightSta
 use std::collections::HashMap;
 
 mod act;
+mod exact;
 mod fused;
 mod readback;
 mod rows;
@@ -88,6 +90,9 @@ pub struct GpuBackend {
     fuse: bool,
     /// Large reads through one page-locked buffer (`readback.rs`).
     readback: readback::Readback,
+    /// `--numerics` (`LODE_NUMERICS`): exact routes every op to `backend/exact.rs`.
+    numerics: Numerics,
+    exact: exact::ExactState,
 }
 
 impl GpuBackend {
@@ -133,6 +138,8 @@ impl GpuBackend {
             gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
             fuse: std::env::var("LODE_FUSE").map(|v| v != "0").unwrap_or(true),
             readback: readback::Readback::from_env(),
+            numerics: Numerics::from_env(),
+            exact: Default::default(),
         }
     }
 
@@ -148,6 +155,11 @@ impl GpuBackend {
     /// The weight cache (test hooks: injected failures, allocation limit).
     pub fn weight_cache_mut(&mut self) -> &mut WeightCache<GpuMaterializer> {
         &mut self.cache
+    }
+
+    /// `--numerics` (as `LODE_NUMERICS` sets it at start).
+    pub fn set_numerics(&mut self, n: Numerics) {
+        self.numerics = n;
     }
 
     /// Graph replay on or off (as `LODE_GRAPHS` sets it at start).
@@ -322,6 +334,9 @@ impl Backend for GpuBackend {
     }
 
     fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_get_rows(w, ids, out);
+        }
         let k = w.row_len();
         let (o, n) = self.buf(out)?;
         Self::check_len("get_rows", out, n, ids.len() * k)?;
@@ -339,6 +354,9 @@ impl Backend for GpuBackend {
     }
 
     fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_matmul(w, x, n_tok, y);
+        }
         let (k, rows) = (w.row_len(), w.n_rows());
         let (xp, xn) = self.buf(x)?;
         let (yp, yn) = self.buf(y)?;
@@ -366,6 +384,9 @@ impl Backend for GpuBackend {
     }
 
     fn matmul_glu(&mut self, gate: &WeightRef, up: &WeightRef, x: Buf, n_tok: usize, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_matmul_glu(gate, up, x, n_tok, out, tmp, act);
+        }
         let (ty, lay) = (gate.ty(), layout::canonical(gate.ty(), Consumer::Matrix, DeviceClass::Gpu));
         let same = up.ty() == ty && up.n_rows() == gate.n_rows() && up.row_len() == gate.row_len();
         if !(self.gemm_prefill && same && prefill::use_glu(ty, lay, n_tok)) {
@@ -390,6 +411,9 @@ impl Backend for GpuBackend {
     }
 
     fn rms_norm(&mut self, x: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_rms_norm(x, out, n_rows, row_len, w, eps);
+        }
         let (xp, xn) = self.buf(x)?;
         let (op, on) = self.buf(out)?;
         Self::check_len("rms_norm", x, xn, n_rows * row_len)?;
@@ -416,6 +440,9 @@ impl Backend for GpuBackend {
     }
 
     fn rope(&mut self, x: Buf, n_head: usize, head_dim: usize, pos: &[u32], rope: &Rope) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_rope(x, n_head, head_dim, pos, rope);
+        }
         let (xp, xn) = self.buf(x)?;
         Self::check_len("rope", x, xn, pos.len() * n_head * head_dim)?;
         let ff = self.rope_factors(rope)?;
@@ -427,6 +454,9 @@ impl Backend for GpuBackend {
     }
 
     fn add(&mut self, a: Buf, b: Buf, out: Buf, n: usize) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_add(a, b, out, n);
+        }
         let (ap, an) = self.buf(a)?;
         let (bp, bn) = self.buf(b)?;
         let (op, on) = self.buf(out)?;
@@ -439,6 +469,9 @@ impl Backend for GpuBackend {
     }
 
     fn add_bias(&mut self, x: Buf, n_tok: usize, bias: &WeightRef) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_add_bias(x, n_tok, bias);
+        }
         let n = bias.row_len() * bias.n_rows();
         let (xp, xn) = self.buf(x)?;
         Self::check_len("add_bias", x, xn, n_tok * n)?;
@@ -449,6 +482,9 @@ impl Backend for GpuBackend {
     }
 
     fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_scale(x, n, s);
+        }
         let (xp, xn) = self.buf(x)?;
         Self::check_len("scale", x, xn, n)?;
         let r = ops::scale(&self.rec(), xp, xp, n, s).map_err(err("scale"));
@@ -457,6 +493,9 @@ impl Backend for GpuBackend {
     }
 
     fn glu(&mut self, gate: Buf, up: Buf, out: Buf, n: usize, act: Glu) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_glu(gate, up, out, n, act);
+        }
         let (gp, gn) = self.buf(gate)?;
         let (up_, un) = self.buf(up)?;
         let (op, on) = self.buf(out)?;
@@ -506,6 +545,9 @@ impl Backend for GpuBackend {
     }
 
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_attention(q, kv, layer, pos, p, out);
+        }
         let (qp, qn) = self.buf(q)?;
         let (op, on) = self.buf(out)?;
         Self::check_len("attention", q, qn, pos.len() * p.n_head * p.head_dim_k)?;
@@ -537,19 +579,32 @@ impl Backend for GpuBackend {
     }
 
     fn matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return outs.iter().try_for_each(|(w, y)| self.exact_matmul(w, x, n_tok, *y));
+        }
         self.fused_matmul_multi(x, n_tok, outs)
     }
 
     fn add_rms_norm(&mut self, x: Buf, b: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            self.exact_add(x, b, x, n_rows * row_len)?;
+            return self.exact_rms_norm(x, out, n_rows, row_len, w, eps);
+        }
         self.fused_add_rms_norm(x, b, out, n_rows, row_len, w, eps)
     }
 
     fn rope_kv_write(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return crate::backend::rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p);
+        }
         self.fused_rope_kv_write(q, k, v, kv, layer, pos, p)
     }
 
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_attention_rows(q, k, v, kvs, layer, pos, p, out);
+        }
         self.per_row_attention(q, k, v, kvs, layer, pos, p, out)
     }
 }
