@@ -34,6 +34,25 @@ DEV float rdh(const u8* p) { return h2f((u16)rd16(p)); }
 DEV float rdf(const u8* p) { return __builtin_bit_cast(float, rd32(p)); }
 DEV void wr16(u8* p, u32 v) { p[0] = (u8)v; p[1] = (u8)(v >> 8); }
 
+// f32 → f16 bits, rounded to nearest even, in integer arithmetic (checked against a
+// hardware conversion on every f32). Not common.h's `f2h`: on sm_90 its 16-bit asm result
+// came out of `wr16`'s byte stores with the low byte zeroed (exact_quantize_* caught it).
+DEV u32 f16_rne(float f) {
+    const u32 x = __builtin_bit_cast(u32, f);
+    const u32 sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u);
+    if (ax >= 0x477ff000u) return sign | 0x7c00u; // ≥ 65520 rounds to infinity
+    if (ax >= 0x38800000u) {                      // a normal f16
+        u32 r = ax - 0x38000000u;
+        r += 0x0fffu + ((r >> 13) & 1u);
+        return sign | (r >> 13);
+    }
+    if (ax <= 0x33000000u) return sign; // ≤ 2^-25: zero (2^-25 ties to even)
+    const u32 e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, sh = 126 - e;
+    const u32 q = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+    return sign | (q + (rem > half || (rem == half && (q & 1))));
+}
+
 // The AVX2 horizontal sum of 8 lanes: (l0+l4, l1+l5, l2+l6, l3+l7), then pairs 0+2, 1+3,
 // then the two.
 DEV float hsum8(const float* a) {
@@ -90,8 +109,8 @@ KERNEL void exact_quantize(const float* x, u8* y, int k, int kind) {
         o[off + i] = (u8)(i8)q;
         sum += q;
     }
-    wr16(o, f2h(d));
-    if (kind == 1) wr16(o + 2, f2h(xmul((float)sum, d)));
+    wr16(o, f16_rne(d));
+    if (kind == 1) wr16(o + 2, f16_rne(xmul((float)sum, d)));
 }
 
 // ---- weights × activations -----------------------------------------------------------

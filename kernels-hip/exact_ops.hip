@@ -165,7 +165,7 @@ DEV float fold16(const float* a) {
     return xadd(xadd(t6[0], t6[2]), xadd(t6[1], t6[3]));
 }
 
-// q·k as `tree_dot` with 64 lanes (q already rounded to f16): lane l's FMA chain over
+// q·k as `tree_dot` with 64 lanes, q rounded to f16 first: lane l's FMA chain over
 // d ≡ l (mod 64), 64 → 16 as (p[t] + p[t+32]) + (p[t+16] + p[t+48]), fold16, and the
 // elements past the last whole 64 added in f64.
 DEV float dot_tree64(const float* q, const u16* k, int dk) {
@@ -176,7 +176,7 @@ DEV float dot_tree64(const float* q, const u16* k, int dk) {
         const int ls[4] = {t, t + 32, t + 16, t + 48};
         for (int j = 0; j < 4; ++j) {
             float c = 0.0f;
-            for (int d = ls[j]; d < np; d += 64) c = xfma(q[d], h2f(k[d]), c);
+            for (int d = ls[j]; d < np; d += 64) c = xfma(round16(q[d]), h2f(k[d]), c);
             p[j] = c;
         }
         a[t] = xadd(xadd(p[0], p[1]), xadd(p[2], p[3]));
@@ -184,7 +184,7 @@ DEV float dot_tree64(const float* q, const u16* k, int dk) {
     const float r = np > 0 ? fold16(a) : 0.0f;
     if (np == dk) return r;
     double s = (double)r;
-    for (int d = np; d < dk; ++d) s = xdadd(s, (double)xmul(q[d], h2f(k[d])));
+    for (int d = np; d < dk; ++d) s = xdadd(s, (double)xmul(round16(q[d]), h2f(k[d])));
     return (float)s;
 }
 
@@ -209,9 +209,7 @@ KERNEL void exact_attention(const float* q, const u16* kc, const u16* vc, float*
         const u16* kr = kc + (u64)(lo + j) * wkv + (u64)kvh * hd;
         float v;
         if (mode == 0) {
-            float qh[256];
-            for (int d = 0; d < hd; ++d) qh[d] = round16(qr[d]);
-            v = dot_tree64(qh, kr, hd);
+            v = dot_tree64(qr, kr, hd);
         } else {
             float c = 0.0f;
             for (int d = 0; d < hd; ++d) c = xfma(qr[d], h2f(kr[d]), c);
@@ -238,13 +236,19 @@ KERNEL void exact_attention(const float* q, const u16* kc, const u16* vc, float*
                     ssum = xmul(ssum, ms);
                 }
                 m = m_new;
-                float p[64];
-                for (int i = 0; i < 64; ++i) p[i] = 0.0f;
-                for (int key = a; key < b; ++key) p[key - t0] = vexp(xsub(s[key - lo], m));
+                // The tile's numerators (masked keys 0), summed per 16 in f64; recomputed
+                // for the V sum rather than kept (a thread's stack stays small).
                 double sum = -0.0;
-                for (int c = 0; c < 4; ++c) sum = xdadd(sum, (double)fold16(p + 16 * c));
+                for (int c = 0; c < 4; ++c) {
+                    float p[16];
+                    for (int i = 0; i < 16; ++i) {
+                        const int key = t0 + 16 * c + i;
+                        p[i] = key >= a && key < b ? vexp(xsub(s[key - lo], m)) : 0.0f;
+                    }
+                    sum = xdadd(sum, (double)fold16(p));
+                }
                 ssum = (float)xdadd((double)ssum, sum);
-                for (int key = a; key < b; ++key) acc = xfma(p[key - t0], h2f(vc[(u64)key * wkv + voff + d]), acc);
+                for (int key = a; key < b; ++key) acc = xfma(vexp(xsub(s[key - lo], m)), h2f(vc[(u64)key * wkv + voff + d]), acc);
             }
             const float inv = ssum == 0.0f ? 0.0f : xdiv(1.0f, ssum);
             o[d] = xmul(acc, inv);

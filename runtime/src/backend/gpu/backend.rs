@@ -118,7 +118,7 @@ impl GpuBackend {
 
     fn with_residency(dev: GpuDevice, residency: Residency, opts: &WeightOptions) -> GpuBackend {
         let cache = WeightCache::new(GpuMaterializer::new(dev.clone()), residency, opts);
-        GpuBackend {
+        let mut be = GpuBackend {
             dev,
             bufs: HashMap::new(),
             tick: 0,
@@ -140,7 +140,12 @@ impl GpuBackend {
             readback: readback::Readback::from_env(),
             numerics: Numerics::from_env(),
             exact: Default::default(),
+        };
+        // Exact mode stages host tables (RoPE) mid-step: no speculative graph launches.
+        if be.numerics == Numerics::Exact {
+            be.set_graphs(false);
         }
+        be
     }
 
     pub fn device(&self) -> &GpuDevice {
@@ -160,6 +165,9 @@ impl GpuBackend {
     /// `--numerics` (as `LODE_NUMERICS` sets it at start).
     pub fn set_numerics(&mut self, n: Numerics) {
         self.numerics = n;
+        if n == Numerics::Exact {
+            self.set_graphs(false);
+        }
     }
 
     /// Graph replay on or off (as `LODE_GRAPHS` sets it at start).

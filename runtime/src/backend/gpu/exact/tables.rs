@@ -29,18 +29,10 @@ pub fn rope_table(pos: &[u32], rope: &Rope) -> Result<Vec<f32>, quant::QuantErro
     Ok(out)
 }
 
-/// `f16(gelu_tanh(h))` for every f16 bit pattern `h` inside GELU's unsaturated range, as
-/// the CPU backend's `gelu_tanh_f16` returns it (its own table); 0 elsewhere (the kernel
-/// saturates outside ±10 before it looks up). 65,536 × u16.
+/// `f16(gelu_tanh(h))` for every f16 bit pattern `h`: the CPU backend's GELU table
+/// (`cpu::ops::gelu_tanh_f16` reads the same one; the kernel saturates outside ±10 before
+/// it looks up, as the CPU does, so an input just below 10 still reads the entry of
+/// f16 10.0). 65,536 × u16.
 pub fn gelu_table() -> Vec<u16> {
-    (0..=u16::MAX)
-        .map(|b| {
-            let x = half::f16::from_bits(b).to_f32();
-            if x > -10.0 && x < 10.0 {
-                half::f16::from_f32(ops::gelu_tanh_f16(x)).to_bits()
-            } else {
-                0
-            }
-        })
-        .collect()
+    (0..=u16::MAX).map(|b| half::f16::from_f32(ops::gelu_tanh(half::f16::from_bits(b).to_f32())).to_bits()).collect()
 }

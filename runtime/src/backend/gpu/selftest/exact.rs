@@ -8,7 +8,7 @@
 use super::report::{CheckReport, Rng};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::device::GpuDevice;
-use crate::backend::gpu::exact::{self, Numerics};
+use crate::backend::gpu::exact::{self, order::ExactType, Numerics};
 use crate::backend::gpu::GpuBackend;
 use crate::backend::{Attention, Backend, Buf, Glu, KvSpec, KvType, Rope, RopeMode};
 use crate::gguf::{GgufFile, GgufWriter};
@@ -212,11 +212,66 @@ fn attention(p: &mut Pair, rng: &mut Rng) -> Outcome {
     Ok(n)
 }
 
+/// The activation blocks alone: `exact_quantize` against `quant::quantize_rows` (the
+/// CPU backend's bytes), byte for byte.
+fn quantize_bytes(dev: &GpuDevice, rng: &mut Rng, ty: GgmlType) -> Outcome {
+    let et = ExactType::of(ty).ok_or("no exact type")?;
+    let (_, qk, bytes) = et.act();
+    let mut n = 0;
+    for rows in [1, 3, 17] {
+        let k = qk * rng.range(1, if qk == 32 { 30 } else { 4 });
+        let x = rng.vec(rows * k, 3.0);
+        let want = quant::quantize_rows(ty, &x, rows, k).map_err(|e| e.to_string())?.data;
+        let e = |e: crate::backend::gpu::DriverError| e.to_string();
+        let xb = dev.upload_f32(&x).map_err(e)?;
+        let qb = dev.alloc(want.len().max(4)).map_err(e)?;
+        dev.poison(&qb).map_err(e)?;
+        exact::launch::quantize(dev, et, xb.ptr(), qb.ptr(), k, rows).map_err(|e| e.to_string())?;
+        let mut got = vec![0u8; want.len()];
+        dev.read(qb.ptr(), &mut got).map_err(e)?;
+        let diff: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
+        if let Some(&i) = diff.first() {
+            return Err(format!("{ty} rows {rows} k {k}: {} of {} bytes differ; first byte {} of block {} (row {}): gpu {:#04x} cpu {:#04x}", diff.len(), got.len(), i % bytes, i / bytes, i / (k / qk * bytes), got[i], want[i]));
+        }
+        n += got.len();
+    }
+    Ok(n)
+}
+
+/// The dot kernel alone: `exact_matmul` over the CPU's own activation blocks against
+/// `quant::matmul_quantized`.
+fn dot_only(dev: &GpuDevice, rng: &mut Rng, ty: GgmlType) -> Outcome {
+    let et = ExactType::of(ty).ok_or("no exact type")?;
+    let (_, qk, _) = et.act();
+    let mut n = 0;
+    for n_tok in [1, 5, 9] {
+        let (rows, k) = (2 * rng.range(8, 60) + 1, qk * rng.range(1, if qk == 32 { 24 } else { 4 }));
+        let w = rng.vec(rows * k, 1.0);
+        let mut wq = vec![0u8; ty.bytes_for((rows * k) as u64).ok_or("partial block")? as usize];
+        quant::quantize(ty, &w, &mut wq).map_err(|e| e.to_string())?;
+        let x = rng.vec(n_tok * k, 2.0);
+        let xq = quant::quantize_rows(ty, &x, n_tok, k).map_err(|e| e.to_string())?;
+        let mut want = vec![0f32; n_tok * rows];
+        quant::matmul_quantized(&wq, ty, rows, &xq, &mut want, quant::Isa::best()).map_err(|e| e.to_string())?;
+        let e = |e: crate::backend::gpu::DriverError| e.to_string();
+        let (wb, qb) = (dev.upload(&wq).map_err(e)?, dev.upload(&xq.data).map_err(e)?);
+        let yb = dev.alloc(want.len() * 4).map_err(e)?;
+        exact::launch::matmul(dev, et, wb.ptr(), qb.ptr(), yb.ptr(), rows, k, n_tok).map_err(|e| e.to_string())?;
+        let got = dev.read_f32(yb.ptr(), want.len()).map_err(e)?;
+        n += same(&format!("{ty} rows {rows} k {k} tokens {n_tok}"), &got, &want)?;
+    }
+    Ok(n)
+}
+
 /// Every `exact_*` check whose name contains `filter`.
 pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport> {
     let mut names: Vec<String> = Vec::new();
     for ty in ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k"] {
         names.push(format!("exact_matmul_{ty}"));
+        names.push(format!("exact_dot_{ty}"));
+    }
+    for ty in ["q8_0", "q4_1", "q4_k"] {
+        names.push(format!("exact_quantize_{ty}"));
     }
     for n in ["exact_get_rows_q8_0", "exact_get_rows_f16", "exact_get_rows_f32", "exact_rms_norm", "exact_rope", "exact_add", "exact_scale", "exact_glu_silu", "exact_glu_gelu", "exact_attention"] {
         names.push(n.into());
@@ -237,13 +292,15 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport>
     names
         .into_iter()
         .map(|name| {
-            let suffix = name.trim_start_matches("exact_matmul_").trim_start_matches("exact_get_rows_");
+            let suffix = ["exact_matmul_", "exact_get_rows_", "exact_dot_", "exact_quantize_"].iter().fold(name.as_str(), |n, p| n.trim_start_matches(p));
             let ty = |s: &str| {
                 use GgmlType::*;
                 [F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K].into_iter().find(|t| t.name().eq_ignore_ascii_case(s))
             };
             let r = match name.as_str() {
                 n if n.starts_with("exact_matmul_") => ty(suffix).map_or(Err("unknown type".into()), |t| matmul(&mut p, &mut rng, t)),
+                n if n.starts_with("exact_dot_") => ty(suffix).map_or(Err("unknown type".into()), |t| dot_only(dev, &mut rng, t)),
+                n if n.starts_with("exact_quantize_") => ty(suffix).map_or(Err("unknown type".into()), |t| quantize_bytes(dev, &mut rng, t)),
                 n if n.starts_with("exact_get_rows_") => ty(suffix).map_or(Err("unknown type".into()), |t| get_rows(&mut p, &mut rng, t)),
                 "exact_rms_norm" => rms_norm(&mut p, &mut rng),
                 "exact_rope" => rope(&mut p, &mut rng),
