@@ -5,7 +5,8 @@
 #   LODE=path/to/lode  (default: carry/lode, else target/release/lode)
 #   LODE_DEVICE=cuda|hip (default cuda)   STAGES="selftest rtc e2e bench residency replay" (default all)
 #   REAL_MODELS="/tmp/smol.gguf /tmp/gemma.gguf" (real GGUFs brought by ci/model-pieces.sh in earlier calls; optional)
-#   PRESETS="qwen3-0.6b qwen3-4b llama-8b" (bench)   CASES=N (default 30)
+#   PRESETS="qwen3-0.6b qwen3-4b llama-8b" (bench)   CASES=N (default 30)   PP=512,2048 (bench prompt sizes)
+#   AB_ENV="LODE_PDL=0" (bench: each preset again with these variables set, for an A/B in one call)
 # Stages: selftest rtc e2e bench kld profile residency replay (default all but profile).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +58,12 @@ if stage bench; then
   for P in ${PRESETS:-qwen3-0.6b qwen3-4b llama-8b}; do
     synth "$P" "$MD/$P.gguf" || { echo "-- $P: synth failed"; rc=1; continue; }
     echo "-- $P"
-    "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 512,2048 -n 128 -r "${REPS:-3}" -s "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
+    "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" -s "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
+    # AB_ENV="LODE_PDL=0": the same bench again with that setting, side by side.
+    if [ -n "${AB_ENV:-}" ]; then
+      echo "-- $P with $AB_ENV"
+      (export $AB_ENV; "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" -s "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:') || rc=1
+    fi
   done
 fi
 if stage kld && [ -n "$TXT" ]; then

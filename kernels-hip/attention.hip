@@ -188,7 +188,7 @@ DEV void attn_f16_block(const float* q, const u16* kc, const u16* vc, float* out
 }
 
 KERNEL LAUNCH_BOUNDS(512) void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
-                     const int* pos, int window, float scale, block_q8_1* q8) {
+                     const int* pos, int window, float scale, block_q8_1* q8) { pdl_entry();
     attn_f16_block(q, kc, vc, out, n_head, n_kv_head, head_dim, pos, window, scale, q8, bid_x(), bid_y());
 }
 
@@ -196,7 +196,7 @@ KERNEL LAUNCH_BOUNDS(512) void attn_f16(const float* q, const u16* kc, const u16
 // sit at kv[2t] and kv[2t + 1] (device addresses), so all rows run in one launch.
 // q, out: [n_rows, n_head, head_dim] f32; pos: [n_rows] i32; grid (n_head, n_rows), block 512.
 KERNEL LAUNCH_BOUNDS(512) void attn_f16_rows(const float* q, const u64* kv, float* out, int n_head, int n_kv_head, int head_dim,
-                          const int* pos, int window, float scale) {
+                          const int* pos, int window, float scale) { pdl_entry();
     const int tok = bid_y();
     attn_f16_block(q, (const u16*)kv[2 * tok], (const u16*)kv[2 * tok + 1], out, n_head, n_kv_head, head_dim, pos, window, scale,
                    (block_q8_1*)0, bid_x(), tok);

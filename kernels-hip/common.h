@@ -34,6 +34,22 @@ typedef unsigned long long u64;
 
 #define DEV static __device__ __forceinline__
 #define KERNEL extern "C" __global__
+// Programmatic dependent launch (NVIDIA sm_90+). The host may launch a kernel of a
+// family that calls `pdl_entry()` first thing before the previous kernel in the stream
+// has finished (`Driver::launch_overlapped`), so its launch and block set-up overlap the
+// previous kernel's tail. `griddepcontrol.wait` then holds every thread until the
+// previous grid has completed and its writes are visible, so nothing in the body can
+// see a half-written input (nor overwrite one still being read); the trigger after it
+// lets the next kernel start its own launch while this one runs. A kernel launched the
+// ordinary way passes both instructions at once. Elsewhere (AMD, older NVIDIA) a no-op.
+#if defined(LODE_NV) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+DEV void pdl_entry() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+#else
+DEV void pdl_entry() {}
+#endif
 // The block size a kernel is always launched with (caps registers so it fits).
 // LAUNCH_BOUNDS_MIN(n, m) also asks for m resident blocks per multiprocessor (NVIDIA:
 // caps registers so that many fit; AMD: the work-group size bound only).

@@ -2,35 +2,35 @@
 #include "common.h"
 
 // All flat ops: grid (ceil(n / 256)), block 256.
-KERNEL void add_f32(const float* a, const float* b, float* y, int n) {
+KERNEL void add_f32(const float* a, const float* b, float* y, int n) { pdl_entry();
     const int i = bid_x() * 256 + tid_x();
     if (i < n) y[i] = a[i] + b[i];
 }
 
-KERNEL void mul_f32(const float* a, const float* b, float* y, int n) {
+KERNEL void mul_f32(const float* a, const float* b, float* y, int n) { pdl_entry();
     const int i = bid_x() * 256 + tid_x();
     if (i < n) y[i] = a[i] * b[i];
 }
 
-KERNEL void scale_f32(const float* x, float* y, int n, float s) {
+KERNEL void scale_f32(const float* x, float* y, int n, float s) { pdl_entry();
     const int i = bid_x() * 256 + tid_x();
     if (i < n) y[i] = x[i] * s;
 }
 
 // x[t][i] += b[i] for x [total / n, n]  (projection biases)
-KERNEL void add_bias_f32(float* x, const float* b, int n, int total) {
+KERNEL void add_bias_f32(float* x, const float* b, int n, int total) { pdl_entry();
     const int i = bid_x() * 256 + tid_x();
     if (i < total) x[i] += b[i % n];
 }
 
 // y = silu(g) * u  (SwiGLU)
-KERNEL void swiglu_f32(const float* g, const float* u, float* y, int n) {
+KERNEL void swiglu_f32(const float* g, const float* u, float* y, int n) { pdl_entry();
     const int i = bid_x() * 256 + tid_x();
     if (i < n) y[i] = silu_f(g[i]) * u[i];
 }
 
 // y = gelu(g) * u  (GeGLU, Gemma; GELU rounded through f16 as the CPU backend)
-KERNEL void geglu_f32(const float* g, const float* u, float* y, int n) {
+KERNEL void geglu_f32(const float* g, const float* u, float* y, int n) { pdl_entry();
     const int i = bid_x() * 256 + tid_x();
     if (i < n) y[i] = gelu_f16r(g[i]) * u[i];
 }
@@ -38,7 +38,7 @@ KERNEL void geglu_f32(const float* g, const float* u, float* y, int n) {
 // y = act(g) * u and its q8_1 blocks (32 consecutive elements each) for the down
 // projection. act: 0 = SiLU, 1 = GELU-tanh. grid (ceil(n / 256)), block 256; n % 32 == 0.
 // kfmt = 1: q gets the K form (quantize.hip) instead (n % 256 == 0: one super-block per block).
-KERNEL void glu_q8_f32(const float* g, const float* u, float* y, block_q8_1* q, int n, int act, int kfmt) {
+KERNEL void glu_q8_f32(const float* g, const float* u, float* y, block_q8_1* q, int n, int act, int kfmt) { pdl_entry();
     const int i = bid_x() * 256 + tid_x(), lane = tid_x() & 31;
     if (i - lane >= n) return; // whole warp past the end (n % 32 == 0; block-uniform if kfmt)
     const float a = g[i];
@@ -64,7 +64,7 @@ KERNEL void glu_q8_f32(const float* g, const float* u, float* y, block_q8_1* q, 
 // K and V rows of the new tokens into the f16 caches in one launch:
 // kc[rows[r]][i] = f16(k[r][i]) for i < nk; vc likewise for i < nv.
 // grid (ceil(max(nk, nv) / 256), n_rows), block 256.
-KERNEL void kv_store_f16(const float* k, const float* v, u16* kc, u16* vc, int nk, int nv, const int* rows) {
+KERNEL void kv_store_f16(const float* k, const float* v, u16* kc, u16* vc, int nk, int nv, const int* rows) { pdl_entry();
     const int i = bid_x() * 256 + tid_x(), r = bid_y();
     const u64 p = (u64)rows[r];
     if (i < nk) kc[p * nk + i] = f2h(k[(u64)r * nk + i]);
@@ -73,7 +73,7 @@ KERNEL void kv_store_f16(const float* k, const float* v, u16* kc, u16* vc, int n
 
 // A batched decode step's K and V rows, each into its own sequence's caches (kv[2r],
 // kv[2r + 1]) at slot pos[r]. grid (ceil(max(nk, nv) / 256), n_rows), block 256.
-KERNEL void kv_store_f16_rows(const float* k, const float* v, const u64* kv, int nk, int nv, const int* pos) {
+KERNEL void kv_store_f16_rows(const float* k, const float* v, const u64* kv, int nk, int nv, const int* pos) { pdl_entry();
     const int i = bid_x() * 256 + tid_x(), r = bid_y();
     const u64 p = (u64)pos[r];
     u16* kc = (u16*)kv[2 * r];
@@ -83,7 +83,7 @@ KERNEL void kv_store_f16_rows(const float* k, const float* v, const u64* kv, int
 }
 
 // y = tanh(x / cap) * cap  (final logit soft-capping)
-KERNEL void softcap_f32(const float* x, float* y, int n, float cap) {
+KERNEL void softcap_f32(const float* x, float* y, int n, float cap) { pdl_entry();
     const int i = bid_x() * 256 + tid_x();
     if (i < n) {
         y[i] = tanh_f(x[i] / cap) * cap;
@@ -93,7 +93,7 @@ KERNEL void softcap_f32(const float* x, float* y, int n, float cap) {
 // dst[rows[r] * dst_stride + i] = f16(src[r * n + i]) for r < n_rows, i < n.
 // The KV-cache write (rows = the tokens' positions, read on the device).
 // grid (ceil(n / 256), n_rows), block 256.
-KERNEL void f32_to_f16_rows(const float* src, u16* dst, int n, int dst_stride, const int* rows) {
+KERNEL void f32_to_f16_rows(const float* src, u16* dst, int n, int dst_stride, const int* rows) { pdl_entry();
     const int i = bid_x() * 256 + tid_x(), r = bid_y();
     if (i < n) dst[(u64)rows[r] * dst_stride + i] = f2h(src[(u64)r * n + i]);
 }
@@ -165,7 +165,7 @@ DEV float dq_b32(int type, const u8* row, int e) {
 // y[r][:] = scale * dequant(W[ids[r]][:]); W rows of k elements, row_bytes each.
 // grid (n_ids), block 256.
 #define GET_ROWS(NAME, EXPR)                                                                             \
-    KERNEL void NAME(const u8* W, const int* ids, float* y, int k, int row_bytes, float scale) {         \
+    KERNEL void NAME(const u8* W, const int* ids, float* y, int k, int row_bytes, float scale) { pdl_entry();         \
         const u8* row = W + (u64)ids[bid_x()] * row_bytes;                                               \
         float* out = y + (u64)bid_x() * k;                                                               \
         for (int e = tid_x(); e < k; e += 256) out[e] = scale * (EXPR);                                  \

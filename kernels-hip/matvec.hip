@@ -282,10 +282,10 @@ DEV void mv_float(const u8* wr, const float* x, int k, int ncols, float* acc) {
         FN<NC>(W + (u64)row * nsb * BB, x, k / 32, nsb, ncols, acc);                               \
         store<NC>(y, acc, rows, row, ncols);                                                       \
     }                                                                                              \
-    KERNEL LAUNCH_BOUNDS_MIN(128, MINB) void NAME##_n1(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+    KERNEL LAUNCH_BOUNDS_MIN(128, MINB) void NAME##_n1(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { pdl_entry(); \
         NAME##_body<1>(W, x, y, rows, k, ncols);                                                   \
     }                                                                                              \
-    KERNEL void NAME##_n8(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+    KERNEL void NAME##_n8(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { pdl_entry(); \
         NAME##_body<8>(W, x, y, rows, k, ncols);                                                   \
     }
 
@@ -300,10 +300,10 @@ MV_K(matvec_q6_K, mv_q6_K, 210, 12)
         mv_b32<T, NC>(W + (u64)row * (k / 32) * BB, x, k / 32, ncols, acc);                        \
         store<NC>(y, acc, rows, row, ncols);                                                       \
     }                                                                                              \
-    KERNEL void NAME##_n1(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+    KERNEL void NAME##_n1(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { pdl_entry(); \
         NAME##_body<1>(W, x, y, rows, k, ncols);                                                   \
     }                                                                                              \
-    KERNEL void NAME##_n8(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+    KERNEL void NAME##_n8(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { pdl_entry(); \
         NAME##_body<8>(W, x, y, rows, k, ncols);                                                   \
     }
 
@@ -320,10 +320,10 @@ MV_B32(matvec_q8_0, 4, 34)
         mv_float<T, NC>(W + (u64)row * k * EB, x, k, ncols, acc);                              \
         store<NC>(y, acc, rows, row, ncols);                                                   \
     }                                                                                          \
-    KERNEL void NAME##_n1(const u8* W, const float* x, float* y, int rows, int k, int ncols) { \
+    KERNEL void NAME##_n1(const u8* W, const float* x, float* y, int rows, int k, int ncols) { pdl_entry(); \
         NAME##_body<1>(W, x, y, rows, k, ncols);                                               \
     }                                                                                          \
-    KERNEL void NAME##_n8(const u8* W, const float* x, float* y, int rows, int k, int ncols) { \
+    KERNEL void NAME##_n8(const u8* W, const float* x, float* y, int rows, int k, int ncols) { pdl_entry(); \
         NAME##_body<8>(W, x, y, rows, k, ncols);                                               \
     }
 
@@ -475,7 +475,7 @@ DEV void mv_any(int ty, const u8* W, const block_q8_1* x, const block_q8_1* xk, 
 #define MVS_BOUNDS LAUNCH_BOUNDS(256)
 #endif
 KERNEL MVS_BOUNDS void matvec_multi_n1(const block_q8_1* x, const block_q8_1* xk, int k, const u8* W0, float* y0, int rows0, int ty0, const u8* W1,
-                                       float* y1, int rows1, int ty1, const u8* W2, float* y2, int rows2, int ty2, int staged) {
+                                       float* y1, int rows1, int ty1, const u8* W2, float* y2, int rows2, int ty2, int staged) { pdl_entry();
     __shared__ __attribute__((aligned(16))) i8 s_qs[MVS_K];
     __shared__ mvs_ds s_ds[MVS_K / 32];
     int b = bid_x();
@@ -538,7 +538,7 @@ KERNEL MVS_BOUNDS void matvec_multi_n1(const block_q8_1* x, const block_q8_1* xk
 // segment qualifies for staging. grid (Σ ceil(rows_s / 4)), block 128.
 KERNEL LAUNCH_BOUNDS_MIN(128, 8) void matvec_multi4_n1(const block_q8_1* x, const block_q8_1* xk, int k, const u8* W0, float* y0, int rows0, int ty0,
                                                       const u8* W1, float* y1, int rows1, int ty1, const u8* W2, float* y2,
-                                                      int rows2, int ty2) {
+                                                      int rows2, int ty2) { pdl_entry();
     int b = bid_x();
     const int nb0 = (rows0 + 3) / 4, nb1 = (rows1 + 3) / 4;
     const u8* W = W0;

@@ -4,7 +4,7 @@
 // y[r][i] = x[r][i] / sqrt(mean_i x[r][i]^2 + eps) * w[i]   (w may be null: no weight)
 // x, y: [rows, n] f32 (y may alias x); w: [n]. grid (rows), block 256.
 // Per-head norm (q/k norm) is the same call with rows = n_tok * n_head, n = head_dim.
-KERNEL void rmsnorm_f32(const float* x, const float* w, float* y, int n, float eps) {
+KERNEL void rmsnorm_f32(const float* x, const float* w, float* y, int n, float eps) { pdl_entry();
     __shared__ float red[8];
     const u64 base = (u64)bid_x() * n;
     const int t = tid_x();
@@ -107,7 +107,7 @@ DEV void norm_q8_row(const float* x, const float* r, float* x_out, const float* 
 // rmsnorm_f32 plus the q8_1 form of y for the matvec that follows (saves a launch).
 // x, y: [rows, n] f32 (may alias); q: [rows, n / 32] block_q8_1; n % 32 == 0.
 // grid (rows), block 1024.
-KERNEL LAUNCH_BOUNDS(1024) void rmsnorm_q8_f32(const float* x, const float* w, float* y, block_q8_1* q, int n, float eps, int kfmt) {
+KERNEL LAUNCH_BOUNDS(1024) void rmsnorm_q8_f32(const float* x, const float* w, float* y, block_q8_1* q, int n, float eps, int kfmt) { pdl_entry();
     norm_q8_row(x, 0, 0, w, y, q, n, eps, kfmt);
 }
 
@@ -127,7 +127,7 @@ DEV float rope_angle(int p, int i, float theta_scale, float freq_scale, const fl
 // through. neox = 0: pairs (2i, 2i+1); neox = 1: pairs (i, i + n_rot/2).
 // grid (n_tok, n_head), block 128: thread i handles pairs i, i+128, …
 KERNEL void rope_f32(float* x, const int* pos, const float* ff, int n_head, int head_dim, int n_rot, int neox,
-                     float theta_scale, float freq_scale, float attn_factor) {
+                     float theta_scale, float freq_scale, float attn_factor) { pdl_entry();
     const int tok = bid_x(), head = bid_y();
     float* v = x + ((u64)tok * n_head + head) * head_dim;
     const int p = pos[tok];
@@ -148,7 +148,7 @@ KERNEL void rope_f32(float* x, const int* pos, const float* ff, int n_head, int 
 // The residual add fused with the next RMSNorm: x += r, then y = rmsnorm(x) * w and
 // y's q8_1 blocks. x, r, y: [rows, n] f32 (x updated in place; y may not alias x or r);
 // q: [rows, n / 32] block_q8_1; n % 32 == 0. grid (rows), block 1024.
-KERNEL LAUNCH_BOUNDS(1024) void add_rmsnorm_q8_f32(float* x, const float* r, const float* w, float* y, block_q8_1* q, int n, float eps, int kfmt) {
+KERNEL LAUNCH_BOUNDS(1024) void add_rmsnorm_q8_f32(float* x, const float* r, const float* w, float* y, block_q8_1* q, int n, float eps, int kfmt) { pdl_entry();
     norm_q8_row(x, r, x, w, y, q, n, eps, kfmt);
 }
 
@@ -160,7 +160,7 @@ KERNEL LAUNCH_BOUNDS(1024) void add_rmsnorm_q8_f32(float* x, const float* r, con
 // v heads); hd <= 256.
 KERNEL LAUNCH_BOUNDS(128) void rope_kv_f32(float* q, float* k, const float* v, u16* kc, u16* vc, const float* qw, const float* kw,
                                            const int* pos, const float* ff, int n_head, int n_kv, int hd, int n_rot, int neox,
-                                           float theta_scale, float freq_scale, float eps, float q_scale) {
+                                           float theta_scale, float freq_scale, float eps, float q_scale) { pdl_entry();
     __shared__ float s[256];
     __shared__ float red[4];
     const int tok = bid_x(), h = bid_y(), t = tid_x();

@@ -12,7 +12,7 @@
 
 // x: [n_rows, k] f32; y: [n_rows, kb] block_q8_1, kb = ceil(k / 32); elements past k are 0.
 // grid (ceil(kb / 8), n_rows), block 256: one warp per 32-element block.
-KERNEL void quantize_q8_1(const float* x, block_q8_1* y, int k, int kb) {
+KERNEL void quantize_q8_1(const float* x, block_q8_1* y, int k, int kb) { pdl_entry();
     const int lane = tid_x() & 31;
     const int blk = bid_x() * 8 + (tid_x() >> 5);
     const int row = bid_y();
@@ -24,7 +24,7 @@ KERNEL void quantize_q8_1(const float* x, block_q8_1* y, int k, int kb) {
 
 // x: [n_rows, k] f32, k % 256 == 0; y: [n_rows, k / 32] K-form blocks.
 // grid (ceil(k / 2048), n_rows), block 256: one warp per 256-element super-block.
-KERNEL void quantize_q8_k(const float* x, block_q8_1* y, int k) {
+KERNEL void quantize_q8_k(const float* x, block_q8_1* y, int k) { pdl_entry();
     const int sb = bid_x() * 8 + (tid_x() >> 5), lane = tid_x() & 31;
     if (sb >= k / 256) return;
     const float* p = x + (u64)bid_y() * k + sb * 256 + 8 * lane;
@@ -38,7 +38,7 @@ KERNEL void quantize_q8_k(const float* x, block_q8_1* y, int k) {
 
 // y = the q8_1 form's values of x (code × f16 d). x, y: [n_rows, k] f32, k % 32 == 0.
 // grid (ceil(k / 256), n_rows), block 256.
-KERNEL void quantize_dq_q8_1(const float* x, float* y, int k) {
+KERNEL void quantize_dq_q8_1(const float* x, float* y, int k) { pdl_entry();
     const int i = bid_x() * 256 + tid_x(), lane = tid_x() & 31;
     if (i - lane >= k) return; // whole warp past the end (k % 32 == 0)
     const u64 at = (u64)bid_y() * k + i;
@@ -51,7 +51,7 @@ KERNEL void quantize_dq_q8_1(const float* x, float* y, int k) {
 
 // y = the K form's values of x (code × f32 d). x, y: [n_rows, k] f32, k % 256 == 0.
 // grid (ceil(k / 2048), n_rows), block 256: one warp per super-block.
-KERNEL void quantize_dq_q8_k(const float* x, float* y, int k) {
+KERNEL void quantize_dq_q8_k(const float* x, float* y, int k) { pdl_entry();
     const int sb = bid_x() * 8 + (tid_x() >> 5), lane = tid_x() & 31;
     if (sb >= k / 256) return;
     const u64 at = (u64)bid_y() * k + sb * 256 + 8 * lane;

@@ -5,27 +5,14 @@
 //! Skips (with a note) when the model is absent.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn model() -> Option<PathBuf> {
-    let dir = std::env::var_os("LODE_MODELS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lode/models")
-    });
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("SKIP: {} not found (set LODE_MODELS_DIR)", p.display());
-        None
-    }
-}
+mod common;
+use common::lode;
 
-fn lode(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_lode")).args(args).output().expect("run lode");
-    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"), "{}", String::from_utf8_lossy(&out.stderr));
-    out
+fn model() -> Option<PathBuf> {
+    common::model(common::SMOL)
 }
 
 #[test]

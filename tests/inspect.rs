@@ -1,14 +1,10 @@
 //! `lode inspect` through the real binary: the Gemma 3 270M Q4_K_M tensor census, and
 //! the JSON form agreeing with the text form.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-fn models_dir() -> PathBuf {
-    std::env::var_os("LODE_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lode/models"))
-}
+mod common;
+use common::models_dir;
 
 fn inspect(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_lode")).arg("inspect").args(args).output().unwrap();

@@ -8,7 +8,6 @@
 //! after the same chunk. Set `LODE_PPL_CHUNKS=77` for the whole text.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
@@ -23,11 +22,8 @@ fn fixtures_dir() -> Option<PathBuf> {
     candidates.into_iter().find(|d| d.is_dir())
 }
 
-fn models_dir() -> PathBuf {
-    std::env::var_os("LODE_MODELS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lode/models")
-    })
-}
+mod common;
+use common::{lode, models_dir};
 
 /// (model file, fixture folder) or `None` with a note.
 fn find(name: &str, file: &str) -> Option<(PathBuf, PathBuf)> {
@@ -41,13 +37,6 @@ fn find(name: &str, file: &str) -> Option<(PathBuf, PathBuf)> {
         return None;
     }
     Some((m, f))
-}
-
-fn lode(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_lode")).args(args).output().expect("run lode");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!err.contains("panicked"), "lode panicked: {err}");
-    out
 }
 
 fn chunks() -> usize {

@@ -9,33 +9,8 @@ use lode_runtime::gguf::GgufFile;
 use lode_runtime::tokenizer::{ChatMessage, ChatTemplate, TemplateSource, Tokenizer};
 use serde_json::Value;
 
-fn fixtures_dir() -> Option<PathBuf> {
-    let candidates = match std::env::var_os("LODE_FIXTURES_DIR") {
-        Some(d) => vec![PathBuf::from(d)],
-        None => vec![
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures")),
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures")),
-        ],
-    };
-    let found = candidates.into_iter().find(|d| d.is_dir());
-    if found.is_none() {
-        eprintln!("SKIP: fixtures not found (set LODE_FIXTURES_DIR)");
-    }
-    found
-}
-
-fn model(name: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("LODE_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lode/models"));
-    let p = dir.join(name);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("SKIP: {} not found (set LODE_MODELS_DIR)", p.display());
-        None
-    }
-}
+mod real_files;
+use real_files::{fixtures_dir, model};
 
 fn conversation() -> Vec<ChatMessage> {
     vec![

@@ -2,22 +2,11 @@
 //! metadata the engine needs is readable through the typed accessors.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use lode_runtime::gguf::GgufFile;
 
-fn model(name: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("LODE_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lode/models"));
-    let p = dir.join(name);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("SKIP: {} not found (set LODE_MODELS_DIR)", p.display());
-        None
-    }
-}
+mod real_files;
+use real_files::model;
 
 fn type_counts(f: &GgufFile) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();

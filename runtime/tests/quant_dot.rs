@@ -11,19 +11,7 @@ use lode_runtime::quant::{
 };
 use proptest::prelude::*;
 
-const WEIGHT_TYPES: [GgmlType; 11] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
+const WEIGHT_TYPES: [GgmlType; 11] = GgmlType::WEIGHTS;
 
 fn quant(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     let mut q = vec![0u8; ty.bytes_for(x.len() as u64).unwrap() as usize];

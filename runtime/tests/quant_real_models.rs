@@ -10,20 +10,8 @@ use lode_runtime::quant::dequantize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-fn model(name: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("LODE_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lode/models")
-        });
-    let p = dir.join(name);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("SKIP: {} not found (set LODE_MODELS_DIR)", p.display());
-        None
-    }
-}
+mod real_files;
+use real_files::model;
 
 fn digests(stem: &str) -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

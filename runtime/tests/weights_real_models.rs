@@ -5,7 +5,6 @@
 
 mod weights_common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use lode_runtime::backend::cpu::CpuBackend;
@@ -14,15 +13,10 @@ use lode_runtime::model::Model;
 use lode_runtime::weights::Residency;
 use weights_common::{cached, engine_on, run};
 
+mod real_files;
+
 fn model(name: &str) -> Option<Arc<GgufFile>> {
-    let dir = std::env::var_os("LODE_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lode/models"));
-    let p = dir.join(name);
-    if !p.exists() {
-        eprintln!("SKIP: {} not found (set LODE_MODELS_DIR)", p.display());
-        return None;
-    }
+    let p = real_files::model(name)?;
     Some(Arc::new(GgufFile::open(&p).expect("open model")))
 }
 

@@ -10,13 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-pub const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-pub fn models_dir() -> PathBuf {
-    std::env::var_os("LODE_MODELS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/lode/models")
-    })
-}
+#[path = "../common/mod.rs"]
+mod common;
+pub use common::{models_dir, SMOL};
 
 /// SmolLM2's path, or `None` with a printed note (the test then skips).
 pub fn smol() -> Option<PathBuf> {

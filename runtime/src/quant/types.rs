@@ -37,6 +37,22 @@ impl GgmlType {
         GgmlType::BF16,
     ];
 
+    /// Every type a weight tensor may have: [`GgmlType::ALL`] without the activation-only
+    /// Q8_1 and Q8_K. Every CPU and GPU kernel family covers these.
+    pub const WEIGHTS: [GgmlType; 11] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
     /// The type with this GGUF id, or `None` for ids lode does not support.
     pub fn from_id(id: u32) -> Option<GgmlType> {
         Self::ALL.iter().copied().find(|t| t.id() == id)

@@ -22,7 +22,10 @@ pub struct DeviceCore {
     pub drv: Box<dyn Driver>,
     pub stream: RawHandle,
     kernels: Mutex<Option<KernelSet>>,
-    funcs: Mutex<std::collections::HashMap<&'static str, RawHandle>>,
+    /// Resolved kernels: name → (function, launched overlapped).
+    funcs: Mutex<std::collections::HashMap<&'static str, (RawHandle, bool)>>,
+    /// Programmatic dependent launches on (`LODE_PDL=1`; off by default).
+    overlap: bool,
     /// Bytes currently allocated through this device, and the high-water mark.
     pub allocated: AtomicU64,
     pub peak: AtomicU64,
@@ -176,11 +179,14 @@ impl GpuDevice {
         let drv = driver::open(api, ordinal)?;
         let stream = drv.stream_create()?;
         let kernels = KernelSet::load(drv.as_ref())?;
+        // Off by default: measured +2 % at one sequence and −4 to −7 % at eight (BENCHMARKS.md).
+        let overlap = drv.overlapped_launches() && std::env::var("LODE_PDL").is_ok_and(|v| v == "1");
         let core = DeviceCore {
             drv,
             stream,
             kernels: Mutex::new(Some(kernels)),
             funcs: Mutex::new(Default::default()),
+            overlap,
             allocated: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             live: Mutex::new(Default::default()),
@@ -376,19 +382,23 @@ impl GpuDevice {
 
     /// Launch kernel `name` on the device stream.
     pub fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<()> {
-        let (f, first) = {
+        let ((f, overlap), first) = {
             let mut cache = self.core.funcs.lock().map_err(|_| poisoned())?;
             match cache.get(name) {
                 Some(&f) => (f, false),
                 None => {
                     let k = self.core.kernels.lock().map_err(|_| poisoned())?;
-                    let f = k.as_ref().ok_or_else(poisoned)?.get(name)?;
+                    let f = (k.as_ref().ok_or_else(poisoned)?.get(name)?, self.core.overlap && super::kernels::overlappable(name));
                     cache.insert(name, f);
                     (f, true)
                 }
             }
         };
-        let r = self.core.drv.launch(f, grid, block, 0, self.core.stream, args);
+        let r = if overlap {
+            self.core.drv.launch_overlapped(f, grid, block, 0, self.core.stream, args)
+        } else {
+            self.core.drv.launch(f, grid, block, 0, self.core.stream, args)
+        };
         if first {
             // The driver loads a function's code (and grows the thread stack for its
             // frame) at its first launch: what that costs shows here.

@@ -91,6 +91,18 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("exact_ops", include_str!("../../../../kernels-hip/exact_ops.hip"), &["exact_rmsnorm", "exact_binary", "exact_glu", "exact_rope", "exact_attention"]),
 ];
 
+/// The families whose every kernel starts with `pdl_entry()` (kernels-hip/common.h) and
+/// may therefore be launched overlapped with the kernel before it
+/// (`Driver::launch_overlapped`). `kernel_sources_enter_with_pdl` (test) checks the
+/// sources; a family listed here with a kernel that does not wait would read its inputs
+/// before they are written.
+pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "elementwise"];
+
+/// Whether kernel `name` belongs to an [`OVERLAPPED_FAMILIES`] family.
+pub fn overlappable(name: &str) -> bool {
+    FAMILIES.iter().any(|(fam, _, names)| OVERLAPPED_FAMILIES.contains(fam) && names.contains(&name))
+}
+
 /// The full compilable source of a family: common.h (and mma.h, which follows it) inlined
 /// in place of their #includes.
 pub fn family_source(src: &str) -> String {
@@ -227,6 +239,25 @@ mod tests {
                 assert!(full.contains(base) || by_macro, "{fam}: kernel {n} not in source");
             }
         }
+    }
+
+    /// Every kernel of an overlapped family must wait for the kernel before it as its first
+    /// statement: a launch that may start early and reads its inputs first would race.
+    #[test]
+    fn kernel_sources_enter_with_pdl() {
+        for (fam, src, _) in FAMILIES.iter().filter(|(f, _, _)| OVERLAPPED_FAMILIES.contains(f)) {
+            let mut n = 0;
+            for (at, _) in src.match_indices("KERNEL") {
+                let body = &src[at..];
+                let open = body.find('{').expect("kernel body");
+                let first = body[open + 1..].trim_start();
+                assert!(first.starts_with("pdl_entry();"), "{fam}: kernel at byte {at} does not start with pdl_entry(): {}", &body[..open.min(120)]);
+                n += 1;
+            }
+            assert!(n > 0, "{fam}: no kernels found");
+        }
+        assert!(overlappable("matvec_q4_K_n1") && overlappable("rmsnorm_q8_f32"));
+        assert!(!overlappable("flash_attn_f16_d128") && !overlappable("no_such_kernel"));
     }
 
     #[test]

@@ -109,19 +109,7 @@ pub enum Elt {
 }
 
 /// Every weight type the matvec and get_rows kernels support.
-pub const WEIGHT_TYPES: [GgmlType; 11] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
+pub const WEIGHT_TYPES: [GgmlType; 11] = GgmlType::WEIGHTS;
 
 /// Run every check whose name contains `filter`, `cases` random cases each.
 pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {

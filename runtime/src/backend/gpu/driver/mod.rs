@@ -179,6 +179,27 @@ pub trait Driver: Send + Sync {
         stream: RawHandle,
         args: &[KArg],
     ) -> Result<()>;
+    /// Launch `func` allowed to start before the previous kernel in `stream` has finished
+    /// (NVIDIA's programmatic dependent launch). Only for kernels whose first statement
+    /// is `pdl_entry()` (kernels-hip/common.h), which waits for that kernel: the result
+    /// is the same as [`Driver::launch`], with the launch latency hidden behind the
+    /// previous kernel's tail. Drivers without it launch the ordinary way. `GpuDevice`
+    /// uses it only with `LODE_PDL=1`.
+    fn launch_overlapped(
+        &self,
+        func: RawHandle,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_bytes: u32,
+        stream: RawHandle,
+        args: &[KArg],
+    ) -> Result<()> {
+        self.launch(func, grid, block, shared_bytes, stream, args)
+    }
+    /// Whether [`Driver::launch_overlapped`] really overlaps on this device.
+    fn overlapped_launches(&self) -> bool {
+        false
+    }
 
     // Graph hooks (issue 7 builds replay on these).
     fn capture_begin(&self, stream: RawHandle) -> Result<()>;

@@ -5,120 +5,11 @@
 //! the `_v2` names are the ones the header's macros select.
 
 use super::{open_first, sym, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, KArg, Limit, RawHandle, Result};
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
 
-type CuResult = c_int;
-type Ctx = *mut c_void;
-
-/// Function pointers into libcuda, resolved once.
-#[allow(clippy::type_complexity)]
-struct Table {
-    init: unsafe extern "C" fn(c_uint) -> CuResult,
-    driver_get_version: unsafe extern "C" fn(*mut c_int) -> CuResult,
-    device_get_count: unsafe extern "C" fn(*mut c_int) -> CuResult,
-    device_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult,
-    device_get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult,
-    device_get_attribute: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult,
-    device_total_mem: unsafe extern "C" fn(*mut usize, c_int) -> CuResult,
-    primary_ctx_retain: unsafe extern "C" fn(*mut Ctx, c_int) -> CuResult,
-    ctx_set_current: unsafe extern "C" fn(Ctx) -> CuResult,
-    ctx_set_limit: unsafe extern "C" fn(c_int, usize) -> CuResult,
-    ctx_get_limit: unsafe extern "C" fn(*mut usize, c_int) -> CuResult,
-    get_error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
-    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
-    mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> CuResult,
-    mem_free: unsafe extern "C" fn(u64) -> CuResult,
-    memset_d8_async: unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> CuResult,
-    memcpy_htod_async: unsafe extern "C" fn(u64, *const c_void, usize, *mut c_void) -> CuResult,
-    memcpy_dtoh_async: unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CuResult,
-    memcpy_dtod_async: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CuResult,
-    mem_host_register: unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CuResult,
-    mem_host_unregister: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    mem_host_get_device_pointer: unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CuResult,
-    mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
-    mem_free_host: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    stream_create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuResult,
-    stream_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    stream_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    event_create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuResult,
-    event_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    event_record: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult,
-    event_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    event_elapsed_time: unsafe extern "C" fn(*mut f32, *mut c_void, *mut c_void) -> CuResult,
-    module_load_data: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult,
-    module_unload: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    module_get_function: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> CuResult,
-    launch_kernel: unsafe extern "C" fn(
-        *mut c_void,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        *mut c_void,
-        *mut *mut c_void,
-        *mut *mut c_void,
-    ) -> CuResult,
-    stream_begin_capture: unsafe extern "C" fn(*mut c_void, c_int) -> CuResult,
-    stream_end_capture: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> CuResult,
-    graph_instantiate: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, u64) -> CuResult,
-    graph_exec_update: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut [u64; 3]) -> CuResult,
-    graph_launch: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult,
-    graph_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    graph_exec_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
-}
-
-/// The virtual memory management calls (CUDA 10.2+), resolved when all are present.
-struct Vmm {
-    granularity: unsafe extern "C" fn(*mut usize, *const AllocProp, c_int) -> CuResult,
-    reserve: unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> CuResult,
-    free: unsafe extern "C" fn(u64, usize) -> CuResult,
-    create: unsafe extern "C" fn(*mut u64, usize, *const AllocProp, u64) -> CuResult,
-    release: unsafe extern "C" fn(u64) -> CuResult,
-    map: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> CuResult,
-    unmap: unsafe extern "C" fn(u64, usize) -> CuResult,
-    set_access: unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> CuResult,
-}
-
-/// `CUmemLocation`: type 1 = a device, `id` its ordinal.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Location {
-    ty: c_int,
-    id: c_int,
-}
-
-/// `CUmemAllocationProp` (32 bytes): pinned (1) device memory, no exportable handle.
-#[repr(C)]
-struct AllocProp {
-    ty: c_int,
-    handle_types: c_int,
-    location: Location,
-    win32_meta: *mut c_void,
-    alloc_flags: [u8; 8],
-}
-
-/// `CUmemAccessDesc`: flags 3 = read and write.
-#[repr(C)]
-struct AccessDesc {
-    location: Location,
-    flags: c_int,
-}
-
-/// NVRTC, opened on first run-time compile.
-struct Nvrtc {
-    create: unsafe extern "C" fn(*mut *mut c_void, *const c_char, *const c_char, c_int, *const *const c_char, *const *const c_char) -> c_int,
-    compile: unsafe extern "C" fn(*mut c_void, c_int, *const *const c_char) -> c_int,
-    log_size: unsafe extern "C" fn(*mut c_void, *mut usize) -> c_int,
-    log: unsafe extern "C" fn(*mut c_void, *mut c_char) -> c_int,
-    cubin_size: unsafe extern "C" fn(*mut c_void, *mut usize) -> c_int,
-    cubin: unsafe extern "C" fn(*mut c_void, *mut c_char) -> c_int,
-    destroy: unsafe extern "C" fn(*mut *mut c_void) -> c_int,
-    _lib: libloading::Library,
-}
+mod abi;
+use abi::*;
 
 pub struct CudaDriver {
     t: Table,
@@ -127,8 +18,11 @@ pub struct CudaDriver {
     info: DeviceInfo,
     nvrtc: OnceLock<std::result::Result<Nvrtc, String>>,
     vmm: Option<(Vmm, usize)>,
+    /// `cuLaunchKernelEx` (CUDA 12+), used for programmatic dependent launches on sm_90+.
+    launch_ex: Option<LaunchKernelEx>,
     _lib: libloading::Library,
 }
+
 
 // SAFETY: the CUDA driver API is thread-safe; the context handle is a process-wide
 // primary context that every call makes current on its own thread first.
@@ -209,8 +103,10 @@ impl CudaDriver {
             })
         })()
         .ok();
+        let launch_ex = sym(a, &lib, &name, "cuLaunchKernelEx").ok();
         let mut d = CudaDriver {
             t,
+            launch_ex,
             ctx: std::ptr::null_mut(),
             dev: 0,
             info: DeviceInfo { name: String::new(), arch: String::new(), driver_version: 0, total_mem: 0 },
@@ -568,6 +464,25 @@ impl Driver for CudaDriver {
                 ptrs.as_mut_ptr(), std::ptr::null_mut(),
             )
         })
+    }
+    fn launch_overlapped(&self, func: RawHandle, grid: [u32; 3], block: [u32; 3], shared_bytes: u32, stream: RawHandle, args: &[KArg]) -> Result<()> {
+        let Some(launch_ex) = self.launch_ex.filter(|_| self.overlapped_launches()) else {
+            return self.launch(func, grid, block, shared_bytes, stream, args);
+        };
+        self.cur()?;
+        let mut store = Vec::with_capacity(args.len());
+        let mut ptrs = super::marshal_args(args, &mut store);
+        let mut value = [0u64; 8];
+        value[0] = 1; // programmaticStreamSerializationAllowed = 1 (an int at offset 0)
+        let attr = LaunchAttribute { id: ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, pad: [0; 4], value };
+        let cfg = LaunchConfig { grid, block, shared_bytes, stream: h(stream), attrs: &attr, num_attrs: 1 };
+        // SAFETY: `cfg` and `attr` are locals alive across the call and laid out as
+        // `CUlaunchConfig` / `CUlaunchAttribute`; `ptrs` point into `store` (see `launch`).
+        self.check("cuLaunchKernelEx", unsafe { launch_ex(&cfg, h(func), ptrs.as_mut_ptr(), std::ptr::null_mut()) })
+    }
+    fn overlapped_launches(&self) -> bool {
+        // Programmatic dependent launch needs compute capability 9.0.
+        self.launch_ex.is_some() && self.info.arch.strip_prefix("sm_").and_then(|v| v.parse::<u32>().ok()).is_some_and(|v| v >= 90)
     }
     fn capture_begin(&self, stream: RawHandle) -> Result<()> {
         self.cur()?;
