@@ -212,6 +212,35 @@ fn attention(p: &mut Pair, rng: &mut Rng) -> Outcome {
     Ok(n)
 }
 
+/// A batched decode step's per-row K/V store and attention (`attention_rows`): rows of
+/// three sequences with their own caches and lengths (one past 256 positions: split keys).
+fn attention_rows(p: &mut Pair, rng: &mut Rng) -> Outcome {
+    let (n_head, n_kv, hd) = (4, 2, 64);
+    let lens = [5usize, 120, 300];
+    let spec = KvSpec { n_layer: 1, n_ctx: 320, n_kv_head: n_kv, head_dim_k: hd, head_dim_v: hd, ty: KvType::F16 };
+    let hist: Vec<(Vec<f32>, Vec<f32>)> = lens.iter().map(|&l| (rng.vec(l * n_kv * hd, 2.0), rng.vec(l * n_kv * hd, 1.5))).collect();
+    let (q, k, v) = (rng.vec(3 * n_head * hd, 2.0), rng.vec(3 * n_kv * hd, 2.0), rng.vec(3 * n_kv * hd, 1.5));
+    let pos: Vec<u32> = lens.iter().map(|&l| l as u32).collect();
+    let attn = Attention { n_head, n_kv_head: n_kv, head_dim_k: hd, head_dim_v: hd, scale: 0.125, window: None };
+    let (g, c) = p.both(&|be, _| {
+        let mut kvs = Vec::new();
+        for (i, &l) in lens.iter().enumerate() {
+            let kv = be.alloc_kv(&spec)?;
+            let (kb, vb) = (input(be, &hist[i].0)?, input(be, &hist[i].1)?);
+            be.kv_write(kv, 0, kb, vb, &(0..l as u32).collect::<Vec<_>>())?;
+            kvs.push(kv);
+        }
+        let (qb, kb, vb, ob) = (input(be, &q)?, input(be, &k)?, input(be, &v)?, be.alloc(3 * n_head * hd)?);
+        be.attention_rows(qb, kb, vb, &kvs, 0, &pos, &attn, ob)?;
+        let r = output(be, ob, 3 * n_head * hd);
+        for kv in kvs {
+            be.free_kv(kv)?;
+        }
+        r
+    })?;
+    same(&format!("rows at {pos:?}"), &g, &c)
+}
+
 /// The activation blocks alone: `exact_quantize` against `quant::quantize_rows` (the
 /// CPU backend's bytes), byte for byte.
 fn quantize_bytes(dev: &GpuDevice, rng: &mut Rng, ty: GgmlType) -> Outcome {
@@ -273,7 +302,7 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport>
     for ty in ["q8_0", "q4_1", "q4_k"] {
         names.push(format!("exact_quantize_{ty}"));
     }
-    for n in ["exact_get_rows_q8_0", "exact_get_rows_f16", "exact_get_rows_f32", "exact_rms_norm", "exact_rope", "exact_add", "exact_scale", "exact_glu_silu", "exact_glu_gelu", "exact_attention"] {
+    for n in ["exact_get_rows_q8_0", "exact_get_rows_f16", "exact_get_rows_f32", "exact_rms_norm", "exact_rope", "exact_add", "exact_scale", "exact_glu_silu", "exact_glu_gelu", "exact_attention", "exact_attention_rows"] {
         names.push(n.into());
     }
     names.retain(|n| filter.map(|f| n.contains(f)).unwrap_or(true));
@@ -308,6 +337,7 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport>
                 "exact_scale" => elementwise(&mut p, &mut rng, "scale"),
                 "exact_glu_silu" => elementwise(&mut p, &mut rng, "silu"),
                 "exact_glu_gelu" => elementwise(&mut p, &mut rng, "gelu"),
+                "exact_attention_rows" => attention_rows(&mut p, &mut rng),
                 _ => attention(&mut p, &mut rng),
             };
             report(name, r)
