@@ -142,14 +142,15 @@ KERNEL void exact_glu(const float* g, const float* u, float* out, const u16* gel
     out[i] = xmul(a, u[i]);
 }
 
-// RoPE with host tables: cs [n_tok, half] cos then [n_tok, half] sin. x: [n_tok, n_head,
-// head_dim]; pairs (2i, 2i+1) or (i, i + half) (neox). grid (ceil(half / 64), n_head,
-// n_tok), block 64.
-KERNEL void exact_rope(float* x, const float* cs, int n_tok, int n_head, int head_dim, int half, int neox) {
+// RoPE with a host table by position: cs [cap, half] cos then [cap, half] sin (row p =
+// the CPU's `rope_table` of position p). x: [n_tok, n_head, head_dim]; pos: [n_tok] i32;
+// pairs (2i, 2i+1) or (i, i + half) (neox). grid (ceil(half / 64), n_head, n_tok), block 64.
+KERNEL void exact_rope(float* x, const float* cs, const int* pos, int n_head, int head_dim, int half, int cap, int neox) {
     const int i = bid_x() * 64 + tid_x(), h = bid_y(), t = bid_z();
     if (i >= half) return;
     float* hx = x + ((u64)t * n_head + h) * head_dim;
-    const float c = cs[(u64)t * half + i], s = cs[((u64)n_tok + t) * half + i];
+    const u64 p = (u64)pos[t];
+    const float c = cs[p * half + i], s = cs[((u64)cap + p) * half + i];
     const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
     const float x0 = hx[a], x1 = hx[b];
     hx[a] = xfma(x0, c, -xmul(x1, s));

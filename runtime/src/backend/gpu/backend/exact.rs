@@ -20,6 +20,8 @@ pub(super) struct ExactState {
     act: Scratch,
     scores: Scratch,
     gelu: Option<DeviceBuffer>,
+    /// RoPE tables by parameters: (key, rows of positions it covers, device table).
+    rope: Vec<(exact::tables::RopeKey, usize, DeviceBuffer)>,
     threads: usize,
 }
 
@@ -113,9 +115,31 @@ impl GpuBackend {
         if rope.n_rot > head_dim || rope.n_rot % 2 != 0 {
             return Err(invalid("rope", format!("n_rot {} with head_dim {head_dim}", rope.n_rot)));
         }
-        let table = exact::tables::rope_table(pos, rope).map_err(|source| BackendError::Quant { op: "rope", weight: "rope_freqs".into(), source })?;
-        let tp = self.stage_bytes(bytemuck::cast_slice(&table))?;
-        let r = launch::rope(&self.rec(), xp, tp, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox).map_err(err("rope"));
+        // One table per parameter set, indexed by position, grown (and uploaded) only when a
+        // position passes its end: no host copy per call.
+        let key = exact::tables::rope_key(rope);
+        let need = pos.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
+        let at = self.exact.rope.iter().position(|e| e.0 == key);
+        let (cap, tp) = match at.map(|i| &self.exact.rope[i]) {
+            Some((_, cap, buf)) if *cap >= need => (*cap, buf.ptr()),
+            _ => {
+                let cap = need.next_power_of_two().max(1024);
+                let table = exact::tables::rope_table(cap, rope).map_err(|source| BackendError::Quant { op: "rope", weight: "rope_freqs".into(), source })?;
+                self.barrier()?;
+                let buf = self.dev.upload(bytemuck::cast_slice(&table)).map_err(super::derr("rope"))?;
+                let ptr = buf.ptr();
+                match at {
+                    Some(i) => {
+                        let old = std::mem::replace(&mut self.exact.rope[i], (key, cap, buf));
+                        self.retired.push(old.2);
+                    }
+                    None => self.exact.rope.push((key, cap, buf)),
+                }
+                (cap, ptr)
+            }
+        };
+        let pp = self.positions(pos)?;
+        let r = launch::rope(&self.rec(), xp, tp, pp, cap, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox).map_err(err("rope"));
         self.touch(x);
         r
     }

@@ -102,15 +102,15 @@ pub fn glu(d: &dyn Launch, g: DevPtr, u: DevPtr, out: DevPtr, n: usize, gelu: Op
     Ok(())
 }
 
-/// RoPE of x [n_tok, n_head, head_dim] in place with the host table `cs` ([n_tok, n_rot/2]
-/// cos, then the same of sin).
+/// RoPE of x [n_tok, n_head, head_dim] in place; token t at `pos[t]` (device i32), its
+/// angles row `pos[t]` of the table `cs` (`cap` rows of n_rot/2 cos, then `cap` of sin).
 #[allow(clippy::too_many_arguments)]
-pub fn rope(d: &dyn Launch, x: DevPtr, cs: DevPtr, n_tok: usize, n_head: usize, head_dim: usize, n_rot: usize, neox: bool) -> R {
+pub fn rope(d: &dyn Launch, x: DevPtr, cs: DevPtr, pos: DevPtr, cap: usize, n_tok: usize, n_head: usize, head_dim: usize, n_rot: usize, neox: bool) -> R {
     let half = n_rot / 2;
     if n_tok == 0 || n_head == 0 || half == 0 {
         return Ok(());
     }
-    let args = [KArg::Ptr(x), KArg::Ptr(cs), i(n_tok), i(n_head), i(head_dim), i(half), KArg::I32(neox as i32)];
+    let args = [KArg::Ptr(x), KArg::Ptr(cs), KArg::Ptr(pos), i(n_head), i(head_dim), i(half), i(cap), KArg::I32(neox as i32)];
     d.launch("exact_rope", [ceil(half, 64), n_head as u32, n_tok as u32], [64, 1, 1], &args)?;
     Ok(())
 }

@@ -7,10 +7,10 @@ use crate::backend::cpu::ops;
 use crate::backend::Rope;
 use crate::quant;
 
-/// The RoPE table of `pos`: `[n_tok, n_rot/2]` cos, then `[n_tok, n_rot/2]` sin, each row
-/// `cpu::ops::rope_table` of that position (the CPU backend's iterative theta, libm's
-/// `cos`/`sin`).
-pub fn rope_table(pos: &[u32], rope: &Rope) -> Result<Vec<f32>, quant::QuantError> {
+/// The RoPE table of positions `0..cap`: `[cap, n_rot/2]` cos, then `[cap, n_rot/2]` sin,
+/// row `p` = `cpu::ops::rope_table` of position `p` (the CPU backend's iterative theta,
+/// libm's `cos`/`sin`; each position's row depends on that position alone).
+pub fn rope_table(cap: usize, rope: &Rope) -> Result<Vec<f32>, quant::QuantError> {
     let half = rope.n_rot / 2;
     let ff = match &rope.freq_factors {
         Some(f) => {
@@ -20,13 +20,22 @@ pub fn rope_table(pos: &[u32], rope: &Rope) -> Result<Vec<f32>, quant::QuantErro
         }
         None => None,
     };
-    let mut out = vec![0f32; 2 * pos.len() * half];
-    let (cos, sin) = out.split_at_mut(pos.len() * half);
-    for (t, &p) in pos.iter().enumerate() {
-        let (c, s) = (&mut cos[t * half..(t + 1) * half], &mut sin[t * half..(t + 1) * half]);
-        ops::rope_table(p, rope.n_rot, rope.freq_base, rope.freq_scale, ff.as_deref(), c, s);
+    let mut out = vec![0f32; 2 * cap * half];
+    let (cos, sin) = out.split_at_mut(cap * half);
+    for p in 0..cap {
+        let (c, s) = (&mut cos[p * half..(p + 1) * half], &mut sin[p * half..(p + 1) * half]);
+        ops::rope_table(p as u32, rope.n_rot, rope.freq_base, rope.freq_scale, ff.as_deref(), c, s);
     }
     Ok(out)
+}
+
+/// What a RoPE table depends on: n_rot, base and scale bits, the frequency factors' bits.
+pub type RopeKey = (usize, u32, u32, Option<Vec<u32>>);
+
+/// The key of `rope`'s table.
+pub fn rope_key(rope: &Rope) -> RopeKey {
+    let ff = rope.freq_factors.map(|f| f.data().chunks(4).map(|b| b.iter().fold(0u32, |a, &x| a << 8 | x as u32)).collect());
+    (rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff)
 }
 
 /// `f16(gelu_tanh(h))` for every f16 bit pattern `h`: the CPU backend's GELU table
