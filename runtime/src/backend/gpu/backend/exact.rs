@@ -86,6 +86,7 @@ impl GpuBackend {
         r
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn exact_matmul_glu(&mut self, gate: &WeightRef, up: &WeightRef, x: Buf, n_tok: usize, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
         self.exact_matmul(gate, x, n_tok, out)?;
         self.exact_matmul(up, x, n_tok, tmp)?;

@@ -43,6 +43,7 @@ pub fn quantize(d: &dyn Launch, ty: ExactType, x: DevPtr, xq: DevPtr, k: usize, 
 
 /// y: [n_tok, rows] = W · xq (already quantized by [`quantize`]), in the order the CPU
 /// backend uses for `n_tok` tokens.
+#[allow(clippy::too_many_arguments)]
 pub fn matmul(d: &dyn Launch, ty: ExactType, w: DevPtr, xq: DevPtr, y: DevPtr, rows: usize, k: usize, n_tok: usize) -> R {
     let (_, qk, _) = ty.act();
     if k % qk != 0 {
