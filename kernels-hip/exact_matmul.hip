@@ -268,6 +268,74 @@ KERNEL void exact_matmul(const u8* w, const u8* xq, float* y, int rows, int k, i
     y[(u64)t * rows + r] = v;
 }
 
+// The same sums with the CPU's 8 SIMD lanes on 8 threads: the 32-element types and Q6_K.
+// Thread l of a group of 8 runs lane l's chain (its 4-element integer sums, its FMA per
+// block); the fold is hsum8's pairing through shuffles ((l, l+4), then (0, 2) and (1, 3),
+// then the two); the `_1` types' min term and Q6_K's tiled order (which adds the 8 lane
+// integers exactly) are computed alike in every thread. 16 outputs per block of 128.
+// grid (ceil(rows / 16), n_tok), block 128.
+KERNEL void exact_matmul_lanes(const u8* w, const u8* xq, float* y, int rows, int k, int ty, int order) {
+    const int l = tid_x() & 7, r = bid_x() * 16 + (tid_x() >> 3), t = bid_y();
+    const int rr = r < rows ? r : rows - 1; // every thread takes part in the shuffles
+    float acc = 0.0f, acc_m = 0.0f, acc1 = 0.0f;
+    const bool min_term = ty == 1 || ty == 3;
+    if (ty <= 4) {
+        const int nb = k / 32;
+        const int wb = ty == 0 ? 18 : ty == 1 ? 20 : ty == 2 ? 22 : ty == 3 ? 24 : 34;
+        const int yb = min_term ? 36 : 34, yq = min_term ? 4 : 2;
+        const u8* wr = w + (u64)rr * nb * wb;
+        const u8* xr = xq + (u64)t * nb * yb;
+        for (int i = 0; i < nb; ++i) {
+            const u8* b = wr + (u64)i * wb;
+            const u8* yv = xr + (u64)i * yb;
+            const float dm = xmul(rdh(b), rdh(yv));
+            if (min_term) acc_m = xadd(acc_m, xmul(rdh(b + 2), rdh(yv + 2)));
+            int s = 0;
+            for (int e = 4 * l; e < 4 * l + 4; ++e) s += code32(b, ty, e) * (int)(i8)yv[yq + e];
+            acc = xfma(dm, (float)s, acc);
+        }
+    } else {
+        const int nb = k / 256;
+        const u8* wr = w + (u64)rr * nb * 210;
+        const u8* xr = xq + (u64)t * nb * 292;
+        for (int i = 0; i < nb; ++i) {
+            const u8* b = wr + (u64)i * 210;
+            const u8* yv = xr + (u64)i * 292;
+            const i8* sc = (const i8*)(b + 192);
+            int s = 0;
+            for (int h = 0; h < 2; ++h) {
+                for (int kk = 0; kk < 4; ++kk) {
+                    const int g = 2 * (4 * h + kk) + (l >= 4);
+                    int p = 0;
+                    for (int e = 4 * l; e < 4 * l + 4; ++e) {
+                        const int ql = b[64 * h + 32 * (kk & 1) + e];
+                        const int qh = b[128 + 32 * h + e];
+                        const int q = (kk < 2 ? ql & 15 : ql >> 4) | (((qh >> (2 * kk)) & 3) << 4);
+                        p += q * (int)(i8)yv[4 + 128 * h + 32 * kk + e];
+                    }
+                    s += (int)sc[g] * p;
+                }
+            }
+            const int lane = s - 32 * (bsum(yv, 2 * l) * (int)sc[2 * l] + bsum(yv, 2 * l + 1) * (int)sc[2 * l + 1]);
+            const float dw = rdh(b + 208), dy = rdf(yv);
+            if (order != 0) {
+                int tot = lane + shfl_xor_i(lane, 4);
+                tot += shfl_xor_i(tot, 2);
+                tot += shfl_xor_i(tot, 1);
+                acc1 = xfma(xmul((float)tot, dw), dy, acc1);
+            } else {
+                acc = xfma(xmul(dy, dw), (float)lane, acc);
+            }
+        }
+    }
+    float v = xadd(acc, shfl_xor(acc, 4));
+    v = xadd(v, shfl_xor(v, 2));
+    v = xadd(v, shfl_xor(v, 1));
+    if (ty == 6 && order != 0) v = acc1;
+    else if (min_term) v = xadd(v, acc_m);
+    if (l == 0 && r < rows) y[(u64)t * rows + r] = v;
+}
+
 // Embedding rows as the CPU's `dequantize`: ty 0 f32, 1 f16, 2 Q8_0 (`q · d`).
 // w: [n_rows, k] stored; ids: [n] i32; y: [n, k] f32. grid (ceil(k / 256), n), block 256.
 KERNEL void exact_get_rows(const u8* w, const int* ids, float* y, int k, int ty) {

@@ -53,7 +53,13 @@ pub fn matmul(d: &dyn Launch, ty: ExactType, w: DevPtr, xq: DevPtr, y: DevPtr, r
         return Ok(());
     }
     let args = [KArg::Ptr(w), KArg::Ptr(xq), KArg::Ptr(y), i(rows), i(k), KArg::I32(ty as i32), KArg::I32(ty.order(n_tok))];
-    d.launch("exact_matmul", [ceil(rows, 128), n_tok as u32, 1], [128, 1, 1], &args)?;
+    if ty == ExactType::Q4K || std::env::var("LODE_EXACT_SERIAL").is_ok_and(|v| v == "1") {
+        // One thread per output (Q4_K's chain has no lane structure to spread).
+        d.launch("exact_matmul", [ceil(rows, 128), n_tok as u32, 1], [128, 1, 1], &args)?;
+    } else {
+        // The CPU's 8 SIMD lanes on 8 threads per output.
+        d.launch("exact_matmul_lanes", [ceil(rows, 16), n_tok as u32, 1], [128, 1, 1], &args)?;
+    }
     Ok(())
 }
 
