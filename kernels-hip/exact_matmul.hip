@@ -7,7 +7,7 @@
 // xfma …: no contraction of a*b+c into an FMA, no fast division or square root); integer
 // block sums are exact in any order, so only where the CPU keeps float partial sums (its
 // 8 SIMD lanes, its fold order, FMA or not) is the order reproduced. One thread per
-// output: speed is secondary here.
+// output (`exact_matmul`) or one per CPU lane (`exact_matmul_lanes`): speed is secondary.
 //
 // Activation blocks are written in the CPU's byte layouts (q8_0: 34 B, q8_1: 36 B,
 // q8_K: 292 B), so a check can compare them byte for byte.
