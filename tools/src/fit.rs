@@ -6,6 +6,9 @@
 //! allocates), the f16 KV cache for the context, and an estimate of activation scratch.
 //! The total is compared with the device's free memory (the GPU driver's, or the CPU's
 //! `MemAvailable`), and the largest context that would fit is reported.
+//! On a GPU the scratch includes prefill's operands: through the vendor BLAS (chunks of
+//! `LODE_BLAS_MIN` tokens or more) the f16 activations, the transient f16 weight slab(s),
+//! the BLAS workspace and the library's own memory; else the GEMM's f32 activation values.
 //!
 //! On a GPU the device is opened as a run opens it (context, kernel modules, trimmed
 //! context limits), so "free" is what a run's own allocations can have, and the bytes are
@@ -20,7 +23,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use lode_runtime::backend::gpu::driver::{Api, DevAttr};
-use lode_runtime::backend::gpu::GpuDevice;
+use lode_runtime::backend::gpu::{prefill, prefill_blas, GpuDevice};
+use lode_runtime::quant::GgmlType;
 use lode_runtime::backend::DeviceKind;
 use lode_runtime::model::Model;
 use lode_runtime::weights::budget::human;
@@ -73,6 +77,34 @@ struct Target {
 /// modules load lazily and added nothing measurable). BENCHMARKS.md, residency.
 const GPU_LAUNCH_OVERHEAD: u64 = 8 << 20;
 
+/// What opening the vendor BLAS adds beyond lode's own allocations (handle, the library's
+/// buffers and kernels loaded at first use): on the H200 (cuBLAS 13.1), qwen3-4b pp2048 +
+/// tg128, the driver's peak rose 152 MiB with the BLAS on while lode's peak allocations
+/// rose 86 MiB (BENCHMARKS.md).
+const BLAS_LIB_OVERHEAD: u64 = 66 << 20;
+
+/// Device scratch of a prefill chunk of `n` tokens whose widest matmul input has `k`
+/// values: through the BLAS (`n` ≥ `LODE_BLAS_MIN`): the f16 activation operand, the
+/// weight slab(s) (`max_slab`), the workspace and the library; else through lode's GEMM (from
+/// `LODE_GEMM_MIN`): the quantized activations' f32 values. Each scratch grows to a power
+/// of two (`Scratch`), then to the driver's page.
+fn prefill_scratch(n: usize, k: usize, max_slab: u64) -> u64 {
+    let pow2 = |b: u64| round_up(b.next_power_of_two().max(4096), GPU_PAGE);
+    if n < 2 {
+        return 0;
+    }
+    let p = prefill_blas::policy();
+    if p.on && n >= p.min_tokens && max_slab > 0 {
+        // Two slabs when the next weight is decoded on a side stream.
+        let slabs = if p.prefetch { 2 } else { 1 };
+        pow2((n * k * 2) as u64) + slabs * pow2(max_slab) + round_up(prefill_blas::WORKSPACE_BYTES as u64, GPU_PAGE) + BLAS_LIB_OVERHEAD
+    } else if prefill::use_gemm(GgmlType::Q4_K, Layout::Stored, n) {
+        pow2((n * k * 4) as u64)
+    } else {
+        0
+    }
+}
+
 /// The driver's allocation page: `cuMemAlloc` rounds each allocation up to it.
 const GPU_PAGE: u64 = 2 << 20;
 
@@ -96,6 +128,9 @@ pub fn run(args: Args) -> Result<()> {
     // Weights, per layout, through the cache's own policy.
     let mut per_layout: std::collections::BTreeMap<String, u64> = Default::default();
     let (mut weights, mut in_place, mut n_tensors) = (0u64, 0u64, 0usize);
+    // The largest transient f16 slab a prefill matmul through the BLAS needs (bounded by
+    // `LODE_BLAS_SLAB`): over every matrix weight the slab path reads.
+    let mut max_slab = 0u64;
     // Bytes as the device hands them out: per weight (256-byte placement in the arena,
     // else one driver page-rounded allocation each); the arena once to its granularity.
     for id in model.weight_ids() {
@@ -103,6 +138,9 @@ pub fn run(args: Args) -> Result<()> {
         let l = layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), target.class);
         let bytes = l.bytes(w.ty(), w.n_rows(), w.row_len(), w.data().len()).with_context(|| format!("weight `{}`", w.name()))? as u64;
         n_tensors += 1;
+        if w.n_rows() > 1 && prefill_blas::supports(w.ty(), l) {
+            max_slab = max_slab.max(prefill_blas::slab_bytes_for(w.n_rows(), w.row_len(), prefill_blas::policy().slab_bytes) as u64);
+        }
         // Mapped: the stored layout is read from the file in place (no device bytes) —
         // except on the CPU, where the mapping itself is what occupies RAM.
         if residency == Residency::Mapped && l == Layout::Stored && target.class == DeviceClass::Gpu {
@@ -146,7 +184,7 @@ pub fn run(args: Args) -> Result<()> {
         // The q8_1 copy of the widest activation (36 bytes per 32 values), grown to a
         // power of two, and what launching costs.
         let q8 = ((n * c.n_embd.max(c.n_ff)).div_ceil(32) as u64 * 36).next_power_of_two();
-        act + round_up(q8, GPU_PAGE) + GPU_LAUNCH_OVERHEAD
+        act + round_up(q8, GPU_PAGE) + prefill_scratch(n, c.n_embd.max(c.n_ff).max(c.n_head * c.head_dim_v), max_slab) + GPU_LAUNCH_OVERHEAD
     };
     let need = weights + kv(ctx) + scratch(ctx);
     let fits = need <= target.free;
@@ -189,7 +227,7 @@ pub fn run(args: Args) -> Result<()> {
         println!("  mapped    {:>11}  read in place from the file (pinned host memory, no device copy)", human(in_place));
     }
     println!("  KV cache  {:>11}  (f16: {} layers × {ctx} × {} kv heads × {})", human(kv(ctx)), c.n_layer, c.n_head_kv, c.head_dim_k + c.head_dim_v);
-    println!("  scratch   {:>11}  (estimate: activations of {}-token chunks{})", human(scratch(ctx)), args.batch_size.min(ctx), if gpu { ", one allocation each, q8_1 copy, launch overhead" } else { "" });
+    println!("  scratch   {:>11}  (estimate: activations of {}-token chunks{})", human(scratch(ctx)), args.batch_size.min(ctx), if gpu { ", one allocation each, q8_1 copy, prefill operands and BLAS slab, launch overhead" } else { "" });
     println!("  needed    {:>11}", human(need));
     println!("  free      {:>11}  of {}", human(target.free), human(target.total));
     if gpu {

@@ -103,6 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             let mut r = selftest::run_checks(&t, args.filter.as_deref(), args.cases, args.seed);
             r.extend(gpu::selftest_prefill::run_checks(&gpu::selftest_prefill::GpuPrefill(d), args.filter.as_deref(), args.cases, args.seed));
+            r.extend(gpu::selftest_blas::run_checks(d, args.filter.as_deref(), args.cases, args.seed));
             r.extend(gpu::selftest_replay::run(d, args.filter.as_deref()));
             r.extend(gpu::selftest::exact::run(d, args.filter.as_deref(), args.seed));
             r
@@ -130,7 +131,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         crate::selftest_bench::run(d)?;
     }
     if let (true, Some(d)) = (args.bench_prefill, &dev) {
-        gpu::selftest_prefill::bench(d)?;
+        // LODE_BENCH_PREFILL=blas: only the BLAS path's table (it times lode's GEMM too).
+        if std::env::var("LODE_BENCH_PREFILL").map(|v| v != "blas").unwrap_or(true) {
+            gpu::selftest_prefill::bench(d)?;
+        }
+        gpu::selftest_blas::bench(d)?;
     }
     if reports.is_empty() {
         anyhow::bail!("no check matches filter {:?}", args.filter);

@@ -28,6 +28,7 @@ use crate::weights::{Residency, WeightCache, WeightOptions, WeightRef, WeightSta
 use std::collections::HashMap;
 
 mod act;
+mod blas;
 mod exact;
 mod fused;
 mod readback;
@@ -90,6 +91,8 @@ pub struct GpuBackend {
     fuse: bool,
     /// Large reads through one page-locked buffer (`readback.rs`).
     readback: readback::Readback,
+    /// Prefill matmuls through the vendor BLAS (`blas.rs`; `LODE_BLAS=0` turns it off).
+    blas: blas::BlasPrefill,
     /// `--numerics` (`LODE_NUMERICS`): exact routes every op to `backend/exact.rs`.
     numerics: Numerics,
     exact: exact::ExactState,
@@ -138,6 +141,7 @@ impl GpuBackend {
             gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
             fuse: std::env::var("LODE_FUSE").map(|v| v != "0").unwrap_or(true),
             readback: readback::Readback::from_env(),
+            blas: blas::BlasPrefill::default(),
             numerics: Numerics::from_env(),
             exact: Default::default(),
         };
@@ -375,6 +379,9 @@ impl Backend for GpuBackend {
         let map = |e: GpuError| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) };
         let lay = layout::canonical(ty, Consumer::Matrix, DeviceClass::Gpu);
         let fmt = ops::act_fmt(ty);
+        if self.gemm_prefill && self.blas_wanted(w, n_tok) {
+            return self.blas_matmul(w, x, n_tok, y);
+        }
         let r = if self.gemm_prefill && prefill::use_gemm(ty, lay, n_tok) {
             let xa = match fmt {
                 Some(f) => self.act_values(x, f, k, n_tok, "matmul")?,
@@ -397,7 +404,8 @@ impl Backend for GpuBackend {
         }
         let (ty, lay) = (gate.ty(), layout::canonical(gate.ty(), Consumer::Matrix, DeviceClass::Gpu));
         let same = up.ty() == ty && up.n_rows() == gate.n_rows() && up.row_len() == gate.row_len();
-        if !(self.gemm_prefill && same && prefill::use_glu(ty, lay, n_tok)) {
+        let blas = self.gemm_prefill && self.blas_wanted(gate, n_tok) && self.blas_wanted(up, n_tok);
+        if blas || !(self.gemm_prefill && same && prefill::use_glu(ty, lay, n_tok)) {
             self.matmul_multi(x, n_tok, &[(gate, out), (up, tmp)])?;
             return self.glu(out, tmp, out, n_tok * gate.n_rows(), act);
         }

@@ -382,6 +382,11 @@ impl GpuDevice {
 
     /// Launch kernel `name` on the device stream.
     pub fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<()> {
+        self.launch_on(self.core.stream, name, grid, block, args)
+    }
+
+    /// Launch kernel `name` on `stream` (a second stream of this device's context).
+    pub fn launch_on(&self, stream: RawHandle, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<()> {
         let ((f, overlap), first) = {
             let mut cache = self.core.funcs.lock().map_err(|_| poisoned())?;
             match cache.get(name) {
@@ -395,9 +400,9 @@ impl GpuDevice {
             }
         };
         let r = if overlap {
-            self.core.drv.launch_overlapped(f, grid, block, 0, self.core.stream, args)
+            self.core.drv.launch_overlapped(f, grid, block, 0, stream, args)
         } else {
-            self.core.drv.launch(f, grid, block, 0, self.core.stream, args)
+            self.core.drv.launch(f, grid, block, 0, stream, args)
         };
         if first {
             // The driver loads a function's code (and grows the thread stack for its

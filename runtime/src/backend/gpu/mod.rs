@@ -5,6 +5,7 @@
 //! - [`kernels`]: embedded code objects or NVRTC/hipRTC compiles, cached on disk.
 //! - [`ops`]: one typed launcher per kernel (shape checks, grids).
 //! - [`prefill`]: matrix-core GEMM and flash attention for two or more tokens.
+//! - [`prefill_blas`]: long prefill chunks through a transient f16 slab and the vendor BLAS.
 //! - [`selftest`], [`selftest_prefill`]: every kernel against the CPU reference (`lode selftest`).
 //!
 //! What runs on an NVIDIA GPU is what runs on an AMD one: only `driver/{cuda,hip}.rs`
@@ -19,8 +20,10 @@ pub mod kernels;
 pub mod materialize;
 pub mod ops;
 pub mod prefill;
+pub mod prefill_blas;
 pub mod replay;
 pub mod selftest;
+pub mod selftest_blas;
 pub mod selftest_prefill;
 pub mod selftest_replay;
 

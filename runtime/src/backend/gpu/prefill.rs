@@ -13,6 +13,11 @@
 //! `LODE_GEMM_MIN=N` sets the smallest token count sent to the GEMM (default 32),
 //! `LODE_GEMM_N128=N` the token count from which the 128-token tile is used (default never),
 //! `LODE_SPLIT_K=1` turns on split-K for under-filled shapes (default off: not yet measured).
+//!
+//! Where a vendor BLAS opens, matmuls of `LODE_BLAS_MIN` (16) tokens or more go through
+//! `prefill_blas.rs` instead (dequantize to a transient f16 slab + cuBLAS / hipBLAS: 3x this
+//! GEMM on the H200); this GEMM then serves only `LODE_BLAS=0` or a machine without the
+//! library.
 
 use super::driver::{DevPtr, KArg};
 use super::ops::Launch;

@@ -136,7 +136,7 @@ fn ref_gemm(wf: &[f32], x: &[f32], rows: usize, k: usize, n: usize) -> (Vec<f64>
     (want, mag)
 }
 
-fn check_gemm(t: &dyn PrefillTarget, name: &str, ty: GgmlType, layout: Layout, cases: usize, rng: &mut Rng) -> Out<CheckReport> {
+pub(super) fn check_gemm(t: &dyn PrefillTarget, name: &str, ty: GgmlType, layout: Layout, cases: usize, rng: &mut Rng) -> Out<CheckReport> {
     let mut acc = Acc::new(name);
     for (c, n) in token_counts(rng, cases.saturating_sub(TOKEN_COUNTS.len())).into_iter().enumerate() {
         let (rows, k) = shape(rng, ty, n, c);
@@ -299,7 +299,7 @@ impl PrefillTarget for GpuPrefill<'_> {
     }
 }
 
-fn time_ms(dev: &GpuDevice, reps: usize, mut f: impl FnMut() -> Result<(), GpuError>) -> Result<f64, GpuError> {
+pub(super) fn time_ms(dev: &GpuDevice, reps: usize, mut f: impl FnMut() -> Result<(), GpuError>) -> Result<f64, GpuError> {
     for _ in 0..2 {
         f()?;
     }
@@ -311,26 +311,29 @@ fn time_ms(dev: &GpuDevice, reps: usize, mut f: impl FnMut() -> Result<(), GpuEr
     Ok(t.stop_ms()? as f64 / reps as f64)
 }
 
+/// The GEMM shapes of the qwen3-4b and llama-8b presets the kernel benches time.
+pub const BENCH_SHAPES: [(&str, usize, usize, GgmlType); 12] = [
+    ("4b.q", 4096, 2560, GgmlType::Q4_K),
+    ("4b.kv", 1024, 2560, GgmlType::Q4_K),
+    ("4b.o", 2560, 4096, GgmlType::Q4_K),
+    ("4b.gate_up", 9728, 2560, GgmlType::Q4_K),
+    ("4b.down", 2560, 9728, GgmlType::Q4_K),
+    ("4b.down", 2560, 9728, GgmlType::Q6_K),
+    ("8b.q_o", 4096, 4096, GgmlType::Q4_K),
+    ("8b.kv", 1024, 4096, GgmlType::Q4_K),
+    ("8b.gate_up", 14336, 4096, GgmlType::Q4_K),
+    ("8b.down", 4096, 14336, GgmlType::Q4_K),
+    ("8b.down", 4096, 14336, GgmlType::Q6_K),
+    ("8b.v", 1024, 4096, GgmlType::Q6_K),
+];
+
 /// Kernel bench: every GEMM shape of the qwen3-4b and llama-8b presets (Q4_K; the down
 /// projection also Q6_K) at 16 … 2048 tokens in TFLOP/s, decode's 8-column matvec at 16
 /// tokens (the dispatch crossover), fused gate/up vs two GEMMs, flash vs the per-query
 /// attention kernel. Prints one `bench prefill` line per measurement.
 pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
     let mut rng = Rng::new(7);
-    let shapes: [(&str, usize, usize, GgmlType); 12] = [
-        ("4b.q", 4096, 2560, GgmlType::Q4_K),
-        ("4b.kv", 1024, 2560, GgmlType::Q4_K),
-        ("4b.o", 2560, 4096, GgmlType::Q4_K),
-        ("4b.gate_up", 9728, 2560, GgmlType::Q4_K),
-        ("4b.down", 2560, 9728, GgmlType::Q4_K),
-        ("4b.down", 2560, 9728, GgmlType::Q6_K),
-        ("8b.q_o", 4096, 4096, GgmlType::Q4_K),
-        ("8b.kv", 1024, 4096, GgmlType::Q4_K),
-        ("8b.gate_up", 14336, 4096, GgmlType::Q4_K),
-        ("8b.down", 4096, 14336, GgmlType::Q4_K),
-        ("8b.down", 4096, 14336, GgmlType::Q6_K),
-        ("8b.v", 1024, 4096, GgmlType::Q6_K),
-    ];
+    let shapes = BENCH_SHAPES;
     let nmax = 2048;
     let kmax = 14336;
     let x = rng.vec(nmax * kmax, 1.0);

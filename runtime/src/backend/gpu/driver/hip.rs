@@ -44,6 +44,7 @@ struct Table {
     event_destroy: unsafe extern "C" fn(P) -> HipResult,
     event_record: unsafe extern "C" fn(P, P) -> HipResult,
     event_synchronize: unsafe extern "C" fn(P) -> HipResult,
+    stream_wait_event: unsafe extern "C" fn(P, P, u32) -> HipResult,
     event_elapsed_time: unsafe extern "C" fn(*mut f32, P, P) -> HipResult,
     module_load_data: unsafe extern "C" fn(*mut P, *const c_void) -> HipResult,
     module_unload: unsafe extern "C" fn(P) -> HipResult,
@@ -144,6 +145,7 @@ impl HipDriver {
             event_destroy: get!("hipEventDestroy"),
             event_record: get!("hipEventRecord"),
             event_synchronize: get!("hipEventSynchronize"),
+            stream_wait_event: get!("hipStreamWaitEvent"),
             event_elapsed_time: get!("hipEventElapsedTime"),
             module_load_data: get!("hipModuleLoadData"),
             module_unload: get!("hipModuleUnload"),
@@ -364,6 +366,10 @@ impl Driver for HipDriver {
     fn event_sync(&self, event: RawHandle) -> Result<()> {
         // SAFETY: valid event.
         self.check("hipEventSynchronize", unsafe { (self.t.event_synchronize)(hd(event)) })
+    }
+    fn stream_wait_event(&self, stream: RawHandle, event: RawHandle) -> Result<()> {
+        // SAFETY: valid handles from this driver; flags 0.
+        self.check("hipStreamWaitEvent", unsafe { (self.t.stream_wait_event)(hd(stream), hd(event), 0) })
     }
     fn event_elapsed_ms(&self, start: RawHandle, end: RawHandle) -> Result<f32> {
         let mut ms = 0f32;

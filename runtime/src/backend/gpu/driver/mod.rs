@@ -10,6 +10,7 @@
 //! This folder is the only place in lode with `unsafe` FFI. Handles cross the trait as
 //! plain integers ([`DevPtr`], [`RawHandle`]); the vendor module casts them back.
 
+pub mod blas;
 pub mod cuda;
 pub mod hip;
 
@@ -165,6 +166,8 @@ pub trait Driver: Send + Sync {
     fn event_record(&self, event: RawHandle, stream: RawHandle) -> Result<()>;
     fn event_sync(&self, event: RawHandle) -> Result<()>;
     fn event_elapsed_ms(&self, start: RawHandle, end: RawHandle) -> Result<f32>;
+    /// Make `stream`'s later work wait for `event`'s latest record (on any stream).
+    fn stream_wait_event(&self, stream: RawHandle, event: RawHandle) -> Result<()>;
 
     /// Load a code object (cubin / PTX / AMD HSA code object).
     fn module_load(&self, image: &[u8]) -> Result<RawHandle>;

@@ -41,6 +41,7 @@ pub(super) struct Table {
     pub(super) event_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
     pub(super) event_record: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult,
     pub(super) event_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    pub(super) stream_wait_event: unsafe extern "C" fn(*mut c_void, *mut c_void, c_uint) -> CuResult,
     pub(super) event_elapsed_time: unsafe extern "C" fn(*mut f32, *mut c_void, *mut c_void) -> CuResult,
     pub(super) module_load_data: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult,
     pub(super) module_unload: unsafe extern "C" fn(*mut c_void) -> CuResult,

@@ -77,6 +77,7 @@ impl CudaDriver {
             event_destroy: get!("cuEventDestroy_v2"),
             event_record: get!("cuEventRecord"),
             event_synchronize: get!("cuEventSynchronize"),
+            stream_wait_event: get!("cuStreamWaitEvent"),
             event_elapsed_time: elapsed,
             module_load_data: get!("cuModuleLoadData"),
             module_unload: get!("cuModuleUnload"),
@@ -409,6 +410,10 @@ impl Driver for CudaDriver {
     fn event_sync(&self, event: RawHandle) -> Result<()> {
         // SAFETY: valid event handle.
         self.check("cuEventSynchronize", unsafe { (self.t.event_synchronize)(h(event)) })
+    }
+    fn stream_wait_event(&self, stream: RawHandle, event: RawHandle) -> Result<()> {
+        // SAFETY: valid handles from this driver; flags 0.
+        self.check("cuStreamWaitEvent", unsafe { (self.t.stream_wait_event)(h(stream), h(event), 0) })
     }
     fn event_elapsed_ms(&self, start: RawHandle, end: RawHandle) -> Result<f32> {
         let mut ms = 0f32;

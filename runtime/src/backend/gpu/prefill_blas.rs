@@ -1,0 +1,249 @@
+//! Prefill matmuls through the vendor BLAS: for chunks of at least `LODE_BLAS_MIN`
+//! tokens, each weight matmul is (1) a dequantize kernel (`kernels-hip/dequant.hip`) that
+//! writes a bounded, transient f16 slab of the weight's rows from its one resident copy
+//! (the canonical layout: stored blocks, or row64 for Q4_K / Q6_K), then (2) the vendor's
+//! f16 × f16 → f32 GEMM (f32 accumulation, `driver::blas`) against the f16 activations —
+//! looping over row chunks so the slab never exceeds `LODE_BLAS_SLAB` (default 128 MiB).
+//!
+//! Why: the matrix-core GEMM of `gemm.hip` tops out near 120 TFLOP/s on the H200, cuBLAS
+//! reaches ~700 on the same shapes (BENCHMARKS.md); decoding a weight to f16 costs one
+//! pass over its f16 bytes, much less than the GEMM time it saves from ~128 tokens on.
+//!
+//! The slab is scratch reused by every weight (like the activation scratch), not a
+//! second resident layout: the weight cache still holds one copy per weight.
+//! The activations are rounded as the matrix-core GEMM rounds them (the quantized form's
+//! values, then f16; `LODE_PREFILL_ACT=f16`: the f32 activations rounded to f16), so
+//! switching path changes only the summation order.
+//!
+//! Environment: `LODE_BLAS=0` turns the path off (the matrix-core GEMM serves prefill),
+//! `LODE_BLAS_MIN=N` the smallest token count sent to it, `LODE_BLAS_SLAB=128MiB` the slab
+//! bound (default 128 MiB), `LODE_BLAS_LIB=path` the library file (`driver::blas`),
+//! `LODE_BLAS_PREFETCH=1` decodes the next weight on a second stream while the GEMM runs
+//! (`backend/blas.rs`; off by default: it measured no gain).
+
+use super::driver::blas::Blas;
+use super::driver::{DevPtr, KArg};
+use super::ops::{ActFmt, Launch};
+use super::GpuError;
+use crate::quant::GgmlType;
+use crate::weights::layout::Layout;
+use std::sync::OnceLock;
+
+type R = Result<(), GpuError>;
+
+/// Every kernel of the `dequant` family.
+pub const DEQUANT_KERNELS: &[&str] = &[
+    "dequant_f16_q4_0", "dequant_f16_q4_1", "dequant_f16_q5_0", "dequant_f16_q5_1", "dequant_f16_q8_0",
+    "dequant_f16_q4_K", "dequant_f16_q5_K", "dequant_f16_q6_K", "dequant_f16_q4_K_r64", "dequant_f16_q6_K_r64",
+    "act_f16_q8_1", "act_f16_q8_k", "act_f16_f32",
+];
+
+/// The dequantize kernel of (type, layout), or None if there is none.
+fn dequant_name(ty: GgmlType, layout: Layout) -> Option<&'static str> {
+    let i = match (ty, layout) {
+        (GgmlType::Q4_0, Layout::Stored) => 0,
+        (GgmlType::Q4_1, Layout::Stored) => 1,
+        (GgmlType::Q5_0, Layout::Stored) => 2,
+        (GgmlType::Q5_1, Layout::Stored) => 3,
+        (GgmlType::Q8_0, Layout::Stored) => 4,
+        (GgmlType::Q4_K, Layout::Stored) => 5,
+        (GgmlType::Q5_K, Layout::Stored) => 6,
+        (GgmlType::Q6_K, Layout::Stored) => 7,
+        (GgmlType::Q4_K, Layout::Row64) => 8,
+        (GgmlType::Q6_K, Layout::Row64) => 9,
+        _ => return None,
+    };
+    Some(DEQUANT_KERNELS[i])
+}
+
+/// Whether `ty` weights held in `layout` can be dequantized to an f16 slab.
+pub fn supports(ty: GgmlType, layout: Layout) -> bool {
+    dequant_name(ty, layout).is_some()
+}
+
+pub struct Policy {
+    pub on: bool,
+    /// Decode the next weight into a second slab on a second stream during the GEMM.
+    pub prefetch: bool,
+    pub min_tokens: usize,
+    pub slab_bytes: usize,
+}
+
+/// Default smallest token count through the BLAS. H200 kernel bench (BENCHMARKS.md): at
+/// 16 tokens dequantize + cuBLAS beat decode's 8-column matvec (which serves fewer than
+/// `LODE_GEMM_MIN` = 32 tokens) on all 12 qwen3-4b / llama-8b shapes by 1.4-2.6x and lode's
+/// matrix-core GEMM on 11 of 12; at 8 tokens the matvec is one launch and wins on the
+/// small shapes.
+pub const DEFAULT_MIN_TOKENS: usize = 16;
+/// Default slab bound: 128 MiB holds every weight of the 8B preset whole (its 14336 x
+/// 4096 gate / up / down are 112 MiB of f16). H200, pp2048: llama-8b 19,067 t/s at 128 MiB
+/// vs 18,182 at 64 (two GEMMs of half the rows each); qwen3-4b unchanged (its largest
+/// weight takes 48 MiB, grown to 64); 8 / 16 / 32 MiB cost 5-35 % (BENCHMARKS.md).
+pub const DEFAULT_SLAB: usize = 128 << 20;
+/// The BLAS workspace lode hands the library (cuBLAS's recommendation for Hopper).
+pub const WORKSPACE_BYTES: usize = 32 << 20;
+
+pub fn policy() -> &'static Policy {
+    static P: OnceLock<Policy> = OnceLock::new();
+    P.get_or_init(|| {
+        let on = std::env::var("LODE_BLAS").map(|v| v != "0").unwrap_or(true);
+        let min_tokens = std::env::var("LODE_BLAS_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MIN_TOKENS).max(2);
+        let slab_bytes = match std::env::var("LODE_BLAS_SLAB") {
+            Ok(v) => v.parse::<crate::weights::ByteSize>().map(|b| b.0 as usize).unwrap_or_else(|e| {
+                eprintln!("lode: LODE_BLAS_SLAB={v:?}: {e}; using 128MiB");
+                DEFAULT_SLAB
+            }),
+            Err(_) => DEFAULT_SLAB,
+        };
+        // Off by default: measured +1 % (qwen3-4b), 0 (llama-8b), -2 % (qwen3-0.6b) at
+        // pp2048 on the H200 for a second slab's memory (BENCHMARKS.md).
+        let prefetch = std::env::var("LODE_BLAS_PREFETCH").map(|v| v == "1").unwrap_or(false);
+        Policy { on, prefetch, min_tokens, slab_bytes: slab_bytes.max(1 << 20) }
+    })
+}
+
+/// Whether a matmul of `n_tok` tokens over `ty`/`layout` weights should go to the BLAS
+/// (before asking whether a library could be opened).
+pub fn wanted(ty: GgmlType, layout: Layout, n_tok: usize) -> bool {
+    let p = policy();
+    p.on && n_tok >= p.min_tokens && supports(ty, layout)
+}
+
+/// Rows per slab chunk for rows of `k` elements: as many as `slab_bytes` of f16 hold, a
+/// multiple of 64 when that is at least 64 (whole row64 groups, aligned BLAS tiles).
+pub fn chunk_rows(k: usize, slab_bytes: usize) -> usize {
+    let r = (slab_bytes / (2 * k.max(1))).max(1);
+    if r >= 64 {
+        r / 64 * 64
+    } else {
+        r
+    }
+}
+
+/// The slab bytes a weight of `m` rows × `k` needs (≤ the policy's bound).
+pub fn slab_bytes_for(m: usize, k: usize, slab_bytes: usize) -> usize {
+    2 * k * m.min(chunk_rows(k, slab_bytes))
+}
+
+/// A [`Launch`] target on a second stream of the device (the slab prefetch).
+pub struct OnStream<'a>(pub &'a super::GpuDevice, pub super::driver::RawHandle);
+
+impl Launch for OnStream<'_> {
+    fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), super::DriverError> {
+        self.0.launch_on(self.1, name, grid, block, args)
+    }
+}
+
+fn i(v: usize) -> KArg {
+    KArg::I32(v as i32)
+}
+
+/// Y[r][k] = f16(dequantize(W)[row0 + r][k]) for r < rows. w: [m, k] of `ty` in `layout`
+/// (rows row0..row0 + rows exist); y: [rows, k] f16.
+#[allow(clippy::too_many_arguments)]
+pub fn dequant_f16(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, row0: usize, rows: usize, k: usize, y: DevPtr) -> R {
+    let name = dequant_name(ty, layout).ok_or_else(|| GpuError::Unsupported(format!("dequantize {ty} weights in the {} layout to f16", layout.name(ty))))?;
+    let qk = ty.block_elems();
+    if k == 0 || k % qk != 0 || k % 32 != 0 {
+        return Err(GpuError::Unsupported(format!("dequant_f16: k = {k} is not whole {ty} blocks of {qk}")));
+    }
+    let threads = rows * (k / 16);
+    if threads >= 1 << 31 || row0 + rows >= 1 << 31 {
+        return Err(GpuError::Unsupported(format!("dequant_f16: {rows} rows of {k} exceed one launch")));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    d.launch(name, [threads.div_ceil(256) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(w), KArg::Ptr(y), i(row0), i(rows), i(k)])?;
+    Ok(())
+}
+
+/// How the f16 activations are made from the f32 ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActF16 {
+    /// The quantized form's values (as the matrix-core GEMM reads them), then f16.
+    Quant(ActFmt),
+    /// The f32 values rounded to f16 (`LODE_PREFILL_ACT=f16`, or unquantized weights).
+    Plain,
+}
+
+/// y = the f16 GEMM operand of x. x: [n, k] f32; y: [n, k] f16.
+pub fn act_f16(d: &dyn Launch, form: ActF16, x: DevPtr, y: DevPtr, k: usize, n: usize) -> R {
+    if k == 0 || n == 0 {
+        return Ok(());
+    }
+    match form {
+        ActF16::Quant(ActFmt::Q8_1) => {
+            if k % 32 != 0 {
+                return Err(GpuError::Unsupported(format!("act_f16_q8_1: k = {k} is not a multiple of 32")));
+            }
+            d.launch("act_f16_q8_1", [k.div_ceil(256) as u32, n as u32, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(y), i(k)])?;
+        }
+        ActF16::Quant(ActFmt::K) => {
+            if k % 256 != 0 {
+                return Err(GpuError::Unsupported(format!("act_f16_q8_k: k = {k} is not a multiple of 256")));
+            }
+            d.launch("act_f16_q8_k", [k.div_ceil(2048) as u32, n as u32, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(y), i(k)])?;
+        }
+        ActF16::Plain => {
+            let total = n * k;
+            if total >= 1 << 31 {
+                return Err(GpuError::Unsupported(format!("act_f16_f32: {total} values exceed one launch")));
+            }
+            d.launch("act_f16_f32", [total.div_ceil(256) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(y), i(total)])?;
+        }
+    }
+    Ok(())
+}
+
+/// y[t][r] = Σ_k W[r][k]·x[t][k] through the slab and the BLAS: for each chunk of rows,
+/// dequantize into `slab`, then one GEMM writing that chunk's columns of y.
+/// w: [m, k] of `ty` in `layout`; xh: [n, k] f16; y: [n, m] f32; slab: `slab_bytes_for`
+/// bytes. The launches go through `d` (the step recorder, which the caller has taken out
+/// of replay for this step) and the GEMM straight onto the same stream, in order.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(d: &dyn Launch, blas: &Blas, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, xh: DevPtr, y: DevPtr, n: usize, slab: DevPtr, slab_bytes: usize) -> R {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let rows = chunk_rows(k, slab_bytes).min(m);
+    let mut r0 = 0;
+    while r0 < m {
+        let r = rows.min(m - r0);
+        dequant_f16(d, w, ty, layout, r0, r, k, slab)?;
+        blas.gemm_f16_f32(r, n, k, slab, k, xh, k, y + 4 * r0 as u64, m)?;
+        r0 += r;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_gemm_type_has_a_dequant_kernel() {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+            assert_eq!(supports(ty, Layout::Stored), super::super::prefill::gemm_supports(ty, Layout::Stored), "{ty}");
+            let n = dequant_name(ty, Layout::Stored).unwrap();
+            assert!(n.to_lowercase().ends_with(&ty.name().to_lowercase()), "{ty}: {n}");
+        }
+        assert!(supports(GgmlType::Q4_K, Layout::Row64) && supports(GgmlType::Q6_K, Layout::Row64));
+        assert!(!supports(GgmlType::Q8_0, Layout::Row64) && !supports(GgmlType::F16, Layout::Stored));
+    }
+
+    #[test]
+    fn chunks_stay_within_the_slab() {
+        for (k, slab) in [(2560, 64 << 20), (4096, 64 << 20), (14336, 1 << 20), (1 << 22, 1 << 20)] {
+            let r = chunk_rows(k, slab);
+            assert!(r >= 1);
+            assert!(r == 1 || 2 * k * r <= slab, "k {k} slab {slab}: {r} rows");
+            if r >= 64 {
+                assert_eq!(r % 64, 0);
+            }
+        }
+        // The 8B gate (14336 x 4096) fits one default slab, as does the 4B one (9728 x 2560).
+        assert!(slab_bytes_for(9728, 2560, DEFAULT_SLAB) == 2 * 2560 * 9728);
+        assert!(slab_bytes_for(14336, 4096, DEFAULT_SLAB) == 2 * 4096 * 14336);
+    }
+}
