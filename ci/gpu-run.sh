@@ -74,6 +74,9 @@ if stage kld && [ -n "$TXT" ]; then
     "$T" 300 "$LODE" perplexity -m "$G" -f "$TXT" --ctx 512 --chunks "${CHUNKS:-8}" --device cpu --save-logits "/tmp/$b-cpu.logits" 2>&1 | grep -E "^(Final|PPL)" || rc=1
     "$T" 120 "$LODE" perplexity -m "$G" -f "$TXT" --ctx 512 --chunks "${CHUNKS:-8}" --device "$DEV" \
       --kl-divergence-base "/tmp/$b-cpu.logits" 2>&1 | grep -E "Final|Mean|Maximum KLD|99.0%|Median|Same top" || rc=1
+    echo "-- --numerics exact (every op the CPU backend's arithmetic: KLD 0 expected)"
+    "$T" 120 "$LODE" perplexity -m "$G" -f "$TXT" --ctx 512 --chunks "${CHUNKS:-8}" --device "$DEV" --numerics exact \
+      --kl-divergence-base "/tmp/$b-cpu.logits" 2>&1 | grep -E "Mean +KLD|Maximum KLD|Same top" || rc=1
   done
 fi
 if stage profile && command -v nsys >/dev/null; then

@@ -85,7 +85,9 @@ pub fn compare(dev: &GpuDevice, path: &Path, gen: usize, n_text: usize, threads:
     let mut kl_sum = 0f64;
     let mut same = 0usize;
     let mut n = 0usize;
+    let mut bit_equal = 0usize;
     gpu.eval_all(&ids, &mut |i, l| {
+        bit_equal += lc[i].iter().zip(l).all(|(a, b)| a.to_bits() == b.to_bits()) as usize;
         let (p, q) = (log_softmax(&lc[i]), log_softmax(l));
         kl_sum += p.iter().zip(&q).map(|(a, b)| a.exp() * (a - b)).sum::<f64>();
         same += (argmax_logits(&lc[i]) == argmax_logits(l)) as usize;
@@ -93,7 +95,7 @@ pub fn compare(dev: &GpuDevice, path: &Path, gen: usize, n_text: usize, threads:
     })?;
     let kld = kl_sum / n.max(1) as f64;
     let top1 = 100.0 * same as f64 / n.max(1) as f64;
-    println!("  teacher-forced {n} positions: mean KLD(cpu||gpu) = {kld:.3e}, same top-1 = {top1:.2} %");
+    println!("  teacher-forced {n} positions: mean KLD(cpu||gpu) = {kld:.3e}, same top-1 = {top1:.2} %, logits bit-identical at {bit_equal} of {n}");
 
     // Greedy continuation from the first 24 tokens.
     cpu.clear();

@@ -18,6 +18,7 @@ use super::device::{DeviceBuffer, GpuDevice};
 use super::driver::DevPtr;
 use super::replay::{Entry, Rec, Replay, ReplayStats};
 use super::{ops, prefill, GpuError};
+use super::exact::Numerics;
 use std::cell::RefCell;
 use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, QkvPrep, Result, Rope, RopeMode};
 use crate::quant;
@@ -28,6 +29,7 @@ use std::collections::HashMap;
 
 mod act;
 mod blas;
+mod exact;
 mod fused;
 mod readback;
 mod rows;
@@ -91,6 +93,9 @@ pub struct GpuBackend {
     readback: readback::Readback,
     /// Prefill matmuls through the vendor BLAS (`blas.rs`; `LODE_BLAS=0` turns it off).
     blas: blas::BlasPrefill,
+    /// `--numerics` (`LODE_NUMERICS`): exact routes every op to `backend/exact.rs`.
+    numerics: Numerics,
+    exact: exact::ExactState,
 }
 
 impl GpuBackend {
@@ -116,7 +121,7 @@ impl GpuBackend {
 
     fn with_residency(dev: GpuDevice, residency: Residency, opts: &WeightOptions) -> GpuBackend {
         let cache = WeightCache::new(GpuMaterializer::new(dev.clone()), residency, opts);
-        GpuBackend {
+        let mut be = GpuBackend {
             dev,
             bufs: HashMap::new(),
             tick: 0,
@@ -137,7 +142,14 @@ impl GpuBackend {
             fuse: std::env::var("LODE_FUSE").map(|v| v != "0").unwrap_or(true),
             readback: readback::Readback::from_env(),
             blas: blas::BlasPrefill::default(),
+            numerics: Numerics::from_env(),
+            exact: Default::default(),
+        };
+        // Exact mode stages host tables (RoPE) mid-step: no speculative graph launches.
+        if be.numerics == Numerics::Exact {
+            be.set_graphs(false);
         }
+        be
     }
 
     pub fn device(&self) -> &GpuDevice {
@@ -152,6 +164,14 @@ impl GpuBackend {
     /// The weight cache (test hooks: injected failures, allocation limit).
     pub fn weight_cache_mut(&mut self) -> &mut WeightCache<GpuMaterializer> {
         &mut self.cache
+    }
+
+    /// `--numerics` (as `LODE_NUMERICS` sets it at start).
+    pub fn set_numerics(&mut self, n: Numerics) {
+        self.numerics = n;
+        if n == Numerics::Exact {
+            self.set_graphs(false);
+        }
     }
 
     /// Graph replay on or off (as `LODE_GRAPHS` sets it at start).
@@ -326,6 +346,9 @@ impl Backend for GpuBackend {
     }
 
     fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_get_rows(w, ids, out);
+        }
         let k = w.row_len();
         let (o, n) = self.buf(out)?;
         Self::check_len("get_rows", out, n, ids.len() * k)?;
@@ -343,6 +366,9 @@ impl Backend for GpuBackend {
     }
 
     fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_matmul(w, x, n_tok, y);
+        }
         let (k, rows) = (w.row_len(), w.n_rows());
         let (xp, xn) = self.buf(x)?;
         let (yp, yn) = self.buf(y)?;
@@ -373,6 +399,9 @@ impl Backend for GpuBackend {
     }
 
     fn matmul_glu(&mut self, gate: &WeightRef, up: &WeightRef, x: Buf, n_tok: usize, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_matmul_glu(gate, up, x, n_tok, out, tmp, act);
+        }
         let (ty, lay) = (gate.ty(), layout::canonical(gate.ty(), Consumer::Matrix, DeviceClass::Gpu));
         let same = up.ty() == ty && up.n_rows() == gate.n_rows() && up.row_len() == gate.row_len();
         let blas = self.gemm_prefill && self.blas_wanted(gate, n_tok) && self.blas_wanted(up, n_tok);
@@ -398,6 +427,9 @@ impl Backend for GpuBackend {
     }
 
     fn rms_norm(&mut self, x: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_rms_norm(x, out, n_rows, row_len, w, eps);
+        }
         let (xp, xn) = self.buf(x)?;
         let (op, on) = self.buf(out)?;
         Self::check_len("rms_norm", x, xn, n_rows * row_len)?;
@@ -424,6 +456,9 @@ impl Backend for GpuBackend {
     }
 
     fn rope(&mut self, x: Buf, n_head: usize, head_dim: usize, pos: &[u32], rope: &Rope) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_rope(x, n_head, head_dim, pos, rope);
+        }
         let (xp, xn) = self.buf(x)?;
         Self::check_len("rope", x, xn, pos.len() * n_head * head_dim)?;
         let ff = self.rope_factors(rope)?;
@@ -435,6 +470,9 @@ impl Backend for GpuBackend {
     }
 
     fn add(&mut self, a: Buf, b: Buf, out: Buf, n: usize) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_add(a, b, out, n);
+        }
         let (ap, an) = self.buf(a)?;
         let (bp, bn) = self.buf(b)?;
         let (op, on) = self.buf(out)?;
@@ -447,6 +485,9 @@ impl Backend for GpuBackend {
     }
 
     fn add_bias(&mut self, x: Buf, n_tok: usize, bias: &WeightRef) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_add_bias(x, n_tok, bias);
+        }
         let n = bias.row_len() * bias.n_rows();
         let (xp, xn) = self.buf(x)?;
         Self::check_len("add_bias", x, xn, n_tok * n)?;
@@ -457,6 +498,9 @@ impl Backend for GpuBackend {
     }
 
     fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_scale(x, n, s);
+        }
         let (xp, xn) = self.buf(x)?;
         Self::check_len("scale", x, xn, n)?;
         let r = ops::scale(&self.rec(), xp, xp, n, s).map_err(err("scale"));
@@ -465,6 +509,9 @@ impl Backend for GpuBackend {
     }
 
     fn glu(&mut self, gate: Buf, up: Buf, out: Buf, n: usize, act: Glu) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_glu(gate, up, out, n, act);
+        }
         let (gp, gn) = self.buf(gate)?;
         let (up_, un) = self.buf(up)?;
         let (op, on) = self.buf(out)?;
@@ -514,6 +561,9 @@ impl Backend for GpuBackend {
     }
 
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_attention(q, kv, layer, pos, p, out);
+        }
         let (qp, qn) = self.buf(q)?;
         let (op, on) = self.buf(out)?;
         Self::check_len("attention", q, qn, pos.len() * p.n_head * p.head_dim_k)?;
@@ -545,19 +595,32 @@ impl Backend for GpuBackend {
     }
 
     fn matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return outs.iter().try_for_each(|(w, y)| self.exact_matmul(w, x, n_tok, *y));
+        }
         self.fused_matmul_multi(x, n_tok, outs)
     }
 
     fn add_rms_norm(&mut self, x: Buf, b: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            self.exact_add(x, b, x, n_rows * row_len)?;
+            return self.exact_rms_norm(x, out, n_rows, row_len, w, eps);
+        }
         self.fused_add_rms_norm(x, b, out, n_rows, row_len, w, eps)
     }
 
     fn rope_kv_write(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return crate::backend::rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p);
+        }
         self.fused_rope_kv_write(q, k, v, kv, layer, pos, p)
     }
 
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            return self.exact_attention_rows(q, k, v, kvs, layer, pos, p, out);
+        }
         self.per_row_attention(q, k, v, kvs, layer, pos, p, out)
     }
 }

@@ -88,6 +88,8 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("gemm", include_str!("../../../../kernels-hip/gemm.hip"), super::prefill::GEMM_KERNELS),
     ("flash_attn", include_str!("../../../../kernels-hip/flash_attn.hip"), super::prefill::FLASH_KERNELS),
     ("dequant", include_str!("../../../../kernels-hip/dequant.hip"), super::prefill_blas::DEQUANT_KERNELS),
+    ("exact_matmul", include_str!("../../../../kernels-hip/exact_matmul.hip"), &["exact_quantize", "exact_matmul", "exact_matmul_lanes", "exact_get_rows"]),
+    ("exact_ops", include_str!("../../../../kernels-hip/exact_ops.hip"), &["exact_rmsnorm", "exact_binary", "exact_glu", "exact_rope", "exact_attention"]),
 ];
 
 /// The families whose every kernel starts with `pdl_entry()` (kernels-hip/common.h) and

@@ -15,6 +15,7 @@ pub mod arena;
 pub mod backend;
 pub mod device;
 pub mod driver;
+pub mod exact;
 pub mod kernels;
 pub mod materialize;
 pub mod ops;

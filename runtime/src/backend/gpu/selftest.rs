@@ -10,6 +10,7 @@ use crate::quant::{self, GgmlType};
 use ops::ActFmt;
 
 mod act;
+pub mod exact;
 mod fused;
 mod reference;
 mod report;
