@@ -24,6 +24,7 @@ pub mod prefill_blas;
 pub mod replay;
 pub mod selftest;
 pub mod selftest_blas;
+pub mod selftest_flash;
 pub mod selftest_prefill;
 pub mod selftest_replay;
 
