@@ -135,9 +135,10 @@ const DEFAULT_FUSE_GLU: bool = true;
 /// every preset shape except the 1024-row K/V projections at 512 tokens (+9 %).
 const FEW_BLOCKS: usize = 0;
 
-/// The flash kernel used unless `LODE_FLASH` says otherwise. V1 until V2 is measured on
-/// the H200 (BENCHMARKS.md): V2 has passed no device run yet.
-pub const DEFAULT_FLASH: FlashKernel = FlashKernel::V1;
+/// The flash kernel used unless `LODE_FLASH` says otherwise (`LODE_FLASH=1`: the first
+/// kernel). V2 on the H200 (BENCHMARKS.md, session 4 close): selftest passed, pp2048
+/// qwen3-4b 24,676 → 28,918, llama-8b 18,629 → 20,794; head_dim > 128 keeps V1.
+pub const DEFAULT_FLASH: FlashKernel = FlashKernel::V2;
 
 /// Whether gate/up of `n_tok` tokens should go through the paired kernel.
 pub fn use_glu(ty: GgmlType, layout: Layout, n_tok: usize) -> bool {
