@@ -202,37 +202,37 @@ FLASH_KERNEL(256, 32)
 
 // ---------------------------------------------------------------------------------------
 // flash_attn2: the same arguments and semantics, FlashAttention-2 style (LODE_FLASH=2).
-// 64 queries (4 warps x 16 rows) of one head per block, 64 keys per step. Each warp keeps
+// 64 queries (4 warps x 16 rows) of one head per block, KT keys per step. Each warp keeps
 // its Q fragments, the S tile and the online softmax state in registers (row max / sum by
 // shuffles over the lanes that share a row, mma.h's row slots, so the one source fits both
 // fragment layouts); P becomes the A operand of PV in registers on NVIDIA (frag_a_from_c)
 // and through a per-warp shared tile on gfx11 (its accumulator and A layouts differ). K and V have a shared tile each and are software-pipelined through
 // registers: V of this step is fetched from global memory while S and the softmax run,
-// K of the next step while PV runs, so there are two block barriers per 64 keys.
-// Head sizes up to 128 (HD 64, 128); 256 stays on the kernel above (its tiles would not
-// fit 48 KiB of static shared memory).
-#define FA2_KT 64 // keys per step
+// K of the next step while PV runs, so there are two block barriers per KT keys.
+// HD 64 and 128 step 64 keys; HD 256 steps 32 (K and V tiles of 32 x 264 f16, 16.5 KiB
+// each, so both fit 48 KiB of static shared memory; the 64 x 264 Q tile is staged through
+// the two of them, which are one array for that reason).
 #define FA2_BQ 64 // queries per block
 #define FA2_NT 128 // threads per block (4 warps)
 
-// One thread's share of a [FA2_KT][HD] f16 tile: NC 16-byte chunks.
-template <int HD>
+// One thread's share of a [KT][HD] f16 tile: NC 16-byte chunks.
+template <int HD, int KT>
 struct Fa2Regs {
-    static constexpr int CH = HD / 8, NC = FA2_KT * CH / FA2_NT;
+    static constexpr int CH = HD / 8, NC = KT * CH / FA2_NT;
     fa_u4 v[NC];
 };
 
-// Rows [key0, key0 + 64) of a cache into registers (zeros past `last` or past head_dim:
+// Rows [key0, key0 + KT) of a cache into registers (zeros past `last` or past head_dim:
 // slots past the last position may hold anything, NaN included, and are never read).
-template <int HD>
-DEV void fa2_fetch(Fa2Regs<HD>& r, const u16* cache, int key0, int last, u64 stride, int off, int hd) {
+template <int HD, int KT>
+DEV void fa2_fetch(Fa2Regs<HD, KT>& r, const u16* cache, int key0, int last, u64 stride, int off, int hd) {
     // Thread t reads chunk t % CH of rows t / CH + c * RS (c = 0..NC-1): one pointer, one step.
-    constexpr int CH = Fa2Regs<HD>::CH, RS = FA2_NT / CH;
+    constexpr int CH = Fa2Regs<HD, KT>::CH, RS = FA2_NT / CH;
     const int row0 = tid_x() / CH, d = (tid_x() % CH) * 8;
     const u16* p = cache + (u64)(key0 + row0) * stride + off + d;
     const u64 step = (u64)RS * stride;
 #pragma unroll
-    for (int c = 0; c < Fa2Regs<HD>::NC; ++c) {
+    for (int c = 0; c < Fa2Regs<HD, KT>::NC; ++c) {
         fa_u4 v;
         v.x = v.y = v.z = v.w = 0;
         if (key0 + row0 + c * RS <= last && d < hd) v = *(const fa_u4*)p;
@@ -241,23 +241,26 @@ DEV void fa2_fetch(Fa2Regs<HD>& r, const u16* cache, int key0, int last, u64 str
     }
 }
 
-template <int HD>
-DEV void fa2_store(const Fa2Regs<HD>& r, u16* s) {
-    constexpr int CH = Fa2Regs<HD>::CH, RS = FA2_NT / CH, LD = HD + 8;
+template <int HD, int KT>
+DEV void fa2_store(const Fa2Regs<HD, KT>& r, u16* s) {
+    constexpr int CH = Fa2Regs<HD, KT>::CH, RS = FA2_NT / CH, LD = HD + 8;
     u16* p = s + (tid_x() / CH) * LD + (tid_x() % CH) * 8;
 #pragma unroll
-    for (int c = 0; c < Fa2Regs<HD>::NC; ++c) *(fa_u4*)(p + c * RS * LD) = r.v[c];
+    for (int c = 0; c < Fa2Regs<HD, KT>::NC; ++c) *(fa_u4*)(p + c * RS * LD) = r.v[c];
 }
 
-template <int HD>
+template <int HD, int KT>
 DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, int n_tok, int n_head, int n_kv_head, int hd,
                      const int* pos, int window, float scale) {
     // LDP: P's row stride where it is staged in shared memory (!MMA_C_IS_A: 16 x 64 per warp).
-    constexpr int LD = HD + 8, ND = HD / 16, NS = FA2_KT / 16, LDP = FA2_KT + 8;
-    __shared__ __attribute__((aligned(16))) u16 sK[FA2_KT * LD]; // [64 keys][HD] (first: the Q tile)
-    __shared__ __attribute__((aligned(16))) u16 sV[FA2_KT * LD]; // [64 keys][HD]
+    constexpr int LD = HD + 8, ND = HD / 16, NS = KT / 16, LDP = KT + 8;
+    static_assert(2 * KT >= FA2_BQ && KT % 16 == 0, "the Q tile is staged in sK and sV");
+    // sK = [KT keys][HD], sV = [KT keys][HD]; first, the [64 queries][HD] Q tile spans both.
+    __shared__ __attribute__((aligned(16))) u16 sKV[2 * KT * LD];
+    u16* const sK = sKV;
+    u16* const sV = sKV + KT * LD;
 #if !MMA_C_IS_A
-    __shared__ __attribute__((aligned(16))) u16 sP[4 * 16 * LDP]; // per warp: P, [16][64]
+    __shared__ __attribute__((aligned(16))) u16 sP[4 * 16 * LDP]; // per warp: P, [16][KT]
 #endif
     __shared__ int sPos[FA2_BQ], sLo[FA2_BQ], sRange[2];
     const int t = tid_x(), lane = t & 31, warp = t >> 5;
@@ -273,14 +276,14 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
     u16* scratch = nullptr;
 #endif
 
-    // Queries scaled by scale * log2(e) (the softmax then runs on exp2), f16, staged in sK.
+    // Queries scaled by scale * log2(e) (the softmax then runs on exp2), f16, staged in sKV.
     const float qs = scale * 1.4426950408889634f;
     for (int e = t; e < FA2_BQ * (HD / 4); e += FA2_NT) {
         const int r = e / (HD / 4), d = (e % (HD / 4)) * 4, tok = q0 + r;
         fa_f4 v;
         v.x = v.y = v.z = v.w = 0.0f;
         if (tok < n_tok && d < hd) v = *(const fa_f4*)(q + ((u64)tok * n_head + head) * hd + d);
-        u16* p = sK + r * LD + d;
+        u16* p = sKV + r * LD + d;
         p[0] = f2h(v.x * qs), p[1] = f2h(v.y * qs), p[2] = f2h(v.z * qs), p[3] = f2h(v.w * qs);
     }
     for (int r = t; r < FA2_BQ; r += FA2_NT) {
@@ -302,7 +305,7 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
     }
     FragA qf[ND];
 #pragma unroll
-    for (int kk = 0; kk < ND; ++kk) frag_a(qf[kk], sK + (warp * 16) * LD + kk * 16, LD);
+    for (int kk = 0; kk < ND; ++kk) frag_a(qf[kk], sKV + (warp * 16) * LD + kk * 16, LD);
     // This lane's rows (one per row slot): position and first visible key; the warp's
     // key range, to skip steps none of its rows sees.
     int rP[FRAG_ROWS], rLo[FRAG_ROWS];
@@ -324,7 +327,7 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
             wLo = lo < wLo ? lo : wLo;
         }
     }
-    sync(); // sRange written; every warp has its Q fragments out of sK
+    sync(); // sRange written; every warp has its Q fragments out of sKV
     const int kmin = sRange[0], kmax = sRange[1];
 
     FragC o[ND];
@@ -334,19 +337,19 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
 #pragma unroll
     for (int s = 0; s < FRAG_ROWS; ++s) m_run[s] = FA_NEG_INF, l_part[s] = 0.0f;
 
-    Fa2Regs<HD> kr, vr;
-    const int kfirst = kmax >= 0 ? (kmin / FA2_KT) * FA2_KT : 0;
+    Fa2Regs<HD, KT> kr, vr;
+    const int kfirst = kmax >= 0 ? (kmin / KT) * KT : 0;
     if (kmax >= 0) {
-        fa2_fetch<HD>(kr, kc, kfirst, kmax, stride, off, hd);
-        fa2_store<HD>(kr, sK);
+        fa2_fetch<HD, KT>(kr, kc, kfirst, kmax, stride, off, hd);
+        fa2_store<HD, KT>(kr, sK);
     }
-    for (int k0 = kfirst; k0 <= kmax; k0 += FA2_KT) {
-        fa2_fetch<HD>(vr, vc, k0, kmax, stride, off, hd);
+    for (int k0 = kfirst; k0 <= kmax; k0 += KT) {
+        fa2_fetch<HD, KT>(vr, vc, k0, kmax, stride, off, hd);
         sync(); // sK holds K[k0..]; the last step's PV is done with sV
-        const bool active = k0 <= wHi && k0 + FA2_KT - 1 >= wLo;
+        const bool active = k0 <= wHi && k0 + KT - 1 >= wLo;
         FragA pa[NS];
         if (active) {
-            // S = Q K^T (log2 units): 16 rows x 64 keys in NS fragments.
+            // S = Q K^T (log2 units): 16 rows x KT keys in NS fragments.
             FragC s[NS];
 #pragma unroll
             for (int j = 0; j < NS; ++j) frag_zero(s[j]);
@@ -359,7 +362,7 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
                     mma(s[j], qf[kk], b);
                 }
             // Mask (causal, window, rows past n_tok) and the row max of this step.
-            if (k0 + FA2_KT - 1 > wPmin || k0 < wLoMax) {
+            if (k0 + KT - 1 > wPmin || k0 < wLoMax) {
 #pragma unroll
                 for (int j = 0; j < NS; ++j)
 #pragma unroll
@@ -408,9 +411,9 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
 #pragma unroll
                 for (int i = 0; i < 8; ++i) o[j].v[i] *= corr[frag_slot(i)];
         }
-        fa2_store<HD>(vr, sV);
-        const bool more = k0 + FA2_KT <= kmax;
-        if (more) fa2_fetch<HD>(kr, kc, k0 + FA2_KT, kmax, stride, off, hd);
+        fa2_store<HD, KT>(vr, sV);
+        const bool more = k0 + KT <= kmax;
+        if (more) fa2_fetch<HD, KT>(kr, kc, k0 + KT, kmax, stride, off, hd);
         sync(); // sV holds V[k0..]; every warp is done with sK
         if (active) {
             // O += P V.
@@ -425,7 +428,7 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
                 }
             }
         }
-        if (more) fa2_store<HD>(kr, sK);
+        if (more) fa2_store<HD, KT>(kr, sK);
     }
     float linv[FRAG_ROWS];
 #pragma unroll
@@ -446,12 +449,13 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
         }
 }
 
-#define FLASH2_KERNEL(HD)                                                                                              \
+#define FLASH2_KERNEL(HD, KT)                                                                                          \
     KERNEL LAUNCH_BOUNDS(FA2_NT) void flash_attn2_f16_d##HD(const float* q, const u16* kc, const u16* vc, float* out, \
                                                            int n_tok, int n_head, int n_kv_head, int hd,              \
                                                            const int* pos, int window, float scale) {                 \
-        flash2_body<HD>(q, kc, vc, out, n_tok, n_head, n_kv_head, hd, pos, window, scale);                           \
+        flash2_body<HD, KT>(q, kc, vc, out, n_tok, n_head, n_kv_head, hd, pos, window, scale);                       \
     }
 
-FLASH2_KERNEL(64)
-FLASH2_KERNEL(128)
+FLASH2_KERNEL(64, 64)
+FLASH2_KERNEL(128, 64)
+FLASH2_KERNEL(256, 32)
