@@ -215,38 +215,47 @@ FLASH_KERNEL(256, 32)
 #define FA2_BQ 64 // queries per block
 #define FA2_NT 128 // threads per block (4 warps)
 
-// One thread's share of a [KT][HD] f16 tile: NC 16-byte chunks.
+// One thread's share of a [KT][HD] f16 tile: NC 16-byte chunks, the first NR of which go
+// through registers ahead of their use. At HD 256 only half do (NR = NC / 2, 16 registers):
+// with Q (64 registers), O (128) and S (16) live, a whole tile (32) spilled on sm_90; the
+// other half is copied global -> shared when the tile is stored.
 template <int HD, int KT>
 struct Fa2Regs {
-    static constexpr int CH = HD / 8, NC = KT * CH / FA2_NT;
-    fa_u4 v[NC];
+    static constexpr int CH = HD / 8, NC = KT * CH / FA2_NT, NR = HD > 128 ? NC / 2 : NC;
+    fa_u4 v[NR];
 };
 
-// Rows [key0, key0 + KT) of a cache into registers (zeros past `last` or past head_dim:
-// slots past the last position may hold anything, NaN included, and are never read).
+// Chunk c of this thread's share of rows [key0, key0 + KT) (zeros past `last` or past
+// head_dim: slots past the last position may hold anything, NaN included, and are never
+// read). Thread t reads chunk t % CH of rows t / CH + c * RS.
 template <int HD, int KT>
-DEV void fa2_fetch(Fa2Regs<HD, KT>& r, const u16* cache, int key0, int last, u64 stride, int off, int hd) {
-    // Thread t reads chunk t % CH of rows t / CH + c * RS (c = 0..NC-1): one pointer, one step.
+DEV fa_u4 fa2_chunk(const u16* cache, int key0, int last, u64 stride, int off, int hd, int c) {
     constexpr int CH = Fa2Regs<HD, KT>::CH, RS = FA2_NT / CH;
-    const int row0 = tid_x() / CH, d = (tid_x() % CH) * 8;
-    const u16* p = cache + (u64)(key0 + row0) * stride + off + d;
-    const u64 step = (u64)RS * stride;
-#pragma unroll
-    for (int c = 0; c < Fa2Regs<HD, KT>::NC; ++c) {
-        fa_u4 v;
-        v.x = v.y = v.z = v.w = 0;
-        if (key0 + row0 + c * RS <= last && d < hd) v = *(const fa_u4*)p;
-        r.v[c] = v;
-        p += step;
-    }
+    const int row = tid_x() / CH + c * RS, d = (tid_x() % CH) * 8;
+    fa_u4 v;
+    v.x = v.y = v.z = v.w = 0;
+    if (key0 + row <= last && d < hd) v = *(const fa_u4*)(cache + (u64)(key0 + row) * stride + off + d);
+    return v;
 }
 
+// The register part of rows [key0, key0 + KT) of a cache.
 template <int HD, int KT>
-DEV void fa2_store(const Fa2Regs<HD, KT>& r, u16* s) {
+DEV void fa2_fetch(Fa2Regs<HD, KT>& r, const u16* cache, int key0, int last, u64 stride, int off, int hd) {
+#pragma unroll
+    for (int c = 0; c < Fa2Regs<HD, KT>::NR; ++c) r.v[c] = fa2_chunk<HD, KT>(cache, key0, last, stride, off, hd, c);
+}
+
+// The tile into s [KT][HD + 8]: the fetched registers, then the rest straight from the
+// cache (the same arguments as the fetch).
+template <int HD, int KT>
+DEV void fa2_store(const Fa2Regs<HD, KT>& r, u16* s, const u16* cache, int key0, int last, u64 stride, int off, int hd) {
     constexpr int CH = Fa2Regs<HD, KT>::CH, RS = FA2_NT / CH, LD = HD + 8;
     u16* p = s + (tid_x() / CH) * LD + (tid_x() % CH) * 8;
 #pragma unroll
-    for (int c = 0; c < Fa2Regs<HD, KT>::NC; ++c) *(fa_u4*)(p + c * RS * LD) = r.v[c];
+    for (int c = 0; c < Fa2Regs<HD, KT>::NR; ++c) *(fa_u4*)(p + c * RS * LD) = r.v[c];
+#pragma unroll
+    for (int c = Fa2Regs<HD, KT>::NR; c < Fa2Regs<HD, KT>::NC; ++c)
+        *(fa_u4*)(p + c * RS * LD) = fa2_chunk<HD, KT>(cache, key0, last, stride, off, hd, c);
 }
 
 template <int HD, int KT>
@@ -341,7 +350,7 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
     const int kfirst = kmax >= 0 ? (kmin / KT) * KT : 0;
     if (kmax >= 0) {
         fa2_fetch<HD, KT>(kr, kc, kfirst, kmax, stride, off, hd);
-        fa2_store<HD, KT>(kr, sK);
+        fa2_store<HD, KT>(kr, sK, kc, kfirst, kmax, stride, off, hd);
     }
     for (int k0 = kfirst; k0 <= kmax; k0 += KT) {
         fa2_fetch<HD, KT>(vr, vc, k0, kmax, stride, off, hd);
@@ -411,7 +420,7 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
 #pragma unroll
                 for (int i = 0; i < 8; ++i) o[j].v[i] *= corr[frag_slot(i)];
         }
-        fa2_store<HD, KT>(vr, sV);
+        fa2_store<HD, KT>(vr, sV, vc, k0, kmax, stride, off, hd);
         const bool more = k0 + KT <= kmax;
         if (more) fa2_fetch<HD, KT>(kr, kc, k0 + KT, kmax, stride, off, hd);
         sync(); // sV holds V[k0..]; every warp is done with sK
@@ -428,7 +437,7 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
                 }
             }
         }
-        if (more) fa2_store<HD, KT>(kr, sK);
+        if (more) fa2_store<HD, KT>(kr, sK, kc, k0 + KT, kmax, stride, off, hd);
     }
     float linv[FRAG_ROWS];
 #pragma unroll

@@ -237,7 +237,7 @@ mod tests {
                 let gemm = n.trim_start_matches("gemm_glu_").trim_start_matches("gemm_").trim_end_matches("_n64").trim_end_matches("_n16").trim_end_matches("_n128").trim_end_matches("_m64");
                 let flash = n.trim_start_matches("flash_attn_f16_d");
                 let flash2 = n.trim_start_matches("flash_attn2_f16_d");
-                let by_macro = full.contains(&format!("GEMM_KERNELS({gemm},")) || full.contains(&format!("FLASH_KERNEL({flash},")) || full.contains(&format!("FLASH2_KERNEL({flash2})"));
+                let by_macro = full.contains(&format!("GEMM_KERNELS({gemm},")) || full.contains(&format!("FLASH_KERNEL({flash},")) || full.contains(&format!("FLASH2_KERNEL({flash2},"));
                 assert!(full.contains(base) || by_macro, "{fam}: kernel {n} not in source");
             }
         }

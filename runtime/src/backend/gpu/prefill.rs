@@ -10,7 +10,8 @@
 //!
 //! Environment: `LODE_GEMM=0` turns the GEMM off (prefill then runs decode's 8-column
 //! matvec), `LODE_FLASH=0` the flash attention (`LODE_FLASH=2` picks the FlashAttention-2
-//! style kernel, `LODE_FLASH=1` the first one; default: [`DEFAULT_FLASH`]), `LODE_GLU_FUSE=0` the paired gate/up,
+//! style kernel, `LODE_FLASH=1` the first one; default: [`DEFAULT_FLASH`]), `LODE_FLASH256=2` lets V2
+//! serve head sizes 129..=256 too (default [`DEFAULT_FLASH256_V2`]: V1 there), `LODE_GLU_FUSE=0` the paired gate/up,
 //! `LODE_GEMM_MIN=N` sets the smallest token count sent to the GEMM (default 32),
 //! `LODE_GEMM_N128=N` the token count from which the 128-token tile is used (default never),
 //! `LODE_SPLIT_K=1` turns on split-K for under-filled shapes (default off: not yet measured).
@@ -45,7 +46,7 @@ pub const GEMM_KERNELS: &[&str] = &[
 ];
 
 /// Every kernel of the `flash_attn` family.
-pub const FLASH_KERNELS: &[&str] = &["flash_attn_f16_d64", "flash_attn_f16_d128", "flash_attn_f16_d256", "flash_attn2_f16_d64", "flash_attn2_f16_d128"];
+pub const FLASH_KERNELS: &[&str] = &["flash_attn_f16_d64", "flash_attn_f16_d128", "flash_attn_f16_d256", "flash_attn2_f16_d64", "flash_attn2_f16_d128", "flash_attn2_f16_d256"];
 
 /// Which flash attention kernel serves prefill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +54,9 @@ pub enum FlashKernel {
     /// `flash_attn_f16_d*`: 32 keys per step, S and P through shared memory.
     V1,
     /// `flash_attn2_f16_d*`: FlashAttention-2 style, S and the softmax in registers, K/V
-    /// pipelined through registers, 64 keys per step; head sizes ≤ 128 (larger ones run V1).
+    /// pipelined through registers, 64 keys per step (32 at head size 256). Prefill runs it
+    /// for head sizes ≤ 128, and for larger ones only with `LODE_FLASH256=2` (not yet
+    /// measured on a GPU; without it those run V1).
     V2,
 }
 
@@ -90,6 +93,8 @@ struct Policy {
     flash: bool,
     /// The flash kernel (`LODE_FLASH=1` / `2`).
     flash_kernel: FlashKernel,
+    /// V2 also for head sizes 129..=256 (`LODE_FLASH256=2`; default [`DEFAULT_FLASH256_V2`]).
+    flash256_v2: bool,
     min_tokens: usize,
     /// Token count from which the 128-token tile is used (0: never).
     n128_from: usize,
@@ -111,6 +116,11 @@ fn policy() -> &'static Policy {
                 Ok("2") => FlashKernel::V2,
                 Ok("1") | Ok("old") => FlashKernel::V1,
                 _ => DEFAULT_FLASH,
+            },
+            flash256_v2: match std::env::var("LODE_FLASH256").as_deref() {
+                Ok("2") => true,
+                Ok("1") => false,
+                _ => DEFAULT_FLASH256_V2,
             },
             min_tokens: num("LODE_GEMM_MIN", DEFAULT_MIN_TOKENS).max(1),
             n128_from: num("LODE_GEMM_N128", DEFAULT_N128_FROM),
@@ -139,6 +149,20 @@ const FEW_BLOCKS: usize = 0;
 /// kernel). V2 on the H200 (BENCHMARKS.md, session 4 close): selftest passed, pp2048
 /// qwen3-4b 24,676 → 28,918, llama-8b 18,629 → 20,794; head_dim > 128 keeps V1.
 pub const DEFAULT_FLASH: FlashKernel = FlashKernel::V2;
+
+/// Whether head sizes 129..=256 (Gemma 3) take V2's `flash_attn2_f16_d256` when V2 is the
+/// flash kernel. Off until measured: the kernel passed the host emulation on both fragment
+/// layouts (ci/flash-emu) but has not run on a GPU yet (`LODE_FLASH256=2` turns it on).
+pub const DEFAULT_FLASH256_V2: bool = false;
+
+/// The kernel prefill runs for `head_dim` under the policy: V2 above 128 only when opted in.
+fn prefill_kernel(which: FlashKernel, head_dim: usize, wide_v2: bool) -> FlashKernel {
+    if which == FlashKernel::V2 && head_dim > 128 && !wide_v2 {
+        FlashKernel::V1
+    } else {
+        which
+    }
+}
 
 /// Whether gate/up of `n_tok` tokens should go through the paired kernel.
 pub fn use_glu(ty: GgmlType, layout: Layout, n_tok: usize) -> bool {
@@ -266,14 +290,18 @@ pub fn flash_supports(head_dim: usize) -> bool {
 /// 0..=max pos filled); pos: [n_tok] i32 on the device; window = 0: full causal.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, n_tok: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
-    flash_attention_with(d, policy().flash_kernel, q, kc, vc, out, n_tok, n_head, n_kv_head, head_dim, pos, window, scale)
+    let p = policy();
+    flash_attention_with(d, prefill_kernel(p.flash_kernel, head_dim, p.flash256_v2), q, kc, vc, out, n_tok, n_head, n_kv_head, head_dim, pos, window, scale)
 }
 
-/// The kernel name, queries per block and threads per block `which` launches for `head_dim`.
+/// The kernel name, queries per block and threads per block `which` launches for `head_dim`
+/// (V2 at 129..=256 is `flash_attn2_f16_d256`; whether prefill takes it is the policy's
+/// `LODE_FLASH256` opt-in, applied by [`flash_attention`]).
 pub fn flash_launch(which: FlashKernel, head_dim: usize) -> (&'static str, usize, usize) {
     match (which, head_dim) {
         (FlashKernel::V2, 0..=64) => (FLASH_KERNELS[3], 64, 128),
         (FlashKernel::V2, 65..=128) => (FLASH_KERNELS[4], 64, 128),
+        (FlashKernel::V2, _) => (FLASH_KERNELS[5], 64, 128),
         // V1: 2 threads per query.
         (_, 0..=64) => (FLASH_KERNELS[0], 64, 128),
         (_, 65..=128) => (FLASH_KERNELS[1], 64, 128),
@@ -321,11 +349,22 @@ mod tests {
     fn flash_head_sizes() {
         assert!(flash_supports(64) && flash_supports(128) && flash_supports(256) && flash_supports(80));
         assert!(!flash_supports(0) && !flash_supports(260) && !flash_supports(100));
-        // V2 covers head sizes up to 128; 256 falls back to V1's kernel.
         assert_eq!(flash_launch(FlashKernel::V2, 128).0, "flash_attn2_f16_d128");
         assert_eq!(flash_launch(FlashKernel::V2, 80).0, "flash_attn2_f16_d128");
         assert_eq!(flash_launch(FlashKernel::V2, 64).0, "flash_attn2_f16_d64");
-        assert_eq!(flash_launch(FlashKernel::V2, 256).0, "flash_attn_f16_d256");
+        assert_eq!(flash_launch(FlashKernel::V2, 256), ("flash_attn2_f16_d256", 64, 128));
+        assert_eq!(flash_launch(FlashKernel::V2, 160).0, "flash_attn2_f16_d256");
+        assert_eq!(flash_launch(FlashKernel::V1, 256), ("flash_attn_f16_d256", 32, 64));
         assert_eq!(flash_launch(FlashKernel::V1, 128).0, "flash_attn_f16_d128");
+    }
+
+    #[test]
+    fn d256_v2_is_opt_in() {
+        // Prefill keeps V1 above 128 unless LODE_FLASH256=2; ≤ 128 is unaffected.
+        assert_eq!(prefill_kernel(FlashKernel::V2, 256, false), FlashKernel::V1);
+        assert_eq!(prefill_kernel(FlashKernel::V2, 256, true), FlashKernel::V2);
+        assert_eq!(prefill_kernel(FlashKernel::V2, 128, false), FlashKernel::V2);
+        assert_eq!(prefill_kernel(FlashKernel::V1, 256, true), FlashKernel::V1);
+        assert!(!DEFAULT_FLASH256_V2);
     }
 }

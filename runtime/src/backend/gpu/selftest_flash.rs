@@ -54,10 +54,11 @@ pub(super) fn ref_flash(q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: 
 }
 
 /// Fixed attention shapes beyond the token-count sweep: (n, heads, kv heads, head_dim,
-/// first position, window). Every padded head size (64, 128, 256) and odd ones (8, 80),
-/// GQA ratios 1, 4 and 8, windows shorter than a key tile and longer than the chunk, and
-/// chunks that start past 0 (the second 512-token chunk over 1,024 keys).
-pub(super) const FLASH_SHAPES: [(usize, usize, usize, usize, usize, usize); 10] = [
+/// first position, window). Every padded head size (64, 128, 256) and odd ones (8, 80, 160,
+/// 200), GQA ratios 1, 2, 4 and 8, windows shorter than a key tile and longer than the chunk
+/// (Gemma 3's 512 and 1024 among them), and chunks that start past 0 (the second 512-token
+/// chunk over 1,024 keys).
+pub(super) const FLASH_SHAPES: [(usize, usize, usize, usize, usize, usize); 15] = [
     (512, 4, 1, 128, 512, 0),
     (512, 8, 1, 128, 512, 300),
     (200, 8, 1, 64, 0, 0),
@@ -68,6 +69,11 @@ pub(super) const FLASH_SHAPES: [(usize, usize, usize, usize, usize, usize); 10] 
     (33, 4, 4, 8, 3, 0),
     (129, 8, 2, 128, 0, 1),
     (64, 2, 2, 64, 64, 0),
+    (300, 8, 1, 256, 600, 512),
+    (200, 4, 1, 256, 1000, 1024),
+    (256, 8, 4, 256, 768, 1024),
+    (70, 2, 2, 160, 0, 0),
+    (130, 4, 1, 200, 40, 33),
 ];
 
 pub(super) fn check_flash(t: &dyn PrefillTarget, name: &str, which: FlashKernel, cases: usize, rng: &mut Rng) -> Out<CheckReport> {
