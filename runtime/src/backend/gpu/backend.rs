@@ -470,16 +470,18 @@ impl Backend for GpuBackend {
     }
 
     fn add(&mut self, a: Buf, b: Buf, out: Buf, n: usize) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return self.exact_add(a, b, out, n);
-        }
         let (ap, an) = self.buf(a)?;
         let (bp, bn) = self.buf(b)?;
         let (op, on) = self.buf(out)?;
         Self::check_len("add", a, an, n)?;
         Self::check_len("add", b, bn, n)?;
         Self::check_len("add", out, on, n)?;
-        let r = ops::add(&self.rec(), ap, bp, op, n).map_err(err("add"));
+        let r = if self.numerics == Numerics::Exact {
+            super::exact::launch::add(&self.rec(), ap, bp, op, n)
+        } else {
+            ops::add(&self.rec(), ap, bp, op, n)
+        }
+        .map_err(err("add"));
         self.touch(out);
         r
     }
@@ -498,12 +500,14 @@ impl Backend for GpuBackend {
     }
 
     fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return self.exact_scale(x, n, s);
-        }
         let (xp, xn) = self.buf(x)?;
         Self::check_len("scale", x, xn, n)?;
-        let r = ops::scale(&self.rec(), xp, xp, n, s).map_err(err("scale"));
+        let r = if self.numerics == Numerics::Exact {
+            super::exact::launch::scale(&self.rec(), xp, n, s)
+        } else {
+            ops::scale(&self.rec(), xp, xp, n, s)
+        }
+        .map_err(err("scale"));
         self.touch(x);
         r
     }
@@ -603,7 +607,7 @@ impl Backend for GpuBackend {
 
     fn add_rms_norm(&mut self, x: Buf, b: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
         if self.numerics == Numerics::Exact {
-            self.exact_add(x, b, x, n_rows * row_len)?;
+            self.add(x, b, x, n_rows * row_len)?; // in exact mode: the exact add
             return self.exact_rms_norm(x, out, n_rows, row_len, w, eps);
         }
         self.fused_add_rms_norm(x, b, out, n_rows, row_len, w, eps)

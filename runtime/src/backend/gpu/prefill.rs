@@ -63,10 +63,11 @@ pub enum FlashKernel {
 /// Output rows per GEMM block.
 const TILE_M: usize = 128;
 
-/// The five kernels (128x64, 128x16, paired 128x64, 128x128, 64x64 tiles) of a (type,
-/// layout), or None if the GEMM does not read that combination.
-fn names(ty: GgmlType, layout: Layout) -> Option<[&'static str; 5]> {
-    let i = match (ty, layout) {
+/// The position of a (type, layout) in the prefill kernel tables (the GEMM's five kernels
+/// per entry here, the dequantize kernel per entry in `prefill_blas.rs`), or None if
+/// neither reads that combination.
+pub(super) fn type_layout_index(ty: GgmlType, layout: Layout) -> Option<usize> {
+    Some(match (ty, layout) {
         (GgmlType::Q4_0, Layout::Stored) => 0,
         (GgmlType::Q4_1, Layout::Stored) => 1,
         (GgmlType::Q5_0, Layout::Stored) => 2,
@@ -78,7 +79,13 @@ fn names(ty: GgmlType, layout: Layout) -> Option<[&'static str; 5]> {
         (GgmlType::Q4_K, Layout::Row64) => 8,
         (GgmlType::Q6_K, Layout::Row64) => 9,
         _ => return None,
-    };
+    })
+}
+
+/// The five kernels (128x64, 128x16, paired 128x64, 128x128, 64x64 tiles) of a (type,
+/// layout), or None if the GEMM does not read that combination.
+fn names(ty: GgmlType, layout: Layout) -> Option<[&'static str; 5]> {
+    let i = type_layout_index(ty, layout)?;
     let k = &GEMM_KERNELS[5 * i..5 * i + 5]; // (the list ends with gemm_zero_f32)
     Some([k[0], k[1], k[2], k[3], k[4]])
 }

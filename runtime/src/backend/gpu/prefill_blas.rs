@@ -40,19 +40,7 @@ pub const DEQUANT_KERNELS: &[&str] = &[
 
 /// The dequantize kernel of (type, layout), or None if there is none.
 fn dequant_name(ty: GgmlType, layout: Layout) -> Option<&'static str> {
-    let i = match (ty, layout) {
-        (GgmlType::Q4_0, Layout::Stored) => 0,
-        (GgmlType::Q4_1, Layout::Stored) => 1,
-        (GgmlType::Q5_0, Layout::Stored) => 2,
-        (GgmlType::Q5_1, Layout::Stored) => 3,
-        (GgmlType::Q8_0, Layout::Stored) => 4,
-        (GgmlType::Q4_K, Layout::Stored) => 5,
-        (GgmlType::Q5_K, Layout::Stored) => 6,
-        (GgmlType::Q6_K, Layout::Stored) => 7,
-        (GgmlType::Q4_K, Layout::Row64) => 8,
-        (GgmlType::Q6_K, Layout::Row64) => 9,
-        _ => return None,
-    };
+    let i = super::prefill::type_layout_index(ty, layout)?;
     Some(DEQUANT_KERNELS[i])
 }
 
