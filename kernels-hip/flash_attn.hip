@@ -238,11 +238,22 @@ DEV fa_u4 fa2_chunk(const u16* cache, int key0, int last, u64 stride, int off, i
     return v;
 }
 
-// The register part of rows [key0, key0 + KT) of a cache.
+// The register part (chunks 0..NR-1) of rows [key0, key0 + KT) of a cache, as fa2_chunk
+// reads them: one pointer, one step.
 template <int HD, int KT>
 DEV void fa2_fetch(Fa2Regs<HD, KT>& r, const u16* cache, int key0, int last, u64 stride, int off, int hd) {
+    constexpr int CH = Fa2Regs<HD, KT>::CH, RS = FA2_NT / CH;
+    const int row0 = tid_x() / CH, d = (tid_x() % CH) * 8;
+    const u16* p = cache + (u64)(key0 + row0) * stride + off + d;
+    const u64 step = (u64)RS * stride;
 #pragma unroll
-    for (int c = 0; c < Fa2Regs<HD, KT>::NR; ++c) r.v[c] = fa2_chunk<HD, KT>(cache, key0, last, stride, off, hd, c);
+    for (int c = 0; c < Fa2Regs<HD, KT>::NR; ++c) {
+        fa_u4 v;
+        v.x = v.y = v.z = v.w = 0;
+        if (key0 + row0 + c * RS <= last && d < hd) v = *(const fa_u4*)p;
+        r.v[c] = v;
+        p += step;
+    }
 }
 
 // The tile into s [KT][HD + 8]: the fetched registers, then the rest straight from the
@@ -263,11 +274,15 @@ DEV void flash2_body(const float* q, const u16* kc, const u16* vc, float* out, i
                      const int* pos, int window, float scale) {
     // LDP: P's row stride where it is staged in shared memory (!MMA_C_IS_A: 16 x 64 per warp).
     constexpr int LD = HD + 8, ND = HD / 16, NS = KT / 16, LDP = KT + 8;
+    // sK = [KT keys][HD], sV = [KT keys][HD]; first, sKV holds the [64 queries][HD] Q tile.
+    // With fewer than 64 keys per step (HD 256) the two tiles are one array for that
+    // (JOINT; sV0 then is a 1-element stand-in); at 64 they stay apart, as first measured.
+    constexpr bool JOINT = KT < FA2_BQ;
     static_assert(2 * KT >= FA2_BQ && KT % 16 == 0, "the Q tile is staged in sK and sV");
-    // sK = [KT keys][HD], sV = [KT keys][HD]; first, the [64 queries][HD] Q tile spans both.
-    __shared__ __attribute__((aligned(16))) u16 sKV[2 * KT * LD];
+    __shared__ __attribute__((aligned(16))) u16 sKV[(JOINT ? 2 : 1) * KT * LD];
+    __shared__ __attribute__((aligned(16))) u16 sV0[JOINT ? 8 : KT * LD];
     u16* const sK = sKV;
-    u16* const sV = sKV + KT * LD;
+    u16* const sV = JOINT ? sKV + KT * LD : sV0;
 #if !MMA_C_IS_A
     __shared__ __attribute__((aligned(16))) u16 sP[4 * 16 * LDP]; // per warp: P, [16][KT]
 #endif
