@@ -10,8 +10,8 @@
 //!
 //! Environment: `LODE_GEMM=0` turns the GEMM off (prefill then runs decode's 8-column
 //! matvec), `LODE_FLASH=0` the flash attention (`LODE_FLASH=2` picks the FlashAttention-2
-//! style kernel, `LODE_FLASH=1` the first one; default: [`DEFAULT_FLASH`]), `LODE_FLASH256=2` lets V2
-//! serve head sizes 129..=256 too (default [`DEFAULT_FLASH256_V2`]: V1 there), `LODE_GLU_FUSE=0` the paired gate/up,
+//! style kernel, `LODE_FLASH=1` the first one; default: [`DEFAULT_FLASH`]), `LODE_FLASH256=1` keeps
+//! head sizes 129..=256 on V1 (default [`DEFAULT_FLASH256_V2`]: V2 there too), `LODE_GLU_FUSE=0` the paired gate/up,
 //! `LODE_GEMM_MIN=N` sets the smallest token count sent to the GEMM (default 32),
 //! `LODE_GEMM_N128=N` the token count from which the 128-token tile is used (default never),
 //! `LODE_SPLIT_K=1` turns on split-K for under-filled shapes (default off: not yet measured).
@@ -55,8 +55,7 @@ pub enum FlashKernel {
     V1,
     /// `flash_attn2_f16_d*`: FlashAttention-2 style, S and the softmax in registers, K/V
     /// pipelined through registers, 64 keys per step (32 at head size 256). Prefill runs it
-    /// for head sizes ≤ 128, and for larger ones only with `LODE_FLASH256=2` (not yet
-    /// measured on a GPU; without it those run V1).
+    /// for every head size up to 256 (`LODE_FLASH256=1`: V1 above 128).
     V2,
 }
 
@@ -100,7 +99,7 @@ struct Policy {
     flash: bool,
     /// The flash kernel (`LODE_FLASH=1` / `2`).
     flash_kernel: FlashKernel,
-    /// V2 also for head sizes 129..=256 (`LODE_FLASH256=2`; default [`DEFAULT_FLASH256_V2`]).
+    /// V2 also for head sizes 129..=256 (`LODE_FLASH256=2` / `1`; default [`DEFAULT_FLASH256_V2`]).
     flash256_v2: bool,
     min_tokens: usize,
     /// Token count from which the 128-token tile is used (0: never).
@@ -158,9 +157,10 @@ const FEW_BLOCKS: usize = 0;
 pub const DEFAULT_FLASH: FlashKernel = FlashKernel::V2;
 
 /// Whether head sizes 129..=256 (Gemma 3) take V2's `flash_attn2_f16_d256` when V2 is the
-/// flash kernel. Off until measured: the kernel passed the host emulation on both fragment
-/// layouts (ci/flash-emu) but has not run on a GPU yet (`LODE_FLASH256=2` turns it on).
-pub const DEFAULT_FLASH256_V2: bool = false;
+/// flash kernel (`LODE_FLASH256=1`: V1 there). On: on the H200 it passed the selftest and
+/// took Gemma 3 270M's pp512 / pp2048 from 118,448 / 109,095 to 141,420 / 136,060 t/s
+/// (BENCHMARKS.md), although it still spills on sm_90.
+pub const DEFAULT_FLASH256_V2: bool = true;
 
 /// The kernel prefill runs for `head_dim` under the policy: V2 above 128 only when opted in.
 fn prefill_kernel(which: FlashKernel, head_dim: usize, wide_v2: bool) -> FlashKernel {
@@ -303,7 +303,7 @@ pub fn flash_attention(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: D
 
 /// The kernel name, queries per block and threads per block `which` launches for `head_dim`
 /// (V2 at 129..=256 is `flash_attn2_f16_d256`; whether prefill takes it is the policy's
-/// `LODE_FLASH256` opt-in, applied by [`flash_attention`]).
+/// `LODE_FLASH256` switch, applied by [`flash_attention`]).
 pub fn flash_launch(which: FlashKernel, head_dim: usize) -> (&'static str, usize, usize) {
     match (which, head_dim) {
         (FlashKernel::V2, 0..=64) => (FLASH_KERNELS[3], 64, 128),
@@ -366,12 +366,13 @@ mod tests {
     }
 
     #[test]
-    fn d256_v2_is_opt_in() {
-        // Prefill keeps V1 above 128 unless LODE_FLASH256=2; ≤ 128 is unaffected.
+    fn d256_v2_switch() {
+        // Prefill keeps V1 above 128 when the wide V2 is off (LODE_FLASH256=1); ≤ 128 is unaffected.
         assert_eq!(prefill_kernel(FlashKernel::V2, 256, false), FlashKernel::V1);
         assert_eq!(prefill_kernel(FlashKernel::V2, 256, true), FlashKernel::V2);
         assert_eq!(prefill_kernel(FlashKernel::V2, 128, false), FlashKernel::V2);
         assert_eq!(prefill_kernel(FlashKernel::V1, 256, true), FlashKernel::V1);
-        assert!(!DEFAULT_FLASH256_V2);
+        // Measured on the H200 (BENCHMARKS.md): on by default.
+        assert!(DEFAULT_FLASH256_V2);
     }
 }

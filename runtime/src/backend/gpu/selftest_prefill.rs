@@ -327,7 +327,7 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
     drop((xb, yb, qb));
     // Attention, causal over n tokens: 32 heads / 8 KV heads, head_dim 128 (both presets),
     // and Gemma 3 4B's 8 / 4 heads of head_dim 256 (flash2 there: `flash_attn2_f16_d256`,
-    // which prefill runs only with LODE_FLASH256=2).
+    // prefill's default there; LODE_FLASH256=1 keeps V1).
     for (nh, nkv, hd, n) in [(32usize, 8usize, 128usize, 512usize), (32, 8, 128, 2048), (8, 4, 256, 512), (8, 4, 256, 2048)] {
         let q = rng.vec(n * nh * hd, 1.0);
         let kv: Vec<u16> = (0..n * nkv * hd).map(|_| half::f16::from_f32(rng.f()).to_bits()).collect();
