@@ -237,19 +237,7 @@ impl GpuBackend {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn exact_attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         let n = pos.len();
-        if kvs.len() != n {
-            return Err(invalid("attention_rows", format!("{} caches for {n} rows", kvs.len())));
-        }
-        let (qd, ad) = (p.n_head * p.head_dim_k, p.n_head * p.head_dim_v);
-        let (rk, rv) = (p.n_kv_head * p.head_dim_k, p.n_kv_head * p.head_dim_v);
-        let (qp, qn) = self.buf(q)?;
-        let (kp, kn) = self.buf(k)?;
-        let (vp, vn) = self.buf(v)?;
-        let (op, on) = self.buf(out)?;
-        Self::check_len("attention_rows", q, qn, n * qd)?;
-        Self::check_len("attention_rows", k, kn, n * rk)?;
-        Self::check_len("attention_rows", v, vn, n * rv)?;
-        Self::check_len("attention_rows", out, on, n * ad)?;
+        let super::rows::RowsOperands { qp, kp, vp, op, qd, ad, rk, rv } = self.rows_operands(q, k, v, out, kvs, n, p)?;
         let pp = self.positions(pos)?;
         for (t, &kv) in kvs.iter().enumerate() {
             let (kc, vc, s) = self.kv_layer("attention_rows", kv, layer)?;

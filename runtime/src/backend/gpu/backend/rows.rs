@@ -8,12 +8,23 @@ use super::{err, GpuBackend};
 use crate::backend::gpu::ops;
 use crate::backend::{Attention, BackendError, Buf, KvCache, Result};
 
+/// A batched step's buffers, checked against the row count and the attention shape:
+/// addresses and the per-row widths (q / out, K / V) in f32 elements.
+pub(super) struct RowsOperands {
+    pub qp: u64,
+    pub kp: u64,
+    pub vp: u64,
+    pub op: u64,
+    pub qd: usize,
+    pub ad: usize,
+    pub rk: usize,
+    pub rv: usize,
+}
+
 impl GpuBackend {
-    /// Each row over its own cache: one K/V store and one attention launch for all rows,
-    /// through a staged table of the rows' cache addresses.
+    /// The operands of `attention_rows` (one cache per row), or a clear error.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn per_row_attention(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
-        let n = pos.len();
+    pub(super) fn rows_operands(&self, q: Buf, k: Buf, v: Buf, out: Buf, kvs: &[KvCache], n: usize, p: &Attention) -> Result<RowsOperands> {
         if kvs.len() != n {
             return Err(BackendError::Invalid { op: "attention_rows", msg: format!("{} caches for {n} rows", kvs.len()) });
         }
@@ -27,6 +38,15 @@ impl GpuBackend {
         GpuBackend::check_len("attention_rows", k, kn, n * rk)?;
         GpuBackend::check_len("attention_rows", v, vn, n * rv)?;
         GpuBackend::check_len("attention_rows", out, on, n * ad)?;
+        Ok(RowsOperands { qp, kp, vp, op, qd, ad, rk, rv })
+    }
+
+    /// Each row over its own cache: one K/V store and one attention launch for all rows,
+    /// through a staged table of the rows' cache addresses.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn per_row_attention(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        let n = pos.len();
+        let RowsOperands { qp, kp, vp, op, qd, ad, rk, rv } = self.rows_operands(q, k, v, out, kvs, n, p)?;
         let mut caches = Vec::with_capacity(n);
         for (t, kv) in kvs.iter().enumerate() {
             let (kc, vc, s) = self.kv_layer("attention_rows", *kv, layer)?;
