@@ -289,6 +289,30 @@ pub trait Backend: Send {
         rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p)
     }
 
+    /// The norm in front of a layer's first matmuls and the matmuls themselves:
+    /// [`NormIn`] (`x += add`, `out = rms_norm(x) · w`) then `matmul_multi(out, …)`. One op
+    /// so that a backend can normalize inside the matmul's input staging (the GPU's decode:
+    /// one launch instead of two, the weight loads overlapping the norm).
+    fn norm_matmul_multi(&mut self, norm: &NormIn, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        norm_in(self, norm, n_tok)?;
+        self.matmul_multi(norm.out, n_tok, outs)
+    }
+
+    /// [`NormIn`] then `matmul_glu(norm.out, …)`: the feed-forward block's input side.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_matmul_glu(&mut self, norm: &NormIn, n_tok: usize, gate: &WeightRef, up: &WeightRef, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
+        norm_in(self, norm, n_tok)?;
+        self.matmul_glu(gate, up, norm.out, n_tok, out, tmp, act)
+    }
+
+    /// `rope_kv_write` then `attention` of one sequence's chunk: one op so that a backend
+    /// can prepare q/k and store K/V inside the attention kernel (the GPU's decode).
+    #[allow(clippy::too_many_arguments)]
+    fn rope_kv_attention(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], prep: &QkvPrep, attn: &Attention, out: Buf) -> Result<()> {
+        self.rope_kv_write(q, k, v, kv, layer, pos, prep)?;
+        self.attention(q, kv, layer, pos, attn, out)
+    }
+
     /// Causal attention of `q` `[n_tok, n_head*head_dim_k]` (token `t` at `pos[t]`) over
     /// cache slots `0..=pos[t]` of `layer` (narrowed by the window);
     /// `out` `[n_tok, n_head*head_dim_v]`.
@@ -345,6 +369,27 @@ pub trait Backend: Send {
             let _ = self.free(b);
         }
         r
+    }
+}
+
+/// The norm in front of a fused matmul ([`Backend::norm_matmul_multi`],
+/// [`Backend::norm_matmul_glu`]): `x += add` when `add` is given, then
+/// `out = rms_norm(x) · w` over rows of `row_len` (one row per token).
+#[derive(Clone, Copy, Debug)]
+pub struct NormIn<'a, 'w> {
+    pub x: Buf,
+    pub add: Option<Buf>,
+    pub out: Buf,
+    pub row_len: usize,
+    pub w: Option<&'a WeightRef<'w>>,
+    pub eps: f32,
+}
+
+/// [`NormIn`] as the separate ops (the fused ops' defaults, and a backend's fallback).
+pub fn norm_in<B: Backend + ?Sized>(be: &mut B, n: &NormIn, n_tok: usize) -> Result<()> {
+    match n.add {
+        Some(b) => be.add_rms_norm(n.x, b, n.out, n_tok, n.row_len, n.w, n.eps),
+        None => be.rms_norm(n.x, n.out, n_tok, n.row_len, n.w, n.eps),
     }
 }
 

@@ -2,7 +2,7 @@
 //! (reference §5). Architecture differences are data in [`Config`] and optional
 //! weights in [`Layer`], not branches on the architecture name.
 
-use crate::backend::{Attention, Backend, Buf, KvCache, QkvPrep, Rope};
+use crate::backend::{Attention, Backend, Buf, KvCache, NormIn, QkvPrep, Rope};
 
 use super::{Model, ModelError};
 
@@ -120,13 +120,10 @@ impl Model {
         let mut pending_add = false;
         for (l, ly) in self.layers.iter().enumerate() {
             // Attention block.
-            if pending_add {
-                be.add_rms_norm(s.x, s.xb2, s.xb, n, e, Some(&self.w(ly.attn_norm)), c.eps)?;
-            } else {
-                be.rms_norm(s.x, s.xb, n, e, Some(&self.w(ly.attn_norm)), c.eps)?;
-            }
+            let attn_norm = self.w(ly.attn_norm);
+            let norm = NormIn { x: s.x, add: pending_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&attn_norm), eps: c.eps };
             let (wq, wk, wv) = (self.w(ly.wq), self.w(ly.wk), self.w(ly.wv));
-            be.matmul_multi(s.xb, n, &[(&wq, s.q), (&wk, s.k), (&wv, s.v)])?;
+            be.norm_matmul_multi(&norm, n, &[(&wq, s.q), (&wk, s.k), (&wv, s.v)])?;
             for (b, dst) in [(ly.bq, s.q), (ly.bk, s.k), (ly.bv, s.v)] {
                 if let Some(b) = b {
                     be.add_bias(dst, n, &self.w(b))?;
@@ -150,11 +147,19 @@ impl Model {
                 rope,
                 q_scale: c.q_scale,
             };
+            let attn = Attention {
+                n_head: c.n_head,
+                n_kv_head: c.n_head_kv,
+                head_dim_k: c.head_dim_k,
+                head_dim_v: c.head_dim_v,
+                scale: c.attn_scale,
+                window: c.swa_layers[l].then_some(c.n_swa),
+            };
             match kv {
-                // One cache: q/k norms, RoPE and the K/V store in one (fused) op.
-                KvRows::One(cache) => be.rope_kv_write(s.q, s.k, s.v, cache, l, pos, &prep)?,
+                // One cache: q/k norms, RoPE, the K/V store and attention in one (fused) op.
+                KvRows::One(cache) => be.rope_kv_attention(s.q, s.k, s.v, cache, l, pos, &prep, &attn, s.att)?,
                 // Per-row caches: the K/V store happens in `attention_rows`.
-                KvRows::PerRow(_) => {
+                KvRows::PerRow(caches) => {
                     if let Some(qn) = &prep.q_norm {
                         be.rms_norm(s.q, s.q, n * c.n_head, c.head_dim_k, Some(qn), c.eps)?;
                     }
@@ -166,25 +171,18 @@ impl Model {
                     if let Some(qs) = c.q_scale {
                         be.scale(s.q, n * c.n_head * c.head_dim_k, qs)?;
                     }
+                    be.attention_rows(s.q, s.k, s.v, caches, l, pos, &attn, s.att)?;
                 }
             }
-            let attn = Attention {
-                n_head: c.n_head,
-                n_kv_head: c.n_head_kv,
-                head_dim_k: c.head_dim_k,
-                head_dim_v: c.head_dim_v,
-                scale: c.attn_scale,
-                window: c.swa_layers[l].then_some(c.n_swa),
-            };
-            self.attend(be, s, kv, l, pos, &attn)?;
             be.matmul(&self.w(ly.wo), s.att, n, s.xb2)?;
             if let Some(pn) = ly.post_attn_norm {
                 be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
             }
 
             // Feed-forward block.
-            be.add_rms_norm(s.x, s.xb2, s.xb, n, e, Some(&self.w(ly.ffn_norm)), c.eps)?;
-            be.matmul_glu(&self.w(ly.gate), &self.w(ly.up), s.xb, n, s.hb, s.hb2, c.act)?;
+            let ffn_norm = self.w(ly.ffn_norm);
+            let norm = NormIn { x: s.x, add: Some(s.xb2), out: s.xb, row_len: e, w: Some(&ffn_norm), eps: c.eps };
+            be.norm_matmul_glu(&norm, n, &self.w(ly.gate), &self.w(ly.up), s.hb, s.hb2, c.act)?;
             be.matmul(&self.w(ly.down), s.hb, n, s.xb2)?;
             if let Some(pn) = ly.post_ffw_norm {
                 be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
@@ -214,25 +212,6 @@ impl Model {
                 on_logits(r0 + i, row);
             }
             r0 += m;
-        }
-        Ok(())
-    }
-
-    /// Attends over the cache (its K/V already stored by `rope_kv_write`) — for a
-    /// batched step, stores each row's K/V in and attends over its own sequence's cache.
-    fn attend(
-        &self,
-        be: &mut dyn Backend,
-        s: &Scratch,
-        kv: KvRows<'_>,
-        l: usize,
-        pos: &[u32],
-        attn: &Attention,
-    ) -> Result<(), ModelError> {
-        match kv {
-            // The K/V store was part of `rope_kv_write`.
-            KvRows::One(kv) => be.attention(s.q, kv, l, pos, attn, s.att)?,
-            KvRows::PerRow(caches) => be.attention_rows(s.q, s.k, s.v, caches, l, pos, attn, s.att)?,
         }
         Ok(())
     }
