@@ -53,51 +53,192 @@ DEV void store(float* y, const float* acc, int rows, int row, int ncols) {
     }
 }
 
-// ---- K-quants: 8 lanes per 256-element super-block, 4 super-blocks per warp step ----
+// ---- K-quant helpers: integer dot products that keep per-weight instructions low ----
 
+struct __attribute__((aligned(8))) u32x2 { u32 x, y; };
+
+// dot4 with unsigned bytes in a (0..255) and signed bytes in b: lets a Q4_K high nibble
+// be used in place as (byte & 0xf0) = 16 * nibble, without a shift per word.
+#ifdef LODE_NV
+DEV int dot4_us(u32 a, int b, int c) {
+    int r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+// c + a.lo16 * b.byte0 + a.hi16 * b.byte1 (lo) or b.byte2 / b.byte3 (hi); a signed, b unsigned.
+DEV int dot2_lo(u32 a, u32 b, int c) {
+    int r;
+    asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+DEV int dot2_hi(u32 a, u32 b, int c) {
+    int r;
+    asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+DEV u32 perm_bytes(u32 lo, u32 hi, u32 sel) { return __byte_perm(lo, hi, sel); }
+DEV u32 shr_pair(u32 lo, u32 hi, u32 sh) { return __funnelshift_r(lo, hi, sh); }
+DEV u32 shfl_idx_u(u32 v, int src) { return __shfl_sync(0xffffffffu, v, src, 32); }
+#else
+DEV int dot4_us(u32 a, int b, int c) { return __builtin_amdgcn_sudot4(false, (int)a, true, b, c, false); }
+DEV int dot2_lo(u32 a, u32 b, int c) { return c + (int)(short)(a & 0xffff) * (int)(b & 0xff) + ((int)a >> 16) * (int)((b >> 8) & 0xff); }
+DEV int dot2_hi(u32 a, u32 b, int c) { return c + (int)(short)(a & 0xffff) * (int)((b >> 16) & 0xff) + ((int)a >> 16) * (int)(b >> 24); }
+// Bytes of (hi:lo) picked by the low 3 bits of each selector nibble (bit 3: replicate the
+// picked byte's sign), as CUDA's __byte_perm / AMD's v_perm_b32 with swapped operands.
+DEV u32 perm_bytes(u32 lo, u32 hi, u32 sel) {
+    const u64 v = ((u64)hi << 32) | lo;
+    u32 r = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32 n = (sel >> (4 * i)) & 15;
+        u32 b = (u32)(v >> (8 * (n & 7))) & 0xff;
+        if (n & 8) b = (b & 0x80) ? 0xff : 0;
+        r |= b << (8 * i);
+    }
+    return r;
+}
+DEV u32 shr_pair(u32 lo, u32 hi, u32 sh) { return (u32)((((u64)hi << 32) | lo) >> (sh & 31)); }
+DEV u32 shfl_idx_u(u32 v, int src) { return (u32)__builtin_amdgcn_ds_bpermute(src << 2, (int)v); }
+#endif
+
+// The K-form activation of one lane for 4 consecutive 32-element blocks n .. n + 3 (n % 4
+// == 0, so block n starts 16-byte aligned): codes 16h .. 16h + 15 of each block as 4 words
+// (c[j][i]: block n + j, codes 16h + 4i ..), read with 7 aligned loads instead of 16
+// (block_q8_1 is 36 bytes, so its codes are only 4-byte aligned). hdr: the (d, s) words
+// the same loads bring along, valid in some lanes only: hdr[0] = block n (h = 0),
+// hdr[1] = block n + 1 (h = 0), hdr[2] = block n + 2 (h = 0), hdr[3] = block n + 3 (h = 1).
+// The activation buffer must be 16-byte aligned (device allocations and shared arrays
+// declared aligned(16) are).
+struct kact { int c[4][4]; u32 hdr[4]; };
+DEV void k_act_load(const block_q8_1* blk, int h, kact& a) {
+    const u8* p = (const u8*)blk + 16 * h;
+    const u32x4 e1 = *(const u32x4*)p;          // block n:     bytes 16h .. (hdr | codes 16h - 4 ..)
+    const u32 e2 = *(const u32*)(p + 16);       // block n:     codes 16h + 12 ..
+    const u32x4 e3 = *(const u32x4*)(p + 32);   // block n + 1: (codes, hdr | codes 16h + 8 ..), codes 16h ..
+    const u32x2 e4 = *(const u32x2*)(p + 48);   // block n + 1: codes 16h + 8 ..
+    const u32x2 o1 = *(const u32x2*)(p + 72);   // block n + 2: hdr | codes 16h - 4 .., codes 16h ..
+    const u32x4 o2 = *(const u32x4*)(p + 80);   // block n + 2: codes 16h + 4 .. 16h + 15, then hdr n + 3 (h = 1)
+    const u32x4 o3 = *(const u32x4*)(p + 112);  // block n + 3: codes 16h ..
+    a.c[0][0] = (int)e1.y, a.c[0][1] = (int)e1.z, a.c[0][2] = (int)e1.w, a.c[0][3] = (int)e2;
+    a.c[1][0] = (int)e3.z, a.c[1][1] = (int)e3.w, a.c[1][2] = (int)e4.x, a.c[1][3] = (int)e4.y;
+    a.c[2][0] = (int)o1.y, a.c[2][1] = (int)o2.x, a.c[2][2] = (int)o2.y, a.c[2][3] = (int)o2.z;
+    a.c[3][0] = (int)o3.x, a.c[3][1] = (int)o3.y, a.c[3][2] = (int)o3.z, a.c[3][3] = (int)o3.w;
+    a.hdr[0] = e1.x, a.hdr[1] = e3.y, a.hdr[2] = o1.x, a.hdr[3] = o2.w;
+}
+
+// The super-block's f32 activation scale (the d halves of its first two blocks), which
+// lane (lane & ~3) holds in hdr[0] / hdr[1] (h = 0, first block group): broadcast to the
+// 4 lanes of the super-block. Every lane of the warp must call it.
+DEV float k_act_scale(const kact& a) {
+    const int lane = tid_x() & 31;
+    return __builtin_bit_cast(float, shfl_idx_u(perm_bytes(a.hdr[0], a.hdr[1], 0x5410), lane & ~3));
+}
+
+// ---- Q4_K: 4 lanes per 256-element super-block, 8 super-blocks per slot ----
+//
+// Lane = (super-block sb0 + 8 * slot + lane / 4, chunk pair p = (lane / 2) % 2, half
+// h = lane % 2): bytes 16h .. 16h + 15 of quant chunks 2p and 2p + 1 (each 32 bytes:
+// sub-block 2c in the low nibbles, 2c + 1 in the high ones), i.e. 64 weights of
+// sub-blocks 4p .. 4p + 3 against activation blocks 8 sb + 4p .. + 3. Sums stay integers
+// until the super-block's end: each 16-weight half sub-block sum fits an i16, so two of
+// them meet their 6-bit scales in one dot2, and the min term is the block sums (s fields)
+// times the 6-bit mins by dot2 as well.
+template <int NS> struct q4k_w { u32x4 hd[NS], q0[NS], q1[NS]; };
+
+// One lane's weight loads of super-block b (chunk pair p, half h).
+DEV void q4k_load_sb(const u8* b, int p, int h, u32x4& hd, u32x4& q0, u32x4& q1) {
+    hd = *(const u32x4*)b;
+    q0 = *(const u32x4*)(b + 16 + 64 * p + 16 * h);
+    q1 = *(const u32x4*)(b + 48 + 64 * p + 16 * h);
+}
+
+// The 6-bit scales (sc) and mins (mn) of sub-blocks 4p .. 4p + 3 as bytes, from the 12
+// scale bytes in y, z, w (ggml's get_scale_min_k4 for four sub-blocks at once).
+DEV void q4k_scales(u32 y, u32 z, u32 w, int p, u32* sc, u32* mn) {
+    const int sh = 2 * p;
+    *sc = ((p ? w : y) & 0x0F0F0F0Fu) | ((y >> sh) & 0x30303030u);
+    *mn = ((p ? (w >> 4) : z) & 0x0F0F0F0Fu) | ((z >> sh) & 0x30303030u);
+}
+
+// One lane's products for one super-block: xa = its activation blocks (8 sb + 4p, first
+// column), xcol = bytes between columns; ok = false: an idle lane (xa any readable
+// K-form address; it still joins the broadcast).
+template <int NC>
+DEV void q4k_dot_sb(const u32x4& hd, const u32x4& q0, const u32x4& q1, const block_q8_1* xa, u64 xcol, bool ok, int ncols, float* acc) {
+    const int lane = tid_x() & 31, p = (lane >> 1) & 1, h = lane & 1;
+    u32 sc, mn;
+    q4k_scales(hd.y, hd.z, hd.w, p, &sc, &mn);
+    // Min terms: lane h = 0 holds the s of blocks 4p .. 4p + 2, lane h = 1 of 4p + 3.
+    mn &= h ? 0xff000000u : 0x00ffffffu;
+    const float d = h2f((u16)(hd.x & 0xffff)), dmin = h2f((u16)(hd.x >> 16));
+    const u32 w0[4] = {q0.x, q0.y, q0.z, q0.w};
+    const u32 w1[4] = {q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+    for (int col = 0; col < NC; ++col) {
+        if (col >= ncols) break;
+        kact a;
+        k_act_load((const block_q8_1*)((const u8*)xa + col * xcol), h, a);
+        int s0 = 0, s1 = 0, t0 = 0, t1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            s0 = dot4((int)(w0[i] & 0x0F0F0F0Fu), a.c[0][i], s0);
+            s1 = dot4_us(w0[i] & 0xF0F0F0F0u, a.c[1][i], s1);
+            t0 = dot4((int)(w1[i] & 0x0F0F0F0Fu), a.c[2][i], t0);
+            t1 = dot4_us(w1[i] & 0xF0F0F0F0u, a.c[3][i], t1);
+        }
+        // s1, t1 are 16x the high-nibble sums; every half sub-block sum fits an i16.
+        int isum = dot2_lo(perm_bytes((u32)s0, (u32)(s1 >> 4), 0x5410), sc, 0);
+        isum = dot2_hi(perm_bytes((u32)t0, (u32)(t1 >> 4), 0x5410), sc, isum);
+        int imin = dot2_lo(perm_bytes(a.hdr[0], a.hdr[1], 0x7632), mn, 0);
+        imin = dot2_hi(perm_bytes(a.hdr[2], a.hdr[3], 0x7632), mn, imin);
+        const float dx = k_act_scale(a);
+        if (ok) acc[col] += dx * (d * (float)isum - dmin * (float)imin);
+    }
+}
+
+// NS slots from super-block sb0 (slot it: super-blocks sb0 + 8 it .. + 7).
+template <int NS>
+DEV void q4k_wload(const u8* wr, int nsb, int sb0, q4k_w<NS>& r) {
+    const int lane = tid_x() & 31, p = (lane >> 1) & 1, h = lane & 1;
+#pragma unroll
+    for (int it = 0; it < NS; ++it) {
+        const int sb = sb0 + (lane >> 2) + 8 * it;
+        if (sb < nsb) q4k_load_sb(wr + (u64)sb * 144, p, h, r.hd[it], r.q0[it], r.q1[it]);
+    }
+}
+
+template <int NC, int NS>
+DEV void q4k_wdot(const q4k_w<NS>& r, const block_q8_1* x, int kb, int nsb, int sb0, int ncols, float* acc) {
+    const int lane = tid_x() & 31, p = (lane >> 1) & 1;
+#pragma unroll
+    for (int it = 0; it < NS; ++it) {
+        const int sb = sb0 + (lane >> 2) + 8 * it;
+        const bool ok = sb < nsb;
+        q4k_dot_sb<NC>(r.hd[it], r.q0[it], r.q1[it], x + (ok ? sb * 8 + 4 * p : 0), (u64)kb * 36, ok, ncols, acc);
+    }
+}
+
+// Slots of 8 super-blocks; the next slot's weight loads are issued before the current
+// slot's products (two slots in flight: decode matvecs are latency-bound), in two
+// register sets used in turn. Lane pointers advance by whole slots.
 template <int NC>
 DEV void mv_q4_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
-    const int lane = tid_x() & 31, j = lane & 7, c = j >> 1, h = j & 1;
-    // Up to 16 super-blocks per outer step in 4 slots: every weight load of the step is
-    // issued before any is used (decode matvecs are latency-bound).
+    const int lane = tid_x() & 31, p = (lane >> 1) & 1, h = lane & 1, s = lane >> 2;
+    const u8* w = wr + s * 144;
+    const block_q8_1* xa = x + s * 8 + 4 * p;
+    const u64 xcol = (u64)kb * 36;
+    u32x4 ha, qa0, qa1, hb, qb0, qb1;
+    if (s < nsb) q4k_load_sb(w, p, h, ha, qa0, qa1);
     for (int sb0 = 0; sb0 < nsb; sb0 += 16) {
-        u32x4 hd[4], qv[4];
-#pragma unroll
-        for (int it = 0; it < 4; ++it) {
-            const int sb = sb0 + (lane >> 3) + 4 * it;
-            if (sb < nsb) {
-                const u8* b = wr + (u64)sb * 144;
-                hd[it] = *(const u32x4*)b;
-                qv[it] = *(const u32x4*)(b + 16 + 32 * c + 16 * h);
-            }
-        }
-#pragma unroll
-        for (int it = 0; it < 4; ++it) {
-            const int sb = sb0 + (lane >> 3) + 4 * it;
-            if (sb >= nsb) continue;
-            const float d = h2f((u16)(hd[it].x & 0xffff)), dmin = h2f((u16)(hd[it].x >> 16));
-            float sc0, m0, sc1, m1;
-            scale_min_k4_r(2 * c, hd[it].y, hd[it].z, hd[it].w, &sc0, &m0);
-            scale_min_k4_r(2 * c + 1, hd[it].y, hd[it].z, hd[it].w, &sc1, &m1);
-            const u32 qw[4] = {qv[it].x, qv[it].y, qv[it].z, qv[it].w};
-#pragma unroll
-            for (int col = 0; col < NC; ++col) {
-                if (col >= ncols) break;
-                const block_q8_1* xb = x + (u64)col * kb + sb * 8 + 2 * c;
-                const int* a0 = q8qs(xb) + 4 * h;
-                const int* a1 = q8qs(xb + 1) + 4 * h;
-                int s0 = 0, s1 = 0;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    s0 = dot4((int)(qw[i] & 0x0F0F0F0F), a0[i], s0);
-                    s1 = dot4((int)((qw[i] >> 4) & 0x0F0F0F0F), a1[i], s1);
-                }
-                const float dx = q8k_scale(xb);
-                float v = d * dx * (sc0 * (float)s0 + sc1 * (float)s1);
-                if (h == 0) v -= dmin * dx * (m0 * q8k_bsum(xb) + m1 * q8k_bsum(xb + 1));
-                acc[col] += v;
-            }
-        }
+        const bool okb = sb0 + 8 + s < nsb;
+        if (okb) q4k_load_sb(w + 8 * 144, p, h, hb, qb0, qb1);
+        const bool oka = sb0 + s < nsb;
+        q4k_dot_sb<NC>(ha, qa0, qa1, oka ? xa : x, xcol, oka, ncols, acc);
+        if (sb0 + 8 >= nsb) break;
+        if (sb0 + 16 + s < nsb) q4k_load_sb(w + 16 * 144, p, h, ha, qa0, qa1);
+        q4k_dot_sb<NC>(hb, qb0, qb1, okb ? xa + 64 : x, xcol, okb, ncols, acc);
+        w += 16 * 144;
+        xa += 128;
     }
 }
 
