@@ -25,22 +25,6 @@ DEV void scale_min_k4(int j, const u8* s, float* sc, float* m) {
     }
 }
 
-// scale_min_k4 on the 12 scale bytes held in three registers (no local-memory copy).
-DEV u32 byte_of(u32 w0, u32 w1, u32 w2, int i) {
-    const u32 w = i < 4 ? w0 : (i < 8 ? w1 : w2);
-    return (w >> (8 * (i & 3))) & 0xff;
-}
-DEV void scale_min_k4_r(int j, u32 w0, u32 w1, u32 w2, float* sc, float* m) {
-    if (j < 4) {
-        *sc = (float)(byte_of(w0, w1, w2, j) & 63);
-        *m = (float)(byte_of(w0, w1, w2, j + 4) & 63);
-    } else {
-        const u32 a = byte_of(w0, w1, w2, j + 4), bm = byte_of(w0, w1, w2, j - 4), bs = byte_of(w0, w1, w2, j);
-        *sc = (float)((a & 15) | ((bm >> 6) << 4));
-        *m = (float)((a >> 4) | ((bs >> 6) << 4));
-    }
-}
-
 DEV const int* q8qs(const block_q8_1* b) { return (const int*)b->qs; }
 
 template <int NC>
@@ -281,44 +265,152 @@ DEV void mv_q5_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
     }
 }
 
+// ---- Q6_K: 8 lanes per 256-element super-block, 4 super-blocks per slot ----
+//
+// Lane = (super-block sb0 + 4 * slot + lane / 8, half hh = (lane / 4) % 2, eighth
+// lq = lane % 4): positions l = 8lq .. 8lq + 7 of half hh in all four 32-element groups g
+// (ql[64hh + l] low / high nibbles for g = 0 / 2, ql[64hh + 32 + l] for g = 1 / 3,
+// qh[32hh + l] bits 2g, 2g + 1), i.e. 32 weights against codes 8lq .. of blocks
+// 8 sb + 4hh + g, scale sc[8hh + 2g + lq / 2] per group. A super-block starts 2-byte
+// aligned only: each 8-byte piece is read as 3 aligned words (always inside the
+// super-block) and funnel-shifted by 0 or 16 bits.
+template <int NS> struct q6k_w { u32 A[NS][3], B[NS][3], H[NS][3], S[NS][3], d[NS]; };
+
+DEV void q6k_load_sb(const u8* b, int hh, int lq, u32* A, u32* B, u32* H, u32* S, u32* d) {
+    const int odd = ((u64)b >> 1) & 1;
+    const u32* w = (const u32*)(b - 2 * odd);
+    const u32* pa = w + 16 * hh + 2 * lq;       // ql[64hh + 8lq ..]
+    const u32* ph = w + 32 + 8 * hh + 2 * lq;   // qh[32hh + 8lq ..]
+    const u32* ps = w + 48 + 2 * hh;            // sc[8hh ..]
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+        A[i] = pa[i];
+        B[i] = pa[8 + i];
+        H[i] = ph[i];
+    }
+    S[0] = ps[0];
+    S[1] = ps[1];
+    S[2] = ps[1 + odd];  // an even start's third word would pass the super-block's end
+    *d = *(const u16*)(b + 208);
+}
+
+// 4 (q - 32) as signed bytes from the low nibbles at bits 2-5 of lo and the 2-bit high
+// parts at bits 6-7 of hi: ((lo & 0x3c) ^ 0x80) ^ (hi & 0xc0) per byte, two LOP3s on
+// NVIDIA (the compiler's own form takes three).
+DEV u32 q6k_code4(u32 lo, u32 hi) {
+#ifdef LODE_NV
+    u32 t, r;
+    asm("lop3.b32 %0, %1, 0x3C3C3C3C, 0x80808080, 0x6A;" : "=r"(t) : "r"(lo));  // (a & b) ^ c
+    asm("lop3.b32 %0, %1, %2, 0xC0C0C0C0, 0x6C;" : "=r"(r) : "r"(hi), "r"(t));   // (a & c) ^ b
+    return r;
+#else
+    return ((lo & 0x3C3C3C3Cu) ^ 0x80808080u) ^ (hi & 0xC0C0C0C0u);
+#endif
+}
+
+// One lane's products for one super-block: odd = its address is 2 mod 4; xa = its
+// activation blocks (8 sb + 4hh, first column); ok = false: an idle lane (xa any
+// readable K-form address; it still joins the broadcast of the activation scale).
+// Each weight becomes the signed byte 4 (q - 32): the low nibble at bits 2-5 and the
+// 2-bit high part, its top bit flipped, at bits 6-7 (so the sign comes for free).
+template <int NC>
+DEV void q6k_dot_sb(const u32* A, const u32* B, const u32* H, const u32* S, u32 dbits, int odd, const block_q8_1* xa, u64 xcol, bool ok, int ncols,
+                    float* acc) {
+    const int lane = tid_x() & 31, lq = lane & 3;
+    const u32 sh = 16 * odd;
+    u32 v[4][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const u32 a = shr_pair(A[i], A[i + 1], sh), bq = shr_pair(B[i], B[i + 1], sh), h = shr_pair(H[i], H[i + 1], sh);
+        v[0][i] = q6k_code4(a << 2, h << 6);
+        v[1][i] = q6k_code4(bq << 2, h << 4);
+        v[2][i] = q6k_code4(a >> 2, h << 2);
+        v[3][i] = q6k_code4(bq >> 2, h);
+    }
+    // sc[8hh + lq / 2 + 2g] at bytes 0 and 2 of t01 (g = 0, 1) and t23 (g = 2, 3)
+    const u32 t01 = shr_pair(S[0], S[1], sh + 8 * (lq >> 1)), t23 = shr_pair(S[1], S[2], sh + 8 * (lq >> 1));
+    const int sc[4] = {(int)perm_bytes(t01, 0, 0x8880), (int)perm_bytes(t01, 0, 0xAAA2), (int)perm_bytes(t23, 0, 0x8880),
+                       (int)perm_bytes(t23, 0, 0xAAA2)};
+    const float d4 = 0.25f * h2f((u16)dbits);
+#pragma unroll
+    for (int col = 0; col < NC; ++col) {
+        if (col >= ncols) break;
+        // Codes 8lq .. 8lq + 7 of blocks n .. n + 3 (n % 4 == 0, 16-byte aligned): aligned
+        // loads, the first block's and second block's (d, s) words come along in lane lq = 0.
+        const u8* p = (const u8*)xa + col * xcol + 8 * lq;
+        const u32x2 g0a = *(const u32x2*)p;          // hdr n (lq = 0) | codes 8lq - 4 .., codes 8lq ..
+        const u32 g0b = *(const u32*)(p + 8);          // codes 8lq + 4 ..
+        const u32x2 g1a = *(const u32x2*)(p + 32);     // .., hdr n + 1 (lq = 0) | codes 8lq - 4 ..
+        const u32x2 g1b = *(const u32x2*)(p + 40);     // codes 8lq ..
+        const u32x2 g2a = *(const u32x2*)(p + 72);     // hdr n + 2 | .., codes 8lq ..
+        const u32 g2b = *(const u32*)(p + 80);         // codes 8lq + 4 ..
+        const u32x2 g3 = *(const u32x2*)(p + 112);     // codes 8lq ..
+        const int c[4][2] = {{(int)g0a.y, (int)g0b}, {(int)g1b.x, (int)g1b.y}, {(int)g2a.y, (int)g2b}, {(int)g3.x, (int)g3.y}};
+        int isum = 0;
+#pragma unroll
+        for (int g = 0; g < 4; ++g) isum += sc[g] * dot4((int)v[g][1], c[g][1], dot4((int)v[g][0], c[g][0], 0));
+        // The super-block's activation scale, from lane (lane & ~7) (hh = 0, lq = 0).
+        const float dx = __builtin_bit_cast(float, shfl_idx_u(perm_bytes(g0a.x, g1a.y, 0x5410), lane & ~7));
+        if (ok) acc[col] += dx * d4 * (float)isum;
+    }
+}
+
+// NS slots from super-block sb0 (slot it: super-blocks sb0 + 4 it .. + 3).
+template <int NS>
+DEV void q6k_wload(const u8* wr, int nsb, int sb0, q6k_w<NS>& r) {
+    const int lane = tid_x() & 31, hh = (lane >> 2) & 1, lq = lane & 3;
+#pragma unroll
+    for (int it = 0; it < NS; ++it) {
+        const int sb = sb0 + (lane >> 3) + 4 * it;
+        if (sb < nsb) q6k_load_sb(wr + (u64)sb * 210, hh, lq, r.A[it], r.B[it], r.H[it], r.S[it], &r.d[it]);
+    }
+}
+
+// wr: the row (the pointer q6k_wload got: each super-block's shift is its address's).
+template <int NC, int NS>
+DEV void q6k_wdot(const q6k_w<NS>& r, const u8* wr, const block_q8_1* x, int kb, int nsb, int sb0, int ncols, float* acc) {
+    const int lane = tid_x() & 31, hh = (lane >> 2) & 1;
+#pragma unroll
+    for (int it = 0; it < NS; ++it) {
+        const int sb = sb0 + (lane >> 3) + 4 * it;
+        const bool ok = sb < nsb;
+        const int odd = (int)((((u64)wr >> 1) + (u64)sb) & 1);
+        q6k_dot_sb<NC>(r.A[it], r.B[it], r.H[it], r.S[it], r.d[it], odd, x + (ok ? sb * 8 + 4 * hh : 0), (u64)kb * 36, ok, ncols, acc);
+    }
+}
+
+// Slots of 4 super-blocks, one at a time (the raw words of two slots would not fit the
+// register budget of 12 resident blocks per multiprocessor). A slot is 840 bytes, so a
+// lane's shift is the same in every slot and its word pointers advance by 210 words.
 template <int NC>
 DEV void mv_q6_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
-    const int lane = tid_x() & 31, j = lane & 7, h = j >> 2, l0 = 8 * (j & 3);
-    for (int sb0 = 0; sb0 < nsb; sb0 += 16)
+    const int lane = tid_x() & 31, hh = (lane >> 2) & 1, lq = lane & 3, s = lane >> 3;
+    const u8* b = wr + s * 210;
+    const int odd = (int)(((u64)b >> 1) & 1);
+    const u32* pa = (const u32*)(b - 2 * odd) + 16 * hh + 2 * lq;  // see q6k_load_sb
+    const u32* ph = (const u32*)(b - 2 * odd) + 32 + 8 * hh + 2 * lq;
+    const u32* ps = (const u32*)(b - 2 * odd) + 48 + 2 * hh;
+    const u16* pd = (const u16*)(b + 208);
+    const block_q8_1* xa = x + s * 8 + 4 * hh;
+    const u64 xcol = (u64)kb * 36;
+    for (int sb0 = 0; sb0 < nsb; sb0 += 4) {
+        const bool ok = sb0 + s < nsb;
+        u32 A[3], B[3], H[3], S[3], d;
+        if (ok) {
 #pragma unroll
-    for (int it = 0; it < 4; ++it) {
-        const int sb = sb0 + (lane >> 3) + 4 * it;
-        if (sb >= nsb) continue;
-        const u8* b = wr + (u64)sb * 210;
-        const u8* L = b + 64 * h;
-        const u8* H = b + 128 + 32 * h;
-        const i8* S = (const i8*)(b + 192);
-        const float d = h2f(ld_u16(b + 208));
-        u32 q[4][2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const u32 lw = ld_u32_a2(L + l0 + 4 * i), lw32 = ld_u32_a2(L + 32 + l0 + 4 * i), hw = ld_u32_a2(H + l0 + 4 * i);
-            q[0][i] = (lw & 0x0F0F0F0F) | ((hw & 0x03030303) << 4);
-            q[1][i] = (lw32 & 0x0F0F0F0F) | (((hw >> 2) & 0x03030303) << 4);
-            q[2][i] = ((lw >> 4) & 0x0F0F0F0F) | (((hw >> 4) & 0x03030303) << 4);
-            q[3][i] = ((lw32 >> 4) & 0x0F0F0F0F) | (((hw >> 6) & 0x03030303) << 4);
-        }
-#pragma unroll
-        for (int col = 0; col < NC; ++col) {
-            if (col >= ncols) break;
-            float v = 0.0f;
-            const float dx = q8k_scale(x + (u64)col * kb + sb * 8);
-#pragma unroll
-            for (int g = 0; g < 4; ++g) {
-                const block_q8_1* xb = x + (u64)col * kb + sb * 8 + 4 * h + g;
-                const int* a = q8qs(xb) + l0 / 4;
-                int s = dot4((int)q[g][0], a[0], 0);
-                s = dot4((int)q[g][1], a[1], s);
-                s -= dot4(0x20202020, a[0], dot4(0x20202020, a[1], 0));
-                v += (float)S[8 * h + 2 * g + l0 / 16] * (float)s;
+            for (int i = 0; i < 3; ++i) {
+                A[i] = pa[i];
+                B[i] = pa[8 + i];
+                H[i] = ph[i];
             }
-            acc[col] += d * dx * v;
+            S[0] = ps[0];
+            S[1] = ps[1];
+            S[2] = ps[1 + odd];
+            d = *pd;
         }
+        q6k_dot_sb<NC>(A, B, H, S, d, odd, ok ? xa : x, xcol, ok, ncols, acc);
+        pa += 210, ph += 210, ps += 210, pd += 420;
+        xa += 32;
     }
 }
 
@@ -414,7 +506,8 @@ DEV void mv_float(const u8* wr, const float* x, int k, int ncols, float* acc) {
     _Pragma("unroll") for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
 
 // MINB: resident 128-thread blocks per multiprocessor the n1 kernel is compiled for (a
-// register cap without spills; Q4_K at 79 registers ran 24 warps per SM).
+// register cap without spills; Q4_K at 79 registers ran 24 warps per SM; Q6_K's body
+// needs 48 registers, at 40 it spills).
 #define MV_K(NAME, FN, BB, MINB)                                                                   \
     template <int NC>                                                                              \
     DEV void NAME##_body(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
@@ -432,7 +525,7 @@ DEV void mv_float(const u8* wr, const float* x, int k, int ncols, float* acc) {
 
 MV_K(matvec_q4_K, mv_q4_K, 144, 8)
 MV_K(matvec_q5_K, mv_q5_K, 176, 12)
-MV_K(matvec_q6_K, mv_q6_K, 210, 12)
+MV_K(matvec_q6_K, mv_q6_K, 210, 10)
 
 #define MV_B32(NAME, T, BB)                                                                        \
     template <int NC>                                                                              \
