@@ -60,7 +60,12 @@ DEV int dot2_hi(u32 a, u32 b, int c) {
     asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
 }
-DEV u32 perm_bytes(u32 lo, u32 hi, u32 sel) { return __byte_perm(lo, hi, sel); }
+// PTX prmt (not __byte_perm, which drops the sign-replicate bit of each selector nibble).
+DEV u32 perm_bytes(u32 lo, u32 hi, u32 sel) {
+    u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(sel));
+    return r;
+}
 DEV u32 shr_pair(u32 lo, u32 hi, u32 sh) { return __funnelshift_r(lo, hi, sh); }
 DEV u32 shfl_idx_u(u32 v, int src) { return __shfl_sync(0xffffffffu, v, src, 32); }
 #else
