@@ -9,8 +9,8 @@
 // Launch: grid (n_head, n_split), block AD_THREADS. Block (h, s) serves query head h over
 // part s of the keys. The split count n_split is fixed by the host from the cache size
 // (a replayed graph keeps its shape token after token); the position P is read on the
-// device, and the parts actually used are chosen from it: each part takes at least one
-// iteration's worth of keys (AD_NSU(HD)), so short contexts run one block per head and
+// device, and the parts actually used are chosen from it: each part takes at least
+// min_chunk keys (the host's default: one iteration's worth, AD_NSU(HD)), so short contexts run one block per head and
 // write `out` directly, and longer ones spread over up to n_split blocks per head whose
 // partial softmax states are merged by the last block to finish (a per-head arrival
 // counter, reset by that block). Blocks past the parts in use exit at once.
@@ -121,13 +121,14 @@ DEV void ad_write(float* out, block_q8_1* q8, int head, int hd, int t, float y) 
 // blocks [n_head * HD / 32]; qw, kw: [HD] norm weights or null (no norm); ff: [n_rot / 2]
 // frequency divisors or null; pos: [1] i32 (the new token's slot P, read here so the
 // graph of a decode step replays unchanged); part: [n_head, n_split, HD + 2] f32 scratch
-// (m, l, acc of each part); cnt: [n_head] u32 arrival counters, zero between launches.
+// (m, l, acc of each part); cnt: [n_head] u32 arrival counters, zero between launches;
+// min_chunk: the fewest keys a part takes (n_split * min_chunk covers the most keys).
 // Keys visible to the query at P: [max(0, P - window + 1) if window > 0 else 0, P].
 template <int HD>
 DEV void attn_decode_body(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
                           const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt, int n_head,
                           int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale, float eps, float q_scale,
-                          float scale, int window, int n_split) {
+                          float scale, int window, int n_split, int min_chunk) {
     constexpr int L = HD / AD_E;         // lanes per key
     constexpr int NSW = 32 / L;          // key streams per warp
     constexpr int NSU = AD_NSU(HD);      // keys per iteration of the block
@@ -159,7 +160,7 @@ DEV void attn_decode_body(const float* q, const float* k, const float* v, u16* k
     const int k0 = (window > 0 && P - window + 1 > 0) ? P - window + 1 : 0;
     const int nkeys = P - k0 + 1;
     int chunk = (nkeys + n_split - 1) / n_split;
-    if (chunk < NSU) chunk = NSU;
+    if (chunk < min_chunk) chunk = min_chunk;
     const int n_parts = (nkeys + chunk - 1) / chunk;
     if (part_i >= n_parts) return;
     const int lo = k0 + part_i * chunk;
@@ -341,24 +342,24 @@ DEV void attn_decode_body(const float* q, const float* k, const float* v, u16* k
 KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d64(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
                                                      const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
                                                      int n_head, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
-                                                     float eps, float q_scale, float scale, int window, int n_split) {
+                                                     float eps, float q_scale, float scale, int window, int n_split, int min_chunk) {
     pdl_entry();
     attn_decode_body<64>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, n_head, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
-                         scale, window, n_split);
+                         scale, window, n_split, min_chunk);
 }
 KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d128(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
                                                       const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
                                                       int n_head, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
-                                                      float eps, float q_scale, float scale, int window, int n_split) {
+                                                      float eps, float q_scale, float scale, int window, int n_split, int min_chunk) {
     pdl_entry();
     attn_decode_body<128>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, n_head, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
-                          scale, window, n_split);
+                          scale, window, n_split, min_chunk);
 }
 KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d256(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
                                                       const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
                                                       int n_head, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
-                                                      float eps, float q_scale, float scale, int window, int n_split) {
+                                                      float eps, float q_scale, float scale, int window, int n_split, int min_chunk) {
     pdl_entry();
     attn_decode_body<256>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, n_head, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
-                          scale, window, n_split);
+                          scale, window, n_split, min_chunk);
 }

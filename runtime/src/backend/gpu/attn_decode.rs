@@ -35,9 +35,10 @@ pub fn keys_per_part(hd: usize) -> usize {
     (THREADS / 32) * (32 * LANE_ELEMS / hd) * KEYS_IN_FLIGHT
 }
 
-/// The part count for queries that see at most `max_keys` keys.
-pub fn parts_for(hd: usize, max_keys: usize) -> usize {
-    max_keys.div_ceil(keys_per_part(hd)).clamp(1, MAX_PARTS)
+/// The part count for queries that see at most `max_keys` keys, parts of at least
+/// `min_keys` keys.
+pub fn parts_for(min_keys: usize, max_keys: usize) -> usize {
+    max_keys.div_ceil(min_keys.max(1)).clamp(1, MAX_PARTS)
 }
 
 /// Bytes of the scratch: `n_head` u32 arrival counters (zero between launches), padded to
@@ -71,6 +72,8 @@ pub struct AttnDecode {
     pub window: usize,
     /// From [`parts_for`].
     pub parts: usize,
+    /// The fewest keys a part takes (default [`keys_per_part`]).
+    pub min_keys: usize,
 }
 
 /// Device buffers of one launch.
@@ -114,7 +117,7 @@ pub fn attn_decode(d: &dyn Launch, b: &AttnDecodeBufs, p: &AttnDecode) -> Result
             KArg::Ptr(b.q), KArg::Ptr(b.k), KArg::Ptr(b.v), KArg::Ptr(b.kc), KArg::Ptr(b.vc), KArg::Ptr(b.out), opt(b.q8),
             opt(b.q_norm), opt(b.k_norm), opt(b.freq_factors), KArg::Ptr(b.pos), KArg::Ptr(part), KArg::Ptr(b.scratch),
             i(p.n_head), i(p.n_kv), i(p.n_ctx), i(p.n_rot), i(p.neox as usize), KArg::F32(p.theta_scale), KArg::F32(p.freq_scale),
-            KArg::F32(p.eps), KArg::F32(p.q_scale), KArg::F32(p.scale), i(p.window), i(p.parts),
+            KArg::F32(p.eps), KArg::F32(p.q_scale), KArg::F32(p.scale), i(p.window), i(p.parts), i(p.min_keys.max(1)),
         ],
     )?;
     Ok(())
@@ -129,11 +132,11 @@ mod tests {
         assert_eq!(keys_per_part(128), 256);
         assert_eq!(keys_per_part(64), 512);
         assert_eq!(keys_per_part(256), 128);
-        assert_eq!(parts_for(128, 1), 1);
-        assert_eq!(parts_for(128, 256), 1);
-        assert_eq!(parts_for(128, 257), 2);
-        assert_eq!(parts_for(256, 512), 4);
-        assert_eq!(parts_for(64, 1 << 20), MAX_PARTS);
+        assert_eq!(parts_for(256, 1), 1);
+        assert_eq!(parts_for(256, 256), 1);
+        assert_eq!(parts_for(256, 257), 2);
+        assert_eq!(parts_for(128, 512), 4);
+        assert_eq!(parts_for(512, 1 << 20), MAX_PARTS);
         assert_eq!(scratch_bytes(16, 2, 128), 256 + 16 * 2 * 130 * 4);
         assert!(kernel(80).is_none() && kernel(128).is_some());
     }

@@ -29,12 +29,19 @@ use crate::weights::WeightRef;
 /// The fused decode attention's switch and scratch (arrival counters + partial states).
 pub(super) struct FuseAttn {
     on: bool,
+    /// `LODE_ATTN_PART_KEYS=N`: parts of at least N keys (default: one block iteration,
+    /// `attn_decode::keys_per_part`); fewer keys per part spread a head over more blocks.
+    part_keys: Option<usize>,
     scratch: Option<DeviceBuffer>,
 }
 
 impl FuseAttn {
     pub(super) fn from_env() -> FuseAttn {
-        FuseAttn { on: std::env::var("LODE_FUSE_ATTN").map(|v| v != "0").unwrap_or(true), scratch: None }
+        FuseAttn {
+            on: std::env::var("LODE_FUSE_ATTN").map(|v| v != "0").unwrap_or(true),
+            part_keys: std::env::var("LODE_ATTN_PART_KEYS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
+            scratch: None,
+        }
     }
 }
 
@@ -42,6 +49,11 @@ impl GpuBackend {
     /// The fused decode attention on or off (as `LODE_FUSE_ATTN` sets it at start).
     pub fn set_fuse_attn(&mut self, on: bool) {
         self.fuse_attn.on = on;
+    }
+
+    /// The fewest keys per part (as `LODE_ATTN_PART_KEYS` sets it; None: one block iteration).
+    pub fn set_attn_part_keys(&mut self, keys: Option<usize>) {
+        self.fuse_attn.part_keys = keys.filter(|&n| n > 0);
     }
 
     /// Whether `rope_kv_attention` of this shape runs as the one fused kernel.
@@ -105,7 +117,8 @@ impl GpuBackend {
         let freq_factors = self.rope_factors(&p.rope)?;
         let window = a.window.unwrap_or(0);
         let max_keys = if window > 0 { window.min(spec.n_ctx) } else { spec.n_ctx };
-        let parts = attn_decode::parts_for(hd, max_keys);
+        let min_keys = self.fuse_attn.part_keys.unwrap_or_else(|| attn_decode::keys_per_part(hd));
+        let parts = attn_decode::parts_for(min_keys, max_keys);
         let scratch = self.attn_scratch(attn_decode::scratch_bytes(n_head, parts, hd))?;
         let pos_dev = self.positions(pos)?;
         let values = n_head * hd;
@@ -127,6 +140,7 @@ impl GpuBackend {
             scale: a.scale,
             window,
             parts,
+            min_keys,
         };
         attn_decode::attn_decode(&self.rec(), &bufs, &params).map_err(err(OP))?;
         if q8.is_some() {

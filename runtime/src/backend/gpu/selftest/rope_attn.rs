@@ -21,7 +21,8 @@
 //!
 //! Shapes: head_dim 64/128/256, GQA 1/2/4/8, NORM and NEOX (partial rotation, frequency
 //! factors and scale), q/k norms on and off, windows, positions 0, 1, 127, 128, 255 and
-//! past 1000, with caches big enough that the kernel splits the keys over several blocks.
+//! past 1000, with caches big enough that the kernel splits the keys over several blocks,
+//! and forced small parts (`set_attn_part_keys`) at short positions.
 
 use super::report::{Acc, CheckReport, Rng};
 use super::ref_attention;
@@ -51,6 +52,8 @@ struct Case {
     freq_scale: f32,
     q_scale: Option<f32>,
     scale: f32,
+    /// The GPU's fewest keys per part (None: its default, one block iteration).
+    part_keys: Option<usize>,
 }
 
 fn cases() -> Vec<Case> {
@@ -69,6 +72,7 @@ fn cases() -> Vec<Case> {
         freq_scale: 1.0,
         q_scale: None,
         scale: 1.0 / (hd as f32).sqrt(),
+        part_keys: None,
     };
     vec![
         // Qwen3-0.6B's shape from the first token on.
@@ -92,6 +96,11 @@ fn cases() -> Vec<Case> {
         c(256, 4, 2, Norm, false, None, 127, 200),
         // A window of one key: only the new one.
         c(128, 8, 1, Neox, true, Some(1), 0, 8),
+        // Short contexts split into small parts (LODE_ATTN_PART_KEYS): the merge at 128 keys,
+        // parts of 2 keys, and the window's parts past the part cap.
+        Case { part_keys: Some(32), ..c(128, 16, 8, Neox, true, None, 126, 1024) },
+        Case { part_keys: Some(2), ..c(64, 4, 2, Neox, true, None, 5, 4096) },
+        Case { part_keys: Some(7), q_scale: Some(0.125), scale: 1.0, ..c(256, 4, 1, Neox, true, Some(512), 900, 1000) },
     ]
 }
 
@@ -214,6 +223,7 @@ fn check_case(gpu: &mut GpuBackend, cpu: &mut CpuBackend, rng: &mut Rng, c: &Cas
         w8,
         w8_rows,
     };
+    gpu.set_attn_part_keys(c.part_keys);
     let g = run_steps(gpu, c, &d, f, ids(idx), &mut |be: &mut GpuBackend, kv| be.read_kv(kv, 0).map(Some)).map_err(|e| format!("gpu: {e}"))?;
     let h = run_steps(cpu, c, &d, f, ids(idx), &mut |_: &mut CpuBackend, _| Ok(None)).map_err(|e| format!("cpu: {e}"))?;
     let name = format!("hd {} heads {}/{} {:?} rot {} norms {} window {:?} ctx {}", c.hd, c.n_head, c.n_kv, c.mode, c.n_rot, c.norms, c.window, c.n_ctx);
@@ -267,7 +277,14 @@ fn check_case(gpu: &mut GpuBackend, cpu: &mut CpuBackend, rng: &mut Rng, c: &Cas
 /// Every `rope_attn_*` check whose name contains `filter` (one per case).
 pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport> {
     let all = cases();
-    let named: Vec<(usize, String, Case)> = all.iter().enumerate().map(|(i, c)| (i, format!("rope_attn_d{}_g{}_p{}", c.hd, c.n_head / c.n_kv, c.pos), *c)).collect();
+    let named: Vec<(usize, String, Case)> = all
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let parts = c.part_keys.map(|n| format!("_k{n}")).unwrap_or_default();
+            (i, format!("rope_attn_d{}_g{}_p{}{parts}", c.hd, c.n_head / c.n_kv, c.pos), *c)
+        })
+        .collect();
     let named: Vec<(usize, String, Case)> = named.into_iter().filter(|(_, n, _)| filter.map(|f| n.contains(f)).unwrap_or(true)).collect();
     if named.is_empty() {
         return Vec::new();
