@@ -15,6 +15,7 @@ mod fused;
 mod reference;
 mod report;
 mod rows;
+pub mod rope_attn;
 mod targets;
 pub use reference::*;
 pub use report::{Acc, CheckReport, Rng};
