@@ -384,9 +384,30 @@ DEV void q6k_wdot(const q6k_w<NS>& r, const u8* wr, const block_q8_1* x, int kb,
     }
 }
 
-// Slots of 4 super-blocks, one at a time (the raw words of two slots would not fit the
-// register budget of 12 resident blocks per multiprocessor). A slot is 840 bytes, so a
-// lane's shift is the same in every slot and its word pointers advance by 210 words.
+// A lane's raw words of one super-block (q6k_load_sb's, from word pointers that advance
+// by whole slots).
+struct q6k_raw { u32 A[3], B[3], H[3], S[3], d; };
+DEV void q6k_load_raw(const u32* pa, const u32* ph, const u32* ps, const u16* pd, int odd, q6k_raw& r) {
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+        r.A[i] = pa[i];
+        r.B[i] = pa[8 + i];
+        r.H[i] = ph[i];
+    }
+    r.S[0] = ps[0];
+    r.S[1] = ps[1];
+    r.S[2] = ps[1 + odd];
+    r.d = *pd;
+}
+
+// Slots of 4 super-blocks. A slot is 840 bytes, so a lane's shift is the same in every
+// slot and its word pointers advance by 210 words. Rows of 12 or more super-blocks issue
+// the next slot's loads before the current slot's products (two register sets in turn);
+// shorter ones one slot at a time. H200 (ci/microbench/mv_dot.cu): pipelining took the
+// 8B / 4B / 0.6B Q6_K down projections from 27.8 / 19.0 / 10.4 to 24.6 / 16.1 / 8.9 us but
+// the 4B head (10 super-blocks, 152k rows) from 120 to 126 us, the 8B head (16) from 141 to
+// 151 (a cost the downs repay several times over). 64 registers: at 48 the pipelined loop
+// spills.
 template <int NC>
 DEV void mv_q6_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
     const int lane = tid_x() & 31, hh = (lane >> 2) & 1, lq = lane & 3, s = lane >> 3;
@@ -398,24 +419,29 @@ DEV void mv_q6_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
     const u16* pd = (const u16*)(b + 208);
     const block_q8_1* xa = x + s * 8 + 4 * hh;
     const u64 xcol = (u64)kb * 36;
-    for (int sb0 = 0; sb0 < nsb; sb0 += 4) {
-        const bool ok = sb0 + s < nsb;
-        u32 A[3], B[3], H[3], S[3], d;
-        if (ok) {
-#pragma unroll
-            for (int i = 0; i < 3; ++i) {
-                A[i] = pa[i];
-                B[i] = pa[8 + i];
-                H[i] = ph[i];
-            }
-            S[0] = ps[0];
-            S[1] = ps[1];
-            S[2] = ps[1 + odd];
-            d = *pd;
+    if (nsb < 12) {
+        for (int sb0 = 0; sb0 < nsb; sb0 += 4) {
+            const bool ok = sb0 + s < nsb;
+            q6k_raw r;
+            if (ok) q6k_load_raw(pa, ph, ps, pd, odd, r);
+            q6k_dot_sb<NC>(r.A, r.B, r.H, r.S, r.d, odd, ok ? xa : x, xcol, ok, ncols, acc);
+            pa += 210, ph += 210, ps += 210, pd += 420;
+            xa += 32;
         }
-        q6k_dot_sb<NC>(A, B, H, S, d, odd, ok ? xa : x, xcol, ok, ncols, acc);
-        pa += 210, ph += 210, ps += 210, pd += 420;
-        xa += 32;
+        return;
+    }
+    q6k_raw ra, rb;
+    if (s < nsb) q6k_load_raw(pa, ph, ps, pd, odd, ra);
+    for (int sb0 = 0; sb0 < nsb; sb0 += 8) {
+        const bool okb = sb0 + 4 + s < nsb;
+        if (okb) q6k_load_raw(pa + 210, ph + 210, ps + 210, pd + 420, odd, rb);
+        const bool oka = sb0 + s < nsb;
+        q6k_dot_sb<NC>(ra.A, ra.B, ra.H, ra.S, ra.d, odd, oka ? xa : x, xcol, oka, ncols, acc);
+        if (sb0 + 4 >= nsb) break;
+        if (sb0 + 8 + s < nsb) q6k_load_raw(pa + 420, ph + 420, ps + 420, pd + 840, odd, ra);
+        q6k_dot_sb<NC>(rb.A, rb.B, rb.H, rb.S, rb.d, odd, okb ? xa + 32 : x, xcol, okb, ncols, acc);
+        pa += 420, ph += 420, ps += 420, pd += 840;
+        xa += 64;
     }
 }
 
@@ -511,8 +537,8 @@ DEV void mv_float(const u8* wr, const float* x, int k, int ncols, float* acc) {
     _Pragma("unroll") for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
 
 // MINB: resident 128-thread blocks per multiprocessor the n1 kernel is compiled for (a
-// register cap without spills; Q4_K at 79 registers ran 24 warps per SM; Q6_K's body
-// needs 48 registers, at 40 it spills).
+// register cap without spills; Q4_K at 79 registers ran 24 warps per SM; Q6_K's
+// pipelined loop needs 64, at 40 or 48 it spills).
 #define MV_K(NAME, FN, BB, MINB)                                                                   \
     template <int NC>                                                                              \
     DEV void NAME##_body(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
@@ -530,7 +556,7 @@ DEV void mv_float(const u8* wr, const float* x, int k, int ncols, float* acc) {
 
 MV_K(matvec_q4_K, mv_q4_K, 144, 8)
 MV_K(matvec_q5_K, mv_q5_K, 176, 12)
-MV_K(matvec_q6_K, mv_q6_K, 210, 10)
+MV_K(matvec_q6_K, mv_q6_K, 210, 8)
 
 #define MV_B32(NAME, T, BB)                                                                        \
     template <int NC>                                                                              \

@@ -30,6 +30,64 @@ OLD_KERNEL(old_q6_n8, old::mv_q6_K, 210, 12, 8, )
 // The new Q6_K body under the old register cap (40: spills) for comparison.
 OLD_KERNEL(new_q6_n1_r40, mv_q6_K, 210, 12, 1, __launch_bounds__(128, 12))
 
+// Q6_K variants with more loads in flight per warp (long rows): two slots (8 super-blocks)
+// per step, either loaded together then used (U) or the next slot loaded before the current
+// one is used (P, two register sets in turn).
+struct q6raw { u32 A[3], B[3], H[3], S[3], d; };
+__device__ __forceinline__ void q6_ld(const u32* pa, const u32* ph, const u32* ps, const u16* pd, int odd, q6raw& r) {
+#pragma unroll
+    for (int i = 0; i < 3; ++i) r.A[i] = pa[i], r.B[i] = pa[8 + i], r.H[i] = ph[i];
+    r.S[0] = ps[0], r.S[1] = ps[1], r.S[2] = ps[1 + odd], r.d = *pd;
+}
+template <int MODE>
+__device__ __forceinline__ void mv_q6_K_v(const u8* wr, const block_q8_1* x, int kb, int nsb, float* acc) {
+    const int lane = tid_x() & 31, hh = (lane >> 2) & 1, lq = lane & 3, s = lane >> 3;
+    const u8* b = wr + s * 210;
+    const int odd = (int)(((u64)b >> 1) & 1);
+    const u32* pa = (const u32*)(b - 2 * odd) + 16 * hh + 2 * lq;
+    const u32* ph = (const u32*)(b - 2 * odd) + 32 + 8 * hh + 2 * lq;
+    const u32* ps = (const u32*)(b - 2 * odd) + 48 + 2 * hh;
+    const u16* pd = (const u16*)(b + 208);
+    const block_q8_1* xa = x + s * 8 + 4 * hh;
+    const u64 xcol = (u64)kb * 36;
+    if (MODE == 0) {  // U
+        for (int sb0 = 0; sb0 < nsb; sb0 += 8) {
+            const bool oka = sb0 + s < nsb, okb = sb0 + 4 + s < nsb;
+            q6raw ra, rb;
+            if (oka) q6_ld(pa, ph, ps, pd, odd, ra);
+            if (okb) q6_ld(pa + 210, ph + 210, ps + 210, pd + 420, odd, rb);
+            q6k_dot_sb<1>(ra.A, ra.B, ra.H, ra.S, ra.d, odd, oka ? xa : x, xcol, oka, 1, acc);
+            if (sb0 + 4 < nsb) q6k_dot_sb<1>(rb.A, rb.B, rb.H, rb.S, rb.d, odd, okb ? xa + 32 : x, xcol, okb, 1, acc);
+            pa += 420, ph += 420, ps += 420, pd += 840, xa += 64;
+        }
+    } else {  // P
+        q6raw ra, rb;
+        if (s < nsb) q6_ld(pa, ph, ps, pd, odd, ra);
+        for (int sb0 = 0; sb0 < nsb; sb0 += 8) {
+            const bool okb = sb0 + 4 + s < nsb;
+            if (okb) q6_ld(pa + 210, ph + 210, ps + 210, pd + 420, odd, rb);
+            const bool oka = sb0 + s < nsb;
+            q6k_dot_sb<1>(ra.A, ra.B, ra.H, ra.S, ra.d, odd, oka ? xa : x, xcol, oka, 1, acc);
+            if (sb0 + 4 >= nsb) break;
+            if (sb0 + 8 + s < nsb) q6_ld(pa + 420, ph + 420, ps + 420, pd + 840, odd, ra);
+            q6k_dot_sb<1>(rb.A, rb.B, rb.H, rb.S, rb.d, odd, okb ? xa + 32 : x, xcol, okb, 1, acc);
+            pa += 420, ph += 420, ps += 420, pd += 840, xa += 64;
+        }
+    }
+}
+#define Q6V(NAME, MODE, MINB)                                                                          \
+    __global__ void __launch_bounds__(128, MINB) NAME(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+        const int row = blockIdx.x * 4 + (threadIdx.x >> 5);                                           \
+        if (row >= rows) return;                                                                       \
+        float acc[1] = {0.0f};                                                                         \
+        mv_q6_K_v<MODE>(W + (u64)row * (k / 256) * 210, x, k / 32, k / 256, acc);                      \
+        store<1>(y, acc, rows, row, 1);                                                                \
+    }
+Q6V(q6_u8, 0, 8)
+Q6V(q6_p8, 1, 8)
+Q6V(q6_u10, 0, 10)
+Q6V(q6_p10, 1, 10)
+
 __global__ void stream_k(const uint4* W, size_t n16, float* y) {
     uint4 a = make_uint4(0, 0, 0, 0);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
@@ -169,7 +227,18 @@ int main() {
         mvk o1 = sh.ty == 12 ? old_q6_n1 : old_q4_n1, n1 = sh.ty == 12 ? matvec_q6_K_n1 : matvec_q4_K_n1;
         timeit("old", [&](int c) { o1<<<g, 128>>>(W + c * wbytes, x, y0, sh.rows, sh.k, 1); });
         timeit("new", [&](int c) { n1<<<g, 128>>>(W + c * wbytes, x, y1, sh.rows, sh.k, 1); });
-        if (sh.ty == 12) timeit("new (40 regs)", [&](int c) { new_q6_n1_r40<<<g, 128>>>(W + c * wbytes, x, y1, sh.rows, sh.k, 1); });
+        if (sh.ty == 12) {
+            timeit("new (40 regs)", [&](int c) { new_q6_n1_r40<<<g, 128>>>(W + c * wbytes, x, y1, sh.rows, sh.k, 1); });
+            const mvk vs[4] = {q6_u8, q6_p8, q6_u10, q6_p10};
+            const char* vn[4] = {"2 slots, 64 regs", "pipelined, 64 regs", "2 slots, 48 regs", "pipelined, 48 regs"};
+            std::vector<float> c0(sh.rows), c1(sh.rows);
+            cudaMemcpy(c0.data(), y1, sh.rows * 4, cudaMemcpyDeviceToHost);
+            for (int v = 0; v < 4; ++v) {
+                timeit(vn[v], [&](int c) { vs[v]<<<g, 128>>>(W + c * wbytes, x, y1, sh.rows, sh.k, 1); });
+                cudaMemcpy(c1.data(), y1, sh.rows * 4, cudaMemcpyDeviceToHost);
+                all_ok &= check(vn[v], c0, c1);
+            }
+        }
         std::vector<float> a(sh.rows), b(sh.rows);
         cudaMemcpy(a.data(), y0, sh.rows * 4, cudaMemcpyDeviceToHost), cudaMemcpy(b.data(), y1, sh.rows * 4, cudaMemcpyDeviceToHost);
         all_ok &= check("new vs old", a, b);
