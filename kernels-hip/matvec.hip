@@ -164,7 +164,7 @@ DEV void q4k_dot_sb(const u32x4& hd, const u32x4& q0, const u32x4& q1, const blo
     const u32 w1[4] = {q1.x, q1.y, q1.z, q1.w};
 #pragma unroll
     for (int col = 0; col < NC; ++col) {
-        if (col >= ncols) break;
+        if (NC > 1 && col >= ncols) break;  // n1: no branch, so the activation loads can go first
         kact a;
         k_act_load((const block_q8_1*)((const u8*)xa + col * xcol), h, a);
         int s0 = 0, s1 = 0, t0 = 0, t1 = 0;
@@ -339,7 +339,7 @@ DEV void q6k_dot_sb(const u32* A, const u32* B, const u32* H, const u32* S, u32 
     const float d4 = 0.25f * h2f((u16)dbits);
 #pragma unroll
     for (int col = 0; col < NC; ++col) {
-        if (col >= ncols) break;
+        if (NC > 1 && col >= ncols) break;  // n1: no branch, so the activation loads can go first
         // Codes 8lq .. 8lq + 7 of blocks n .. n + 3 (n % 4 == 0, 16-byte aligned): aligned
         // loads, the first block's and second block's (d, s) words come along in lane lq = 0.
         const u8* p = (const u8*)xa + col * xcol + 8 * lq;
