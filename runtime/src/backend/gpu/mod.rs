@@ -13,6 +13,7 @@
 
 pub mod arena;
 pub mod backend;
+pub mod decode_mv;
 pub mod device;
 pub mod driver;
 pub mod exact;
