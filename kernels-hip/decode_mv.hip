@@ -90,12 +90,14 @@ DEV u32 take_ticket(u32* c) {
 
 // ---- the RMSNorm prologue ----
 
-#define NORM_MAX 4096
+// Rows of up to 256 Q values (Q = 4: 1024, Q = 16: 4096): the smaller kernel keeps its
+// shared memory small (10 KB instead of 41 KB).
+template <int Q>
 struct NormSh {
-    float sum[NORM_MAX];           // x + add, for the write-back
-    float o[NORM_MAX];             // the normalized row (staging of the K form)
-    block_q8_1 q8[NORM_MAX / 32];  // q8_1 form
-    block_q8_1 kf[NORM_MAX / 32];  // K form
+    float sum[256 * Q];           // x + add, for the write-back
+    float o[256 * Q];             // the normalized row (staging of the K form)
+    block_q8_1 q8[256 * Q / 32];  // q8_1 form
+    block_q8_1 kf[256 * Q / 32];  // K form
     float red[32];
 };
 
@@ -127,7 +129,7 @@ DEV void norm_wload(const NormArgs& a, float* wv) {
 // operations in the same order. Leaves the q8_1 and / or K form in shared memory; thread
 // 0 returns its ticket in *ticket when add is given.
 template <int Q>
-DEV void norm_prologue(const NormArgs& a, const float* wv, bool need_q8, bool need_k, NormSh& sh, u32* ticket) {
+DEV void norm_prologue(const NormArgs& a, const float* wv, bool need_q8, bool need_k, NormSh<Q>& sh, u32* ticket) {
     const int t = tid_x(), lane = t & 31, wp = t >> 5, n = a.n;
     float v[Q];
     float ss[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -183,7 +185,8 @@ DEV void norm_prologue(const NormArgs& a, const float* wv, bool need_q8, bool ne
 }
 
 // Warp 0 of the block holding the last ticket writes x + add back and resets the counter.
-DEV void norm_tail(const NormArgs& a, const NormSh& sh, u32 ticket) {
+template <int Q>
+DEV void norm_tail(const NormArgs& a, const NormSh<Q>& sh, u32 ticket) {
     if (!a.add || tid_x() >= 32) return;
     const int lane = tid_x() & 31;
     int last = (lane == 0 && ticket == (u32)(a.nblk - 1)) ? 1 : 0;
@@ -204,7 +207,7 @@ struct Seg {
 };
 
 template <int Q, int TY>
-DEV void norm_multi_run(const NormArgs& a, const Seg& s, int b, bool need_q8, bool need_k, NormSh& sh) {
+DEV void norm_multi_run(const NormArgs& a, const Seg& s, int b, bool need_q8, bool need_k, NormSh<Q>& sh) {
     typedef Mv<TY> M;
     const int row = b * 8 + (tid_x() >> 5);
     const bool live = row < s.rows;
@@ -226,7 +229,7 @@ DEV void norm_multi_run(const NormArgs& a, const Seg& s, int b, bool need_q8, bo
 
 template <int Q>
 DEV void norm_multi(const NormArgs& a, Seg s0, Seg s1, Seg s2) {
-    __shared__ NormSh sh;
+    __shared__ NormSh<Q> sh;
     int b = bid_x();
     const int nb0 = (s0.rows + 7) / 8, nb1 = (s1.rows + 7) / 8;
     Seg s = s0;
@@ -273,7 +276,7 @@ NORM_MULTI(decode_mv_norm16, 16)
 // ---- norm + gate/up + GLU ----
 
 template <int Q, int TY>
-DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int act, NormSh& sh) {
+DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int act, NormSh<Q>& sh) {
     typedef Mv<TY> M;
     const int row = bid_x() * 8 + (tid_x() >> 5);
     const bool live = row < rows;
@@ -301,7 +304,7 @@ DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, i
 
 template <int Q>
 DEV void norm_glu(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {
-    __shared__ NormSh sh;
+    __shared__ NormSh<Q> sh;
     switch (ty) {
     case 0: norm_glu_run<Q, 0>(a, Wg, Wu, y, rows, act, sh); break;
     case 1: norm_glu_run<Q, 1>(a, Wg, Wu, y, rows, act, sh); break;

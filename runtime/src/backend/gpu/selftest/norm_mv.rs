@@ -246,12 +246,14 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
     Ok(Case { n, x, add, norm_w, op })
 }
 
-fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, name: &str, cases: usize, rng: &mut Rng) -> (CheckReport, CheckReport) {
+/// `files` lives as long as the backends: a weight file dropped while the GPU backend
+/// lives could have its bytes' address reused by a later file, whose weight the cache
+/// would then take for the old one.
+fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &str, cases: usize, rng: &mut Rng) -> (CheckReport, CheckReport) {
     let mut acc = Acc::new(name);
     let mut bits = Acc::new(&format!("{name}_bits"));
-    let mut files = Files::default();
     for i in 0..cases.max(8) {
-        let c = match make_case(name, i, rng, &mut files) {
+        let c = match make_case(name, i, rng, files) {
             Ok(c) => c,
             Err(e) => {
                 acc.fail(format!("case {i}: {e}"));
@@ -260,19 +262,19 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, name: &str, cases: usize, r
         };
         gpu.set_fuse_mv(true);
         let before = gpu.fused_mv_launches();
-        let fused = run_case(gpu, &files, &c);
+        let fused = run_case(gpu, files, &c);
         let taken = gpu.fused_mv_launches() - before;
         gpu.set_fuse_mv(false);
-        let plain = run_case(gpu, &files, &c);
+        let plain = run_case(gpu, files, &c);
         gpu.set_fuse_mv(true);
         let plain_launches = gpu.fused_mv_launches() - before - taken;
-        let want = run_case(cpu, &files, &c);
+        let want = run_case(cpu, files, &c);
         match (fused, plain, want) {
             (Ok(a), Ok(b), Ok(w)) => {
                 if taken != 1 || plain_launches != 0 {
                     acc.fail(format!("case {i} (n={} {:?}): {taken} fused launches with the fusion on, {plain_launches} with it off (expected 1 and 0)", c.n, c.op));
                 }
-                compare(&mut acc, &mut bits, &files, &c, &a, &b, &w);
+                compare(&mut acc, &mut bits, files, &c, &a, &b, &w);
             }
             (a, b, w) => {
                 let e = [a.err(), b.err(), w.err()].into_iter().flatten().map(|e| e.to_string()).collect::<Vec<_>>().join("; ");
@@ -303,9 +305,10 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64) -> Ve
         }
     };
     let mut out = Vec::new();
+    let mut files = Files::default();
     for (idx, name) in chosen.into_iter().enumerate() {
         let mut rng = Rng::new(seed ^ ((idx as u64 + 1) * 0x6e6f_726d_5f6d_76));
-        let (a, b) = check(&mut gpu, &mut cpu, name, cases, &mut rng);
+        let (a, b) = check(&mut gpu, &mut cpu, &mut files, name, cases, &mut rng);
         out.push(a);
         out.push(b);
     }
