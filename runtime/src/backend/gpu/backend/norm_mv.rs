@@ -26,11 +26,13 @@ pub(super) struct MvFuse {
     counter: Option<DeviceBuffer>,
     /// Fused launches issued (the selftest checks its ops took the fused path).
     launches: u64,
+    /// The device's multiprocessors (the launches' block cap), read once.
+    sms: Option<usize>,
 }
 
 impl MvFuse {
     pub(super) fn from_env() -> MvFuse {
-        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0 }
+        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, sms: None }
     }
 }
 
@@ -48,6 +50,15 @@ impl GpuBackend {
     /// Whether the fused decode matvecs may run (batch 1 is checked by the callers).
     fn mv_enabled(&self) -> bool {
         self.fuse && self.mv.on && self.numerics == super::Numerics::Fast
+    }
+
+    fn mv_sms(&mut self) -> usize {
+        if let Some(n) = self.mv.sms {
+            return n;
+        }
+        let n = self.dev.attribute(crate::backend::gpu::driver::DevAttr::MultiprocessorCount).ok().filter(|&n| n > 0).unwrap_or(32) as usize;
+        self.mv.sms = Some(n);
+        n
     }
 
     fn mv_counter(&mut self) -> Result<DevPtr> {
@@ -121,7 +132,8 @@ impl GpuBackend {
             segs.push((self.weight(w)?, w.ty(), w.n_rows(), yp));
         }
         self.mv.launches += 1;
-        let r = decode_mv::norm_multi(&self.rec(), &a, &segs).map_err(|e| {
+        let sms = self.mv_sms();
+        let r = decode_mv::norm_multi(&self.rec(), &a, &segs, sms).map_err(|e| {
             let names: Vec<&str> = ws.iter().map(|w| w.name()).collect();
             BackendError::Invalid { op: "norm_matmul_multi", msg: format!("{}: {e}", names.join(", ")) }
         });
@@ -145,7 +157,8 @@ impl GpuBackend {
         let gp = self.weight(gate)?;
         let upp = self.weight(up)?;
         self.mv.launches += 1;
-        let r = decode_mv::norm_glu(&self.rec(), &a, gp, upp, gate.ty(), gate.n_rows(), yp, act == Glu::GeluTanh)
+        let sms = self.mv_sms();
+        let r = decode_mv::norm_glu(&self.rec(), &a, gp, upp, gate.ty(), gate.n_rows(), yp, act == Glu::GeluTanh, sms)
             .map_err(|e| BackendError::Invalid { op: "norm_matmul_glu", msg: format!("{} / {}: {e}", gate.name(), up.name()) });
         self.mv_norm_done(norm);
         self.touch(out);
@@ -166,7 +179,8 @@ impl GpuBackend {
         Self::check_len("matmul", y, yn, w.n_rows())?;
         let wp = self.weight(w)?;
         self.mv.launches += 1;
-        let r = decode_mv::quant_mv(&self.rec(), xp, k, wp, ty, w.n_rows(), yp).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
+        let sms = self.mv_sms();
+        let r = decode_mv::quant_mv(&self.rec(), xp, k, wp, ty, w.n_rows(), yp, sms).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
         self.touch(y);
         r.map(|_| true)
     }
