@@ -198,230 +198,136 @@ DEV void norm_tail(const NormArgs& a, const NormSh<Q>& sh, u32 ticket) {
     if (lane == 0) *a.counter = 0u;
 }
 
-// ---- rows after a block's first group ----
-//
-// Every block runs its prologue once. A segment of R rows owns nb blocks (the host
-// launches at most as many blocks as fit on the device at once, split over the segments
-// by their rows): block j of it takes the 8-row groups j, j + nb, j + 2 nb …, so a large
-// matrix costs more groups per block, not more prologues. While a group's products run,
-// the next group's rows are prefetched into L1 (NVIDIA; no registers held). The loop over
-// the later groups is a call per type: inlined into every first-group body, the compiler
-// kept all of them live at once (255 registers with spills).
-#define DEV_CALL static __device__ __attribute__((noinline))
-
-// This lane's share of a hint to bring [p, p + bytes) into L1 (128-byte lines).
-DEV void prefetch_bytes(const u8* p, int bytes) {
-#ifdef LODE_NV
-    const int lane = tid_x() & 31;
-    const u64 a0 = (u64)p & ~(u64)127, end = (u64)p + bytes;
-    for (u64 a = a0 + 128 * lane; a < end; a += 128 * 32) asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
-#else
-    (void)p;
-    (void)bytes;
-#endif
-}
+// ---- norm + up to 3 matvecs ----
 
 struct Seg {
     const u8* W;
     float* y;
-    int rows, ty, nb;
+    int rows, ty;
 };
 
-// The segment of block b (segments own consecutive blocks) and b's index in it.
-DEV int seg_of(const Seg* segs, int b, Seg* s) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        if (b < segs[i].nb) {
-            *s = segs[i];
-            return b;
-        }
-        b -= segs[i].nb;
-    }
-    *s = segs[2];
-    return b;
-}
-
-// Rows of group j of segment s, one per warp (prefetching the rows of group j + s.nb).
-template <int TY>
-DEV void rows_plain(const Seg& s, int j, int n, const block_q8_1* xs) {
-    typedef Mv<TY> M;
-    const int w = tid_x() >> 5, nu = n / M::UNIT, rb = nu * M::BB;
-    const int next = (j + s.nb) * 8 + w;
-    if (next < s.rows) prefetch_bytes(s.W + (u64)next * rb, rb);
-    const int row = j * 8 + w;
-    if (row >= s.rows) return;
-    const u8* wr = s.W + (u64)row * rb;
-    typename M::W cur;
-    M::load(wr, nu, 0, cur);
-    const float r = row_finish<TY>(cur, wr, xs, nu);
-    if ((tid_x() & 31) == 0) s.y[row] = r;
-}
-
-// Groups j0, j0 + s.nb, … of segment s.
-template <int TY>
-DEV_CALL void rows_loop(Seg s, int j0, int n, const block_q8_1* xs) {
-    for (int j = j0; j * 8 < s.rows; j += s.nb) rows_plain<TY>(s, j, n, xs);
-}
-
-// ---- norm + up to 3 matvecs ----
-
-// The block's first group (its loads before the prologue), the prologue, then the rest
-// of its groups; returns the ticket (thread 0).
 template <int Q, int TY>
-DEV u32 norm_multi_run(const NormArgs& a, const Seg& s, int j, bool need_q8, bool need_k, NormSh<Q>& sh) {
+DEV void norm_multi_run(const NormArgs& a, const Seg& s, int b, bool need_q8, bool need_k, NormSh<Q>& sh) {
     typedef Mv<TY> M;
-    const int w = tid_x() >> 5, nu = a.n / M::UNIT, rb = nu * M::BB;
-    const int row = j * 8 + w;
+    const int row = b * 8 + (tid_x() >> 5);
     const bool live = row < s.rows;
-    const u8* wr = s.W + (u64)(live ? row : 0) * rb;
+    const int nu = a.n / M::UNIT;
+    const u8* wr = s.W + (u64)(live ? row : 0) * nu * M::BB;
     typename M::W cur;
     if (live) M::load(wr, nu, 0, cur);
-    const int next = (j + s.nb) * 8 + w;
-    if (next < s.rows) prefetch_bytes(s.W + (u64)next * rb, rb);
     float wv[Q];
     norm_wload<Q>(a, wv);
     pdl_entry();
     u32 ticket = 0;
     norm_prologue<Q>(a, wv, need_q8, need_k, sh, &ticket);
-    const block_q8_1* xs = TY >= 10 ? sh.kf : sh.q8;
     if (live) {
-        const float r = row_finish<TY>(cur, wr, xs, nu);
+        const float r = row_finish<TY>(cur, wr, TY >= 10 ? sh.kf : sh.q8, nu);
         if ((tid_x() & 31) == 0) s.y[row] = r;
     }
-    if ((j + s.nb) * 8 < s.rows) rows_loop<TY>(s, j + s.nb, a.n, xs);
-    return ticket;
+    norm_tail(a, sh, ticket);
 }
 
 template <int Q>
 DEV void norm_multi(const NormArgs& a, Seg s0, Seg s1, Seg s2) {
     __shared__ NormSh<Q> sh;
-    const Seg segs[3] = {s0, s1, s2};
-    Seg s;
-    const int j = seg_of(segs, bid_x(), &s);
+    int b = bid_x();
+    const int nb0 = (s0.rows + 7) / 8, nb1 = (s1.rows + 7) / 8;
+    Seg s = s0;
+    if (b >= nb0 + nb1) {
+        b -= nb0 + nb1;
+        s = s2;
+    } else if (b >= nb0) {
+        b -= nb0;
+        s = s1;
+    }
     bool need_q8 = false, need_k = false;
+    const Seg all[3] = {s0, s1, s2};
 #pragma unroll
     for (int i = 0; i < 3; ++i) {
-        if (segs[i].rows <= 0) continue;
-        if (segs[i].ty >= 10) need_k = true;
+        if (all[i].rows <= 0) continue;
+        if (all[i].ty >= 10) need_k = true;
         else need_q8 = true;
     }
-    u32 ticket = 0;
     switch (s.ty) {
-    case 0: ticket = norm_multi_run<Q, 0>(a, s, j, need_q8, need_k, sh); break;
-    case 1: ticket = norm_multi_run<Q, 1>(a, s, j, need_q8, need_k, sh); break;
-    case 2: ticket = norm_multi_run<Q, 2>(a, s, j, need_q8, need_k, sh); break;
-    case 3: ticket = norm_multi_run<Q, 3>(a, s, j, need_q8, need_k, sh); break;
-    case 4: ticket = norm_multi_run<Q, 4>(a, s, j, need_q8, need_k, sh); break;
-    case 10: ticket = norm_multi_run<Q, 10>(a, s, j, need_q8, need_k, sh); break;
-    case 11: ticket = norm_multi_run<Q, 11>(a, s, j, need_q8, need_k, sh); break;
-    case 12: ticket = norm_multi_run<Q, 12>(a, s, j, need_q8, need_k, sh); break;
+    case 0: norm_multi_run<Q, 0>(a, s, b, need_q8, need_k, sh); break;
+    case 1: norm_multi_run<Q, 1>(a, s, b, need_q8, need_k, sh); break;
+    case 2: norm_multi_run<Q, 2>(a, s, b, need_q8, need_k, sh); break;
+    case 3: norm_multi_run<Q, 3>(a, s, b, need_q8, need_k, sh); break;
+    case 4: norm_multi_run<Q, 4>(a, s, b, need_q8, need_k, sh); break;
+    case 10: norm_multi_run<Q, 10>(a, s, b, need_q8, need_k, sh); break;
+    case 11: norm_multi_run<Q, 11>(a, s, b, need_q8, need_k, sh); break;
+    case 12: norm_multi_run<Q, 12>(a, s, b, need_q8, need_k, sh); break;
     default: break;
     }
-    norm_tail(a, sh, ticket);
 }
 
-// grid nblk = nb0 + nb1 + nb2 blocks (1 <= nb_s <= ceil(rows_s / 8) for a present
-// segment), block 256; n % 32 == 0 (% 256 with a K-quant weight), n <= 256 Q; segments
-// with rows 0 (and nb 0) are absent.
-#define NORM_MULTI(NAME, Q, MINB)                                                                                            \
-    KERNEL LAUNCH_BOUNDS_MIN(256, MINB) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
-                                        int n, float eps, const u8* W0, float* y0, int rows0, int ty0, int nb0, const u8* W1,     \
-                                        float* y1, int rows1, int ty1, int nb1, const u8* W2, float* y2, int rows2, int ty2,      \
-                                        int nb2) {                                                                               \
+// grid (Σ ceil(rows_s / 8)) = nblk, block 256; n % 32 == 0 (% 256 with a K-quant weight),
+// n <= 256 Q; segments with rows 0 are absent.
+#define NORM_MULTI(NAME, Q)                                                                                                  \
+    KERNEL LAUNCH_BOUNDS(256) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
+                                        int n, float eps, const u8* W0, float* y0, int rows0, int ty0, const u8* W1, float* y1,   \
+                                        int rows1, int ty1, const u8* W2, float* y2, int rows2, int ty2) {                         \
         const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
-        norm_multi<Q>(a, Seg{W0, y0, rows0, ty0, nb0}, Seg{W1, y1, rows1, ty1, nb1}, Seg{W2, y2, rows2, ty2, nb2});              \
+        norm_multi<Q>(a, Seg{W0, y0, rows0, ty0}, Seg{W1, y1, rows1, ty1}, Seg{W2, y2, rows2, ty2});                             \
     }
-NORM_MULTI(decode_mv_norm4, 4, 4)
-NORM_MULTI(decode_mv_norm16, 16, 3)
+NORM_MULTI(decode_mv_norm4, 4)
+NORM_MULTI(decode_mv_norm16, 16)
 
 // ---- norm + gate/up + GLU ----
 
-// As glu_q8_f32: SiLU, or GELU-tanh rounded through f16 as the CPU backend.
-DEV float glu_act(int act, float g, float u) { return (act ? gelu_f16r(g) : silu_f(g)) * u; }
-
-// Groups j0, j0 + nblk, … of the gate/up pair (prefetching each next group's rows).
-template <int TY>
-DEV_CALL void glu_loop(const u8* Wg, const u8* Wu, float* y, int rows, int act, int j0, int nblk, int n, const block_q8_1* xs) {
-    typedef Mv<TY> M;
-    const int w = tid_x() >> 5, nu = n / M::UNIT, rb = nu * M::BB;
-    for (int j = j0; j * 8 < rows; j += nblk) {
-        const int next = (j + nblk) * 8 + w;
-        if (next < rows) {
-            prefetch_bytes(Wg + (u64)next * rb, rb);
-            prefetch_bytes(Wu + (u64)next * rb, rb);
-        }
-        const int row = j * 8 + w;
-        if (row >= rows) continue;
-        const u64 off = (u64)row * rb;
-        typename M::W cg, cu;
-        M::load(Wg + off, nu, 0, cg);
-        M::load(Wu + off, nu, 0, cu);
-        const float g = row_finish<TY>(cg, Wg + off, xs, nu);
-        const float u = row_finish<TY>(cu, Wu + off, xs, nu);
-        if ((tid_x() & 31) == 0) y[row] = glu_act(act, g, u);
-    }
-}
-
 template <int Q, int TY>
-DEV u32 norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int act, NormSh<Q>& sh) {
+DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int act, NormSh<Q>& sh) {
     typedef Mv<TY> M;
-    const int j = bid_x(), w = tid_x() >> 5, nu = a.n / M::UNIT, rb = nu * M::BB;
-    const int row = j * 8 + w;
+    const int row = bid_x() * 8 + (tid_x() >> 5);
     const bool live = row < rows;
-    const u64 off = (u64)(live ? row : 0) * rb;
+    const int nu = a.n / M::UNIT;
+    const u64 off = (u64)(live ? row : 0) * nu * M::BB;
     typename M::W cg, cu;
     if (live) {
         M::load(Wg + off, nu, 0, cg);
         M::load(Wu + off, nu, 0, cu);
-    }
-    const int next = (j + a.nblk) * 8 + w;
-    if (next < rows) {
-        prefetch_bytes(Wg + (u64)next * rb, rb);
-        prefetch_bytes(Wu + (u64)next * rb, rb);
     }
     float wv[Q];
     norm_wload<Q>(a, wv);
     pdl_entry();
     u32 ticket = 0;
     norm_prologue<Q>(a, wv, TY < 10, TY >= 10, sh, &ticket);
-    const block_q8_1* xs = TY >= 10 ? sh.kf : sh.q8;
     if (live) {
+        const block_q8_1* xs = TY >= 10 ? sh.kf : sh.q8;
         const float g = row_finish<TY>(cg, Wg + off, xs, nu);
         const float u = row_finish<TY>(cu, Wu + off, xs, nu);
-        if ((tid_x() & 31) == 0) y[row] = glu_act(act, g, u);
+        // As glu_q8_f32: SiLU, or GELU-tanh rounded through f16 as the CPU backend.
+        if ((tid_x() & 31) == 0) y[row] = (act ? gelu_f16r(g) : silu_f(g)) * u;
     }
-    if ((j + a.nblk) * 8 < rows) glu_loop<TY>(Wg, Wu, y, rows, act, j + a.nblk, a.nblk, a.n, xs);
-    return ticket;
+    norm_tail(a, sh, ticket);
 }
 
 template <int Q>
 DEV void norm_glu(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {
     __shared__ NormSh<Q> sh;
-    u32 ticket = 0;
     switch (ty) {
-    case 0: ticket = norm_glu_run<Q, 0>(a, Wg, Wu, y, rows, act, sh); break;
-    case 1: ticket = norm_glu_run<Q, 1>(a, Wg, Wu, y, rows, act, sh); break;
-    case 2: ticket = norm_glu_run<Q, 2>(a, Wg, Wu, y, rows, act, sh); break;
-    case 3: ticket = norm_glu_run<Q, 3>(a, Wg, Wu, y, rows, act, sh); break;
-    case 4: ticket = norm_glu_run<Q, 4>(a, Wg, Wu, y, rows, act, sh); break;
-    case 10: ticket = norm_glu_run<Q, 10>(a, Wg, Wu, y, rows, act, sh); break;
-    case 11: ticket = norm_glu_run<Q, 11>(a, Wg, Wu, y, rows, act, sh); break;
-    case 12: ticket = norm_glu_run<Q, 12>(a, Wg, Wu, y, rows, act, sh); break;
+    case 0: norm_glu_run<Q, 0>(a, Wg, Wu, y, rows, act, sh); break;
+    case 1: norm_glu_run<Q, 1>(a, Wg, Wu, y, rows, act, sh); break;
+    case 2: norm_glu_run<Q, 2>(a, Wg, Wu, y, rows, act, sh); break;
+    case 3: norm_glu_run<Q, 3>(a, Wg, Wu, y, rows, act, sh); break;
+    case 4: norm_glu_run<Q, 4>(a, Wg, Wu, y, rows, act, sh); break;
+    case 10: norm_glu_run<Q, 10>(a, Wg, Wu, y, rows, act, sh); break;
+    case 11: norm_glu_run<Q, 11>(a, Wg, Wu, y, rows, act, sh); break;
+    case 12: norm_glu_run<Q, 12>(a, Wg, Wu, y, rows, act, sh); break;
     default: break;
     }
-    norm_tail(a, sh, ticket);
 }
 
 // Wg, Wu: [rows, n] of one type; y: [rows] f32; act: 0 SiLU, 1 GELU-tanh.
-// grid nblk <= ceil(rows / 8), block 256.
-#define NORM_GLU(NAME, Q, MINB)                                                                                             \
-    KERNEL LAUNCH_BOUNDS_MIN(256, MINB) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
+// grid (ceil(rows / 8)) = nblk, block 256.
+#define NORM_GLU(NAME, Q)                                                                                                   \
+    KERNEL LAUNCH_BOUNDS(256) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
                                         int n, float eps, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {     \
         const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
         norm_glu<Q>(a, Wg, Wu, y, rows, ty, act);                                                                                \
     }
-NORM_GLU(decode_mv_glu4, 4, 3)
-NORM_GLU(decode_mv_glu16, 16, 2)
+NORM_GLU(decode_mv_glu4, 4)
+NORM_GLU(decode_mv_glu16, 16)
 
 // ---- quantize + matvec ----
 
@@ -446,41 +352,36 @@ DEV void quant_stage(const float* x, int k, block_q8_1* sa) {
 }
 
 template <int TY>
-DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int nblk, block_q8_1* sa) {
+DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, block_q8_1* sa) {
     typedef Mv<TY> M;
-    const Seg s = {W, y, rows, TY, nblk};
-    const int j = bid_x(), w = tid_x() >> 5, nu = k / M::UNIT, rb = nu * M::BB;
-    const int row = j * 8 + w;
+    const int row = bid_x() * 8 + (tid_x() >> 5);
     const bool live = row < rows;
-    const u8* wr = W + (u64)(live ? row : 0) * rb;
+    const int nu = k / M::UNIT;
+    const u8* wr = W + (u64)(live ? row : 0) * nu * M::BB;
     typename M::W cur;
     if (live) M::load(wr, nu, 0, cur);
-    const int next = (j + nblk) * 8 + w;
-    if (next < rows) prefetch_bytes(W + (u64)next * rb, rb);
     pdl_entry();
     quant_stage<TY>(x, k, sa);
     sync();
-    if (live) {
-        const float r = row_finish<TY>(cur, wr, sa, nu);
-        if ((tid_x() & 31) == 0) y[row] = r;
-    }
-    if ((j + nblk) * 8 < rows) rows_loop<TY>(s, j + nblk, k, sa);
+    if (!live) return;
+    const float r = row_finish<TY>(cur, wr, sa, nu);
+    if ((tid_x() & 31) == 0) y[row] = r;
 }
 
 // y = W x with x [k] f32 quantized in the prologue (k % 32 == 0, % 256 for the K-quants,
 // k <= QUANT_MAX); W: [rows, k] of type code ty; y: [rows] f32.
-// grid nblk <= ceil(rows / 8), block 256.
-KERNEL LAUNCH_BOUNDS_MIN(256, 4) void decode_mv_quant(const float* x, int k, const u8* W, float* y, int rows, int ty, int nblk) {
+// grid (ceil(rows / 8)), block 256.
+KERNEL LAUNCH_BOUNDS(256) void decode_mv_quant(const float* x, int k, const u8* W, float* y, int rows, int ty) {
     __shared__ block_q8_1 sa[QUANT_MAX / 32];
     switch (ty) {
-    case 0: quant_run<0>(x, k, W, y, rows, nblk, sa); break;
-    case 1: quant_run<1>(x, k, W, y, rows, nblk, sa); break;
-    case 2: quant_run<2>(x, k, W, y, rows, nblk, sa); break;
-    case 3: quant_run<3>(x, k, W, y, rows, nblk, sa); break;
-    case 4: quant_run<4>(x, k, W, y, rows, nblk, sa); break;
-    case 10: quant_run<10>(x, k, W, y, rows, nblk, sa); break;
-    case 11: quant_run<11>(x, k, W, y, rows, nblk, sa); break;
-    case 12: quant_run<12>(x, k, W, y, rows, nblk, sa); break;
+    case 0: quant_run<0>(x, k, W, y, rows, sa); break;
+    case 1: quant_run<1>(x, k, W, y, rows, sa); break;
+    case 2: quant_run<2>(x, k, W, y, rows, sa); break;
+    case 3: quant_run<3>(x, k, W, y, rows, sa); break;
+    case 4: quant_run<4>(x, k, W, y, rows, sa); break;
+    case 10: quant_run<10>(x, k, W, y, rows, sa); break;
+    case 11: quant_run<11>(x, k, W, y, rows, sa); break;
+    case 12: quant_run<12>(x, k, W, y, rows, sa); break;
     default: break;
     }
 }

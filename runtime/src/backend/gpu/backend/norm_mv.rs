@@ -2,7 +2,8 @@
 //! `norm_matmul_multi` and `norm_matmul_glu` as one launch each, and a one-token `matmul`
 //! whose f32 input has no valid quantized form yet as one launch that quantizes in its
 //! prologue. Batch 1, `--numerics fast`, `LODE_FUSE` and `LODE_FUSE_MV` on (either `=0`
-//! turns it off); every other case, shape or type takes the trait's default composition.
+//! turns it off), a launch of one wave of blocks (`decode_mv::fits_one_wave`: the small
+//! models); every other case, shape or type takes the trait's default composition.
 //!
 //! No stale quantized scratch can be read: these kernels write only f32 buffers (each
 //! touched, so any cached form of it is invalid) and keep their activation blocks in
@@ -59,6 +60,12 @@ impl GpuBackend {
         let n = self.dev.attribute(crate::backend::gpu::driver::DevAttr::MultiprocessorCount).ok().filter(|&n| n > 0).unwrap_or(32) as usize;
         self.mv.sms = Some(n);
         n
+    }
+
+    /// Whether `kernel` over `rows` rows is one wave of blocks here (`decode_mv::fits_one_wave`).
+    fn mv_fits(&mut self, kernel: &str, rows: usize) -> bool {
+        let sms = self.mv_sms();
+        decode_mv::fits_one_wave(kernel, rows, sms)
     }
 
     fn mv_counter(&mut self) -> Result<DevPtr> {
@@ -120,7 +127,8 @@ impl GpuBackend {
     pub(super) fn fused_norm_matmul_multi(&mut self, norm: &NormIn, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
         let ws: Vec<&WeightRef> = outs.iter().map(|(w, _)| *w).collect();
         let ys: Vec<Buf> = outs.iter().map(|(_, y)| *y).collect();
-        let fusable = self.mv_enabled() && n_tok == 1 && (1..=3).contains(&outs.len());
+        let rows: usize = ws.iter().map(|w| w.n_rows()).sum();
+        let fusable = self.mv_enabled() && n_tok == 1 && (1..=3).contains(&outs.len()) && self.mv_fits(decode_mv::norm_kernel(norm.row_len, false), rows);
         let Some(a) = (if fusable { self.mv_norm(norm, &ws, &ys)? } else { None }) else {
             norm_in(self, norm, n_tok)?;
             return self.matmul_multi(norm.out, n_tok, outs);
@@ -132,8 +140,7 @@ impl GpuBackend {
             segs.push((self.weight(w)?, w.ty(), w.n_rows(), yp));
         }
         self.mv.launches += 1;
-        let sms = self.mv_sms();
-        let r = decode_mv::norm_multi(&self.rec(), &a, &segs, sms).map_err(|e| {
+        let r = decode_mv::norm_multi(&self.rec(), &a, &segs).map_err(|e| {
             let names: Vec<&str> = ws.iter().map(|w| w.name()).collect();
             BackendError::Invalid { op: "norm_matmul_multi", msg: format!("{}: {e}", names.join(", ")) }
         });
@@ -147,7 +154,7 @@ impl GpuBackend {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fused_norm_matmul_glu(&mut self, norm: &NormIn, n_tok: usize, gate: &WeightRef, up: &WeightRef, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
         let same = gate.ty() == up.ty() && gate.n_rows() == up.n_rows() && gate.row_len() == up.row_len();
-        let fusable = self.mv_enabled() && n_tok == 1 && same;
+        let fusable = self.mv_enabled() && n_tok == 1 && same && self.mv_fits(decode_mv::norm_kernel(norm.row_len, true), gate.n_rows());
         let Some(a) = (if fusable { self.mv_norm(norm, &[gate, up], &[out])? } else { None }) else {
             norm_in(self, norm, n_tok)?;
             return self.matmul_glu(gate, up, norm.out, n_tok, out, tmp, act);
@@ -157,8 +164,7 @@ impl GpuBackend {
         let gp = self.weight(gate)?;
         let upp = self.weight(up)?;
         self.mv.launches += 1;
-        let sms = self.mv_sms();
-        let r = decode_mv::norm_glu(&self.rec(), &a, gp, upp, gate.ty(), gate.n_rows(), yp, act == Glu::GeluTanh, sms)
+        let r = decode_mv::norm_glu(&self.rec(), &a, gp, upp, gate.ty(), gate.n_rows(), yp, act == Glu::GeluTanh)
             .map_err(|e| BackendError::Invalid { op: "norm_matmul_glu", msg: format!("{} / {}: {e}", gate.name(), up.name()) });
         self.mv_norm_done(norm);
         self.touch(out);
@@ -170,7 +176,7 @@ impl GpuBackend {
     pub(super) fn quant_matmul(&mut self, w: &WeightRef, x: Buf, y: Buf) -> Result<bool> {
         let (ty, k) = (w.ty(), w.row_len());
         let Some(fmt) = ops::act_fmt(ty) else { return Ok(false) };
-        if !self.mv_enabled() || x == y || k > decode_mv::QUANT_MAX || !decode_mv::supports(ty, k) || self.act_ready(x, fmt, k) {
+        if !self.mv_enabled() || x == y || k > decode_mv::QUANT_MAX || !decode_mv::supports(ty, k) || !self.mv_fits("decode_mv_quant", w.n_rows()) || self.act_ready(x, fmt, k) {
             return Ok(false);
         }
         let (xp, xn) = self.buf(x)?;
@@ -179,8 +185,7 @@ impl GpuBackend {
         Self::check_len("matmul", y, yn, w.n_rows())?;
         let wp = self.weight(w)?;
         self.mv.launches += 1;
-        let sms = self.mv_sms();
-        let r = decode_mv::quant_mv(&self.rec(), xp, k, wp, ty, w.n_rows(), yp, sms).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
+        let r = decode_mv::quant_mv(&self.rec(), xp, k, wp, ty, w.n_rows(), yp).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
         self.touch(y);
         r.map(|_| true)
     }
