@@ -306,7 +306,10 @@ pub trait Backend: Send {
     }
 
     /// `rope_kv_write` then `attention` of one sequence's chunk: one op so that a backend
-    /// can prepare q/k and store K/V inside the attention kernel (the GPU's decode).
+    /// can prepare q/k and store K/V inside the attention kernel (the GPU's decode). The
+    /// cache and `out` are what those two leave; `q` and `k` may be left unprepared (the
+    /// GPU's fused kernel reads them without writing them back), so nothing may read them
+    /// afterwards expecting the prepared values.
     #[allow(clippy::too_many_arguments)]
     fn rope_kv_attention(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], prep: &QkvPrep, attn: &Attention, out: Buf) -> Result<()> {
         self.rope_kv_write(q, k, v, kv, layer, pos, prep)?;

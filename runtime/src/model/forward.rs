@@ -189,6 +189,18 @@ impl Model {
             }
             pending_add = true;
         }
+        let (norm, head) = (self.w(self.output_norm), self.w(self.output));
+        if n == 1 && rows != OutputRows::None {
+            // One token (decode): the last residual add, the output norm and the LM head
+            // as one fused op (one launch on the GPU instead of four).
+            let out_norm = NormIn { x: s.x, add: pending_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&norm), eps: c.eps };
+            be.norm_matmul_multi(&out_norm, 1, &[(&head, s.logits)])?;
+            let mut host = s.host.borrow_mut();
+            host.resize(c.n_vocab, 0.0);
+            be.read(s.logits, &mut host[..])?;
+            on_logits(0, &host[..]);
+            return Ok(());
+        }
         if pending_add {
             be.add(s.x, s.xb2, s.x, n * e)?;
         }
@@ -198,7 +210,6 @@ impl Model {
             OutputRows::Last => n - 1,
             OutputRows::All => 0,
         };
-        let (norm, head) = (self.w(self.output_norm), self.w(self.output));
         let mut host = s.host.borrow_mut();
         host.resize(OUT_ROWS_MAX.min(n - first) * c.n_vocab, 0.0);
         let mut r0 = first;

@@ -33,6 +33,7 @@ mod exact;
 mod fused;
 mod norm_mv;
 mod readback;
+mod rope_attn;
 mod rows;
 mod staging;
 use staging::Scratch;
@@ -92,6 +93,8 @@ pub struct GpuBackend {
     fuse: bool,
     /// Fused decode matvecs (`norm_mv.rs`; `LODE_FUSE_MV=0` turns them off).
     mv: norm_mv::MvFuse,
+    /// The fused decode attention (`rope_attn.rs`; `LODE_FUSE_ATTN=0` turns it off).
+    fuse_attn: rope_attn::FuseAttn,
     /// Large reads through one page-locked buffer (`readback.rs`).
     readback: readback::Readback,
     /// Prefill matmuls through the vendor BLAS (`blas.rs`; `LODE_BLAS=0` turns it off).
@@ -144,6 +147,7 @@ impl GpuBackend {
             gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
             fuse: std::env::var("LODE_FUSE").map(|v| v != "0").unwrap_or(true),
             mv: norm_mv::MvFuse::from_env(),
+            fuse_attn: rope_attn::FuseAttn::from_env(),
             readback: readback::Readback::from_env(),
             blas: blas::BlasPrefill::default(),
             numerics: Numerics::from_env(),
@@ -633,6 +637,14 @@ impl Backend for GpuBackend {
             return crate::backend::rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p);
         }
         self.fused_rope_kv_write(q, k, v, kv, layer, pos, p)
+    }
+
+    fn rope_kv_attention(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], prep: &QkvPrep, attn: &Attention, out: Buf) -> Result<()> {
+        if self.numerics == Numerics::Exact {
+            self.rope_kv_write(q, k, v, kv, layer, pos, prep)?;
+            return self.attention(q, kv, layer, pos, attn, out);
+        }
+        self.fused_rope_kv_attention(q, k, v, kv, layer, pos, prep, attn, out)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -83,6 +83,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     ),
     ("norm_rope", include_str!("../../../../kernels-hip/norm_rope.hip"), &["rmsnorm_f32", "rmsnorm_q8_f32", "rope_f32", "add_rmsnorm_q8_f32", "rope_kv_f32"]),
     ("attention", include_str!("../../../../kernels-hip/attention.hip"), &["attn_f16", "attn_f16_rows"]),
+    ("attn_decode", include_str!("../../../../kernels-hip/attn_decode.hip"), &["attn_decode_d64", "attn_decode_d128", "attn_decode_d256"]),
     (
         "elementwise",
         include_str!("../../../../kernels-hip/elementwise.hip"),
@@ -104,7 +105,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
 /// (`Driver::launch_overlapped`). `kernel_sources_enter_with_pdl` (test) checks the
 /// sources; a family listed here with a kernel that does not wait would read its inputs
 /// before they are written.
-pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "elementwise", "decode_mv"];
+pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "attn_decode", "elementwise", "decode_mv"];
 
 /// Overlapped families whose kernels issue their first WEIGHT loads before `pdl_entry()`
 /// (weights never change during a step, so reading them early is safe); everything that

@@ -12,6 +12,7 @@
 //! differ, and the kernels are one HIP C++ source built for both.
 
 pub mod arena;
+pub mod attn_decode;
 pub mod backend;
 pub mod decode_mv;
 pub mod device;

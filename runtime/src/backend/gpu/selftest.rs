@@ -16,6 +16,7 @@ pub mod norm_mv;
 mod reference;
 mod report;
 mod rows;
+pub mod rope_attn;
 mod targets;
 pub use reference::*;
 pub use report::{Acc, CheckReport, Rng};

@@ -10,22 +10,25 @@ use crate::backend::gpu::driver::DriverError;
 
 /// Reads smaller than this go straight to the caller's memory (one logits row of a small
 /// vocabulary, positions, test reads): the extra host copy would cost more than it saves.
+/// `LODE_PINNED_MIN=bytes` moves the threshold (for A/B runs).
 const PINNED_MIN_BYTES: usize = 1 << 20;
 
 pub(super) struct Readback {
     buf: Option<PinnedHost>,
     enabled: bool,
+    min_bytes: usize,
 }
 
 impl Readback {
     pub(super) fn from_env() -> Readback {
-        Readback { buf: None, enabled: std::env::var("LODE_PINNED_READ").map(|v| v != "0").unwrap_or(true) }
+        let min_bytes = std::env::var("LODE_PINNED_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(PINNED_MIN_BYTES);
+        Readback { buf: None, enabled: std::env::var("LODE_PINNED_READ").map(|v| v != "0").unwrap_or(true), min_bytes }
     }
 
     /// Copy `dst.len()` bytes from `src` on the device into `dst` (the stream is synchronized).
     pub(super) fn read(&mut self, dev: &GpuDevice, src: DevPtr, dst: &mut [u8]) -> Result<(), DriverError> {
         let n = dst.len();
-        if !self.enabled || n < PINNED_MIN_BYTES {
+        if !self.enabled || n < self.min_bytes {
             return dev.read(src, dst);
         }
         if self.buf.as_ref().is_none_or(|b| b.len() < n) {

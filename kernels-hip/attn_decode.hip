@@ -1,0 +1,365 @@
+// One decode step's attention in one launch: per-head RMSNorm of q and k, RoPE of both,
+// q scaled, the new K/V row stored in the f16 cache, and attention over slots k0..=P
+// with an online softmax. The step before this one (rope_kv_f32 + attn_f16) was two
+// latency chains with few blocks busy; here the cache loads of the first keys are issued
+// before the q/k preparation, so their memory latency overlaps the norm and the rotation,
+// and the new key is used from shared memory, so no block ever waits on another block's
+// cache store.
+//
+// Launch: grid (n_head, n_split), block AD_THREADS. Block (h, s) serves query head h over
+// part s of the keys. The split count n_split is fixed by the host from the cache size
+// (a replayed graph keeps its shape token after token); the position P is read on the
+// device, and the parts actually used are chosen from it: each part takes at least
+// min_chunk keys (the host's default: one iteration's worth, AD_NSU(HD)), so short contexts run one block per head and
+// write `out` directly, and longer ones spread over up to n_split blocks per head whose
+// partial softmax states are merged by the last block to finish (a per-head arrival
+// counter, reset by that block). Blocks past the parts in use exit at once.
+//
+// Which block does what with the new token (n_tok == 1):
+//  - the last part of every head attends to the new key (its own copy of k, normalized
+//    and rotated in shared memory, rounded to f16 as the cache holds it);
+//  - part 0 of the first query head of each KV group stores the new K and V row;
+//  - q and k are not written back (nothing reads them after this op; see rope_attn.rs).
+#include "common.h"
+
+#define AD_THREADS 512
+#define AD_WARPS (AD_THREADS / 32)
+#define AD_U 4   // keys in flight per stream
+#define AD_E 16  // head elements per lane (two 16-byte f16 chunks)
+// Keys per iteration of one block: AD_WARPS * (32 / (HD / AD_E)) streams * AD_U.
+#define AD_NSU(HD) (AD_WARPS * (32 * AD_E / (HD)) * AD_U)
+#define AD_LOG2E 1.4426950408889634f
+
+struct __attribute__((aligned(16))) ad_u32x4 { u32 x, y, z, w; };
+struct __attribute__((aligned(16))) ad_f32x4 { float x, y, z, w; };
+
+#ifdef LODE_AMD
+DEV u32 ad_arrive(u32* c) { return __hip_atomic_fetch_add(c, 1u, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT); }
+DEV void ad_release() { __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent"); }
+DEV void ad_acquire() { __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent"); }
+#else
+DEV u32 ad_arrive(u32* c) { return atomicAdd(c, 1u); }
+DEV void ad_release() { __threadfence(); }
+DEV void ad_acquire() { __threadfence(); }
+#endif
+
+// The rotation angle of pair i at position p: norm_rope.hip's rope_angle, operation for
+// operation (theta multiplied by theta_scale once per pair in f32, as the CPU does).
+DEV float ad_rope_angle(int p, int i, float theta_scale, float freq_scale, const float* ff) {
+    float theta = (float)p;
+    for (int j = 0; j < i; ++j) theta *= theta_scale;
+    const float f = ff ? ff[i] : 1.0f;
+    return freq_scale * (theta / f);
+}
+
+// Issue the K and V loads of one iteration's AD_U keys of this lane's stream: key idx
+// (counted down from hi - 1) = it * NSU + j * NS + stream. Keys past the part, and the
+// new key (idx 0 of the last part: it comes from shared memory), are not loaded.
+template <int HD>
+DEV void ad_load(ad_u32x4 (*kr)[2], ad_u32x4 (*vr)[2], bool* live, const u16* kbase, const u16* vbase, u64 row, int hi, int nk,
+                 int it, int stream, bool newkey) {
+    constexpr int NS = AD_WARPS * (32 * AD_E / HD);
+#pragma unroll
+    for (int j = 0; j < AD_U; ++j) {
+        const int idx = it * NS * AD_U + j * NS + stream;
+        live[j] = idx < nk;
+        const bool from_cache = live[j] && !(newkey && idx == 0);
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            kr[j][c] = ad_u32x4{0, 0, 0, 0};
+            vr[j][c] = ad_u32x4{0, 0, 0, 0};
+        }
+        if (from_cache) {
+            const u64 at = (u64)(hi - 1 - idx) * row;
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                kr[j][c] = *(const ad_u32x4*)(kbase + at + c * 8);
+                vr[j][c] = *(const ad_u32x4*)(vbase + at + c * 8);
+            }
+        }
+    }
+}
+
+// Dot of this lane's AD_E query elements with a key's AD_E f16 elements.
+DEV float ad_dot(const float* qr, const ad_u32x4* kw) {
+    float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+        const u32 ws[4] = {kw[c].x, kw[c].y, kw[c].z, kw[c].w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            d0 = fma_f(qr[c * 8 + 2 * w], h2f((u16)(ws[w] & 0xffff)), d0);
+            d1 = fma_f(qr[c * 8 + 2 * w + 1], h2f((u16)(ws[w] >> 16)), d1);
+        }
+    }
+    return d0 + d1;
+}
+
+// acc += pw * (a value row's AD_E f16 elements).
+DEV void ad_axpy(float* acc, float pw, const ad_u32x4* vw) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+        const u32 ws[4] = {vw[c].x, vw[c].y, vw[c].z, vw[c].w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            acc[c * 8 + 2 * w] = fma_f(pw, h2f((u16)(ws[w] & 0xffff)), acc[c * 8 + 2 * w]);
+            acc[c * 8 + 2 * w + 1] = fma_f(pw, h2f((u16)(ws[w] >> 16)), acc[c * 8 + 2 * w + 1]);
+        }
+    }
+}
+
+// The output element t of head `head` (o / l) and, when q8 is given, its q8_1 block (the
+// output projection's input; every thread t < HD calls it, HD % 32 == 0: whole warps).
+DEV void ad_write(float* out, block_q8_1* q8, int head, int hd, int t, float y) {
+    const u64 at = (u64)head * hd + t;
+    out[at] = y;
+    if (q8) q8_block_store(q8 + at / 32, y);
+}
+
+// q: [n_head, HD] f32 and k, v: [n_kv, HD] f32 (the projections of the one new token);
+// kc, vc: [n_ctx, n_kv * HD] f16 caches; out: [n_head, HD] f32; q8: null or out's q8_1
+// blocks [n_head * HD / 32]; qw, kw: [HD] norm weights or null (no norm); ff: [n_rot / 2]
+// frequency divisors or null; pos: [1] i32 (the new token's slot P, read here so the
+// graph of a decode step replays unchanged); part: [n_head, n_split, HD + 2] f32 scratch
+// (m, l, acc of each part); cnt: [n_head] u32 arrival counters, zero between launches;
+// min_chunk: the fewest keys a part takes (n_split * min_chunk covers the most keys).
+// Keys visible to the query at P: [max(0, P - window + 1) if window > 0 else 0, P].
+template <int HD>
+DEV void attn_decode_body(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
+                          const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt, int n_head,
+                          int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale, float eps, float q_scale,
+                          float scale, int window, int n_split, int min_chunk) {
+    constexpr int L = HD / AD_E;         // lanes per key
+    constexpr int NSW = 32 / L;          // key streams per warp
+    constexpr int NSU = AD_NSU(HD);      // keys per iteration of the block
+    __shared__ float s_x[2][HD];
+    __shared__ float s_q[HD];
+    __shared__ __attribute__((aligned(16))) u16 s_kh[HD];
+    __shared__ __attribute__((aligned(16))) u16 s_vh[HD];
+    __shared__ float s_red[2][AD_WARPS];
+    __shared__ float s_m[AD_WARPS], s_l[AD_WARPS];
+    __shared__ __attribute__((aligned(16))) float s_acc[AD_WARPS][HD];
+    __shared__ int s_last;
+
+    const int head = bid_x(), part_i = bid_y();
+    const int t = tid_x(), lane = t & 31, warp = t >> 5;
+    const int sub = lane % L, stream = warp * NSW + lane / L;
+    const int group = n_head / n_kv, kvh = head / group;
+    // The new token's q, k and v element t and the norm weights: these loads do not depend
+    // on the position, so they go out together with its load.
+    float xq = 0.0f, xk = 0.0f, xv = 0.0f, wq = 1.0f, wk = 1.0f;
+    if (t < HD) {
+        xq = q[(u64)head * HD + t];
+        xk = k[(u64)kvh * HD + t];
+        xv = v[(u64)kvh * HD + t];
+        if (qw) wq = qw[t];
+        if (kw) wk = kw[t];
+    }
+    const int P = pos[0];
+    if (P < 0 || P >= n_ctx) return;  // the host never stages such a position
+    const int k0 = (window > 0 && P - window + 1 > 0) ? P - window + 1 : 0;
+    const int nkeys = P - k0 + 1;
+    int chunk = (nkeys + n_split - 1) / n_split;
+    if (chunk < min_chunk) chunk = min_chunk;
+    const int n_parts = (nkeys + chunk - 1) / chunk;
+    if (part_i >= n_parts) return;
+    const int lo = k0 + part_i * chunk;
+    const int hi = lo + chunk < P + 1 ? lo + chunk : P + 1;
+    const int nk = hi - lo;
+    const bool last = part_i == n_parts - 1;
+    const bool store = part_i == 0 && head % group == 0;
+    const u64 row = (u64)n_kv * HD;
+    const u16* kbase = kc + (u64)kvh * HD + sub * AD_E;
+    const u16* vbase = vc + (u64)kvh * HD + sub * AD_E;
+
+    // 1. The first iteration's cache loads, issued before anything waits on q and k.
+    ad_u32x4 kr[AD_U][2], vr[AD_U][2];
+    bool live[AD_U];
+    ad_load<HD>(kr, vr, live, kbase, vbase, row, hi, nk, 0, stream, last);
+
+    // 2. The rotation of element t (it depends on the position only).
+    const int half = n_rot / 2;
+    const int pi = t < n_rot ? (neox ? t % half : t / 2) : -1;
+    float sn = 0.0f, cs = 1.0f;
+    if (pi >= 0) sincos_p(ad_rope_angle(P, pi, theta_scale, freq_scale, ff), &sn, &cs);
+
+    // 3. Per-head RMSNorm of q and k (each only when its weight is given).
+    if (qw || kw) {
+        const float a = warp_sum(xq * xq), b = warp_sum(xk * xk);
+        if (lane == 0) {
+            s_red[0][warp] = a;
+            s_red[1][warp] = b;
+        }
+        sync();
+        float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+        for (int w = 0; w < HD / 32; ++w) {
+            sq += s_red[0][w];
+            sk += s_red[1][w];
+        }
+        if (qw) xq = xq * (1.0f / sqrt_f(sq / (float)HD + eps)) * wq;
+        if (kw) xk = xk * (1.0f / sqrt_f(sk / (float)HD + eps)) * wk;
+    }
+    if (t < HD) {
+        s_x[0][t] = xq;
+        s_x[1][t] = xk;
+    }
+    sync();
+
+    // 4. RoPE; q scaled (q_scale, then the softmax scale with log2 e folded in: the
+    //    softmax runs in base 2); the new k and v rounded to f16 as the cache keeps them.
+    if (t < HD) {
+        float oq = xq, ok = xk;
+        if (pi >= 0) {
+            const int i0 = neox ? pi : 2 * pi, i1 = neox ? pi + half : 2 * pi + 1;
+            const float aq = s_x[0][i0], bq = s_x[0][i1], ak = s_x[1][i0], bk = s_x[1][i1];
+            oq = t == i0 ? aq * cs - bq * sn : aq * sn + bq * cs;
+            ok = t == i0 ? ak * cs - bk * sn : ak * sn + bk * cs;
+        }
+        s_q[t] = oq * q_scale * (scale * AD_LOG2E);
+        s_kh[t] = f2h(ok);
+        s_vh[t] = f2h(xv);
+    }
+    sync();
+    if (store && t < HD) {
+        const u64 at = (u64)P * row + (u64)kvh * HD + t;
+        kc[at] = s_kh[t];
+        vc[at] = s_vh[t];
+    }
+
+    // 5. This lane's query slice; the last part's first stream takes the new key from
+    //    shared memory (its slot was left out of the cache loads).
+    float qr[AD_E], acc[AD_E];
+#pragma unroll
+    for (int e = 0; e < AD_E; ++e) {
+        qr[e] = s_q[sub * AD_E + e];
+        acc[e] = 0.0f;
+    }
+    if (last && stream == 0) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            kr[0][c] = *(const ad_u32x4*)(s_kh + sub * AD_E + c * 8);
+            vr[0][c] = *(const ad_u32x4*)(s_vh + sub * AD_E + c * 8);
+        }
+    }
+
+    // 6. Online softmax over the part's keys, AD_U keys of each stream at a time. Every
+    //    lane of a warp runs the same iterations (the shuffles stay converged).
+    float m = -3.0e38f, l = 0.0f;
+    const int iters = (nk + NSU - 1) / NSU;
+    for (int it = 0; it < iters; ++it) {
+        if (it > 0) ad_load<HD>(kr, vr, live, kbase, vbase, row, hi, nk, it, stream, false);
+        float sc[AD_U];
+        float mx = m;
+#pragma unroll
+        for (int j = 0; j < AD_U; ++j) {
+            float d = ad_dot(qr, kr[j]);
+#pragma unroll
+            for (int o = 1; o < L; o <<= 1) d += shfl_xor(d, o);
+            sc[j] = live[j] ? d : -3.0e38f;
+            mx = fmax_f(mx, sc[j]);
+        }
+        const float corr = exp2_fast(m - mx);
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < AD_E; ++e) acc[e] *= corr;
+#pragma unroll
+        for (int j = 0; j < AD_U; ++j) {
+            const float pw = live[j] ? exp2_fast(sc[j] - mx) : 0.0f;
+            l += pw;
+            ad_axpy(acc, pw, vr[j]);
+        }
+        m = mx;
+    }
+
+    // 7. Merge the warp's streams (lanes sub, sub + L, … hold one element range), then
+    //    the warps through shared memory: thread t < HD ends with output element t.
+#pragma unroll
+    for (int o = L; o < 32; o <<= 1) {
+        const float mo = shfl_xor(m, o), lo2 = shfl_xor(l, o);
+        const float mm = fmax_f(m, mo);
+        const float a = exp2_fast(m - mm), b = exp2_fast(mo - mm);
+#pragma unroll
+        for (int e = 0; e < AD_E; ++e) acc[e] = acc[e] * a + shfl_xor(acc[e], o) * b;
+        l = l * a + lo2 * b;
+        m = mm;
+    }
+    if (lane < L) {
+#pragma unroll
+        for (int e = 0; e < AD_E; e += 4) *(ad_f32x4*)&s_acc[warp][sub * AD_E + e] = ad_f32x4{acc[e], acc[e + 1], acc[e + 2], acc[e + 3]};
+    }
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+    }
+    sync();
+    float M = -3.0e38f;
+#pragma unroll
+    for (int w = 0; w < AD_WARPS; ++w) M = fmax_f(M, s_m[w]);
+    float lsum = 0.0f, o = 0.0f;
+    if (t < HD) {
+#pragma unroll
+        for (int w = 0; w < AD_WARPS; ++w) {
+            const float f = exp2_fast(s_m[w] - M);
+            lsum += s_l[w] * f;
+            o += s_acc[w][t] * f;
+        }
+    }
+    if (n_parts == 1) {
+        if (t < HD) ad_write(out, q8, head, HD, t, o / lsum);
+        return;
+    }
+
+    // 8. Several parts: publish this part's (m, l, acc); the last part to arrive merges.
+    float* mine = part + ((u64)head * n_split + part_i) * (HD + 2);
+    if (t < HD) mine[2 + t] = o;
+    if (t == 0) {
+        mine[0] = M;
+        mine[1] = lsum;
+    }
+    ad_release();
+    sync();
+    if (t == 0) s_last = ad_arrive(cnt + head) == (u32)(n_parts - 1);
+    sync();
+    if (!s_last) return;
+    ad_acquire();
+    if (t == 0) cnt[head] = 0;  // every part of this head has arrived: ready for the next launch
+    if (t < HD) {
+        const volatile float* ph = part + (u64)head * n_split * (HD + 2);
+        float M2 = -3.0e38f;
+        for (int b = 0; b < n_parts; ++b) M2 = fmax_f(M2, ph[(u64)b * (HD + 2)]);
+        float l2 = 0.0f, o2 = 0.0f;
+        for (int b = 0; b < n_parts; ++b) {
+            const float f = exp2_fast(ph[(u64)b * (HD + 2)] - M2);
+            l2 += ph[(u64)b * (HD + 2) + 1] * f;
+            o2 += ph[(u64)b * (HD + 2) + 2 + t] * f;
+        }
+        ad_write(out, q8, head, HD, t, o2 / l2);
+    }
+}
+
+// One kernel per supported head size (the stream layout depends on it).
+KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d64(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
+                                                     const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
+                                                     int n_head, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
+                                                     float eps, float q_scale, float scale, int window, int n_split, int min_chunk) {
+    pdl_entry();
+    attn_decode_body<64>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, n_head, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
+                         scale, window, n_split, min_chunk);
+}
+KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d128(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
+                                                      const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
+                                                      int n_head, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
+                                                      float eps, float q_scale, float scale, int window, int n_split, int min_chunk) {
+    pdl_entry();
+    attn_decode_body<128>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, n_head, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
+                          scale, window, n_split, min_chunk);
+}
+KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d256(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
+                                                      const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
+                                                      int n_head, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
+                                                      float eps, float q_scale, float scale, int window, int n_split, int min_chunk) {
+    pdl_entry();
+    attn_decode_body<256>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, n_head, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
+                          scale, window, n_split, min_chunk);
+}

@@ -1,0 +1,143 @@
+//! Launcher of the fused decode attention (`kernels-hip/attn_decode.hip`): one token's
+//! q/k norms, RoPE, K/V store and attention over its cache in one launch.
+//!
+//! The grid is (query heads, parts). The part count is fixed from the number of keys a
+//! query can ever see (the cache size, or the window), never from the position, so a
+//! captured decode graph replays unchanged as the cache fills; the kernel reads the
+//! position on the device and uses only as many parts as the keys need (one per
+//! [`keys_per_part`] keys at least), merging them through `part` / `cnt` scratch.
+
+use super::driver::{DevPtr, KArg};
+use super::ops::Launch;
+use super::GpuError;
+
+/// Threads per block (`AD_THREADS`) and keys each lane-group holds in flight (`AD_U`).
+const THREADS: usize = 512;
+const KEYS_IN_FLIGHT: usize = 4;
+/// Head elements per lane (`AD_E`).
+const LANE_ELEMS: usize = 16;
+/// Most parts a head's keys are split into.
+pub const MAX_PARTS: usize = 64;
+
+/// The kernel for head size `hd` (None: not supported; use the unfused ops).
+pub fn kernel(hd: usize) -> Option<&'static str> {
+    match hd {
+        64 => Some("attn_decode_d64"),
+        128 => Some("attn_decode_d128"),
+        256 => Some("attn_decode_d256"),
+        _ => None,
+    }
+}
+
+/// Keys one block covers in one iteration (`AD_NSU`): below this the kernel runs one block
+/// per head, and a part never holds fewer.
+pub fn keys_per_part(hd: usize) -> usize {
+    (THREADS / 32) * (32 * LANE_ELEMS / hd) * KEYS_IN_FLIGHT
+}
+
+/// The part count for queries that see at most `max_keys` keys, parts of at least
+/// `min_keys` keys.
+pub fn parts_for(min_keys: usize, max_keys: usize) -> usize {
+    max_keys.div_ceil(min_keys.max(1)).clamp(1, MAX_PARTS)
+}
+
+/// Bytes of the scratch: `n_head` u32 arrival counters (zero between launches), padded to
+/// 256 bytes, then `[n_head, parts, hd + 2]` f32 partial states.
+pub fn scratch_bytes(n_head: usize, parts: usize, hd: usize) -> usize {
+    counters_bytes(n_head) + n_head * parts * (hd + 2) * 4
+}
+
+fn counters_bytes(n_head: usize) -> usize {
+    (n_head * 4).div_ceil(256) * 256
+}
+
+/// Shapes and parameters of one launch.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnDecode {
+    pub n_head: usize,
+    pub n_kv: usize,
+    pub head_dim: usize,
+    /// Cache slots (positions at or past it are never served).
+    pub n_ctx: usize,
+    pub n_rot: usize,
+    pub neox: bool,
+    pub theta_scale: f32,
+    pub freq_scale: f32,
+    pub eps: f32,
+    /// Multiplier of q after RoPE (1: none).
+    pub q_scale: f32,
+    /// Multiplier of q·k.
+    pub scale: f32,
+    /// 0: full causal.
+    pub window: usize,
+    /// From [`parts_for`].
+    pub parts: usize,
+    /// The fewest keys a part takes (default [`keys_per_part`]).
+    pub min_keys: usize,
+}
+
+/// Device buffers of one launch.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnDecodeBufs {
+    /// [n_head, hd] f32, [n_kv, hd] f32, [n_kv, hd] f32: the new token's projections (read only).
+    pub q: DevPtr,
+    pub k: DevPtr,
+    pub v: DevPtr,
+    /// [n_ctx, n_kv·hd] f16 each; slot pos[0] is written.
+    pub kc: DevPtr,
+    pub vc: DevPtr,
+    /// [n_head, hd] f32.
+    pub out: DevPtr,
+    /// out's q8_1 blocks [n_head·hd / 32], or none.
+    pub q8: Option<DevPtr>,
+    /// [hd] f32 norm weights (none: no norm); [n_rot / 2] f32 frequency divisors.
+    pub q_norm: Option<DevPtr>,
+    pub k_norm: Option<DevPtr>,
+    pub freq_factors: Option<DevPtr>,
+    /// [1] i32: the new token's position.
+    pub pos: DevPtr,
+    /// [`scratch_bytes`] bytes, counters zeroed once at allocation.
+    pub scratch: DevPtr,
+}
+
+/// One launch of the fused decode attention (one token).
+pub fn attn_decode(d: &dyn Launch, b: &AttnDecodeBufs, p: &AttnDecode) -> Result<(), GpuError> {
+    let name = kernel(p.head_dim).ok_or_else(|| GpuError::Unsupported(format!("attn_decode: head_dim {}", p.head_dim)))?;
+    if p.n_kv == 0 || p.n_head % p.n_kv != 0 || p.n_rot > p.head_dim || p.n_rot % 2 != 0 || p.parts == 0 || p.parts > MAX_PARTS || p.n_ctx == 0 {
+        return Err(GpuError::Unsupported(format!("attn_decode: heads {}/{}, n_rot {} of {}, {} parts", p.n_head, p.n_kv, p.n_rot, p.head_dim, p.parts)));
+    }
+    let i = |v: usize| KArg::I32(v as i32);
+    let opt = |v: Option<DevPtr>| KArg::Ptr(v.unwrap_or(0));
+    let part = b.scratch + counters_bytes(p.n_head) as u64;
+    d.launch(
+        name,
+        [p.n_head as u32, p.parts as u32, 1],
+        [THREADS as u32, 1, 1],
+        &[
+            KArg::Ptr(b.q), KArg::Ptr(b.k), KArg::Ptr(b.v), KArg::Ptr(b.kc), KArg::Ptr(b.vc), KArg::Ptr(b.out), opt(b.q8),
+            opt(b.q_norm), opt(b.k_norm), opt(b.freq_factors), KArg::Ptr(b.pos), KArg::Ptr(part), KArg::Ptr(b.scratch),
+            i(p.n_head), i(p.n_kv), i(p.n_ctx), i(p.n_rot), i(p.neox as usize), KArg::F32(p.theta_scale), KArg::F32(p.freq_scale),
+            KArg::F32(p.eps), KArg::F32(p.q_scale), KArg::F32(p.scale), i(p.window), i(p.parts), i(p.min_keys.max(1)),
+        ],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_follow_the_keys_a_query_can_see() {
+        assert_eq!(keys_per_part(128), 256);
+        assert_eq!(keys_per_part(64), 512);
+        assert_eq!(keys_per_part(256), 128);
+        assert_eq!(parts_for(256, 1), 1);
+        assert_eq!(parts_for(256, 256), 1);
+        assert_eq!(parts_for(256, 257), 2);
+        assert_eq!(parts_for(128, 512), 4);
+        assert_eq!(parts_for(512, 1 << 20), MAX_PARTS);
+        assert_eq!(scratch_bytes(16, 2, 128), 256 + 16 * 2 * 130 * 4);
+        assert!(kernel(80).is_none() && kernel(128).is_some());
+    }
+}
