@@ -307,7 +307,7 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64) -> Ve
     let mut out = Vec::new();
     let mut files = Files::default();
     for (idx, name) in chosen.into_iter().enumerate() {
-        let mut rng = Rng::new(seed ^ ((idx as u64 + 1) * 0x6e6f_726d_5f6d_76));
+        let mut rng = Rng::new(seed ^ ((idx as u64 + 1) * 0x006e_6f72_6d5f_6d76));
         let (a, b) = check(&mut gpu, &mut cpu, &mut files, name, cases, &mut rng);
         out.push(a);
         out.push(b);
