@@ -24,7 +24,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "attn_decode", "elementwise", "gemm", "flash_attn", "dequant", "exact_matmul", "exact_ops"];
+const FAMILIES: &[&str] = &["quantize", "matvec", "decode_mv", "norm_rope", "attention", "attn_decode", "elementwise", "gemm", "flash_attn", "dequant", "exact_matmul", "exact_ops"];
 const AMD_ARCHS: &[&str] = &["gfx1100", "gfx1151"];
 
 fn main() {
@@ -35,6 +35,7 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=kernels-hip/common.h");
     println!("cargo:rerun-if-changed=kernels-hip/mma.h");
+    println!("cargo:rerun-if-changed=kernels-hip/mv_dot.h");
     println!("cargo:rerun-if-env-changed=LODE_NVCC");
     println!("cargo:rerun-if-env-changed=LODE_HIP_CLANG");
     println!("cargo:rerun-if-env-changed=LODE_NO_KERNEL_BUILD");
@@ -118,7 +119,7 @@ fn main() {
     rs.push_str("/// Fingerprints of the sources each family was compiled from.\npub static EMBEDDED_SOURCES: &[(&str, u64)] = &[\n");
     for fam in FAMILIES {
         let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
-        let parts = [read(src.join("common.h")), read(src.join("mma.h")), read(src.join(format!("{fam}.hip")))];
+        let parts = [read(src.join("common.h")), read(src.join("mma.h")), read(src.join("mv_dot.h")), read(src.join(format!("{fam}.hip")))];
         let refs: Vec<&[u8]> = parts.iter().map(|v| v.as_slice()).collect();
         rs.push_str(&format!("    ({fam:?}, {:#x}),\n", fingerprint(&refs)));
     }

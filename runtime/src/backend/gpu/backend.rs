@@ -20,7 +20,7 @@ use super::replay::{Entry, Rec, Replay, ReplayStats};
 use super::{ops, prefill, GpuError};
 use super::exact::Numerics;
 use std::cell::RefCell;
-use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, QkvPrep, Result, Rope, RopeMode};
+use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, NormIn, QkvPrep, Result, Rope, RopeMode};
 use crate::quant;
 use super::materialize::{GpuMaterializer, MappedFile};
 use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
@@ -31,6 +31,7 @@ mod act;
 mod blas;
 mod exact;
 mod fused;
+mod norm_mv;
 mod readback;
 mod rope_attn;
 mod rows;
@@ -90,6 +91,8 @@ pub struct GpuBackend {
     /// Fused decode ops (multi-matvec, add+norm, norm+rope+KV store, attention writing
     /// q8_1); `LODE_FUSE=0` falls back to the trait's unfused defaults (for A/B runs).
     fuse: bool,
+    /// Fused decode matvecs (`norm_mv.rs`; `LODE_FUSE_MV=0` turns them off).
+    mv: norm_mv::MvFuse,
     /// The fused decode attention (`rope_attn.rs`; `LODE_FUSE_ATTN=0` turns it off).
     fuse_attn: rope_attn::FuseAttn,
     /// Large reads through one page-locked buffer (`readback.rs`).
@@ -143,6 +146,7 @@ impl GpuBackend {
             replay: RefCell::new(Replay::new()),
             gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
             fuse: std::env::var("LODE_FUSE").map(|v| v != "0").unwrap_or(true),
+            mv: norm_mv::MvFuse::from_env(),
             fuse_attn: rope_attn::FuseAttn::from_env(),
             readback: readback::Readback::from_env(),
             blas: blas::BlasPrefill::default(),
@@ -386,6 +390,9 @@ impl Backend for GpuBackend {
         if self.gemm_prefill && self.blas_wanted(w, n_tok) {
             return self.blas_matmul(w, x, n_tok, y);
         }
+        if n_tok == 1 && self.quant_matmul(w, x, y)? {
+            return Ok(());
+        }
         let r = if self.gemm_prefill && prefill::use_gemm(ty, lay, n_tok) {
             let xa = match fmt {
                 Some(f) => self.act_values(x, f, k, n_tok, "matmul")?,
@@ -615,6 +622,14 @@ impl Backend for GpuBackend {
             return self.exact_rms_norm(x, out, n_rows, row_len, w, eps);
         }
         self.fused_add_rms_norm(x, b, out, n_rows, row_len, w, eps)
+    }
+
+    fn norm_matmul_multi(&mut self, norm: &NormIn, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        self.fused_norm_matmul_multi(norm, n_tok, outs) // exact numerics: the default composition
+    }
+
+    fn norm_matmul_glu(&mut self, norm: &NormIn, n_tok: usize, gate: &WeightRef, up: &WeightRef, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
+        self.fused_norm_matmul_glu(norm, n_tok, gate, up, out, tmp, act)
     }
 
     fn rope_kv_write(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {

@@ -24,8 +24,8 @@ pub struct DeviceCore {
     kernels: Mutex<Option<KernelSet>>,
     /// Resolved kernels: name → (function, launched overlapped).
     funcs: Mutex<std::collections::HashMap<&'static str, (RawHandle, bool)>>,
-    /// Programmatic dependent launches on (`LODE_PDL=1`; off by default).
-    overlap: bool,
+    /// Which kernels are launched overlapped (programmatic dependent launch).
+    overlap: Pdl,
     /// Bytes currently allocated through this device, and the high-water mark.
     pub allocated: AtomicU64,
     pub peak: AtomicU64,
@@ -173,14 +173,42 @@ impl Drop for Timer {
     }
 }
 
+/// Which kernels are launched overlapped with the kernel before them (programmatic
+/// dependent launch, where the driver has it): `LODE_PDL=0` none, `LODE_PDL=1` every
+/// [`super::kernels::OVERLAPPED_FAMILIES`] kernel, unset: the one-token decode families
+/// ([`super::kernels::DEFAULT_OVERLAPPED_FAMILIES`]; measured in BENCHMARKS.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pdl {
+    Off,
+    Decode,
+    All,
+}
+
+impl Pdl {
+    fn from_env() -> Pdl {
+        match std::env::var("LODE_PDL").as_deref() {
+            Ok("0") => Pdl::Off,
+            Ok("1") => Pdl::All,
+            _ => Pdl::Decode,
+        }
+    }
+
+    fn applies(self, name: &str) -> bool {
+        match self {
+            Pdl::Off => false,
+            Pdl::Decode => super::kernels::in_families(name, super::kernels::DEFAULT_OVERLAPPED_FAMILIES),
+            Pdl::All => super::kernels::overlappable(name),
+        }
+    }
+}
+
 impl GpuDevice {
     /// Open device `ordinal` of `api` and load every kernel family.
     pub fn open(api: Api, ordinal: i32) -> Result<GpuDevice> {
         let drv = driver::open(api, ordinal)?;
         let stream = drv.stream_create()?;
         let kernels = KernelSet::load(drv.as_ref())?;
-        // Off by default: measured +2 % at one sequence and −4 to −7 % at eight (BENCHMARKS.md).
-        let overlap = drv.overlapped_launches() && std::env::var("LODE_PDL").is_ok_and(|v| v == "1");
+        let overlap = if drv.overlapped_launches() { Pdl::from_env() } else { Pdl::Off };
         let core = DeviceCore {
             drv,
             stream,
@@ -393,7 +421,7 @@ impl GpuDevice {
                 Some(&f) => (f, false),
                 None => {
                     let k = self.core.kernels.lock().map_err(|_| poisoned())?;
-                    let f = (k.as_ref().ok_or_else(poisoned)?.get(name)?, self.core.overlap && super::kernels::overlappable(name));
+                    let f = (k.as_ref().ok_or_else(poisoned)?.get(name)?, self.core.overlap.applies(name));
                     cache.insert(name, f);
                     (f, true)
                 }

@@ -41,7 +41,7 @@ pub fn embedded() -> Embedded {
 pub fn embedded_matches_sources(family: &str, src: &str) -> bool {
     let Some((_, sources)) = EMBEDDED.get() else { return true };
     match sources.iter().find(|(f, _)| *f == family) {
-        Some(&(_, h)) => h == source_fingerprint(&[COMMON_H.as_bytes(), MMA_H.as_bytes(), src.as_bytes()]),
+        Some(&(_, h)) => h == source_fingerprint(&[COMMON_H.as_bytes(), MMA_H.as_bytes(), MV_DOT_H.as_bytes(), src.as_bytes()]),
         None => false,
     }
 }
@@ -60,6 +60,8 @@ pub fn source_fingerprint(parts: &[&[u8]]) -> u64 {
 
 const COMMON_H: &str = include_str!("../../../../kernels-hip/common.h");
 const MMA_H: &str = include_str!("../../../../kernels-hip/mma.h");
+/// The per-type decode dot products (matvec.hip and decode_mv.hip include it).
+const MV_DOT_H: &str = include_str!("../../../../kernels-hip/mv_dot.h");
 
 /// Each kernel family: its source file and the kernels it must export.
 pub const FAMILIES: &[(&str, &str, &[&str])] = &[
@@ -73,6 +75,11 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
             "matvec_q5_1_n1", "matvec_q5_1_n8", "matvec_q8_0_n1", "matvec_q8_0_n8", "matvec_q4_K_n1", "matvec_q4_K_n8",
             "matvec_q5_K_n1", "matvec_q5_K_n8", "matvec_q6_K_n1", "matvec_q6_K_n8", "matvec_multi_n1", "matvec_multi4_n1",
         ],
+    ),
+    (
+        "decode_mv",
+        include_str!("../../../../kernels-hip/decode_mv.hip"),
+        &["decode_mv_norm4", "decode_mv_norm16", "decode_mv_glu4", "decode_mv_glu16", "decode_mv_quant"],
     ),
     ("norm_rope", include_str!("../../../../kernels-hip/norm_rope.hip"), &["rmsnorm_f32", "rmsnorm_q8_f32", "rope_f32", "add_rmsnorm_q8_f32", "rope_kv_f32"]),
     ("attention", include_str!("../../../../kernels-hip/attention.hip"), &["attn_f16", "attn_f16_rows"]),
@@ -98,17 +105,35 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
 /// (`Driver::launch_overlapped`). `kernel_sources_enter_with_pdl` (test) checks the
 /// sources; a family listed here with a kernel that does not wait would read its inputs
 /// before they are written.
-pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "attn_decode", "elementwise"];
+pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "attn_decode", "elementwise", "decode_mv"];
+
+/// Overlapped families whose kernels issue their first WEIGHT loads before `pdl_entry()`
+/// (weights never change during a step, so reading them early is safe); everything that
+/// depends on an earlier kernel still follows the wait. `kernel_sources_enter_with_pdl`
+/// checks each of their run functions waits before it reads an activation.
+pub const WEIGHTS_FIRST_FAMILIES: &[&str] = &["decode_mv"];
+
+/// The overlapped families launched overlapped by default (`LODE_PDL` unset): the
+/// one-token decode kernels, which start their weight loads (decode_mv) or cache loads
+/// before the wait, so the overlap hides real latency. On the H200 (BENCHMARKS.md, session
+/// 5) this gave +8.6 % on the 0.6B shape; every family overlapped had lost 4–7 % on batched
+/// steps in session 4, and batched steps launch none of these.
+pub const DEFAULT_OVERLAPPED_FAMILIES: &[&str] = &["attn_decode", "decode_mv"];
 
 /// Whether kernel `name` belongs to an [`OVERLAPPED_FAMILIES`] family.
 pub fn overlappable(name: &str) -> bool {
-    FAMILIES.iter().any(|(fam, _, names)| OVERLAPPED_FAMILIES.contains(fam) && names.contains(&name))
+    in_families(name, OVERLAPPED_FAMILIES)
 }
 
-/// The full compilable source of a family: common.h (and mma.h, which follows it) inlined
-/// in place of their #includes.
+/// Whether kernel `name` belongs to one of `families`.
+pub fn in_families(name: &str, families: &[&str]) -> bool {
+    FAMILIES.iter().any(|(fam, _, names)| families.contains(fam) && names.contains(&name))
+}
+
+/// The full compilable source of a family: common.h (and mma.h, mv_dot.h, which follow
+/// it) inlined in place of their #includes.
 pub fn family_source(src: &str) -> String {
-    src.replace("#include \"common.h\"", COMMON_H).replace("#include \"mma.h\"", MMA_H)
+    src.replace("#include \"common.h\"", COMMON_H).replace("#include \"mma.h\"", MMA_H).replace("#include \"mv_dot.h\"", MV_DOT_H)
 }
 
 /// FNV-1a 64 over the bytes (stable across builds; the cache key needs no crypto).
@@ -230,7 +255,7 @@ mod tests {
     fn family_source_inlines_the_header_once() {
         for (fam, src, names) in FAMILIES {
             let full = family_source(src);
-            assert!(!full.contains("#include \"common.h\"") && !full.contains("#include \"mma.h\""), "{fam}");
+            assert!(!full.contains("#include \"common.h\"") && !full.contains("#include \"mma.h\"") && !full.contains("#include \"mv_dot.h\""), "{fam}");
             assert!(full.contains("struct __attribute__((aligned(4))) block_q8_1"), "{fam}");
             for n in *names {
                 let base = n.trim_end_matches("_n1").trim_end_matches("_n8");
@@ -249,6 +274,28 @@ mod tests {
     #[test]
     fn kernel_sources_enter_with_pdl() {
         for (fam, src, _) in FAMILIES.iter().filter(|(f, _, _)| OVERLAPPED_FAMILIES.contains(f)) {
+            if WEIGHTS_FIRST_FAMILIES.contains(fam) {
+                // Each `*_run` body: weight loads, then pdl_entry(), before any activation read
+                // (the prologue / staging call).
+                let mut n = 0;
+                for (at, _) in src.match_indices("_run(") {
+                    let body = &src[at..];
+                    let Some(open) = body.find(") {") else { continue };
+                    if body[..open].contains(';') {
+                        continue; // a call, not a definition
+                    }
+                    let body = &body[open..];
+                    let wait = body.find("pdl_entry();").unwrap_or_else(|| panic!("{fam}: a run function never waits"));
+                    for reader in ["norm_prologue", "quant_stage"] {
+                        if let Some(r) = body.find(reader) {
+                            assert!(wait < r, "{fam}: {reader} before pdl_entry() at byte {at}");
+                        }
+                    }
+                    n += 1;
+                }
+                assert!(n >= 3, "{fam}: {n} run functions found");
+                continue;
+            }
             let mut n = 0;
             for (at, _) in src.match_indices("KERNEL") {
                 let body = &src[at..];
@@ -261,6 +308,16 @@ mod tests {
         }
         assert!(overlappable("matvec_q4_K_n1") && overlappable("rmsnorm_q8_f32"));
         assert!(!overlappable("flash_attn_f16_d128") && !overlappable("no_such_kernel"));
+    }
+
+    /// The default overlap set may only name families whose kernels all wait first.
+    #[test]
+    fn default_overlap_is_a_subset() {
+        for f in DEFAULT_OVERLAPPED_FAMILIES {
+            assert!(OVERLAPPED_FAMILIES.contains(f), "{f} is overlapped by default but not an overlapped family");
+        }
+        assert!(in_families("decode_mv_norm4", DEFAULT_OVERLAPPED_FAMILIES));
+        assert!(!in_families("matvec_q4_K_n8", DEFAULT_OVERLAPPED_FAMILIES));
     }
 
     #[test]

@@ -14,6 +14,7 @@
 pub mod arena;
 pub mod attn_decode;
 pub mod backend;
+pub mod decode_mv;
 pub mod device;
 pub mod driver;
 pub mod exact;

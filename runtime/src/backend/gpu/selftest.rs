@@ -12,6 +12,7 @@ use ops::ActFmt;
 mod act;
 pub mod exact;
 mod fused;
+pub mod norm_mv;
 mod reference;
 mod report;
 mod rows;

@@ -107,6 +107,15 @@ impl GpuBackend {
         self.act.form(fmt).of = Some((out.0, v, key_k(fmt, row_len), values));
     }
 
+    /// Whether the `fmt` scratch holds the blocks of `x`'s current contents (one row of
+    /// `k`); records `fmt` as `x`'s hint either way, as [`Self::act_blocks`] does, so the
+    /// next producer of `x` writes that form where it can.
+    pub(super) fn act_ready(&mut self, x: Buf, fmt: ActFmt, k: usize) -> bool {
+        let key = (x.0, self.version(x), key_k(fmt, k), k);
+        self.act.hint.insert(x.0, (fmt, k));
+        self.act.form(fmt).of == Some(key)
+    }
+
     /// Whether the last quantized consumer of `out` read the K form (a producer that can
     /// only write q8_1 then writes none).
     pub(super) fn act_wants_k(&self, out: Buf) -> bool {

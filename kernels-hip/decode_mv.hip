@@ -1,0 +1,389 @@
+// Fused decode kernels (one token): the matvecs of a layer with their input side inside.
+//
+// A decode step of a small model is a chain of short kernels, each a dependent latency
+// (load -> reduce -> store) with nothing overlapping it. These kernels take the steps
+// before a matvec into the matvec itself:
+//   decode_mv_norm{4,16}: x += add, out = RMSNorm(x)·w, then 1-3 matvecs of out (q/k/v);
+//   decode_mv_glu{4,16}:  the same norm, then gate and up rows and out_i = act(g_i)·u_i;
+//   decode_mv_quant:      a matvec of an f32 input that has no quantized form yet (the
+//                         o-projection after attention, the down projection after the GLU).
+// Every block redundantly runs the prologue (read the input, reduce, normalize, quantize)
+// into SHARED memory, in exactly the activation form(s) the weights read: the codes and
+// scales of quantize.hip and of norm_rope.hip's fused norm (norm_q8_row: the same 1024
+// virtual-thread reduction order, so the normalized values are bit-identical), so the
+// results equal the unfused kernels'. The first weight loads of each warp's row are issued
+// before the prologue (weights do not depend on the previous kernel) and pdl_entry()
+// follows them, so DRAM latency overlaps the norm. The dot products are mv_dot.h's.
+//
+// The norm kernels keep the op's semantics: block 0 writes `out`; the sum x + add is
+// written back to x by the LAST block to take a ticket from `counter` (every block takes
+// one after reading x, so no block can read a half-updated x), which resets the counter.
+// One warp per output row, 8 rows per 256-thread block. Type codes (per weight): 0 Q4_0,
+// 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0, 10 Q4_K, 11 Q5_K, 12 Q6_K.
+#include "common.h"
+
+#include "mv_dot.h"
+
+struct __attribute__((aligned(16))) f32x4 { float x, y, z, w; };
+
+// ---- per-type steps (mv_dot.h): UNIT values per unit, STEP units per warp step ----
+
+// K-quants: one slot per step (Q4_K 8 super-blocks, Q5_K / Q6_K 4 = 1024 values);
+// 32-element types: two slots (32 blocks = 1024 values). Few registers per step, two
+// steps in flight.
+template <int TY> struct Mv;
+template <> struct Mv<10> {
+    typedef q4k_w<1> W;
+    enum { BB = 144, STEP = 8, UNIT = 256 };  // mv_dot.h: a Q4_K slot is 8 super-blocks
+    DEV void load(const u8* wr, int nu, int u0, W& r) { q4k_wload<1>(wr, nu, u0, r); }
+    DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) { q4k_wdot<1, 1>(r, x, nu * 8, nu, u0, 1, acc); }
+};
+template <> struct Mv<11> {
+    typedef q5k_w<1> W;
+    enum { BB = 176, STEP = 4, UNIT = 256 };
+    DEV void load(const u8* wr, int nu, int u0, W& r) { q5k_wload<1>(wr, nu, u0, r); }
+    DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) { q5k_wdot<1, 1>(r, x, nu * 8, nu, u0, 1, acc); }
+};
+template <> struct Mv<12> {
+    typedef q6k_w<1> W;
+    enum { BB = 210, STEP = 4, UNIT = 256 };
+    DEV void load(const u8* wr, int nu, int u0, W& r) { q6k_wload<1>(wr, nu, u0, r); }
+    DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) { q6k_wdot<1, 1>(r, x, nu * 8, nu, u0, 1, acc); }
+};
+template <int T> struct MvB {
+    typedef b32_w<2> W;
+    enum { BB = b32_bytes<T>::BB, STEP = 32, UNIT = 32 };
+    DEV void load(const u8* wr, int nu, int u0, W& r) { b32_wload<T, 2>(wr, nu, u0, r); }
+    DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) { b32_wdot<T, 1, 2>(r, x, nu, u0, 1, acc); }
+};
+template <> struct Mv<0> : MvB<0> {};
+template <> struct Mv<1> : MvB<1> {};
+template <> struct Mv<2> : MvB<2> {};
+template <> struct Mv<3> : MvB<3> {};
+template <> struct Mv<4> : MvB<4> {};
+
+// The row (nu units at wr) whose first step is already in `cur`: each later step's loads
+// are issued before the current step's products. Returns the warp's sum (every lane).
+template <int TY>
+DEV float row_finish(typename Mv<TY>::W& cur, const u8* wr, const block_q8_1* xs, int nu) {
+    typedef Mv<TY> M;
+    float acc[1] = {0.0f};
+    for (int u0 = 0; u0 < nu; u0 += M::STEP) {
+        typename M::W nxt;
+        const bool more = u0 + M::STEP < nu;
+        if (more) M::load(wr, nu, u0 + M::STEP, nxt);
+        M::dot(cur, xs, nu, u0, acc);
+        if (more) cur = nxt;
+    }
+    return warp_sum(acc[0]);
+}
+
+// A ticket from the block counter (one thread per block, after the block's reads of x).
+DEV u32 take_ticket(u32* c) {
+#ifdef LODE_AMD
+    __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent");
+    return __hip_atomic_fetch_add(c, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+    __threadfence();
+    return atomicAdd(c, 1u);
+#endif
+}
+
+// ---- the RMSNorm prologue ----
+
+// Rows of up to 256 Q values (Q = 4: 1024, Q = 16: 4096): the smaller kernel keeps its
+// shared memory small (10 KB instead of 41 KB).
+// 16-byte aligned: the K-quant dot bodies read the K form with 16-byte loads.
+template <int Q>
+struct __attribute__((aligned(16))) NormSh {
+    float sum[256 * Q];           // x + add, for the write-back
+    float o[256 * Q];             // the normalized row (staging of the K form)
+    block_q8_1 q8[256 * Q / 32];  // q8_1 form
+    block_q8_1 kf[256 * Q / 32];  // K form
+    float red[32];
+};
+
+// What every norm kernel gets. x, add, out: [n] f32 (add may be null); nw: [n] f32 or null.
+struct NormArgs {
+    const float* x;
+    const float* add;
+    const float* nw;
+    float* out;
+    u32* counter;
+    int nblk, n;
+    float eps;
+};
+
+// Thread t's norm weights (element t + 256 q), loaded before pdl_entry (weights only).
+template <int Q>
+DEV void norm_wload(const NormArgs& a, float* wv) {
+    const int t = tid_x();
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+        const int i = t + 256 * q;
+        wv[q] = (a.nw && i < a.n) ? a.nw[i] : 1.0f;
+    }
+}
+
+// norm_q8_row's arithmetic with 256 threads: thread t plays virtual threads t + 256 m
+// (m < 4) of its 1024, whose elements are t + 256 m + 1024 j; each virtual thread's
+// sum of squares, each virtual warp's butterfly and the 32-warp total are the same
+// operations in the same order. Leaves the q8_1 and / or K form in shared memory; thread
+// 0 returns its ticket in *ticket when add is given.
+template <int Q>
+DEV void norm_prologue(const NormArgs& a, const float* wv, bool need_q8, bool need_k, NormSh<Q>& sh, u32* ticket) {
+    const int t = tid_x(), lane = t & 31, wp = t >> 5, n = a.n;
+    float v[Q];
+    float ss[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+        const int i = t + 256 * q;
+        v[q] = 0.0f;
+        if (i < n) {
+            float x = a.x[i];
+            if (a.add) x += a.add[i];
+            v[q] = x;
+            ss[q & 3] += x * x;
+        }
+    }
+    if (a.add) {
+#pragma unroll
+        for (int q = 0; q < Q; ++q)
+            if (t + 256 * q < n) sh.sum[t + 256 * q] = v[q];
+    }
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const float s = warp_sum(ss[m]);
+        if (lane == 0) sh.red[wp + 8 * m] = s;
+    }
+    sync();
+    if (a.add && t == 0) *ticket = take_ticket(a.counter);
+    const float tot = warp_sum(sh.red[lane]);
+    const float scale = 1.0f / sqrt_f(tot / (float)n + a.eps);
+    const bool write_out = bid_x() == 0;
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+        const int i = t + 256 * q;
+        if (i < n) { // warp-uniform: n % 32 == 0
+            float o = v[q] * scale;
+            o *= wv[q];
+            if (write_out) a.out[i] = o;
+            if (need_q8) q8_block_store(sh.q8 + i / 32, o);
+            if (need_k) sh.o[i] = o;
+        }
+    }
+    if (need_k) {
+        sync(); // the normalized row is staged
+        for (int sb = wp; sb < n / 256; sb += 8) {
+            const f32x4* p = (const f32x4*)(sh.o + sb * 256 + 8 * lane);
+            const f32x4 p0 = p[0], p1 = p[1];
+            const float vv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+            int c[8];
+            const float d = q8k_warp_codes(vv, c);
+            q8k_warp_store(sh.kf + sb * 8, c, d);
+        }
+    }
+    sync(); // the forms are staged
+}
+
+// Warp 0 of the block holding the last ticket writes x + add back and resets the counter.
+template <int Q>
+DEV void norm_tail(const NormArgs& a, const NormSh<Q>& sh, u32 ticket) {
+    if (!a.add || tid_x() >= 32) return;
+    const int lane = tid_x() & 31;
+    int last = (lane == 0 && ticket == (u32)(a.nblk - 1)) ? 1 : 0;
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) last |= shfl_xor_i(last, m);
+    if (!last) return;
+    float* x = (float*)a.x;
+    for (int i = 4 * lane; i < a.n; i += 128) *(f32x4*)(x + i) = *(const f32x4*)(sh.sum + i);
+    if (lane == 0) *a.counter = 0u;
+}
+
+// ---- norm + up to 3 matvecs ----
+
+struct Seg {
+    const u8* W;
+    float* y;
+    int rows, ty;
+};
+
+template <int Q, int TY>
+DEV void norm_multi_run(const NormArgs& a, const Seg& s, int b, bool need_q8, bool need_k, NormSh<Q>& sh) {
+    typedef Mv<TY> M;
+    const int row = b * 8 + (tid_x() >> 5);
+    const bool live = row < s.rows;
+    const int nu = a.n / M::UNIT;
+    const u8* wr = s.W + (u64)(live ? row : 0) * nu * M::BB;
+    typename M::W cur;
+    if (live) M::load(wr, nu, 0, cur);
+    float wv[Q];
+    norm_wload<Q>(a, wv);
+    pdl_entry();
+    u32 ticket = 0;
+    norm_prologue<Q>(a, wv, need_q8, need_k, sh, &ticket);
+    if (live) {
+        const float r = row_finish<TY>(cur, wr, TY >= 10 ? sh.kf : sh.q8, nu);
+        if ((tid_x() & 31) == 0) s.y[row] = r;
+    }
+    norm_tail(a, sh, ticket);
+}
+
+template <int Q>
+DEV void norm_multi(const NormArgs& a, Seg s0, Seg s1, Seg s2) {
+    __shared__ NormSh<Q> sh;
+    int b = bid_x();
+    const int nb0 = (s0.rows + 7) / 8, nb1 = (s1.rows + 7) / 8;
+    Seg s = s0;
+    if (b >= nb0 + nb1) {
+        b -= nb0 + nb1;
+        s = s2;
+    } else if (b >= nb0) {
+        b -= nb0;
+        s = s1;
+    }
+    bool need_q8 = false, need_k = false;
+    const Seg all[3] = {s0, s1, s2};
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+        if (all[i].rows <= 0) continue;
+        if (all[i].ty >= 10) need_k = true;
+        else need_q8 = true;
+    }
+    switch (s.ty) {
+    case 0: norm_multi_run<Q, 0>(a, s, b, need_q8, need_k, sh); break;
+    case 1: norm_multi_run<Q, 1>(a, s, b, need_q8, need_k, sh); break;
+    case 2: norm_multi_run<Q, 2>(a, s, b, need_q8, need_k, sh); break;
+    case 3: norm_multi_run<Q, 3>(a, s, b, need_q8, need_k, sh); break;
+    case 4: norm_multi_run<Q, 4>(a, s, b, need_q8, need_k, sh); break;
+    case 10: norm_multi_run<Q, 10>(a, s, b, need_q8, need_k, sh); break;
+    case 11: norm_multi_run<Q, 11>(a, s, b, need_q8, need_k, sh); break;
+    case 12: norm_multi_run<Q, 12>(a, s, b, need_q8, need_k, sh); break;
+    default: break;
+    }
+}
+
+// grid (Σ ceil(rows_s / 8)) = nblk, block 256; n % 32 == 0 (% 256 with a K-quant weight),
+// n <= 256 Q; segments with rows 0 are absent.
+#define NORM_MULTI(NAME, Q)                                                                                                  \
+    KERNEL LAUNCH_BOUNDS(256) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
+                                        int n, float eps, const u8* W0, float* y0, int rows0, int ty0, const u8* W1, float* y1,   \
+                                        int rows1, int ty1, const u8* W2, float* y2, int rows2, int ty2) {                         \
+        const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
+        norm_multi<Q>(a, Seg{W0, y0, rows0, ty0}, Seg{W1, y1, rows1, ty1}, Seg{W2, y2, rows2, ty2});                             \
+    }
+NORM_MULTI(decode_mv_norm4, 4)
+NORM_MULTI(decode_mv_norm16, 16)
+
+// ---- norm + gate/up + GLU ----
+
+template <int Q, int TY>
+DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int act, NormSh<Q>& sh) {
+    typedef Mv<TY> M;
+    const int row = bid_x() * 8 + (tid_x() >> 5);
+    const bool live = row < rows;
+    const int nu = a.n / M::UNIT;
+    const u64 off = (u64)(live ? row : 0) * nu * M::BB;
+    typename M::W cg, cu;
+    if (live) {
+        M::load(Wg + off, nu, 0, cg);
+        M::load(Wu + off, nu, 0, cu);
+    }
+    float wv[Q];
+    norm_wload<Q>(a, wv);
+    pdl_entry();
+    u32 ticket = 0;
+    norm_prologue<Q>(a, wv, TY < 10, TY >= 10, sh, &ticket);
+    if (live) {
+        const block_q8_1* xs = TY >= 10 ? sh.kf : sh.q8;
+        const float g = row_finish<TY>(cg, Wg + off, xs, nu);
+        const float u = row_finish<TY>(cu, Wu + off, xs, nu);
+        // As glu_q8_f32: SiLU, or GELU-tanh rounded through f16 as the CPU backend.
+        if ((tid_x() & 31) == 0) y[row] = (act ? gelu_f16r(g) : silu_f(g)) * u;
+    }
+    norm_tail(a, sh, ticket);
+}
+
+template <int Q>
+DEV void norm_glu(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {
+    __shared__ NormSh<Q> sh;
+    switch (ty) {
+    case 0: norm_glu_run<Q, 0>(a, Wg, Wu, y, rows, act, sh); break;
+    case 1: norm_glu_run<Q, 1>(a, Wg, Wu, y, rows, act, sh); break;
+    case 2: norm_glu_run<Q, 2>(a, Wg, Wu, y, rows, act, sh); break;
+    case 3: norm_glu_run<Q, 3>(a, Wg, Wu, y, rows, act, sh); break;
+    case 4: norm_glu_run<Q, 4>(a, Wg, Wu, y, rows, act, sh); break;
+    case 10: norm_glu_run<Q, 10>(a, Wg, Wu, y, rows, act, sh); break;
+    case 11: norm_glu_run<Q, 11>(a, Wg, Wu, y, rows, act, sh); break;
+    case 12: norm_glu_run<Q, 12>(a, Wg, Wu, y, rows, act, sh); break;
+    default: break;
+    }
+}
+
+// Wg, Wu: [rows, n] of one type; y: [rows] f32; act: 0 SiLU, 1 GELU-tanh.
+// grid (ceil(rows / 8)) = nblk, block 256.
+#define NORM_GLU(NAME, Q)                                                                                                   \
+    KERNEL LAUNCH_BOUNDS(256) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
+                                        int n, float eps, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {     \
+        const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
+        norm_glu<Q>(a, Wg, Wu, y, rows, ty, act);                                                                                \
+    }
+NORM_GLU(decode_mv_glu4, 4)
+NORM_GLU(decode_mv_glu16, 16)
+
+// ---- quantize + matvec ----
+
+#define QUANT_MAX 16384
+
+// x [k] f32 -> the activation form of type TY in shared memory (quantize.hip's codes).
+template <int TY>
+DEV void quant_stage(const float* x, int k, block_q8_1* sa) {
+    const int lane = tid_x() & 31, wp = tid_x() >> 5;
+    if (TY >= 10) {
+        for (int sb = wp; sb < k / 256; sb += 8) {
+            const f32x4* p = (const f32x4*)(x + sb * 256 + 8 * lane);
+            const f32x4 p0 = p[0], p1 = p[1];
+            const float v[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+            int c[8];
+            const float d = q8k_warp_codes(v, c);
+            q8k_warp_store(sa + sb * 8, c, d);
+        }
+    } else {
+        for (int blk = wp; blk < k / 32; blk += 8) q8_block_store(sa + blk, x[blk * 32 + lane]);
+    }
+}
+
+template <int TY>
+DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, block_q8_1* sa) {
+    typedef Mv<TY> M;
+    const int row = bid_x() * 8 + (tid_x() >> 5);
+    const bool live = row < rows;
+    const int nu = k / M::UNIT;
+    const u8* wr = W + (u64)(live ? row : 0) * nu * M::BB;
+    typename M::W cur;
+    if (live) M::load(wr, nu, 0, cur);
+    pdl_entry();
+    quant_stage<TY>(x, k, sa);
+    sync();
+    if (!live) return;
+    const float r = row_finish<TY>(cur, wr, sa, nu);
+    if ((tid_x() & 31) == 0) y[row] = r;
+}
+
+// y = W x with x [k] f32 quantized in the prologue (k % 32 == 0, % 256 for the K-quants,
+// k <= QUANT_MAX); W: [rows, k] of type code ty; y: [rows] f32.
+// grid (ceil(rows / 8)), block 256.
+KERNEL LAUNCH_BOUNDS(256) void decode_mv_quant(const float* x, int k, const u8* W, float* y, int rows, int ty) {
+    __shared__ __attribute__((aligned(16))) block_q8_1 sa[QUANT_MAX / 32];
+    switch (ty) {
+    case 0: quant_run<0>(x, k, W, y, rows, sa); break;
+    case 1: quant_run<1>(x, k, W, y, rows, sa); break;
+    case 2: quant_run<2>(x, k, W, y, rows, sa); break;
+    case 3: quant_run<3>(x, k, W, y, rows, sa); break;
+    case 4: quant_run<4>(x, k, W, y, rows, sa); break;
+    case 10: quant_run<10>(x, k, W, y, rows, sa); break;
+    case 11: quant_run<11>(x, k, W, y, rows, sa); break;
+    case 12: quant_run<12>(x, k, W, y, rows, sa); break;
+    default: break;
+    }
+}

@@ -1,0 +1,192 @@
+//! The GPU backend's fused decode matvecs (`decode_mv.rs`, `kernels-hip/decode_mv.hip`):
+//! `norm_matmul_multi` and `norm_matmul_glu` as one launch each, and a one-token `matmul`
+//! whose f32 input has no valid quantized form yet as one launch that quantizes in its
+//! prologue. Batch 1, `--numerics fast`, `LODE_FUSE` and `LODE_FUSE_MV` on (either `=0`
+//! turns it off), a launch of one wave of blocks (`decode_mv::fits_one_wave`: the small
+//! models); every other case, shape or type takes the trait's default composition.
+//!
+//! No stale quantized scratch can be read: these kernels write only f32 buffers (each
+//! touched, so any cached form of it is invalid) and keep their activation blocks in
+//! shared memory; `matmul` takes the fused path only when the scratch does not hold the
+//! input's current form, and records the form as the input's hint, so a producer that
+//! can write that form (a norm) writes it, and one that cannot (attention, for a K-quant
+//! output projection) writes none.
+
+use super::{derr, GpuBackend};
+use crate::backend::gpu::decode_mv::{self, Norm};
+use crate::backend::gpu::device::DeviceBuffer;
+use crate::backend::gpu::driver::DevPtr;
+use crate::backend::gpu::ops;
+use crate::backend::{norm_in, Backend, BackendError, Buf, Glu, NormIn, Result};
+use crate::weights::WeightRef;
+
+/// `LODE_FUSE_MV` and the norm kernels' block counter.
+pub(super) struct MvFuse {
+    pub(super) on: bool,
+    /// One zeroed u32 the norm kernels take tickets from (each launch leaves it zeroed).
+    counter: Option<DeviceBuffer>,
+    /// Fused launches issued (the selftest checks its ops took the fused path).
+    launches: u64,
+    /// The device's multiprocessors (the launches' block cap), read once.
+    sms: Option<usize>,
+}
+
+impl MvFuse {
+    pub(super) fn from_env() -> MvFuse {
+        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, sms: None }
+    }
+}
+
+impl GpuBackend {
+    /// The fused decode matvecs on or off (as `LODE_FUSE_MV` sets it at start).
+    pub fn set_fuse_mv(&mut self, on: bool) {
+        self.mv.on = on;
+    }
+
+    /// How many fused decode matvec launches this backend has issued.
+    pub fn fused_mv_launches(&self) -> u64 {
+        self.mv.launches
+    }
+
+    /// Whether the fused decode matvecs may run (batch 1 is checked by the callers).
+    fn mv_enabled(&self) -> bool {
+        self.fuse && self.mv.on && self.numerics == super::Numerics::Fast
+    }
+
+    fn mv_sms(&mut self) -> usize {
+        if let Some(n) = self.mv.sms {
+            return n;
+        }
+        let n = self.dev.attribute(crate::backend::gpu::driver::DevAttr::MultiprocessorCount).ok().filter(|&n| n > 0).unwrap_or(32) as usize;
+        self.mv.sms = Some(n);
+        n
+    }
+
+    /// Whether `kernel` over `rows` rows is one wave of blocks here (`decode_mv::fits_one_wave`).
+    fn mv_fits(&mut self, kernel: &str, rows: usize) -> bool {
+        let sms = self.mv_sms();
+        decode_mv::fits_one_wave(kernel, rows, sms)
+    }
+
+    fn mv_counter(&mut self) -> Result<DevPtr> {
+        if let Some(c) = &self.mv.counter {
+            return Ok(c.ptr());
+        }
+        // Allocating: outside the step record.
+        self.barrier()?;
+        let c = self.dev.alloc(256).map_err(derr("norm_matmul"))?;
+        self.dev.memset(c.ptr(), 0, 256).map_err(derr("norm_matmul"))?;
+        let p = c.ptr();
+        self.mv.counter = Some(c);
+        Ok(p)
+    }
+
+    /// The kernel's view of `n` when it can run fused with weights `ws` (all rows of
+    /// `n.row_len`) writing `outs`: None for a shape, type or aliasing it does not take.
+    fn mv_norm(&mut self, n: &NormIn, ws: &[&WeightRef], outs: &[Buf]) -> Result<Option<Norm>> {
+        let k = n.row_len;
+        let shape_ok = k <= decode_mv::NORM_MAX && ws.iter().all(|w| w.row_len() == k && decode_mv::supports(w.ty(), k));
+        let w_ok = n.w.map(|w| w.row_len() * w.n_rows() == k).unwrap_or(true);
+        // The kernel reads x and add in every block and writes x, out and the outputs:
+        // none of those may be one buffer.
+        let mut seen = vec![n.x, n.out];
+        seen.extend(n.add);
+        seen.extend_from_slice(outs);
+        let distinct = seen.iter().enumerate().all(|(i, a)| !seen[..i].contains(a));
+        if !(shape_ok && w_ok && distinct) {
+            return Ok(None);
+        }
+        let (xp, xn) = self.buf(n.x)?;
+        let (op, on) = self.buf(n.out)?;
+        Self::check_len("norm_matmul", n.x, xn, k)?;
+        Self::check_len("norm_matmul", n.out, on, k)?;
+        let add = match n.add {
+            Some(b) => {
+                let (bp, bn) = self.buf(b)?;
+                Self::check_len("norm_matmul", b, bn, k)?;
+                Some(bp)
+            }
+            None => None,
+        };
+        let w = match n.w {
+            Some(w) => Some(self.weight_f32(w)?),
+            None => None,
+        };
+        let counter = self.mv_counter()?;
+        Ok(Some(Norm { x: xp, add, w, out: op, counter, n: k, eps: n.eps }))
+    }
+
+    /// The norm's writes: x (when added to) and out.
+    fn mv_norm_done(&mut self, n: &NormIn) {
+        if n.add.is_some() {
+            self.touch(n.x);
+        }
+        self.touch(n.out);
+    }
+
+    pub(super) fn fused_norm_matmul_multi(&mut self, norm: &NormIn, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
+        let ws: Vec<&WeightRef> = outs.iter().map(|(w, _)| *w).collect();
+        let ys: Vec<Buf> = outs.iter().map(|(_, y)| *y).collect();
+        let rows: usize = ws.iter().map(|w| w.n_rows()).sum();
+        let fusable = self.mv_enabled() && n_tok == 1 && (1..=3).contains(&outs.len()) && self.mv_fits(decode_mv::norm_kernel(norm.row_len, false), rows);
+        let Some(a) = (if fusable { self.mv_norm(norm, &ws, &ys)? } else { None }) else {
+            norm_in(self, norm, n_tok)?;
+            return self.matmul_multi(norm.out, n_tok, outs);
+        };
+        let mut segs = Vec::with_capacity(outs.len());
+        for (w, y) in outs {
+            let (yp, yn) = self.buf(*y)?;
+            Self::check_len("norm_matmul_multi", *y, yn, w.n_rows())?;
+            segs.push((self.weight(w)?, w.ty(), w.n_rows(), yp));
+        }
+        self.mv.launches += 1;
+        let r = decode_mv::norm_multi(&self.rec(), &a, &segs).map_err(|e| {
+            let names: Vec<&str> = ws.iter().map(|w| w.name()).collect();
+            BackendError::Invalid { op: "norm_matmul_multi", msg: format!("{}: {e}", names.join(", ")) }
+        });
+        self.mv_norm_done(norm);
+        for y in ys {
+            self.touch(y);
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fused_norm_matmul_glu(&mut self, norm: &NormIn, n_tok: usize, gate: &WeightRef, up: &WeightRef, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
+        let same = gate.ty() == up.ty() && gate.n_rows() == up.n_rows() && gate.row_len() == up.row_len();
+        let fusable = self.mv_enabled() && n_tok == 1 && same && self.mv_fits(decode_mv::norm_kernel(norm.row_len, true), gate.n_rows());
+        let Some(a) = (if fusable { self.mv_norm(norm, &[gate, up], &[out])? } else { None }) else {
+            norm_in(self, norm, n_tok)?;
+            return self.matmul_glu(gate, up, norm.out, n_tok, out, tmp, act);
+        };
+        let (yp, yn) = self.buf(out)?;
+        Self::check_len("norm_matmul_glu", out, yn, gate.n_rows())?;
+        let gp = self.weight(gate)?;
+        let upp = self.weight(up)?;
+        self.mv.launches += 1;
+        let r = decode_mv::norm_glu(&self.rec(), &a, gp, upp, gate.ty(), gate.n_rows(), yp, act == Glu::GeluTanh)
+            .map_err(|e| BackendError::Invalid { op: "norm_matmul_glu", msg: format!("{} / {}: {e}", gate.name(), up.name()) });
+        self.mv_norm_done(norm);
+        self.touch(out);
+        r
+    }
+
+    /// `matmul` of one token whose input has no valid quantized form: one launch that
+    /// quantizes `x` in its prologue. Ok(false): not taken (the caller runs the usual path).
+    pub(super) fn quant_matmul(&mut self, w: &WeightRef, x: Buf, y: Buf) -> Result<bool> {
+        let (ty, k) = (w.ty(), w.row_len());
+        let Some(fmt) = ops::act_fmt(ty) else { return Ok(false) };
+        if !self.mv_enabled() || x == y || k > decode_mv::QUANT_MAX || !decode_mv::supports(ty, k) || !self.mv_fits("decode_mv_quant", w.n_rows()) || self.act_ready(x, fmt, k) {
+            return Ok(false);
+        }
+        let (xp, xn) = self.buf(x)?;
+        let (yp, yn) = self.buf(y)?;
+        Self::check_len("matmul", x, xn, k)?;
+        Self::check_len("matmul", y, yn, w.n_rows())?;
+        let wp = self.weight(w)?;
+        self.mv.launches += 1;
+        let r = decode_mv::quant_mv(&self.rec(), xp, k, wp, ty, w.n_rows(), yp).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
+        self.touch(y);
+        r.map(|_| true)
+    }
+}

@@ -1,0 +1,188 @@
+//! Launchers of the fused decode kernels (`kernels-hip/decode_mv.hip`): one token's
+//! matvecs with their input side in the same launch — RMSNorm (and the residual add)
+//! before the q/k/v or gate/up matvecs, the GLU after gate/up, and the activation
+//! quantization before a matvec whose f32 input has no quantized form yet. Each kernel
+//! stages the activation blocks in shared memory, in the codes `quantize.hip` writes, so
+//! the results equal the unfused kernels' (`selftest/norm_mv.rs`).
+
+use super::driver::{DevPtr, KArg};
+use super::ops::Launch;
+use super::GpuError;
+use crate::quant::GgmlType;
+
+type R = Result<(), GpuError>;
+
+/// The longest row the norm kernels take (`NORM_MAX` in decode_mv.hip).
+pub const NORM_MAX: usize = 4096;
+/// The longest row `decode_mv_quant` takes (`QUANT_MAX`).
+pub const QUANT_MAX: usize = 16384;
+/// Output rows per 256-thread block (one warp each).
+const ROWS: usize = 8;
+
+/// Blocks of each kernel one multiprocessor holds at once (registers on sm_90: norm4 64,
+/// norm16 79, glu4 80, glu16 99, quant 58 per thread, 256 threads).
+fn blocks_per_sm(kernel: &str) -> usize {
+    match kernel {
+        "decode_mv_norm4" | "decode_mv_quant" => 4,
+        "decode_mv_norm16" | "decode_mv_glu4" => 3,
+        _ => 2,
+    }
+}
+
+/// The kernel a norm launch over rows of `n` uses (`glu`: the gate/up one).
+pub fn norm_kernel(n: usize, glu: bool) -> &'static str {
+    match (glu, n <= 1024) {
+        (false, true) => "decode_mv_norm4",
+        (false, false) => "decode_mv_norm16",
+        (true, true) => "decode_mv_glu4",
+        (true, false) => "decode_mv_glu16",
+    }
+}
+
+/// Whether `kernel` over `rows` output rows runs as one wave of blocks on `sms`
+/// multiprocessors. Every block repeats the prologue, so a second wave repeats it too
+/// and costs more than the launch it saves: on the H200 Qwen3-4B decoded at 257 t/s with
+/// its q/k/v (768 blocks) and gate/up (1,216 blocks) fused, 372 t/s without. The backend
+/// fuses only launches that fit (Qwen3-0.6B: 512, 384 and 128 blocks on 132 SMs).
+pub fn fits_one_wave(kernel: &str, rows: usize, sms: usize) -> bool {
+    rows.div_ceil(ROWS) <= sms * blocks_per_sm(kernel)
+}
+
+fn unsupported(what: String) -> GpuError {
+    GpuError::Unsupported(what)
+}
+
+fn i(v: usize) -> KArg {
+    KArg::I32(v as i32)
+}
+
+/// The kernels' weight type code (None: a type they do not take).
+pub fn type_code(ty: GgmlType) -> Option<i32> {
+    Some(match ty {
+        GgmlType::Q4_0 => 0,
+        GgmlType::Q4_1 => 1,
+        GgmlType::Q5_0 => 2,
+        GgmlType::Q5_1 => 3,
+        GgmlType::Q8_0 => 4,
+        GgmlType::Q4_K => 10,
+        GgmlType::Q5_K => 11,
+        GgmlType::Q6_K => 12,
+        _ => return None,
+    })
+}
+
+/// Whether the fused kernels take weights of `ty` with rows of `k` (whole blocks, whole
+/// 32-value activation blocks).
+pub fn supports(ty: GgmlType, k: usize) -> bool {
+    type_code(ty).is_some() && k > 0 && k % 32 == 0 && k % ty.block_elems() == 0
+}
+
+/// The norm in front of the matvecs: `x += add` (when given), `out = x / rms(x) · w`.
+/// x, add, out: [n] f32; w: [n] f32 or none; counter: a zeroed device u32 the kernel
+/// leaves zeroed (the last-block ticket of the write-back of x).
+#[derive(Clone, Copy, Debug)]
+pub struct Norm {
+    pub x: DevPtr,
+    pub add: Option<DevPtr>,
+    pub w: Option<DevPtr>,
+    pub out: DevPtr,
+    pub counter: DevPtr,
+    pub n: usize,
+    pub eps: f32,
+}
+
+impl Norm {
+    fn check(&self, op: &str) -> R {
+        if self.n == 0 || self.n % 32 != 0 || self.n > NORM_MAX {
+            return Err(unsupported(format!("{op}: rows of {} values (whole 32-value blocks up to {NORM_MAX})", self.n)));
+        }
+        Ok(())
+    }
+    /// (kernel for this row length, leading arguments given the block count).
+    fn args(&self, base: &'static str, nblk: usize) -> (&'static str, Vec<KArg>) {
+        let name = norm_kernel(self.n, base == "glu");
+        let args = vec![
+            KArg::Ptr(self.x),
+            KArg::Ptr(self.add.unwrap_or(0)),
+            KArg::Ptr(self.w.unwrap_or(0)),
+            KArg::Ptr(self.out),
+            KArg::Ptr(self.counter),
+            i(nblk),
+            i(self.n),
+            KArg::F32(self.eps),
+        ];
+        (name, args)
+    }
+}
+
+/// One launch: the norm, then y_s = W_s · out for each of 1 to 3 segments
+/// (w [rows, n] of ty, ty, rows, y [rows] f32).
+pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, DevPtr)]) -> R {
+    a.check("norm_multi")?;
+    if segs.is_empty() || segs.len() > 3 {
+        return Err(unsupported(format!("norm_multi: {} weights (1 to 3)", segs.len())));
+    }
+    let mut tail = Vec::with_capacity(12);
+    let mut nblk = 0;
+    for s in 0..3 {
+        match segs.get(s) {
+            Some(&(w, ty, rows, y)) => {
+                let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_multi: {ty} weights with rows of {}", a.n)))?;
+                nblk += rows.div_ceil(ROWS);
+                tail.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code)]);
+            }
+            None => tail.extend([KArg::Ptr(0), KArg::Ptr(0), i(0), KArg::I32(-1)]),
+        }
+    }
+    if nblk == 0 {
+        return Err(unsupported("norm_multi: no output rows".into()));
+    }
+    let (name, mut args) = a.args("norm", nblk);
+    args.extend(tail);
+    d.launch(name, [nblk as u32, 1, 1], [256, 1, 1], &args)?;
+    Ok(())
+}
+
+/// One launch: the norm, then y[r] = act(gate_r · out) · (up_r · out) (act SiLU, or
+/// GELU-tanh when `gelu`). gate, up: [rows, n] of one type; y: [rows] f32.
+#[allow(clippy::too_many_arguments)]
+pub fn norm_glu(d: &dyn Launch, a: &Norm, gate: DevPtr, up: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, gelu: bool) -> R {
+    a.check("norm_glu")?;
+    let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_glu: {ty} weights with rows of {}", a.n)))?;
+    if rows == 0 {
+        return Err(unsupported("norm_glu: no output rows".into()));
+    }
+    let nblk = rows.div_ceil(ROWS);
+    let (name, mut args) = a.args("glu", nblk);
+    args.extend([KArg::Ptr(gate), KArg::Ptr(up), KArg::Ptr(y), i(rows), KArg::I32(code), i(gelu as usize)]);
+    d.launch(name, [nblk as u32, 1, 1], [256, 1, 1], &args)?;
+    Ok(())
+}
+
+/// One launch: y = W · x with x [k] f32 quantized inside the kernel to the form `ty`
+/// reads. w: [rows, k] of ty; y: [rows] f32; k <= [`QUANT_MAX`].
+pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr) -> R {
+    let code = type_code(ty).filter(|_| supports(ty, k) && k <= QUANT_MAX).ok_or_else(|| unsupported(format!("quant_mv: {ty} weights with rows of {k}")))?;
+    if rows == 0 {
+        return Ok(());
+    }
+    d.launch("decode_mv_quant", [rows.div_ceil(ROWS) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code)])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_wave_rule_takes_the_small_model_and_leaves_the_large() {
+        // Qwen3-0.6B on 132 SMs: q/k/v 4096 rows, gate/up 3072, o / down 1024.
+        assert!(fits_one_wave(norm_kernel(1024, false), 4096, 132));
+        assert!(fits_one_wave(norm_kernel(1024, true), 3072, 132));
+        assert!(fits_one_wave("decode_mv_quant", 1024, 132));
+        // Qwen3-4B: q/k/v 6144 rows, gate/up 9728.
+        assert!(!fits_one_wave(norm_kernel(2560, false), 6144, 132));
+        assert!(!fits_one_wave(norm_kernel(2560, true), 9728, 132));
+        assert_eq!(norm_kernel(4096, true), "decode_mv_glu16");
+    }
+}
