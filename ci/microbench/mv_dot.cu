@@ -1,5 +1,6 @@
-// Decode matvec dot bodies: kernels-hip/matvec.hip's Q4_K / Q6_K (the shipped kernels,
-// included as they are) against the bodies they replaced (mv_dot_old.h), on the
+// Decode matvec dot bodies: kernels-hip/matvec.hip's Q4_K / Q6_K kernels (the shipped ones,
+// included as they are; the bodies live in kernels-hip/mv_dot.h) against the bodies they
+// replaced (mv_dot_old.h), on the
 // shapes of the 0.6B / 4B / 8B decode steps: equal outputs (K-form activations, random
 // weights) and time per call next to a plain 16-byte stream of the same bytes.
 //   cd ci/microbench && nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/mvd mv_dot.cu && /tmp/mvd

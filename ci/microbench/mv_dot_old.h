@@ -1,6 +1,6 @@
 // The decode dot bodies of Q4_K and Q6_K as they were before ci/microbench/mv_dot.cu's
 // comparison (main at f2e0d0a, kernels-hip/matvec.hip), renamed into namespace old.
-// Include after kernels-hip/matvec.hip (uses its u32x4, q8qs and common.h).
+// Include after kernels-hip/matvec.hip (uses mv_dot.h's u32x4, q8qs and common.h).
 namespace old {
 // scale_min_k4 on the 12 scale bytes held in three registers (no local-memory copy).
 DEV u32 byte_of(u32 w0, u32 w1, u32 w2, int i) {
