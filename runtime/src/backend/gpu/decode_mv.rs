@@ -56,20 +56,9 @@ fn i(v: usize) -> KArg {
     KArg::I32(v as i32)
 }
 
-/// The kernels' weight type code (None: a type they do not take).
-pub fn type_code(ty: GgmlType) -> Option<i32> {
-    Some(match ty {
-        GgmlType::Q4_0 => 0,
-        GgmlType::Q4_1 => 1,
-        GgmlType::Q5_0 => 2,
-        GgmlType::Q5_1 => 3,
-        GgmlType::Q8_0 => 4,
-        GgmlType::Q4_K => 10,
-        GgmlType::Q5_K => 11,
-        GgmlType::Q6_K => 12,
-        _ => return None,
-    })
-}
+/// The kernels' weight type code (None: a type they do not take): the decode matvecs' one
+/// numbering.
+pub use super::ops::mv_type_code as type_code;
 
 /// Whether the fused kernels take weights of `ty` with rows of `k` (whole blocks, whole
 /// 32-value activation blocks).

@@ -246,8 +246,9 @@ pub fn add_rmsnorm_q8(d: &dyn Launch, x: DevPtr, r: DevPtr, w: Option<DevPtr>, y
     Ok(())
 }
 
-/// The type code `matvec_multi_n1` switches on (None: not a q8_1 consumer).
-fn multi_code(ty: GgmlType) -> Option<i32> {
+/// The weight type code the decode matvec kernels switch on (`matvec_multi_n1` and the
+/// fused `decode_mv` kernels; mv_dot.h's numbering). None: not a q8_1 / K-form consumer.
+pub fn mv_type_code(ty: GgmlType) -> Option<i32> {
     Some(match ty {
         GgmlType::Q4_0 => 0,
         GgmlType::Q4_1 => 1,
@@ -278,7 +279,7 @@ fn staged_min_sb() -> usize {
 
 /// True when `matvec_multi` takes weights of `ty` with rows of `k`.
 pub fn multi_supports(ty: GgmlType, k: usize) -> bool {
-    multi_code(ty).is_some() && k % ty.block_elems() == 0
+    mv_type_code(ty).is_some() && k % ty.block_elems() == 0
 }
 
 /// Up to 3 one-column matvecs over the same activations, one launch:
@@ -307,7 +308,7 @@ pub fn matvec_multi_with(d: &dyn Launch, x: DevPtr, xk: DevPtr, k: usize, segs: 
                     return Err(unsupported(format!("matvec_multi: {ty} weights with k = {k}")));
                 }
                 blocks += rows.div_ceil(rows_per_block);
-                args.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(multi_code(ty).unwrap_or(-1))]);
+                args.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(mv_type_code(ty).unwrap_or(-1))]);
             }
             None => args.extend([KArg::Ptr(0), KArg::Ptr(0), i(0), KArg::I32(-1)]),
         }

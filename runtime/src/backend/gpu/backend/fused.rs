@@ -101,14 +101,8 @@ impl GpuBackend {
             return Err(BackendError::Invalid { op: "rope_kv_write", msg: format!("position {bad} past the cache's {} slots", spec.n_ctx) });
         }
         let (kc, vc, _) = self.kv_layer("rope_kv_write", kv, layer)?;
-        let qw = match &p.q_norm {
-            Some(w) => Some(self.weight_f32(w)?),
-            None => None,
-        };
-        let kw = match &p.k_norm {
-            Some(w) => Some(self.weight_f32(w)?),
-            None => None,
-        };
+        let qw = p.q_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
+        let kw = p.k_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let ff = self.rope_factors(&p.rope)?;
         let pp = self.positions(pos)?;
         let a = ops::RopeKv {

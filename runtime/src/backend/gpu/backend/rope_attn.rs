@@ -106,14 +106,8 @@ impl GpuBackend {
         if pos[0] as usize >= spec.n_ctx {
             return Err(BackendError::Invalid { op: OP, msg: format!("position {} past the cache's {} slots", pos[0], spec.n_ctx) });
         }
-        let q_norm = match &p.q_norm {
-            Some(w) => Some(self.weight_f32(w)?),
-            None => None,
-        };
-        let k_norm = match &p.k_norm {
-            Some(w) => Some(self.weight_f32(w)?),
-            None => None,
-        };
+        let q_norm = p.q_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
+        let k_norm = p.k_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let freq_factors = self.rope_factors(&p.rope)?;
         let window = a.window.unwrap_or(0);
         let max_keys = if window > 0 { window.min(spec.n_ctx) } else { spec.n_ctx };
