@@ -322,14 +322,17 @@ DEV void norm_glu(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int r
 
 // Wg, Wu: [rows, n] of one type; y: [rows] f32; act: 0 SiLU, 1 GELU-tanh.
 // grid (ceil(rows / 8)) = nblk, block 256.
-#define NORM_GLU(NAME, Q)                                                                                                   \
-    KERNEL LAUNCH_BOUNDS(256) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
+#define NORM_GLU(NAME, Q, MINB)                                                                                             \
+    KERNEL LAUNCH_BOUNDS_MIN(256, MINB) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
                                         int n, float eps, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {     \
         const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
         norm_glu<Q>(a, Wg, Wu, y, rows, ty, act);                                                                                \
     }
-NORM_GLU(decode_mv_glu4, 4)
-NORM_GLU(decode_mv_glu16, 16)
+// MINB: the resident blocks per multiprocessor decode_mv.rs's `blocks_per_sm` counts on
+// (a register cap: glu4 took 91 registers after the leaner Q4_K bodies, 2 blocks per SM, and
+// 0.6B's 384 blocks then ran in two waves, each repeating the prologue).
+NORM_GLU(decode_mv_glu4, 4, 3)
+NORM_GLU(decode_mv_glu16, 16, 2)
 
 // ---- quantize + matvec ----
 

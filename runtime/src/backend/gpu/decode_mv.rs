@@ -20,7 +20,8 @@ pub const QUANT_MAX: usize = 16384;
 const ROWS: usize = 8;
 
 /// Blocks of each kernel one multiprocessor holds at once (registers on sm_90: norm4 64,
-/// norm16 79, glu4 80, glu16 99, quant 58 per thread, 256 threads).
+/// norm16 80, glu4 80 — capped by its LAUNCH_BOUNDS_MIN —, glu16 102, quant 64 per thread,
+/// 256 threads). A kernel that grows past its count here runs its launches in two waves.
 fn blocks_per_sm(kernel: &str) -> usize {
     match kernel {
         "decode_mv_norm4" | "decode_mv_quant" => 4,
