@@ -22,7 +22,7 @@ const ROWS: usize = 8;
 /// Blocks of each kernel one multiprocessor holds at once (registers on sm_90: norm4 64,
 /// norm16 80, glu4 80 — capped by its LAUNCH_BOUNDS_MIN —, glu16 102, quant 64 per thread,
 /// 256 threads). A kernel that grows past its count here runs its launches in two waves.
-fn blocks_per_sm(kernel: &str) -> usize {
+pub fn blocks_per_sm(kernel: &str) -> usize {
     match kernel {
         "decode_mv_norm4" | "decode_mv_quant" => 4,
         "decode_mv_norm16" | "decode_mv_glu4" => 3,
@@ -46,8 +46,17 @@ pub fn norm_kernel(n: usize, glu: bool) -> &'static str {
 /// its q/k/v (768 blocks) and gate/up (1,216 blocks) fused, 372 t/s without. The backend
 /// fuses only launches that fit (Qwen3-0.6B: 512, 384 and 128 blocks on 132 SMs).
 pub fn fits_one_wave(kernel: &str, rows: usize, sms: usize) -> bool {
-    rows.div_ceil(ROWS) <= sms * blocks_per_sm(kernel)
+    fits_one_wave_at(rows, sms, blocks_per_sm(kernel))
 }
+
+/// [`fits_one_wave`] with the blocks per multiprocessor given (the driver's occupancy
+/// figure for the compiled kernel, where it has one).
+pub fn fits_one_wave_at(rows: usize, sms: usize, per_sm: usize) -> bool {
+    rows.div_ceil(ROWS) <= sms * per_sm
+}
+
+/// The threads of every decode_mv block.
+pub const BLOCK: u32 = 256;
 
 fn unsupported(what: String) -> GpuError {
     GpuError::Unsupported(what)

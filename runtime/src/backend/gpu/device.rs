@@ -408,6 +408,34 @@ impl GpuDevice {
         Ok(Timer { core: self.core.clone(), start, end })
     }
 
+    /// Kernel `name`'s function handle and whether it is launched overlapped; true the
+    /// first time it is resolved.
+    fn function(&self, name: &'static str) -> Result<((RawHandle, bool), bool)> {
+        let mut cache = self.core.funcs.lock().map_err(|_| poisoned())?;
+        Ok(match cache.get(name) {
+            Some(&f) => (f, false),
+            None => {
+                let k = self.core.kernels.lock().map_err(|_| poisoned())?;
+                let f = (k.as_ref().ok_or_else(poisoned)?.get(name)?, self.core.overlap.applies(name));
+                cache.insert(name, f);
+                (f, true)
+            }
+        })
+    }
+
+    /// Blocks of `block` threads of kernel `name` one multiprocessor holds at once, from the
+    /// driver's occupancy calculator (None: the driver has no such call, or it failed).
+    pub fn max_active_blocks(&self, name: &'static str, block: u32) -> Option<u32> {
+        // Looked up without entering the launch cache, so the first launch still shows in
+        // the memory trace.
+        let cached = self.core.funcs.lock().ok()?.get(name).map(|&(f, _)| f);
+        let f = match cached {
+            Some(f) => f,
+            None => self.core.kernels.lock().ok()?.as_ref()?.get(name).ok()?,
+        };
+        self.core.drv.max_active_blocks(f, block).ok().flatten()
+    }
+
     /// Launch kernel `name` on the device stream.
     pub fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<()> {
         self.launch_on(self.core.stream, name, grid, block, args)
@@ -415,18 +443,7 @@ impl GpuDevice {
 
     /// Launch kernel `name` on `stream` (a second stream of this device's context).
     pub fn launch_on(&self, stream: RawHandle, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<()> {
-        let ((f, overlap), first) = {
-            let mut cache = self.core.funcs.lock().map_err(|_| poisoned())?;
-            match cache.get(name) {
-                Some(&f) => (f, false),
-                None => {
-                    let k = self.core.kernels.lock().map_err(|_| poisoned())?;
-                    let f = (k.as_ref().ok_or_else(poisoned)?.get(name)?, self.core.overlap.applies(name));
-                    cache.insert(name, f);
-                    (f, true)
-                }
-            }
-        };
+        let ((f, overlap), first) = self.function(name)?;
         let r = if overlap {
             self.core.drv.launch_overlapped(f, grid, block, 0, stream, args)
         } else {

@@ -29,11 +29,14 @@ pub(super) struct MvFuse {
     launches: u64,
     /// The device's multiprocessors (the launches' block cap), read once.
     sms: Option<usize>,
+    /// Blocks per multiprocessor of each kernel, from the driver's occupancy calculator
+    /// (else `decode_mv::blocks_per_sm`'s sm_90 figures), read once per kernel.
+    per_sm: Vec<(&'static str, usize)>,
 }
 
 impl MvFuse {
     pub(super) fn from_env() -> MvFuse {
-        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, sms: None }
+        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, sms: None, per_sm: Vec::new() }
     }
 }
 
@@ -62,10 +65,21 @@ impl GpuBackend {
         n
     }
 
-    /// Whether `kernel` over `rows` rows is one wave of blocks here (`decode_mv::fits_one_wave`).
-    fn mv_fits(&mut self, kernel: &str, rows: usize) -> bool {
+    /// Whether `kernel` over `rows` rows is one wave of blocks here (`decode_mv::fits_one_wave`,
+    /// with the compiled kernel's occupancy as the driver reports it: a kernel whose
+    /// register count grows is then never launched in two waves by mistake).
+    pub(crate) fn mv_fits(&mut self, kernel: &'static str, rows: usize) -> bool {
         let sms = self.mv_sms();
-        decode_mv::fits_one_wave(kernel, rows, sms)
+        let per_sm = match self.mv.per_sm.iter().find(|(k, _)| *k == kernel) {
+            Some(&(_, n)) => n,
+            None => {
+                let n = self.dev.max_active_blocks(kernel, decode_mv::BLOCK).map(|n| n as usize).unwrap_or_else(|| decode_mv::blocks_per_sm(kernel));
+                tracing::debug!("{kernel}: {n} blocks per multiprocessor");
+                self.mv.per_sm.push((kernel, n));
+                n
+            }
+        };
+        decode_mv::fits_one_wave_at(rows, sms, per_sm)
     }
 
     fn mv_counter(&mut self) -> Result<DevPtr> {

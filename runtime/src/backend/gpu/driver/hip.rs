@@ -70,8 +70,13 @@ struct HipRtc {
     _lib: libloading::Library,
 }
 
+/// `hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, f, blockSize, dynSharedMemPerBlk)`.
+type Occupancy = unsafe extern "C" fn(*mut c_int, P, c_int, usize) -> HipResult;
+
 pub struct HipDriver {
     t: Table,
+    /// Resolved when present.
+    occupancy: Option<Occupancy>,
     dev: c_int,
     info: DeviceInfo,
     rtc: OnceLock<std::result::Result<HipRtc, String>>,
@@ -159,7 +164,9 @@ impl HipDriver {
             graph_destroy: get!("hipGraphDestroy"),
             graph_exec_destroy: get!("hipGraphExecDestroy"),
         };
+        let occupancy = sym(a, &lib, &name, "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor").ok();
         let mut d = HipDriver {
+            occupancy,
             t,
             dev: ordinal,
             info: DeviceInfo { name: String::new(), arch: String::new(), driver_version: 0, total_mem: 0 },
@@ -238,6 +245,15 @@ impl HipDriver {
 }
 
 impl Driver for HipDriver {
+    fn max_active_blocks(&self, func: RawHandle, block: u32) -> Result<Option<u32>> {
+        let Some(occ) = self.occupancy else { return Ok(None) };
+        self.cur()?;
+        let mut n: c_int = 0;
+        // SAFETY: `func` is a function handle of a module loaded by this driver; `n` outlives the call.
+        self.check("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor", unsafe { occ(&mut n, hd(func), block as c_int, 0) })?;
+        Ok(Some(n.max(0) as u32))
+    }
+
     fn api(&self) -> Api {
         Api::Hip
     }

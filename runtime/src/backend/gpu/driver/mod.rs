@@ -203,6 +203,12 @@ pub trait Driver: Send + Sync {
     fn overlapped_launches(&self) -> bool {
         false
     }
+    /// How many blocks of `block` threads of `func` one multiprocessor holds at once (the
+    /// driver's occupancy calculator: registers, shared memory, the block limit), or `None`
+    /// where the driver lacks the call.
+    fn max_active_blocks(&self, _func: RawHandle, _block: u32) -> Result<Option<u32>> {
+        Ok(None)
+    }
 
     // Graph hooks (issue 7 builds replay on these).
     fn capture_begin(&self, stream: RawHandle) -> Result<()>;

@@ -117,6 +117,8 @@ pub(super) struct Nvrtc {
     pub(super) _lib: libloading::Library,
 }
 
+/// `cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize)`.
+pub(super) type Occupancy = unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, usize) -> CuResult;
 pub(super) type LaunchKernelEx = unsafe extern "C" fn(*const LaunchConfig, *mut c_void, *mut *mut c_void, *mut *mut c_void) -> CuResult;
 
 /// `CUlaunchAttribute`: a 4-byte id, padding to 8, then a 64-byte value union.

@@ -20,6 +20,8 @@ pub struct CudaDriver {
     vmm: Option<(Vmm, usize)>,
     /// `cuLaunchKernelEx` (CUDA 12+), used for programmatic dependent launches on sm_90+.
     launch_ex: Option<LaunchKernelEx>,
+    /// `cuOccupancyMaxActiveBlocksPerMultiprocessor`, resolved when present.
+    occupancy: Option<Occupancy>,
     _lib: libloading::Library,
 }
 
@@ -105,9 +107,11 @@ impl CudaDriver {
         })()
         .ok();
         let launch_ex = sym(a, &lib, &name, "cuLaunchKernelEx").ok();
+        let occupancy = sym(a, &lib, &name, "cuOccupancyMaxActiveBlocksPerMultiprocessor").ok();
         let mut d = CudaDriver {
             t,
             launch_ex,
+            occupancy,
             ctx: std::ptr::null_mut(),
             dev: 0,
             info: DeviceInfo { name: String::new(), arch: String::new(), driver_version: 0, total_mem: 0 },
@@ -484,6 +488,14 @@ impl Driver for CudaDriver {
         // SAFETY: `cfg` and `attr` are locals alive across the call and laid out as
         // `CUlaunchConfig` / `CUlaunchAttribute`; `ptrs` point into `store` (see `launch`).
         self.check("cuLaunchKernelEx", unsafe { launch_ex(&cfg, h(func), ptrs.as_mut_ptr(), std::ptr::null_mut()) })
+    }
+    fn max_active_blocks(&self, func: RawHandle, block: u32) -> Result<Option<u32>> {
+        let Some(occ) = self.occupancy else { return Ok(None) };
+        self.cur()?;
+        let mut n: c_int = 0;
+        // SAFETY: `func` is a function handle of this context's loaded module; `n` outlives the call.
+        self.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe { occ(&mut n, h(func), block as c_int, 0) })?;
+        Ok(Some(n.max(0) as u32))
     }
     fn overlapped_launches(&self) -> bool {
         // Programmatic dependent launch needs compute capability 9.0.
