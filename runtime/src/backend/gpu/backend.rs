@@ -16,7 +16,7 @@
 
 use super::device::{DeviceBuffer, GpuDevice};
 use super::driver::DevPtr;
-use super::replay::{Entry, Rec, Replay, ReplayStats};
+use super::replay::{Entry, Rec, Replay};
 use super::{ops, prefill, GpuError};
 use super::exact::Numerics;
 use std::cell::RefCell;
@@ -24,7 +24,7 @@ use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec
 use crate::quant;
 use super::materialize::{GpuMaterializer, MappedFile};
 use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
-use crate::weights::{Residency, WeightCache, WeightOptions, WeightRef, WeightStats};
+use crate::weights::{Residency, WeightCache, WeightRef, WeightStats};
 use std::collections::HashMap;
 
 mod act;
@@ -35,6 +35,7 @@ mod norm_mv;
 mod readback;
 mod rope_attn;
 mod rows;
+mod setup;
 mod staging;
 use staging::Scratch;
 
@@ -105,88 +106,6 @@ pub struct GpuBackend {
 }
 
 impl GpuBackend {
-    /// A backend with the environment's weight options (`LODE_RESIDENCY`, else the
-    /// device's default; an unreadable variable is reported and ignored).
-    pub fn new(dev: GpuDevice) -> GpuBackend {
-        let opts = WeightOptions::from_env().unwrap_or_else(|e| {
-            eprintln!("lode: {e}; ignored");
-            WeightOptions::default()
-        });
-        let residency = Residency::resolve(None, dev.is_integrated()).unwrap_or_else(|e| {
-            eprintln!("lode: {e}; ignored");
-            Residency::default_for(dev.is_integrated())
-        });
-        GpuBackend::with_residency(dev, residency, &opts)
-    }
-
-    /// A backend holding weights as `opts` says (`--residency`, `--weight-budget`).
-    pub fn with_options(dev: GpuDevice, opts: &WeightOptions) -> Result<GpuBackend> {
-        let residency = Residency::resolve(opts.residency, dev.is_integrated()).map_err(BackendError::Unavailable)?;
-        Ok(GpuBackend::with_residency(dev, residency, opts))
-    }
-
-    fn with_residency(dev: GpuDevice, residency: Residency, opts: &WeightOptions) -> GpuBackend {
-        let cache = WeightCache::new(GpuMaterializer::new(dev.clone()), residency, opts);
-        let mut be = GpuBackend {
-            dev,
-            bufs: HashMap::new(),
-            tick: 0,
-            act: act::ActForms::from_env(),
-            kvs: HashMap::new(),
-            next: 1,
-            cache,
-            mapped: None,
-            inv_freq: HashMap::new(),
-            stage: Scratch::default(),
-            stage_used: 0,
-            retired: Vec::new(),
-            step_pos: None,
-            prev_pos: None,
-            predicted_pos: None,
-            replay: RefCell::new(Replay::new()),
-            gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
-            fuse: std::env::var("LODE_FUSE").map(|v| v != "0").unwrap_or(true),
-            mv: norm_mv::MvFuse::from_env(),
-            fuse_attn: rope_attn::FuseAttn::from_env(),
-            readback: readback::Readback::from_env(),
-            blas: blas::BlasPrefill::default(),
-            numerics: Numerics::from_env(),
-            exact: Default::default(),
-        };
-        // Exact mode stages host tables (RoPE) mid-step: no speculative graph launches.
-        if be.numerics == Numerics::Exact {
-            be.set_graphs(false);
-        }
-        be
-    }
-
-    pub fn device(&self) -> &GpuDevice {
-        &self.dev
-    }
-
-    /// Graph capture / replay counters.
-    pub fn replay_stats(&self) -> ReplayStats {
-        self.replay.borrow().stats
-    }
-
-    /// The weight cache (test hooks: injected failures, allocation limit).
-    pub fn weight_cache_mut(&mut self) -> &mut WeightCache<GpuMaterializer> {
-        &mut self.cache
-    }
-
-    /// `--numerics` (as `LODE_NUMERICS` sets it at start).
-    pub fn set_numerics(&mut self, n: Numerics) {
-        self.numerics = n;
-        if n == Numerics::Exact {
-            self.set_graphs(false);
-        }
-    }
-
-    /// Graph replay on or off (as `LODE_GRAPHS` sets it at start).
-    pub fn set_graphs(&mut self, on: bool) {
-        self.replay.get_mut().enabled = on;
-    }
-
     /// Launch target for ops: through the step recorder.
     fn rec(&self) -> Rec<'_> {
         Rec { dev: &self.dev, replay: &self.replay }
