@@ -8,7 +8,7 @@
 //! [`keys_per_part`] keys at least), merging them through `part` / `cnt` scratch.
 
 use super::driver::{DevPtr, KArg};
-use super::ops::Launch;
+use super::ops::{Launch, RopeKv};
 use super::GpuError;
 
 /// Threads per block (`AD_THREADS`) and keys each lane-group holds in flight (`AD_U`).
@@ -54,18 +54,11 @@ fn counters_bytes(n_head: usize) -> usize {
 /// Shapes and parameters of one launch.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnDecode {
-    pub n_head: usize,
-    pub n_kv: usize,
-    pub head_dim: usize,
+    /// Heads, head size, the q/k norm's eps, RoPE and q's scale (one token), as the
+    /// separate `rope_kv` launch takes them.
+    pub prep: RopeKv,
     /// Cache slots (positions at or past it are never served).
     pub n_ctx: usize,
-    pub n_rot: usize,
-    pub neox: bool,
-    pub theta_scale: f32,
-    pub freq_scale: f32,
-    pub eps: f32,
-    /// Multiplier of q after RoPE (1: none).
-    pub q_scale: f32,
     /// Multiplier of q·k.
     pub scale: f32,
     /// 0: full causal.
@@ -101,23 +94,24 @@ pub struct AttnDecodeBufs {
 }
 
 /// One launch of the fused decode attention (one token).
-pub fn attn_decode(d: &dyn Launch, b: &AttnDecodeBufs, p: &AttnDecode) -> Result<(), GpuError> {
+pub fn attn_decode(d: &dyn Launch, b: &AttnDecodeBufs, a: &AttnDecode) -> Result<(), GpuError> {
+    let p = &a.prep;
     let name = kernel(p.head_dim).ok_or_else(|| GpuError::Unsupported(format!("attn_decode: head_dim {}", p.head_dim)))?;
-    if p.n_kv == 0 || p.n_head % p.n_kv != 0 || p.n_rot > p.head_dim || p.n_rot % 2 != 0 || p.parts == 0 || p.parts > MAX_PARTS || p.n_ctx == 0 {
-        return Err(GpuError::Unsupported(format!("attn_decode: heads {}/{}, n_rot {} of {}, {} parts", p.n_head, p.n_kv, p.n_rot, p.head_dim, p.parts)));
+    if p.n_kv == 0 || p.n_head % p.n_kv != 0 || p.n_rot > p.head_dim || p.n_rot % 2 != 0 || a.parts == 0 || a.parts > MAX_PARTS || a.n_ctx == 0 {
+        return Err(GpuError::Unsupported(format!("attn_decode: heads {}/{}, n_rot {} of {}, {} parts", p.n_head, p.n_kv, p.n_rot, p.head_dim, a.parts)));
     }
     let i = |v: usize| KArg::I32(v as i32);
     let opt = |v: Option<DevPtr>| KArg::Ptr(v.unwrap_or(0));
     let part = b.scratch + counters_bytes(p.n_head) as u64;
     d.launch(
         name,
-        [p.n_head as u32, p.parts as u32, 1],
+        [p.n_head as u32, a.parts as u32, 1],
         [THREADS as u32, 1, 1],
         &[
             KArg::Ptr(b.q), KArg::Ptr(b.k), KArg::Ptr(b.v), KArg::Ptr(b.kc), KArg::Ptr(b.vc), KArg::Ptr(b.out), opt(b.q8),
             opt(b.q_norm), opt(b.k_norm), opt(b.freq_factors), KArg::Ptr(b.pos), KArg::Ptr(part), KArg::Ptr(b.scratch),
-            i(p.n_head), i(p.n_kv), i(p.n_ctx), i(p.n_rot), i(p.neox as usize), KArg::F32(p.theta_scale), KArg::F32(p.freq_scale),
-            KArg::F32(p.eps), KArg::F32(p.q_scale), KArg::F32(p.scale), i(p.window), i(p.parts), i(p.min_keys.max(1)),
+            i(p.n_head), i(p.n_kv), i(a.n_ctx), i(p.n_rot), i(p.neox as usize), KArg::F32(p.theta_scale), KArg::F32(p.freq_scale),
+            KArg::F32(p.eps), KArg::F32(p.q_scale), KArg::F32(a.scale), i(a.window), i(a.parts), i(a.min_keys.max(1)),
         ],
     )?;
     Ok(())

@@ -208,6 +208,25 @@ pub struct RopeKv {
     pub q_scale: f32,
 }
 
+impl RopeKv {
+    /// The launch parameters of `n_tok` tokens prepared as `p` says (RoPE's angle factor
+    /// computed as the CPU does, [`rope_theta_scale`]).
+    pub fn new(n_tok: usize, p: &crate::backend::QkvPrep) -> RopeKv {
+        RopeKv {
+            n_tok,
+            n_head: p.n_head,
+            n_kv: p.n_kv_head,
+            head_dim: p.head_dim,
+            n_rot: p.rope.n_rot,
+            neox: p.rope.mode == crate::backend::RopeMode::Neox,
+            theta_scale: rope_theta_scale(p.rope.freq_base, p.rope.n_rot),
+            freq_scale: p.rope.freq_scale,
+            eps: p.eps,
+            q_scale: p.q_scale.unwrap_or(1.0),
+        }
+    }
+}
+
 /// One launch after the q/k/v projections: per-head RMSNorm of q and k (when `qw` / `kw`
 /// are given, each [head_dim] f32), RoPE of both, q scaled by `q_scale`, q and k written
 /// back, k and v stored as f16 at cache rows pos[t].

@@ -4,7 +4,7 @@
 
 use super::{err, GpuBackend};
 use crate::backend::gpu::ops;
-use crate::backend::{Backend, BackendError, Buf, KvCache, QkvPrep, Result, RopeMode};
+use crate::backend::{Backend, BackendError, Buf, KvCache, QkvPrep, Result};
 use crate::weights::WeightRef;
 
 impl GpuBackend {
@@ -105,18 +105,7 @@ impl GpuBackend {
         let kw = p.k_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let ff = self.rope_factors(&p.rope)?;
         let pp = self.positions(pos)?;
-        let a = ops::RopeKv {
-            n_tok: n,
-            n_head: p.n_head,
-            n_kv: p.n_kv_head,
-            head_dim: p.head_dim,
-            n_rot: p.rope.n_rot,
-            neox: p.rope.mode == RopeMode::Neox,
-            theta_scale: ops::rope_theta_scale(p.rope.freq_base, p.rope.n_rot),
-            freq_scale: p.rope.freq_scale,
-            eps: p.eps,
-            q_scale: p.q_scale.unwrap_or(1.0),
-        };
+        let a = ops::RopeKv::new(n, p);
         ops::rope_kv(&self.rec(), qp, kp, vp, kc, vc, qw, kw, pp, ff, &a).map_err(err("rope_kv_write"))?;
         self.touch(q);
         self.touch(k);

@@ -23,7 +23,7 @@ use crate::backend::gpu::device::DeviceBuffer;
 use crate::backend::gpu::driver::DevPtr;
 use crate::backend::gpu::exact::Numerics;
 use crate::backend::gpu::ops;
-use crate::backend::{Attention, Backend, BackendError, Buf, KvCache, QkvPrep, Result, RopeMode};
+use crate::backend::{Attention, Backend, BackendError, Buf, KvCache, QkvPrep, Result};
 use crate::weights::WeightRef;
 
 /// The fused decode attention's switch and scratch (arrival counters + partial states).
@@ -121,16 +121,8 @@ impl GpuBackend {
         self.touch(out);
         let bufs = AttnDecodeBufs { q: qp, k: kp, v: vp, kc, vc, out: op, q8, q_norm, k_norm, freq_factors, pos: pos_dev, scratch };
         let params = AttnDecode {
-            n_head,
-            n_kv,
-            head_dim: hd,
+            prep: ops::RopeKv::new(1, p),
             n_ctx: spec.n_ctx,
-            n_rot: p.rope.n_rot,
-            neox: p.rope.mode == RopeMode::Neox,
-            theta_scale: ops::rope_theta_scale(p.rope.freq_base, p.rope.n_rot),
-            freq_scale: p.rope.freq_scale,
-            eps: p.eps,
-            q_scale: p.q_scale.unwrap_or(1.0),
             scale: a.scale,
             window,
             parts,

@@ -187,7 +187,7 @@ pub trait Driver: Send + Sync {
     /// is `pdl_entry()` (kernels-hip/common.h), which waits for that kernel: the result
     /// is the same as [`Driver::launch`], with the launch latency hidden behind the
     /// previous kernel's tail. Drivers without it launch the ordinary way. `GpuDevice`
-    /// uses it only with `LODE_PDL=1`.
+    /// chooses which kernels take it (`device::Pdl`).
     fn launch_overlapped(
         &self,
         func: RawHandle,
