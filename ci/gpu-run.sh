@@ -7,7 +7,7 @@
 #   REAL_MODELS="/tmp/smol.gguf /tmp/gemma.gguf" (real GGUFs brought by ci/model-pieces.sh in earlier calls; optional)
 #   PRESETS="qwen3-0.6b qwen3-4b llama-8b" (bench)   CASES=N (default 30)   PP=512,2048 (bench prompt sizes)
 #   AB_ENV="LODE_PDL=0" (bench: each preset again with these variables set, for an A/B in one call)
-# Stages: selftest rtc e2e bench kld profile residency replay (default all but profile).
+# Stages: selftest rtc e2e bench kld profile ncu residency replay (default all but profile, ncu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
@@ -86,6 +86,47 @@ if stage profile && command -v nsys >/dev/null; then
     nsys profile --cuda-graph-trace=node -o "/tmp/prof-$P" --force-overwrite true \
       "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 64 -r 1 --no-warmup >/dev/null 2>&1
     nsys stats --report cuda_gpu_kern_sum --format csv "/tmp/prof-$P.nsys-rep" 2>/dev/null | cut -d, -f1-9 | head -40
+  done
+fi
+if stage ncu; then
+  # Per-kernel times at the card's own clocks (ncu serializes kernels, so PDL overlap is
+  # absent): one decode token's kernels grouped by name, then one kernel's stall reasons.
+  NCU="${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}"
+  for P in ${PROFILE_PRESETS:-qwen3-0.6b}; do
+    synth "$P" "$MD/$P.gguf" || continue
+    echo "== ncu (clock-control none): $P decode, ${NCU_COUNT:-160} launches after ${NCU_SKIP:-700}"
+    LODE_GRAPHS=0 "$T" 240 "$NCU" --clock-control none --cache-control "${NCU_CACHE:-all}" --csv --page raw \
+      --metrics gpu__time_duration.sum,launch__grid_size,launch__registers_per_thread,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+      --launch-skip "${NCU_SKIP:-700}" --launch-count "${NCU_COUNT:-160}" \
+      "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 12 -r 1 --no-warmup > "$OUT/ncu-$P.csv" 2>"$OUT/ncu-$P.err"
+    python3 - "$OUT/ncu-$P.csv" <<'PY' || true
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+h = rows[0]; ix = {k: h.index(k) for k in h}
+g = collections.OrderedDict()
+for r in rows[2:]:
+    num = lambda k: float(r[ix[k]].replace(",", "") or 0)
+    try: t = num("gpu__time_duration.sum")
+    except (ValueError, KeyError): continue
+    k = r[ix["Kernel Name"]].split("(")[0]
+    e = g.setdefault(k, [0, 0.0, r[ix["launch__grid_size"]], r[ix["launch__registers_per_thread"]], 0.0, 0.0])
+    e[0] += 1; e[1] += t
+    e[4] += num("sm__throughput.avg.pct_of_peak_sustained_elapsed"); e[5] += num("dram__throughput.avg.pct_of_peak_sustained_elapsed")
+tot = sum(e[1] for e in g.values())
+print(f"{'kernel':32} {'n':>4} {'mean us':>8} {'sum us':>9} {'grid':>6} {'regs':>4} {'SM%':>5} {'DRAM%':>5}")
+for k, e in sorted(g.items(), key=lambda kv: -kv[1][1]):
+    print(f"{k[:32]:32} {e[0]:4d} {e[1]/e[0]/1e3:8.2f} {e[1]/1e3:9.1f} {e[2]:>6} {e[3]:>4} {e[4]/e[0]:5.1f} {e[5]/e[0]:5.1f}")
+print(f"total {tot/1e3:.1f} us over {sum(e[0] for e in g.values())} launches")
+PY
+    for K in ${NCU_STALL:-decode_mv_norm4 decode_mv_glu4 decode_mv_quant attn_decode_d128}; do
+      # Per-SASS-instruction stall samples (source page) for one launch, kept under $OUT.
+      LODE_GRAPHS=0 "$T" 120 "$NCU" --clock-control none --cache-control "${NCU_CACHE:-all}" -k "regex:^$K\$" --launch-skip 40 --launch-count 1 \
+        --section WarpStateStats --section SourceCounters -f -o "/tmp/ncu-$K" \
+        "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 4 -r 1 --no-warmup >/dev/null 2>&1
+      "$NCU" -i "/tmp/ncu-$K.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-src-$K.csv" 2>&1
+      "$NCU" -i "/tmp/ncu-$K.ncu-rep" --page raw --csv --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active > "$OUT/ncu-stall-$K.csv" 2>&1
+      echo "-- $K: $(wc -l < "$OUT/ncu-src-$K.csv") SASS rows"
+    done
   done
 fi
 # ---------------------------------------------------------------------------------------
