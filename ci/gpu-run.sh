@@ -88,6 +88,19 @@ if stage profile && command -v nsys >/dev/null; then
     nsys stats --report cuda_gpu_kern_sum --format csv "/tmp/prof-$P.nsys-rep" 2>/dev/null | cut -d, -f1-9 | head -40
   done
 fi
+if stage repeat; then
+  # Each kernel's cost in its real place in the decode step (graphs, PDL overlap):
+  # tg128 with that kernel launched once more (LODE_REPEAT_KERNEL), against tg128 as is.
+  for P in ${PROFILE_PRESETS:-qwen3-0.6b}; do
+    synth "$P" "$MD/$P.gguf" || continue
+    echo "== repeat: $P tg128, each kernel launched twice"
+    for K in "" ${REPEAT_KERNELS:-decode_mv_norm4 decode_mv_glu4 decode_mv_quant attn_decode_d128 matvec_multi4_n1 add_rmsnorm_q8_f32 get_rows_q6_K}; do
+      r=$(LODE_REPEAT_KERNEL="$K" "$T" 120 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 128 -r "${REPS:-3}" -o json 2>/dev/null \
+        | python3 -c 'import json,sys; d=json.load(sys.stdin); d=d if isinstance(d,list) else d.get("results",[d]); r=[x for x in d if x.get("n_gen")][0]; print(r["avg_ts"], r["stddev_ts"])' 2>/dev/null)
+      echo "-- ${K:-(none)}: ${r:-failed} t/s"
+    done
+  done
+fi
 # ---------------------------------------------------------------------------------------
 # Weight residency (issue 5) and graph replay (issue 7); sections owned by that work.
 # llama.cpp's peak device memory for pp2048 + tg128: qwen3-4b 3,575 MiB, llama-8b 5,527 MiB;
