@@ -291,11 +291,11 @@ DEV void norm_multi_run(const NormArgs& a, const Seg& s, int b, bool need_q8, bo
     norm_tail(a, sh, ticket);
 }
 
-template <int Q, int R>
+template <int Q, int R, bool S>
 DEV void norm_multi(const NormArgs& a, Seg s0, Seg s1, Seg s2) {
     __shared__ NormSh<Q> sh;
-    // Q == 4: the rows staged in shared memory (their bytes fit STAGE_BYTES).
-    constexpr bool STAGED = Q == 4 && 8 * R <= STAGE_ROWS_MAX;
+    // S: the rows staged in shared memory (rows of up to 1024 values: their bytes fit).
+    constexpr bool STAGED = S && Q == 4 && 8 * R <= STAGE_ROWS_MAX;
     __shared__ __attribute__((aligned(16))) u8 wsh[STAGED ? STAGE_BYTES : 16];
     int b = bid_x();
     const int nb0 = (s0.rows + 8 * R - 1) / (8 * R), nb1 = (s1.rows + 8 * R - 1) / (8 * R);
@@ -330,18 +330,19 @@ DEV void norm_multi(const NormArgs& a, Seg s0, Seg s1, Seg s2) {
 
 // grid (Σ ceil(rows_s / 8R)) = nblk, block 256; n % 32 == 0 (% 256 with a K-quant weight),
 // n <= 256 Q; segments with rows 0 are absent.
-#define NORM_MULTI(NAME, Q, R, MINB)                                                                                         \
+#define NORM_MULTI(NAME, Q, R, S, MINB)                                                                                       \
     KERNEL LAUNCH_BOUNDS_MIN(256, MINB) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
                                         int n, float eps, const u8* W0, float* y0, int rows0, int ty0, const u8* W1, float* y1,   \
                                         int rows1, int ty1, const u8* W2, float* y2, int rows2, int ty2) {                         \
         const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
-        norm_multi<Q, R>(a, Seg{W0, y0, rows0, ty0}, Seg{W1, y1, rows1, ty1}, Seg{W2, y2, rows2, ty2});                          \
+        norm_multi<Q, R, S>(a, Seg{W0, y0, rows0, ty0}, Seg{W1, y1, rows1, ty1}, Seg{W2, y2, rows2, ty2});                          \
     }
-// R (rows per warp, decode_mv.rs `rows_per_block` / 8): 2 for the small rows, so that a
-// small model's launch takes half the blocks and leaves each multiprocessor room for the
-// next kernel's blocks to start (PDL) while this one runs.
-NORM_MULTI(decode_mv_norm4, 4, 2, 3)
-NORM_MULTI(decode_mv_norm16, 16, 1, 1)
+// R: rows per warp (decode_mv.rs `rows_per_block` / 8); S: weights staged in shared
+// memory. The staged small-row kernels are the default; the `r` ones (first steps in
+// registers) are the A/B alternative (LODE_MV_STAGE=0).
+NORM_MULTI(decode_mv_norm4, 4, 2, true, 3)
+NORM_MULTI(decode_mv_norm4r, 4, 1, false, 4)
+NORM_MULTI(decode_mv_norm16, 16, 1, false, 1)
 
 // ---- norm + gate/up + GLU ----
 
@@ -394,10 +395,10 @@ DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, i
     norm_tail(a, sh, ticket);
 }
 
-template <int Q, int R>
+template <int Q, int R, bool S>
 DEV void norm_glu(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {
     __shared__ NormSh<Q> sh;
-    constexpr bool STAGED = Q == 4 && 8 * R <= STAGE_ROWS_MAX;
+    constexpr bool STAGED = S && Q == 4 && 8 * R <= STAGE_ROWS_MAX;
     __shared__ __attribute__((aligned(16))) u8 wsh[STAGED ? 2 * STAGE_BYTES : 16];
     switch (ty) {
     case 0: norm_glu_run<Q, 0, R, STAGED>(a, Wg, Wu, y, rows, act, sh, wsh); break;
@@ -414,17 +415,18 @@ DEV void norm_glu(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int r
 
 // Wg, Wu: [rows, n] of one type; y: [rows] f32; act: 0 SiLU, 1 GELU-tanh.
 // grid (ceil(rows / 8R)) = nblk, block 256.
-#define NORM_GLU(NAME, Q, R, MINB)                                                                                          \
+#define NORM_GLU(NAME, Q, R, S, MINB)                                                                                        \
     KERNEL LAUNCH_BOUNDS_MIN(256, MINB) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
                                         int n, float eps, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {     \
         const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
-        norm_glu<Q, R>(a, Wg, Wu, y, rows, ty, act);                                                                             \
+        norm_glu<Q, R, S>(a, Wg, Wu, y, rows, ty, act);                                                                             \
     }
 // MINB: the resident blocks per multiprocessor decode_mv.rs's `blocks_per_sm` counts on
-// (a register cap). glu4 runs 2 rows per warp: 0.6B's 3072 rows are 192 blocks, at most
-// 2 per multiprocessor.
-NORM_GLU(decode_mv_glu4, 4, 2, 3)
-NORM_GLU(decode_mv_glu16, 16, 1, 2)
+// (a register cap: a launch that needs more blocks than fit runs in two waves, each
+// repeating the prologue).
+NORM_GLU(decode_mv_glu4, 4, 1, true, 3)
+NORM_GLU(decode_mv_glu4r, 4, 1, false, 3)
+NORM_GLU(decode_mv_glu16, 16, 1, false, 2)
 
 // ---- quantize + matvec ----
 

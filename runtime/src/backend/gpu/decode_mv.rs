@@ -22,9 +22,16 @@ pub const QUANT_MAX: usize = 16384;
 /// early, 1 elsewhere).
 pub fn rows_per_block(kernel: &str) -> usize {
     match kernel {
-        "decode_mv_norm4" | "decode_mv_glu4" => 16,
+        "decode_mv_norm4" => 16,
         _ => 8,
     }
+}
+
+/// `LODE_MV_STAGE=0`: the small-row norm kernels without the shared-memory weight staging
+/// (`decode_mv_norm4r`, `decode_mv_glu4r`), for A/B runs.
+fn staged() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LODE_MV_STAGE").map(|v| v != "0").unwrap_or(true))
 }
 
 /// Blocks of each kernel one multiprocessor holds at once (registers on sm_90 with 256
@@ -33,19 +40,21 @@ pub fn rows_per_block(kernel: &str) -> usize {
 /// The backend asks the driver's occupancy calculator first.
 pub fn blocks_per_sm(kernel: &str) -> usize {
     match kernel {
-        "decode_mv_quant" => 4,
-        "decode_mv_norm4" | "decode_mv_glu4" => 3,
+        "decode_mv_quant" | "decode_mv_norm4r" => 4,
+        "decode_mv_norm4" | "decode_mv_glu4" | "decode_mv_glu4r" => 3,
         _ => 2,
     }
 }
 
 /// The kernel a norm launch over rows of `n` uses (`glu`: the gate/up one).
 pub fn norm_kernel(n: usize, glu: bool) -> &'static str {
-    match (glu, n <= 1024) {
-        (false, true) => "decode_mv_norm4",
-        (false, false) => "decode_mv_norm16",
-        (true, true) => "decode_mv_glu4",
-        (true, false) => "decode_mv_glu16",
+    match (glu, n <= 1024, staged()) {
+        (false, true, true) => "decode_mv_norm4",
+        (false, true, false) => "decode_mv_norm4r",
+        (false, false, _) => "decode_mv_norm16",
+        (true, true, true) => "decode_mv_glu4",
+        (true, true, false) => "decode_mv_glu4r",
+        (true, false, _) => "decode_mv_glu16",
     }
 }
 
