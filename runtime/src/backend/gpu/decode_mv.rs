@@ -28,7 +28,8 @@ pub fn rows_per_block(kernel: &str) -> usize {
 }
 
 /// `LODE_MV_STAGE=0`: the small-row norm kernels without the shared-memory weight staging
-/// (`decode_mv_norm4r`, `decode_mv_glu4r`), for A/B runs.
+/// (`decode_mv_norm4r`, `decode_mv_glu4r`), and decode_mv_quant's rows all through
+/// registers, for A/B runs.
 fn staged() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LODE_MV_STAGE").map(|v| v != "0").unwrap_or(true))
@@ -186,7 +187,7 @@ pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, ro
     if rows == 0 {
         return Ok(());
     }
-    d.launch("decode_mv_quant", [rows.div_ceil(rows_per_block("decode_mv_quant")) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize)])?;
+    d.launch("decode_mv_quant", [rows.div_ceil(rows_per_block("decode_mv_quant")) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize), i(staged() as usize)])?;
     Ok(())
 }
 
