@@ -27,17 +27,13 @@
 struct __attribute__((aligned(16))) f32x4 { float x, y, z, w; };
 
 // ---- weights staged in shared memory before the wait ----
-// The small-row norm kernels copy their block's weight rows (one contiguous byte range
-// per weight) into shared memory before pdl_entry(): the copies need no registers
-// (NVIDIA: cp.async), so the kernel stays small enough for the next kernel's blocks to
-// become resident beside it, and after the wait the products read weights at shared
-// memory latency. Global byte g lands at sm[g - floor16(start)], so every weight load of
+// decode_mv_quant copies its block's weight rows (one contiguous byte range) into shared
+// memory before pdl_entry() when they fit: the copies need no registers (NVIDIA:
+// cp.async), and after the wait every step of a row, not only the first, reads at shared
+// memory latency. (The norm kernels, tried the same way on the H200, lost to their
+// first-step-in-registers form: 3.5 vs 4.4 µs per call in place.) Global byte g lands at sm[g - floor16(start)], so every weight load of
 // the dot bodies keeps its alignment; only whole 16-byte chunks inside the range go by
 // cp.async (no byte outside the range is read), the at most 2 x 15 edge bytes one by one.
-#define STAGE_ROWS_MAX 16
-#define STAGE_ROW_BYTES 1088  // Q8_0's 34 bytes per 32 values, rows of up to 1024
-#define STAGE_BYTES (STAGE_ROWS_MAX * STAGE_ROW_BYTES + 16)
-
 DEV void cp16(u8* dst, const u8* src) {
 #if defined(LODE_NV) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
     const u32 d = (u32)__cvta_generic_to_shared(dst);
@@ -54,7 +50,7 @@ DEV void stage_wait() {
 #endif
 }
 
-// All 256 threads: nb bytes from g into sm (STAGE_BYTES); returns where g's first byte is.
+// All 256 threads: nb bytes from g into sm (nb + 16 bytes); returns where g's first byte is.
 DEV const u8* stage_bytes(const u8* g, u64 nb, u8* sm) {
     const int t = tid_x();
     const u64 ga = (u64)g, e = ga + nb, lo = ga & ~(u64)15;
@@ -251,54 +247,32 @@ struct Seg {
     int rows, ty;
 };
 
-// Rows of a block: R per warp, warp w taking rows b·8R + w + 8r (r < R). STAGED: the
-// block's rows go through shared memory (wsh, STAGE_BYTES); else the first step of each
-// row is loaded into registers before the wait.
-template <int Q, int TY, int R, bool STAGED>
-DEV void norm_multi_run(const NormArgs& a, const Seg& s, int b, bool need_q8, bool need_k, NormSh<Q>& sh, u8* wsh) {
+template <int Q, int TY>
+DEV void norm_multi_run(const NormArgs& a, const Seg& s, int b, bool need_q8, bool need_k, NormSh<Q>& sh) {
     typedef Mv<TY> M;
+    const int row = b * 8 + (tid_x() >> 5);
+    const bool live = row < s.rows;
     const int nu = a.n / M::UNIT;
-    const u64 rb = (u64)nu * M::BB;
-    const int r0 = b * 8 * R, r1 = r0 + 8 * R < s.rows ? r0 + 8 * R : s.rows;
-    typename M::W cur[STAGED ? 1 : R];
-    const u8* base = s.W + r0 * rb;
-    if (STAGED) {
-        base = stage_bytes(base, (u64)(r1 - r0) * rb, wsh);
-    } else {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const int row = r0 + 8 * r + (tid_x() >> 5);
-            if (row < r1) M::load(base + (row - r0) * rb, nu, 0, cur[r]);
-        }
-    }
+    const u8* wr = s.W + (u64)(live ? row : 0) * nu * M::BB;
+    typename M::W cur;
+    if (live) M::load(wr, nu, 0, cur);
     float wv[Q];
     norm_wload<Q>(a, wv);
     pdl_entry();
-    stage_wait();
     u32 ticket = 0;
     norm_prologue<Q>(a, wv, need_q8, need_k, sh, &ticket);
-    const block_q8_1* xs = TY >= 10 ? sh.kf : sh.q8;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const int row = r0 + 8 * r + (tid_x() >> 5);
-        if (row >= r1) break;
-        const u8* wr = base + (row - r0) * rb;
-        typename M::W w0;
-        if (STAGED) M::load(wr, nu, 0, w0);
-        const float y = row_finish<TY>(STAGED ? w0 : cur[STAGED ? 0 : r], wr, xs, nu);
-        if ((tid_x() & 31) == 0) s.y[row] = y;
+    if (live) {
+        const float r = row_finish<TY>(cur, wr, TY >= 10 ? sh.kf : sh.q8, nu);
+        if ((tid_x() & 31) == 0) s.y[row] = r;
     }
     norm_tail(a, sh, ticket);
 }
 
-template <int Q, int R, bool S>
+template <int Q>
 DEV void norm_multi(const NormArgs& a, Seg s0, Seg s1, Seg s2) {
     __shared__ NormSh<Q> sh;
-    // S: the rows staged in shared memory (rows of up to 1024 values: their bytes fit).
-    constexpr bool STAGED = S && Q == 4 && 8 * R <= STAGE_ROWS_MAX;
-    __shared__ __attribute__((aligned(16))) u8 wsh[STAGED ? STAGE_BYTES : 16];
     int b = bid_x();
-    const int nb0 = (s0.rows + 8 * R - 1) / (8 * R), nb1 = (s1.rows + 8 * R - 1) / (8 * R);
+    const int nb0 = (s0.rows + 7) / 8, nb1 = (s1.rows + 7) / 8;
     Seg s = s0;
     if (b >= nb0 + nb1) {
         b -= nb0 + nb1;
@@ -316,117 +290,88 @@ DEV void norm_multi(const NormArgs& a, Seg s0, Seg s1, Seg s2) {
         else need_q8 = true;
     }
     switch (s.ty) {
-    case 0: norm_multi_run<Q, 0, R, STAGED>(a, s, b, need_q8, need_k, sh, wsh); break;
-    case 1: norm_multi_run<Q, 1, R, STAGED>(a, s, b, need_q8, need_k, sh, wsh); break;
-    case 2: norm_multi_run<Q, 2, R, STAGED>(a, s, b, need_q8, need_k, sh, wsh); break;
-    case 3: norm_multi_run<Q, 3, R, STAGED>(a, s, b, need_q8, need_k, sh, wsh); break;
-    case 4: norm_multi_run<Q, 4, R, STAGED>(a, s, b, need_q8, need_k, sh, wsh); break;
-    case 10: norm_multi_run<Q, 10, R, STAGED>(a, s, b, need_q8, need_k, sh, wsh); break;
-    case 11: norm_multi_run<Q, 11, R, STAGED>(a, s, b, need_q8, need_k, sh, wsh); break;
-    case 12: norm_multi_run<Q, 12, R, STAGED>(a, s, b, need_q8, need_k, sh, wsh); break;
+    case 0: norm_multi_run<Q, 0>(a, s, b, need_q8, need_k, sh); break;
+    case 1: norm_multi_run<Q, 1>(a, s, b, need_q8, need_k, sh); break;
+    case 2: norm_multi_run<Q, 2>(a, s, b, need_q8, need_k, sh); break;
+    case 3: norm_multi_run<Q, 3>(a, s, b, need_q8, need_k, sh); break;
+    case 4: norm_multi_run<Q, 4>(a, s, b, need_q8, need_k, sh); break;
+    case 10: norm_multi_run<Q, 10>(a, s, b, need_q8, need_k, sh); break;
+    case 11: norm_multi_run<Q, 11>(a, s, b, need_q8, need_k, sh); break;
+    case 12: norm_multi_run<Q, 12>(a, s, b, need_q8, need_k, sh); break;
     default: break;
     }
 }
 
-// grid (Σ ceil(rows_s / 8R)) = nblk, block 256; n % 32 == 0 (% 256 with a K-quant weight),
+// grid (Σ ceil(rows_s / 8)) = nblk, block 256; n % 32 == 0 (% 256 with a K-quant weight),
 // n <= 256 Q; segments with rows 0 are absent.
-#define NORM_MULTI(NAME, Q, R, S, MINB)                                                                                       \
-    KERNEL LAUNCH_BOUNDS_MIN(256, MINB) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
+#define NORM_MULTI(NAME, Q)                                                                                                  \
+    KERNEL LAUNCH_BOUNDS(256) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
                                         int n, float eps, const u8* W0, float* y0, int rows0, int ty0, const u8* W1, float* y1,   \
                                         int rows1, int ty1, const u8* W2, float* y2, int rows2, int ty2) {                         \
         const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
-        norm_multi<Q, R, S>(a, Seg{W0, y0, rows0, ty0}, Seg{W1, y1, rows1, ty1}, Seg{W2, y2, rows2, ty2});                          \
+        norm_multi<Q>(a, Seg{W0, y0, rows0, ty0}, Seg{W1, y1, rows1, ty1}, Seg{W2, y2, rows2, ty2});                             \
     }
-// R: rows per warp (decode_mv.rs `rows_per_block` / 8); S: weights staged in shared
-// memory. The staged small-row kernels are the default; the `r` ones (first steps in
-// registers) are the A/B alternative (LODE_MV_STAGE=0).
-NORM_MULTI(decode_mv_norm4, 4, 2, true, 3)
-NORM_MULTI(decode_mv_norm4r, 4, 1, false, 4)
-NORM_MULTI(decode_mv_norm16, 16, 1, false, 1)
+NORM_MULTI(decode_mv_norm4, 4)
+NORM_MULTI(decode_mv_norm16, 16)
 
 // ---- norm + gate/up + GLU ----
 
-template <int Q, int TY, int R, bool STAGED>
-DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int act, NormSh<Q>& sh, u8* wsh) {
+template <int Q, int TY>
+DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int act, NormSh<Q>& sh) {
     typedef Mv<TY> M;
+    const int row = bid_x() * 8 + (tid_x() >> 5);
+    const bool live = row < rows;
     const int nu = a.n / M::UNIT;
-    const u64 rb = (u64)nu * M::BB;
-    const int r0 = bid_x() * 8 * R, r1 = r0 + 8 * R < rows ? r0 + 8 * R : rows;
-    // Unstaged: slots 0 .. R-1 the gate rows' first steps, R .. 2R-1 the same rows of up.
-    typename M::W cur[STAGED ? 1 : 2 * R];
-    const u8* gb = Wg + r0 * rb;
-    const u8* ub = Wu + r0 * rb;
-    if (STAGED) {
-        gb = stage_bytes(gb, (u64)(r1 - r0) * rb, wsh);
-        ub = stage_bytes(ub, (u64)(r1 - r0) * rb, wsh + STAGE_BYTES);
-    } else {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const int row = r0 + 8 * r + (tid_x() >> 5);
-            if (row < r1) {
-                M::load(gb + (row - r0) * rb, nu, 0, cur[r]);
-                M::load(ub + (row - r0) * rb, nu, 0, cur[R + r]);
-            }
-        }
+    const u64 off = (u64)(live ? row : 0) * nu * M::BB;
+    typename M::W cg, cu;
+    if (live) {
+        M::load(Wg + off, nu, 0, cg);
+        M::load(Wu + off, nu, 0, cu);
     }
     float wv[Q];
     norm_wload<Q>(a, wv);
     pdl_entry();
-    stage_wait();
     u32 ticket = 0;
     norm_prologue<Q>(a, wv, TY < 10, TY >= 10, sh, &ticket);
-    const block_q8_1* xs = TY >= 10 ? sh.kf : sh.q8;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const int row = r0 + 8 * r + (tid_x() >> 5);
-        if (row >= r1) break;
-        const u8* wg = gb + (row - r0) * rb;
-        const u8* wu = ub + (row - r0) * rb;
-        typename M::W g0, u0;
-        if (STAGED) {
-            M::load(wg, nu, 0, g0);
-            M::load(wu, nu, 0, u0);
-        }
-        const float g = row_finish<TY>(STAGED ? g0 : cur[STAGED ? 0 : r], wg, xs, nu);
-        const float u = row_finish<TY>(STAGED ? u0 : cur[STAGED ? 0 : R + r], wu, xs, nu);
+    if (live) {
+        const block_q8_1* xs = TY >= 10 ? sh.kf : sh.q8;
+        const float g = row_finish<TY>(cg, Wg + off, xs, nu);
+        const float u = row_finish<TY>(cu, Wu + off, xs, nu);
         // As glu_q8_f32: SiLU, or GELU-tanh rounded through f16 as the CPU backend.
         if ((tid_x() & 31) == 0) y[row] = (act ? gelu_f16r(g) : silu_f(g)) * u;
     }
     norm_tail(a, sh, ticket);
 }
 
-template <int Q, int R, bool S>
+template <int Q>
 DEV void norm_glu(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {
     __shared__ NormSh<Q> sh;
-    constexpr bool STAGED = S && Q == 4 && 8 * R <= STAGE_ROWS_MAX;
-    __shared__ __attribute__((aligned(16))) u8 wsh[STAGED ? 2 * STAGE_BYTES : 16];
     switch (ty) {
-    case 0: norm_glu_run<Q, 0, R, STAGED>(a, Wg, Wu, y, rows, act, sh, wsh); break;
-    case 1: norm_glu_run<Q, 1, R, STAGED>(a, Wg, Wu, y, rows, act, sh, wsh); break;
-    case 2: norm_glu_run<Q, 2, R, STAGED>(a, Wg, Wu, y, rows, act, sh, wsh); break;
-    case 3: norm_glu_run<Q, 3, R, STAGED>(a, Wg, Wu, y, rows, act, sh, wsh); break;
-    case 4: norm_glu_run<Q, 4, R, STAGED>(a, Wg, Wu, y, rows, act, sh, wsh); break;
-    case 10: norm_glu_run<Q, 10, R, STAGED>(a, Wg, Wu, y, rows, act, sh, wsh); break;
-    case 11: norm_glu_run<Q, 11, R, STAGED>(a, Wg, Wu, y, rows, act, sh, wsh); break;
-    case 12: norm_glu_run<Q, 12, R, STAGED>(a, Wg, Wu, y, rows, act, sh, wsh); break;
+    case 0: norm_glu_run<Q, 0>(a, Wg, Wu, y, rows, act, sh); break;
+    case 1: norm_glu_run<Q, 1>(a, Wg, Wu, y, rows, act, sh); break;
+    case 2: norm_glu_run<Q, 2>(a, Wg, Wu, y, rows, act, sh); break;
+    case 3: norm_glu_run<Q, 3>(a, Wg, Wu, y, rows, act, sh); break;
+    case 4: norm_glu_run<Q, 4>(a, Wg, Wu, y, rows, act, sh); break;
+    case 10: norm_glu_run<Q, 10>(a, Wg, Wu, y, rows, act, sh); break;
+    case 11: norm_glu_run<Q, 11>(a, Wg, Wu, y, rows, act, sh); break;
+    case 12: norm_glu_run<Q, 12>(a, Wg, Wu, y, rows, act, sh); break;
     default: break;
     }
 }
 
 // Wg, Wu: [rows, n] of one type; y: [rows] f32; act: 0 SiLU, 1 GELU-tanh.
-// grid (ceil(rows / 8R)) = nblk, block 256.
-#define NORM_GLU(NAME, Q, R, S, MINB)                                                                                        \
+// grid (ceil(rows / 8)) = nblk, block 256.
+#define NORM_GLU(NAME, Q, MINB)                                                                                             \
     KERNEL LAUNCH_BOUNDS_MIN(256, MINB) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
                                         int n, float eps, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {     \
         const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
-        norm_glu<Q, R, S>(a, Wg, Wu, y, rows, ty, act);                                                                             \
+        norm_glu<Q>(a, Wg, Wu, y, rows, ty, act);                                                                                \
     }
 // MINB: the resident blocks per multiprocessor decode_mv.rs's `blocks_per_sm` counts on
-// (a register cap: a launch that needs more blocks than fit runs in two waves, each
-// repeating the prologue).
-NORM_GLU(decode_mv_glu4, 4, 1, true, 3)
-NORM_GLU(decode_mv_glu4r, 4, 1, false, 3)
-NORM_GLU(decode_mv_glu16, 16, 1, false, 2)
+// (a register cap: glu4 took 91 registers after the leaner Q4_K bodies, 2 blocks per SM, and
+// 0.6B's 384 blocks then ran in two waves, each repeating the prologue).
+NORM_GLU(decode_mv_glu4, 4, 3)
+NORM_GLU(decode_mv_glu16, 16, 2)
 
 // ---- quantize + matvec ----
 

@@ -16,46 +16,27 @@ type R = Result<(), GpuError>;
 pub const NORM_MAX: usize = 4096;
 /// The longest row `decode_mv_quant` takes (`QUANT_MAX`).
 pub const QUANT_MAX: usize = 16384;
-/// Output rows per 256-thread block: 8 warps, R rows each (the `R` of the kernel's
-/// instantiation in decode_mv.hip: 2 in the small-row norm kernels, whose launches then
-/// take half the multiprocessor and leave room for the next kernel's blocks to start
-/// early, 1 elsewhere).
-pub fn rows_per_block(kernel: &str) -> usize {
-    match kernel {
-        "decode_mv_norm4" => 16,
-        _ => 8,
-    }
-}
+/// Output rows per 256-thread block (one warp each).
+const ROWS: usize = 8;
 
-/// `LODE_MV_STAGE=0`: the small-row norm kernels without the shared-memory weight staging
-/// (`decode_mv_norm4r`, `decode_mv_glu4r`), and decode_mv_quant's rows all through
-/// registers, for A/B runs.
-fn staged() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LODE_MV_STAGE").map(|v| v != "0").unwrap_or(true))
-}
-
-/// Blocks of each kernel one multiprocessor holds at once (registers on sm_90 with 256
-/// threads: quant 64, norm4 and glu4 80 — their LAUNCH_BOUNDS_MIN of 3 —, norm16 94,
-/// glu16 104). A kernel that grows past its count here runs its launches in two waves.
-/// The backend asks the driver's occupancy calculator first.
+/// Blocks of each kernel one multiprocessor holds at once (registers on sm_90: norm4 64,
+/// norm16 80, glu4 80 — capped by its LAUNCH_BOUNDS_MIN —, glu16 102, quant 64 per thread,
+/// 256 threads). A kernel that grows past its count here runs its launches in two waves.
 pub fn blocks_per_sm(kernel: &str) -> usize {
     match kernel {
-        "decode_mv_quant" | "decode_mv_norm4r" => 4,
-        "decode_mv_norm4" | "decode_mv_glu4" | "decode_mv_glu4r" => 3,
+        "decode_mv_norm4" | "decode_mv_quant" => 4,
+        "decode_mv_norm16" | "decode_mv_glu4" => 3,
         _ => 2,
     }
 }
 
 /// The kernel a norm launch over rows of `n` uses (`glu`: the gate/up one).
 pub fn norm_kernel(n: usize, glu: bool) -> &'static str {
-    match (glu, n <= 1024, staged()) {
-        (false, true, true) => "decode_mv_norm4",
-        (false, true, false) => "decode_mv_norm4r",
-        (false, false, _) => "decode_mv_norm16",
-        (true, true, true) => "decode_mv_glu4",
-        (true, true, false) => "decode_mv_glu4r",
-        (true, false, _) => "decode_mv_glu16",
+    match (glu, n <= 1024) {
+        (false, true) => "decode_mv_norm4",
+        (false, false) => "decode_mv_norm16",
+        (true, true) => "decode_mv_glu4",
+        (true, false) => "decode_mv_glu16",
     }
 }
 
@@ -63,15 +44,22 @@ pub fn norm_kernel(n: usize, glu: bool) -> &'static str {
 /// multiprocessors. Every block repeats the prologue, so a second wave repeats it too
 /// and costs more than the launch it saves: on the H200 Qwen3-4B decoded at 257 t/s with
 /// its q/k/v (768 blocks) and gate/up (1,216 blocks) fused, 372 t/s without. The backend
-/// fuses only launches that fit (Qwen3-0.6B: 256, 192 and 128 blocks on 132 SMs).
+/// fuses only launches that fit (Qwen3-0.6B: 512, 384 and 128 blocks on 132 SMs).
 pub fn fits_one_wave(kernel: &str, rows: usize, sms: usize) -> bool {
-    fits_one_wave_at(kernel, rows, sms, blocks_per_sm(kernel))
+    fits_one_wave_at(rows, sms, blocks_per_sm(kernel))
 }
 
 /// [`fits_one_wave`] with the blocks per multiprocessor given (the driver's occupancy
 /// figure for the compiled kernel, where it has one).
-pub fn fits_one_wave_at(kernel: &str, rows: usize, sms: usize, per_sm: usize) -> bool {
-    rows.div_ceil(rows_per_block(kernel)) <= sms * per_sm
+pub fn fits_one_wave_at(rows: usize, sms: usize, per_sm: usize) -> bool {
+    rows.div_ceil(ROWS) <= sms * per_sm
+}
+
+/// `LODE_MV_STAGE=0`: decode_mv_quant's rows all through registers (no shared-memory
+/// staging of the weights before the wait), for A/B runs.
+fn staged() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LODE_MV_STAGE").map(|v| v != "0").unwrap_or(true))
 }
 
 /// The threads of every decode_mv block.
@@ -142,12 +130,11 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
     }
     let mut tail = Vec::with_capacity(12);
     let mut nblk = 0;
-    let per_block = rows_per_block(norm_kernel(a.n, false));
     for s in 0..3 {
         match segs.get(s) {
             Some(&(w, ty, rows, y)) => {
                 let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_multi: {ty} weights with rows of {}", a.n)))?;
-                nblk += rows.div_ceil(per_block);
+                nblk += rows.div_ceil(ROWS);
                 tail.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code)]);
             }
             None => tail.extend([KArg::Ptr(0), KArg::Ptr(0), i(0), KArg::I32(-1)]),
@@ -171,7 +158,7 @@ pub fn norm_glu(d: &dyn Launch, a: &Norm, gate: DevPtr, up: DevPtr, ty: GgmlType
     if rows == 0 {
         return Err(unsupported("norm_glu: no output rows".into()));
     }
-    let nblk = rows.div_ceil(rows_per_block(norm_kernel(a.n, true)));
+    let nblk = rows.div_ceil(ROWS);
     let (name, mut args) = a.args("glu", nblk);
     args.extend([KArg::Ptr(gate), KArg::Ptr(up), KArg::Ptr(y), i(rows), KArg::I32(code), i(gelu as usize)]);
     d.launch(name, [nblk as u32, 1, 1], [256, 1, 1], &args)?;
@@ -187,7 +174,7 @@ pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, ro
     if rows == 0 {
         return Ok(());
     }
-    d.launch("decode_mv_quant", [rows.div_ceil(rows_per_block("decode_mv_quant")) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize), i(staged() as usize)])?;
+    d.launch("decode_mv_quant", [rows.div_ceil(ROWS) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize), i(staged() as usize)])?;
     Ok(())
 }
 

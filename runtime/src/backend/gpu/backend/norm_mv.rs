@@ -79,7 +79,7 @@ impl GpuBackend {
                 n
             }
         };
-        decode_mv::fits_one_wave_at(kernel, rows, sms, per_sm)
+        decode_mv::fits_one_wave_at(rows, sms, per_sm)
     }
 
     fn mv_counter(&mut self) -> Result<DevPtr> {
