@@ -189,9 +189,7 @@ impl Model {
             let out_norm = NormIn { x: s.x, add: pending_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&norm), eps: c.eps };
             be.norm_matmul_multi(&out_norm, 1, &[(&head, s.logits)])?;
             let mut host = s.host.borrow_mut();
-            host.resize(c.n_vocab, 0.0);
-            be.read(s.logits, &mut host[..])?;
-            on_logits(0, &host[..]);
+            be.read_with(s.logits, c.n_vocab, &mut host, &mut |l| on_logits(0, l))?;
             return Ok(());
         }
         if pending_add {

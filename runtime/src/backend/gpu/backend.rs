@@ -247,6 +247,23 @@ impl Backend for GpuBackend {
         self.readback.read(&self.dev, p, bytemuck::cast_slice_mut(dst)).map_err(derr("read"))
     }
 
+    fn read_with(&mut self, buf: Buf, n: usize, host: &mut Vec<f32>, f: &mut dyn FnMut(&[f32])) -> Result<()> {
+        let (p, len) = self.buf(buf)?;
+        Self::check_len("read", buf, len, n)?;
+        self.end_step()?;
+        self.retired.clear();
+        // The driver's page-locked buffers are page-aligned, so the f32 view always exists.
+        match self.readback.read_pinned(&self.dev, p, n * 4).map_err(derr("read"))?.map(bytemuck::try_cast_slice::<u8, f32>) {
+            Some(Ok(vals)) => f(vals),
+            _ => {
+                host.resize(n, 0.0);
+                self.readback.read(&self.dev, p, bytemuck::cast_slice_mut(&mut host[..n])).map_err(derr("read"))?;
+                f(&host[..n]);
+            }
+        }
+        Ok(())
+    }
+
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
         self.barrier()?;
         if spec.ty != KvType::F16 {
