@@ -55,13 +55,6 @@ pub fn fits_one_wave_at(rows: usize, sms: usize, per_sm: usize) -> bool {
     rows.div_ceil(ROWS) <= sms * per_sm
 }
 
-/// `LODE_MV_STAGE=0`: decode_mv_quant's rows all through registers (no shared-memory
-/// staging of the weights before the wait), for A/B runs.
-fn staged() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LODE_MV_STAGE").map(|v| v != "0").unwrap_or(true))
-}
-
 /// The threads of every decode_mv block.
 pub const BLOCK: u32 = 256;
 
@@ -174,7 +167,7 @@ pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, ro
     if rows == 0 {
         return Ok(());
     }
-    d.launch("decode_mv_quant", [rows.div_ceil(ROWS) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize), i(staged() as usize)])?;
+    d.launch("decode_mv_quant", [rows.div_ceil(ROWS) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize)])?;
     Ok(())
 }
 
