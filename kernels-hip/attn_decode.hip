@@ -280,7 +280,7 @@ DEV void attn_decode_body(const float* q, const float* k, const float* v, u16* k
     // This warp's keys in each iteration it: slots it * NSU + warp * KW + [0, KW) (stream
     // ws: + ws + j * NSW), or with `spread` (the keys dealt round the block's streams, as
     // this kernel first did: every warp busy from 64 keys on) + warp * NSW + ws + j * NSU / AD_U.
-    const int NSW = 32 / L;
+    constexpr int NSW = 32 / L;
     const int wfirst = spread ? warp * NSW : warp * KW;
     const int js = spread ? NSU / AD_U : NSW;
     const int iters = nk > wfirst ? (nk - wfirst + NSU - 1) / NSU : 0;
