@@ -26,6 +26,45 @@
 
 struct __attribute__((aligned(16))) f32x4 { float x, y, z, w; };
 
+// ---- weights staged in shared memory before the wait ----
+// decode_mv_quant copies its block's weight rows (one contiguous byte range) into shared
+// memory before pdl_entry() when they fit: the copies need no registers (NVIDIA:
+// cp.async), and after the wait every step of a row, not only the first, reads at shared
+// memory latency. (The norm kernels, tried the same way on the H200, lost to their
+// first-step-in-registers form: 3.5 vs 4.4 µs per call in place.) Global byte g lands at sm[g - floor16(start)], so every weight load of
+// the dot bodies keeps its alignment; only whole 16-byte chunks inside the range go by
+// cp.async (no byte outside the range is read), the at most 2 x 15 edge bytes one by one.
+DEV void cp16(u8* dst, const u8* src) {
+#if defined(LODE_NV) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+#else
+    *(f32x4*)dst = *(const f32x4*)src;
+#endif
+}
+
+// This thread's copies have landed (the block's then need a sync()).
+DEV void stage_wait() {
+#if defined(LODE_NV) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// All 256 threads: nb bytes from g into sm (nb + 16 bytes); returns where g's first byte is.
+DEV const u8* stage_bytes(const u8* g, u64 nb, u8* sm) {
+    const int t = tid_x();
+    const u64 ga = (u64)g, e = ga + nb, lo = ga & ~(u64)15;
+    const u64 a16 = (ga + 15) & ~(u64)15, e16 = e & ~(u64)15;
+    if (a16 < e16) {
+        for (u64 c = a16 + 16 * (u64)t; c < e16; c += 16 * 256) cp16(sm + (c - lo), (const u8*)c);
+        if (ga + t < a16) sm[ga + t - lo] = *(const u8*)(ga + t);
+        if (e16 + t < e) sm[e16 + t - lo] = *(const u8*)(e16 + t);
+    } else {
+        for (u64 x = ga + t; x < e; x += 256) sm[x - lo] = *(const u8*)x;
+    }
+    return sm + (ga - lo);
+}
+
 // ---- per-type steps (mv_dot.h): UNIT values per unit, STEP units per warp step ----
 
 // K-quants: one slot per step (Q4_K 8 super-blocks, Q5_K / Q6_K 4 = 1024 values);
@@ -356,37 +395,53 @@ DEV void quant_stage(const float* x, int k, block_q8_1* sa) {
     }
 }
 
+// Bytes of weight rows decode_mv_quant stages in shared memory (8 rows of 3072 Q6_K
+// values: 20,160): larger blocks load each row's first step into registers instead.
+#define QUANT_STAGE 20480
+
 template <int TY>
-DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, block_q8_1* sa) {
+DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int acc, int stage, block_q8_1* sa, u8* wsh) {
     typedef Mv<TY> M;
-    const int row = bid_x() * 8 + (tid_x() >> 5);
+    const int r0 = bid_x() * 8, row = r0 + (tid_x() >> 5);
+    const int r1 = r0 + 8 < rows ? r0 + 8 : rows;
     const bool live = row < rows;
     const int nu = k / M::UNIT;
-    const u8* wr = W + (u64)(live ? row : 0) * nu * M::BB;
+    const u64 rb = (u64)nu * M::BB;
+    // Block-uniform: the block's rows all fit the staging buffer.
+    const bool staged = stage && (u64)(r1 - r0) * rb + 16 <= QUANT_STAGE;
+    const u8* wr = W + (u64)(live ? row : 0) * rb;
     typename M::W cur;
-    if (live) M::load(wr, nu, 0, cur);
+    if (staged) wr = stage_bytes(W + (u64)r0 * rb, (u64)(r1 - r0) * rb, wsh) + (u64)(live ? row - r0 : 0) * rb;
+    else if (live) M::load(wr, nu, 0, cur);
     pdl_entry();
+    stage_wait();
+    // The residual this row adds to (written by an earlier kernel: read after the wait),
+    // in flight during the prologue.
+    const float base = (acc && live && (tid_x() & 31) == 0) ? y[row] : 0.0f;
     quant_stage<TY>(x, k, sa);
-    sync();
+    sync(); // the activation form and the staged rows are in place
     if (!live) return;
+    if (staged) M::load(wr, nu, 0, cur);
     const float r = row_finish<TY>(cur, wr, sa, nu);
-    if ((tid_x() & 31) == 0) y[row] = r;
+    if ((tid_x() & 31) == 0) y[row] = acc ? base + r : r;
 }
 
-// y = W x with x [k] f32 quantized in the prologue (k % 32 == 0, % 256 for the K-quants,
+// y = W x (acc != 0: y = y + W x, the residual add, y read and written by its row's warp
+// only; stage != 0: a block's rows that fit QUANT_STAGE go through shared memory) with x [k] f32 quantized in the prologue (k % 32 == 0, % 256 for the K-quants,
 // k <= QUANT_MAX); W: [rows, k] of type code ty; y: [rows] f32.
 // grid (ceil(rows / 8)), block 256.
-KERNEL LAUNCH_BOUNDS(256) void decode_mv_quant(const float* x, int k, const u8* W, float* y, int rows, int ty) {
+KERNEL LAUNCH_BOUNDS(256) void decode_mv_quant(const float* x, int k, const u8* W, float* y, int rows, int ty, int acc, int stage) {
     __shared__ __attribute__((aligned(16))) block_q8_1 sa[QUANT_MAX / 32];
+    __shared__ __attribute__((aligned(16))) u8 wsh[QUANT_STAGE];
     switch (ty) {
-    case 0: quant_run<0>(x, k, W, y, rows, sa); break;
-    case 1: quant_run<1>(x, k, W, y, rows, sa); break;
-    case 2: quant_run<2>(x, k, W, y, rows, sa); break;
-    case 3: quant_run<3>(x, k, W, y, rows, sa); break;
-    case 4: quant_run<4>(x, k, W, y, rows, sa); break;
-    case 10: quant_run<10>(x, k, W, y, rows, sa); break;
-    case 11: quant_run<11>(x, k, W, y, rows, sa); break;
-    case 12: quant_run<12>(x, k, W, y, rows, sa); break;
+    case 0: quant_run<0>(x, k, W, y, rows, acc, stage, sa, wsh); break;
+    case 1: quant_run<1>(x, k, W, y, rows, acc, stage, sa, wsh); break;
+    case 2: quant_run<2>(x, k, W, y, rows, acc, stage, sa, wsh); break;
+    case 3: quant_run<3>(x, k, W, y, rows, acc, stage, sa, wsh); break;
+    case 4: quant_run<4>(x, k, W, y, rows, acc, stage, sa, wsh); break;
+    case 10: quant_run<10>(x, k, W, y, rows, acc, stage, sa, wsh); break;
+    case 11: quant_run<11>(x, k, W, y, rows, acc, stage, sa, wsh); break;
+    case 12: quant_run<12>(x, k, W, y, rows, acc, stage, sa, wsh); break;
     default: break;
     }
 }

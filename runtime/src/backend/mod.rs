@@ -289,6 +289,18 @@ pub trait Backend: Send {
         rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p)
     }
 
+    /// A projection whose output joins the residual stream: `y = W · x`, and then either
+    /// `residual += y` done here (returns `true`; `y` is then not written) or left to the
+    /// caller, who passes `y` as the next [`NormIn`]'s `add` (returns `false`, and `y`
+    /// holds the product). The default leaves it (the next norm adds in the same pass);
+    /// the GPU's decode adds in the matvec's epilogue, so that the next norm reads one
+    /// finished vector instead of two.
+    fn matmul_residual(&mut self, w: &WeightRef, x: Buf, n_tok: usize, residual: Buf, y: Buf) -> Result<bool> {
+        let _ = residual;
+        self.matmul(w, x, n_tok, y)?;
+        Ok(false)
+    }
+
     /// The norm in front of a layer's first matmuls and the matmuls themselves:
     /// [`NormIn`] (`x += add`, `out = rms_norm(x) · w`) then `matmul_multi(out, …)`. One op
     /// so that a backend can normalize inside the matmul's input staging (the GPU's decode:

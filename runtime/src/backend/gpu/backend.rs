@@ -309,7 +309,7 @@ impl Backend for GpuBackend {
         if self.gemm_prefill && self.blas_wanted(w, n_tok) {
             return self.blas_matmul(w, x, n_tok, y);
         }
-        if n_tok == 1 && self.quant_matmul(w, x, y)? {
+        if n_tok == 1 && self.quant_matmul(w, x, y, false)? {
             return Ok(());
         }
         let r = if self.gemm_prefill && prefill::use_gemm(ty, lay, n_tok) {
@@ -541,6 +541,19 @@ impl Backend for GpuBackend {
             return self.exact_rms_norm(x, out, n_rows, row_len, w, eps);
         }
         self.fused_add_rms_norm(x, b, out, n_rows, row_len, w, eps)
+    }
+
+    fn matmul_residual(&mut self, w: &WeightRef, x: Buf, n_tok: usize, residual: Buf, y: Buf) -> Result<bool> {
+        // One token, fused: the matvec adds into the residual in place (decode_mv_quant).
+        if n_tok == 1 && self.numerics == Numerics::Fast && !(self.gemm_prefill && self.blas_wanted(w, n_tok)) {
+            let (_, rn) = self.buf(residual)?;
+            Self::check_len("matmul_residual", residual, rn, w.n_rows())?;
+            if self.quant_matmul(w, x, residual, true)? {
+                return Ok(true);
+            }
+        }
+        self.matmul(w, x, n_tok, y)?;
+        Ok(false)
     }
 
     fn norm_matmul_multi(&mut self, norm: &NormIn, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {

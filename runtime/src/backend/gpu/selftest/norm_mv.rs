@@ -5,7 +5,8 @@
 //!   residual add on or off, norm weight on or off;
 //! - `norm_mv_glu`: `norm_matmul_glu` (SiLU and GELU-tanh), same shapes;
 //! - `norm_mv_quant`: `matmul` of a fresh f32 input (no quantized form yet: the prologue
-//!   quantizes it), rows of up to 16384.
+//!   quantizes it), rows of up to 16384; every other case as `matmul_residual` (the
+//!   product added to a residual vector in the epilogue; unfused: matmul, then `add`).
 //!
 //! Each case runs on the GPU with the fusion on, the GPU with it off (the unfused
 //! kernels) and the CPU backend, outputs poisoned (NaN) first. Against the CPU: the
@@ -74,6 +75,8 @@ struct Case {
     add: Option<Vec<f32>>,
     norm_w: Option<usize>,
     op: Op,
+    /// `Op::Quant` through `matmul_residual`: the residual's values ([rows]).
+    residual: Option<Vec<f32>>,
 }
 
 fn input(be: &mut dyn Backend, v: &[f32]) -> crate::backend::Result<Buf> {
@@ -127,8 +130,21 @@ fn run_case(be: &mut dyn Backend, f: &Files, c: &Case) -> crate::backend::Result
             Op::Quant { w, rows } => {
                 let y = poisoned(be, *rows)?;
                 bufs.push(y);
-                ys.push((y, *rows));
-                be.matmul(&f.get(*w), xb, 1, y)?;
+                match &c.residual {
+                    Some(rv) => {
+                        let rb = input(be, rv)?;
+                        bufs.push(rb);
+                        // As the model does: the caller adds what the backend left.
+                        if !be.matmul_residual(&f.get(*w), xb, 1, rb, y)? {
+                            be.add(rb, y, rb, *rows)?;
+                        }
+                        ys.push((rb, *rows));
+                    }
+                    None => {
+                        be.matmul(&f.get(*w), xb, 1, y)?;
+                        ys.push((y, *rows));
+                    }
+                }
             }
         }
         let x_after = read(be, xb, n)?;
@@ -190,7 +206,8 @@ fn compare(acc: &mut Acc, bits: &mut Acc, f: &Files, c: &Case, fused: &Outs, pla
         Op::Quant { w, rows } => {
             let sum = abs_dot(f.values(*w), &xin, *rows);
             let want: Vec<f64> = cpu.2[0].iter().map(|&v| v as f64).collect();
-            acc.cmp(&format!("{label} y ({})", f.get(*w).ty()), &fused.2[0], &want, |r| 5e-4 * sum[r] + 1e-6);
+            let base = |r: usize| c.residual.as_ref().map(|v| v[r].abs() as f64 * 2e-7).unwrap_or(0.0);
+            acc.cmp(&format!("{label} y ({}, residual {})", f.get(*w).ty(), c.residual.is_some()), &fused.2[0], &want, |r| 5e-4 * sum[r] + 1e-6 + base(r));
         }
     }
     bits.cmp_bits(&format!("{label} x"), &fused.0, &plain.0);
@@ -245,7 +262,11 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
             Op::Quant { w: f.add(rng, ty, r, n, 1.0)?, rows: r }
         }
     };
-    Ok(Case { n, x, add, norm_w, op })
+    let residual = match &op {
+        Op::Quant { rows, .. } if i % 2 == 1 => Some(rng.vec(*rows, 4.0)),
+        _ => None,
+    };
+    Ok(Case { n, x, add, norm_w, op, residual })
 }
 
 /// `files` lives as long as the backends: a weight file dropped while the GPU backend
