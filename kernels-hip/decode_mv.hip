@@ -81,6 +81,37 @@ DEV float row_finish(typename Mv<TY>::W& cur, const u8* wr, const block_q8_1* xs
     return warp_sum(acc[0]);
 }
 
+// Two rows of the same shape at once (gate and up): their steps interleaved, so the two
+// dependent chains (products, then the warp sums) overlap instead of running one after
+// the other. Each row's arithmetic is row_finish's, in the same order.
+template <int TY>
+DEV void rows2_finish(typename Mv<TY>::W& ca, typename Mv<TY>::W& cb, const u8* wa, const u8* wb, const block_q8_1* xs, int nu, float* ra, float* rb) {
+    typedef Mv<TY> M;
+    float acca[1] = {0.0f}, accb[1] = {0.0f};
+    for (int u0 = 0; u0 < nu; u0 += M::STEP) {
+        typename M::W na, nb;
+        const bool more = u0 + M::STEP < nu;
+        if (more) {
+            M::load(wa, nu, u0 + M::STEP, na);
+            M::load(wb, nu, u0 + M::STEP, nb);
+        }
+        M::dot(ca, xs, nu, u0, acca);
+        M::dot(cb, xs, nu, u0, accb);
+        if (more) {
+            ca = na;
+            cb = nb;
+        }
+    }
+    float a = acca[0], b = accb[0];
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+        a += shfl_xor(a, m);
+        b += shfl_xor(b, m);
+    }
+    *ra = a;
+    *rb = b;
+}
+
 // A ticket from the block counter (one thread per block, after the block's reads of x).
 DEV u32 take_ticket(u32* c) {
 #ifdef LODE_AMD
@@ -299,8 +330,8 @@ DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, i
     norm_prologue<Q>(a, wv, TY < 10, TY >= 10, sh, &ticket);
     if (live) {
         const block_q8_1* xs = TY >= 10 ? sh.kf : sh.q8;
-        const float g = row_finish<TY>(cg, Wg + off, xs, nu);
-        const float u = row_finish<TY>(cu, Wu + off, xs, nu);
+        float g, u;
+        rows2_finish<TY>(cg, cu, Wg + off, Wu + off, xs, nu, &g, &u);
         // As glu_q8_f32: SiLU, or GELU-tanh rounded through f16 as the CPU backend.
         if ((tid_x() & 31) == 0) y[row] = (act ? gelu_f16r(g) : silu_f(g)) * u;
     }
