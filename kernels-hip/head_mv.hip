@@ -29,6 +29,8 @@
 #define HEAD_RING 40320
 #define HEAD_STAGES 8
 #define HEAD_NMAX 4096
+// Warps 0-7 compute (warp w: row w of each stage), warp 8 issues the copies (sm_90).
+#define HEAD_THREADS 288
 
 struct __attribute__((aligned(16))) f32x4h { float x, y, z, w; };
 
@@ -36,7 +38,8 @@ struct __attribute__((aligned(16))) HeadSh {
     u8 ring[HEAD_RING];               // ns stages of 8 rows; the last stages the normalized row first
     block_q8_1 kf[HEAD_NMAX / 32];    // the normalized row's K form
     float red[32];
-    unsigned long long full[HEAD_STAGES];  // mbarriers (sm_90)
+    unsigned long long full[HEAD_STAGES];   // mbarriers (sm_90): stage copied
+    unsigned long long empty[HEAD_STAGES];  // its 8 rows computed
     u32 last;                         // this block holds the last ticket
 };
 
@@ -70,6 +73,8 @@ DEV bool mbar_try(unsigned long long* bar, u32 parity) {
         : "memory");
     return ok != 0;
 }
+// One arrival (of the count given at init).
+DEV void mbar_arrive(unsigned long long* bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory"); }
 // Waits for the phase of parity `parity` to complete; a copy that never lands (a bad
 // address) traps instead of hanging the stream.
 DEV void mbar_wait(unsigned long long* bar, u32 parity) {
@@ -81,7 +86,7 @@ DEV void mbar_wait(unsigned long long* bar, u32 parity) {
 #ifndef HEAD_TMA
 // All threads: `bytes` from global src to shared dst (16-byte units), no completion wait.
 DEV void copy_stage(u8* dst, const u8* src, u32 bytes) {
-    for (u32 i = 16 * tid_x(); i < bytes; i += 16 * 256) *(u32x4*)(dst + i) = *(const u32x4*)(src + i);
+    for (u32 i = 16 * tid_x(); i < bytes; i += 16 * HEAD_THREADS) *(u32x4*)(dst + i) = *(const u32x4*)(src + i);
 }
 #endif
 
@@ -114,7 +119,8 @@ struct HeadArgs {
 // of shared staging. Leaves the K form in kf; ends with a barrier.
 template <int Q>
 DEV void head_norm(const HeadArgs& a, const float* wv, float* o, HeadSh& sh) {
-    const int t = tid_x(), lane = t & 31, wp = t >> 5, n = a.n;
+    const int t = tid_x(), lane = t & 31, wp = t >> 5;
+    const int n = t < 256 ? a.n : 0;  // warp 8 (the copy warp) joins the barriers only
     float v[Q];
     float ss[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -131,12 +137,12 @@ DEV void head_norm(const HeadArgs& a, const float* wv, float* o, HeadSh& sh) {
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
         const float s = warp_sum(ss[m]);
-        if (lane == 0) sh.red[wp + 8 * m] = s;
+        if (lane == 0 && wp < 8) sh.red[wp + 8 * m] = s;
     }
     sync();
     if (t == 0) sh.last = a.add ? (head_ticket(a.counter) == (u32)(a.nblk - 1)) : 0u;
     const float tot = warp_sum(sh.red[lane]);
-    const float scale = 1.0f / sqrt_f(tot / (float)n + a.eps);
+    const float scale = 1.0f / sqrt_f(tot / (float)a.n + a.eps);
     const bool write_out = bid_x() == 0;
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
@@ -189,13 +195,10 @@ DEV void q6k_act_load(const block_q8_1* xa, q6k_act& a) {
     a.dx = __builtin_bit_cast(float, shfl_idx_u(perm_bytes(g0a.x, g1a.y, 0x5410), lane & ~7));
 }
 
-// One lane's products for the super-block at b (its 2-byte-aligned start) with the
-// activation in registers: q6k_dot_sb's arithmetic, added to acc in the same order.
-DEV void q6k_dot_act(const u8* b, const q6k_act& x, float& acc) {
-    const int lane = tid_x() & 31, hh = (lane >> 2) & 1, lq = lane & 3;
-    u32 A[3], B[3], H[3], S[3], dbits;
-    q6k_load_sb(b, hh, lq, A, B, H, S, &dbits);
-    const u32 sh = 16 * (u32)(((u64)b >> 1) & 1);
+// One lane's products for one super-block from its raw words (q6k_load_sb's; sh: 16 when
+// the super-block starts 2 mod 4): q6k_dot_sb's arithmetic, added to acc in its order.
+DEV void q6k_dot_raw(const u32* A, const u32* B, const u32* H, const u32* S, u32 dbits, u32 sh, const q6k_act& x, float& acc) {
+    const int lq = tid_x() & 3;
     u32 v[4][2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -215,21 +218,75 @@ DEV void q6k_dot_act(const u8* b, const q6k_act& x, float& acc) {
     acc += x.dx * d4 * (float)isum;
 }
 
-// One row (nsb super-blocks at wr, shared or global) by one warp: the sum in every lane.
+// The super-block at b (global or shared, any 2-byte-aligned address).
+DEV void q6k_dot_at(const u8* b, const q6k_act& x, float& acc) {
+    const int lane = tid_x() & 31, hh = (lane >> 2) & 1, lq = lane & 3;
+    u32 A[3], B[3], H[3], S[3], dbits;
+    q6k_load_sb(b, hh, lq, A, B, H, S, &dbits);
+    q6k_dot_raw(A, B, H, S, dbits, 16 * (u32)(((u64)b >> 1) & 1), x, acc);
+}
+
+// A lane's fixed word offsets into a stage (16-byte aligned) for its row's super-block
+// `sb0 + lane / 8` (q6k_load_sb's pointers, as offsets: the stage base varies, these do
+// not, so each load is base + offset + constant).
+struct q6k_off { int a, h, s, s2, d, odd; };
+DEV q6k_off q6k_stage_off(int row_byte, int sb) {
+    const int lane = tid_x() & 31, hh = (lane >> 2) & 1, lq = lane & 3;
+    const int at = row_byte + sb * 210, odd = (at >> 1) & 1, w = (at - 2 * odd) >> 2;
+    return q6k_off{w + 16 * hh + 2 * lq, w + 32 + 8 * hh + 2 * lq, w + 48 + 2 * hh, w + 49 + 2 * hh + odd, at + 208, odd};
+}
+DEV void q6k_dot_stage(const u8* stage, const q6k_off& o, const q6k_act& x, float& acc) {
+    const u32* w = (const u32*)stage;
+    u32 A[3], B[3], H[3], S[3];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+        A[i] = w[o.a + i];
+        B[i] = w[o.a + 8 + i];
+        H[i] = w[o.h + i];
+    }
+    S[0] = w[o.s];
+    S[1] = w[o.s + 1];
+    S[2] = w[o.s2];  // an even start's third word would pass the super-block's end
+    const u32 dbits = *(const u16*)(stage + o.d);
+    q6k_dot_raw(A, B, H, S, dbits, 16 * (u32)o.odd, x, acc);
+}
+
+// One row (nsb super-blocks at wr, global) by one warp: the sum in every lane.
 // ONE: nsb <= 4, the activation `a1` preloaded; else loaded from kf per 4 super-blocks.
 template <bool ONE>
-DEV float head_row(const u8* wr, int nsb, const block_q8_1* kf, const q6k_act& a1) {
+DEV float head_row_global(const u8* wr, int nsb, const block_q8_1* kf, const q6k_act& a1) {
     const int lane = tid_x() & 31, hh = (lane >> 2) & 1, s = lane >> 3;
     float acc = 0.0f;
     if (ONE) {
-        if (s < nsb) q6k_dot_act(wr + s * 210, a1, acc);
+        if (s < nsb) q6k_dot_at(wr + s * 210, a1, acc);
     } else {
         for (int sb0 = 0; sb0 < nsb; sb0 += 4) {
             const int sb = sb0 + s;
             const bool ok = sb < nsb;
             q6k_act a;
             q6k_act_load(kf + (ok ? sb * 8 + 4 * hh : 0), a);
-            if (ok) q6k_dot_act(wr + sb * 210, a, acc);
+            if (ok) q6k_dot_at(wr + sb * 210, a, acc);
+        }
+    }
+    return warp_sum(acc);
+}
+
+
+// Row `wp` of a stage in shared memory by warp wp: the sum in every lane. ONE: the
+// lane's offsets o1 and activation a1 are the loop's invariants.
+template <bool ONE>
+DEV float head_stage_row(const u8* stage, int row_byte, int nsb, const block_q8_1* kf, const q6k_act& a1, const q6k_off& o1) {
+    const int lane = tid_x() & 31, hh = (lane >> 2) & 1, s = lane >> 3;
+    float acc = 0.0f;
+    if (ONE) {
+        if (s < nsb) q6k_dot_stage(stage, o1, a1, acc);
+    } else {
+        for (int sb0 = 0; sb0 < nsb; sb0 += 4) {
+            const int sb = sb0 + s;
+            const bool ok = sb < nsb;
+            q6k_act x;
+            q6k_act_load(kf + (ok ? sb * 8 + 4 * hh : 0), x);
+            if (ok) q6k_dot_stage(stage, q6k_stage_off(row_byte, sb), x, acc);
         }
     }
     return warp_sum(acc);
@@ -238,68 +295,88 @@ DEV float head_row(const u8* wr, int nsb, const block_q8_1* kf, const q6k_act& a
 template <int Q, bool ONE>
 DEV void head_run(const HeadArgs& a) {
     __shared__ HeadSh sh;
-    const int t = tid_x(), wp = t >> 5, b = bid_x(), G = a.nblk, ns = a.ns;
+    const int t = tid_x(), wp = t >> 5, lane = t & 31, b = bid_x(), G = a.nblk, ns = a.ns;
     const int nsb = a.n / 256;
     const u32 rbytes = (u32)nsb * 210, sbytes = 8 * rbytes;
     const int nfull = a.rows / 8;
+    // This block's stages: i = 0 .. nst - 1 is stage b + i G (rows 8 (b + i G) ..), in slot i % ns.
+    const int nst = b < nfull ? (nfull - 1 - b) / G + 1 : 0;
 #ifdef HEAD_TMA
     // The first ns - 1 stages stream in during the norm (weights only: before pdl_entry).
-    if (t == 0) {
-        for (int s = 0; s < ns; ++s) mbar_init(&sh.full[s], 1);
-        fence_async();
-        for (int s = 0; s < ns - 1; ++s) {
-            const int st = b + s * G;
-            if (st < nfull) bulk_load(sh.ring + s * sbytes, a.W + (u64)st * sbytes, sbytes, &sh.full[s]);
+    if (t == 256) {
+        for (int s = 0; s < ns; ++s) {
+            mbar_init(&sh.full[s], 1);
+            mbar_init(&sh.empty[s], 8);
         }
+        fence_async();
+        for (int i = 0; i < ns - 1 && i < nst; ++i) bulk_load(sh.ring + i * sbytes, a.W + (u64)(b + i * G) * sbytes, sbytes, &sh.full[i]);
     }
 #endif
     float wv[Q];
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
         const int i = t + 256 * q;
-        wv[q] = (a.nw && i < a.n) ? a.nw[i] : 1.0f;
+        wv[q] = (a.nw && t < 256 && i < a.n) ? a.nw[i] : 1.0f;
     }
     pdl_entry();
     head_norm<Q>(a, wv, (float*)(sh.ring + (ns - 1) * sbytes), sh);
-#ifdef HEAD_TMA
-    if (t == 0) {
-        const int st = b + (ns - 1) * G;
-        fence_async();
-        if (st < nfull) bulk_load(sh.ring + (ns - 1) * sbytes, a.W + (u64)st * sbytes, sbytes, &sh.full[ns - 1]);
-    }
-#endif
-    const int lane = t & 31, hh = (lane >> 2) & 1, s = lane >> 3;
+    const int hh = (lane >> 2) & 1, s = lane >> 3;
     q6k_act a1;
     if (ONE) q6k_act_load(sh.kf + (s < nsb ? s * 8 + 4 * hh : 0), a1);
+    q6k_off o1 = q6k_stage_off(wp * rbytes, s);
+#ifdef LODE_NV
+    // Opaque to the optimizer, so the loop uses them instead of recomputing them per stage.
+    asm("" : "+r"(o1.a), "+r"(o1.h), "+r"(o1.s), "+r"(o1.s2), "+r"(o1.d), "+r"(o1.odd));
+#endif
+#ifdef HEAD_TMA
+    if (wp == 8) {
+        // The copy warp: stage i into slot i % ns once the 8 rows of stage i - ns are done.
+        // No block-wide barrier follows, so it may finish early.
+        if (lane == 0) {
+            int slot = ns - 1;
+            u32 parity = 1;  // the phase of empty[slot] stage i waits for: (i / ns - 1) & 1
+            for (int i = ns - 1; i < nst; ++i) {
+                if (i >= ns) mbar_wait(&sh.empty[slot], parity);
+                fence_async();  // the slot's earlier reads (and the norm's staging) before the copy
+                bulk_load(sh.ring + slot * sbytes, a.W + (u64)(b + i * G) * sbytes, sbytes, &sh.full[slot]);
+                if (++slot == ns) {
+                    slot = 0;
+                    parity ^= 1u;
+                }
+            }
+        }
+        return;
+    }
     int slot = 0;
     u32 parity = 0;
-    for (int st = b; st < nfull; st += G) {
-        u8* stage = sh.ring + slot * sbytes;
-#ifdef HEAD_TMA
+    for (int i = 0; i < nst; ++i) {
         mbar_wait(&sh.full[slot], parity);
-#else
-        copy_stage(stage, a.W + (u64)st * sbytes, sbytes);
-        sync();
-#endif
-        const float r = head_row<ONE>(stage + wp * rbytes, nsb, sh.kf, a1);
-        if (lane == 0) a.y[st * 8 + wp] = r;
-        sync();  // every warp is done with this stage
-#ifdef HEAD_TMA
-        const int nx = st + ns * G;
-        if (t == 0 && nx < nfull) {
-            fence_async();
-            bulk_load(stage, a.W + (u64)nx * sbytes, sbytes, &sh.full[slot]);
+        const float r = head_stage_row<ONE>(sh.ring + slot * sbytes, wp * rbytes, nsb, sh.kf, a1, o1);
+        if (lane == 0) {
+            a.y[(b + i * G) * 8 + wp] = r;
+            mbar_arrive(&sh.empty[slot]);  // the warp's reads of the slot are done (warp_sum used them all)
         }
-#endif
         if (++slot == ns) {
             slot = 0;
             parity ^= 1u;
         }
     }
+#else
+    // Every warp copies each stage; warps 0-7 compute it.
+    for (int i = 0; i < nst; ++i) {
+        copy_stage(sh.ring, a.W + (u64)(b + i * G) * sbytes, sbytes);
+        sync();
+        if (wp < 8) {
+            const float r = head_stage_row<ONE>(sh.ring, wp * rbytes, nsb, sh.kf, a1, o1);
+            if (lane == 0) a.y[(b + i * G) * 8 + wp] = r;
+        }
+        sync();
+    }
+#endif
     // The rows after the last whole stage, from global memory.
     const int row = nfull * 8 + wp;
-    if (b == 0 && row < a.rows) {
-        const float r = head_row<ONE>(a.W + (u64)row * rbytes, nsb, sh.kf, a1);
+    if (b == 0 && wp < 8 && row < a.rows) {
+        const float r = head_row_global<ONE>(a.W + (u64)row * rbytes, nsb, sh.kf, a1);
         if (lane == 0) a.y[row] = r;
     }
 }
@@ -308,12 +385,14 @@ DEV void head_run(const HeadArgs& a) {
 // or null; counter: a zeroed u32 (left zeroed); W: [rows, n] Q6_K, 16-byte aligned;
 // y: [rows] f32. n % 256 == 0, n <= 256 Q (n4: n <= 1024, one warp step per row);
 // ns: stages in the ring, 2 <= ns <= HEAD_STAGES, ns * 8 * (n / 256) * 210 <= HEAD_RING;
-// rows >= 8. grid (nblk), block 256.
-#define HEAD_KERNEL(NAME, Q, ONE)                                                                                          \
-    KERNEL LAUNCH_BOUNDS_MIN(256, 4) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, \
+// rows >= 8. grid (nblk), block HEAD_THREADS (288).
+#define HEAD_KERNEL(NAME, Q, ONE, MINB)                                                                                    \
+    KERNEL LAUNCH_BOUNDS_MIN(HEAD_THREADS, MINB) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, \
                                                int nblk, int n, float eps, const u8* W, float* y, int rows, int ns) {      \
         const HeadArgs a = {x, add, nw, out, counter, nblk, n, eps, W, y, rows, ns};                                      \
         head_run<Q, ONE>(a);                                                                                               \
     }
-HEAD_KERNEL(head_q6k_n4, 4, true)
-HEAD_KERNEL(head_q6k_n16, 16, false)
+// MINB: resident blocks per multiprocessor (a register cap without spills; shared memory
+// holds 5 blocks).
+HEAD_KERNEL(head_q6k_n4, 4, true, 5)
+HEAD_KERNEL(head_q6k_n16, 16, false, 3)

@@ -16,9 +16,9 @@ use crate::quant::GgmlType;
 const RING: usize = 40_320;
 const STAGES_MAX: usize = 8;
 pub const N_MAX: usize = 4096;
-/// Rows per stage (one warp each) and threads per block.
+/// Rows per stage (one warp each) and threads per block (8 computing warps, one copying).
 const STAGE_ROWS: usize = 8;
-pub const BLOCK: u32 = 256;
+pub const BLOCK: u32 = 288;
 
 /// The kernel for rows of `n` values.
 pub fn kernel(n: usize) -> &'static str {

@@ -80,17 +80,17 @@ impl GpuBackend {
     /// register count grows is then never launched in two waves by mistake).
     pub(crate) fn mv_fits(&mut self, kernel: &'static str, rows: usize) -> bool {
         let sms = self.mv_sms();
-        let per_sm = self.mv_per_sm(kernel, || decode_mv::blocks_per_sm(kernel));
+        let per_sm = self.mv_per_sm(kernel, decode_mv::BLOCK, || decode_mv::blocks_per_sm(kernel));
         decode_mv::fits_one_wave_at(rows, sms, per_sm)
     }
 
-    /// Resident 256-thread blocks of `kernel` per multiprocessor (the driver's figure,
-    /// else `fallback`), read once per kernel.
-    fn mv_per_sm(&mut self, kernel: &'static str, fallback: impl FnOnce() -> usize) -> usize {
+    /// Resident blocks of `block` threads of `kernel` per multiprocessor (the driver's
+    /// figure, else `fallback`), read once per kernel.
+    fn mv_per_sm(&mut self, kernel: &'static str, block: u32, fallback: impl FnOnce() -> usize) -> usize {
         match self.mv.per_sm.iter().find(|(k, _)| *k == kernel) {
             Some(&(_, n)) => n,
             None => {
-                let n = self.dev.max_active_blocks(kernel, decode_mv::BLOCK).map(|n| n as usize).unwrap_or_else(fallback);
+                let n = self.dev.max_active_blocks(kernel, block).map(|n| n as usize).unwrap_or_else(fallback);
                 tracing::debug!("{kernel}: {n} blocks per multiprocessor");
                 self.mv.per_sm.push((kernel, n));
                 n
@@ -200,7 +200,7 @@ impl GpuBackend {
         Self::check_len("norm_matmul_multi", y, yn, rows)?;
         let kernel = head_mv::kernel(n);
         let sms = self.mv_sms();
-        let per_sm = self.mv_per_sm(kernel, || 4);
+        let per_sm = self.mv_per_sm(kernel, head_mv::BLOCK, || 3);
         self.mv.head_launches += 1;
         let r = head_mv::norm_head(&self.rec(), &a, wp, rows, yp, head_mv::grid(rows, sms, per_sm))
             .map_err(|e| BackendError::Invalid { op: "norm_matmul_multi", msg: format!("{}: {e}", w.name()) });
