@@ -3,7 +3,9 @@
 //! whose f32 input has no valid quantized form yet as one launch that quantizes in its
 //! prologue. Batch 1, `--numerics fast`, `LODE_FUSE` and `LODE_FUSE_MV` on (either `=0`
 //! turns it off), a launch of one wave of blocks (`decode_mv::fits_one_wave`: the small
-//! models); every other case, shape or type takes the trait's default composition.
+//! models); every other case, shape or type takes the trait's default composition —
+//! except a one-token `norm_matmul_multi` with one Q6_K weight too large for one wave (the
+//! LM head): that runs as `head_mv.rs`'s one launch (`LODE_HEAD=0` off).
 //!
 //! No stale quantized scratch can be read: these kernels write only f32 buffers (each
 //! touched, so any cached form of it is invalid) and keep their activation blocks in
@@ -15,8 +17,8 @@
 use super::{derr, GpuBackend};
 use crate::backend::gpu::decode_mv::{self, Norm};
 use crate::backend::gpu::device::DeviceBuffer;
-use crate::backend::gpu::head_mv;
 use crate::backend::gpu::driver::DevPtr;
+use crate::backend::gpu::head_mv;
 use crate::backend::gpu::ops;
 use crate::backend::{norm_in, Backend, BackendError, Buf, Glu, NormIn, Result};
 use crate::weights::WeightRef;
