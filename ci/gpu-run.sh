@@ -7,7 +7,7 @@
 #   REAL_MODELS="/tmp/smol.gguf /tmp/gemma.gguf" (real GGUFs brought by ci/model-pieces.sh in earlier calls; optional)
 #   PRESETS="qwen3-0.6b qwen3-4b llama-8b" (bench)   CASES=N (default 30)   PP=512,2048 (bench prompt sizes)
 #   AB_ENV="LODE_PDL=0" (bench: each preset again with these variables set, for an A/B in one call)
-# Stages: selftest rtc e2e bench kld profile ncu residency replay (default all but profile, ncu).
+# Stages: selftest rtc e2e bench kld profile ncu repeat residency replay (default all but profile, ncu, repeat).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
@@ -126,6 +126,19 @@ PY
       "$NCU" -i "/tmp/ncu-$K.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-src-$K.csv" 2>&1
       "$NCU" -i "/tmp/ncu-$K.ncu-rep" --page raw --csv --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active > "$OUT/ncu-stall-$K.csv" 2>&1
       echo "-- $K: $(wc -l < "$OUT/ncu-src-$K.csv") SASS rows"
+    done
+  done
+fi
+if stage repeat; then
+  # Each kernel's cost in its real place in the decode step (graphs, PDL overlap):
+  # tg128 with that kernel launched once more (LODE_REPEAT_KERNEL), against tg128 as is.
+  for P in ${PROFILE_PRESETS:-qwen3-0.6b}; do
+    synth "$P" "$MD/$P.gguf" || continue
+    echo "== repeat: $P tg128, each kernel launched twice"
+    for K in "" ${REPEAT_KERNELS:-decode_mv_norm4 decode_mv_glu4 decode_mv_quant attn_decode_d128 matvec_multi4_n1 add_rmsnorm_q8_f32 get_rows_q6_K}; do
+      r=$(LODE_REPEAT_KERNEL="$K" "$T" 120 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 128 -r "${REPS:-3}" -o json 2>/dev/null \
+        | python3 -c 'import json,sys; d=json.load(sys.stdin); d=d if isinstance(d,list) else d.get("results",[d]); r=[x for x in d if x.get("n_gen")][0]; print(r["avg_ts"], r["stddev_ts"])' 2>/dev/null)
+      echo "-- ${K:-(none)}: ${r:-failed} t/s"
     done
   done
 fi

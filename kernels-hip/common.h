@@ -80,6 +80,8 @@ DEV int shfl_xor_i(int v, int m) {
     int lane = __builtin_amdgcn_mbcnt_lo(~0u, 0);
     return __builtin_amdgcn_ds_bpermute((lane ^ m) << 2, v);
 }
+// Bit l: lane l's p (wave32).
+DEV u32 warp_ballot(bool p) { return __builtin_amdgcn_ballot_w32(p); }
 DEV float h2f(u16 h) { return (float)__builtin_bit_cast(_Float16, h); }
 DEV u16 f2h(float f) { return __builtin_bit_cast(u16, (_Float16)f); }
 // signed int8 x4 dot: v_dot4_i32_iu8 (gfx11 "dot8-insts").
@@ -99,6 +101,7 @@ DEV u32 bid_z() { return blockIdx.z; }
 DEV void sync() { __syncthreads(); }
 DEV float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m, 32); }
 DEV int shfl_xor_i(int v, int m) { return __shfl_xor_sync(0xffffffffu, v, m, 32); }
+DEV u32 warp_ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 DEV float h2f(u16 h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -222,37 +225,28 @@ DEV float q8k_bsum(const block_q8_1* b) { return (float)(short)b->s; }
 // One super-block held by one warp, lane l holding elements 8l .. 8l + 7 in v: the codes
 // (8 per lane, into q) and the scale d (returned; 0 for an all-zero super-block).
 DEV float q8k_warp_codes(const float* v, int* q) {
-    const int lane = tid_x() & 31;
     float am = 0.0f;
-    int idx = 0x7fffffff;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const float a = fabs_f(v[j]);
-        if (a > am) {
-            am = a;
-            idx = 8 * lane + j;
-        }
-    }
-    // The largest magnitude; among equal ones the first in element order (as the CPU's scan).
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) {
-        const float oa = shfl_xor(am, m);
-        const int oi = shfl_xor_i(idx, m);
-        if (oa > am || (oa == am && oi < idx)) {
-            am = oa;
-            idx = oi;
-        }
-    }
+    for (int j = 0; j < 8; ++j) am = fmax_f(am, fabs_f(v[j]));
+    am = warp_max(am);
     if (am == 0.0f) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) q[j] = 0;
         return 0.0f;
     }
-    float mine = 0.0f;
+    // The signed value of largest magnitude, the first in element order among equal ones
+    // (as the CPU's scan): every candidate is +am or -am, so only the first one's sign is
+    // needed: the lowest lane holding one, and that lane's first candidate.
+    bool has = false, neg = false;
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-        if (8 * lane + j == idx) mine = v[j];
-    const float mx = warp_sum(mine); // one non-zero term: exact
+    for (int j = 7; j >= 0; --j)
+        if (fabs_f(v[j]) == am) {
+            has = true;
+            neg = v[j] < 0.0f;
+        }
+    const u32 hb = warp_ballot(has), nb = warp_ballot(has && neg);
+    const u32 first = hb & (0u - hb); // the lowest set bit
+    const float mx = (nb & first) ? -am : am;
     const float iscale = -127.0f / mx;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {

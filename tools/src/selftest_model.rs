@@ -192,6 +192,9 @@ mod nudged_impl {
         fn read(&mut self, buf: Buf, dst: &mut [f32]) -> Result<()> {
             self.0.read(buf, dst)
         }
+        fn read_with(&mut self, buf: Buf, n: usize, host: &mut Vec<f32>, f: &mut dyn FnMut(&[f32])) -> Result<()> {
+            self.0.read_with(buf, n, host, f)
+        }
         fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
             self.0.alloc_kv(spec)
         }

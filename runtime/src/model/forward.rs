@@ -174,20 +174,13 @@ impl Model {
                     be.attention_rows(s.q, s.k, s.v, caches, l, pos, &attn, s.att)?;
                 }
             }
-            be.matmul(&self.w(ly.wo), s.att, n, s.xb2)?;
-            if let Some(pn) = ly.post_attn_norm {
-                be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
-            }
+            let attn_add = self.project(be, ly.wo, ly.post_attn_norm, s.att, n, s)?;
 
             // Feed-forward block.
             let ffn_norm = self.w(ly.ffn_norm);
-            let norm = NormIn { x: s.x, add: Some(s.xb2), out: s.xb, row_len: e, w: Some(&ffn_norm), eps: c.eps };
+            let norm = NormIn { x: s.x, add: attn_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&ffn_norm), eps: c.eps };
             be.norm_matmul_glu(&norm, n, &self.w(ly.gate), &self.w(ly.up), s.hb, s.hb2, c.act)?;
-            be.matmul(&self.w(ly.down), s.hb, n, s.xb2)?;
-            if let Some(pn) = ly.post_ffw_norm {
-                be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
-            }
-            pending_add = true;
+            pending_add = self.project(be, ly.down, ly.post_ffw_norm, s.hb, n, s)?;
         }
         let (norm, head) = (self.w(self.output_norm), self.w(self.output));
         if n == 1 && rows != OutputRows::None {
@@ -196,9 +189,7 @@ impl Model {
             let out_norm = NormIn { x: s.x, add: pending_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&norm), eps: c.eps };
             be.norm_matmul_multi(&out_norm, 1, &[(&head, s.logits)])?;
             let mut host = s.host.borrow_mut();
-            host.resize(c.n_vocab, 0.0);
-            be.read(s.logits, &mut host[..])?;
-            on_logits(0, &host[..]);
+            be.read_with(s.logits, c.n_vocab, &mut host, &mut |l| on_logits(0, l))?;
             return Ok(());
         }
         if pending_add {
@@ -225,5 +216,19 @@ impl Model {
             r0 += m;
         }
         Ok(())
+    }
+
+    /// The projection closing a block (`w` of `input`) on its way into the residual `s.x`:
+    /// with a post-norm (Gemma) the product goes to `s.xb2` and is normed there; without,
+    /// the backend may add it to `s.x` itself. Returns whether `s.xb2` still has to be
+    /// added (by the next norm).
+    fn project(&self, be: &mut dyn Backend, w: super::WeightId, post_norm: Option<super::WeightId>, input: Buf, n: usize, s: &Scratch) -> Result<bool, ModelError> {
+        let w = self.w(w);
+        let Some(pn) = post_norm else {
+            return Ok(!be.matmul_residual(&w, input, n, s.x, s.xb2)?);
+        };
+        be.matmul(&w, input, n, s.xb2)?;
+        be.rms_norm(s.xb2, s.xb2, n, self.cfg.n_embd, Some(&self.w(pn)), self.cfg.eps)?;
+        Ok(true)
     }
 }

@@ -166,6 +166,9 @@ impl Backend for CachedBackend {
     fn read(&mut self, buf: Buf, dst: &mut [f32]) -> Result<()> {
         self.inner.read(buf, dst)
     }
+    fn read_with(&mut self, buf: Buf, n: usize, host: &mut Vec<f32>, f: &mut dyn FnMut(&[f32])) -> Result<()> {
+        self.inner.read_with(buf, n, host, f)
+    }
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
         self.inner.alloc_kv(spec)
     }

@@ -1,11 +1,13 @@
 //! Launcher of the fused decode attention (`kernels-hip/attn_decode.hip`): one token's
 //! q/k norms, RoPE, K/V store and attention over its cache in one launch.
 //!
-//! The grid is (query heads, parts). The part count is fixed from the number of keys a
-//! query can ever see (the cache size, or the window), never from the position, so a
-//! captured decode graph replays unchanged as the cache fills; the kernel reads the
-//! position on the device and uses only as many parts as the keys need (one per
-//! [`keys_per_part`] keys at least), merging them through `part` / `cnt` scratch.
+//! The grid is (query heads per KV head, KV heads, parts): the kernel finds its query and
+//! KV head without a division. The part count is fixed from the number of keys a query can
+//! ever see (the cache size, or the window), never from the position, so a captured decode
+//! graph replays unchanged as the cache fills; the kernel reads the position on the device
+//! and uses only as many parts as the keys need (one per [`keys_per_part`] keys at least),
+//! merging them through `part` / `cnt` scratch. Inside a block the keys fill the warps in
+//! order, so at a short context only the first warps work.
 
 use super::driver::{DevPtr, KArg};
 use super::ops::{Launch, RopeKv};
@@ -67,6 +69,10 @@ pub struct AttnDecode {
     pub parts: usize,
     /// The fewest keys a part takes (default [`keys_per_part`]).
     pub min_keys: usize,
+    /// Deal a part's keys round all the block's streams (every warp busy from 64 keys on at
+    /// head_dim 128) instead of filling the warps in order (the default: a short context
+    /// keeps only the first warps busy). For A/B runs (`LODE_ATTN_SPREAD=1`).
+    pub spread: bool,
 }
 
 /// Device buffers of one launch.
@@ -105,13 +111,13 @@ pub fn attn_decode(d: &dyn Launch, b: &AttnDecodeBufs, a: &AttnDecode) -> Result
     let part = b.scratch + counters_bytes(p.n_head) as u64;
     d.launch(
         name,
-        [p.n_head as u32, a.parts as u32, 1],
+        [(p.n_head / p.n_kv) as u32, p.n_kv as u32, a.parts as u32],
         [THREADS as u32, 1, 1],
         &[
             KArg::Ptr(b.q), KArg::Ptr(b.k), KArg::Ptr(b.v), KArg::Ptr(b.kc), KArg::Ptr(b.vc), KArg::Ptr(b.out), opt(b.q8),
             opt(b.q_norm), opt(b.k_norm), opt(b.freq_factors), KArg::Ptr(b.pos), KArg::Ptr(part), KArg::Ptr(b.scratch),
-            i(p.n_head), i(p.n_kv), i(a.n_ctx), i(p.n_rot), i(p.neox as usize), KArg::F32(p.theta_scale), KArg::F32(p.freq_scale),
-            KArg::F32(p.eps), KArg::F32(p.q_scale), KArg::F32(a.scale), i(a.window), i(a.parts), i(a.min_keys.max(1)),
+            i(p.n_head / p.n_kv), i(p.n_kv), i(a.n_ctx), i(p.n_rot), i(p.neox as usize), KArg::F32(p.theta_scale), KArg::F32(p.freq_scale),
+            KArg::F32(p.eps), KArg::F32(p.q_scale), KArg::F32(a.scale), i(a.window), i(a.parts), i(a.min_keys.max(1)), i(a.spread as usize),
         ],
     )?;
     Ok(())

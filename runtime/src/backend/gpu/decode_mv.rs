@@ -159,13 +159,15 @@ pub fn norm_glu(d: &dyn Launch, a: &Norm, gate: DevPtr, up: DevPtr, ty: GgmlType
 }
 
 /// One launch: y = W · x with x [k] f32 quantized inside the kernel to the form `ty`
-/// reads. w: [rows, k] of ty; y: [rows] f32; k <= [`QUANT_MAX`].
-pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr) -> R {
+/// reads (`acc`: y = y + W · x, the residual add in the epilogue). w: [rows, k] of ty;
+/// y: [rows] f32; k <= [`QUANT_MAX`].
+#[allow(clippy::too_many_arguments)]
+pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, acc: bool) -> R {
     let code = type_code(ty).filter(|_| supports(ty, k) && k <= QUANT_MAX).ok_or_else(|| unsupported(format!("quant_mv: {ty} weights with rows of {k}")))?;
     if rows == 0 {
         return Ok(());
     }
-    d.launch("decode_mv_quant", [rows.div_ceil(ROWS) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code)])?;
+    d.launch("decode_mv_quant", [rows.div_ceil(ROWS) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize)])?;
     Ok(())
 }
 

@@ -233,7 +233,9 @@ impl GpuBackend {
 
     /// `matmul` of one token whose input has no valid quantized form: one launch that
     /// quantizes `x` in its prologue. Ok(false): not taken (the caller runs the usual path).
-    pub(super) fn quant_matmul(&mut self, w: &WeightRef, x: Buf, y: Buf) -> Result<bool> {
+    /// With `acc`, `y` is that buffer and the product is added to it (`y[r] = y[r] + W x`,
+    /// the residual add of [`Backend::matmul_residual`]).
+    pub(super) fn quant_matmul(&mut self, w: &WeightRef, x: Buf, y: Buf, acc: bool) -> Result<bool> {
         let (ty, k) = (w.ty(), w.row_len());
         let Some(fmt) = ops::act_fmt(ty) else { return Ok(false) };
         if !self.mv_enabled() || x == y || k > decode_mv::QUANT_MAX || !decode_mv::supports(ty, k) || !self.mv_fits("decode_mv_quant", w.n_rows()) || self.act_ready(x, fmt, k) {
@@ -245,7 +247,7 @@ impl GpuBackend {
         Self::check_len("matmul", y, yn, w.n_rows())?;
         let wp = self.weight(w)?;
         self.mv.launches += 1;
-        let r = decode_mv::quant_mv(&self.rec(), xp, k, wp, ty, w.n_rows(), yp).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
+        let r = decode_mv::quant_mv(&self.rec(), xp, k, wp, ty, w.n_rows(), yp, acc).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
         self.touch(y);
         r.map(|_| true)
     }

@@ -1,7 +1,9 @@
 //! Large reads (a step's logits: rows × vocabulary f32, 19 MiB for 32 rows of Qwen3) go
 //! through one page-locked host buffer: a copy from the device into pageable memory is
 //! staged by the driver in small pieces and runs several times slower. The buffer grows
-//! to the largest read seen and lives as long as the backend. `LODE_PINNED_READ=0` reads
+//! to the largest read seen and lives as long as the backend. A decode step's logits are
+//! lent to the caller straight from it (`read_pinned`: no second copy; through
+//! `Backend::read_with`), which is where pinned memory pays. `LODE_PINNED_READ=0` reads
 //! straight into the caller's memory (for A/B runs); a failed pinned allocation does too.
 
 use crate::backend::gpu::device::{GpuDevice, PinnedHost};
@@ -25,22 +27,45 @@ impl Readback {
         Readback { buf: None, enabled: std::env::var("LODE_PINNED_READ").map(|v| v != "0").unwrap_or(true), min_bytes }
     }
 
+    /// Copy `n` bytes from `src` on the device into the page-locked buffer and lend them
+    /// out (no second copy); None when pinned reads are off or the buffer was refused.
+    pub(super) fn read_pinned(&mut self, dev: &GpuDevice, src: DevPtr, n: usize) -> Result<Option<&[u8]>, DriverError> {
+        if !self.enabled || !self.grow(dev, n) {
+            return Ok(None);
+        }
+        let Some(b) = self.buf.as_mut() else { return Ok(None) };
+        let staged = &mut b.as_mut_slice()[..n];
+        dev.read(src, staged)?;
+        Ok(Some(&*staged))
+    }
+
+    /// The pinned buffer holds at least `n` bytes (false: refused, pinned reads now off).
+    fn grow(&mut self, dev: &GpuDevice, n: usize) -> bool {
+        if self.buf.as_ref().is_some_and(|b| b.len() >= n) {
+            return true;
+        }
+        self.buf = None;
+        match dev.host_alloc(n.next_power_of_two()) {
+            Ok(b) => {
+                self.buf = Some(b);
+                true
+            }
+            Err(e) => {
+                tracing::debug!("pinned read-back buffer of {n} bytes refused ({e}); reading into pageable memory");
+                self.enabled = false;
+                false
+            }
+        }
+    }
+
     /// Copy `dst.len()` bytes from `src` on the device into `dst` (the stream is synchronized).
     pub(super) fn read(&mut self, dev: &GpuDevice, src: DevPtr, dst: &mut [u8]) -> Result<(), DriverError> {
         let n = dst.len();
         if !self.enabled || n < self.min_bytes {
             return dev.read(src, dst);
         }
-        if self.buf.as_ref().is_none_or(|b| b.len() < n) {
-            self.buf = None;
-            match dev.host_alloc(n.next_power_of_two()) {
-                Ok(b) => self.buf = Some(b),
-                Err(e) => {
-                    tracing::debug!("pinned read-back buffer of {n} bytes refused ({e}); reading into pageable memory");
-                    self.enabled = false;
-                    return dev.read(src, dst);
-                }
-            }
+        if !self.grow(dev, n) {
+            return dev.read(src, dst);
         }
         let Some(b) = self.buf.as_mut() else { return dev.read(src, dst) };
         let staged = &mut b.as_mut_slice()[..n];

@@ -32,6 +32,9 @@ pub(super) struct FuseAttn {
     /// `LODE_ATTN_PART_KEYS=N`: parts of at least N keys (default: one block iteration,
     /// `attn_decode::keys_per_part`); fewer keys per part spread a head over more blocks.
     part_keys: Option<usize>,
+    /// `LODE_ATTN_SPREAD=1`: a part's keys dealt round all the block's warps (the kernel's
+    /// first layout) instead of filling the warps in order (`AttnDecode::spread`).
+    spread: bool,
     scratch: Option<DeviceBuffer>,
 }
 
@@ -40,6 +43,7 @@ impl FuseAttn {
         FuseAttn {
             on: std::env::var("LODE_FUSE_ATTN").map(|v| v != "0").unwrap_or(true),
             part_keys: std::env::var("LODE_ATTN_PART_KEYS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
+            spread: std::env::var("LODE_ATTN_SPREAD").map(|v| v == "1").unwrap_or(false),
             scratch: None,
         }
     }
@@ -54,6 +58,11 @@ impl GpuBackend {
     /// The fewest keys per part (as `LODE_ATTN_PART_KEYS` sets it; None: one block iteration).
     pub fn set_attn_part_keys(&mut self, keys: Option<usize>) {
         self.fuse_attn.part_keys = keys.filter(|&n| n > 0);
+    }
+
+    /// The fused kernel's key layout (as `LODE_ATTN_SPREAD` sets it; `AttnDecode::spread`).
+    pub fn set_attn_spread(&mut self, spread: bool) {
+        self.fuse_attn.spread = spread;
     }
 
     /// Whether `rope_kv_attention` of this shape runs as the one fused kernel.
@@ -127,6 +136,7 @@ impl GpuBackend {
             window,
             parts,
             min_keys,
+            spread: self.fuse_attn.spread,
         };
         attn_decode::attn_decode(&self.rec(), &bufs, &params).map_err(err(OP))?;
         if q8.is_some() {

@@ -5,11 +5,16 @@
 //!   residual add on or off, norm weight on or off;
 //! - `norm_mv_glu`: `norm_matmul_glu` (SiLU and GELU-tanh), same shapes;
 //! - `norm_mv_quant`: `matmul` of a fresh f32 input (no quantized form yet: the prologue
+<<<<<<< HEAD
 //!   quantizes it), rows of up to 16384;
 //! - `norm_mv_head`: `norm_matmul_multi` with one Q6_K weight of 3,601–6,003 rows (more
 //!   than one wave of decode_mv blocks on the H200: the fused LM head, `head_mv.rs`), rows
 //!   of 256 / 768 / 1024 / 2560 / 3072, row counts that leave a partial 8-row stage; the
 //!   head launch must have run.
+=======
+//!   quantizes it), rows of up to 16384; every other case as `matmul_residual` (the
+//!   product added to a residual vector in the epilogue; unfused: matmul, then `add`).
+>>>>>>> main
 //!
 //! Each case runs on the GPU with the fusion on, the GPU with it off (the unfused
 //! kernels) and the CPU backend, outputs poisoned (NaN) first. Against the CPU: the
@@ -78,6 +83,8 @@ struct Case {
     add: Option<Vec<f32>>,
     norm_w: Option<usize>,
     op: Op,
+    /// `Op::Quant` through `matmul_residual`: the residual's values ([rows]).
+    residual: Option<Vec<f32>>,
 }
 
 fn input(be: &mut dyn Backend, v: &[f32]) -> crate::backend::Result<Buf> {
@@ -131,8 +138,21 @@ fn run_case(be: &mut dyn Backend, f: &Files, c: &Case) -> crate::backend::Result
             Op::Quant { w, rows } => {
                 let y = poisoned(be, *rows)?;
                 bufs.push(y);
-                ys.push((y, *rows));
-                be.matmul(&f.get(*w), xb, 1, y)?;
+                match &c.residual {
+                    Some(rv) => {
+                        let rb = input(be, rv)?;
+                        bufs.push(rb);
+                        // As the model does: the caller adds what the backend left.
+                        if !be.matmul_residual(&f.get(*w), xb, 1, rb, y)? {
+                            be.add(rb, y, rb, *rows)?;
+                        }
+                        ys.push((rb, *rows));
+                    }
+                    None => {
+                        be.matmul(&f.get(*w), xb, 1, y)?;
+                        ys.push((y, *rows));
+                    }
+                }
             }
         }
         let x_after = read(be, xb, n)?;
@@ -194,7 +214,8 @@ fn compare(acc: &mut Acc, bits: &mut Acc, f: &Files, c: &Case, fused: &Outs, pla
         Op::Quant { w, rows } => {
             let sum = abs_dot(f.values(*w), &xin, *rows);
             let want: Vec<f64> = cpu.2[0].iter().map(|&v| v as f64).collect();
-            acc.cmp(&format!("{label} y ({})", f.get(*w).ty()), &fused.2[0], &want, |r| 5e-4 * sum[r] + 1e-6);
+            let base = |r: usize| c.residual.as_ref().map(|v| v[r].abs() as f64 * 2e-7).unwrap_or(0.0);
+            acc.cmp(&format!("{label} y ({}, residual {})", f.get(*w).ty(), c.residual.is_some()), &fused.2[0], &want, |r| 5e-4 * sum[r] + 1e-6 + base(r));
         }
     }
     bits.cmp_bits(&format!("{label} x"), &fused.0, &plain.0);
@@ -255,7 +276,11 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
             Op::Quant { w: f.add(rng, ty, r, n, 1.0)?, rows: r }
         }
     };
-    Ok(Case { n, x, add, norm_w, op })
+    let residual = match &op {
+        Op::Quant { rows, .. } if i % 2 == 1 => Some(rng.vec(*rows, 4.0)),
+        _ => None,
+    };
+    Ok(Case { n, x, add, norm_w, op, residual })
 }
 
 /// `files` lives as long as the backends: a weight file dropped while the GPU backend
