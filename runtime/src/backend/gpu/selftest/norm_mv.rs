@@ -5,16 +5,12 @@
 //!   residual add on or off, norm weight on or off;
 //! - `norm_mv_glu`: `norm_matmul_glu` (SiLU and GELU-tanh), same shapes;
 //! - `norm_mv_quant`: `matmul` of a fresh f32 input (no quantized form yet: the prologue
-<<<<<<< HEAD
-//!   quantizes it), rows of up to 16384;
+//!   quantizes it), rows of up to 16384; every other case as `matmul_residual` (the
+//!   product added to a residual vector in the epilogue; unfused: matmul, then `add`);
 //! - `norm_mv_head`: `norm_matmul_multi` with one Q6_K weight of 3,601–6,003 rows (more
 //!   than one wave of decode_mv blocks on the H200: the fused LM head, `head_mv.rs`), rows
 //!   of 256 / 768 / 1024 / 2560 / 3072, row counts that leave a partial 8-row stage; the
 //!   head launch must have run.
-=======
-//!   quantizes it), rows of up to 16384; every other case as `matmul_residual` (the
-//!   product added to a residual vector in the epilogue; unfused: matmul, then `add`).
->>>>>>> main
 //!
 //! Each case runs on the GPU with the fusion on, the GPU with it off (the unfused
 //! kernels) and the CPU backend, outputs poisoned (NaN) first. Against the CPU: the
