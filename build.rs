@@ -24,7 +24,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const FAMILIES: &[&str] = &["quantize", "matvec", "decode_mv", "norm_rope", "attention", "attn_decode", "elementwise", "gemm", "flash_attn", "dequant", "exact_matmul", "exact_ops"];
+const FAMILIES: &[&str] = &["quantize", "matvec", "decode_mv", "head_mv", "norm_rope", "attention", "attn_decode", "elementwise", "gemm", "flash_attn", "dequant", "exact_matmul", "exact_ops"];
 const AMD_ARCHS: &[&str] = &["gfx1100", "gfx1151"];
 
 fn main() {

@@ -163,12 +163,14 @@ DEV float dq_b32(int type, const u8* row, int e) {
 }
 
 // y[r][:] = scale * dequant(W[ids[r]][:]); W rows of k elements, row_bytes each.
-// grid (n_ids), block 256.
+// grid (n_ids, ceil(k / 256)), block 256: one element per thread, so a row's loads all
+// issue at once (one token's embedding was 4 dependent rounds of DRAM latency in one block).
 #define GET_ROWS(NAME, EXPR)                                                                             \
     KERNEL void NAME(const u8* W, const int* ids, float* y, int k, int row_bytes, float scale) { pdl_entry();         \
+        const int e = bid_y() * 256 + tid_x();                                                           \
+        if (e >= k) return;                                                                              \
         const u8* row = W + (u64)ids[bid_x()] * row_bytes;                                               \
-        float* out = y + (u64)bid_x() * k;                                                               \
-        for (int e = tid_x(); e < k; e += 256) out[e] = scale * (EXPR);                                  \
+        y[(u64)bid_x() * k + e] = scale * (EXPR);                                                        \
     }
 
 GET_ROWS(get_rows_f32, ((const float*)row)[e])

@@ -81,6 +81,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
         include_str!("../../../../kernels-hip/decode_mv.hip"),
         &["decode_mv_norm4", "decode_mv_norm16", "decode_mv_glu4", "decode_mv_glu16", "decode_mv_quant"],
     ),
+    ("head_mv", include_str!("../../../../kernels-hip/head_mv.hip"), &["head_q6k_n4", "head_q6k_n16"]),
     ("norm_rope", include_str!("../../../../kernels-hip/norm_rope.hip"), &["rmsnorm_f32", "rmsnorm_q8_f32", "rope_f32", "add_rmsnorm_q8_f32", "rope_kv_f32"]),
     ("attention", include_str!("../../../../kernels-hip/attention.hip"), &["attn_f16", "attn_f16_rows"]),
     ("attn_decode", include_str!("../../../../kernels-hip/attn_decode.hip"), &["attn_decode_d64", "attn_decode_d128", "attn_decode_d256"]),
@@ -105,20 +106,20 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
 /// (`Driver::launch_overlapped`). `kernel_sources_enter_with_pdl` (test) checks the
 /// sources; a family listed here with a kernel that does not wait would read its inputs
 /// before they are written.
-pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "attn_decode", "elementwise", "decode_mv"];
+pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "attn_decode", "elementwise", "decode_mv", "head_mv"];
 
 /// Overlapped families whose kernels issue their first WEIGHT loads before `pdl_entry()`
 /// (weights never change during a step, so reading them early is safe); everything that
 /// depends on an earlier kernel still follows the wait. `kernel_sources_enter_with_pdl`
 /// checks each of their run functions waits before it reads an activation.
-pub const WEIGHTS_FIRST_FAMILIES: &[&str] = &["decode_mv"];
+pub const WEIGHTS_FIRST_FAMILIES: &[&str] = &["decode_mv", "head_mv"];
 
 /// The overlapped families launched overlapped by default (`LODE_PDL` unset): the
 /// one-token decode kernels, which start their weight loads (decode_mv) or cache loads
 /// before the wait, so the overlap hides real latency. On the H200 (BENCHMARKS.md, session
 /// 5) this gave +8.6 % on the 0.6B shape; every family overlapped had lost 4–7 % on batched
 /// steps in session 4, and batched steps launch none of these.
-pub const DEFAULT_OVERLAPPED_FAMILIES: &[&str] = &["attn_decode", "decode_mv"];
+pub const DEFAULT_OVERLAPPED_FAMILIES: &[&str] = &["attn_decode", "decode_mv", "head_mv"];
 
 /// Whether kernel `name` belongs to an [`OVERLAPPED_FAMILIES`] family.
 pub fn overlappable(name: &str) -> bool {
@@ -286,14 +287,14 @@ mod tests {
                     }
                     let body = &body[open..];
                     let wait = body.find("pdl_entry();").unwrap_or_else(|| panic!("{fam}: a run function never waits"));
-                    for reader in ["norm_prologue", "quant_stage"] {
+                    for reader in ["norm_prologue", "quant_stage", "head_norm"] {
                         if let Some(r) = body.find(reader) {
                             assert!(wait < r, "{fam}: {reader} before pdl_entry() at byte {at}");
                         }
                     }
                     n += 1;
                 }
-                assert!(n >= 3, "{fam}: {n} run functions found");
+                assert!(n >= if *fam == "decode_mv" { 3 } else { 1 }, "{fam}: {n} run functions found");
                 continue;
             }
             let mut n = 0;

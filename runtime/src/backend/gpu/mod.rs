@@ -18,6 +18,7 @@ pub mod decode_mv;
 pub mod device;
 pub mod driver;
 pub mod exact;
+pub mod head_mv;
 pub mod kernels;
 pub mod materialize;
 pub mod ops;

@@ -468,7 +468,7 @@ pub fn get_rows(d: &dyn Launch, w: DevPtr, ty: GgmlType, k: usize, ids: DevPtr, 
     if n_ids == 0 {
         return Ok(());
     }
-    d.launch(name, [n_ids as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(w), KArg::Ptr(ids), KArg::Ptr(y), i(k), i(row_bytes), KArg::F32(scale)])?;
+    d.launch(name, [n_ids as u32, k.div_ceil(256) as u32, 1], [256, 1, 1], &[KArg::Ptr(w), KArg::Ptr(ids), KArg::Ptr(y), i(k), i(row_bytes), KArg::F32(scale)])?;
     Ok(())
 }
 

@@ -3,7 +3,9 @@
 //! whose f32 input has no valid quantized form yet as one launch that quantizes in its
 //! prologue. Batch 1, `--numerics fast`, `LODE_FUSE` and `LODE_FUSE_MV` on (either `=0`
 //! turns it off), a launch of one wave of blocks (`decode_mv::fits_one_wave`: the small
-//! models); every other case, shape or type takes the trait's default composition.
+//! models); every other case, shape or type takes the trait's default composition —
+//! except a one-token `norm_matmul_multi` with one Q6_K weight too large for one wave (the
+//! LM head): that runs as `head_mv.rs`'s one launch (`LODE_HEAD=0` off).
 //!
 //! No stale quantized scratch can be read: these kernels write only f32 buffers (each
 //! touched, so any cached form of it is invalid) and keep their activation blocks in
@@ -16,6 +18,7 @@ use super::{derr, GpuBackend};
 use crate::backend::gpu::decode_mv::{self, Norm};
 use crate::backend::gpu::device::DeviceBuffer;
 use crate::backend::gpu::driver::DevPtr;
+use crate::backend::gpu::head_mv;
 use crate::backend::gpu::ops;
 use crate::backend::{norm_in, Backend, BackendError, Buf, Glu, NormIn, Result};
 use crate::weights::WeightRef;
@@ -27,6 +30,10 @@ pub(super) struct MvFuse {
     counter: Option<DeviceBuffer>,
     /// Fused launches issued (the selftest checks its ops took the fused path).
     launches: u64,
+    /// `LODE_HEAD` (default on): the fused LM head (`head_mv.rs`) for a one-token
+    /// `norm_matmul_multi` too large for one wave; and its launches.
+    head: bool,
+    head_launches: u64,
     /// The device's multiprocessors (the launches' block cap), read once.
     sms: Option<usize>,
     /// Blocks per multiprocessor of each kernel, from the driver's occupancy calculator
@@ -36,7 +43,7 @@ pub(super) struct MvFuse {
 
 impl MvFuse {
     pub(super) fn from_env() -> MvFuse {
-        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, sms: None, per_sm: Vec::new() }
+        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new() }
     }
 }
 
@@ -49,6 +56,11 @@ impl GpuBackend {
     /// How many fused decode matvec launches this backend has issued.
     pub fn fused_mv_launches(&self) -> u64 {
         self.mv.launches
+    }
+
+    /// How many fused LM head launches (`head_mv.rs`) this backend has issued.
+    pub fn head_launches(&self) -> u64 {
+        self.mv.head_launches
     }
 
     /// Whether the fused decode matvecs may run (batch 1 is checked by the callers).
@@ -70,16 +82,22 @@ impl GpuBackend {
     /// register count grows is then never launched in two waves by mistake).
     pub(crate) fn mv_fits(&mut self, kernel: &'static str, rows: usize) -> bool {
         let sms = self.mv_sms();
-        let per_sm = match self.mv.per_sm.iter().find(|(k, _)| *k == kernel) {
+        let per_sm = self.mv_per_sm(kernel, decode_mv::BLOCK, || decode_mv::blocks_per_sm(kernel));
+        decode_mv::fits_one_wave_at(rows, sms, per_sm)
+    }
+
+    /// Resident blocks of `block` threads of `kernel` per multiprocessor (the driver's
+    /// figure, else `fallback`), read once per kernel.
+    fn mv_per_sm(&mut self, kernel: &'static str, block: u32, fallback: impl FnOnce() -> usize) -> usize {
+        match self.mv.per_sm.iter().find(|(k, _)| *k == kernel) {
             Some(&(_, n)) => n,
             None => {
-                let n = self.dev.max_active_blocks(kernel, decode_mv::BLOCK).map(|n| n as usize).unwrap_or_else(|| decode_mv::blocks_per_sm(kernel));
+                let n = self.dev.max_active_blocks(kernel, block).map(|n| n as usize).unwrap_or_else(fallback);
                 tracing::debug!("{kernel}: {n} blocks per multiprocessor");
                 self.mv.per_sm.push((kernel, n));
                 n
             }
-        };
-        decode_mv::fits_one_wave_at(rows, sms, per_sm)
+        }
     }
 
     fn mv_counter(&mut self) -> Result<DevPtr> {
@@ -143,6 +161,9 @@ impl GpuBackend {
         let ys: Vec<Buf> = outs.iter().map(|(_, y)| *y).collect();
         let rows: usize = ws.iter().map(|w| w.n_rows()).sum();
         let fusable = self.mv_enabled() && n_tok == 1 && (1..=3).contains(&outs.len()) && self.mv_fits(decode_mv::norm_kernel(norm.row_len, false), rows);
+        if !fusable && n_tok == 1 && outs.len() == 1 && self.norm_head(norm, outs[0].0, outs[0].1)? {
+            return Ok(());
+        }
         let Some(a) = (if fusable { self.mv_norm(norm, &ws, &ys)? } else { None }) else {
             norm_in(self, norm, n_tok)?;
             return self.matmul_multi(norm.out, n_tok, outs);
@@ -163,6 +184,31 @@ impl GpuBackend {
             self.touch(y);
         }
         r
+    }
+
+    /// One token's norm and a Q6_K matvec of many rows (the LM head) as one launch
+    /// (`head_mv.rs`). Ok(false): not taken (the caller runs the usual path).
+    fn norm_head(&mut self, norm: &NormIn, w: &WeightRef, y: Buf) -> Result<bool> {
+        let (n, rows) = (norm.row_len, w.n_rows());
+        if !self.mv_enabled() || !self.mv.head || w.row_len() != n || !head_mv::supports(w.ty(), n, rows, 0) {
+            return Ok(false);
+        }
+        let wp = self.weight(w)?;
+        if !head_mv::supports(w.ty(), n, rows, wp) {
+            return Ok(false);
+        }
+        let Some(a) = self.mv_norm(norm, &[w], &[y])? else { return Ok(false) };
+        let (yp, yn) = self.buf(y)?;
+        Self::check_len("norm_matmul_multi", y, yn, rows)?;
+        let kernel = head_mv::kernel(n);
+        let sms = self.mv_sms();
+        let per_sm = self.mv_per_sm(kernel, head_mv::BLOCK, || 3);
+        self.mv.head_launches += 1;
+        let r = head_mv::norm_head(&self.rec(), &a, wp, rows, yp, head_mv::grid(rows, sms, per_sm))
+            .map_err(|e| BackendError::Invalid { op: "norm_matmul_multi", msg: format!("{}: {e}", w.name()) });
+        self.mv_norm_done(norm);
+        self.touch(y);
+        r.map(|_| true)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -6,7 +6,11 @@
 //! - `norm_mv_glu`: `norm_matmul_glu` (SiLU and GELU-tanh), same shapes;
 //! - `norm_mv_quant`: `matmul` of a fresh f32 input (no quantized form yet: the prologue
 //!   quantizes it), rows of up to 16384; every other case as `matmul_residual` (the
-//!   product added to a residual vector in the epilogue; unfused: matmul, then `add`).
+//!   product added to a residual vector in the epilogue; unfused: matmul, then `add`);
+//! - `norm_mv_head`: `norm_matmul_multi` with one Q6_K weight of 3,601–6,003 rows (more
+//!   than one wave of decode_mv blocks on the H200: the fused LM head, `head_mv.rs`), rows
+//!   of 256 / 768 / 1024 / 2560 / 3072, row counts that leave a partial 8-row stage; the
+//!   head launch must have run.
 //!
 //! Each case runs on the GPU with the fusion on, the GPU with it off (the unfused
 //! kernels) and the CPU backend, outputs poisoned (NaN) first. Against the CPU: the
@@ -235,6 +239,8 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
     let quant = name == "norm_mv_quant";
     let n = if quant {
         [2048, 3072, 9728, 1024, 576, 14336, 640, 32 * rng.range(1, 512)][i % 8]
+    } else if name == "norm_mv_head" {
+        [1024, 2560, 1024, 3072, 768, 1024, 2560, 256][i % 8]
     } else {
         [1024, 2560, 4096, 576, 640, 2048, 256 * rng.range(1, 16), 32 * rng.range(1, 128)][i % 8]
     };
@@ -251,6 +257,10 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
                 ws.push((f.add(rng, ty, r, n, 1.0)?, r));
             }
             Op::Multi(ws)
+        }
+        "norm_mv_head" => {
+            let r = [6_003, 4_001, 5_120, 3_609, 4_803, 4_805, 3_601, 4_811][i % 8];
+            Op::Multi(vec![(f.add(rng, GgmlType::Q6_K, r, n, 1.0)?, r)])
         }
         "norm_mv_glu" => {
             let (ty, r) = (pick_type(rng, n), rows(rng));
@@ -284,13 +294,19 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
             }
         };
         gpu.set_fuse_mv(true);
-        let before = gpu.fused_mv_launches();
+        let (before, head_before) = (gpu.fused_mv_launches(), gpu.head_launches());
         let fused = run_case(gpu, files, &c);
-        let taken = gpu.fused_mv_launches() - before;
+        let (taken, head) = (gpu.fused_mv_launches() - before, gpu.head_launches() - head_before);
         gpu.set_fuse_mv(false);
         let plain = run_case(gpu, files, &c);
         gpu.set_fuse_mv(true);
         let plain_launches = gpu.fused_mv_launches() - before - taken;
+        let plain_head = gpu.head_launches() - head_before - head;
+        // The head check's weights never fit one wave: each case is one head launch.
+        let want_head = (name == "norm_mv_head") as u64;
+        if head != want_head || plain_head != 0 {
+            acc.fail(format!("case {i} (n={} {:?}): {head} head launches with the fusion on, {plain_head} with it off (expected {want_head} and 0)", c.n, c.op));
+        }
         let want = run_case(cpu, files, &c);
         match (fused, plain, want) {
             (Ok(a), Ok(b), Ok(w)) => {
@@ -320,7 +336,7 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
 /// Every `norm_mv_*` check whose name contains `filter` (`cases` random cases each, at
 /// least 8 so every row length of the list runs).
 pub fn run(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {
-    let names = ["norm_mv_multi", "norm_mv_glu", "norm_mv_quant"];
+    let names = ["norm_mv_multi", "norm_mv_glu", "norm_mv_quant", "norm_mv_head"];
     let chosen: Vec<&str> = names.iter().copied().filter(|n| filter.map(|f| n.contains(f) || format!("{n}_bits").contains(f)).unwrap_or(true)).collect();
     if chosen.is_empty() || cases == 0 {
         return Vec::new();
