@@ -248,20 +248,7 @@ impl Backend for GpuBackend {
     }
 
     fn read_with(&mut self, buf: Buf, n: usize, host: &mut Vec<f32>, f: &mut dyn FnMut(&[f32])) -> Result<()> {
-        let (p, len) = self.buf(buf)?;
-        Self::check_len("read", buf, len, n)?;
-        self.end_step()?;
-        self.retired.clear();
-        // The driver's page-locked buffers are page-aligned, so the f32 view always exists.
-        match self.readback.read_pinned(&self.dev, p, n * 4).map_err(derr("read"))?.map(bytemuck::try_cast_slice::<u8, f32>) {
-            Some(Ok(vals)) => f(vals),
-            _ => {
-                host.resize(n, 0.0);
-                self.readback.read(&self.dev, p, bytemuck::cast_slice_mut(&mut host[..n])).map_err(derr("read"))?;
-                f(&host[..n]);
-            }
-        }
-        Ok(())
+        self.read_lent(buf, n, host, f)
     }
 
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
@@ -561,16 +548,7 @@ impl Backend for GpuBackend {
     }
 
     fn matmul_residual(&mut self, w: &WeightRef, x: Buf, n_tok: usize, residual: Buf, y: Buf) -> Result<bool> {
-        // One token, fused: the matvec adds into the residual in place (decode_mv_quant).
-        if n_tok == 1 && self.numerics == Numerics::Fast && !(self.gemm_prefill && self.blas_wanted(w, n_tok)) {
-            let (_, rn) = self.buf(residual)?;
-            Self::check_len("matmul_residual", residual, rn, w.n_rows())?;
-            if self.quant_matmul(w, x, residual, true)? {
-                return Ok(true);
-            }
-        }
-        self.matmul(w, x, n_tok, y)?;
-        Ok(false)
+        self.fused_matmul_residual(w, x, n_tok, residual, y)
     }
 
     fn norm_matmul_multi(&mut self, norm: &NormIn, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {

@@ -231,6 +231,21 @@ impl GpuBackend {
         r
     }
 
+    /// `Backend::matmul_residual`: one token, fused, adds the product into the residual in
+    /// place (decode_mv_quant's epilogue); otherwise the plain matmul into `y`, left for
+    /// the next norm to add.
+    pub(super) fn fused_matmul_residual(&mut self, w: &WeightRef, x: Buf, n_tok: usize, residual: Buf, y: Buf) -> Result<bool> {
+        if n_tok == 1 && self.numerics == super::Numerics::Fast && !(self.gemm_prefill && self.blas_wanted(w, n_tok)) {
+            let (_, rn) = self.buf(residual)?;
+            Self::check_len("matmul_residual", residual, rn, w.n_rows())?;
+            if self.quant_matmul(w, x, residual, true)? {
+                return Ok(true);
+            }
+        }
+        self.matmul(w, x, n_tok, y)?;
+        Ok(false)
+    }
+
     /// `matmul` of one token whose input has no valid quantized form: one launch that
     /// quantizes `x` in its prologue. Ok(false): not taken (the caller runs the usual path).
     /// With `acc`, `y` is that buffer and the product is added to it (`y[r] = y[r] + W x`,

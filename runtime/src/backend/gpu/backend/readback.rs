@@ -6,9 +6,32 @@
 //! `Backend::read_with`), which is where pinned memory pays. `LODE_PINNED_READ=0` reads
 //! straight into the caller's memory (for A/B runs); a failed pinned allocation does too.
 
+use super::{derr, GpuBackend};
 use crate::backend::gpu::device::{GpuDevice, PinnedHost};
 use crate::backend::gpu::driver::DevPtr;
 use crate::backend::gpu::driver::DriverError;
+use crate::backend::Buf;
+
+impl GpuBackend {
+    /// `Backend::read_with`: the values lent from the page-locked buffer; through the
+    /// caller's `host` only when pinned reads are off.
+    pub(super) fn read_lent(&mut self, buf: Buf, n: usize, host: &mut Vec<f32>, f: &mut dyn FnMut(&[f32])) -> crate::backend::Result<()> {
+        let (p, len) = self.buf(buf)?;
+        Self::check_len("read", buf, len, n)?;
+        self.end_step()?;
+        self.retired.clear();
+        // The driver's page-locked buffers are page-aligned, so the f32 view always exists.
+        match self.readback.read_pinned(&self.dev, p, n * 4).map_err(derr("read"))?.map(bytemuck::try_cast_slice::<u8, f32>) {
+            Some(Ok(vals)) => f(vals),
+            _ => {
+                host.resize(n, 0.0);
+                self.readback.read(&self.dev, p, bytemuck::cast_slice_mut(&mut host[..n])).map_err(derr("read"))?;
+                f(&host[..n]);
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Reads smaller than this go straight to the caller's memory (one logits row of a small
 /// vocabulary, positions, test reads): the extra host copy would cost more than it saves.
