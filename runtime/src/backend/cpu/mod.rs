@@ -509,6 +509,19 @@ mod tests {
     use super::*;
     use crate::backend::RopeMode;
 
+    /// `read_with`'s default hands over the buffer's first values through the caller's
+    /// scratch, and refuses a read past the buffer's end with an error.
+    #[test]
+    fn read_with_hands_over_the_values() {
+        let mut be = CpuBackend::new(1).unwrap();
+        let buf = be.alloc(5).unwrap();
+        be.write(buf, &[1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
+        let (mut host, mut got) = (Vec::new(), Vec::new());
+        be.read_with(buf, 3, &mut host, &mut |v| got.extend_from_slice(v)).unwrap();
+        assert_eq!(got, [1.0, 2.0, 3.0]);
+        assert!(be.read_with(buf, 6, &mut host, &mut |_| {}).is_err());
+    }
+
     /// One-position rope reuses its table only for the same position and parameters.
     #[test]
     fn rope_table_memo_never_goes_stale() {

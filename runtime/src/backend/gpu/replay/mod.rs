@@ -412,13 +412,25 @@ impl<X: Executor> Launch for Rec<'_, X> {
 /// the decode attention); results are then unchanged.
 fn repeats(name: &str) -> usize {
     static SPEC: std::sync::OnceLock<Option<(String, usize)>> = std::sync::OnceLock::new();
-    let spec = SPEC.get_or_init(|| {
-        let v = std::env::var("LODE_REPEAT_KERNEL").ok()?;
-        let (k, n) = v.split_once(':').map(|(k, n)| (k, n.parse().unwrap_or(1))).unwrap_or((v.as_str(), 1));
-        Some((k.to_string(), n))
-    });
+    let spec = SPEC.get_or_init(|| std::env::var("LODE_REPEAT_KERNEL").ok().map(|v| repeat_spec(&v)));
     match spec {
         Some((k, n)) if k == name => *n,
         _ => 0,
+    }
+}
+
+/// `name[:n]` → (name, n); n defaults to 1 (also when it does not parse).
+fn repeat_spec(v: &str) -> (String, usize) {
+    let (k, n) = v.split_once(':').map(|(k, n)| (k, n.parse().unwrap_or(1))).unwrap_or((v, 1));
+    (k.to_string(), n)
+}
+
+#[cfg(test)]
+mod repeat_tests {
+    #[test]
+    fn repeat_spec_reads_name_and_count() {
+        assert_eq!(super::repeat_spec("decode_mv_norm4"), ("decode_mv_norm4".to_string(), 1));
+        assert_eq!(super::repeat_spec("attn_decode_d128:3"), ("attn_decode_d128".to_string(), 3));
+        assert_eq!(super::repeat_spec("k:x"), ("k".to_string(), 1));
     }
 }
