@@ -148,6 +148,25 @@ fn weights(rng: &mut Rng, c: &Case, w8: &[u8], rows: usize) -> Result<GgufFile, 
     GgufFile::from_bytes(g.to_bytes().map_err(|e| e.to_string())?).map_err(|e| e.to_string())
 }
 
+/// Case `c`'s weights (one GGUF) and inputs, drawn from `rng` in one fixed order (the
+/// GPU check and its host test see the same data for the same seed).
+fn case_data(rng: &mut Rng, c: &Case) -> Result<(GgufFile, Data), String> {
+    let row = c.n_kv * c.hd;
+    let w8_rows = 8;
+    let wv = rng.vec(w8_rows * c.n_head * c.hd, 1.0);
+    let mut w8 = vec![0u8; GgmlType::Q8_0.bytes_for(wv.len() as u64).ok_or("partial block")? as usize];
+    quant::quantize(GgmlType::Q8_0, &wv, &mut w8).map_err(|e| e.to_string())?;
+    let f = weights(rng, c, &w8, w8_rows)?;
+    let d = Data {
+        hist_k: rng.vec(c.pos * row, 2.0),
+        hist_v: rng.vec(c.pos * row, 1.5),
+        steps: (0..2).map(|_| (rng.vec(c.n_head * c.hd, 2.0), rng.vec(row, 2.0), rng.vec(row, 1.5))).collect(),
+        w8,
+        w8_rows,
+    };
+    Ok((f, d))
+}
+
 fn wref<'a>(f: &'a GgufFile, name: &str, id: u32) -> WeightRef<'a> {
     WeightRef { id: WeightId(id), view: f.tensor(name).expect("the case file has the tensor") }
 }
@@ -220,19 +239,9 @@ fn h2f(b: u16) -> f32 {
 /// of its bytes, so a freed file's address must not come back as another weight.
 fn check_case(gpu: &mut GpuBackend, cpu: &mut CpuBackend, rng: &mut Rng, c: &Case, idx: usize, files: &mut Vec<GgufFile>, acc: &mut Acc) -> Result<(), String> {
     let row = c.n_kv * c.hd;
-    let w8_rows = 8;
-    let wv = rng.vec(w8_rows * c.n_head * c.hd, 1.0);
-    let mut w8 = vec![0u8; GgmlType::Q8_0.bytes_for(wv.len() as u64).ok_or("partial block")? as usize];
-    quant::quantize(GgmlType::Q8_0, &wv, &mut w8).map_err(|e| e.to_string())?;
-    files.push(weights(rng, c, &w8, w8_rows)?);
+    let (file, d) = case_data(rng, c)?;
+    files.push(file);
     let f: &GgufFile = files.last().ok_or("no file")?;
-    let d = Data {
-        hist_k: rng.vec(c.pos * row, 2.0),
-        hist_v: rng.vec(c.pos * row, 1.5),
-        steps: (0..2).map(|_| (rng.vec(c.n_head * c.hd, 2.0), rng.vec(row, 2.0), rng.vec(row, 1.5))).collect(),
-        w8,
-        w8_rows,
-    };
     gpu.set_attn_part_keys(c.part_keys);
     gpu.set_attn_spread(c.spread);
     let g = run_steps(gpu, c, &d, f, ids(idx), &mut |be: &mut GpuBackend, kv| be.read_kv(kv, 0).map(Some)).map_err(|e| format!("gpu: {e}"))?;
@@ -279,8 +288,8 @@ fn check_case(gpu: &mut GpuBackend, cpu: &mut CpuBackend, rng: &mut Rng, c: &Cas
         let cpu_out: Vec<f64> = hs.out.iter().map(|&x| x as f64).collect();
         acc.cmp(&format!("{case} vs cpu"), &gs.out, &cpu_out, |_| 6e-3 * vmax);
         // The projection read the q8_1 blocks the kernel wrote.
-        let mut y = vec![0f32; w8_rows];
-        quant::matmul(&d.w8, GgmlType::Q8_0, w8_rows, c.n_head * c.hd, &gs.out, 1, &mut y).map_err(|e| e.to_string())?;
+        let mut y = vec![0f32; d.w8_rows];
+        quant::matmul(&d.w8, GgmlType::Q8_0, d.w8_rows, c.n_head * c.hd, &gs.out, 1, &mut y).map_err(|e| e.to_string())?;
         let yw: Vec<f64> = y.iter().map(|&x| x as f64).collect();
         acc.cmp(&format!("{case} projection"), &gs.y, &yw, |i| 2e-3 * yw[i].abs() + 0.05);
         prev = Some((kc.clone(), vc.clone()));
@@ -340,20 +349,8 @@ mod tests {
         let mut cpu = CpuBackend::new(2).expect("cpu backend");
         let mut rng = Rng::new(7);
         for c in cases() {
-            let row = c.n_kv * c.hd;
-            let w8_rows = 8;
-            let wv = rng.vec(w8_rows * c.n_head * c.hd, 1.0);
-            let mut w8 = vec![0u8; GgmlType::Q8_0.bytes_for(wv.len() as u64).unwrap() as usize];
-            quant::quantize(GgmlType::Q8_0, &wv, &mut w8).unwrap();
-            let f = weights(&mut rng, &c, &w8, w8_rows).unwrap();
+            let (f, d) = case_data(&mut rng, &c).unwrap();
             let id = ids(0);
-            let d = Data {
-                hist_k: rng.vec(c.pos * row, 2.0),
-                hist_v: rng.vec(c.pos * row, 1.5),
-                steps: (0..2).map(|_| (rng.vec(c.n_head * c.hd, 2.0), rng.vec(row, 2.0), rng.vec(row, 1.5))).collect(),
-                w8,
-                w8_rows,
-            };
             let h = run_steps(&mut cpu, &c, &d, &f, id, &mut |_: &mut CpuBackend, _| Ok(None)).unwrap();
             let vmax = d.steps.iter().map(|s| &s.2).chain([&d.hist_v]).flat_map(|v| v.iter()).fold(0f32, |m, x| m.max(x.abs())) as f64;
             let mut kc: Vec<u16> = d.hist_k.iter().map(|&x| f16(x)).collect();
