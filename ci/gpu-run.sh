@@ -7,7 +7,7 @@
 #   REAL_MODELS="/tmp/smol.gguf /tmp/gemma.gguf" (real GGUFs brought by ci/model-pieces.sh in earlier calls; optional)
 #   PRESETS="qwen3-0.6b qwen3-4b llama-8b" (bench)   CASES=N (default 30)   PP=512,2048 (bench prompt sizes)
 #   AB_ENV="LODE_PDL=0" (bench: each preset again with these variables set, for an A/B in one call)
-# Stages: selftest rtc e2e bench kld profile ncu repeat residency replay (default all but profile, ncu, repeat).
+# Stages: selftest rtc e2e bench kld profile timeline ncu repeat residency replay (default all but profile, timeline, ncu, repeat).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
@@ -86,6 +86,28 @@ if stage profile && command -v nsys >/dev/null; then
     nsys profile --cuda-graph-trace=node -o "/tmp/prof-$P" --force-overwrite true \
       "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 64 -r 1 --no-warmup >/dev/null 2>&1
     nsys stats --report cuda_gpu_kern_sum --format csv "/tmp/prof-$P.nsys-rep" 2>/dev/null | cut -d, -f1-9 | head -40
+  done
+fi
+# nsys: Nsight Systems where installed, else the copy inside Nsight Compute (whose
+# reports need its QdstrmImporter run by hand).
+NSYS="${NSYS:-$(command -v nsys || ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | head -1)}"
+if stage timeline && [ -n "$NSYS" ]; then
+  # A decode token's wall time on the GPU's timeline: kernels, gaps, the logits read, and
+  # the host calls while the GPU idles (ci/timeline.py over nsys's traces).
+  for P in ${PROFILE_PRESETS:-qwen3-0.6b}; do
+    synth "$P" "$MD/$P.gguf" || continue
+    echo "== timeline: $P tg64 (${TL_ENV:-defaults})"
+    rm -f /tmp/tl-$P.*
+    (export ${TL_ENV:-LODE_TL=1}; "$T" 180 "$NSYS" profile --trace=cuda --cuda-graph-trace=${TL_GRAPH_TRACE:-node} -o "/tmp/tl-$P" --force-overwrite true \
+      "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 64 -r 1 --no-warmup >/dev/null 2>&1)
+    if [ ! -f "/tmp/tl-$P.nsys-rep" ] && [ -f "/tmp/tl-$P.qdstrm" ]; then
+      imp=$(ls "$(dirname "$NSYS")"/../*/QdstrmImporter 2>/dev/null | head -1)
+      # NSYS_LIBS: a folder with what the importer lacks on this image (libdw.so.1).
+      [ -n "$imp" ] && LD_LIBRARY_PATH="${NSYS_LIBS:-}:$(dirname "$imp"):${LD_LIBRARY_PATH:-}" "$T" 120 "$imp" -i "/tmp/tl-$P.qdstrm" > "$OUT/tl-$P-import.log" 2>&1
+    fi
+    "$NSYS" export --type sqlite --force-overwrite true -o "/tmp/tl-$P.sqlite" "/tmp/tl-$P.nsys-rep" >/dev/null 2>"$OUT/tl-$P-export.err"
+    python3 ci/timeline.py "/tmp/tl-$P.sqlite" || true
+    gzip -c "/tmp/tl-$P.sqlite" > "$OUT/tl-$P.sqlite.gz"
   done
 fi
 if stage ncu; then

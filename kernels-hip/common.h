@@ -50,6 +50,28 @@ DEV void pdl_entry() {
 #else
 DEV void pdl_entry() {}
 #endif
+// f32 sums and products the compiler must not fuse into an FMA: the result is then the
+// same whichever way a sum is split (the decode matvec accumulators, whose steps may run
+// in one warp or in several and be added afterwards), and equal to the CPU's rounding
+// where that matters (dequant.hip).
+#ifdef LODE_AMD
+DEV float mul_rn(float a, float b) {
+#pragma clang fp contract(off)
+    return a * b;
+}
+DEV float add_rn(float a, float b) {
+#pragma clang fp contract(off)
+    return a + b;
+}
+DEV float sub_rn(float a, float b) {
+#pragma clang fp contract(off)
+    return a - b;
+}
+#else
+DEV float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+DEV float add_rn(float a, float b) { return __fadd_rn(a, b); }
+DEV float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+#endif
 // The block size a kernel is always launched with (caps registers so it fits).
 // LAUNCH_BOUNDS_MIN(n, m) also asks for m resident blocks per multiprocessor (NVIDIA:
 // caps registers so that many fit; AMD: the work-group size bound only).

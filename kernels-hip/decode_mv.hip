@@ -372,12 +372,13 @@ NORM_GLU(decode_mv_glu16, 16, 2)
 
 #define QUANT_MAX 16384
 
-// x [k] f32 -> the activation form of type TY in shared memory (quantize.hip's codes).
+// x [k] f32 -> the activation form of type TY in shared memory (quantize.hip's codes),
+// by the block's nwarp warps.
 template <int TY>
-DEV void quant_stage(const float* x, int k, block_q8_1* sa) {
+DEV void quant_stage(const float* x, int k, block_q8_1* sa, int nwarp) {
     const int lane = tid_x() & 31, wp = tid_x() >> 5;
     if (TY >= 10) {
-        for (int sb = wp; sb < k / 256; sb += 8) {
+        for (int sb = wp; sb < k / 256; sb += nwarp) {
             const f32x4* p = (const f32x4*)(x + sb * 256 + 8 * lane);
             const f32x4 p0 = p[0], p1 = p[1];
             const float v[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
@@ -386,45 +387,68 @@ DEV void quant_stage(const float* x, int k, block_q8_1* sa) {
             q8k_warp_store(sa + sb * 8, c, d);
         }
     } else {
-        for (int blk = wp; blk < k / 32; blk += 8) q8_block_store(sa + blk, x[blk * 32 + lane]);
+        for (int blk = wp; blk < k / 32; blk += nwarp) q8_block_store(sa + blk, x[blk * 32 + lane]);
     }
 }
 
+// Warps per row: with wpr > 1 (K-quant rows of at most wpr steps) warp j of a row takes its
+// step j alone, so each warp's chain is one step instead of the row's; the per-lane
+// partial sums meet in shared memory and are added in step order — the additions the
+// one-warp loop makes (mv_dot.h adds each step's product with add_rn, no FMA), so the
+// result is bit-identical to wpr = 1. The block is 8 rows × wpr warps, and its prologue
+// (the quantization) is shared by all of them.
 template <int TY>
-DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int acc, block_q8_1* sa) {
+DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int acc, int wpr, block_q8_1* sa, float* part) {
     typedef Mv<TY> M;
-    const int row = bid_x() * 8 + (tid_x() >> 5);
+    const int wp = tid_x() >> 5, lane = tid_x() & 31, r8 = wp & 7, j = wp >> 3;
+    const int row = bid_x() * 8 + r8;
     const bool live = row < rows;
     const int nu = k / M::UNIT;
+    const int u0 = wpr > 1 ? j * M::STEP : 0;
+    const bool mine = live && u0 < nu;
     const u8* wr = W + (u64)(live ? row : 0) * nu * M::BB;
     typename M::W cur;
-    if (live) M::load(wr, nu, 0, cur);
+    if (mine) M::load(wr, nu, u0, cur);
     pdl_entry();
     // The residual this row adds to (written by an earlier kernel: read after the wait),
     // in flight during the prologue.
-    const float base = (acc && live && (tid_x() & 31) == 0) ? y[row] : 0.0f;
-    quant_stage<TY>(x, k, sa);
+    const float base = (acc && live && j == 0 && lane == 0) ? y[row] : 0.0f;
+    quant_stage<TY>(x, k, sa, 8 * wpr);
     sync();
-    if (!live) return;
-    const float r = row_finish<TY>(cur, wr, sa, nu);
-    if ((tid_x() & 31) == 0) y[row] = acc ? base + r : r;
+    float r;
+    if (wpr == 1) {
+        if (!live) return;
+        r = row_finish<TY>(cur, wr, sa, nu);
+    } else {
+        float a[1] = {0.0f};
+        if (mine) M::dot(cur, sa, nu, u0, a);
+        part[wp * 32 + lane] = a[0];
+        sync();
+        if (j != 0 || !live) return;
+        float s = part[r8 * 32 + lane];
+        for (int jj = 1; jj < wpr && jj * M::STEP < nu; ++jj) s = add_rn(s, part[(jj * 8 + r8) * 32 + lane]);
+        r = warp_sum(s);
+    }
+    if (lane == 0) y[row] = acc ? base + r : r;
 }
 
 // y = W x (acc != 0: y = y + W x, the residual add, y read and written by its row's warp
 // only) with x [k] f32 quantized in the prologue (k % 32 == 0, % 256 for the K-quants,
 // k <= QUANT_MAX); W: [rows, k] of type code ty; y: [rows] f32.
-// grid (ceil(rows / 8)), block 256.
-KERNEL LAUNCH_BOUNDS(256) void decode_mv_quant(const float* x, int k, const u8* W, float* y, int rows, int ty, int acc) {
+// grid (ceil(rows / 8)), block 256 wpr (wpr 1, 2 or 4; above 1 only for the K-quants, rows of
+// at most wpr steps: see quant_run).
+KERNEL LAUNCH_BOUNDS(1024) void decode_mv_quant(const float* x, int k, const u8* W, float* y, int rows, int ty, int acc, int wpr) {
     __shared__ __attribute__((aligned(16))) block_q8_1 sa[QUANT_MAX / 32];
+    __shared__ float part[32 * 32];
     switch (ty) {
-    case 0: quant_run<0>(x, k, W, y, rows, acc, sa); break;
-    case 1: quant_run<1>(x, k, W, y, rows, acc, sa); break;
-    case 2: quant_run<2>(x, k, W, y, rows, acc, sa); break;
-    case 3: quant_run<3>(x, k, W, y, rows, acc, sa); break;
-    case 4: quant_run<4>(x, k, W, y, rows, acc, sa); break;
-    case 10: quant_run<10>(x, k, W, y, rows, acc, sa); break;
-    case 11: quant_run<11>(x, k, W, y, rows, acc, sa); break;
-    case 12: quant_run<12>(x, k, W, y, rows, acc, sa); break;
+    case 0: quant_run<0>(x, k, W, y, rows, acc, 1, sa, part); break;
+    case 1: quant_run<1>(x, k, W, y, rows, acc, 1, sa, part); break;
+    case 2: quant_run<2>(x, k, W, y, rows, acc, 1, sa, part); break;
+    case 3: quant_run<3>(x, k, W, y, rows, acc, 1, sa, part); break;
+    case 4: quant_run<4>(x, k, W, y, rows, acc, 1, sa, part); break;
+    case 10: quant_run<10>(x, k, W, y, rows, acc, wpr, sa, part); break;
+    case 11: quant_run<11>(x, k, W, y, rows, acc, wpr, sa, part); break;
+    case 12: quant_run<12>(x, k, W, y, rows, acc, wpr, sa, part); break;
     default: break;
     }
 }

@@ -17,25 +17,8 @@
 //   the f32 activations (`LODE_PREFILL_ACT=f16`).
 #include "common.h"
 
-// f32 products and sums that the compiler must not fuse into an FMA (the CPU rounds each).
-#ifdef LODE_AMD
-DEV float mul_rn(float a, float b) {
-#pragma clang fp contract(off)
-    return a * b;
-}
-DEV float add_rn(float a, float b) {
-#pragma clang fp contract(off)
-    return a + b;
-}
-DEV float sub_rn(float a, float b) {
-#pragma clang fp contract(off)
-    return a - b;
-}
-#else
-DEV float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-DEV float add_rn(float a, float b) { return __fadd_rn(a, b); }
-DEV float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-#endif
+// mul_rn / add_rn / sub_rn (common.h): f32 products and sums the compiler must not fuse
+// into an FMA (the CPU rounds each).
 
 DEV float f16_at(const u8* p) { return h2f((u16)((u32)p[0] | ((u32)p[1] << 8))); }
 DEV u32 u32_at(const u8* p) { return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24); }

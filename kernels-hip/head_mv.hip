@@ -221,7 +221,7 @@ DEV void q6k_dot_raw(const u32* A, const u32* B, const u32* H, const u32* S, u32
     int isum = 0;
 #pragma unroll
     for (int g = 0; g < 4; ++g) isum += sc[g] * dot4((int)v[g][1], x.c[g][1], dot4((int)v[g][0], x.c[g][0], 0));
-    acc += x.dx * d4 * (float)isum;
+    acc = add_rn(acc, x.dx * d4 * (float)isum);  // as mv_dot.h (no FMA), bit for bit
 }
 
 // The super-block at b (global or shared, any 2-byte-aligned address).

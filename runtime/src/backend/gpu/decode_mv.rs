@@ -158,16 +158,38 @@ pub fn norm_glu(d: &dyn Launch, a: &Norm, gate: DevPtr, up: DevPtr, ty: GgmlType
     Ok(())
 }
 
+/// Warps per row `decode_mv_quant` can give a row of `k` values of `ty`: one per step of
+/// the one-warp loop (a step: 8 Q4_K or 4 Q5_K / Q6_K super-blocks) when that is 2 or 4
+/// (3 steps take 4 warps, one idle), else 1. The 32-element types add two slots per step
+/// and stay at 1 (their split sums would not be the one-warp loop's, bit for bit).
+pub fn quant_warps_per_row(ty: GgmlType, k: usize) -> usize {
+    let step = match ty {
+        GgmlType::Q4_K => 8 * 256,
+        GgmlType::Q5_K | GgmlType::Q6_K => 4 * 256,
+        _ => return 1,
+    };
+    match k.div_ceil(step) {
+        2 => 2,
+        3 | 4 => 4,
+        _ => 1,
+    }
+}
+
 /// One launch: y = W · x with x [k] f32 quantized inside the kernel to the form `ty`
 /// reads (`acc`: y = y + W · x, the residual add in the epilogue). w: [rows, k] of ty;
-/// y: [rows] f32; k <= [`QUANT_MAX`].
+/// y: [rows] f32; k <= [`QUANT_MAX`]; `wpr`: warps per row (1, or
+/// [`quant_warps_per_row`]'s figure), blocks of 256 `wpr` threads.
 #[allow(clippy::too_many_arguments)]
-pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, acc: bool) -> R {
+pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, acc: bool, wpr: usize) -> R {
     let code = type_code(ty).filter(|_| supports(ty, k) && k <= QUANT_MAX).ok_or_else(|| unsupported(format!("quant_mv: {ty} weights with rows of {k}")))?;
+    if wpr != 1 && wpr != quant_warps_per_row(ty, k) {
+        return Err(unsupported(format!("quant_mv: {wpr} warps per row for {ty} rows of {k}")));
+    }
     if rows == 0 {
         return Ok(());
     }
-    d.launch("decode_mv_quant", [rows.div_ceil(ROWS) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize)])?;
+    let block = 256 * wpr as u32;
+    d.launch("decode_mv_quant", [rows.div_ceil(ROWS) as u32, 1, 1], [block, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize), i(wpr)])?;
     Ok(())
 }
 
@@ -185,5 +207,17 @@ mod tests {
         assert!(!fits_one_wave(norm_kernel(2560, false), 6144, 132));
         assert!(!fits_one_wave(norm_kernel(2560, true), 9728, 132));
         assert_eq!(norm_kernel(4096, true), "decode_mv_glu16");
+    }
+
+    #[test]
+    fn warps_per_row_follow_the_steps() {
+        // Qwen3-0.6B: o (2048, one Q4_K step) 1; down (3072) Q4_K 2 steps, Q6_K 3 → 4.
+        assert_eq!(quant_warps_per_row(GgmlType::Q4_K, 2048), 1);
+        assert_eq!(quant_warps_per_row(GgmlType::Q4_K, 3072), 2);
+        assert_eq!(quant_warps_per_row(GgmlType::Q6_K, 3072), 4);
+        assert_eq!(quant_warps_per_row(GgmlType::Q6_K, 4096), 4);
+        // Qwen3-4B's down (9728: 5 Q4_K steps) and the 32-element types: one warp.
+        assert_eq!(quant_warps_per_row(GgmlType::Q4_K, 9728), 1);
+        assert_eq!(quant_warps_per_row(GgmlType::Q8_0, 3072), 1);
     }
 }

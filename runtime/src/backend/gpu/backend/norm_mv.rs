@@ -37,13 +37,16 @@ pub(super) struct MvFuse {
     /// The device's multiprocessors (the launches' block cap), read once.
     sms: Option<usize>,
     /// Blocks per multiprocessor of each kernel, from the driver's occupancy calculator
-    /// (else `decode_mv::blocks_per_sm`'s sm_90 figures), read once per kernel.
-    per_sm: Vec<(&'static str, usize)>,
+    /// (else `decode_mv::blocks_per_sm`'s sm_90 figures), read once per kernel and block size.
+    per_sm: Vec<(&'static str, u32, usize)>,
+    /// `LODE_MV_SPLIT` (default on): `decode_mv_quant` gives a row of 2–4 steps one warp
+    /// per step (`decode_mv::quant_warps_per_row`).
+    pub(super) split: bool,
 }
 
 impl MvFuse {
     pub(super) fn from_env() -> MvFuse {
-        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new() }
+        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new(), split: std::env::var("LODE_MV_SPLIT").map(|v| v != "0").unwrap_or(true) }
     }
 }
 
@@ -86,15 +89,35 @@ impl GpuBackend {
         decode_mv::fits_one_wave_at(rows, sms, per_sm)
     }
 
+    /// Warps per row for a `decode_mv_quant` launch (`decode_mv::quant_warps_per_row`) when
+    /// its larger blocks still fit one wave, else 1; `LODE_MV_SPLIT=0`: always 1.
+    fn quant_wpr(&mut self, ty: crate::quant::GgmlType, k: usize, rows: usize) -> usize {
+        let wpr = decode_mv::quant_warps_per_row(ty, k);
+        if wpr == 1 || !self.mv.split {
+            return 1;
+        }
+        let sms = self.mv_sms();
+        let per_sm = self.mv_per_sm_at("decode_mv_quant", decode_mv::BLOCK * wpr as u32, || 4 / wpr);
+        if decode_mv::fits_one_wave_at(rows, sms, per_sm) {
+            wpr
+        } else {
+            1
+        }
+    }
+
     /// Resident blocks of `block` threads of `kernel` per multiprocessor (the driver's
     /// figure, else `fallback`), read once per kernel.
     fn mv_per_sm(&mut self, kernel: &'static str, block: u32, fallback: impl FnOnce() -> usize) -> usize {
-        match self.mv.per_sm.iter().find(|(k, _)| *k == kernel) {
-            Some(&(_, n)) => n,
+        self.mv_per_sm_at(kernel, block, fallback)
+    }
+
+    fn mv_per_sm_at(&mut self, kernel: &'static str, block: u32, fallback: impl FnOnce() -> usize) -> usize {
+        match self.mv.per_sm.iter().find(|(k, b, _)| *k == kernel && *b == block) {
+            Some(&(_, _, n)) => n,
             None => {
                 let n = self.dev.max_active_blocks(kernel, block).map(|n| n as usize).unwrap_or_else(fallback);
-                tracing::debug!("{kernel}: {n} blocks per multiprocessor");
-                self.mv.per_sm.push((kernel, n));
+                tracing::debug!("{kernel}: {n} blocks of {block} threads per multiprocessor");
+                self.mv.per_sm.push((kernel, block, n));
                 n
             }
         }
@@ -262,7 +285,8 @@ impl GpuBackend {
         Self::check_len("matmul", y, yn, w.n_rows())?;
         let wp = self.weight(w)?;
         self.mv.launches += 1;
-        let r = decode_mv::quant_mv(&self.rec(), xp, k, wp, ty, w.n_rows(), yp, acc).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
+        let wpr = self.quant_wpr(ty, k, w.n_rows());
+        let r = decode_mv::quant_mv(&self.rec(), xp, k, wp, ty, w.n_rows(), yp, acc, wpr).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
         self.touch(y);
         r.map(|_| true)
     }
