@@ -148,47 +148,54 @@ struct NormArgs {
     float eps;
 };
 
-// Thread t's norm weights (element t + 256 q), loaded before pdl_entry (weights only).
-template <int Q>
+// Blocks of NT threads (256, or 1024: one block per multiprocessor, whose prologue then
+// runs once per multiprocessor instead of four times); each thread holds QT = 256 Q / NT
+// elements of the row, t + NT q.
+
+// Thread t's norm weights (element t + NT q), loaded before pdl_entry (weights only).
+template <int Q, int NT>
 DEV void norm_wload(const NormArgs& a, float* wv) {
     const int t = tid_x();
 #pragma unroll
-    for (int q = 0; q < Q; ++q) {
-        const int i = t + 256 * q;
+    for (int q = 0; q < 256 * Q / NT; ++q) {
+        const int i = t + NT * q;
         wv[q] = (a.nw && i < a.n) ? a.nw[i] : 1.0f;
     }
 }
 
-// norm_q8_row's arithmetic with 256 threads: thread t plays virtual threads t + 256 m
-// (m < 4) of its 1024, whose elements are t + 256 m + 1024 j; each virtual thread's
+// norm_q8_row's arithmetic with NT threads: thread t plays virtual threads t + NT m
+// (m < 1024 / NT) of its 1024, whose elements are t + NT m + 1024 j; each virtual thread's
 // sum of squares, each virtual warp's butterfly and the 32-warp total are the same
 // operations in the same order. Leaves the q8_1 and / or K form in shared memory; thread
 // 0 returns its ticket in *ticket when add is given.
-template <int Q>
+template <int Q, int NT>
 DEV void norm_prologue(const NormArgs& a, const float* wv, bool need_q8, bool need_k, NormSh<Q>& sh, u32* ticket) {
+    enum { QT = 256 * Q / NT, M = 1024 / NT, NW = NT / 32 };
     const int t = tid_x(), lane = t & 31, wp = t >> 5, n = a.n;
-    float v[Q];
-    float ss[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float v[QT];
+    float ss[M];
 #pragma unroll
-    for (int q = 0; q < Q; ++q) {
-        const int i = t + 256 * q;
+    for (int m = 0; m < M; ++m) ss[m] = 0.0f;
+#pragma unroll
+    for (int q = 0; q < QT; ++q) {
+        const int i = t + NT * q;
         v[q] = 0.0f;
         if (i < n) {
             float x = a.x[i];
             if (a.add) x += a.add[i];
             v[q] = x;
-            ss[q & 3] += x * x;
+            ss[q % M] += x * x;
         }
     }
     if (a.add) {
 #pragma unroll
-        for (int q = 0; q < Q; ++q)
-            if (t + 256 * q < n) sh.sum[t + 256 * q] = v[q];
+        for (int q = 0; q < QT; ++q)
+            if (t + NT * q < n) sh.sum[t + NT * q] = v[q];
     }
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
+    for (int m = 0; m < M; ++m) {
         const float s = warp_sum(ss[m]);
-        if (lane == 0) sh.red[wp + 8 * m] = s;
+        if (lane == 0) sh.red[wp + NW * m] = s;
     }
     sync();
     if (a.add && t == 0) *ticket = take_ticket(a.counter);
@@ -196,8 +203,8 @@ DEV void norm_prologue(const NormArgs& a, const float* wv, bool need_q8, bool ne
     const float scale = 1.0f / sqrt_f(tot / (float)n + a.eps);
     const bool write_out = bid_x() == 0;
 #pragma unroll
-    for (int q = 0; q < Q; ++q) {
-        const int i = t + 256 * q;
+    for (int q = 0; q < QT; ++q) {
+        const int i = t + NT * q;
         if (i < n) { // warp-uniform: n % 32 == 0
             float o = v[q] * scale;
             o *= wv[q];
@@ -208,7 +215,7 @@ DEV void norm_prologue(const NormArgs& a, const float* wv, bool need_q8, bool ne
     }
     if (need_k) {
         sync(); // the normalized row is staged
-        for (int sb = wp; sb < n / 256; sb += 8) {
+        for (int sb = wp; sb < n / 256; sb += NW) {
             const f32x4* p = (const f32x4*)(sh.o + sb * 256 + 8 * lane);
             const f32x4 p0 = p[0], p1 = p[1];
             const float vv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
@@ -242,20 +249,20 @@ struct Seg {
     int rows, ty;
 };
 
-template <int Q, int TY>
+template <int Q, int TY, int NT>
 DEV void norm_multi_run(const NormArgs& a, const Seg& s, int b, bool need_q8, bool need_k, NormSh<Q>& sh) {
     typedef Mv<TY> M;
-    const int row = b * 8 + (tid_x() >> 5);
+    const int row = b * (NT / 32) + (tid_x() >> 5);
     const bool live = row < s.rows;
     const int nu = a.n / M::UNIT;
     const u8* wr = s.W + (u64)(live ? row : 0) * nu * M::BB;
     typename M::W cur;
     if (live) M::load(wr, nu, 0, cur);
-    float wv[Q];
-    norm_wload<Q>(a, wv);
+    float wv[256 * Q / NT];
+    norm_wload<Q, NT>(a, wv);
     pdl_entry();
     u32 ticket = 0;
-    norm_prologue<Q>(a, wv, need_q8, need_k, sh, &ticket);
+    norm_prologue<Q, NT>(a, wv, need_q8, need_k, sh, &ticket);
     if (live) {
         const float r = row_finish<TY>(cur, wr, TY >= 10 ? sh.kf : sh.q8, nu);
         if ((tid_x() & 31) == 0) s.y[row] = r;
@@ -263,11 +270,11 @@ DEV void norm_multi_run(const NormArgs& a, const Seg& s, int b, bool need_q8, bo
     norm_tail(a, sh, ticket);
 }
 
-template <int Q>
+template <int Q, int NT>
 DEV void norm_multi(const NormArgs& a, Seg s0, Seg s1, Seg s2) {
     __shared__ NormSh<Q> sh;
     int b = bid_x();
-    const int nb0 = (s0.rows + 7) / 8, nb1 = (s1.rows + 7) / 8;
+    const int R = NT / 32, nb0 = (s0.rows + R - 1) / R, nb1 = (s1.rows + R - 1) / R;
     Seg s = s0;
     if (b >= nb0 + nb1) {
         b -= nb0 + nb1;
@@ -285,36 +292,37 @@ DEV void norm_multi(const NormArgs& a, Seg s0, Seg s1, Seg s2) {
         else need_q8 = true;
     }
     switch (s.ty) {
-    case 0: norm_multi_run<Q, 0>(a, s, b, need_q8, need_k, sh); break;
-    case 1: norm_multi_run<Q, 1>(a, s, b, need_q8, need_k, sh); break;
-    case 2: norm_multi_run<Q, 2>(a, s, b, need_q8, need_k, sh); break;
-    case 3: norm_multi_run<Q, 3>(a, s, b, need_q8, need_k, sh); break;
-    case 4: norm_multi_run<Q, 4>(a, s, b, need_q8, need_k, sh); break;
-    case 10: norm_multi_run<Q, 10>(a, s, b, need_q8, need_k, sh); break;
-    case 11: norm_multi_run<Q, 11>(a, s, b, need_q8, need_k, sh); break;
-    case 12: norm_multi_run<Q, 12>(a, s, b, need_q8, need_k, sh); break;
+    case 0: norm_multi_run<Q, 0, NT>(a, s, b, need_q8, need_k, sh); break;
+    case 1: norm_multi_run<Q, 1, NT>(a, s, b, need_q8, need_k, sh); break;
+    case 2: norm_multi_run<Q, 2, NT>(a, s, b, need_q8, need_k, sh); break;
+    case 3: norm_multi_run<Q, 3, NT>(a, s, b, need_q8, need_k, sh); break;
+    case 4: norm_multi_run<Q, 4, NT>(a, s, b, need_q8, need_k, sh); break;
+    case 10: norm_multi_run<Q, 10, NT>(a, s, b, need_q8, need_k, sh); break;
+    case 11: norm_multi_run<Q, 11, NT>(a, s, b, need_q8, need_k, sh); break;
+    case 12: norm_multi_run<Q, 12, NT>(a, s, b, need_q8, need_k, sh); break;
     default: break;
     }
 }
 
-// grid (Σ ceil(rows_s / 8)) = nblk, block 256; n % 32 == 0 (% 256 with a K-quant weight),
-// n <= 256 Q; segments with rows 0 are absent.
-#define NORM_MULTI(NAME, Q)                                                                                                  \
-    KERNEL LAUNCH_BOUNDS(256) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
+// grid (Σ ceil(rows_s / (NT / 32))) = nblk, block NT; n % 32 == 0 (% 256 with a K-quant
+// weight), n <= 256 Q; segments with rows 0 are absent.
+#define NORM_MULTI(NAME, Q, NT)                                                                                              \
+    KERNEL LAUNCH_BOUNDS(NT) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
                                         int n, float eps, const u8* W0, float* y0, int rows0, int ty0, const u8* W1, float* y1,   \
                                         int rows1, int ty1, const u8* W2, float* y2, int rows2, int ty2) {                         \
         const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
-        norm_multi<Q>(a, Seg{W0, y0, rows0, ty0}, Seg{W1, y1, rows1, ty1}, Seg{W2, y2, rows2, ty2});                             \
+        norm_multi<Q, NT>(a, Seg{W0, y0, rows0, ty0}, Seg{W1, y1, rows1, ty1}, Seg{W2, y2, rows2, ty2});                         \
     }
-NORM_MULTI(decode_mv_norm4, 4)
-NORM_MULTI(decode_mv_norm16, 16)
+NORM_MULTI(decode_mv_norm4, 4, 256)
+NORM_MULTI(decode_mv_norm16, 16, 256)
+NORM_MULTI(decode_mv_norm4_1k, 4, 1024)
 
 // ---- norm + gate/up + GLU ----
 
-template <int Q, int TY>
+template <int Q, int TY, int NT>
 DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int act, NormSh<Q>& sh) {
     typedef Mv<TY> M;
-    const int row = bid_x() * 8 + (tid_x() >> 5);
+    const int row = bid_x() * (NT / 32) + (tid_x() >> 5);
     const bool live = row < rows;
     const int nu = a.n / M::UNIT;
     const u64 off = (u64)(live ? row : 0) * nu * M::BB;
@@ -323,11 +331,11 @@ DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, i
         M::load(Wg + off, nu, 0, cg);
         M::load(Wu + off, nu, 0, cu);
     }
-    float wv[Q];
-    norm_wload<Q>(a, wv);
+    float wv[256 * Q / NT];
+    norm_wload<Q, NT>(a, wv);
     pdl_entry();
     u32 ticket = 0;
-    norm_prologue<Q>(a, wv, TY < 10, TY >= 10, sh, &ticket);
+    norm_prologue<Q, NT>(a, wv, TY < 10, TY >= 10, sh, &ticket);
     if (live) {
         const block_q8_1* xs = TY >= 10 ? sh.kf : sh.q8;
         float g, u;
@@ -338,35 +346,36 @@ DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, i
     norm_tail(a, sh, ticket);
 }
 
-template <int Q>
+template <int Q, int NT>
 DEV void norm_glu(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {
     __shared__ NormSh<Q> sh;
     switch (ty) {
-    case 0: norm_glu_run<Q, 0>(a, Wg, Wu, y, rows, act, sh); break;
-    case 1: norm_glu_run<Q, 1>(a, Wg, Wu, y, rows, act, sh); break;
-    case 2: norm_glu_run<Q, 2>(a, Wg, Wu, y, rows, act, sh); break;
-    case 3: norm_glu_run<Q, 3>(a, Wg, Wu, y, rows, act, sh); break;
-    case 4: norm_glu_run<Q, 4>(a, Wg, Wu, y, rows, act, sh); break;
-    case 10: norm_glu_run<Q, 10>(a, Wg, Wu, y, rows, act, sh); break;
-    case 11: norm_glu_run<Q, 11>(a, Wg, Wu, y, rows, act, sh); break;
-    case 12: norm_glu_run<Q, 12>(a, Wg, Wu, y, rows, act, sh); break;
+    case 0: norm_glu_run<Q, 0, NT>(a, Wg, Wu, y, rows, act, sh); break;
+    case 1: norm_glu_run<Q, 1, NT>(a, Wg, Wu, y, rows, act, sh); break;
+    case 2: norm_glu_run<Q, 2, NT>(a, Wg, Wu, y, rows, act, sh); break;
+    case 3: norm_glu_run<Q, 3, NT>(a, Wg, Wu, y, rows, act, sh); break;
+    case 4: norm_glu_run<Q, 4, NT>(a, Wg, Wu, y, rows, act, sh); break;
+    case 10: norm_glu_run<Q, 10, NT>(a, Wg, Wu, y, rows, act, sh); break;
+    case 11: norm_glu_run<Q, 11, NT>(a, Wg, Wu, y, rows, act, sh); break;
+    case 12: norm_glu_run<Q, 12, NT>(a, Wg, Wu, y, rows, act, sh); break;
     default: break;
     }
 }
 
 // Wg, Wu: [rows, n] of one type; y: [rows] f32; act: 0 SiLU, 1 GELU-tanh.
-// grid (ceil(rows / 8)) = nblk, block 256.
-#define NORM_GLU(NAME, Q, MINB)                                                                                             \
-    KERNEL LAUNCH_BOUNDS_MIN(256, MINB) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
+// grid (ceil(rows / (NT / 32))) = nblk, block NT.
+#define NORM_GLU(NAME, Q, MINB, NT)                                                                                         \
+    KERNEL LAUNCH_BOUNDS_MIN(NT, MINB) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk, \
                                         int n, float eps, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {     \
         const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
-        norm_glu<Q>(a, Wg, Wu, y, rows, ty, act);                                                                                \
+        norm_glu<Q, NT>(a, Wg, Wu, y, rows, ty, act);                                                                                \
     }
 // MINB: the resident blocks per multiprocessor decode_mv.rs's `blocks_per_sm` counts on
 // (a register cap: glu4 took 91 registers after the leaner Q4_K bodies, 2 blocks per SM, and
 // 0.6B's 384 blocks then ran in two waves, each repeating the prologue).
-NORM_GLU(decode_mv_glu4, 4, 3)
-NORM_GLU(decode_mv_glu16, 16, 2)
+NORM_GLU(decode_mv_glu4, 4, 3, 256)
+NORM_GLU(decode_mv_glu16, 16, 2, 256)
+NORM_GLU(decode_mv_glu4_1k, 4, 1, 1024)
 
 // ---- quantize + matvec ----
 

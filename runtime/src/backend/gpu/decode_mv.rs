@@ -11,6 +11,7 @@ use super::GpuError;
 use crate::quant::GgmlType;
 
 type R = Result<(), GpuError>;
+type R2 = Result<(&'static str, Vec<KArg>), GpuError>;
 
 /// The longest row the norm kernels take (`NORM_MAX` in decode_mv.hip).
 pub const NORM_MAX: usize = 4096;
@@ -40,6 +41,17 @@ pub fn norm_kernel(n: usize, glu: bool) -> &'static str {
     }
 }
 
+/// Threads of a wide norm block.
+pub const WIDE: u32 = 1024;
+
+/// The wide form of [`norm_kernel`] (blocks of [`WIDE`] threads, 32 rows each), for rows
+/// of at most 1024 values: one block per multiprocessor, so the norm prologue that every
+/// block repeats runs once per multiprocessor instead of four times, over four times the
+/// threads (one element each).
+pub fn wide_kernel(n: usize, glu: bool) -> Option<&'static str> {
+    (n <= 1024).then_some(if glu { "decode_mv_glu4_1k" } else { "decode_mv_norm4_1k" })
+}
+
 /// Whether `kernel` over `rows` output rows runs as one wave of blocks on `sms`
 /// multiprocessors. Every block repeats the prologue, so a second wave repeats it too
 /// and costs more than the launch it saves: on the H200 Qwen3-4B decoded at 257 t/s with
@@ -52,7 +64,12 @@ pub fn fits_one_wave(kernel: &str, rows: usize, sms: usize) -> bool {
 /// [`fits_one_wave`] with the blocks per multiprocessor given (the driver's occupancy
 /// figure for the compiled kernel, where it has one).
 pub fn fits_one_wave_at(rows: usize, sms: usize, per_sm: usize) -> bool {
-    rows.div_ceil(ROWS) <= sms * per_sm
+    fits_one_wave_rows(rows, ROWS, sms, per_sm)
+}
+
+/// [`fits_one_wave_at`] for blocks of `per_block` rows.
+pub fn fits_one_wave_rows(rows: usize, per_block: usize, sms: usize, per_sm: usize) -> bool {
+    rows.div_ceil(per_block) <= sms * per_sm
 }
 
 /// The threads of every decode_mv block.
@@ -88,6 +105,9 @@ pub struct Norm {
     pub counter: DevPtr,
     pub n: usize,
     pub eps: f32,
+    /// Threads per block: 256 (8 rows per block), or [`WIDE`] (rows of at most 1024
+    /// values: 32 rows per block, one block per multiprocessor; see [`wide_kernel`]).
+    pub threads: u32,
 }
 
 impl Norm {
@@ -97,9 +117,18 @@ impl Norm {
         }
         Ok(())
     }
-    /// (kernel for this row length, leading arguments given the block count).
-    fn args(&self, base: &'static str, nblk: usize) -> (&'static str, Vec<KArg>) {
-        let name = norm_kernel(self.n, base == "glu");
+    /// Output rows per block.
+    fn rows_per_block(&self) -> usize {
+        self.threads as usize / 32
+    }
+    /// (kernel for this row length and block size, leading arguments given the block count).
+    fn args(&self, base: &'static str, nblk: usize) -> R2 {
+        let glu = base == "glu";
+        let name = match self.threads {
+            256 => norm_kernel(self.n, glu),
+            WIDE => wide_kernel(self.n, glu).ok_or_else(|| unsupported(format!("{base}: no {WIDE}-thread kernel for rows of {}", self.n)))?,
+            t => return Err(unsupported(format!("{base}: blocks of {t} threads"))),
+        };
         let args = vec![
             KArg::Ptr(self.x),
             KArg::Ptr(self.add.unwrap_or(0)),
@@ -110,7 +139,7 @@ impl Norm {
             i(self.n),
             KArg::F32(self.eps),
         ];
-        (name, args)
+        Ok((name, args))
     }
 }
 
@@ -127,7 +156,7 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
         match segs.get(s) {
             Some(&(w, ty, rows, y)) => {
                 let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_multi: {ty} weights with rows of {}", a.n)))?;
-                nblk += rows.div_ceil(ROWS);
+                nblk += rows.div_ceil(a.rows_per_block());
                 tail.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code)]);
             }
             None => tail.extend([KArg::Ptr(0), KArg::Ptr(0), i(0), KArg::I32(-1)]),
@@ -136,9 +165,9 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
     if nblk == 0 {
         return Err(unsupported("norm_multi: no output rows".into()));
     }
-    let (name, mut args) = a.args("norm", nblk);
+    let (name, mut args) = a.args("norm", nblk)?;
     args.extend(tail);
-    d.launch(name, [nblk as u32, 1, 1], [256, 1, 1], &args)?;
+    d.launch(name, [nblk as u32, 1, 1], [a.threads, 1, 1], &args)?;
     Ok(())
 }
 
@@ -151,10 +180,10 @@ pub fn norm_glu(d: &dyn Launch, a: &Norm, gate: DevPtr, up: DevPtr, ty: GgmlType
     if rows == 0 {
         return Err(unsupported("norm_glu: no output rows".into()));
     }
-    let nblk = rows.div_ceil(ROWS);
-    let (name, mut args) = a.args("glu", nblk);
+    let nblk = rows.div_ceil(a.rows_per_block());
+    let (name, mut args) = a.args("glu", nblk)?;
     args.extend([KArg::Ptr(gate), KArg::Ptr(up), KArg::Ptr(y), i(rows), KArg::I32(code), i(gelu as usize)]);
-    d.launch(name, [nblk as u32, 1, 1], [256, 1, 1], &args)?;
+    d.launch(name, [nblk as u32, 1, 1], [a.threads, 1, 1], &args)?;
     Ok(())
 }
 

@@ -42,11 +42,13 @@ pub(super) struct MvFuse {
     /// `LODE_MV_SPLIT` (default on): `decode_mv_quant` gives a row of 2–4 steps one warp
     /// per step (`decode_mv::quant_warps_per_row`).
     pub(super) split: bool,
+    /// `LODE_MV_WIDE` (see `norm_threads`).
+    pub(super) wide: String,
 }
 
 impl MvFuse {
     pub(super) fn from_env() -> MvFuse {
-        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new(), split: std::env::var("LODE_MV_SPLIT").map(|v| v != "0").unwrap_or(true) }
+        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new(), split: std::env::var("LODE_MV_SPLIT").map(|v| v != "0").unwrap_or(true), wide: std::env::var("LODE_MV_WIDE").unwrap_or_else(|_| "norm".into()) }
     }
 }
 
@@ -87,6 +89,27 @@ impl GpuBackend {
         let sms = self.mv_sms();
         let per_sm = self.mv_per_sm(kernel, decode_mv::BLOCK, || decode_mv::blocks_per_sm(kernel));
         decode_mv::fits_one_wave_at(rows, sms, per_sm)
+    }
+
+    /// Threads per block of a fused norm launch over segments of `rows` rows of `n`: the
+    /// wide kernel (`decode_mv::wide_kernel`) when it exists, is switched on
+    /// (`LODE_MV_WIDE`: `norm` (default) the q/k/v kernel only, `all` the gate/up one too,
+    /// `0` neither) and its blocks fit one wave; else 256.
+    fn norm_threads(&mut self, n: usize, glu: bool, rows: &[usize]) -> u32 {
+        let on = match self.mv.wide.as_str() {
+            "all" => true,
+            "0" => false,
+            _ => !glu,
+        };
+        let Some(kernel) = decode_mv::wide_kernel(n, glu).filter(|_| on) else { return decode_mv::BLOCK };
+        let sms = self.mv_sms();
+        let per_sm = self.mv_per_sm_at(kernel, decode_mv::WIDE, || 1);
+        let blocks: usize = rows.iter().map(|r| r.div_ceil(decode_mv::WIDE as usize / 32)).sum();
+        if blocks <= sms * per_sm {
+            decode_mv::WIDE
+        } else {
+            decode_mv::BLOCK
+        }
     }
 
     /// Warps per row for a `decode_mv_quant` launch (`decode_mv::quant_warps_per_row`) when
@@ -168,7 +191,7 @@ impl GpuBackend {
             None => None,
         };
         let counter = self.mv_counter()?;
-        Ok(Some(Norm { x: xp, add, w, out: op, counter, n: k, eps: n.eps }))
+        Ok(Some(Norm { x: xp, add, w, out: op, counter, n: k, eps: n.eps, threads: decode_mv::BLOCK }))
     }
 
     /// The norm's writes: x (when added to) and out.
@@ -187,10 +210,12 @@ impl GpuBackend {
         if !fusable && n_tok == 1 && outs.len() == 1 && self.norm_head(norm, outs[0].0, outs[0].1)? {
             return Ok(());
         }
-        let Some(a) = (if fusable { self.mv_norm(norm, &ws, &ys)? } else { None }) else {
+        let Some(mut a) = (if fusable { self.mv_norm(norm, &ws, &ys)? } else { None }) else {
             norm_in(self, norm, n_tok)?;
             return self.matmul_multi(norm.out, n_tok, outs);
         };
+        let seg_rows: Vec<usize> = ws.iter().map(|w| w.n_rows()).collect();
+        a.threads = self.norm_threads(norm.row_len, false, &seg_rows);
         let mut segs = Vec::with_capacity(outs.len());
         for (w, y) in outs {
             let (yp, yn) = self.buf(*y)?;
@@ -238,10 +263,11 @@ impl GpuBackend {
     pub(super) fn fused_norm_matmul_glu(&mut self, norm: &NormIn, n_tok: usize, gate: &WeightRef, up: &WeightRef, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
         let same = gate.ty() == up.ty() && gate.n_rows() == up.n_rows() && gate.row_len() == up.row_len();
         let fusable = self.mv_enabled() && n_tok == 1 && same && self.mv_fits(decode_mv::norm_kernel(norm.row_len, true), gate.n_rows());
-        let Some(a) = (if fusable { self.mv_norm(norm, &[gate, up], &[out])? } else { None }) else {
+        let Some(mut a) = (if fusable { self.mv_norm(norm, &[gate, up], &[out])? } else { None }) else {
             norm_in(self, norm, n_tok)?;
             return self.matmul_glu(gate, up, norm.out, n_tok, out, tmp, act);
         };
+        a.threads = self.norm_threads(norm.row_len, true, &[gate.n_rows()]);
         let (yp, yn) = self.buf(out)?;
         Self::check_len("norm_matmul_glu", out, yn, gate.n_rows())?;
         let gp = self.weight(gate)?;
