@@ -112,6 +112,24 @@ DEV void rows2_finish(typename Mv<TY>::W& ca, typename Mv<TY>::W& cb, const u8* 
     *rb = b;
 }
 
+// rows2_finish for rows of one step (nu <= STEP: every row a wide block takes), without
+// the next-step registers the loop keeps: the same products and sums, bit for bit.
+template <int TY>
+DEV void rows2_one(const typename Mv<TY>::W& ca, const typename Mv<TY>::W& cb, const block_q8_1* xs, int nu, float* ra, float* rb) {
+    typedef Mv<TY> M;
+    float acca[1] = {0.0f}, accb[1] = {0.0f};
+    M::dot(ca, xs, nu, 0, acca);
+    M::dot(cb, xs, nu, 0, accb);
+    float a = acca[0], b = accb[0];
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+        a += shfl_xor(a, m);
+        b += shfl_xor(b, m);
+    }
+    *ra = a;
+    *rb = b;
+}
+
 // A ticket from the block counter (one thread per block, after the block's reads of x).
 DEV u32 take_ticket(u32* c) {
 #ifdef LODE_AMD
@@ -339,7 +357,8 @@ DEV void norm_glu_run(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, i
     if (live) {
         const block_q8_1* xs = TY >= 10 ? sh.kf : sh.q8;
         float g, u;
-        rows2_finish<TY>(cg, cu, Wg + off, Wu + off, xs, nu, &g, &u);
+        if (NT < 1024) rows2_finish<TY>(cg, cu, Wg + off, Wu + off, xs, nu, &g, &u);
+        else rows2_one<TY>(cg, cu, xs, nu, &g, &u);  // n <= 1024: one step for every type
         // As glu_q8_f32: SiLU, or GELU-tanh rounded through f16 as the CPU backend.
         if ((tid_x() & 31) == 0) y[row] = (act ? gelu_f16r(g) : silu_f(g)) * u;
     }

@@ -48,7 +48,7 @@ pub(super) struct MvFuse {
 
 impl MvFuse {
     pub(super) fn from_env() -> MvFuse {
-        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new(), split: std::env::var("LODE_MV_SPLIT").map(|v| v != "0").unwrap_or(true), wide: std::env::var("LODE_MV_WIDE").unwrap_or_else(|_| "norm".into()) }
+        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new(), split: std::env::var("LODE_MV_SPLIT").map(|v| v != "0").unwrap_or(true), wide: std::env::var("LODE_MV_WIDE").unwrap_or_else(|_| "all".into()) }
     }
 }
 
@@ -93,13 +93,13 @@ impl GpuBackend {
 
     /// Threads per block of a fused norm launch over segments of `rows` rows of `n`: the
     /// wide kernel (`decode_mv::wide_kernel`) when it exists, is switched on
-    /// (`LODE_MV_WIDE`: `norm` (default) the q/k/v kernel only, `all` the gate/up one too,
-    /// `0` neither) and its blocks fit one wave; else 256.
+    /// (`LODE_MV_WIDE`: both kernels by default, `norm` the q/k/v one only, `0` neither) and
+    /// its blocks fit one wave; else 256.
     fn norm_threads(&mut self, n: usize, glu: bool, rows: &[usize]) -> u32 {
         let on = match self.mv.wide.as_str() {
-            "all" => true,
+            "norm" => !glu,
             "0" => false,
-            _ => !glu,
+            _ => true,
         };
         let Some(kernel) = decode_mv::wide_kernel(n, glu).filter(|_| on) else { return decode_mv::BLOCK };
         let sms = self.mv_sms();
