@@ -15,6 +15,17 @@
 // one slot per step (registers). The K-quant bodies read the activation with 16-byte loads:
 // it must be 16-byte aligned (device allocations are; shared arrays need aligned(16)).
 
+// One step's product into a column's accumulator. One column (every one-token matvec):
+// an add_rn, never fused with the product into an FMA, so a row's steps may also run in
+// separate warps and be added afterwards with the same result, bit for bit
+// (decode_mv_quant's warps per row). Several columns (batched decode): the plain +=,
+// which the compiler may contract (fewer instructions where compute matters).
+template <int NC>
+DEV void acc_add(float& acc, float v) {
+    if (NC == 1) acc = add_rn(acc, v);
+    else acc += v;
+}
+
 struct __attribute__((aligned(16))) u32x4 { u32 x, y, z, w; };
 
 DEV void scale_min_k4(int j, const u8* s, float* sc, float* m) {
@@ -199,7 +210,7 @@ DEV void q4k_dot_sb(const u32x4& hd, const u32x4& q0, const u32x4& q1, const blo
         int imin = dot2_lo(perm_bytes(a.hdr[0], a.hdr[1], 0x7632), mn, 0);
         imin = dot2_hi(perm_bytes(a.hdr[2], a.hdr[3], 0x7632), mn, imin);
         const float dx = k_act_scale(a);
-        if (ok) acc[col] = add_rn(acc[col], dx * (d * (float)isum - dmin * (float)imin));
+        if (ok) acc_add<NC>(acc[col], dx * (d * (float)isum - dmin * (float)imin));
     }
 }
 
@@ -298,7 +309,7 @@ DEV void q5k_wdot(const q5k_w<NS>& r, const block_q8_1* x, int kb, int nsb, int 
             const float dx = q8k_scale(xb);
             float v = d * dx * (sc0 * (float)s0 + sc1 * (float)s1);
             if (h == 0) v -= dmin * dx * (m0 * q8k_bsum(xb) + m1 * q8k_bsum(xb + 1));
-            acc[col] = add_rn(acc[col], v);
+            acc_add<NC>(acc[col], v);
         }
     }
 }
@@ -400,7 +411,7 @@ DEV void q6k_dot_sb(const u32* A, const u32* B, const u32* H, const u32* S, u32 
         for (int g = 0; g < 4; ++g) isum += sc[g] * dot4((int)v[g][1], c[g][1], dot4((int)v[g][0], c[g][0], 0));
         // The super-block's activation scale, from lane (lane & ~7) (hh = 0, lq = 0).
         const float dx = __builtin_bit_cast(float, shfl_idx_u(perm_bytes(g0a.x, g1a.y, 0x5410), lane & ~7));
-        if (ok) acc[col] = add_rn(acc[col], dx * d4 * (float)isum);
+        if (ok) acc_add<NC>(acc[col], dx * d4 * (float)isum);
     }
 }
 
@@ -574,7 +585,7 @@ DEV void b32_wdot(const b32_w<NS>& r, const block_q8_1* x, int kb, int blk0, int
             }
             float v = d * h2f(xb->d) * (float)s;
             if (hh == 0 && (TYPE == 1 || TYPE == 3)) v += m * h2f(xb->s);
-            acc[col] = add_rn(acc[col], v);
+            acc_add<NC>(acc[col], v);
         }
     }
 }
