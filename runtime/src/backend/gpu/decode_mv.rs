@@ -239,6 +239,51 @@ mod tests {
     }
 
     #[test]
+    fn wide_kernels_take_rows_up_to_1024_in_one_wave_of_32_row_blocks() {
+        assert_eq!(wide_kernel(1024, false), Some("decode_mv_norm4_1k"));
+        assert_eq!(wide_kernel(576, true), Some("decode_mv_glu4_1k"));
+        assert_eq!(wide_kernel(2560, false), None);
+        // Qwen3-0.6B's q/k/v (2048 + 1024 + 1024 rows: 128 blocks of 32) and gate/up (96)
+        // fit 132 SMs at one block each; Qwen3-4B's q/k/v (192 blocks) do not.
+        assert!(fits_one_wave_rows(4096, 32, 132, 1));
+        assert!(fits_one_wave_rows(3072, 32, 132, 1));
+        assert!(!fits_one_wave_rows(6144, 32, 132, 1));
+    }
+
+    /// The launches a launcher makes (name, grid, block).
+    struct Cap(std::cell::RefCell<Vec<(&'static str, [u32; 3], [u32; 3])>>);
+    impl Launch for Cap {
+        fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], _: &[KArg]) -> Result<(), super::super::driver::DriverError> {
+            self.0.borrow_mut().push((name, grid, block));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn launch_shapes_follow_warps_per_row_and_block_width() {
+        let c = Cap(Default::default());
+        // Down of Qwen3-0.6B (Q6_K, 3072): 4 warps per row, 1024-thread blocks of 8 rows.
+        quant_mv(&c, 1, 3072, 2, GgmlType::Q6_K, 1024, 3, true, 4).unwrap();
+        quant_mv(&c, 1, 3072, 2, GgmlType::Q4_K, 1024, 3, true, 1).unwrap();
+        // A count that is not the type's own is refused, not launched.
+        assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q8_0, 1024, 3, false, 2).is_err());
+        let n = |threads| Norm { x: 1, add: None, w: None, out: 2, counter: 3, n: 1024, eps: 1e-6, threads };
+        norm_multi(&c, &n(WIDE), &[(4, GgmlType::Q4_K, 2048, 5), (6, GgmlType::Q4_K, 1024, 7), (8, GgmlType::Q6_K, 1024, 9)]).unwrap();
+        norm_glu(&c, &n(256), 4, 5, GgmlType::Q4_K, 3072, 6, false).unwrap();
+        assert!(norm_multi(&c, &n(512), &[(4, GgmlType::Q4_K, 8, 5)]).is_err());
+        let got = c.0.into_inner();
+        assert_eq!(
+            got,
+            vec![
+                ("decode_mv_quant", [128, 1, 1], [1024, 1, 1]),
+                ("decode_mv_quant", [128, 1, 1], [256, 1, 1]),
+                ("decode_mv_norm4_1k", [128, 1, 1], [1024, 1, 1]),
+                ("decode_mv_glu4", [384, 1, 1], [256, 1, 1]),
+            ]
+        );
+    }
+
+    #[test]
     fn warps_per_row_follow_the_steps() {
         // Qwen3-0.6B: o (2048, one Q4_K step) 1; down (3072) Q4_K 2 steps, Q6_K 3 → 4.
         assert_eq!(quant_warps_per_row(GgmlType::Q4_K, 2048), 1);
