@@ -73,7 +73,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
             "matvec_f32_n1", "matvec_f32_n8", "matvec_f16_n1", "matvec_f16_n8", "matvec_bf16_n1", "matvec_bf16_n8",
             "matvec_q4_0_n1", "matvec_q4_0_n8", "matvec_q4_1_n1", "matvec_q4_1_n8", "matvec_q5_0_n1", "matvec_q5_0_n8",
             "matvec_q5_1_n1", "matvec_q5_1_n8", "matvec_q8_0_n1", "matvec_q8_0_n8", "matvec_q4_K_n1", "matvec_q4_K_n8",
-            "matvec_q5_K_n1", "matvec_q5_K_n8", "matvec_q6_K_n1", "matvec_q6_K_n8", "matvec_multi_n1", "matvec_multi4_n1",
+            "matvec_q5_K_n1", "matvec_q5_K_n8", "matvec_q6_K_n1", "matvec_q6_K_n8", "matvec_multi_n1", "matvec_multi4_n1", "matvec_q4k_loop_n1",
         ],
     ),
     (

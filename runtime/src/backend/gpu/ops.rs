@@ -344,6 +344,31 @@ pub fn matvec_multi_with(d: &dyn Launch, x: DevPtr, xk: DevPtr, k: usize, segs: 
     Ok(())
 }
 
+/// Whether [`matvec_q4k_loop`] takes these weights: all Q4_K, rows of at most 16
+/// super-blocks (two slots of the warp body).
+pub fn q4k_loop_supports(k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)]) -> bool {
+    k % 256 == 0 && k / 256 <= 16 && !segs.is_empty() && segs.len() <= 3 && segs.iter().all(|s| s.1 == GgmlType::Q4_K)
+}
+
+/// `matvec_multi` of Q4_K weights as one resident grid of `blocks` 128-thread blocks whose
+/// warps walk the rows with the next row's loads in flight (`matvec_q4k_loop_n1`): for
+/// launches of many waves. xk: [k/32] K form; segs as `matvec_multi`'s.
+pub fn matvec_q4k_loop(d: &dyn Launch, xk: DevPtr, k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)], blocks: usize) -> R {
+    if !q4k_loop_supports(k, segs) || blocks == 0 {
+        return Err(unsupported(format!("matvec_q4k_loop: {} weights of rows of {k} (Q4_K, at most 4096)", segs.len())));
+    }
+    let mut args = vec![KArg::Ptr(xk), i(k)];
+    for s in 0..3 {
+        match segs.get(s) {
+            Some(&(w, _, rows, y)) => args.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows)]),
+            None => args.extend([KArg::Ptr(0), KArg::Ptr(0), i(0)]),
+        }
+    }
+    args.push(i(blocks * 4));
+    d.launch("matvec_q4k_loop_n1", [blocks as u32, 1, 1], [128, 1, 1], &args)?;
+    Ok(())
+}
+
 /// Attention of n_tok queries at positions pos[t] (device i32 array) over an f16 cache.
 /// q, out: [n_tok, n_head, head_dim] f32; kc, vc: [n_ctx, n_kv_head·head_dim] f16
 /// (slots 0..=max pos filled). window = 0: full causal.

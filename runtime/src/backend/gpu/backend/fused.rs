@@ -35,7 +35,12 @@ impl GpuBackend {
             }
         }
         let names: Vec<&str> = outs.iter().map(|(w, _)| w.name()).collect();
-        ops::matvec_multi(&self.rec(), xq[0], xq[1], k, &segs).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", names.join(", ")) })?;
+        let loop_blocks = self.q4k_loop_blocks(k, &segs);
+        let r = match loop_blocks {
+            Some(blocks) => ops::matvec_q4k_loop(&self.rec(), xq[1], k, &segs, blocks),
+            None => ops::matvec_multi(&self.rec(), xq[0], xq[1], k, &segs),
+        };
+        r.map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", names.join(", ")) })?;
         for (_, y) in outs {
             self.touch(*y);
         }

@@ -44,11 +44,13 @@ pub(super) struct MvFuse {
     pub(super) split: bool,
     /// `LODE_MV_WIDE` (see `norm_threads`).
     pub(super) wide: String,
+    /// `LODE_MV_LOOP` (default on): many-wave Q4_K `matvec_multi`s as a resident row walk.
+    pub(super) row_loop: bool,
 }
 
 impl MvFuse {
     pub(super) fn from_env() -> MvFuse {
-        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new(), split: std::env::var("LODE_MV_SPLIT").map(|v| v != "0").unwrap_or(true), wide: std::env::var("LODE_MV_WIDE").unwrap_or_else(|_| "all".into()) }
+        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new(), split: std::env::var("LODE_MV_SPLIT").map(|v| v != "0").unwrap_or(true), wide: std::env::var("LODE_MV_WIDE").unwrap_or_else(|_| "all".into()), row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true) }
     }
 }
 
@@ -89,6 +91,23 @@ impl GpuBackend {
         let sms = self.mv_sms();
         let per_sm = self.mv_per_sm(kernel, decode_mv::BLOCK, || decode_mv::blocks_per_sm(kernel));
         decode_mv::fits_one_wave_at(rows, sms, per_sm)
+    }
+
+    /// Blocks of the resident Q4_K row walk (`ops::matvec_q4k_loop`) for a one-token
+    /// `matvec_multi` of these segments: taken when they qualify and the plain kernel
+    /// (4 rows per 128-thread block) would run more than one wave; `LODE_MV_LOOP=0`: never.
+    pub(super) fn q4k_loop_blocks(&mut self, k: usize, segs: &[(crate::backend::gpu::driver::DevPtr, crate::quant::GgmlType, usize, crate::backend::gpu::driver::DevPtr)]) -> Option<usize> {
+        if !self.mv.row_loop || !ops::q4k_loop_supports(k, segs) {
+            return None;
+        }
+        let sms = self.mv_sms();
+        let plain = self.mv_per_sm_at("matvec_multi4_n1", 128, || 8);
+        let rows: usize = segs.iter().map(|s| s.2).sum();
+        if rows.div_ceil(4) <= sms * plain {
+            return None;
+        }
+        let per_sm = self.mv_per_sm_at("matvec_q4k_loop_n1", 128, || 6);
+        (per_sm > 0).then_some(sms * per_sm)
     }
 
     /// Threads per block of a fused norm launch over segments of `rows` rows of `n`: the

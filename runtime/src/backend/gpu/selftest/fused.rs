@@ -137,6 +137,34 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
                 }
             }
         }
+        "matvec_q4k_loop" => {
+            // The resident Q4_K row walk against the plain kernel (bit for bit: the same
+            // per-row arithmetic) and the reference: rows of 1–16 super-blocks, 1–3
+            // segments, grids from one block (every warp many rows) to more than the rows.
+            for c in 0..cases {
+                let nw = 1 + c % 3;
+                let k = 256 * rng.range(1, 16);
+                let ws: Vec<(Vec<u8>, GgmlType, usize)> = (0..nw)
+                    .map(|_| {
+                        let rows = rng.range(1, 3000);
+                        (random_weights(rng, GgmlType::Q4_K, rows, k), GgmlType::Q4_K, rows)
+                    })
+                    .collect();
+                let blocks = [1, 3, 64, 800][c % 4];
+                let x = rng.vec(k, 1.0);
+                let refs: Vec<(&[u8], GgmlType, usize)> = ws.iter().map(|(w, t, r)| (&w[..], *t, *r)).collect();
+                let Some(ys) = t.matvec_q4k_loop(&refs, k, &x, blocks)? else { return Ok(None) };
+                let Some((plain, q8)) = t.matvec_multi(&refs, k, &x, 0)? else { return Ok(None) };
+                let half = ops::q8_1_bytes(k, 1);
+                for (i, (w, ty, rows)) in ws.iter().enumerate() {
+                    let case = format!("weight {i}/{nw} rows={rows} k={k} blocks={blocks}");
+                    acc.cmp(&format!("{case} (= matvec_multi4)"), &ys[i], &plain[i].iter().map(|&v| v as f64).collect::<Vec<_>>(), |_| 0.0);
+                    let wf = dequant(*ty, w, rows * k)?;
+                    let (want, tol) = q8_reference(&wf, *rows, k, q8.get(half..2 * half).unwrap_or(&[]), 1, ActFmt::K);
+                    acc.cmp(&case, &ys[i], &want, |j| tol[j]);
+                }
+            }
+        }
         "attention_q8" => {
             for c in 0..cases {
                 let hd = [64, 128, 256, 96, 32][rng.range(0, 4)];

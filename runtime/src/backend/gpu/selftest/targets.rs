@@ -151,6 +151,26 @@ impl Target for GpuTarget<'_> {
         let q = self.bytes(&qb)?;
         Ok(Some((ys, q)))
     }
+    fn matvec_q4k_loop(&self, ws: &[(&[u8], GgmlType, usize)], k: usize, x: &[f32], blocks: usize) -> Out<Vec<Vec<f32>>> {
+        let d = self.0;
+        let xb = d.upload_f32(x)?;
+        let qb = self.out_buf(ops::q8_1_bytes(k, 1))?;
+        ops::quantize_act(d, ActFmt::K, xb.ptr(), qb.ptr(), k, 1)?;
+        let mut bufs = Vec::new();
+        let mut segs = Vec::new();
+        for &(w, ty, rows) in ws {
+            let wb = d.upload(w)?;
+            let yb = self.out_buf(rows * 4)?;
+            segs.push((wb.ptr(), ty, rows, yb.ptr()));
+            bufs.push((wb, yb, rows));
+        }
+        ops::matvec_q4k_loop(d, qb.ptr(), k, &segs, blocks)?;
+        let mut ys = Vec::new();
+        for (_, yb, rows) in &bufs {
+            ys.push(d.read_f32(yb.ptr(), *rows)?);
+        }
+        Ok(Some(ys))
+    }
     fn attention_q8(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<(Vec<f32>, Vec<u8>)> {
         let d = self.0;
         let qb = d.upload_f32(q)?;
