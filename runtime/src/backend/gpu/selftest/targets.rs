@@ -24,6 +24,24 @@ impl GpuTarget<'_> {
         self.0.read(b.ptr(), &mut v)?;
         Ok(v)
     }
+    /// A matvec launch's weights uploaded and its outputs poisoned: the buffers (weight,
+    /// output, rows) and the launchers' segments (w, type, rows, y).
+    #[allow(clippy::type_complexity)]
+    fn mv_segments(&self, ws: &[(&[u8], GgmlType, usize)]) -> Result<(Vec<(DeviceBuffer, DeviceBuffer, usize)>, Vec<(u64, GgmlType, usize, u64)>), GpuError> {
+        let mut bufs = Vec::new();
+        let mut segs = Vec::new();
+        for &(w, ty, rows) in ws {
+            let wb = self.0.upload(w)?;
+            let yb = self.out_buf(rows * 4)?;
+            segs.push((wb.ptr(), ty, rows, yb.ptr()));
+            bufs.push((wb, yb, rows));
+        }
+        Ok((bufs, segs))
+    }
+    /// The outputs of [`Self::mv_segments`]' buffers, read back.
+    fn mv_outputs(&self, bufs: &[(DeviceBuffer, DeviceBuffer, usize)]) -> Result<Vec<Vec<f32>>, GpuError> {
+        bufs.iter().map(|(_, yb, rows)| self.0.read_f32(yb.ptr(), *rows)).collect::<Result<_, _>>().map_err(Into::into)
+    }
     /// An optional f32 input (norm weights, frequency factors) uploaded when present.
     fn upload_opt(&self, x: Option<&[f32]>) -> Result<Option<DeviceBuffer>, GpuError> {
         Ok(x.map(|x| self.0.upload_f32(x)).transpose()?)
@@ -135,19 +153,9 @@ impl Target for GpuTarget<'_> {
         } else {
             0
         };
-        let mut bufs = Vec::new();
-        let mut segs = Vec::new();
-        for &(w, ty, rows) in ws {
-            let wb = d.upload(w)?;
-            let yb = self.out_buf(rows * 4)?;
-            segs.push((wb.ptr(), ty, rows, yb.ptr()));
-            bufs.push((wb, yb, rows));
-        }
+        let (bufs, segs) = self.mv_segments(ws)?;
         ops::matvec_multi_with(d, qb.ptr(), xk, k, &segs, staged_min_sb)?;
-        let mut ys = Vec::new();
-        for (_, yb, rows) in &bufs {
-            ys.push(d.read_f32(yb.ptr(), *rows)?);
-        }
+        let ys = self.mv_outputs(&bufs)?;
         let q = self.bytes(&qb)?;
         Ok(Some((ys, q)))
     }
@@ -156,19 +164,9 @@ impl Target for GpuTarget<'_> {
         let xb = d.upload_f32(x)?;
         let qb = self.out_buf(ops::q8_1_bytes(k, 1))?;
         ops::quantize_act(d, ActFmt::K, xb.ptr(), qb.ptr(), k, 1)?;
-        let mut bufs = Vec::new();
-        let mut segs = Vec::new();
-        for &(w, ty, rows) in ws {
-            let wb = d.upload(w)?;
-            let yb = self.out_buf(rows * 4)?;
-            segs.push((wb.ptr(), ty, rows, yb.ptr()));
-            bufs.push((wb, yb, rows));
-        }
+        let (bufs, segs) = self.mv_segments(ws)?;
         ops::matvec_q4k_loop(d, qb.ptr(), k, &segs, blocks)?;
-        let mut ys = Vec::new();
-        for (_, yb, rows) in &bufs {
-            ys.push(d.read_f32(yb.ptr(), *rows)?);
-        }
+        let ys = self.mv_outputs(&bufs)?;
         Ok(Some(ys))
     }
     fn attention_q8(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<(Vec<f32>, Vec<u8>)> {
