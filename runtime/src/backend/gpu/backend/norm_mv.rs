@@ -42,15 +42,19 @@ pub(super) struct MvFuse {
     /// `LODE_MV_SPLIT` (default on): `decode_mv_quant` gives a row of 2–4 steps one warp
     /// per step (`decode_mv::quant_warps_per_row`).
     pub(super) split: bool,
-    /// `LODE_MV_WIDE` (see `norm_threads`).
-    pub(super) wide: String,
+    /// `LODE_MV_WIDE` (see `norm_threads`): (the wide q/k/v kernel, the wide gate/up one).
+    pub(super) wide: (bool, bool),
     /// `LODE_MV_LOOP` (default on): many-wave Q4_K `matvec_multi`s as a resident row walk.
     pub(super) row_loop: bool,
 }
 
 impl MvFuse {
     pub(super) fn from_env() -> MvFuse {
-        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new(), split: std::env::var("LODE_MV_SPLIT").map(|v| v != "0").unwrap_or(true), wide: std::env::var("LODE_MV_WIDE").unwrap_or_else(|_| "all".into()), row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true) }
+        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new(), split: std::env::var("LODE_MV_SPLIT").map(|v| v != "0").unwrap_or(true), wide: match std::env::var("LODE_MV_WIDE").as_deref() {
+                Ok("0") => (false, false),
+                Ok("norm") => (true, false),
+                _ => (true, true),
+            }, row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true) }
     }
 }
 
@@ -96,17 +100,17 @@ impl GpuBackend {
     /// Blocks of the resident Q4_K row walk (`ops::matvec_q4k_loop`) for a one-token
     /// `matvec_multi` of these segments: taken when they qualify and the plain kernel
     /// (4 rows per 128-thread block) would run more than one wave; `LODE_MV_LOOP=0`: never.
-    pub(super) fn q4k_loop_blocks(&mut self, k: usize, segs: &[(crate::backend::gpu::driver::DevPtr, crate::quant::GgmlType, usize, crate::backend::gpu::driver::DevPtr)]) -> Option<usize> {
+    pub(super) fn q4k_loop_blocks(&mut self, k: usize, segs: &[(DevPtr, crate::quant::GgmlType, usize, DevPtr)]) -> Option<usize> {
         if !self.mv.row_loop || !ops::q4k_loop_supports(k, segs) {
             return None;
         }
         let sms = self.mv_sms();
-        let plain = self.mv_per_sm_at("matvec_multi4_n1", 128, || 8);
+        let plain = self.mv_per_sm("matvec_multi4_n1", 128, || 8);
         let rows: usize = segs.iter().map(|s| s.2).sum();
         if rows.div_ceil(4) <= sms * plain {
             return None;
         }
-        let per_sm = self.mv_per_sm_at("matvec_q4k_loop_n1", 128, || 6);
+        let per_sm = self.mv_per_sm("matvec_q4k_loop_n1", 128, || 6);
         (per_sm > 0).then_some(sms * per_sm)
     }
 
@@ -115,14 +119,10 @@ impl GpuBackend {
     /// (`LODE_MV_WIDE`: both kernels by default, `norm` the q/k/v one only, `0` neither) and
     /// its blocks fit one wave; else 256.
     fn norm_threads(&mut self, n: usize, glu: bool, rows: &[usize]) -> u32 {
-        let on = match self.mv.wide.as_str() {
-            "norm" => !glu,
-            "0" => false,
-            _ => true,
-        };
+        let on = if glu { self.mv.wide.1 } else { self.mv.wide.0 };
         let Some(kernel) = decode_mv::wide_kernel(n, glu).filter(|_| on) else { return decode_mv::BLOCK };
         let sms = self.mv_sms();
-        let per_sm = self.mv_per_sm_at(kernel, decode_mv::WIDE, || 1);
+        let per_sm = self.mv_per_sm(kernel, decode_mv::WIDE, || 1);
         let blocks: usize = rows.iter().map(|r| r.div_ceil(decode_mv::WIDE as usize / 32)).sum();
         if blocks <= sms * per_sm {
             decode_mv::WIDE
@@ -139,7 +139,7 @@ impl GpuBackend {
             return 1;
         }
         let sms = self.mv_sms();
-        let per_sm = self.mv_per_sm_at("decode_mv_quant", decode_mv::BLOCK * wpr as u32, || 4 / wpr);
+        let per_sm = self.mv_per_sm("decode_mv_quant", decode_mv::BLOCK * wpr as u32, || 4 / wpr);
         if decode_mv::fits_one_wave_at(rows, sms, per_sm) {
             wpr
         } else {
@@ -148,12 +148,8 @@ impl GpuBackend {
     }
 
     /// Resident blocks of `block` threads of `kernel` per multiprocessor (the driver's
-    /// figure, else `fallback`), read once per kernel.
+    /// figure, else `fallback`), read once per kernel and block size.
     fn mv_per_sm(&mut self, kernel: &'static str, block: u32, fallback: impl FnOnce() -> usize) -> usize {
-        self.mv_per_sm_at(kernel, block, fallback)
-    }
-
-    fn mv_per_sm_at(&mut self, kernel: &'static str, block: u32, fallback: impl FnOnce() -> usize) -> usize {
         match self.mv.per_sm.iter().find(|(k, b, _)| *k == kernel && *b == block) {
             Some(&(_, _, n)) => n,
             None => {
