@@ -338,6 +338,54 @@ NORM_MULTI(decode_mv_norm4, 4, 256)
 NORM_MULTI(decode_mv_norm16, 16, 256)
 NORM_MULTI(decode_mv_norm4_1k, 4, 1024)
 
+// ---- norm + a Q4_K row walk (launches too large for one wave of norm blocks) ----
+
+// 4B / 8B q/k/v and gate/up: more rows than one wave of 8-row norm blocks holds, where
+// repeating the prologue in every block of a second wave lost (see decode_mv.rs), so these
+// ran as rmsnorm_q8_f32 — one block, a launch of its own on the chain — then the row walk
+// of matvec_q4k_loop_n1. Here the grid is resident (every block runs the prologue once)
+// and its warps then walk rows g, g + nw, ... of up to three Q4_K segments laid end to
+// end, the next row loaded while the current row's products run (q4k_row2, mv_dot.h),
+// the activation read from shared memory. Each warp's first row is loaded before
+// pdl_entry, so its DRAM latency overlaps the wait and the norm. The K form is the norm
+// kernels' and each row's arithmetic mv_q4_K's, so the results equal rmsnorm_q8_f32 +
+// matvec_q4k_loop_n1's bit for bit.
+template <int Q, int NT>
+DEV void norm_walk_run(const NormArgs& a, const Seg& s0, const Seg& s1, const Seg& s2, int nw, NormSh<Q>& sh) {
+    const int lane = tid_x() & 31, p = (lane >> 1) & 1, s = lane >> 2;
+    const int nsb = a.n / 256, r01 = s0.rows + s1.rows, total = r01 + s2.rows;
+    const u64 rb = (u64)nsb * 144;
+    auto wrow = [&](int r) -> const u8* { return r < s0.rows ? s0.W + r * rb : r < r01 ? s1.W + (r - s0.rows) * rb : s2.W + (r - r01) * rb; };
+    int g = bid_x() * (NT / 32) + (tid_x() >> 5);
+    q4k_row2 cur, nxt;
+    if (g < total) q4k_row2_load(wrow(g), nsb, cur);
+    float wv[256 * Q / NT];
+    norm_wload<Q, NT>(a, wv);
+    pdl_entry();
+    u32 ticket = 0;
+    norm_prologue<Q, NT>(a, wv, false, true, sh, &ticket);
+    const block_q8_1* xa = sh.kf + s * 8 + 4 * p;
+    for (; g < total; g += nw) {
+        const int gn = g + nw;
+        if (gn < total) q4k_row2_load(wrow(gn), nsb, nxt);
+        const float v = q4k_row2_dot(cur, sh.kf, xa, nsb);
+        float* y = g < s0.rows ? s0.y + g : g < r01 ? s1.y + (g - s0.rows) : s2.y + (g - r01);
+        if (lane == 0) *y = v;
+        cur = nxt;
+    }
+    norm_tail(a, sh, ticket);
+}
+
+// W_s: [rows_s, n] Q4_K, n % 256 == 0, n <= 4096 (two slots of 8 super-blocks); nw: the
+// grid's warps; grid (resident blocks) = nblk, block 256.
+KERNEL LAUNCH_BOUNDS_MIN(256, 3) void decode_mv_norm_walk(const float* x, const float* add, const float* nw_, float* out, u32* counter, int nblk,
+                                                         int n, float eps, const u8* W0, float* y0, int rows0, const u8* W1, float* y1,
+                                                         int rows1, const u8* W2, float* y2, int rows2, int nw) {
+    __shared__ NormSh<16> sh;
+    const NormArgs a = {x, add, nw_, out, counter, nblk, n, eps};
+    norm_walk_run<16, 256>(a, Seg{W0, y0, rows0, 10}, Seg{W1, y1, rows1, 10}, Seg{W2, y2, rows2, 10}, nw, sh);
+}
+
 // ---- norm + gate/up + GLU ----
 
 template <int Q, int TY, int NT>

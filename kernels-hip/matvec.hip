@@ -335,22 +335,13 @@ KERNEL LAUNCH_BOUNDS_MIN(128, 8) void matvec_multi4_n1(const block_q8_1* x, cons
 // across what were waves. Each row's arithmetic is mv_q4_K's (slot a, then slot b).
 // xk: [k/32] K form; W_s: [rows_s, k] Q4_K; nw: the grid's warps (4 per block). grid
 // (resident blocks), block 128.
-struct q4k_row2 { u32x4 ha, qa0, qa1, hb, qb0, qb1; };
-
-DEV void q4k_row2_load(const u8* wr, int nsb, q4k_row2& r) {
-    const int lane = tid_x() & 31, p = (lane >> 1) & 1, h = lane & 1, s = lane >> 2;
-    const u8* w = wr + s * 144;
-    if (s < nsb) q4k_load_sb(w, p, h, r.ha, r.qa0, r.qa1);
-    if (8 + s < nsb) q4k_load_sb(w + 8 * 144, p, h, r.hb, r.qb0, r.qb1);
-}
-
+// (q4k_row2 and its loads: mv_dot.h, shared with decode_mv.hip's norm walk.)
 KERNEL LAUNCH_BOUNDS_MIN(128, 6) void matvec_q4k_loop_n1(const block_q8_1* xk, int k, const u8* W0, float* y0, int rows0, const u8* W1,
                                                          float* y1, int rows1, const u8* W2, float* y2, int rows2, int nw) { pdl_entry();
     const int lane = tid_x() & 31, p = (lane >> 1) & 1, s = lane >> 2;
-    const int nsb = k / 256, kb = k / 32, total = rows0 + rows1 + rows2;
+    const int nsb = k / 256, total = rows0 + rows1 + rows2;
     const u64 rb = (u64)nsb * 144;
     const block_q8_1* xa = xk + s * 8 + 4 * p;
-    const u64 xcol = (u64)kb * 36;
     int g = bid_x() * 4 + (tid_x() >> 5);
     // Row g of the concatenated segments: its weights.
     auto wrow = [&](int r) -> const u8* { return r < rows0 ? W0 + r * rb : r < rows0 + rows1 ? W1 + (r - rows0) * rb : W2 + (r - rows0 - rows1) * rb; };
@@ -359,12 +350,8 @@ KERNEL LAUNCH_BOUNDS_MIN(128, 6) void matvec_q4k_loop_n1(const block_q8_1* xk, i
     for (; g < total; g += nw) {
         const int gn = g + nw;
         if (gn < total) q4k_row2_load(wrow(gn), nsb, nxt);
-        float acc[1] = {0.0f};
-        const bool oka = s < nsb, okb = 8 + s < nsb;
-        q4k_dot_sb<1>(cur.ha, cur.qa0, cur.qa1, oka ? xa : xk, xcol, oka, 1, acc);
-        if (nsb > 8) q4k_dot_sb<1>(cur.hb, cur.qb0, cur.qb1, okb ? xa + 64 : xk, xcol, okb, 1, acc);
+        const float v = q4k_row2_dot(cur, xk, xa, nsb);
         float* y = g < rows0 ? y0 + g : g < rows0 + rows1 ? y1 + (g - rows0) : y2 + (g - rows0 - rows1);
-        const float v = warp_sum(acc[0]);
         if (lane == 0) *y = v;
         cur = nxt;
     }

@@ -260,6 +260,30 @@ DEV void mv_q4_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
     }
 }
 
+// A whole Q4_K row of at most 16 super-blocks in one lane's registers (both slots of
+// mv_q4_K): the unit of the resident row walks (matvec_q4k_loop_n1, decode_mv_norm_walk),
+// which load the next row into a second one while the current row's products run.
+struct q4k_row2 { u32x4 ha, qa0, qa1, hb, qb0, qb1; };
+
+DEV void q4k_row2_load(const u8* wr, int nsb, q4k_row2& r) {
+    const int lane = tid_x() & 31, p = (lane >> 1) & 1, h = lane & 1, s = lane >> 2;
+    const u8* w = wr + s * 144;
+    if (s < nsb) q4k_load_sb(w, p, h, r.ha, r.qa0, r.qa1);
+    if (8 + s < nsb) q4k_load_sb(w + 8 * 144, p, h, r.hb, r.qb0, r.qb1);
+}
+
+// A loaded row's sum (every lane): mv_q4_K's arithmetic (slot a, then slot b, then the
+// warp sum). xk: the K form (any address space); xa = xk + 8 (lane / 4) + 4 p, this lane's
+// activation blocks of slot a.
+DEV float q4k_row2_dot(const q4k_row2& r, const block_q8_1* xk, const block_q8_1* xa, int nsb) {
+    const int s = (tid_x() & 31) >> 2;
+    float acc[1] = {0.0f};
+    const bool oka = s < nsb, okb = 8 + s < nsb;
+    q4k_dot_sb<1>(r.ha, r.qa0, r.qa1, oka ? xa : xk, 0, oka, 1, acc);
+    if (nsb > 8) q4k_dot_sb<1>(r.hb, r.qb0, r.qb1, okb ? xa + 64 : xk, 0, okb, 1, acc);
+    return warp_sum(acc[0]);
+}
+
 // ---- Q5_K (176-byte super-blocks) ----
 
 template <int NS> struct q5k_w { u32x4 hd[NS], q[NS], qh[NS]; };

@@ -129,7 +129,12 @@ impl Norm {
             WIDE => wide_kernel(self.n, glu).ok_or_else(|| unsupported(format!("{base}: no {WIDE}-thread kernel for rows of {}", self.n)))?,
             t => return Err(unsupported(format!("{base}: blocks of {t} threads"))),
         };
-        let args = vec![
+        Ok((name, self.lead(nblk)))
+    }
+    /// The norm's arguments, every norm kernel's first eight (`nblk`: the launch's blocks,
+    /// the count of tickets the last block waits for).
+    fn lead(&self, nblk: usize) -> Vec<KArg> {
+        vec![
             KArg::Ptr(self.x),
             KArg::Ptr(self.add.unwrap_or(0)),
             KArg::Ptr(self.w.unwrap_or(0)),
@@ -138,8 +143,7 @@ impl Norm {
             i(nblk),
             i(self.n),
             KArg::F32(self.eps),
-        ];
-        Ok((name, args))
+        ]
     }
 }
 
@@ -168,6 +172,34 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
     let (name, mut args) = a.args("norm", nblk)?;
     args.extend(tail);
     d.launch(name, [nblk as u32, 1, 1], [a.threads, 1, 1], &args)?;
+    Ok(())
+}
+
+/// Whether [`norm_walk`] takes weights of these types with rows of `n`: Q4_K rows of whole
+/// super-blocks, at most 16 of them (the two slots of the row walk's warp body).
+pub fn walk_supports(n: usize, tys: &[GgmlType]) -> bool {
+    n > 0 && n % 256 == 0 && n <= NORM_MAX && (1..=3).contains(&tys.len()) && tys.iter().all(|&t| t == GgmlType::Q4_K)
+}
+
+/// One launch of `blocks` resident 256-thread blocks (`decode_mv_norm_walk`): the norm,
+/// then y_s = W_s · out for 1 to 3 Q4_K segments, whose rows the warps walk with the next
+/// row's loads in flight — for segments of more rows than one wave of norm blocks holds
+/// (4B / 8B q/k/v and gate/up). `a.threads` is not read (the blocks are 256 threads).
+pub fn norm_walk(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, DevPtr)], blocks: usize) -> R {
+    a.check("norm_walk")?;
+    let tys: Vec<GgmlType> = segs.iter().map(|s| s.1).collect();
+    if !walk_supports(a.n, &tys) || blocks == 0 {
+        return Err(unsupported(format!("norm_walk: {} weights ({tys:?}) with rows of {} (1 to 3 Q4_K, rows of whole super-blocks up to {NORM_MAX})", segs.len(), a.n)));
+    }
+    let mut args = a.lead(blocks);
+    for s in 0..3 {
+        match segs.get(s) {
+            Some(&(w, _, rows, y)) => args.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows)]),
+            None => args.extend([KArg::Ptr(0), KArg::Ptr(0), i(0)]),
+        }
+    }
+    args.push(i(blocks * (BLOCK as usize / 32)));
+    d.launch("decode_mv_norm_walk", [blocks as u32, 1, 1], [BLOCK, 1, 1], &args)?;
     Ok(())
 }
 
@@ -281,6 +313,26 @@ mod tests {
                 ("decode_mv_glu4", [384, 1, 1], [256, 1, 1]),
             ]
         );
+    }
+
+    #[test]
+    fn norm_walk_takes_q4k_rows_of_at_most_16_super_blocks() {
+        // Qwen3-4B (2560) and Llama-8B (4096) q/k/v and gate/up, all Q4_K.
+        assert!(walk_supports(2560, &[GgmlType::Q4_K; 3]));
+        assert!(walk_supports(4096, &[GgmlType::Q4_K, GgmlType::Q4_K]));
+        // A Q6_K v, rows past 16 super-blocks or not whole ones, no or four weights: not taken.
+        assert!(!walk_supports(2560, &[GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K]));
+        assert!(!walk_supports(4352, &[GgmlType::Q4_K]));
+        assert!(!walk_supports(2592, &[GgmlType::Q4_K]));
+        assert!(!walk_supports(2560, &[]));
+        assert!(!walk_supports(2560, &[GgmlType::Q4_K; 4]));
+        let c = Cap(Default::default());
+        let a = Norm { x: 1, add: Some(10), w: None, out: 2, counter: 3, n: 2560, eps: 1e-6, threads: WIDE };
+        norm_walk(&c, &a, &[(4, GgmlType::Q4_K, 9728, 5), (6, GgmlType::Q4_K, 9728, 7)], 396).unwrap();
+        assert!(norm_walk(&c, &a, &[(4, GgmlType::Q6_K, 9728, 5)], 396).is_err());
+        assert!(norm_walk(&c, &a, &[(4, GgmlType::Q4_K, 9728, 5)], 0).is_err());
+        // Resident 256-thread blocks whatever a.threads says.
+        assert_eq!(c.0.into_inner(), vec![("decode_mv_norm_walk", [396, 1, 1], [256, 1, 1])]);
     }
 
     #[test]

@@ -176,7 +176,8 @@ impl Drop for Timer {
 /// Which kernels are launched overlapped with the kernel before them (programmatic
 /// dependent launch, where the driver has it): `LODE_PDL=0` none, `LODE_PDL=1` every
 /// [`super::kernels::OVERLAPPED_FAMILIES`] kernel, unset: the one-token decode families
-/// ([`super::kernels::DEFAULT_OVERLAPPED_FAMILIES`]; measured in BENCHMARKS.md).
+/// ([`super::kernels::DEFAULT_OVERLAPPED_FAMILIES`]) and the one-column matvecs
+/// ([`super::kernels::one_token_overlapped`]; both measured in BENCHMARKS.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pdl {
     Off,
@@ -196,7 +197,7 @@ impl Pdl {
     fn applies(self, name: &str) -> bool {
         match self {
             Pdl::Off => false,
-            Pdl::Decode => super::kernels::in_families(name, super::kernels::DEFAULT_OVERLAPPED_FAMILIES),
+            Pdl::Decode => super::kernels::in_families(name, super::kernels::DEFAULT_OVERLAPPED_FAMILIES) || super::kernels::one_token_overlapped(name),
             Pdl::All => super::kernels::overlappable(name),
         }
     }

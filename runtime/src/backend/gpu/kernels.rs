@@ -79,7 +79,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     (
         "decode_mv",
         include_str!("../../../../kernels-hip/decode_mv.hip"),
-        &["decode_mv_norm4", "decode_mv_norm16", "decode_mv_glu4", "decode_mv_glu16", "decode_mv_quant", "decode_mv_norm4_1k", "decode_mv_glu4_1k"],
+        &["decode_mv_norm4", "decode_mv_norm16", "decode_mv_glu4", "decode_mv_glu16", "decode_mv_quant", "decode_mv_norm4_1k", "decode_mv_glu4_1k", "decode_mv_norm_walk"],
     ),
     ("head_mv", include_str!("../../../../kernels-hip/head_mv.hip"), &["head_q6k_n4", "head_q6k_n16"]),
     ("norm_rope", include_str!("../../../../kernels-hip/norm_rope.hip"), &["rmsnorm_f32", "rmsnorm_q8_f32", "rope_f32", "add_rmsnorm_q8_f32", "rope_kv_f32"]),
@@ -120,6 +120,15 @@ pub const WEIGHTS_FIRST_FAMILIES: &[&str] = &["decode_mv", "head_mv"];
 /// 5) this gave +8.6 % on the 0.6B shape; every family overlapped had lost 4–7 % on batched
 /// steps in session 4, and batched steps launch none of these.
 pub const DEFAULT_OVERLAPPED_FAMILIES: &[&str] = &["attn_decode", "decode_mv", "head_mv"];
+
+/// Whether kernel `name` is an overlappable kernel only a one-token step launches (the
+/// one-column matvecs, `*_n1`: 4B / 8B decode runs its q/k/v of mixed types and its down
+/// projection through them), so overlapping it never touches the batched steps that lost
+/// from overlap. The H200 measured +2–3 % on Qwen3-4B tg128 with every family overlapped
+/// (BENCHMARKS.md, session 8).
+pub fn one_token_overlapped(name: &str) -> bool {
+    name.ends_with("_n1") && overlappable(name)
+}
 
 /// Whether kernel `name` belongs to an [`OVERLAPPED_FAMILIES`] family.
 pub fn overlappable(name: &str) -> bool {

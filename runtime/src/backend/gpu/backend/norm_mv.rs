@@ -46,6 +46,10 @@ pub(super) struct MvFuse {
     pub(super) wide: (bool, bool),
     /// `LODE_MV_LOOP` (default on): many-wave Q4_K `matvec_multi`s as a resident row walk.
     pub(super) row_loop: bool,
+    /// `LODE_MV_NORMWALK` (default on): a one-token norm and many-wave Q4_K matvecs as one
+    /// resident launch (`decode_mv::norm_walk`); and its launches.
+    walk: bool,
+    walk_launches: u64,
 }
 
 impl MvFuse {
@@ -54,7 +58,7 @@ impl MvFuse {
                 Ok("0") => (false, false),
                 Ok("norm") => (true, false),
                 _ => (true, true),
-            }, row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true) }
+            }, row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true), walk: std::env::var("LODE_MV_NORMWALK").map(|v| v != "0").unwrap_or(true), walk_launches: 0 }
     }
 }
 
@@ -67,6 +71,11 @@ impl GpuBackend {
     /// How many fused decode matvec launches this backend has issued.
     pub fn fused_mv_launches(&self) -> u64 {
         self.mv.launches
+    }
+
+    /// How many norm + row walk launches (`decode_mv::norm_walk`) this backend has issued.
+    pub fn walk_launches(&self) -> u64 {
+        self.mv.walk_launches
     }
 
     /// How many fused LM head launches (`head_mv.rs`) this backend has issued.
@@ -222,6 +231,9 @@ impl GpuBackend {
         let ys: Vec<Buf> = outs.iter().map(|(_, y)| *y).collect();
         let rows: usize = ws.iter().map(|w| w.n_rows()).sum();
         let fusable = self.mv_enabled() && n_tok == 1 && (1..=3).contains(&outs.len()) && self.mv_fits(decode_mv::norm_kernel(norm.row_len, false), rows);
+        if !fusable && n_tok == 1 && self.norm_walk(norm, outs)? {
+            return Ok(());
+        }
         if !fusable && n_tok == 1 && outs.len() == 1 && self.norm_head(norm, outs[0].0, outs[0].1)? {
             return Ok(());
         }
@@ -247,6 +259,41 @@ impl GpuBackend {
             self.touch(y);
         }
         r
+    }
+
+    /// One token's norm and 1 to 3 Q4_K matvecs too large for one wave of norm blocks, as
+    /// one launch of resident blocks whose warps walk the rows (`decode_mv::norm_walk`);
+    /// `LODE_MV_NORMWALK=0` never. Ok(false): not taken (the caller runs the usual path).
+    fn norm_walk(&mut self, norm: &NormIn, outs: &[(&WeightRef, Buf)]) -> Result<bool> {
+        let tys: Vec<_> = outs.iter().map(|(w, _)| w.ty()).collect();
+        let rows_ok = outs.iter().all(|(w, _)| w.row_len() == norm.row_len);
+        if !self.mv_enabled() || !self.mv.walk || !rows_ok || !decode_mv::walk_supports(norm.row_len, &tys) {
+            return Ok(false);
+        }
+        let ws: Vec<&WeightRef> = outs.iter().map(|(w, _)| *w).collect();
+        let ys: Vec<Buf> = outs.iter().map(|(_, y)| *y).collect();
+        let Some(a) = self.mv_norm(norm, &ws, &ys)? else { return Ok(false) };
+        let sms = self.mv_sms();
+        let per_sm = self.mv_per_sm("decode_mv_norm_walk", decode_mv::BLOCK, || 3);
+        if per_sm == 0 {
+            return Ok(false);
+        }
+        let mut segs = Vec::with_capacity(outs.len());
+        for (w, y) in outs {
+            let (yp, yn) = self.buf(*y)?;
+            Self::check_len("norm_matmul", *y, yn, w.n_rows())?;
+            segs.push((self.weight(w)?, w.ty(), w.n_rows(), yp));
+        }
+        self.mv.walk_launches += 1;
+        let r = decode_mv::norm_walk(&self.rec(), &a, &segs, sms * per_sm).map_err(|e| {
+            let names: Vec<&str> = ws.iter().map(|w| w.name()).collect();
+            BackendError::Invalid { op: "norm_matmul", msg: format!("{}: {e}", names.join(", ")) }
+        });
+        self.mv_norm_done(norm);
+        for y in ys {
+            self.touch(y);
+        }
+        r.map(|_| true)
     }
 
     /// One token's norm and a Q6_K matvec of many rows (the LM head) as one launch
@@ -278,6 +325,9 @@ impl GpuBackend {
     pub(super) fn fused_norm_matmul_glu(&mut self, norm: &NormIn, n_tok: usize, gate: &WeightRef, up: &WeightRef, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
         let same = gate.ty() == up.ty() && gate.n_rows() == up.n_rows() && gate.row_len() == up.row_len();
         let fusable = self.mv_enabled() && n_tok == 1 && same && self.mv_fits(decode_mv::norm_kernel(norm.row_len, true), gate.n_rows());
+        if !fusable && n_tok == 1 && same && self.norm_walk(norm, &[(gate, out), (up, tmp)])? {
+            return self.glu(out, tmp, out, gate.n_rows(), act);
+        }
         let Some(mut a) = (if fusable { self.mv_norm(norm, &[gate, up], &[out])? } else { None }) else {
             norm_in(self, norm, n_tok)?;
             return self.matmul_glu(gate, up, norm.out, n_tok, out, tmp, act);

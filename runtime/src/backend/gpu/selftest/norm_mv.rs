@@ -10,7 +10,12 @@
 //! - `norm_mv_head`: `norm_matmul_multi` with one Q6_K weight of 3,601–6,003 rows (more
 //!   than one wave of decode_mv blocks on the H200: the fused LM head, `head_mv.rs`), rows
 //!   of 256 / 768 / 1024 / 2560 / 3072, row counts that leave a partial 8-row stage; the
-//!   head launch must have run.
+//!   head launch must have run;
+//! - `norm_mv_walk`: `norm_matmul_multi` (1–3 weights) and `norm_matmul_glu` with Q4_K
+//!   weights of more rows than one wave of norm blocks holds (1,000–7,000 per weight),
+//!   rows of 2560 / 4096 / 1024 / 2048 / 256·r: the resident row walk
+//!   (`decode_mv::norm_walk`), whose launch must have run exactly where the one-wave
+//!   kernel does not fit.
 //!
 //! Each case runs on the GPU with the fusion on, the GPU with it off (the unfused
 //! kernels) and the CPU backend, outputs poisoned (NaN) first. Against the CPU: the
@@ -239,6 +244,8 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
     let quant = name == "norm_mv_quant";
     let n = if quant {
         [2048, 3072, 9728, 1024, 576, 14336, 640, 32 * rng.range(1, 512)][i % 8]
+    } else if name == "norm_mv_walk" {
+        [2560, 4096, 1024, 2560, 2048, 4096, 256 * rng.range(1, 16), 2560][i % 8]
     } else if name == "norm_mv_head" {
         [1024, 2560, 1024, 3072, 768, 1024, 2560, 256][i % 8]
     } else {
@@ -257,6 +264,19 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
                 ws.push((f.add(rng, ty, r, n, 1.0)?, r));
             }
             Op::Multi(ws)
+        }
+        "norm_mv_walk" if i % 2 == 0 => {
+            let mut ws = Vec::new();
+            for _ in 0..rng.range(1, 3) {
+                let r = rng.range(1_000, 5_000);
+                ws.push((f.add(rng, GgmlType::Q4_K, r, n, 1.0)?, r));
+            }
+            Op::Multi(ws)
+        }
+        "norm_mv_walk" => {
+            let r = rng.range(4_300, 7_000);
+            let act = if i % 4 == 1 { Glu::Silu } else { Glu::GeluTanh };
+            Op::Glu { gate: f.add(rng, GgmlType::Q4_K, r, n, 1.0)?, up: f.add(rng, GgmlType::Q4_K, r, n, 1.0)?, rows: r, act }
         }
         "norm_mv_head" => {
             let r = [6_003, 4_001, 5_120, 3_609, 4_803, 4_805, 3_601, 4_811][i % 8];
@@ -285,7 +305,10 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
 fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &str, cases: usize, rng: &mut Rng) -> (CheckReport, CheckReport) {
     let mut acc = Acc::new(name);
     let mut bits = Acc::new(&format!("{name}_bits"));
-    for i in 0..cases.max(8) {
+    // The walk's weights are large (up to 7,000 rows of 4096 per weight): 8 cases cover
+    // its row lengths and both ops.
+    let n_cases = if name == "norm_mv_walk" { 8 } else { cases.max(8) };
+    for i in 0..n_cases {
         let c = match make_case(name, i, rng, files) {
             Ok(c) => c,
             Err(e) => {
@@ -294,14 +317,15 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
             }
         };
         gpu.set_fuse_mv(true);
-        let (before, head_before) = (gpu.fused_mv_launches(), gpu.head_launches());
+        let (before, head_before, walk_before) = (gpu.fused_mv_launches(), gpu.head_launches(), gpu.walk_launches());
         let fused = run_case(gpu, files, &c);
-        let (taken, head) = (gpu.fused_mv_launches() - before, gpu.head_launches() - head_before);
+        let (taken, head, walk) = (gpu.fused_mv_launches() - before, gpu.head_launches() - head_before, gpu.walk_launches() - walk_before);
         gpu.set_fuse_mv(false);
         let plain = run_case(gpu, files, &c);
         gpu.set_fuse_mv(true);
         let plain_launches = gpu.fused_mv_launches() - before - taken;
         let plain_head = gpu.head_launches() - head_before - head;
+        let plain_walk = gpu.walk_launches() - walk_before - walk;
         // The head check's weights never fit one wave: each case is one head launch.
         let want_head = (name == "norm_mv_head") as u64;
         if head != want_head || plain_head != 0 {
@@ -322,6 +346,16 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
                 if taken != expect || plain_launches != 0 {
                     acc.fail(format!("case {i} (n={} {:?}): {taken} fused launches with the fusion on, {plain_launches} with it off (expected {expect} and 0)", c.n, c.op));
                 }
+                // Where the one-wave kernel does not fit, Q4_K norm matvecs take the row walk.
+                let tys: Vec<GgmlType> = match &c.op {
+                    Op::Multi(ws) => ws.iter().map(|w| files.get(w.0).ty()).collect(),
+                    Op::Glu { gate, up, .. } => vec![files.get(*gate).ty(), files.get(*up).ty()],
+                    Op::Quant { .. } => Vec::new(),
+                };
+                let want_walk = (expect == 0 && decode_mv::walk_supports(c.n, &tys)) as u64;
+                if walk != want_walk || plain_walk != 0 {
+                    acc.fail(format!("case {i} (n={} {:?}): {walk} row-walk launches with the fusion on, {plain_walk} with it off (expected {want_walk} and 0)", c.n, c.op));
+                }
                 compare(&mut acc, &mut bits, files, &c, &a, &b, &w);
             }
             (a, b, w) => {
@@ -336,7 +370,7 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
 /// Every `norm_mv_*` check whose name contains `filter` (`cases` random cases each, at
 /// least 8 so every row length of the list runs).
 pub fn run(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {
-    let names = ["norm_mv_multi", "norm_mv_glu", "norm_mv_quant", "norm_mv_head"];
+    let names = ["norm_mv_multi", "norm_mv_glu", "norm_mv_quant", "norm_mv_head", "norm_mv_walk"];
     let chosen: Vec<&str> = names.iter().copied().filter(|n| filter.map(|f| n.contains(f) || format!("{n}_bits").contains(f)).unwrap_or(true)).collect();
     if chosen.is_empty() || cases == 0 {
         return Vec::new();
