@@ -344,46 +344,77 @@ NORM_MULTI(decode_mv_norm4_1k, 4, 1024)
 // repeating the prologue in every block of a second wave lost (see decode_mv.rs), so these
 // ran as rmsnorm_q8_f32 — one block, a launch of its own on the chain — then the row walk
 // of matvec_q4k_loop_n1. Here the grid is resident (every block runs the prologue once)
-// and its warps then walk rows g, g + nw, ... of up to three Q4_K segments laid end to
-// end, the next row loaded while the current row's products run (q4k_row2, mv_dot.h),
-// the activation read from shared memory. Each warp's first row is loaded before
-// pdl_entry, so its DRAM latency overlaps the wait and the norm. The K form is the norm
-// kernels' and each row's arithmetic mv_q4_K's, so the results equal rmsnorm_q8_f32 +
-// matvec_q4k_loop_n1's bit for bit.
-template <int Q, int NT>
+// and its warps then walk rows g, g + nw, ... of up to three segments laid end to end, the
+// next row loaded while the current row's products run (q4k_row2, mv_dot.h), the
+// activation read from shared memory. Each warp's first row is loaded before pdl_entry, so
+// its DRAM latency overlaps the wait and the norm. Segments 0 and 1 are Q4_K; segment 2
+// is Q4_K or, as in Q4_K_M files (a Q6_K attn_v in half the layers), Q6_K (TY2):
+// its rows go through row_finish, their first step loaded during the warp's last Q4_K row
+// (decode_mv_norm_walk_v: one kernel per TY2, so the Q4_K walk keeps its registers).
+// The K form is the norm kernels' and each row's arithmetic mv_q4_K's (row_finish for
+// segment 2's other types, as matvec_multi4_n1's mv_any), so the results equal
+// rmsnorm_q8_f32 + the unfused matvecs' bit for bit.
+template <int Q, int NT, int TY2>
 DEV void norm_walk_run(const NormArgs& a, const Seg& s0, const Seg& s1, const Seg& s2, int nw, NormSh<Q>& sh) {
+    typedef Mv<TY2> M2;
     const int lane = tid_x() & 31, p = (lane >> 1) & 1, s = lane >> 2;
-    const int nsb = a.n / 256, r01 = s0.rows + s1.rows, total = r01 + s2.rows;
+    const int nsb = a.n / 256, nu2 = a.n / M2::UNIT, r01 = s0.rows + s1.rows, total = r01 + s2.rows;
+    const int qrows = TY2 == 10 ? total : r01;  // the rows walked as Q4_K
     const u64 rb = (u64)nsb * 144;
     auto wrow = [&](int r) -> const u8* { return r < s0.rows ? s0.W + r * rb : r < r01 ? s1.W + (r - s0.rows) * rb : s2.W + (r - r01) * rb; };
+    auto vrow = [&](int g) -> const u8* { return s2.W + (u64)(g - r01) * nu2 * M2::BB; };
     int g = bid_x() * (NT / 32) + (tid_x() >> 5);
     q4k_row2 cur, nxt;
-    if (g < total) q4k_row2_load(wrow(g), nsb, cur);
+    typename M2::W vcur;
+    if (g < qrows) q4k_row2_load(wrow(g), nsb, cur);
     float wv[256 * Q / NT];
     norm_wload<Q, NT>(a, wv);
     pdl_entry();
     u32 ticket = 0;
     norm_prologue<Q, NT>(a, wv, false, true, sh, &ticket);
     const block_q8_1* xa = sh.kf + s * 8 + 4 * p;
-    for (; g < total; g += nw) {
+    for (; g < qrows; g += nw) {
         const int gn = g + nw;
-        if (gn < total) q4k_row2_load(wrow(gn), nsb, nxt);
+        if (gn < qrows) q4k_row2_load(wrow(gn), nsb, nxt);
+        else if (TY2 != 10 && gn < total) M2::load(vrow(gn), nu2, 0, vcur);
         const float v = q4k_row2_dot(cur, sh.kf, xa, nsb);
         float* y = g < s0.rows ? s0.y + g : g < r01 ? s1.y + (g - s0.rows) : s2.y + (g - r01);
         if (lane == 0) *y = v;
         cur = nxt;
     }
+    if (TY2 != 10) {
+        // This warp's segment-2 rows: the first loaded during its last Q4_K row (when it
+        // had one: q and k hold more rows than the grid has warps on 4B / 8B), any later
+        // one from cold. (Loading a first segment-2 row before pdl_entry too spilled.)
+        for (bool pre = g - nw >= 0 && g - nw < qrows; g < total; g += nw, pre = false) {
+            if (!pre) M2::load(vrow(g), nu2, 0, vcur);
+            const float v = row_finish<TY2>(vcur, vrow(g), sh.kf, nu2);
+            if (lane == 0) s2.y[g - r01] = v;
+        }
+    }
     norm_tail(a, sh, ticket);
 }
 
-// W_s: [rows_s, n] Q4_K, n % 256 == 0, n <= 4096 (two slots of 8 super-blocks); nw: the
-// grid's warps; grid (resident blocks) = nblk, block 256.
+// W0, W1: [rows, n] Q4_K; W2: [rows2, n] of type code ty2 (here 10, Q4_K; _v: 12, Q6_K);
+// n % 256 == 0, n <= 4096 (two slots of 8 super-blocks); nw: the grid's warps; grid
+// (resident blocks) = nblk, block 256.
 KERNEL LAUNCH_BOUNDS_MIN(256, 3) void decode_mv_norm_walk(const float* x, const float* add, const float* nw_, float* out, u32* counter, int nblk,
                                                          int n, float eps, const u8* W0, float* y0, int rows0, const u8* W1, float* y1,
-                                                         int rows1, const u8* W2, float* y2, int rows2, int nw) {
+                                                         int rows1, const u8* W2, float* y2, int rows2, int ty2, int nw) {
     __shared__ NormSh<16> sh;
     const NormArgs a = {x, add, nw_, out, counter, nblk, n, eps};
-    norm_walk_run<16, 256>(a, Seg{W0, y0, rows0, 10}, Seg{W1, y1, rows1, 10}, Seg{W2, y2, rows2, 10}, nw, sh);
+    const Seg s0{W0, y0, rows0, 10}, s1{W1, y1, rows1, 10}, s2{W2, y2, rows2, 10};
+    norm_walk_run<16, 256, 10>(a, s0, s1, s2, nw, sh);
+}
+// The same with a Q6_K segment 2 (ty2 12). (A Q5_K one too, in the same kernel, spilled
+// 76 bytes; Q5_K_M files' v rows take the unfused path.)
+KERNEL LAUNCH_BOUNDS_MIN(256, 3) void decode_mv_norm_walk_v(const float* x, const float* add, const float* nw_, float* out, u32* counter, int nblk,
+                                                           int n, float eps, const u8* W0, float* y0, int rows0, const u8* W1, float* y1,
+                                                           int rows1, const u8* W2, float* y2, int rows2, int ty2, int nw) {
+    __shared__ NormSh<16> sh;
+    const NormArgs a = {x, add, nw_, out, counter, nblk, n, eps};
+    const Seg s0{W0, y0, rows0, 10}, s1{W1, y1, rows1, 10}, s2{W2, y2, rows2, ty2};
+    norm_walk_run<16, 256, 12>(a, s0, s1, s2, nw, sh);
 }
 
 // ---- norm + gate/up + GLU ----

@@ -175,31 +175,41 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
     Ok(())
 }
 
-/// Whether [`norm_walk`] takes weights of these types with rows of `n`: Q4_K rows of whole
-/// super-blocks, at most 16 of them (the two slots of the row walk's warp body).
+/// Whether [`norm_walk`] takes weights of these types with rows of `n`: rows of whole
+/// super-blocks, at most 16 of them (the two slots of the row walk's warp body); every
+/// weight Q4_K but the last, which may also be Q6_K (Q4_K_M's attn_v in half the layers).
 pub fn walk_supports(n: usize, tys: &[GgmlType]) -> bool {
-    n > 0 && n % 256 == 0 && n <= NORM_MAX && (1..=3).contains(&tys.len()) && tys.iter().all(|&t| t == GgmlType::Q4_K)
+    let Some((last, rest)) = tys.split_last() else { return false };
+    n > 0 && n % 256 == 0 && n <= NORM_MAX && tys.len() <= 3 && rest.iter().all(|&t| t == GgmlType::Q4_K) && matches!(last, GgmlType::Q4_K | GgmlType::Q6_K)
 }
 
-/// One launch of `blocks` resident 256-thread blocks (`decode_mv_norm_walk`): the norm,
-/// then y_s = W_s · out for 1 to 3 Q4_K segments, whose rows the warps walk with the next
-/// row's loads in flight — for segments of more rows than one wave of norm blocks holds
-/// (4B / 8B q/k/v and gate/up). `a.threads` is not read (the blocks are 256 threads).
+/// One launch of `blocks` resident 256-thread blocks (`decode_mv_norm_walk`, or `_v` with a
+/// Q6_K last weight): the norm, then y_s = W_s · out for 1 to 3 segments, whose rows the
+/// warps walk with the next row's loads in flight — for segments of more rows than one
+/// wave of norm blocks holds (4B / 8B q/k/v and gate/up). `a.threads` is not read.
 pub fn norm_walk(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, DevPtr)], blocks: usize) -> R {
     a.check("norm_walk")?;
     let tys: Vec<GgmlType> = segs.iter().map(|s| s.1).collect();
     if !walk_supports(a.n, &tys) || blocks == 0 {
-        return Err(unsupported(format!("norm_walk: {} weights ({tys:?}) with rows of {} (1 to 3 Q4_K, rows of whole super-blocks up to {NORM_MAX})", segs.len(), a.n)));
+        return Err(unsupported(format!("norm_walk: {} weights ({tys:?}) with rows of {} (1 to 3, Q4_K but a last Q6_K, rows of whole super-blocks up to {NORM_MAX})", segs.len(), a.n)));
+    }
+    // The kernel's segment 2 is the one that may be Q6_K: a Q6_K last weight goes there.
+    let v = tys.last() == Some(&GgmlType::Q6_K);
+    let mut slots: [Option<(DevPtr, GgmlType, usize, DevPtr)>; 3] = [None; 3];
+    for (i, s) in segs.iter().enumerate() {
+        slots[if v && i + 1 == segs.len() { 2 } else { i }] = Some(*s);
     }
     let mut args = a.lead(blocks);
-    for s in 0..3 {
-        match segs.get(s) {
-            Some(&(w, _, rows, y)) => args.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows)]),
+    for slot in slots {
+        match slot {
+            Some((w, _, rows, y)) => args.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows)]),
             None => args.extend([KArg::Ptr(0), KArg::Ptr(0), i(0)]),
         }
     }
+    args.push(KArg::I32(if v { 12 } else { 10 }));
     args.push(i(blocks * (BLOCK as usize / 32)));
-    d.launch("decode_mv_norm_walk", [blocks as u32, 1, 1], [BLOCK, 1, 1], &args)?;
+    let name = if v { "decode_mv_norm_walk_v" } else { "decode_mv_norm_walk" };
+    d.launch(name, [blocks as u32, 1, 1], [BLOCK, 1, 1], &args)?;
     Ok(())
 }
 
@@ -320,8 +330,12 @@ mod tests {
         // Qwen3-4B (2560) and Llama-8B (4096) q/k/v and gate/up, all Q4_K.
         assert!(walk_supports(2560, &[GgmlType::Q4_K; 3]));
         assert!(walk_supports(4096, &[GgmlType::Q4_K, GgmlType::Q4_K]));
-        // A Q6_K v, rows past 16 super-blocks or not whole ones, no or four weights: not taken.
-        assert!(!walk_supports(2560, &[GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K]));
+        // A Q6_K last weight (Q4_K_M's v) too, but nowhere else, and no other type.
+        assert!(walk_supports(2560, &[GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K]));
+        assert!(walk_supports(2560, &[GgmlType::Q4_K, GgmlType::Q6_K]));
+        assert!(!walk_supports(2560, &[GgmlType::Q6_K, GgmlType::Q4_K]));
+        assert!(!walk_supports(2560, &[GgmlType::Q4_K, GgmlType::Q5_K]));
+        // Rows past 16 super-blocks or not whole ones, no or four weights: not taken.
         assert!(!walk_supports(4352, &[GgmlType::Q4_K]));
         assert!(!walk_supports(2592, &[GgmlType::Q4_K]));
         assert!(!walk_supports(2560, &[]));
@@ -329,10 +343,11 @@ mod tests {
         let c = Cap(Default::default());
         let a = Norm { x: 1, add: Some(10), w: None, out: 2, counter: 3, n: 2560, eps: 1e-6, threads: WIDE };
         norm_walk(&c, &a, &[(4, GgmlType::Q4_K, 9728, 5), (6, GgmlType::Q4_K, 9728, 7)], 396).unwrap();
-        assert!(norm_walk(&c, &a, &[(4, GgmlType::Q6_K, 9728, 5)], 396).is_err());
+        norm_walk(&c, &a, &[(4, GgmlType::Q4_K, 4096, 5), (6, GgmlType::Q6_K, 1024, 7)], 396).unwrap();
+        assert!(norm_walk(&c, &a, &[(4, GgmlType::Q6_K, 9728, 5), (6, GgmlType::Q4_K, 9728, 7)], 396).is_err());
         assert!(norm_walk(&c, &a, &[(4, GgmlType::Q4_K, 9728, 5)], 0).is_err());
         // Resident 256-thread blocks whatever a.threads says.
-        assert_eq!(c.0.into_inner(), vec![("decode_mv_norm_walk", [396, 1, 1], [256, 1, 1])]);
+        assert_eq!(c.0.into_inner(), vec![("decode_mv_norm_walk", [396, 1, 1], [256, 1, 1]), ("decode_mv_norm_walk_v", [396, 1, 1], [256, 1, 1])]);
     }
 
     #[test]

@@ -11,8 +11,8 @@
 //!   than one wave of decode_mv blocks on the H200: the fused LM head, `head_mv.rs`), rows
 //!   of 256 / 768 / 1024 / 2560 / 3072, row counts that leave a partial 8-row stage; the
 //!   head launch must have run;
-//! - `norm_mv_walk`: `norm_matmul_multi` (1–3 weights) and `norm_matmul_glu` with Q4_K
-//!   weights of more rows than one wave of norm blocks holds (1,000–7,000 per weight),
+//! - `norm_mv_walk`: `norm_matmul_multi` (1–3 weights, Q4_K, the last one Q6_K in every
+//!   other case) and `norm_matmul_glu` (Q4_K) with weights of more rows than one wave of norm blocks holds (1,000–7,000 per weight),
 //!   rows of 2560 / 4096 / 1024 / 2048 / 256·r: the resident row walk
 //!   (`decode_mv::norm_walk`), whose launch must have run exactly where the one-wave
 //!   kernel does not fit.
@@ -266,10 +266,13 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
             Op::Multi(ws)
         }
         "norm_mv_walk" if i % 2 == 0 => {
+            // Every other case a Q6_K last weight (Q4_K_M's v: the `_v` kernel).
+            let m = rng.range(1, 3);
             let mut ws = Vec::new();
-            for _ in 0..rng.range(1, 3) {
+            for j in 0..m {
                 let r = rng.range(1_000, 5_000);
-                ws.push((f.add(rng, GgmlType::Q4_K, r, n, 1.0)?, r));
+                let ty = if j + 1 == m && i % 4 == 2 { GgmlType::Q6_K } else { GgmlType::Q4_K };
+                ws.push((f.add(rng, ty, r, n, 1.0)?, r));
             }
             Op::Multi(ws)
         }
