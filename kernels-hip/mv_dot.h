@@ -178,40 +178,59 @@ DEV void q4k_scales(u32 y, u32 z, u32 w, int p, u32* sc, u32* mn) {
     *mn = ((p ? (w >> 4) : z) & 0x0F0F0F0Fu) | ((z >> sh) & 0x30303030u);
 }
 
+// The products of one lane's super-block (6-bit scales sc and mins mn as q4k_scales
+// gives them, mins masked to the lane's blocks; d, dmin; the 8 quant words w0, w1) with
+// one column's activation a, added to acc (ok = false: an idle lane, nothing added).
+template <int NC>
+DEV void q4k_act_dot(u32 sc, u32 mn, float d, float dmin, const u32* w0, const u32* w1, const kact& a, bool ok, float& acc) {
+    int s0 = 0, s1 = 0, t0 = 0, t1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        s0 = dot4((int)(w0[i] & 0x0F0F0F0Fu), a.c[0][i], s0);
+        s1 = dot4_us(w0[i] & 0xF0F0F0F0u, a.c[1][i], s1);
+        t0 = dot4((int)(w1[i] & 0x0F0F0F0Fu), a.c[2][i], t0);
+        t1 = dot4_us(w1[i] & 0xF0F0F0F0u, a.c[3][i], t1);
+    }
+    // s1, t1 are 16x the high-nibble sums; every half sub-block sum fits an i16.
+    int isum = dot2_lo(perm_bytes((u32)s0, (u32)(s1 >> 4), 0x5410), sc, 0);
+    isum = dot2_hi(perm_bytes((u32)t0, (u32)(t1 >> 4), 0x5410), sc, isum);
+    int imin = dot2_lo(perm_bytes(a.hdr[0], a.hdr[1], 0x7632), mn, 0);
+    imin = dot2_hi(perm_bytes(a.hdr[2], a.hdr[3], 0x7632), mn, imin);
+    const float dx = k_act_scale(a);
+    if (ok) acc_add<NC>(acc, dx * (d * (float)isum - dmin * (float)imin));
+}
+
+// The lane's weight terms of super-block (hd, q0, q1) for q4k_act_dot.
+#define Q4K_TERMS(hd, q0, q1)                                                        \
+    const int h = tid_x() & 1, p = (tid_x() >> 1) & 1;                               \
+    u32 sc, mn;                                                                      \
+    q4k_scales(hd.y, hd.z, hd.w, p, &sc, &mn);                                       \
+    /* Min terms: lane h = 0 holds the s of blocks 4p .. 4p + 2, lane h = 1 of 4p + 3. */ \
+    mn &= h ? 0xff000000u : 0x00ffffffu;                                             \
+    const float d = h2f((u16)(hd.x & 0xffff)), dmin = h2f((u16)(hd.x >> 16));        \
+    const u32 w0[4] = {q0.x, q0.y, q0.z, q0.w};                                      \
+    const u32 w1[4] = {q1.x, q1.y, q1.z, q1.w};
+
 // One lane's products for one super-block: xa = its activation blocks (8 sb + 4p, first
 // column), xcol = bytes between columns; ok = false: an idle lane (xa any readable
 // K-form address; it still joins the broadcast).
 template <int NC>
 DEV void q4k_dot_sb(const u32x4& hd, const u32x4& q0, const u32x4& q1, const block_q8_1* xa, u64 xcol, bool ok, int ncols, float* acc) {
-    const int lane = tid_x() & 31, p = (lane >> 1) & 1, h = lane & 1;
-    u32 sc, mn;
-    q4k_scales(hd.y, hd.z, hd.w, p, &sc, &mn);
-    // Min terms: lane h = 0 holds the s of blocks 4p .. 4p + 2, lane h = 1 of 4p + 3.
-    mn &= h ? 0xff000000u : 0x00ffffffu;
-    const float d = h2f((u16)(hd.x & 0xffff)), dmin = h2f((u16)(hd.x >> 16));
-    const u32 w0[4] = {q0.x, q0.y, q0.z, q0.w};
-    const u32 w1[4] = {q1.x, q1.y, q1.z, q1.w};
+    Q4K_TERMS(hd, q0, q1)
 #pragma unroll
     for (int col = 0; col < NC; ++col) {
         if (NC > 1 && col >= ncols) break;  // n1: no branch, so the activation loads can go first
         kact a;
         k_act_load((const block_q8_1*)((const u8*)xa + col * xcol), h, a);
-        int s0 = 0, s1 = 0, t0 = 0, t1 = 0;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            s0 = dot4((int)(w0[i] & 0x0F0F0F0Fu), a.c[0][i], s0);
-            s1 = dot4_us(w0[i] & 0xF0F0F0F0u, a.c[1][i], s1);
-            t0 = dot4((int)(w1[i] & 0x0F0F0F0Fu), a.c[2][i], t0);
-            t1 = dot4_us(w1[i] & 0xF0F0F0F0u, a.c[3][i], t1);
-        }
-        // s1, t1 are 16x the high-nibble sums; every half sub-block sum fits an i16.
-        int isum = dot2_lo(perm_bytes((u32)s0, (u32)(s1 >> 4), 0x5410), sc, 0);
-        isum = dot2_hi(perm_bytes((u32)t0, (u32)(t1 >> 4), 0x5410), sc, isum);
-        int imin = dot2_lo(perm_bytes(a.hdr[0], a.hdr[1], 0x7632), mn, 0);
-        imin = dot2_hi(perm_bytes(a.hdr[2], a.hdr[3], 0x7632), mn, imin);
-        const float dx = k_act_scale(a);
-        if (ok) acc_add<NC>(acc[col], dx * (d * (float)isum - dmin * (float)imin));
+        q4k_act_dot<NC>(sc, mn, d, dmin, w0, w1, a, ok, acc[col]);
     }
+}
+
+// q4k_dot_sb for one column whose activation a is already in registers.
+DEV void q4k_dot_sb_act(const u32x4& hd, const u32x4& q0, const u32x4& q1, const kact& a, bool ok, float* acc) {
+    Q4K_TERMS(hd, q0, q1)
+    (void)h;
+    q4k_act_dot<1>(sc, mn, d, dmin, w0, w1, a, ok, acc[0]);
 }
 
 // NS slots from super-block sb0 (slot it: super-blocks sb0 + 8 it .. + 7).
@@ -270,6 +289,17 @@ DEV void q4k_row2_load(const u8* wr, int nsb, q4k_row2& r) {
     const u8* w = wr + s * 144;
     if (s < nsb) q4k_load_sb(w, p, h, r.ha, r.qa0, r.qa1);
     if (8 + s < nsb) q4k_load_sb(w + 8 * 144, p, h, r.hb, r.qb0, r.qb1);
+}
+
+// A loaded row's sum against activations already in registers (ka, kb: slots a and b;
+// kb unread for rows of at most 8 super-blocks): q4k_row2_dot's
+// arithmetic without its activation loads, for a walk that keeps them across rows.
+DEV float q4k_row2_dot_act(const q4k_row2& r, const kact& ka, const kact& kb, int nsb) {
+    const int s = (tid_x() & 31) >> 2;
+    float acc[1] = {0.0f};
+    q4k_dot_sb_act(r.ha, r.qa0, r.qa1, ka, s < nsb, acc);
+    if (nsb > 8) q4k_dot_sb_act(r.hb, r.qb0, r.qb1, kb, 8 + s < nsb, acc);
+    return warp_sum(acc[0]);
 }
 
 // A loaded row's sum (every lane): mv_q4_K's arithmetic (slot a, then slot b, then the

@@ -274,7 +274,8 @@ impl GpuBackend {
         let ys: Vec<Buf> = outs.iter().map(|(_, y)| *y).collect();
         let Some(a) = self.mv_norm(norm, &ws, &ys)? else { return Ok(false) };
         let sms = self.mv_sms();
-        let per_sm = self.mv_per_sm("decode_mv_norm_walk", decode_mv::BLOCK, || 3);
+        let kernel = if tys.last() == Some(&crate::quant::GgmlType::Q6_K) { "decode_mv_norm_walk_v" } else { "decode_mv_norm_walk" };
+        let per_sm = self.mv_per_sm(kernel, decode_mv::BLOCK, || 2);
         if per_sm == 0 {
             return Ok(false);
         }
