@@ -38,11 +38,19 @@ struct __attribute__((aligned(16))) f32x4 { float x, y, z, w; };
 // 32-element types: two slots (32 blocks = 1024 values). Few registers per step, two
 // steps in flight.
 template <int TY> struct Mv;
+// A: one lane's activation of a step, for the walks that keep it in registers (act loads
+// it, dot_act is dot with it).
 template <> struct Mv<10> {
     typedef q4k_w<1> W;
+    typedef kact A;
     enum { BB = 144, STEP = 8, UNIT = 256 };  // mv_dot.h: a Q4_K slot is 8 super-blocks
     DEV void load(const u8* wr, int nu, int u0, W& r) { q4k_wload<1>(wr, nu, u0, r); }
     DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) { q4k_wdot<1, 1>(r, x, nu * 8, nu, u0, 1, acc); }
+    DEV void act(const block_q8_1* x, int nu, int u0, A& a) {
+        const int lane = tid_x() & 31, sb = u0 + (lane >> 2);
+        k_act_load(sb < nu ? x + sb * 8 + 4 * ((lane >> 1) & 1) : x, lane & 1, a);
+    }
+    DEV void dot_act(const W& r, const A& a, int nu, int u0, float* acc) { q4k_dot_sb_act(r.hd[0], r.q0[0], r.q1[0], a, u0 + ((tid_x() & 31) >> 2) < nu, acc); }
 };
 template <> struct Mv<11> {
     typedef q5k_w<1> W;
@@ -52,9 +60,17 @@ template <> struct Mv<11> {
 };
 template <> struct Mv<12> {
     typedef q6k_w<1> W;
+    typedef q6act A;
     enum { BB = 210, STEP = 4, UNIT = 256 };
     DEV void load(const u8* wr, int nu, int u0, W& r) { q6k_wload<1>(wr, nu, u0, r); }
     DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) { q6k_wdot<1, 1>(r, x, nu * 8, nu, u0, 1, acc); }
+    DEV void act(const block_q8_1* x, int nu, int u0, A& a) {
+        const int lane = tid_x() & 31, sb = u0 + (lane >> 3);
+        q6k_act_load((const u8*)(x + (sb < nu ? sb * 8 + 4 * ((lane >> 2) & 1) : 0)) + 8 * (lane & 3), a);
+    }
+    DEV void dot_act(const W& r, const A& a, int nu, int u0, float* acc) {
+        q6k_dot_sb_act(r.A[0], r.B[0], r.H[0], r.S[0], r.d[0], r.odd[0], a, u0 + ((tid_x() & 31) >> 3) < nu, acc);
+    }
 };
 template <int T> struct MvB {
     typedef b32_w<2> W;
@@ -562,4 +578,54 @@ KERNEL LAUNCH_BOUNDS(1024) void decode_mv_quant(const float* x, int k, const u8*
     case 12: quant_run<12>(x, k, W, y, rows, acc, wpr, sa, part); break;
     default: break;
     }
+}
+
+// ---- a one-token matvec of long K-quant rows: one warp per step, rows walked ----
+
+#define SPLIT_MAX 16
+
+// 4B / 8B down projections (rows of 9728 / 14336: 5-7 Q4_K steps, 10-14 Q6_K ones) ran
+// one warp per row, which reads every step's activation from L1 again for every row:
+// L1 throughput, not DRAM, bounded them (ncu: L1/TEX 87 % busy, 1.9 TB/s). Here a block
+// is one warp per step of a row: warp j loads step j's activation once, keeps it in
+// registers, and walks the rows r = block, block + grid, ... of a resident grid, the next
+// row's step loaded while the current one's products run. The per-lane partial sums meet
+// in shared memory (two buffers, one barrier per row) and warp 0 adds them in step order
+// with add_rn — the additions the one-warp loop makes, so the sums are bit-identical to
+// matvec's — then the warp sum. xk: [k/32] K form (written by an earlier kernel);
+// W: [rows, k]; y: [rows]. grid (resident blocks), block 32 * steps (steps <= SPLIT_MAX).
+template <int TY>
+DEV void split_run(const block_q8_1* xk, int k, const u8* W, float* y, int rows, int grid, float (*part)[SPLIT_MAX][32]) {
+    typedef Mv<TY> M;
+    const int lane = tid_x() & 31, j = tid_x() >> 5, steps = (k / M::UNIT + M::STEP - 1) / M::STEP;
+    const int nu = k / M::UNIT, u0 = j * M::STEP;
+    const u64 rb = (u64)nu * M::BB;
+    int r = bid_x();
+    typename M::W cur, nxt;
+    if (r < rows) M::load(W + r * rb, nu, u0, cur);
+    pdl_entry();
+    typename M::A act;
+    M::act(xk, nu, u0, act);
+    for (int it = 0; r < rows; r += grid, ++it) {
+        const int rn = r + grid;
+        if (rn < rows) M::load(W + rn * rb, nu, u0, nxt);
+        float a[1] = {0.0f};
+        M::dot_act(cur, act, nu, u0, a);
+        part[it & 1][j][lane] = a[0];
+        sync();
+        if (j == 0) {
+            float sum = add_rn(0.0f, part[it & 1][0][lane]);
+            for (int jj = 1; jj < steps; ++jj) sum = add_rn(sum, part[it & 1][jj][lane]);
+            const float v = warp_sum(sum);
+            if (lane == 0) y[r] = v;
+        }
+        cur = nxt;
+    }
+}
+
+// ty: 10 Q4_K or 12 Q6_K (k % 256 == 0, at most SPLIT_MAX steps); grid: the blocks.
+KERNEL LAUNCH_BOUNDS(512) void decode_mv_split(const block_q8_1* xk, int k, const u8* W, float* y, int rows, int ty, int grid) {
+    __shared__ float part[2][SPLIT_MAX][32];
+    if (ty == 12) split_run<12>(xk, k, W, y, rows, grid, part);
+    else split_run<10>(xk, k, W, y, rows, grid, part);
 }

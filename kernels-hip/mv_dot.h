@@ -422,51 +422,77 @@ DEV u32 q6k_code4(u32 lo, u32 hi) {
 #endif
 }
 
+// A lane's K-form activation for one Q6_K super-block: codes 8lq .. 8lq + 7 of blocks
+// n .. n + 3 (n % 4 == 0, 16-byte aligned) by aligned loads; the first and second blocks'
+// (d, s) words come along in lane lq = 0 (h0, h1).
+struct q6act { int c[4][2]; u32 h0, h1; };
+DEV void q6k_act_load(const u8* p, q6act& a) {
+    const u32x2 g0a = *(const u32x2*)p;          // hdr n (lq = 0) | codes 8lq - 4 .., codes 8lq ..
+    const u32 g0b = *(const u32*)(p + 8);          // codes 8lq + 4 ..
+    const u32x2 g1a = *(const u32x2*)(p + 32);     // .., hdr n + 1 (lq = 0) | codes 8lq - 4 ..
+    const u32x2 g1b = *(const u32x2*)(p + 40);     // codes 8lq ..
+    const u32x2 g2a = *(const u32x2*)(p + 72);     // hdr n + 2 | .., codes 8lq ..
+    const u32 g2b = *(const u32*)(p + 80);         // codes 8lq + 4 ..
+    const u32x2 g3 = *(const u32x2*)(p + 112);     // codes 8lq ..
+    a.c[0][0] = (int)g0a.y, a.c[0][1] = (int)g0b, a.c[1][0] = (int)g1b.x, a.c[1][1] = (int)g1b.y;
+    a.c[2][0] = (int)g2a.y, a.c[2][1] = (int)g2b, a.c[3][0] = (int)g3.x, a.c[3][1] = (int)g3.y;
+    a.h0 = g0a.x, a.h1 = g1a.y;
+}
+
+// The products of a lane's super-block (its signed codes v, scales sc, d / 4) with one
+// column's activation a, added to acc (ok = false: an idle lane; it still joins the
+// broadcast of the activation scale).
+template <int NC>
+DEV void q6k_act_dot(const u32 (*v)[2], const int* sc, float d4, const q6act& a, bool ok, float& acc) {
+    const int lane = tid_x() & 31;
+    int isum = 0;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) isum += sc[g] * dot4((int)v[g][1], a.c[g][1], dot4((int)v[g][0], a.c[g][0], 0));
+    // The super-block's activation scale, from lane (lane & ~7) (hh = 0, lq = 0).
+    const float dx = __builtin_bit_cast(float, shfl_idx_u(perm_bytes(a.h0, a.h1, 0x5410), lane & ~7));
+    if (ok) acc_add<NC>(acc, dx * d4 * (float)isum);
+}
+
+// A lane's weight terms of one Q6_K super-block (A, B, H, S, dbits, odd as loaded) for
+// q6k_act_dot. Each weight becomes the signed byte 4 (q - 32): the low nibble at bits 2-5
+// and the 2-bit high part, its top bit flipped, at bits 6-7 (so the sign comes for free).
+#define Q6K_TERMS(A, B, H, S, dbits, odd)                                                                              \
+    const int lq = tid_x() & 3;                                                                                        \
+    const u32 sh = 16 * odd;                                                                                           \
+    u32 v[4][2];                                                                                                       \
+    _Pragma("unroll") for (int i = 0; i < 2; ++i) {                                                                    \
+        const u32 a = shr_pair(A[i], A[i + 1], sh), bq = shr_pair(B[i], B[i + 1], sh), h = shr_pair(H[i], H[i + 1], sh); \
+        v[0][i] = q6k_code4(a << 2, h << 6);                                                                           \
+        v[1][i] = q6k_code4(bq << 2, h << 4);                                                                          \
+        v[2][i] = q6k_code4(a >> 2, h << 2);                                                                           \
+        v[3][i] = q6k_code4(bq >> 2, h);                                                                               \
+    }                                                                                                                  \
+    /* sc[8hh + lq / 2 + 2g] at bytes 0 and 2 of t01 (g = 0, 1) and t23 (g = 2, 3) */                                  \
+    const u32 t01 = shr_pair(S[0], S[1], sh + 8 * (lq >> 1)), t23 = shr_pair(S[1], S[2], sh + 8 * (lq >> 1));          \
+    const int sc[4] = {(int)perm_bytes(t01, 0, 0x8880), (int)perm_bytes(t01, 0, 0xAAA2), (int)perm_bytes(t23, 0, 0x8880), \
+                       (int)perm_bytes(t23, 0, 0xAAA2)};                                                               \
+    const float d4 = 0.25f * h2f((u16)dbits);
+
 // One lane's products for one super-block: odd = its address is 2 mod 4; xa = its
 // activation blocks (8 sb + 4hh, first column); ok = false: an idle lane (xa any
 // readable K-form address; it still joins the broadcast of the activation scale).
-// Each weight becomes the signed byte 4 (q - 32): the low nibble at bits 2-5 and the
-// 2-bit high part, its top bit flipped, at bits 6-7 (so the sign comes for free).
 template <int NC>
 DEV void q6k_dot_sb(const u32* A, const u32* B, const u32* H, const u32* S, u32 dbits, int odd, const block_q8_1* xa, u64 xcol, bool ok, int ncols,
                     float* acc) {
-    const int lane = tid_x() & 31, lq = lane & 3;
-    const u32 sh = 16 * odd;
-    u32 v[4][2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const u32 a = shr_pair(A[i], A[i + 1], sh), bq = shr_pair(B[i], B[i + 1], sh), h = shr_pair(H[i], H[i + 1], sh);
-        v[0][i] = q6k_code4(a << 2, h << 6);
-        v[1][i] = q6k_code4(bq << 2, h << 4);
-        v[2][i] = q6k_code4(a >> 2, h << 2);
-        v[3][i] = q6k_code4(bq >> 2, h);
-    }
-    // sc[8hh + lq / 2 + 2g] at bytes 0 and 2 of t01 (g = 0, 1) and t23 (g = 2, 3)
-    const u32 t01 = shr_pair(S[0], S[1], sh + 8 * (lq >> 1)), t23 = shr_pair(S[1], S[2], sh + 8 * (lq >> 1));
-    const int sc[4] = {(int)perm_bytes(t01, 0, 0x8880), (int)perm_bytes(t01, 0, 0xAAA2), (int)perm_bytes(t23, 0, 0x8880),
-                       (int)perm_bytes(t23, 0, 0xAAA2)};
-    const float d4 = 0.25f * h2f((u16)dbits);
+    Q6K_TERMS(A, B, H, S, dbits, odd)
 #pragma unroll
     for (int col = 0; col < NC; ++col) {
         if (NC > 1 && col >= ncols) break;  // n1: no branch, so the activation loads can go first
-        // Codes 8lq .. 8lq + 7 of blocks n .. n + 3 (n % 4 == 0, 16-byte aligned): aligned
-        // loads, the first block's and second block's (d, s) words come along in lane lq = 0.
-        const u8* p = (const u8*)xa + col * xcol + 8 * lq;
-        const u32x2 g0a = *(const u32x2*)p;          // hdr n (lq = 0) | codes 8lq - 4 .., codes 8lq ..
-        const u32 g0b = *(const u32*)(p + 8);          // codes 8lq + 4 ..
-        const u32x2 g1a = *(const u32x2*)(p + 32);     // .., hdr n + 1 (lq = 0) | codes 8lq - 4 ..
-        const u32x2 g1b = *(const u32x2*)(p + 40);     // codes 8lq ..
-        const u32x2 g2a = *(const u32x2*)(p + 72);     // hdr n + 2 | .., codes 8lq ..
-        const u32 g2b = *(const u32*)(p + 80);         // codes 8lq + 4 ..
-        const u32x2 g3 = *(const u32x2*)(p + 112);     // codes 8lq ..
-        const int c[4][2] = {{(int)g0a.y, (int)g0b}, {(int)g1b.x, (int)g1b.y}, {(int)g2a.y, (int)g2b}, {(int)g3.x, (int)g3.y}};
-        int isum = 0;
-#pragma unroll
-        for (int g = 0; g < 4; ++g) isum += sc[g] * dot4((int)v[g][1], c[g][1], dot4((int)v[g][0], c[g][0], 0));
-        // The super-block's activation scale, from lane (lane & ~7) (hh = 0, lq = 0).
-        const float dx = __builtin_bit_cast(float, shfl_idx_u(perm_bytes(g0a.x, g1a.y, 0x5410), lane & ~7));
-        if (ok) acc_add<NC>(acc[col], dx * d4 * (float)isum);
+        q6act a;
+        q6k_act_load((const u8*)xa + col * xcol + 8 * lq, a);
+        q6k_act_dot<NC>(v, sc, d4, a, ok, acc[col]);
     }
+}
+
+// q6k_dot_sb for one column whose activation a is already in registers.
+DEV void q6k_dot_sb_act(const u32* A, const u32* B, const u32* H, const u32* S, u32 dbits, int odd, const q6act& a, bool ok, float* acc) {
+    Q6K_TERMS(A, B, H, S, dbits, odd)
+    q6k_act_dot<1>(v, sc, d4, a, ok, acc[0]);
 }
 
 // NS slots from super-block sb0 (slot it: super-blocks sb0 + 4 it .. + 3).

@@ -316,6 +316,9 @@ impl Backend for GpuBackend {
         if n_tok == 1 && self.quant_matmul(w, x, y, false)? {
             return Ok(());
         }
+        if n_tok == 1 && self.split_matmul(w, x, y)? {
+            return Ok(());
+        }
         let r = if self.gemm_prefill && prefill::use_gemm(ty, lay, n_tok) {
             let xa = match fmt {
                 Some(f) => self.act_values(x, f, k, n_tok, "matmul")?,

@@ -264,6 +264,39 @@ pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, ro
     Ok(())
 }
 
+/// The most warps (steps) per row of [`split_walk`] (`SPLIT_MAX`).
+pub const SPLIT_MAX: usize = 16;
+
+/// Warps per row of [`split_walk`] for rows of `k` values of `ty`: one per step (8 Q4_K or
+/// 4 Q6_K super-blocks); None for a type, shape or step count it does not take (it serves
+/// rows of 2 to [`SPLIT_MAX`] steps).
+pub fn split_steps(ty: GgmlType, k: usize) -> Option<usize> {
+    let step = match ty {
+        GgmlType::Q4_K => 8 * 256,
+        GgmlType::Q6_K => 4 * 256,
+        _ => return None,
+    };
+    let steps = k.div_ceil(step);
+    (k > 0 && k % 256 == 0 && (2..=SPLIT_MAX).contains(&steps)).then_some(steps)
+}
+
+/// One launch of `blocks` resident blocks (`decode_mv_split`): y = W · x for one token with
+/// rows of 2–16 steps, one warp per step, each warp's activation kept in registers while
+/// the block walks the rows. xk: x's K form [k/32] (already written); w: [rows, k] of ty.
+#[allow(clippy::too_many_arguments)]
+pub fn split_walk(d: &dyn Launch, xk: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, blocks: usize) -> R {
+    let steps = split_steps(ty, k).ok_or_else(|| unsupported(format!("split_walk: {ty} weights with rows of {k} (Q4_K or Q6_K, 2 to {SPLIT_MAX} steps)")))?;
+    let code = type_code(ty).ok_or_else(|| unsupported(format!("split_walk: {ty}")))?;
+    if rows == 0 {
+        return Ok(());
+    }
+    if blocks == 0 {
+        return Err(unsupported("split_walk: no blocks".into()));
+    }
+    d.launch("decode_mv_split", [blocks as u32, 1, 1], [32 * steps as u32, 1, 1], &[KArg::Ptr(xk), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(blocks)])?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,6 +381,26 @@ mod tests {
         assert!(norm_walk(&c, &a, &[(4, GgmlType::Q4_K, 9728, 5)], 0).is_err());
         // Resident 256-thread blocks whatever a.threads says.
         assert_eq!(c.0.into_inner(), vec![("decode_mv_norm_walk", [396, 1, 1], [256, 1, 1]), ("decode_mv_norm_walk_v", [396, 1, 1], [256, 1, 1])]);
+    }
+
+    #[test]
+    fn split_walk_takes_rows_of_2_to_16_steps() {
+        // Qwen3-4B's down (9728): Q4_K 5 steps, Q6_K 10; Llama-8B's (14336): 7 and 14.
+        assert_eq!(split_steps(GgmlType::Q4_K, 9728), Some(5));
+        assert_eq!(split_steps(GgmlType::Q6_K, 9728), Some(10));
+        assert_eq!(split_steps(GgmlType::Q4_K, 14336), Some(7));
+        assert_eq!(split_steps(GgmlType::Q6_K, 14336), Some(14));
+        // One step, more than 16, partial super-blocks, other types: not taken.
+        assert_eq!(split_steps(GgmlType::Q4_K, 2048), None);
+        assert_eq!(split_steps(GgmlType::Q6_K, 17408), None);
+        assert_eq!(split_steps(GgmlType::Q4_K, 9760), None);
+        assert_eq!(split_steps(GgmlType::Q5_K, 9728), None);
+        let c = Cap(Default::default());
+        split_walk(&c, 1, 9728, 2, GgmlType::Q6_K, 2560, 3, 396).unwrap();
+        split_walk(&c, 1, 9728, 2, GgmlType::Q4_K, 2560, 3, 792).unwrap();
+        assert!(split_walk(&c, 1, 9728, 2, GgmlType::Q8_0, 2560, 3, 396).is_err());
+        assert!(split_walk(&c, 1, 9728, 2, GgmlType::Q4_K, 2560, 3, 0).is_err());
+        assert_eq!(c.0.into_inner(), vec![("decode_mv_split", [396, 1, 1], [320, 1, 1]), ("decode_mv_split", [792, 1, 1], [160, 1, 1])]);
     }
 
     #[test]

@@ -83,6 +83,10 @@ pub trait Target {
     fn matvec_q4k_loop(&self, _ws: &[(&[u8], GgmlType, usize)], _k: usize, _x: &[f32], _blocks: usize) -> Out<Vec<Vec<f32>>> {
         Ok(None)
     }
+    /// `decode_mv::split_walk` over `blocks` resident blocks: (y, the K-form bytes it read).
+    fn matvec_split(&self, _w: &[u8], _ty: GgmlType, _rows: usize, _k: usize, _x: &[f32], _blocks: usize) -> Out<(Vec<f32>, Vec<u8>)> {
+        Ok(None)
+    }
     /// Attention that also writes its output's q8_1 blocks: (out, q8 bytes).
     #[allow(clippy::too_many_arguments)]
     fn attention_q8(&self, _q: &[f32], _kc: &[u16], _vc: &[u16], _n_tok: usize, _n_head: usize, _n_kv: usize, _hd: usize, _pos0: usize, _window: usize, _scale: f32) -> Out<(Vec<f32>, Vec<u8>)> {
@@ -127,7 +131,7 @@ pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64)
         names.push(format!("get_rows_{}", ty.name().to_lowercase()));
     }
     names.push("gemm_q4_k".into());
-    for n in ["rmsnorm_q8", "swiglu_q8", "geglu_q8", "kv_store", "add_rmsnorm_q8", "rope_kv", "matvec_multi", "matvec_q4k_loop", "attention_q8", "attention_rows"] {
+    for n in ["rmsnorm_q8", "swiglu_q8", "geglu_q8", "kv_store", "add_rmsnorm_q8", "rope_kv", "matvec_multi", "matvec_q4k_loop", "matvec_split", "attention_q8", "attention_rows"] {
         names.push(n.into());
     }
     for n in ["rmsnorm", "rope_norm", "rope_neox", "attention_decode", "attention_prefill", "add", "mul", "scale", "swiglu", "geglu", "softcap", "f32_to_f16_rows"] {
@@ -389,7 +393,7 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                 return Ok(None);
             }
         }
-        "add_rmsnorm_q8" | "rope_kv" | "matvec_multi" | "matvec_q4k_loop" | "attention_q8" => {
+        "add_rmsnorm_q8" | "rope_kv" | "matvec_multi" | "matvec_q4k_loop" | "matvec_split" | "attention_q8" => {
             if fused::check(t, name, cases, rng, &mut acc)?.is_none() {
                 return Ok(None);
             }

@@ -50,6 +50,11 @@ pub(super) struct MvFuse {
     /// resident launch (`decode_mv::norm_walk`); and its launches.
     walk: bool,
     walk_launches: u64,
+    /// `LODE_MV_SPLITWALK` (default on): a one-token matmul of long K-quant rows whose
+    /// input has its K form as one warp per step over a resident row walk
+    /// (`decode_mv::split_walk`); and its launches.
+    split_walk: bool,
+    split_launches: u64,
 }
 
 impl MvFuse {
@@ -58,7 +63,7 @@ impl MvFuse {
                 Ok("0") => (false, false),
                 Ok("norm") => (true, false),
                 _ => (true, true),
-            }, row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true), walk: std::env::var("LODE_MV_NORMWALK").map(|v| v != "0").unwrap_or(true), walk_launches: 0 }
+            }, row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true), walk: std::env::var("LODE_MV_NORMWALK").map(|v| v != "0").unwrap_or(true), walk_launches: 0, split_walk: std::env::var("LODE_MV_SPLITWALK").map(|v| v != "0").unwrap_or(true), split_launches: 0 }
     }
 }
 
@@ -76,6 +81,11 @@ impl GpuBackend {
     /// How many norm + row walk launches (`decode_mv::norm_walk`) this backend has issued.
     pub fn walk_launches(&self) -> u64 {
         self.mv.walk_launches
+    }
+
+    /// How many split row walk launches (`decode_mv::split_walk`) this backend has issued.
+    pub fn split_launches(&self) -> u64 {
+        self.mv.split_launches
     }
 
     /// How many fused LM head launches (`head_mv.rs`) this backend has issued.
@@ -359,6 +369,30 @@ impl GpuBackend {
         }
         self.matmul(w, x, n_tok, y)?;
         Ok(false)
+    }
+
+    /// `matmul` of one token with rows of 2–16 K-quant steps (4B / 8B down projections):
+    /// one warp per step over a resident row walk (`decode_mv::split_walk`), reading the
+    /// input's K form. Ok(false): not taken (the caller runs the usual path).
+    pub(super) fn split_matmul(&mut self, w: &WeightRef, x: Buf, y: Buf) -> Result<bool> {
+        let (ty, k, rows) = (w.ty(), w.row_len(), w.n_rows());
+        let Some(steps) = decode_mv::split_steps(ty, k) else { return Ok(false) };
+        if !self.mv_enabled() || !self.mv.split_walk || x == y || ops::act_fmt(ty) != Some(ops::ActFmt::K) {
+            return Ok(false);
+        }
+        let sms = self.mv_sms();
+        let per_sm = self.mv_per_sm("decode_mv_split", 32 * steps as u32, || 2);
+        if per_sm == 0 {
+            return Ok(false);
+        }
+        let xk = self.act_blocks(x, ops::ActFmt::K, k, 1, "matmul")?;
+        let (yp, yn) = self.buf(y)?;
+        Self::check_len("matmul", y, yn, rows)?;
+        let wp = self.weight(w)?;
+        self.mv.split_launches += 1;
+        let r = decode_mv::split_walk(&self.rec(), xk, k, wp, ty, rows, yp, (sms * per_sm).min(rows)).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
+        self.touch(y);
+        r.map(|_| true)
     }
 
     /// `matmul` of one token whose input has no valid quantized form: one launch that

@@ -165,6 +165,27 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
                 }
             }
         }
+        "matvec_split" => {
+            // One warp per step over a resident row walk (4B / 8B down) against the plain
+            // kernel (bit for bit: the same step sums in the same order) and the reference:
+            // Q4_K and Q6_K rows of 2–16 steps, grids from one block to more than the rows.
+            for c in 0..cases {
+                let ty = if c % 2 == 0 { GgmlType::Q4_K } else { GgmlType::Q6_K };
+                let step = if ty == GgmlType::Q4_K { 8 } else { 4 };
+                let k = [9728, 14336, 4096, 256 * rng.range(step + 1, 16 * step)][c % 4].min(256 * 16 * step);
+                let rows = rng.range(1, 3000);
+                let blocks = [1, 5, 396, 4000][(c / 2) % 4];
+                let w = random_weights(rng, ty, rows, k);
+                let x = rng.vec(k, 1.0);
+                let Some((ys, q8)) = t.matvec_split(&w, ty, rows, k, &x, blocks)? else { return Ok(None) };
+                let Some((plain, _)) = t.matvec(&w, ty, rows, k, &x, 1)? else { return Ok(None) };
+                let case = format!("{ty} rows={rows} k={k} blocks={blocks}");
+                acc.cmp(&format!("{case} (= matvec)"), &ys, &plain.iter().map(|&v| v as f64).collect::<Vec<_>>(), |_| 0.0);
+                let wf = dequant(ty, &w, rows * k)?;
+                let (want, tol) = q8_reference(&wf, rows, k, &q8, 1, ActFmt::K);
+                acc.cmp(&case, &ys, &want, |j| tol[j]);
+            }
+        }
         "attention_q8" => {
             for c in 0..cases {
                 let hd = [64, 128, 256, 96, 32][rng.range(0, 4)];

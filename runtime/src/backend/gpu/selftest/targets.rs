@@ -169,6 +169,17 @@ impl Target for GpuTarget<'_> {
         let ys = self.mv_outputs(&bufs)?;
         Ok(Some(ys))
     }
+    fn matvec_split(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], blocks: usize) -> Out<(Vec<f32>, Vec<u8>)> {
+        let d = self.0;
+        let wb = d.upload(w)?;
+        let xb = d.upload_f32(x)?;
+        let yb = self.out_buf(rows * 4)?;
+        let qb = self.out_buf(ops::q8_1_bytes(k, 1))?;
+        ops::quantize_act(d, ActFmt::K, xb.ptr(), qb.ptr(), k, 1)?;
+        crate::backend::gpu::decode_mv::split_walk(d, qb.ptr(), k, wb.ptr(), ty, rows, yb.ptr(), blocks)?;
+        let q = self.bytes(&qb)?;
+        Ok(Some((d.read_f32(yb.ptr(), rows)?, q)))
+    }
     fn attention_q8(&self, q: &[f32], kc: &[u16], vc: &[u16], n_tok: usize, n_head: usize, n_kv: usize, hd: usize, pos0: usize, window: usize, scale: f32) -> Out<(Vec<f32>, Vec<u8>)> {
         let d = self.0;
         let qb = d.upload_f32(q)?;
