@@ -177,10 +177,13 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
 
 /// Whether [`norm_walk`] takes weights of these types with rows of `n`: rows of whole
 /// super-blocks, at most 16 of them (the two slots of the row walk's warp body); every
-/// weight Q4_K but the last, which may also be Q6_K (Q4_K_M's attn_v in half the layers).
+/// weight Q4_K but the last, which may also be Q6_K (Q4_K_M's attn_v in half the layers)
+/// when it follows a Q4_K one (a Q6_K weight alone, the LM head, is `head_mv.rs`'s: the
+/// walk loads only the first of a warp's Q6_K rows ahead).
 pub fn walk_supports(n: usize, tys: &[GgmlType]) -> bool {
     let Some((last, rest)) = tys.split_last() else { return false };
-    n > 0 && n % 256 == 0 && n <= NORM_MAX && tys.len() <= 3 && rest.iter().all(|&t| t == GgmlType::Q4_K) && matches!(last, GgmlType::Q4_K | GgmlType::Q6_K)
+    let last_ok = *last == GgmlType::Q4_K || (*last == GgmlType::Q6_K && !rest.is_empty());
+    n > 0 && n % 256 == 0 && n <= NORM_MAX && tys.len() <= 3 && rest.iter().all(|&t| t == GgmlType::Q4_K) && last_ok
 }
 
 /// One launch of `blocks` resident 256-thread blocks (`decode_mv_norm_walk`, or `_v` with a
@@ -368,6 +371,8 @@ mod tests {
         assert!(walk_supports(2560, &[GgmlType::Q4_K, GgmlType::Q6_K]));
         assert!(!walk_supports(2560, &[GgmlType::Q6_K, GgmlType::Q4_K]));
         assert!(!walk_supports(2560, &[GgmlType::Q4_K, GgmlType::Q5_K]));
+        // A Q6_K weight alone (the LM head) is head_mv's.
+        assert!(!walk_supports(2560, &[GgmlType::Q6_K]));
         // Rows past 16 super-blocks or not whole ones, no or four weights: not taken.
         assert!(!walk_supports(4352, &[GgmlType::Q4_K]));
         assert!(!walk_supports(2592, &[GgmlType::Q4_K]));
