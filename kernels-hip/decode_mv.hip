@@ -580,70 +580,52 @@ KERNEL LAUNCH_BOUNDS(1024) void decode_mv_quant(const float* x, int k, const u8*
     }
 }
 
-// ---- a one-token matvec of K-quant rows of 2-16 steps: one warp per step, rows walked ----
+// ---- a one-token matvec of long K-quant rows: one warp per step, rows walked ----
 
 #define SPLIT_MAX 16
 
 // 4B / 8B down projections (rows of 9728 / 14336: 5-7 Q4_K steps, 10-14 Q6_K ones) ran
 // one warp per row, which reads every step's activation from L1 again for every row:
 // L1 throughput, not DRAM, bounded them (ncu: L1/TEX 87 % busy, 1.9 TB/s). Here a block
-// is R rows of one warp per step: warp (rl, j) loads step j's activation once, keeps it
-// in registers, and walks rows r = (block + grid i) R + rl of a resident grid, the next
-// row's step loaded while the current one's products run. The per-lane partial sums
-// meet in shared memory (two buffers, one barrier per row group) and warp (rl, 0) adds
-// them in step order with add_rn — the additions the one-warp loop makes, so the sums
-// are bit-identical to matvec's — then the warp sum. QUANT: x is f32 (an attention
-// output, 4B / 8B o projection), quantized by the block into shared memory first
-// (quant_stage: decode_mv_quant's codes), instead of a K form an earlier kernel wrote.
-// W: [rows, k]; y: [rows] (acc != 0: y = y + W x, the residual add, each row read and
-// written by its own warp); grid (resident blocks), block 32 R steps (<= 1024).
-template <int TY, bool QUANT>
-DEV void split_run(const void* xin, int k, const u8* W, float* y, int rows, int acc, int grid, int R, float (*part)[32][32], block_q8_1* sa) {
+// is one warp per step of a row: warp j loads step j's activation once, keeps it in
+// registers, and walks the rows r = block, block + grid, ... of a resident grid, the next
+// row's step loaded while the current one's products run. The per-lane partial sums meet
+// in shared memory (two buffers, one barrier per row) and warp 0 adds them in step order
+// with add_rn — the additions the one-warp loop makes, so the sums are bit-identical to
+// matvec's — then the warp sum. xk: [k/32] K form (written by an earlier kernel);
+// W: [rows, k]; y: [rows]. grid (resident blocks), block 32 * steps (steps <= SPLIT_MAX).
+template <int TY>
+DEV void split_run(const block_q8_1* xk, int k, const u8* W, float* y, int rows, int grid, float (*part)[SPLIT_MAX][32]) {
     typedef Mv<TY> M;
-    const int nu = k / M::UNIT, steps = (nu + M::STEP - 1) / M::STEP;
-    const int lane = tid_x() & 31, wp = tid_x() >> 5, rl = wp / steps, j = wp - rl * steps, u0 = j * M::STEP;
+    const int lane = tid_x() & 31, j = tid_x() >> 5, steps = (k / M::UNIT + M::STEP - 1) / M::STEP;
+    const int nu = k / M::UNIT, u0 = j * M::STEP;
     const u64 rb = (u64)nu * M::BB;
-    int r = bid_x() * R + rl;
+    int r = bid_x();
     typename M::W cur, nxt;
     if (r < rows) M::load(W + r * rb, nu, u0, cur);
     pdl_entry();
-    const block_q8_1* xs = (const block_q8_1*)xin;
-    if (QUANT) {
-        quant_stage<TY>((const float*)xin, k, sa, R * steps);
-        sync();
-        xs = sa;
-    }
     typename M::A act;
-    M::act(xs, nu, u0, act);
-    for (int it = 0, base = bid_x() * R; base < rows; base += grid * R, r += grid * R, ++it) {
-        const int rn = r + grid * R;
+    M::act(xk, nu, u0, act);
+    for (int it = 0; r < rows; r += grid, ++it) {
+        const int rn = r + grid;
         if (rn < rows) M::load(W + rn * rb, nu, u0, nxt);
         float a[1] = {0.0f};
-        if (r < rows) M::dot_act(cur, act, nu, u0, a);
-        part[it & 1][wp][lane] = a[0];
+        M::dot_act(cur, act, nu, u0, a);
+        part[it & 1][j][lane] = a[0];
         sync();
-        if (j == 0 && r < rows) {
-            float sum = add_rn(0.0f, part[it & 1][wp][lane]);
-            for (int jj = 1; jj < steps; ++jj) sum = add_rn(sum, part[it & 1][wp + jj][lane]);
+        if (j == 0) {
+            float sum = add_rn(0.0f, part[it & 1][0][lane]);
+            for (int jj = 1; jj < steps; ++jj) sum = add_rn(sum, part[it & 1][jj][lane]);
             const float v = warp_sum(sum);
-            if (lane == 0) y[r] = acc ? y[r] + v : v;
+            if (lane == 0) y[r] = v;
         }
         cur = nxt;
     }
 }
 
-// xk: [k/32] K form (written by an earlier kernel); ty: 10 Q4_K or 12 Q6_K (k % 256 == 0,
-// 2 to SPLIT_MAX steps); grid: the blocks; R: rows per block.
-KERNEL LAUNCH_BOUNDS(1024) void decode_mv_split(const block_q8_1* xk, int k, const u8* W, float* y, int rows, int acc, int ty, int grid, int R) {
-    __shared__ float part[2][32][32];
-    if (ty == 12) split_run<12, false>(xk, k, W, y, rows, acc, grid, R, part, nullptr);
-    else split_run<10, false>(xk, k, W, y, rows, acc, grid, R, part, nullptr);
-}
-
-// The same from an f32 x [k] (k <= QUANT_MAX), quantized in the prologue.
-KERNEL LAUNCH_BOUNDS(1024) void decode_mv_split_q(const float* x, int k, const u8* W, float* y, int rows, int acc, int ty, int grid, int R) {
-    __shared__ float part[2][32][32];
-    __shared__ __attribute__((aligned(16))) block_q8_1 sa[QUANT_MAX / 32];
-    if (ty == 12) split_run<12, true>(x, k, W, y, rows, acc, grid, R, part, sa);
-    else split_run<10, true>(x, k, W, y, rows, acc, grid, R, part, sa);
+// ty: 10 Q4_K or 12 Q6_K (k % 256 == 0, at most SPLIT_MAX steps); grid: the blocks.
+KERNEL LAUNCH_BOUNDS(512) void decode_mv_split(const block_q8_1* xk, int k, const u8* W, float* y, int rows, int ty, int grid) {
+    __shared__ float part[2][SPLIT_MAX][32];
+    if (ty == 12) split_run<12>(xk, k, W, y, rows, grid, part);
+    else split_run<10>(xk, k, W, y, rows, grid, part);
 }

@@ -283,45 +283,20 @@ pub fn split_steps(ty: GgmlType, k: usize) -> Option<usize> {
     (k > 0 && k % 256 == 0 && (2..=SPLIT_MAX).contains(&steps)).then_some(steps)
 }
 
-/// The input of a [`split_walk`]: the K form an earlier kernel wrote, or f32 values the
-/// kernel quantizes in its prologue (`decode_mv_split_q`; at most [`QUANT_MAX`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SplitIn {
-    K(DevPtr),
-    F32(DevPtr),
-}
-
-/// Rows per block of a [`split_walk`] of `steps` warps per row: one for a K-form input;
-/// for an f32 one, enough rows that 16 or more warps share the prologue's quantization.
-pub fn split_rows_per_block(input: SplitIn, steps: usize) -> usize {
-    match input {
-        SplitIn::K(_) => 1,
-        SplitIn::F32(_) => (16 / steps.max(1)).max(1),
-    }
-}
-
-/// One launch of `blocks` resident blocks (`decode_mv_split` / `_q`): y = W · x (`acc`:
-/// y = y + W · x) for one token with rows of 2–16 steps, one warp per step, each warp's
-/// activation kept in registers while the block walks its rows ([`split_rows_per_block`]
-/// at a time). w: [rows, k] of ty.
+/// One launch of `blocks` resident blocks (`decode_mv_split`): y = W · x for one token with
+/// rows of 2–16 steps, one warp per step, each warp's activation kept in registers while
+/// the block walks the rows. xk: x's K form [k/32] (already written); w: [rows, k] of ty.
 #[allow(clippy::too_many_arguments)]
-pub fn split_walk(d: &dyn Launch, x: SplitIn, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, acc: bool, blocks: usize) -> R {
+pub fn split_walk(d: &dyn Launch, xk: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, blocks: usize) -> R {
     let steps = split_steps(ty, k).ok_or_else(|| unsupported(format!("split_walk: {ty} weights with rows of {k} (Q4_K or Q6_K, 2 to {SPLIT_MAX} steps)")))?;
     let code = type_code(ty).ok_or_else(|| unsupported(format!("split_walk: {ty}")))?;
-    let (name, xp) = match x {
-        SplitIn::K(p) => ("decode_mv_split", p),
-        SplitIn::F32(p) if k <= QUANT_MAX => ("decode_mv_split_q", p),
-        SplitIn::F32(_) => return Err(unsupported(format!("split_walk: an f32 input of {k} values (at most {QUANT_MAX})"))),
-    };
     if rows == 0 {
         return Ok(());
     }
     if blocks == 0 {
         return Err(unsupported("split_walk: no blocks".into()));
     }
-    let r = split_rows_per_block(x, steps);
-    let args = [KArg::Ptr(xp), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), i(acc as usize), KArg::I32(code), i(blocks), i(r)];
-    d.launch(name, [blocks as u32, 1, 1], [(32 * steps * r) as u32, 1, 1], &args)?;
+    d.launch("decode_mv_split", [blocks as u32, 1, 1], [32 * steps as u32, 1, 1], &[KArg::Ptr(xk), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(blocks)])?;
     Ok(())
 }
 
@@ -426,17 +401,11 @@ mod tests {
         assert_eq!(split_steps(GgmlType::Q4_K, 9760), None);
         assert_eq!(split_steps(GgmlType::Q5_K, 9728), None);
         let c = Cap(Default::default());
-        split_walk(&c, SplitIn::K(1), 9728, 2, GgmlType::Q6_K, 2560, 3, false, 396).unwrap();
-        split_walk(&c, SplitIn::K(1), 9728, 2, GgmlType::Q4_K, 2560, 3, false, 792).unwrap();
-        // An f32 input (4B's o projection, 4096: 2 Q4_K steps): 8 rows per block.
-        split_walk(&c, SplitIn::F32(1), 4096, 2, GgmlType::Q4_K, 2560, 3, true, 264).unwrap();
-        assert!(split_walk(&c, SplitIn::F32(1), 32768, 2, GgmlType::Q4_K, 2560, 3, true, 264).is_err());
-        assert!(split_walk(&c, SplitIn::K(1), 9728, 2, GgmlType::Q8_0, 2560, 3, false, 396).is_err());
-        assert!(split_walk(&c, SplitIn::K(1), 9728, 2, GgmlType::Q4_K, 2560, 3, false, 0).is_err());
-        assert_eq!(
-            c.0.into_inner(),
-            vec![("decode_mv_split", [396, 1, 1], [320, 1, 1]), ("decode_mv_split", [792, 1, 1], [160, 1, 1]), ("decode_mv_split_q", [264, 1, 1], [512, 1, 1])]
-        );
+        split_walk(&c, 1, 9728, 2, GgmlType::Q6_K, 2560, 3, 396).unwrap();
+        split_walk(&c, 1, 9728, 2, GgmlType::Q4_K, 2560, 3, 792).unwrap();
+        assert!(split_walk(&c, 1, 9728, 2, GgmlType::Q8_0, 2560, 3, 396).is_err());
+        assert!(split_walk(&c, 1, 9728, 2, GgmlType::Q4_K, 2560, 3, 0).is_err());
+        assert_eq!(c.0.into_inner(), vec![("decode_mv_split", [396, 1, 1], [320, 1, 1]), ("decode_mv_split", [792, 1, 1], [160, 1, 1])]);
     }
 
     #[test]

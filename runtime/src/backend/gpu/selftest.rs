@@ -83,11 +83,8 @@ pub trait Target {
     fn matvec_q4k_loop(&self, _ws: &[(&[u8], GgmlType, usize)], _k: usize, _x: &[f32], _blocks: usize) -> Out<Vec<Vec<f32>>> {
         Ok(None)
     }
-    /// `decode_mv::split_walk` over `blocks` resident blocks: (y, x's K-form bytes). `f32_in`:
-    /// x given as f32 (quantized in the kernel's prologue) instead of its K form; `base`:
-    /// y's values before the launch, the product added to them.
-    #[allow(clippy::too_many_arguments)]
-    fn matvec_split(&self, _w: &[u8], _ty: GgmlType, _rows: usize, _k: usize, _x: &[f32], _blocks: usize, _f32_in: bool, _base: Option<&[f32]>) -> Out<(Vec<f32>, Vec<u8>)> {
+    /// `decode_mv::split_walk` over `blocks` resident blocks: (y, the K-form bytes it read).
+    fn matvec_split(&self, _w: &[u8], _ty: GgmlType, _rows: usize, _k: usize, _x: &[f32], _blocks: usize) -> Out<(Vec<f32>, Vec<u8>)> {
         Ok(None)
     }
     /// Attention that also writes its output's q8_1 blocks: (out, q8 bytes).

@@ -390,32 +390,9 @@ impl GpuBackend {
         Self::check_len("matmul", y, yn, rows)?;
         let wp = self.weight(w)?;
         self.mv.split_launches += 1;
-        let r = decode_mv::split_walk(&self.rec(), decode_mv::SplitIn::K(xk), k, wp, ty, rows, yp, false, (sms * per_sm).min(rows))
-            .map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
+        let r = decode_mv::split_walk(&self.rec(), xk, k, wp, ty, rows, yp, (sms * per_sm).min(rows)).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
         self.touch(y);
         r.map(|_| true)
-    }
-
-    /// [`Self::quant_matmul`]'s launch when `decode_mv_quant` would take more than one wave
-    /// (4B / 8B o projection): the split row walk quantizing x in each resident block's
-    /// prologue (`decode_mv_split_q`). Ok(false): not taken.
-    fn split_quant_matmul(&mut self, w: &WeightRef, xp: crate::backend::gpu::driver::DevPtr, yp: crate::backend::gpu::driver::DevPtr, acc: bool) -> Result<bool> {
-        let (ty, k, rows) = (w.ty(), w.row_len(), w.n_rows());
-        let Some(steps) = decode_mv::split_steps(ty, k) else { return Ok(false) };
-        if !self.mv.split_walk || k > decode_mv::QUANT_MAX {
-            return Ok(false);
-        }
-        let threads = 32 * steps * decode_mv::split_rows_per_block(decode_mv::SplitIn::F32(xp), steps);
-        let sms = self.mv_sms();
-        let per_sm = self.mv_per_sm("decode_mv_split_q", threads as u32, || 1);
-        if per_sm == 0 {
-            return Ok(false);
-        }
-        let wp = self.weight(w)?;
-        self.mv.split_launches += 1;
-        decode_mv::split_walk(&self.rec(), decode_mv::SplitIn::F32(xp), k, wp, ty, rows, yp, acc, sms * per_sm)
-            .map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) })?;
-        Ok(true)
     }
 
     /// `matmul` of one token whose input has no valid quantized form: one launch that
@@ -425,20 +402,13 @@ impl GpuBackend {
     pub(super) fn quant_matmul(&mut self, w: &WeightRef, x: Buf, y: Buf, acc: bool) -> Result<bool> {
         let (ty, k) = (w.ty(), w.row_len());
         let Some(fmt) = ops::act_fmt(ty) else { return Ok(false) };
-        if !self.mv_enabled() || x == y || k > decode_mv::QUANT_MAX || !decode_mv::supports(ty, k) || self.act_ready(x, fmt, k) {
+        if !self.mv_enabled() || x == y || k > decode_mv::QUANT_MAX || !decode_mv::supports(ty, k) || !self.mv_fits("decode_mv_quant", w.n_rows()) || self.act_ready(x, fmt, k) {
             return Ok(false);
         }
         let (xp, xn) = self.buf(x)?;
         let (yp, yn) = self.buf(y)?;
         Self::check_len("matmul", x, xn, k)?;
         Self::check_len("matmul", y, yn, w.n_rows())?;
-        if !self.mv_fits("decode_mv_quant", w.n_rows()) {
-            let taken = self.split_quant_matmul(w, xp, yp, acc)?;
-            if taken {
-                self.touch(y);
-            }
-            return Ok(taken);
-        }
         let wp = self.weight(w)?;
         self.mv.launches += 1;
         let wpr = self.quant_wpr(ty, k, w.n_rows());

@@ -169,19 +169,14 @@ impl Target for GpuTarget<'_> {
         let ys = self.mv_outputs(&bufs)?;
         Ok(Some(ys))
     }
-    fn matvec_split(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], blocks: usize, f32_in: bool, base: Option<&[f32]>) -> Out<(Vec<f32>, Vec<u8>)> {
-        use crate::backend::gpu::decode_mv::{split_walk, SplitIn};
+    fn matvec_split(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], blocks: usize) -> Out<(Vec<f32>, Vec<u8>)> {
         let d = self.0;
         let wb = d.upload(w)?;
         let xb = d.upload_f32(x)?;
-        let yb = match base {
-            Some(b) => d.upload_f32(b)?,
-            None => self.out_buf(rows * 4)?,
-        };
+        let yb = self.out_buf(rows * 4)?;
         let qb = self.out_buf(ops::q8_1_bytes(k, 1))?;
         ops::quantize_act(d, ActFmt::K, xb.ptr(), qb.ptr(), k, 1)?;
-        let input = if f32_in { SplitIn::F32(xb.ptr()) } else { SplitIn::K(qb.ptr()) };
-        split_walk(d, input, k, wb.ptr(), ty, rows, yb.ptr(), base.is_some(), blocks)?;
+        crate::backend::gpu::decode_mv::split_walk(d, qb.ptr(), k, wb.ptr(), ty, rows, yb.ptr(), blocks)?;
         let q = self.bytes(&qb)?;
         Ok(Some((d.read_f32(yb.ptr(), rows)?, q)))
     }
