@@ -186,6 +186,15 @@ pub fn walk_supports(n: usize, tys: &[GgmlType]) -> bool {
     n > 0 && n % 256 == 0 && n <= NORM_MAX && tys.len() <= 3 && rest.iter().all(|&t| t == GgmlType::Q4_K) && last_ok
 }
 
+/// The kernel of a [`norm_walk`] over weights of these types: `_v` when the last is Q6_K.
+pub fn walk_kernel(tys: &[GgmlType]) -> &'static str {
+    if tys.last() == Some(&GgmlType::Q6_K) {
+        "decode_mv_norm_walk_v"
+    } else {
+        "decode_mv_norm_walk"
+    }
+}
+
 /// One launch of `blocks` resident 256-thread blocks (`decode_mv_norm_walk`, or `_v` with a
 /// Q6_K last weight): the norm, then y_s = W_s · out for 1 to 3 segments, whose rows the
 /// warps walk with the next row's loads in flight — for segments of more rows than one
@@ -197,7 +206,7 @@ pub fn norm_walk(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, Dev
         return Err(unsupported(format!("norm_walk: {} weights ({tys:?}) with rows of {} (1 to 3, Q4_K but a last Q6_K, rows of whole super-blocks up to {NORM_MAX})", segs.len(), a.n)));
     }
     // The kernel's segment 2 is the one that may be Q6_K: a Q6_K last weight goes there.
-    let v = tys.last() == Some(&GgmlType::Q6_K);
+    let v = walk_kernel(&tys) == "decode_mv_norm_walk_v";
     let mut slots: [Option<(DevPtr, GgmlType, usize, DevPtr)>; 3] = [None; 3];
     for (i, s) in segs.iter().enumerate() {
         slots[if v && i + 1 == segs.len() { 2 } else { i }] = Some(*s);
@@ -211,8 +220,7 @@ pub fn norm_walk(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, Dev
     }
     args.push(KArg::I32(if v { 12 } else { 10 }));
     args.push(i(blocks * (BLOCK as usize / 32)));
-    let name = if v { "decode_mv_norm_walk_v" } else { "decode_mv_norm_walk" };
-    d.launch(name, [blocks as u32, 1, 1], [BLOCK, 1, 1], &args)?;
+    d.launch(walk_kernel(&tys), [blocks as u32, 1, 1], [BLOCK, 1, 1], &args)?;
     Ok(())
 }
 

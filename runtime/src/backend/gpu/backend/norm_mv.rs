@@ -253,12 +253,7 @@ impl GpuBackend {
         };
         let seg_rows: Vec<usize> = ws.iter().map(|w| w.n_rows()).collect();
         a.threads = self.norm_threads(norm.row_len, false, &seg_rows);
-        let mut segs = Vec::with_capacity(outs.len());
-        for (w, y) in outs {
-            let (yp, yn) = self.buf(*y)?;
-            Self::check_len("norm_matmul_multi", *y, yn, w.n_rows())?;
-            segs.push((self.weight(w)?, w.ty(), w.n_rows(), yp));
-        }
+        let segs = self.mv_segments("norm_matmul_multi", outs)?;
         self.mv.launches += 1;
         let r = decode_mv::norm_multi(&self.rec(), &a, &segs).map_err(|e| {
             let names: Vec<&str> = ws.iter().map(|w| w.name()).collect();
@@ -271,9 +266,22 @@ impl GpuBackend {
         r
     }
 
-    /// One token's norm and 1 to 3 Q4_K matvecs too large for one wave of norm blocks, as
-    /// one launch of resident blocks whose warps walk the rows (`decode_mv::norm_walk`);
-    /// `LODE_MV_NORMWALK=0` never. Ok(false): not taken (the caller runs the usual path).
+    /// The launchers' view of `outs`: (weight, type, rows, output) per weight, each output
+    /// checked to hold its rows.
+    fn mv_segments(&mut self, op: &'static str, outs: &[(&WeightRef, Buf)]) -> Result<Vec<(DevPtr, crate::quant::GgmlType, usize, DevPtr)>> {
+        let mut segs = Vec::with_capacity(outs.len());
+        for (w, y) in outs {
+            let (yp, yn) = self.buf(*y)?;
+            Self::check_len(op, *y, yn, w.n_rows())?;
+            segs.push((self.weight(w)?, w.ty(), w.n_rows(), yp));
+        }
+        Ok(segs)
+    }
+
+    /// One token's norm and 1 to 3 matvecs too large for one wave of norm blocks (Q4_K; the
+    /// last may be Q6_K), as one launch of resident blocks whose warps walk the rows
+    /// (`decode_mv::norm_walk`); `LODE_MV_NORMWALK=0` never. Ok(false): not taken (the
+    /// caller runs the usual path).
     fn norm_walk(&mut self, norm: &NormIn, outs: &[(&WeightRef, Buf)]) -> Result<bool> {
         let tys: Vec<_> = outs.iter().map(|(w, _)| w.ty()).collect();
         let rows_ok = outs.iter().all(|(w, _)| w.row_len() == norm.row_len);
@@ -284,17 +292,11 @@ impl GpuBackend {
         let ys: Vec<Buf> = outs.iter().map(|(_, y)| *y).collect();
         let Some(a) = self.mv_norm(norm, &ws, &ys)? else { return Ok(false) };
         let sms = self.mv_sms();
-        let kernel = if tys.last() == Some(&crate::quant::GgmlType::Q6_K) { "decode_mv_norm_walk_v" } else { "decode_mv_norm_walk" };
-        let per_sm = self.mv_per_sm(kernel, decode_mv::BLOCK, || 2);
+        let per_sm = self.mv_per_sm(decode_mv::walk_kernel(&tys), decode_mv::BLOCK, || 2);
         if per_sm == 0 {
             return Ok(false);
         }
-        let mut segs = Vec::with_capacity(outs.len());
-        for (w, y) in outs {
-            let (yp, yn) = self.buf(*y)?;
-            Self::check_len("norm_matmul", *y, yn, w.n_rows())?;
-            segs.push((self.weight(w)?, w.ty(), w.n_rows(), yp));
-        }
+        let segs = self.mv_segments("norm_matmul", outs)?;
         self.mv.walk_launches += 1;
         let r = decode_mv::norm_walk(&self.rec(), &a, &segs, sms * per_sm).map_err(|e| {
             let names: Vec<&str> = ws.iter().map(|w| w.name()).collect();
