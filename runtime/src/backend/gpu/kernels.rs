@@ -317,6 +317,9 @@ mod tests {
             assert!(n > 0, "{fam}: no kernels found");
         }
         assert!(overlappable("matvec_q4_K_n1") && overlappable("rmsnorm_q8_f32"));
+        // Overlapped by default beyond the decode families: the one-column matvecs only.
+        assert!(one_token_overlapped("matvec_q4_K_n1") && one_token_overlapped("matvec_multi4_n1"));
+        assert!(!one_token_overlapped("matvec_q4_K_n8") && !one_token_overlapped("rmsnorm_q8_f32") && !one_token_overlapped("no_such_kernel_n1"));
         assert!(!overlappable("flash_attn_f16_d128") && !overlappable("no_such_kernel"));
     }
 
