@@ -362,11 +362,12 @@ NORM_MULTI(decode_mv_norm4_1k, 4, 1024)
 // of matvec_q4k_loop_n1. Here the grid is resident (every block runs the prologue once)
 // and its warps then walk rows g, g + nw, ... of up to three segments laid end to end, the
 // next row loaded while the current row's products run (q4k_row2, mv_dot.h), each lane's
-// activation loaded from shared memory once and kept in registers. Each warp's first row is loaded before pdl_entry, so
-// its DRAM latency overlaps the wait and the norm. Segments 0 and 1 are Q4_K; segment 2
-// is Q4_K or, as in Q4_K_M files (a Q6_K attn_v in half the layers), Q6_K (TY2):
-// its rows go through row_finish, their first step loaded during the warp's last Q4_K row
-// (decode_mv_norm_walk_v: one kernel per TY2, so the Q4_K walk keeps its registers).
+// activation loaded from shared memory once and kept in registers. Each warp's first row
+// is loaded before pdl_entry, so its DRAM latency overlaps the wait and the norm.
+// Segments 0 and 1 are Q4_K; segment 2 is Q4_K or, as in Q4_K_M files (a Q6_K attn_v in
+// half the layers), Q6_K (TY2): its rows go through row_finish, their first step loaded
+// during the warp's last Q4_K row (decode_mv_norm_walk_v: one kernel per TY2, so the Q4_K
+// walk keeps its registers).
 // The K form is the norm kernels' and each row's arithmetic mv_q4_K's (row_finish for
 // segment 2's other types, as matvec_multi4_n1's mv_any), so the results equal
 // rmsnorm_q8_f32 + the unfused matvecs' bit for bit.

@@ -200,7 +200,10 @@ DEV void q4k_act_dot(u32 sc, u32 mn, float d, float dmin, const u32* w0, const u
     if (ok) acc_add<NC>(acc, dx * (d * (float)isum - dmin * (float)imin));
 }
 
-// The lane's weight terms of super-block (hd, q0, q1) for q4k_act_dot.
+// The lane's weight terms of super-block (hd, q0, q1) for q4k_act_dot. A macro, not a
+// struct of terms: the struct form changed the register allocation of the kernels that
+// already used q4k_dot_sb (spills in matvec_q4k_loop_n1, decode_mv_glu4, the norm walks);
+// with the macro their code objects stay byte-identical.
 #define Q4K_TERMS(hd, q0, q1)                                                        \
     const int h = tid_x() & 1, p = (tid_x() >> 1) & 1;                               \
     u32 sc, mn;                                                                      \
@@ -454,7 +457,7 @@ DEV void q6k_act_dot(const u32 (*v)[2], const int* sc, float d4, const q6act& a,
 }
 
 // A lane's weight terms of one Q6_K super-block (A, B, H, S, dbits, odd as loaded) for
-// q6k_act_dot. Each weight becomes the signed byte 4 (q - 32): the low nibble at bits 2-5
+// q6k_act_dot (a macro for the reason Q4K_TERMS is one). Each weight becomes the signed byte 4 (q - 32): the low nibble at bits 2-5
 // and the 2-bit high part, its top bit flipped, at bits 6-7 (so the sign comes for free).
 #define Q6K_TERMS(A, B, H, S, dbits, odd)                                                                              \
     const int lq = tid_x() & 3;                                                                                        \

@@ -122,10 +122,12 @@ pub const WEIGHTS_FIRST_FAMILIES: &[&str] = &["decode_mv", "head_mv"];
 pub const DEFAULT_OVERLAPPED_FAMILIES: &[&str] = &["attn_decode", "decode_mv", "head_mv"];
 
 /// Whether kernel `name` is an overlappable kernel only a one-token step launches (the
-/// one-column matvecs, `*_n1`: 4B / 8B decode runs its q/k/v of mixed types and its down
-/// projection through them), so overlapping it never touches the batched steps that lost
-/// from overlap. The H200 measured +2–3 % on Qwen3-4B tg128 with every family overlapped
-/// (BENCHMARKS.md, session 8).
+/// one-column matvecs, `*_n1`), so overlapping it never touches the batched steps that lost
+/// from overlap. Taken when the 4B / 8B decode still ran its q/k/v and down through them:
+/// on the H200 +1 % on Qwen3-4B tg128 (521–523 vs 514–521 t/s; every family overlapped,
+/// `LODE_PDL=1`, gave 530). Since the row walks (`decode_mv_norm_walk`, `decode_mv_split`)
+/// they serve what those do not take: a Q5_K v, an LM head that is not Q6_K (BENCHMARKS.md,
+/// session 8).
 pub fn one_token_overlapped(name: &str) -> bool {
     name.ends_with("_n1") && overlappable(name)
 }

@@ -284,12 +284,12 @@ impl GpuBackend {
     /// caller runs the usual path).
     fn norm_walk(&mut self, norm: &NormIn, outs: &[(&WeightRef, Buf)]) -> Result<bool> {
         let tys: Vec<_> = outs.iter().map(|(w, _)| w.ty()).collect();
-        let rows_ok = outs.iter().all(|(w, _)| w.row_len() == norm.row_len);
-        if !self.mv_enabled() || !self.mv.walk || !rows_ok || !decode_mv::walk_supports(norm.row_len, &tys) {
+        if !self.mv_enabled() || !self.mv.walk || !decode_mv::walk_supports(norm.row_len, &tys) {
             return Ok(false);
         }
         let ws: Vec<&WeightRef> = outs.iter().map(|(w, _)| *w).collect();
         let ys: Vec<Buf> = outs.iter().map(|(_, y)| *y).collect();
+        // mv_norm refuses weights whose rows are not the norm's length, and aliased buffers.
         let Some(a) = self.mv_norm(norm, &ws, &ys)? else { return Ok(false) };
         let sms = self.mv_sms();
         let per_sm = self.mv_per_sm(decode_mv::walk_kernel(&tys), decode_mv::BLOCK, || 2);
