@@ -200,6 +200,14 @@ DEV void ad_prep(float* x, const float* w, const float* ffv, bool norm, int P, i
     }
 }
 
+// One lane's C elements (lane + 32 c) of a new token's q, k or v row (live: this warp
+// prepares one; otherwise zeros).
+template <int C>
+DEV void ad_inputs(float* x, const float* src, bool live) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) x[c] = live ? src[(tid_x() & 31) + 32 * c] : 0.0f;
+}
+
 // q: [n_head, HD] f32 and k, v: [n_kv, HD] f32 (the projections of the one new token);
 // kc, vc: [n_ctx, n_kv * HD] f16 caches; out: [n_head, HD] f32; q8: null or out's q8_1
 // blocks [n_head * HD / 32]; qw, kw: [HD] norm weights or null (no norm); ff: [n_rot / 2]
@@ -210,7 +218,7 @@ DEV void ad_prep(float* x, const float* w, const float* ffv, bool norm, int P, i
 // min_chunk covers the most keys). Keys visible to the query at P:
 // [max(0, P - window + 1) if window > 0 else 0, P].
 template <int HD>
-DEV void attn_decode_body(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
+DEV void attn_decode_run(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
                           const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt, int group,
                           int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale, float eps, float q_scale,
                           float scale, int window, int n_split, int min_chunk, int spread) {
@@ -231,22 +239,18 @@ DEV void attn_decode_body(const float* q, const float* k, const float* v, u16* k
     const int head = kvh * group + g;
     const int t = tid_x(), lane = t & 31, warp = t >> 5;
     const int sub = lane % L, ws = lane / L;
-    // The new token's inputs (warp 0: q, warp 1: k, each with its norm weights and the
-    // frequency divisors; warp 2: v): these loads do not depend on the position, so they go
-    // out together with its load.
-    float x[C], wv[C], ffv[NP];
-    const float* src = warp == 0 ? q + (u64)head * HD : warp == 1 ? k + (u64)kvh * HD : v + (u64)kvh * HD;
+    // Before the wait: what no kernel of this step writes — the position (staged by a copy
+    // before the step's first kernel), the norm weights, the frequency divisors and the
+    // cache rows of earlier tokens (this launch writes only slot P, and its blocks take the
+    // new key from shared memory) — so the first cache loads' latency overlaps the kernel
+    // before this one instead of following it.
+    float wv[C], ffv[NP];
     const float* wsrc = warp == 0 ? qw : warp == 1 ? kw : nullptr;
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-        x[c] = 0.0f;
-        wv[c] = 1.0f;
-    }
+    for (int c = 0; c < C; ++c) wv[c] = 1.0f;
 #pragma unroll
     for (int c = 0; c < NP; ++c) ffv[c] = 1.0f;
     if (warp < 3) {
-#pragma unroll
-        for (int c = 0; c < C; ++c) x[c] = src[lane + 32 * c];
         if (wsrc) {
 #pragma unroll
             for (int c = 0; c < C; ++c) wv[c] = wsrc[lane + 32 * c];
@@ -285,10 +289,16 @@ DEV void attn_decode_body(const float* q, const float* k, const float* v, u16* k
     const int js = spread ? NSU / AD_U : NSW;
     const int iters = nk > wfirst ? (nk - wfirst + NSU - 1) / NSU : 0;
 
-    // 1. The first iteration's cache loads, issued before anything waits on q and k.
+    // 1. The first iteration's cache loads.
     ad_u32x4 kr[AD_U][2], vr[AD_U][2];
     bool live[AD_U];
     ad_load<HD>(kr, vr, live, kbase, vbase, row, hi, iters > 0 ? nk : 0, wfirst + ws, js, last);
+
+    // The new token's inputs (warp 0: q, warp 1: k, warp 2: v), written by the kernel
+    // before this one: after the wait.
+    pdl_entry();
+    float x[C];
+    ad_inputs<C>(x, warp == 0 ? q + (u64)head * HD : warp == 1 ? k + (u64)kvh * HD : v + (u64)kvh * HD, warp < 3);
 
     // 2. The new token's q (warp 0), k (warp 1) and v (warp 2).
     const u64 at_new = (u64)P * row + (u64)kvh * HD;
@@ -428,23 +438,20 @@ KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d64(const float* q, const floa
                                                      const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
                                                      int group, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
                                                      float eps, float q_scale, float scale, int window, int n_split, int min_chunk, int spread) {
-    pdl_entry();
-    attn_decode_body<64>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, group, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
+    attn_decode_run<64>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, group, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
                         scale, window, n_split, min_chunk, spread);
 }
 KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d128(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
                                                      const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
                                                      int group, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
                                                      float eps, float q_scale, float scale, int window, int n_split, int min_chunk, int spread) {
-    pdl_entry();
-    attn_decode_body<128>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, group, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
+    attn_decode_run<128>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, group, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
                         scale, window, n_split, min_chunk, spread);
 }
 KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d256(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
                                                      const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
                                                      int group, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
                                                      float eps, float q_scale, float scale, int window, int n_split, int min_chunk, int spread) {
-    pdl_entry();
-    attn_decode_body<256>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, group, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
+    attn_decode_run<256>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, group, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
                         scale, window, n_split, min_chunk, spread);
 }

@@ -108,11 +108,12 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
 /// before they are written.
 pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "attn_decode", "elementwise", "decode_mv", "head_mv"];
 
-/// Overlapped families whose kernels issue their first WEIGHT loads before `pdl_entry()`
-/// (weights never change during a step, so reading them early is safe); everything that
+/// Overlapped families whose kernels issue their first loads of what no kernel of the step
+/// writes before `pdl_entry()`: weights (decode_mv, head_mv), and the position and earlier
+/// tokens' cache rows (attn_decode), so reading them early is safe; everything that
 /// depends on an earlier kernel still follows the wait. `kernel_sources_enter_with_pdl`
 /// checks each of their run functions waits before it reads an activation.
-pub const WEIGHTS_FIRST_FAMILIES: &[&str] = &["decode_mv", "head_mv"];
+pub const WEIGHTS_FIRST_FAMILIES: &[&str] = &["decode_mv", "head_mv", "attn_decode"];
 
 /// The overlapped families launched overlapped by default (`LODE_PDL` unset): the
 /// one-token decode kernels, which start their weight loads (decode_mv) or cache loads
@@ -298,7 +299,7 @@ mod tests {
                     }
                     let body = &body[open..];
                     let wait = body.find("pdl_entry();").unwrap_or_else(|| panic!("{fam}: a run function never waits"));
-                    for reader in ["norm_prologue", "quant_stage", "head_norm"] {
+                    for reader in ["norm_prologue", "quant_stage", "head_norm", "ad_inputs"] {
                         if let Some(r) = body.find(reader) {
                             assert!(wait < r, "{fam}: {reader} before pdl_entry() at byte {at}");
                         }
