@@ -526,10 +526,10 @@ DEV void quant_stage(const float* x, int k, block_q8_1* sa, int nwarp) {
 // result is bit-identical to wpr = 1. The block is 8 rows × wpr warps, and its prologue
 // (the quantization) is shared by all of them.
 template <int TY>
-DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int acc, int wpr, block_q8_1* sa, float* part) {
+DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int acc, int wpr, int rpb, block_q8_1* sa, float* part) {
     typedef Mv<TY> M;
-    const int wp = tid_x() >> 5, lane = tid_x() & 31, r8 = wp & 7, j = wp >> 3;
-    const int row = bid_x() * 8 + r8;
+    const int wp = tid_x() >> 5, lane = tid_x() & 31, r8 = wp % rpb, j = wp / rpb;
+    const int row = bid_x() * rpb + r8;
     const bool live = row < rows;
     const int nu = k / M::UNIT;
     const int u0 = wpr > 1 ? j * M::STEP : 0;
@@ -541,7 +541,7 @@ DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int a
     // The residual this row adds to (written by an earlier kernel: read after the wait),
     // in flight during the prologue.
     const float base = (acc && live && j == 0 && lane == 0) ? y[row] : 0.0f;
-    quant_stage<TY>(x, k, sa, 8 * wpr);
+    quant_stage<TY>(x, k, sa, rpb * wpr);
     sync();
     float r;
     if (wpr == 1) {
@@ -554,7 +554,7 @@ DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int a
         sync();
         if (j != 0 || !live) return;
         float s = part[r8 * 32 + lane];
-        for (int jj = 1; jj < wpr && jj * M::STEP < nu; ++jj) s = add_rn(s, part[(jj * 8 + r8) * 32 + lane]);
+        for (int jj = 1; jj < wpr && jj * M::STEP < nu; ++jj) s = add_rn(s, part[(jj * rpb + r8) * 32 + lane]);
         r = warp_sum(s);
     }
     if (lane == 0) y[row] = acc ? base + r : r;
@@ -563,20 +563,23 @@ DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int a
 // y = W x (acc != 0: y = y + W x, the residual add, y read and written by its row's warp
 // only) with x [k] f32 quantized in the prologue (k % 32 == 0, % 256 for the K-quants,
 // k <= QUANT_MAX); W: [rows, k] of type code ty; y: [rows] f32.
-// grid (ceil(rows / 8)), block 256 wpr (wpr 1, 2 or 4; above 1 only for the K-quants, rows of
-// at most wpr steps: see quant_run).
-KERNEL LAUNCH_BOUNDS(1024) void decode_mv_quant(const float* x, int k, const u8* W, float* y, int rows, int ty, int acc, int wpr) {
+// grid (ceil(rows / rpb)), block 32 rpb wpr (rpb: rows per block, 8, 16 or 32; wpr 1, 2 or 4,
+// above 1 only for the K-quants, rows of at most wpr steps: see quant_run; rpb wpr <= 32).
+// A block of 32 rows fills a multiprocessor's registers (one per SM): the launch then
+// holds a quarter of the SMs that 8-row blocks spread over, which leaves the others empty
+// for the next kernel's one-per-SM blocks (the _1k norm kernels) to start during this one.
+KERNEL LAUNCH_BOUNDS(1024) void decode_mv_quant(const float* x, int k, const u8* W, float* y, int rows, int ty, int acc, int wpr, int rpb) {
     __shared__ __attribute__((aligned(16))) block_q8_1 sa[QUANT_MAX / 32];
     __shared__ float part[32 * 32];
     switch (ty) {
-    case 0: quant_run<0>(x, k, W, y, rows, acc, 1, sa, part); break;
-    case 1: quant_run<1>(x, k, W, y, rows, acc, 1, sa, part); break;
-    case 2: quant_run<2>(x, k, W, y, rows, acc, 1, sa, part); break;
-    case 3: quant_run<3>(x, k, W, y, rows, acc, 1, sa, part); break;
-    case 4: quant_run<4>(x, k, W, y, rows, acc, 1, sa, part); break;
-    case 10: quant_run<10>(x, k, W, y, rows, acc, wpr, sa, part); break;
-    case 11: quant_run<11>(x, k, W, y, rows, acc, wpr, sa, part); break;
-    case 12: quant_run<12>(x, k, W, y, rows, acc, wpr, sa, part); break;
+    case 0: quant_run<0>(x, k, W, y, rows, acc, 1, rpb, sa, part); break;
+    case 1: quant_run<1>(x, k, W, y, rows, acc, 1, rpb, sa, part); break;
+    case 2: quant_run<2>(x, k, W, y, rows, acc, 1, rpb, sa, part); break;
+    case 3: quant_run<3>(x, k, W, y, rows, acc, 1, rpb, sa, part); break;
+    case 4: quant_run<4>(x, k, W, y, rows, acc, 1, rpb, sa, part); break;
+    case 10: quant_run<10>(x, k, W, y, rows, acc, wpr, rpb, sa, part); break;
+    case 11: quant_run<11>(x, k, W, y, rows, acc, wpr, rpb, sa, part); break;
+    case 12: quant_run<12>(x, k, W, y, rows, acc, wpr, rpb, sa, part); break;
     default: break;
     }
 }

@@ -262,17 +262,29 @@ pub fn quant_warps_per_row(ty: GgmlType, k: usize) -> usize {
 /// y: [rows] f32; k <= [`QUANT_MAX`]; `wpr`: warps per row (1, or
 /// [`quant_warps_per_row`]'s figure), blocks of 256 `wpr` threads.
 #[allow(clippy::too_many_arguments)]
-pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, acc: bool, wpr: usize) -> R {
+/// `rpb`: rows per block (8, 16 or 32, `rpb · wpr ≤ 32`; see [`quant_rows_per_block`]).
+#[allow(clippy::too_many_arguments)]
+pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, acc: bool, wpr: usize, rpb: usize) -> R {
     let code = type_code(ty).filter(|_| supports(ty, k) && k <= QUANT_MAX).ok_or_else(|| unsupported(format!("quant_mv: {ty} weights with rows of {k}")))?;
     if wpr != 1 && wpr != quant_warps_per_row(ty, k) {
         return Err(unsupported(format!("quant_mv: {wpr} warps per row for {ty} rows of {k}")));
     }
+    if ![8, 16, 32].contains(&rpb) || rpb * wpr > 32 {
+        return Err(unsupported(format!("quant_mv: {rpb} rows per block of {wpr} warps each")));
+    }
     if rows == 0 {
         return Ok(());
     }
-    let block = 256 * wpr as u32;
-    d.launch("decode_mv_quant", [rows.div_ceil(ROWS) as u32, 1, 1], [block, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize), i(wpr)])?;
+    let block = (32 * rpb * wpr) as u32;
+    d.launch("decode_mv_quant", [rows.div_ceil(rpb) as u32, 1, 1], [block, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize), i(wpr), i(rpb)])?;
     Ok(())
+}
+
+/// Rows per `decode_mv_quant` block for rows of `wpr` warps: `want` (8, 16 or 32), as
+/// many as 32 warps hold.
+pub fn quant_rows_per_block(want: usize, wpr: usize) -> usize {
+    let most = 32 / wpr.clamp(1, 4);
+    [32, 16, 8].into_iter().find(|&r| r <= want && r <= most).unwrap_or(8)
 }
 
 /// The most warps (steps) per row of [`split_walk`] (`SPLIT_MAX`).
@@ -346,13 +358,31 @@ mod tests {
     }
 
     #[test]
+    fn quant_blocks_hold_at_most_32_warps() {
+        assert_eq!(quant_rows_per_block(16, 1), 16);
+        assert_eq!(quant_rows_per_block(32, 1), 32);
+        assert_eq!(quant_rows_per_block(16, 2), 16);
+        assert_eq!(quant_rows_per_block(32, 2), 16);
+        assert_eq!(quant_rows_per_block(16, 4), 8);
+        assert_eq!(quant_rows_per_block(8, 1), 8);
+        // Anything else asks for the 8-row block.
+        assert_eq!(quant_rows_per_block(3, 1), 8);
+        let c = Cap(Default::default());
+        quant_mv(&c, 1, 2048, 2, GgmlType::Q4_K, 1024, 3, true, 1, 16).unwrap();
+        quant_mv(&c, 1, 3072, 2, GgmlType::Q4_K, 1000, 3, true, 2, 16).unwrap();
+        assert_eq!(c.0.into_inner(), vec![("decode_mv_quant", [64, 1, 1], [512, 1, 1]), ("decode_mv_quant", [63, 1, 1], [1024, 1, 1])]);
+    }
+
+    #[test]
     fn launch_shapes_follow_warps_per_row_and_block_width() {
         let c = Cap(Default::default());
         // Down of Qwen3-0.6B (Q6_K, 3072): 4 warps per row, 1024-thread blocks of 8 rows.
-        quant_mv(&c, 1, 3072, 2, GgmlType::Q6_K, 1024, 3, true, 4).unwrap();
-        quant_mv(&c, 1, 3072, 2, GgmlType::Q4_K, 1024, 3, true, 1).unwrap();
-        // A count that is not the type's own is refused, not launched.
-        assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q8_0, 1024, 3, false, 2).is_err());
+        quant_mv(&c, 1, 3072, 2, GgmlType::Q6_K, 1024, 3, true, 4, 8).unwrap();
+        quant_mv(&c, 1, 3072, 2, GgmlType::Q4_K, 1024, 3, true, 1, 8).unwrap();
+        // A count that is not the type's own is refused, not launched; so is a block of
+        // more than 32 warps.
+        assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q8_0, 1024, 3, false, 2, 8).is_err());
+        assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q6_K, 1024, 3, true, 4, 16).is_err());
         let n = |threads| Norm { x: 1, add: None, w: None, out: 2, counter: 3, n: 1024, eps: 1e-6, threads };
         norm_multi(&c, &n(WIDE), &[(4, GgmlType::Q4_K, 2048, 5), (6, GgmlType::Q4_K, 1024, 7), (8, GgmlType::Q6_K, 1024, 9)]).unwrap();
         norm_glu(&c, &n(256), 4, 5, GgmlType::Q4_K, 3072, 6, false).unwrap();
