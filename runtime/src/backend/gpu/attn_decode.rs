@@ -14,7 +14,7 @@ use super::ops::{Launch, RopeKv};
 use super::GpuError;
 
 /// Threads per block (`AD_THREADS`) and keys each lane-group holds in flight (`AD_U`).
-const THREADS: usize = 512;
+pub const THREADS: usize = 512;
 const KEYS_IN_FLIGHT: usize = 4;
 /// Head elements per lane (`AD_E`).
 const LANE_ELEMS: usize = 16;
@@ -41,6 +41,16 @@ pub fn keys_per_part(hd: usize) -> usize {
 /// `min_keys` keys.
 pub fn parts_for(min_keys: usize, max_keys: usize) -> usize {
     max_keys.div_ceil(min_keys.max(1)).clamp(1, MAX_PARTS)
+}
+
+/// `parts` capped so that the launch (`n_head` blocks per part) fits one wave of `wave`
+/// resident blocks (at least one part). A part count past one wave ran its blocks in waves:
+/// on the H200 Qwen3-4B's 32 heads took 17 parts at 4096 keys (4 waves of one block per
+/// SM), 398 t/s at tg128 @ d4096; parts of ≥ 1,024 keys (5 parts) gave 480, and 0.6B went
+/// from 1,006 to 1,123 (BENCHMARKS.md, session 9). Short contexts are unaffected: a part
+/// never takes fewer than `keys_per_part` keys, so up to that many keys run one part.
+pub fn parts_in_wave(parts: usize, n_head: usize, wave: usize) -> usize {
+    parts.min((wave / n_head.max(1)).max(1))
 }
 
 /// Bytes of the scratch: `n_head` u32 arrival counters (zero between launches), padded to
@@ -139,5 +149,17 @@ mod tests {
         assert_eq!(parts_for(512, 1 << 20), MAX_PARTS);
         assert_eq!(scratch_bytes(16, 2, 128), 256 + 16 * 2 * 130 * 4);
         assert!(kernel(80).is_none() && kernel(128).is_some());
+    }
+
+    #[test]
+    fn parts_fit_one_wave() {
+        // Qwen3-4B (32 heads) on 132 SMs of one block each: 4 parts, not 17.
+        assert_eq!(parts_in_wave(parts_for(256, 4224), 32, 132), 4);
+        // Qwen3-0.6B (16 heads): 8; Gemma 3 270M's 4 heads keep their 4 window parts.
+        assert_eq!(parts_in_wave(parts_for(256, 4224), 16, 132), 8);
+        assert_eq!(parts_in_wave(parts_for(128, 512), 4, 132), 4);
+        // More heads than the wave holds: still one part.
+        assert_eq!(parts_in_wave(17, 200, 132), 1);
+        assert_eq!(parts_in_wave(3, 8, 0), 1);
     }
 }

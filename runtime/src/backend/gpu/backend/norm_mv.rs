@@ -103,7 +103,7 @@ impl GpuBackend {
         self.fuse && self.mv.on && self.numerics == super::Numerics::Fast
     }
 
-    fn mv_sms(&mut self) -> usize {
+    pub(super) fn mv_sms(&mut self) -> usize {
         if let Some(n) = self.mv.sms {
             return n;
         }
@@ -173,7 +173,7 @@ impl GpuBackend {
 
     /// Resident blocks of `block` threads of `kernel` per multiprocessor (the driver's
     /// figure, else `fallback`), read once per kernel and block size.
-    fn mv_per_sm(&mut self, kernel: &'static str, block: u32, fallback: impl FnOnce() -> usize) -> usize {
+    pub(super) fn mv_per_sm(&mut self, kernel: &'static str, block: u32, fallback: impl FnOnce() -> usize) -> usize {
         match self.mv.per_sm.iter().find(|(k, b, _)| *k == kernel && *b == block) {
             Some(&(_, _, n)) => n,
             None => {

@@ -121,7 +121,13 @@ impl GpuBackend {
         let window = a.window.unwrap_or(0);
         let max_keys = if window > 0 { window.min(spec.n_ctx) } else { spec.n_ctx };
         let min_keys = self.fuse_attn.part_keys.unwrap_or_else(|| attn_decode::keys_per_part(hd));
-        let parts = attn_decode::parts_for(min_keys, max_keys);
+        let mut parts = attn_decode::parts_for(min_keys, max_keys);
+        if self.fuse_attn.part_keys.is_none() {
+            // At most one wave of blocks: long contexts then take longer parts, not more waves.
+            let kernel = attn_decode::kernel(hd).unwrap_or("attn_decode_d128");
+            let wave = self.mv_sms() * self.mv_per_sm(kernel, attn_decode::THREADS as u32, || 1);
+            parts = attn_decode::parts_in_wave(parts, n_head, wave);
+        }
         let scratch = self.attn_scratch(attn_decode::scratch_bytes(n_head, parts, hd))?;
         let pos_dev = self.positions(pos)?;
         let values = n_head * hd;
