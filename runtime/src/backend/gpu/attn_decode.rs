@@ -4,7 +4,8 @@
 //! The grid is (query heads per KV head, KV heads, parts): the kernel finds its query and
 //! KV head without a division. The part count is fixed from the number of keys a query can
 //! ever see (the cache size, or the window), never from the position, so a captured decode
-//! graph replays unchanged as the cache fills; the kernel reads the position on the device
+//! graph replays unchanged as the cache fills (capped at one wave of blocks, [`parts_in_wave`],
+//! so long contexts take longer parts rather than more waves); the kernel reads the position on the device
 //! and uses only as many parts as the keys need (one per [`keys_per_part`] keys at least),
 //! merging them through `part` / `cnt` scratch. Inside a block the keys fill the warps in
 //! order, so at a short context only the first warps work.
@@ -45,10 +46,10 @@ pub fn parts_for(min_keys: usize, max_keys: usize) -> usize {
 
 /// `parts` capped so that the launch (`n_head` blocks per part) fits one wave of `wave`
 /// resident blocks (at least one part). A part count past one wave ran its blocks in waves:
-/// on the H200 Qwen3-4B's 32 heads took 17 parts at 4096 keys (4 waves of one block per
-/// SM), 398 t/s at tg128 @ d4096; parts of ≥ 1,024 keys (5 parts) gave 480, and 0.6B went
-/// from 1,006 to 1,123 (BENCHMARKS.md, session 9). Short contexts are unaffected: a part
-/// never takes fewer than `keys_per_part` keys, so up to that many keys run one part.
+/// on the H200 Qwen3-4B's 32 heads took 17 parts at a 4k cache (4 waves of one block per
+/// SM); capped at 4, tg128 @ d4096 went from 402 to 499 t/s (0.6B 998 → 1,195, 8B 344 →
+/// 398; BENCHMARKS.md, session 9). Short contexts are unaffected: a part never takes fewer
+/// than `keys_per_part` keys, so up to that many keys run one part.
 pub fn parts_in_wave(parts: usize, n_head: usize, wave: usize) -> usize {
     parts.min((wave / n_head.max(1)).max(1))
 }
