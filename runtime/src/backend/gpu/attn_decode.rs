@@ -4,10 +4,10 @@
 //! The grid is (query heads per KV head, KV heads, parts): the kernel finds its query and
 //! KV head without a division. The part count is fixed from the number of keys a query can
 //! ever see (the cache size, or the window), never from the position, so a captured decode
-//! graph replays unchanged as the cache fills (capped at one wave of blocks, [`parts_in_wave`],
-//! so long contexts take longer parts rather than more waves); the kernel reads the position on the device
-//! and uses only as many parts as the keys need (one per [`keys_per_part`] keys at least),
-//! merging them through `part` / `cnt` scratch. Inside a block the keys fill the warps in
+//! graph replays unchanged as the cache fills; it is capped at one wave of blocks
+//! ([`parts_in_wave`]: long contexts take longer parts, not more waves). The kernel reads
+//! the position on the device and uses only as many parts as the keys need (one per
+//! [`keys_per_part`] keys at least), merging them through `part` / `cnt` scratch. Inside a block the keys fill the warps in
 //! order, so at a short context only the first warps work.
 
 use super::driver::{DevPtr, KArg};
