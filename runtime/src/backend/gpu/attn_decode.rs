@@ -7,8 +7,8 @@
 //! graph replays unchanged as the cache fills; it is capped at one wave of blocks
 //! ([`parts_in_wave`]: long contexts take longer parts, not more waves). The kernel reads
 //! the position on the device and uses only as many parts as the keys need (one per
-//! [`keys_per_part`] keys at least), merging them through `part` / `cnt` scratch. Inside a block the keys fill the warps in
-//! order, so at a short context only the first warps work.
+//! [`keys_per_part`] keys at least), merging them through `part` / `cnt` scratch. Inside a
+//! block the keys fill the warps in order, so at a short context only the first warps work.
 
 use super::driver::{DevPtr, KArg};
 use super::ops::{Launch, RopeKv};

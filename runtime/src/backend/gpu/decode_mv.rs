@@ -260,9 +260,10 @@ pub fn quant_warps_per_row(ty: GgmlType, k: usize) -> usize {
 /// One launch: y = W · x with x [k] f32 quantized inside the kernel to the form `ty`
 /// reads (`acc`: y = y + W · x, the residual add in the epilogue). w: [rows, k] of ty;
 /// y: [rows] f32; k <= [`QUANT_MAX`]; `wpr`: warps per row (1, or
-/// [`quant_warps_per_row`]'s figure), blocks of 256 `wpr` threads.
-#[allow(clippy::too_many_arguments)]
-/// `rpb`: rows per block (8, 16 or 32, `rpb · wpr ≤ 32`; see [`quant_rows_per_block`]).
+/// [`quant_warps_per_row`]'s figure); `rpb`: rows per block (8, 16 or 32, `rpb · wpr ≤ 32`;
+/// see [`quant_rows_per_block`]), blocks of 32 `rpb` `wpr` threads. (The one-wave checks
+/// count 8-row blocks of 256 `wpr` threads: the registers, which bound these blocks, scale
+/// with the rows, so the answer is the same for 16 or 32.)
 #[allow(clippy::too_many_arguments)]
 pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, acc: bool, wpr: usize, rpb: usize) -> R {
     let code = type_code(ty).filter(|_| supports(ty, k) && k <= QUANT_MAX).ok_or_else(|| unsupported(format!("quant_mv: {ty} weights with rows of {k}")))?;
