@@ -523,13 +523,13 @@ DEV void quant_stage(const float* x, int k, block_q8_1* sa, int nwarp) {
 // step j alone, so each warp's chain is one step instead of the row's; the per-lane
 // partial sums meet in shared memory and are added in step order — the additions the
 // one-warp loop makes (mv_dot.h adds each step's product with add_rn, no FMA), so the
-// result is bit-identical to wpr = 1. The block is 8 rows × wpr warps, and its prologue
-// (the quantization) is shared by all of them.
+// result is bit-identical to wpr = 1. The block is rpb rows × wpr warps (warp w: row
+// w % rpb, step w / rpb), and its prologue (the quantization) is shared by all of them.
 template <int TY>
 DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int acc, int wpr, int rpb, block_q8_1* sa, float* part) {
     typedef Mv<TY> M;
-    const int wp = tid_x() >> 5, lane = tid_x() & 31, r8 = wp % rpb, j = wp / rpb;
-    const int row = bid_x() * rpb + r8;
+    const int wp = tid_x() >> 5, lane = tid_x() & 31, ri = wp % rpb, j = wp / rpb;
+    const int row = bid_x() * rpb + ri;
     const bool live = row < rows;
     const int nu = k / M::UNIT;
     const int u0 = wpr > 1 ? j * M::STEP : 0;
@@ -553,8 +553,8 @@ DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int a
         part[wp * 32 + lane] = a[0];
         sync();
         if (j != 0 || !live) return;
-        float s = part[r8 * 32 + lane];
-        for (int jj = 1; jj < wpr && jj * M::STEP < nu; ++jj) s = add_rn(s, part[(jj * rpb + r8) * 32 + lane]);
+        float s = part[ri * 32 + lane];
+        for (int jj = 1; jj < wpr && jj * M::STEP < nu; ++jj) s = add_rn(s, part[(jj * rpb + ri) * 32 + lane]);
         r = warp_sum(s);
     }
     if (lane == 0) y[row] = acc ? base + r : r;
@@ -565,9 +565,9 @@ DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int a
 // k <= QUANT_MAX); W: [rows, k] of type code ty; y: [rows] f32.
 // grid (ceil(rows / rpb)), block 32 rpb wpr (rpb: rows per block, 8, 16 or 32; wpr 1, 2 or 4,
 // above 1 only for the K-quants, rows of at most wpr steps: see quant_run; rpb wpr <= 32).
-// A block of 32 rows fills a multiprocessor's registers (one per SM): the launch then
-// holds a quarter of the SMs that 8-row blocks spread over, which leaves the others empty
-// for the next kernel's one-per-SM blocks (the _1k norm kernels) to start during this one.
+// Wider blocks (16 rows by default, decode_mv.rs) spread a launch over fewer SMs than
+// 8-row ones, which leaves the others empty for the next kernel's one-per-SM blocks (the
+// _1k norm kernels, attention) to start on during this one.
 KERNEL LAUNCH_BOUNDS(1024) void decode_mv_quant(const float* x, int k, const u8* W, float* y, int rows, int ty, int acc, int wpr, int rpb) {
     __shared__ __attribute__((aligned(16))) block_q8_1 sa[QUANT_MAX / 32];
     __shared__ float part[32 * 32];
