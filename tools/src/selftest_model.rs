@@ -183,6 +183,9 @@ mod nudged_impl {
         fn alloc(&mut self, len: usize) -> Result<Buf> {
             self.0.alloc(len)
         }
+        fn alloc_readback(&mut self, len: usize) -> Result<Buf> {
+            self.0.alloc_readback(len)
+        }
         fn free(&mut self, buf: Buf) -> Result<()> {
             self.0.free(buf)
         }

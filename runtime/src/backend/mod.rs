@@ -190,6 +190,12 @@ pub trait Backend: Send {
 
     /// A zeroed f32 buffer of `len` elements.
     fn alloc(&mut self, len: usize) -> Result<Buf>;
+    /// A zeroed f32 buffer of `len` elements that the host reads back after steps (the
+    /// logits). A GPU backend may keep it in page-locked host memory that its kernels
+    /// write directly, so a read costs no copy; elsewhere it is an ordinary buffer.
+    fn alloc_readback(&mut self, len: usize) -> Result<Buf> {
+        self.alloc(len)
+    }
     /// Releases a buffer; the handle is invalid afterwards.
     fn free(&mut self, buf: Buf) -> Result<()>;
     /// Copies `src` into the start of `buf`.

@@ -63,7 +63,7 @@ impl Scratch {
             hb: be.alloc(n * c.n_ff)?,
             hb2: be.alloc(n * c.n_ff)?,
             out_x: be.alloc(OUT_ROWS_MAX * c.n_embd)?,
-            logits: be.alloc(OUT_ROWS_MAX * c.n_vocab)?,
+            logits: be.alloc_readback(OUT_ROWS_MAX * c.n_vocab)?,
             host: Default::default(),
         })
     }

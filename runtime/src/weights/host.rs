@@ -157,6 +157,9 @@ impl Backend for CachedBackend {
     fn alloc(&mut self, len: usize) -> Result<Buf> {
         self.inner.alloc(len)
     }
+    fn alloc_readback(&mut self, len: usize) -> Result<Buf> {
+        self.inner.alloc_readback(len)
+    }
     fn free(&mut self, buf: Buf) -> Result<()> {
         self.inner.free(buf)
     }

@@ -60,7 +60,7 @@ struct Kv {
 pub struct GpuBackend {
     dev: GpuDevice,
     /// Activation buffers: (memory, f32 length, version bumped by every op that writes it).
-    bufs: HashMap<u32, (DeviceBuffer, usize, u64)>,
+    bufs: HashMap<u32, (readback::ActMem, usize, u64)>,
     tick: u64,
     /// Quantized forms of activation buffers (`act.rs`): q, k and v (and gate and up)
     /// projections of one input quantize it once, and the norm / GLU kernels before a
@@ -222,8 +222,12 @@ impl Backend for GpuBackend {
         let h = self.next;
         self.next += 1;
         self.tick += 1;
-        self.bufs.insert(h, (b, len, self.tick));
+        self.bufs.insert(h, (readback::ActMem::Device(b), len, self.tick));
         Ok(Buf(h))
+    }
+
+    fn alloc_readback(&mut self, len: usize) -> Result<Buf> {
+        self.alloc_mapped(len)
     }
 
     fn free(&mut self, buf: Buf) -> Result<()> {
@@ -244,6 +248,10 @@ impl Backend for GpuBackend {
         Self::check_len("read", buf, n, dst.len())?;
         self.end_step()?;
         self.retired.clear();
+        if let Some(h) = self.mapped_view(buf)? {
+            dst.copy_from_slice(&h[..dst.len()]);
+            return Ok(());
+        }
         self.readback.read(&self.dev, p, bytemuck::cast_slice_mut(dst)).map_err(derr("read"))
     }
 
