@@ -496,6 +496,102 @@ NORM_GLU(decode_mv_glu4, 4, 3, 256)
 NORM_GLU(decode_mv_glu16, 16, 2, 256)
 NORM_GLU(decode_mv_glu4_1k, 4, 1, 1024)
 
+// ---- half-warp rows: Q4_K rows of at most 1024 values ----
+//
+// A Q4_K row of at most 4 super-blocks (1024 values: the 0.6B's q/k/v and gate/up) keeps
+// only lanes 0-15 of the one-warp body busy (4 lanes per super-block); the other half
+// computes zeros. Here each half of a warp takes a row of its own — q/k/v: rows 2w and
+// 2w + 1; gate/up: the gate row in lanes 0-15 and the up row of the same index in lanes
+// 16-31 — so a block issues half the dot instructions for the same rows. A half's lanes
+// hold exactly what lanes 0-15 of the one-warp body hold, and its sum is the body's
+// butterfly without the xor-16 step, which there only added the idle half's zeros: the
+// results are the one-warp kernels' bit for bit.
+
+// The lane's super-block of its half's row (wr: the row; ok: the lane has one).
+DEV void half_load(const u8* wr, bool ok, u32x4& hd, u32x4& q0, u32x4& q1) {
+    const int lane = tid_x() & 31, p = (lane >> 1) & 1, h = lane & 1, sl = (lane >> 2) & 3;
+    if (ok) q4k_load_sb(wr + (u64)sl * 144, p, h, hd, q0, q1);
+}
+
+// The half's row sum, in every lane of the half (kf: the K form in shared memory).
+DEV float half_dot(const u32x4& hd, const u32x4& q0, const u32x4& q1, const block_q8_1* kf, bool ok) {
+    const int lane = tid_x() & 31, p = (lane >> 1) & 1, sl = (lane >> 2) & 3;
+    float acc[1] = {0.0f};
+    q4k_dot_sb<1>(hd, q0, q1, kf + (ok ? sl * 8 + 4 * p : 0), 0, ok, 1, acc);
+    float v = acc[0];
+#pragma unroll
+    for (int m = 8; m > 0; m >>= 1) v += shfl_xor(v, m);
+    return v;
+}
+
+// Norm + q/k/v: NT / 16 rows per block (2 per warp), segments laid end to end as in
+// norm_multi; every weight Q4_K with rows of n <= 1024.
+template <int Q, int NT>
+DEV void norm_half(const NormArgs& a, Seg s0, Seg s1, Seg s2) {
+    __shared__ NormSh<Q> sh;
+    const int lane = tid_x() & 31, nsb = a.n / 256;
+    int r = bid_x() * (NT / 16) + 2 * (tid_x() >> 5) + (lane >> 4);
+    Seg s = s0;
+    if (r >= s0.rows + s1.rows) {
+        r -= s0.rows + s1.rows;
+        s = s2;
+    } else if (r >= s0.rows) {
+        r -= s0.rows;
+        s = s1;
+    }
+    const bool live = r < s.rows;
+    const bool ok = live && ((lane >> 2) & 3) < nsb;
+    u32x4 hd, q0, q1;
+    half_load(s.W + (u64)(live ? r : 0) * nsb * 144, ok, hd, q0, q1);
+    float wv[256 * Q / NT];
+    norm_wload<Q, NT>(a, wv);
+    pdl_entry();
+    u32 ticket = 0;
+    norm_prologue<Q, NT>(a, wv, false, true, sh, &ticket);
+    const float v = half_dot(hd, q0, q1, sh.kf, ok);
+    if ((lane & 15) == 0 && live) s.y[r] = v;
+    norm_tail(a, sh, ticket);
+}
+
+// Norm + gate/up + GLU: NT / 32 rows per block (the gate row in lanes 0-15, the up row
+// in 16-31); Q4_K rows of n <= 1024.
+template <int Q, int NT>
+DEV void glu_half(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int rows, int act) {
+    __shared__ NormSh<Q> sh;
+    const int lane = tid_x() & 31, nsb = a.n / 256;
+    const int row = bid_x() * (NT / 32) + (tid_x() >> 5);
+    const bool live = row < rows;
+    const bool ok = live && ((lane >> 2) & 3) < nsb;
+    u32x4 hd, q0, q1;
+    half_load((lane < 16 ? Wg : Wu) + (u64)(live ? row : 0) * nsb * 144, ok, hd, q0, q1);
+    float wv[256 * Q / NT];
+    norm_wload<Q, NT>(a, wv);
+    pdl_entry();
+    u32 ticket = 0;
+    norm_prologue<Q, NT>(a, wv, false, true, sh, &ticket);
+    const float v = half_dot(hd, q0, q1, sh.kf, ok);
+    const float u = shfl_xor(v, 16);
+    // As glu_q8_f32: SiLU, or GELU-tanh rounded through f16 as the CPU backend.
+    if (lane == 0 && live) y[row] = (act ? gelu_f16r(v) : silu_f(v)) * u;
+    norm_tail(a, sh, ticket);
+}
+
+#define NORM_HALF(NAME, NT)                                                                                                  \
+    KERNEL LAUNCH_BOUNDS(NT) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk,  \
+                                        int n, float eps, const u8* W0, float* y0, int rows0, int ty0, const u8* W1, float* y1,   \
+                                        int rows1, int ty1, const u8* W2, float* y2, int rows2, int ty2) {                         \
+        const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
+        norm_half<4, NT>(a, Seg{W0, y0, rows0, ty0}, Seg{W1, y1, rows1, ty1}, Seg{W2, y2, rows2, ty2});                          \
+    }
+#define GLU_HALF(NAME, NT)                                                                                                   \
+    KERNEL LAUNCH_BOUNDS(NT) void NAME(const float* x, const float* add, const float* nw, float* out, u32* counter, int nblk,  \
+                                        int n, float eps, const u8* Wg, const u8* Wu, float* y, int rows, int ty, int act) {      \
+        const NormArgs a = {x, add, nw, out, counter, nblk, n, eps};                                                             \
+        glu_half<4, NT>(a, Wg, Wu, y, rows, act);                                                                                \
+    }
+NORM_HALF(decode_mv_norm4_h1k, 1024)
+GLU_HALF(decode_mv_glu4_h1k, 1024)
+
 // ---- quantize + matvec ----
 
 #define QUANT_MAX 16384

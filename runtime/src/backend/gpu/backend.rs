@@ -599,6 +599,9 @@ impl Drop for GpuBackend {
         if let Some(r) = self.replay.get_mut().profile_report() {
             eprintln!("{r}");
         }
+        if let Some(r) = super::host_times::report() {
+            eprintln!("{r}");
+        }
         let st = self.replay.get_mut().stats;
         tracing::info!("graph replay: {st:?}");
         self.cache.set_graph_stats(st);

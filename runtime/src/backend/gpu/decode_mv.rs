@@ -52,6 +52,26 @@ pub fn wide_kernel(n: usize, glu: bool) -> Option<&'static str> {
     (n <= 1024).then_some(if glu { "decode_mv_glu4_1k" } else { "decode_mv_norm4_1k" })
 }
 
+/// Whether the half-warp kernels (`decode_mv_norm4_h1k`, `decode_mv_glu4_h1k`) take
+/// weights of these types with rows of `n`: every weight Q4_K, rows of 1 to 4 whole
+/// super-blocks. Such a row keeps only half of the one-warp body's lanes busy; these
+/// kernels give each half-warp a row of its own (q/k/v: two rows per warp, 64 per
+/// 1024-thread block; gate/up: the gate row in one half and the up row in the other, 32
+/// per block), bit-identical to the wide kernels, with half their dot instructions. On
+/// the H200 a 0.6B-shaped layer (`ci/layer-bench`) took 13.5 µs against 14.9.
+pub fn half_supports(n: usize, tys: &[GgmlType]) -> bool {
+    n % 256 == 0 && (256..=1024).contains(&n) && !tys.is_empty() && tys.iter().all(|&t| t == GgmlType::Q4_K)
+}
+
+/// Output rows per block of a half-warp kernel (`glu`: the gate/up one).
+pub fn half_rows_per_block(glu: bool) -> usize {
+    if glu {
+        WIDE as usize / 32
+    } else {
+        WIDE as usize / 16
+    }
+}
+
 /// Whether `kernel` over `rows` output rows runs as one wave of blocks on `sms`
 /// multiprocessors. Every block repeats the prologue, so a second wave repeats it too
 /// and costs more than the launch it saves: on the H200 Qwen3-4B decoded at 257 t/s with
@@ -108,6 +128,8 @@ pub struct Norm {
     /// Threads per block: 256 (8 rows per block), or [`WIDE`] (rows of at most 1024
     /// values: 32 rows per block, one block per multiprocessor; see [`wide_kernel`]).
     pub threads: u32,
+    /// The half-warp kernels ([`half_supports`]; `threads` is then [`WIDE`]).
+    pub half: bool,
 }
 
 impl Norm {
@@ -117,19 +139,31 @@ impl Norm {
         }
         Ok(())
     }
-    /// Output rows per block.
-    fn rows_per_block(&self) -> usize {
-        self.threads as usize / 32
+    /// Output rows per block (`glu`: of the gate/up kernel).
+    fn rows_per_block(&self, glu: bool) -> usize {
+        if self.half {
+            half_rows_per_block(glu)
+        } else {
+            self.threads as usize / 32
+        }
     }
     /// (kernel for this row length and block size, leading arguments given the block count).
     fn args(&self, base: &'static str, nblk: usize) -> R2 {
         let glu = base == "glu";
-        let name = match self.threads {
-            256 => norm_kernel(self.n, glu),
-            WIDE => wide_kernel(self.n, glu).ok_or_else(|| unsupported(format!("{base}: no {WIDE}-thread kernel for rows of {}", self.n)))?,
-            t => return Err(unsupported(format!("{base}: blocks of {t} threads"))),
+        let name = match (self.threads, self.half) {
+            (WIDE, true) if self.n <= 1024 => if glu { "decode_mv_glu4_h1k" } else { "decode_mv_norm4_h1k" },
+            (256, false) => norm_kernel(self.n, glu),
+            (WIDE, false) => wide_kernel(self.n, glu).ok_or_else(|| unsupported(format!("{base}: no {WIDE}-thread kernel for rows of {}", self.n)))?,
+            (t, h) => return Err(unsupported(format!("{base}: blocks of {t} threads{}", if h { " (half-warp rows)" } else { "" }))),
         };
         Ok((name, self.lead(nblk)))
+    }
+    /// The half-warp kernels read Q4_K only: refuse anything else rather than misread it.
+    fn check_half(&self, op: &str, tys: &[GgmlType]) -> R {
+        if self.half && !half_supports(self.n, tys) {
+            return Err(unsupported(format!("{op}: half-warp rows need Q4_K weights with rows of 256 to 1024 (got {tys:?}, rows of {})", self.n)));
+        }
+        Ok(())
     }
     /// The norm's arguments, every norm kernel's first eight (`nblk`: the launch's blocks,
     /// the count of tickets the last block waits for).
@@ -154,17 +188,24 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
     if segs.is_empty() || segs.len() > 3 {
         return Err(unsupported(format!("norm_multi: {} weights (1 to 3)", segs.len())));
     }
+    a.check_half("norm_multi", &segs.iter().map(|s| s.1).collect::<Vec<_>>())?;
     let mut tail = Vec::with_capacity(12);
     let mut nblk = 0;
+    let mut rows_all = 0;
     for s in 0..3 {
         match segs.get(s) {
             Some(&(w, ty, rows, y)) => {
                 let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_multi: {ty} weights with rows of {}", a.n)))?;
-                nblk += rows.div_ceil(a.rows_per_block());
+                nblk += rows.div_ceil(a.rows_per_block(false));
+                rows_all += rows;
                 tail.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code)]);
             }
             None => tail.extend([KArg::Ptr(0), KArg::Ptr(0), i(0), KArg::I32(-1)]),
         }
+    }
+    if a.half {
+        // The half-warp kernel lays the segments end to end (a block may span two).
+        nblk = rows_all.div_ceil(a.rows_per_block(false));
     }
     if nblk == 0 {
         return Err(unsupported("norm_multi: no output rows".into()));
@@ -230,10 +271,11 @@ pub fn norm_walk(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, Dev
 pub fn norm_glu(d: &dyn Launch, a: &Norm, gate: DevPtr, up: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, gelu: bool) -> R {
     a.check("norm_glu")?;
     let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_glu: {ty} weights with rows of {}", a.n)))?;
+    a.check_half("norm_glu", &[ty])?;
     if rows == 0 {
         return Err(unsupported("norm_glu: no output rows".into()));
     }
-    let nblk = rows.div_ceil(a.rows_per_block());
+    let nblk = rows.div_ceil(a.rows_per_block(true));
     let (name, mut args) = a.args("glu", nblk)?;
     args.extend([KArg::Ptr(gate), KArg::Ptr(up), KArg::Ptr(y), i(rows), KArg::I32(code), i(gelu as usize)]);
     d.launch(name, [nblk as u32, 1, 1], [a.threads, 1, 1], &args)?;
@@ -384,7 +426,7 @@ mod tests {
         // more than 32 warps.
         assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q8_0, 1024, 3, false, 2, 8).is_err());
         assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q6_K, 1024, 3, true, 4, 16).is_err());
-        let n = |threads| Norm { x: 1, add: None, w: None, out: 2, counter: 3, n: 1024, eps: 1e-6, threads };
+        let n = |threads| Norm { x: 1, add: None, w: None, out: 2, counter: 3, n: 1024, eps: 1e-6, threads, half: false };
         norm_multi(&c, &n(WIDE), &[(4, GgmlType::Q4_K, 2048, 5), (6, GgmlType::Q4_K, 1024, 7), (8, GgmlType::Q6_K, 1024, 9)]).unwrap();
         norm_glu(&c, &n(256), 4, 5, GgmlType::Q4_K, 3072, 6, false).unwrap();
         assert!(norm_multi(&c, &n(512), &[(4, GgmlType::Q4_K, 8, 5)]).is_err());
@@ -396,6 +438,34 @@ mod tests {
                 ("decode_mv_quant", [128, 1, 1], [256, 1, 1]),
                 ("decode_mv_norm4_1k", [128, 1, 1], [1024, 1, 1]),
                 ("decode_mv_glu4", [384, 1, 1], [256, 1, 1]),
+            ]
+        );
+    }
+
+    #[test]
+    fn half_warp_kernels_take_q4k_rows_of_at_most_1024_and_lay_segments_end_to_end() {
+        assert!(half_supports(1024, &[GgmlType::Q4_K; 3]));
+        assert!(half_supports(256, &[GgmlType::Q4_K]));
+        // Q4_K_M's Q6_K v, rows past 1024 or not whole super-blocks, no weights: not taken.
+        assert!(!half_supports(1024, &[GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K]));
+        assert!(!half_supports(1280, &[GgmlType::Q4_K]));
+        assert!(!half_supports(640, &[GgmlType::Q4_K]));
+        assert!(!half_supports(1024, &[]));
+        let c = Cap(Default::default());
+        let a = Norm { x: 1, add: None, w: None, out: 2, counter: 3, n: 1024, eps: 1e-6, threads: WIDE, half: true };
+        // Qwen3-0.6B q/k/v: 4096 rows, 64 per block; 33 + 31 rows share one block.
+        norm_multi(&c, &a, &[(4, GgmlType::Q4_K, 2048, 5), (6, GgmlType::Q4_K, 1024, 7), (8, GgmlType::Q4_K, 1024, 9)]).unwrap();
+        norm_multi(&c, &a, &[(4, GgmlType::Q4_K, 33, 5), (6, GgmlType::Q4_K, 31, 7)]).unwrap();
+        norm_glu(&c, &a, 4, 5, GgmlType::Q4_K, 3072, 6, false).unwrap();
+        // Any other type is refused, not misread.
+        assert!(norm_multi(&c, &a, &[(4, GgmlType::Q4_K, 2048, 5), (8, GgmlType::Q6_K, 1024, 9)]).is_err());
+        assert!(norm_glu(&c, &a, 4, 5, GgmlType::Q6_K, 3072, 6, false).is_err());
+        assert_eq!(
+            c.0.into_inner(),
+            vec![
+                ("decode_mv_norm4_h1k", [64, 1, 1], [1024, 1, 1]),
+                ("decode_mv_norm4_h1k", [1, 1, 1], [1024, 1, 1]),
+                ("decode_mv_glu4_h1k", [96, 1, 1], [1024, 1, 1]),
             ]
         );
     }
@@ -418,7 +488,7 @@ mod tests {
         assert!(!walk_supports(2560, &[]));
         assert!(!walk_supports(2560, &[GgmlType::Q4_K; 4]));
         let c = Cap(Default::default());
-        let a = Norm { x: 1, add: Some(10), w: None, out: 2, counter: 3, n: 2560, eps: 1e-6, threads: WIDE };
+        let a = Norm { x: 1, add: Some(10), w: None, out: 2, counter: 3, n: 2560, eps: 1e-6, threads: WIDE, half: false };
         norm_walk(&c, &a, &[(4, GgmlType::Q4_K, 9728, 5), (6, GgmlType::Q4_K, 9728, 7)], 396).unwrap();
         norm_walk(&c, &a, &[(4, GgmlType::Q4_K, 4096, 5), (6, GgmlType::Q6_K, 1024, 7)], 396).unwrap();
         assert!(norm_walk(&c, &a, &[(4, GgmlType::Q6_K, 9728, 5), (6, GgmlType::Q4_K, 9728, 7)], 396).is_err());

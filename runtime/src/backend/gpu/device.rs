@@ -370,14 +370,16 @@ impl GpuDevice {
     }
     /// Write host bytes at `dst` (inside a buffer the caller owns).
     pub fn write(&self, dst: DevPtr, data: &[u8]) -> Result<()> {
-        self.core.drv.htod(dst, data, self.core.stream)
+        super::host_times::span("host-to-device write", || self.core.drv.htod(dst, data, self.core.stream))
     }
     pub fn copy(&self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<()> {
         self.core.drv.dtod(dst, src, bytes, self.core.stream)
     }
     /// Read `out.len()` bytes at `src` (waits for all queued work).
     pub fn read(&self, src: DevPtr, out: &mut [u8]) -> Result<()> {
-        self.core.drv.dtoh(out, src, self.core.stream)
+        let r = super::host_times::span("device-to-host read", || self.core.drv.dtoh(out, src, self.core.stream));
+        super::host_times::result_ready();
+        r
     }
     pub fn read_f32(&self, src: DevPtr, n: usize) -> Result<Vec<f32>> {
         let mut v = vec![0f32; n];
@@ -392,7 +394,9 @@ impl GpuDevice {
         self.memset(b.ptr, 0xFF, b.bytes)
     }
     pub fn sync(&self) -> Result<()> {
-        self.core.drv.stream_sync(self.core.stream)
+        let r = super::host_times::span("stream sync", || self.core.drv.stream_sync(self.core.stream));
+        super::host_times::result_ready();
+        r
     }
     pub fn register_host<'a>(&self, host: &'a [u8]) -> Result<HostRegistration<'a>> {
         let device_ptr = self.core.drv.host_register(host)?;
@@ -472,7 +476,8 @@ impl GpuDevice {
         self.core.drv.graph_exec_update(exec, graph)
     }
     pub fn graph_launch(&self, exec: RawHandle) -> Result<()> {
-        self.core.drv.graph_launch(exec, self.core.stream)
+        super::host_times::launching();
+        super::host_times::span("graph launch", || self.core.drv.graph_launch(exec, self.core.stream))
     }
     pub fn graph_destroy(&self, graph: RawHandle) -> Result<()> {
         self.core.drv.graph_destroy(graph)

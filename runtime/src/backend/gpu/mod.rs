@@ -19,6 +19,7 @@ pub mod device;
 pub mod driver;
 pub mod exact;
 pub mod head_mv;
+pub mod host_times;
 pub mod kernels;
 pub mod materialize;
 pub mod ops;

@@ -55,6 +55,10 @@ pub(super) struct MvFuse {
     /// (`decode_mv::split_walk`); and its launches.
     split_walk: bool,
     split_launches: u64,
+    /// `LODE_MV_HALF` (default on): the wide kernels' half-warp form for Q4_K rows of at
+    /// most 1024 values (`decode_mv::half_supports`); and its launches.
+    half: bool,
+    half_launches: u64,
     /// `LODE_MV_QUANT_ROWS` (8, 16 or 32; default 16): rows per `decode_mv_quant` block,
     /// as many as fit 32 warps. Fewer, larger blocks leave more multiprocessors empty for
     /// the next kernel's one-per-SM blocks to start on during this one (H200, Qwen3-0.6B
@@ -68,7 +72,7 @@ impl MvFuse {
                 Ok("0") => (false, false),
                 Ok("norm") => (true, false),
                 _ => (true, true),
-            }, row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true), walk: std::env::var("LODE_MV_NORMWALK").map(|v| v != "0").unwrap_or(true), walk_launches: 0, split_walk: std::env::var("LODE_MV_SPLITWALK").map(|v| v != "0").unwrap_or(true), split_launches: 0, quant_rows: std::env::var("LODE_MV_QUANT_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(16) }
+            }, row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true), walk: std::env::var("LODE_MV_NORMWALK").map(|v| v != "0").unwrap_or(true), walk_launches: 0, split_walk: std::env::var("LODE_MV_SPLITWALK").map(|v| v != "0").unwrap_or(true), split_launches: 0, quant_rows: std::env::var("LODE_MV_QUANT_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(16), half: std::env::var("LODE_MV_HALF").map(|v| v != "0").unwrap_or(true), half_launches: 0 }
     }
 }
 
@@ -91,6 +95,24 @@ impl GpuBackend {
     /// How many split row walk launches (`decode_mv::split_walk`) this backend has issued.
     pub fn split_launches(&self) -> u64 {
         self.mv.split_launches
+    }
+
+    /// How many half-warp norm launches (`decode_mv::half_supports`) this backend has issued.
+    pub fn half_launches(&self) -> u64 {
+        self.mv.half_launches
+    }
+
+    /// Whether the half-warp norm kernels are on (`LODE_MV_HALF`, with the wide ones).
+    pub fn half_enabled(&self) -> bool {
+        self.mv.half && self.mv.wide.0 && self.mv.wide.1
+    }
+
+    /// Take the half-warp kernel for a wide launch over weights of these types.
+    fn mv_half(&mut self, a: &mut Norm, tys: &[crate::quant::GgmlType]) {
+        if self.mv.half && a.threads == decode_mv::WIDE && decode_mv::half_supports(a.n, tys) {
+            a.half = true;
+            self.mv.half_launches += 1;
+        }
     }
 
     /// How many fused LM head launches (`head_mv.rs`) this backend has issued.
@@ -230,7 +252,7 @@ impl GpuBackend {
             None => None,
         };
         let counter = self.mv_counter()?;
-        Ok(Some(Norm { x: xp, add, w, out: op, counter, n: k, eps: n.eps, threads: decode_mv::BLOCK }))
+        Ok(Some(Norm { x: xp, add, w, out: op, counter, n: k, eps: n.eps, threads: decode_mv::BLOCK, half: false }))
     }
 
     /// The norm's writes: x (when added to) and out.
@@ -258,6 +280,7 @@ impl GpuBackend {
         };
         let seg_rows: Vec<usize> = ws.iter().map(|w| w.n_rows()).collect();
         a.threads = self.norm_threads(norm.row_len, false, &seg_rows);
+        self.mv_half(&mut a, &ws.iter().map(|w| w.ty()).collect::<Vec<_>>());
         let segs = self.mv_segments("norm_matmul_multi", outs)?;
         self.mv.launches += 1;
         let r = decode_mv::norm_multi(&self.rec(), &a, &segs).map_err(|e| {
@@ -351,6 +374,7 @@ impl GpuBackend {
             return self.matmul_glu(gate, up, norm.out, n_tok, out, tmp, act);
         };
         a.threads = self.norm_threads(norm.row_len, true, &[gate.n_rows()]);
+        self.mv_half(&mut a, &[gate.ty()]);
         let (yp, yn) = self.buf(out)?;
         Self::check_len("norm_matmul_glu", out, yn, gate.n_rows())?;
         let gp = self.weight(gate)?;

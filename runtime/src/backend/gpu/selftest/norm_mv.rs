@@ -11,6 +11,9 @@
 //!   than one wave of decode_mv blocks on the H200: the fused LM head, `head_mv.rs`), rows
 //!   of 256 / 768 / 1024 / 2560 / 3072, row counts that leave a partial 8-row stage; the
 //!   head launch must have run;
+//! - `norm_mv_half`: `norm_matmul_multi` (1–3 Q4_K weights, odd row counts, so a block's
+//!   64 rows span segments) and `norm_matmul_glu` (Q4_K) with rows of 256–1024: the
+//!   half-warp kernels (`decode_mv::half_supports`), whose launch must have run;
 //! - `norm_mv_walk`: `norm_matmul_multi` (1–3 weights, Q4_K, the last one Q6_K in every
 //!   other case) and `norm_matmul_glu` (Q4_K) with weights of more rows than one wave of norm blocks holds (1,000–7,000 per weight),
 //!   rows of 2560 / 4096 / 1024 / 2048 / 256·r: the resident row walk
@@ -246,6 +249,8 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
         [2048, 3072, 9728, 1024, 576, 14336, 640, 32 * rng.range(1, 512)][i % 8]
     } else if name == "norm_mv_walk" {
         [2560, 4096, 1024, 2560, 2048, 4096, 256 * rng.range(1, 16), 2560][i % 8]
+    } else if name == "norm_mv_half" {
+        [1024, 768, 1024, 256, 512, 1024, 256 * rng.range(1, 4), 1024][i % 8]
     } else if name == "norm_mv_head" {
         [1024, 2560, 1024, 3072, 768, 1024, 2560, 256][i % 8]
     } else {
@@ -278,6 +283,19 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
         }
         "norm_mv_walk" => {
             let r = rng.range(4_300, 7_000);
+            let act = if i % 4 == 1 { Glu::Silu } else { Glu::GeluTanh };
+            Op::Glu { gate: f.add(rng, GgmlType::Q4_K, r, n, 1.0)?, up: f.add(rng, GgmlType::Q4_K, r, n, 1.0)?, rows: r, act }
+        }
+        "norm_mv_half" if i % 2 == 0 => {
+            let mut ws = Vec::new();
+            for _ in 0..rng.range(1, 3) {
+                let r = rng.range(1, 700);
+                ws.push((f.add(rng, GgmlType::Q4_K, r, n, 1.0)?, r));
+            }
+            Op::Multi(ws)
+        }
+        "norm_mv_half" => {
+            let r = rng.range(1, 3_100);
             let act = if i % 4 == 1 { Glu::Silu } else { Glu::GeluTanh };
             Op::Glu { gate: f.add(rng, GgmlType::Q4_K, r, n, 1.0)?, up: f.add(rng, GgmlType::Q4_K, r, n, 1.0)?, rows: r, act }
         }
@@ -320,12 +338,18 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
             }
         };
         gpu.set_fuse_mv(true);
-        let (before, head_before, walk_before) = (gpu.fused_mv_launches(), gpu.head_launches(), gpu.walk_launches());
+        let (before, head_before, walk_before, half_before) = (gpu.fused_mv_launches(), gpu.head_launches(), gpu.walk_launches(), gpu.half_launches());
         let fused = run_case(gpu, files, &c);
         let (taken, head, walk) = (gpu.fused_mv_launches() - before, gpu.head_launches() - head_before, gpu.walk_launches() - walk_before);
+        let half = gpu.half_launches() - half_before;
         gpu.set_fuse_mv(false);
         let plain = run_case(gpu, files, &c);
         gpu.set_fuse_mv(true);
+        let plain_half = gpu.half_launches() - half_before - half;
+        // The half-warp check's cases are all the half-warp kernels' (while they are on).
+        if plain_half != 0 || (name == "norm_mv_half" && gpu.half_enabled() && half != taken) {
+            acc.fail(format!("case {i} (n={} {:?}): {half} half-warp launches of {taken} fused with the fusion on, {plain_half} with it off", c.n, c.op));
+        }
         let plain_launches = gpu.fused_mv_launches() - before - taken;
         let plain_head = gpu.head_launches() - head_before - head;
         let plain_walk = gpu.walk_launches() - walk_before - walk;
@@ -373,7 +397,7 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
 /// Every `norm_mv_*` check whose name contains `filter` (`cases` random cases each, at
 /// least 8 so every row length of the list runs).
 pub fn run(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {
-    let names = ["norm_mv_multi", "norm_mv_glu", "norm_mv_quant", "norm_mv_head", "norm_mv_walk"];
+    let names = ["norm_mv_multi", "norm_mv_glu", "norm_mv_quant", "norm_mv_head", "norm_mv_half", "norm_mv_walk"];
     let chosen: Vec<&str> = names.iter().copied().filter(|n| filter.map(|f| n.contains(f) || format!("{n}_bits").contains(f)).unwrap_or(true)).collect();
     if chosen.is_empty() || cases == 0 {
         return Vec::new();

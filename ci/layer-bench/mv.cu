@@ -1,0 +1,1 @@
+#include "decode_mv.hip"
