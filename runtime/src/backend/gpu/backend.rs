@@ -125,6 +125,9 @@ impl GpuBackend {
         self.tick += 1;
         if let Some(e) = self.bufs.get_mut(&b.0) {
             e.2 = self.tick;
+            if let readback::ActMem::Mapped { direct, .. } = &mut e.0 {
+                *direct = false;
+            }
         }
     }
     fn version(&self, b: Buf) -> u64 {
@@ -248,8 +251,8 @@ impl Backend for GpuBackend {
         Self::check_len("read", buf, n, dst.len())?;
         self.end_step()?;
         self.retired.clear();
-        if let Some(h) = self.mapped_view(buf)? {
-            dst.copy_from_slice(&h[..dst.len()]);
+        if let Some(h) = self.mapped_view(buf, dst.len())? {
+            dst.copy_from_slice(h);
             return Ok(());
         }
         self.readback.read(&self.dev, p, bytemuck::cast_slice_mut(dst)).map_err(derr("read"))

@@ -351,6 +351,9 @@ impl GpuBackend {
         let Some(a) = self.mv_norm(norm, &[w], &[y])? else { return Ok(false) };
         let (yp, yn) = self.buf(y)?;
         Self::check_len("norm_matmul_multi", y, yn, rows)?;
+        // A read-back buffer (the logits): written straight into its mapped host memory.
+        let mapped = self.head_out(y);
+        let yp = mapped.unwrap_or(yp);
         let kernel = head_mv::kernel(n);
         let sms = self.mv_sms();
         let per_sm = self.mv_per_sm(kernel, head_mv::BLOCK, || 3);
@@ -359,6 +362,9 @@ impl GpuBackend {
             .map_err(|e| BackendError::Invalid { op: "norm_matmul_multi", msg: format!("{}: {e}", w.name()) });
         self.mv_norm_done(norm);
         self.touch(y);
+        if mapped.is_some() {
+            self.head_wrote(y);
+        }
         r.map(|_| true)
     }
 

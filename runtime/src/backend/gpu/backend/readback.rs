@@ -6,13 +6,16 @@
 //! `Backend::read_with`), which is where pinned memory pays. `LODE_PINNED_READ=0` reads
 //! straight into the caller's memory (for A/B runs); a failed pinned allocation does too.
 //!
-//! A buffer the model reads back every step (`Backend::alloc_readback`: the logits) lives
-//! in page-locked host memory itself, mapped into the device's address space: the LM
-//! head's kernel writes the logits across the link as it computes them, so a read is a
-//! stream sync and a view, with no copy after the step. On the H200 the copy cost a
-//! decode token 13 µs plus ~7 µs between the step's last kernel and its start (nsys,
-//! `ci/timeline.py`). `LODE_MAPPED_OUT=0` keeps such buffers on the device (A/B runs);
-//! a refused host allocation does too.
+//! A buffer the model reads back every step (`Backend::alloc_readback`: the logits) also
+//! has page-locked host memory mapped into the device's address space: the fused LM head
+//! (`head_mv`, the one-token decode) writes the logits there across the link as it
+//! computes them, so the read is a stream sync and a view, with no copy after the step.
+//! On the H200 the copy cost a decode token 13 µs plus ~7 µs between the step's last
+//! kernel and its start (nsys, `ci/timeline.py`). Every other op writes the buffer's
+//! device copy (kernels that store one value per warp would cross the link in 4-byte
+//! pieces: the head did so first, 0.6B decode 1,680 t/s against 1,980), which a read then
+//! copies into the mapped memory as before. `LODE_MAPPED_OUT=0` keeps such buffers on the
+//! device only (A/B runs); a refused host allocation does too.
 
 use super::{derr, GpuBackend};
 use crate::backend::gpu::device::{DeviceBuffer, GpuDevice, PinnedHost};
@@ -23,15 +26,17 @@ use crate::backend::{Backend, BackendError, Buf};
 /// Where an activation buffer lives.
 pub(super) enum ActMem {
     Device(DeviceBuffer),
-    /// Page-locked host memory that kernels address through its device mapping.
-    Host(PinnedHost),
+    /// A read-back buffer: the device copy every op reads and writes, and mapped
+    /// page-locked host memory that the fused LM head writes directly; `direct`: the host
+    /// memory holds the latest values (the last write was the head's).
+    Mapped { dev: DeviceBuffer, host: PinnedHost, direct: bool },
 }
 
 impl ActMem {
+    /// The device copy (what ops read and write).
     pub(super) fn ptr(&self) -> DevPtr {
         match self {
-            ActMem::Device(d) => d.ptr(),
-            ActMem::Host(h) => h.device_ptr,
+            ActMem::Device(d) | ActMem::Mapped { dev: d, .. } => d.ptr(),
         }
     }
 }
@@ -49,30 +54,53 @@ impl GpuBackend {
         if !mapped_out() {
             return self.alloc(len);
         }
-        self.barrier()?;
-        let mut h = match self.dev.host_alloc(len.max(1) * 4) {
+        let b = self.alloc(len)?;
+        let host = match self.dev.host_alloc(len.max(1) * 4) {
             Ok(h) => h,
             Err(e) => {
                 tracing::debug!("mapped read-back buffer of {} bytes refused ({e}); keeping it on the device", len * 4);
-                return self.alloc(len);
+                return Ok(b);
             }
         };
-        h.as_mut_slice().fill(0);
-        let id = self.next;
-        self.next += 1;
-        self.tick += 1;
-        self.bufs.insert(id, (ActMem::Host(h), len, self.tick));
-        Ok(Buf(id))
+        if let Some(e) = self.bufs.remove(&b.0) {
+            let (ActMem::Device(dev) | ActMem::Mapped { dev, .. }) = e.0;
+            // Zeroed like the device copy: nothing has written it yet.
+            self.bufs.insert(b.0, (ActMem::Mapped { dev, host, direct: false }, e.1, e.2));
+        }
+        Ok(b)
     }
 
-    /// A mapped buffer's values once the queued work has run; None for a device buffer.
-    pub(super) fn mapped_view(&self, buf: Buf) -> crate::backend::Result<Option<&[f32]>> {
+    /// The device address the fused LM head writes `buf`'s values to: its mapped host
+    /// memory when it has one (then `head_wrote` records the write), else its device copy.
+    pub(super) fn head_out(&self, buf: Buf) -> Option<DevPtr> {
         match self.bufs.get(&buf.0) {
-            Some((ActMem::Host(h), n, _)) => {
-                self.dev.sync().map_err(derr("read"))?;
+            Some((ActMem::Mapped { host, .. }, _, _)) => Some(host.device_ptr),
+            _ => None,
+        }
+    }
+
+    /// The head wrote `buf`'s mapped memory (call after `touch`, which clears it).
+    pub(super) fn head_wrote(&mut self, buf: Buf) {
+        if let Some((ActMem::Mapped { direct, .. }, _, _)) = self.bufs.get_mut(&buf.0) {
+            *direct = true;
+        }
+    }
+
+    /// The first `n` values of a mapped buffer once the queued work has run (copied from
+    /// the device copy first when an op other than the head wrote last); None for a
+    /// device buffer. `n` is checked against the buffer by the caller.
+    pub(super) fn mapped_view(&mut self, buf: Buf, n: usize) -> crate::backend::Result<Option<&[f32]>> {
+        let dev = &self.dev;
+        match self.bufs.get_mut(&buf.0) {
+            Some((ActMem::Mapped { dev: d, host, direct }, _, _)) => {
+                if *direct {
+                    dev.sync().map_err(derr("read"))?;
+                } else {
+                    dev.read(d.ptr(), &mut host.as_mut_slice()[..n * 4]).map_err(derr("read"))?;
+                }
                 // The driver's page-locked allocations are page-aligned.
-                let v: &[f32] = bytemuck::try_cast_slice(h.as_slice()).map_err(|e| BackendError::Invalid { op: "read", msg: e.to_string() })?;
-                Ok(Some(&v[..*n]))
+                let v: &[f32] = bytemuck::try_cast_slice(host.as_slice()).map_err(|e| BackendError::Invalid { op: "read", msg: e.to_string() })?;
+                Ok(Some(&v[..n]))
             }
             Some(_) => Ok(None),
             None => Err(BackendError::BadHandle(buf)),
@@ -86,8 +114,8 @@ impl GpuBackend {
         Self::check_len("read", buf, len, n)?;
         self.end_step()?;
         self.retired.clear();
-        if let Some(v) = self.mapped_view(buf)? {
-            f(&v[..n]);
+        if let Some(v) = self.mapped_view(buf, n)? {
+            f(v);
             return Ok(());
         }
         // The driver's page-locked buffers are page-aligned, so the f32 view always exists.
