@@ -46,7 +46,7 @@ struct __attribute__((aligned(16))) HeadSh {
     float red[32];
     unsigned long long full[HEAD_STAGES];   // mbarriers (sm_90): stage copied
     unsigned long long empty[HEAD_STAGES];  // its 8 rows computed
-    float res[HEAD_STAGES][8];        // a stage's 8 results, stored to y together (sm_90)
+    float res[HEAD_STAGES][8];        // a stage's 8 results, stored to y together
     u32 last;                         // this block holds the last ticket
 };
 
@@ -373,15 +373,17 @@ DEV void head_run(const HeadArgs& a) {
         }
     }
 #else
-    // Every warp copies each stage; warps 0-7 compute it.
+    // Every warp copies each stage; warps 0-7 compute it. The stage's 8 results go out as
+    // one 32-byte write (threads 0-7), as the copy warp's above: y may be mapped host memory.
     for (int i = 0; i < nst; ++i) {
         copy_stage(sh.ring, a.W + (u64)(b + i * G) * sbytes, sbytes);
         sync();
         if (wp < 8) {
             const float r = head_stage_row<ONE>(sh.ring, wp * rbytes, nsb, sh.kf, a1, o1);
-            if (lane == 0) a.y[(b + i * G) * 8 + wp] = r;
+            if (lane == 0) sh.res[0][wp] = r;
         }
         sync();
+        if (t < 8) a.y[(b + i * G) * 8 + t] = sh.res[0][t];
     }
 #endif
     // The rows after the last whole stage, from global memory.
