@@ -3,8 +3,9 @@
 // A decode step of a small model is a chain of short kernels, each a dependent latency
 // (load -> reduce -> store) with nothing overlapping it. These kernels take the steps
 // before a matvec into the matvec itself:
-//   decode_mv_norm{4,16,4_1k}: x += add, out = RMSNorm(x)·w, then 1-3 matvecs of out (q/k/v);
-//   decode_mv_glu{4,16,4_1k}:  the same norm, then gate and up rows and out_i = act(g_i)·u_i;
+//   decode_mv_norm{4,16,4_1k,4_h1k}: x += add, out = RMSNorm(x)·w, then 1-3 matvecs of out
+//                              (q/k/v; _h1k: Q4_K rows of <= 1024 values, a row per half-warp);
+//   decode_mv_glu{4,16,4_1k,4_h1k}: the same norm, then gate and up rows and out_i = act(g_i)·u_i;
 //   decode_mv_quant:           a matvec of an f32 input that has no quantized form yet (the
 //                              o-projection after attention, the down projection after the
 //                              GLU); rows of 2-4 steps one warp per step (quant_run).
