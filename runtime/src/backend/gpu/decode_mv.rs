@@ -190,23 +190,22 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
     }
     a.check_half("norm_multi", &segs.iter().map(|s| s.1).collect::<Vec<_>>())?;
     let mut tail = Vec::with_capacity(12);
-    let mut nblk = 0;
-    let mut rows_all = 0;
+    // Blocks per segment; the half-warp kernel lays the segments end to end instead (a
+    // block may span two).
+    let per = a.rows_per_block(false);
+    let (mut nblk, mut rows_all) = (0, 0);
     for s in 0..3 {
         match segs.get(s) {
             Some(&(w, ty, rows, y)) => {
                 let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_multi: {ty} weights with rows of {}", a.n)))?;
-                nblk += rows.div_ceil(a.rows_per_block(false));
+                nblk += rows.div_ceil(per);
                 rows_all += rows;
                 tail.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code)]);
             }
             None => tail.extend([KArg::Ptr(0), KArg::Ptr(0), i(0), KArg::I32(-1)]),
         }
     }
-    if a.half {
-        // The half-warp kernel lays the segments end to end (a block may span two).
-        nblk = rows_all.div_ceil(a.rows_per_block(false));
-    }
+    let nblk = if a.half { rows_all.div_ceil(per) } else { nblk };
     if nblk == 0 {
         return Err(unsupported("norm_multi: no output rows".into()));
     }
