@@ -3,16 +3,20 @@
 // — 28 times as one graph of PDL launches, lode's kernels compiled from kernels-hip/ as
 // they are, with synthetic Q4_K weights (distinct per layer: 248 MB, read from DRAM).
 // Prints the time per layer, then with one kernel of each layer replaced by an empty one
-// (its marginal cost) and with only one kept. A standalone program, not part of lode:
+// (its marginal cost), with only one kept, and (variants 11-13) with the o and / or down
+// launch left out altogether (what a dependent step costs in the chain; the results are
+// then wrong). Weights and the residual are scaled so values stay O(1) (the residual is
+// restored before every run). A standalone program, not part of lode:
 // kernel changes are timed here in seconds of device time, without the runtime.
 //   N=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia/cu13
 //   $N/bin/nvcc -arch=sm_90 -O3 -std=c++17 -DLODE_NV -I kernels-hip -I $N/include -I $N/include/cccl \
 //     -L $N/lib -x cu ci/layer-bench/main.cu -x cu ci/layer-bench/mv.cu -x cu ci/layer-bench/at.cu -o carry/lb/layer
 //   ./layer [position=64] [shared: every layer reads layer 0's weights, from L2] [q/k/v kernel: 1k | h1k]
-//           [gate/up kernel: 1k | h1k] [variants to run, 1-11]
+//           [gate/up kernel: 1k | h1k] [variants to run, 1-14]
 // First it checks the chosen q/k/v and gate/up kernels against the 1k ones, bit for bit.
 // H200, session 10: 14.9 µs per layer with the 1k kernels, 13.5 with the half-warp ones
-// (marginal: q/k/v norm 2.0, attention 1.9, o 0.3, gate/up 2.5, down 0.9 µs).
+// (marginal: q/k/v norm 2.0, attention 1.9, o 0.3, gate/up 2.5, down 0.9 µs). Session 11:
+// without the o launch 11.5, without down 11.3-11.5, without both 9.05 (BENCHMARKS.md).
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
@@ -44,7 +48,7 @@ u8* q4k(size_t rows, size_t k) {
     size_t nb = rows * (k / 256), bytes = nb * 144;
     std::vector<u8> h(bytes);
     for (size_t i = 0; i < bytes; ++i) h[i] = rand() & 255;
-    for (size_t i = 0; i < nb; ++i) { u16 d = 0x2000, m = 0x1800; memcpy(&h[i * 144], &d, 2); memcpy(&h[i * 144 + 2], &m, 2); }
+    for (size_t i = 0; i < nb; ++i) { u16 d = 0x0400, m = 0x0200; /* 2^-14, 2^-15: products stay O(1) */ memcpy(&h[i * 144], &d, 2); memcpy(&h[i * 144 + 2], &m, 2); }
     u8* p; CK(cudaMalloc(&p, bytes)); CK(cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice)); return p;
 }
 float* fbuf(size_t n, float v, bool rnd) {
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
     if (shared) printf("every layer reads layer 0's weights (L2-resident)\n");
     float *x = fbuf(n, 0, true), *xb = fbuf(n, 0, false), *nw = fbuf(n, 1, false), *q = fbuf(nq, 0, true), *k = fbuf(nkv, 0, true), *v = fbuf(nkv, 0, true);
     float *att = fbuf(nq, 0, false), *hb = fbuf(nff, 0, false), *hw = fbuf(128, 1, false), *part = fbuf(16 * 4 * 130, 0, false);
+    float* xinit = fbuf(n, 0, true);
     u32* cnt; CK(cudaMalloc(&cnt, 4096)); CK(cudaMemset(cnt, 0, 4096));
     int* pos; CK(cudaMalloc(&pos, 4)); CK(cudaMemcpy(pos, &P, 4, cudaMemcpyHostToDevice));
     std::vector<u16*> kc(NL), vc(NL);
@@ -94,10 +99,12 @@ int main(int argc, char** argv) {
         int diff = 0; for (size_t i = 0; i < r0.size(); ++i) diff += memcmp(&r0[i], &r1[i], 4) != 0;
         printf("norm %s / glu %s against 1k / 1k: %d of %zu outputs differ in bits (q[0] %g vs %g, hb[0] %g vs %g)\n", nv, gv, diff, r0.size(), r0[0], r1[0], r0[nq + 2 * nkv], r1[nq + 2 * nkv]);
     }
-    const char* names[] = {"full", "-norm4_1k", "-attn", "-o", "-glu4_1k", "-down", "only norm4_1k", "only attn", "only o", "only glu4_1k", "only down"};
+    const char* names[] = {"full", "-norm4_1k", "-attn", "-o", "-glu4_1k", "-down", "only norm4_1k", "only attn", "only o", "only glu4_1k", "only down", "no o step", "no down step", "no o, no down step"};
     const int nvars = argc > 5 ? atoi(argv[5]) : 11;
     for (int var = 0; var < nvars; ++var) {
-        auto on = [&](int i) { return var == 0 ? true : var <= 5 ? var - 1 != i : var - 6 == i; };
+        auto on = [&](int i) { return var == 0 || var >= 11 ? true : var <= 5 ? var - 1 != i : var - 6 == i; };
+        // Variants 11-13 drop the o / down launch altogether (not even an empty kernel).
+        auto dropped = [&](int i) { return (i == 2 && (var == 11 || var == 13)) || (i == 4 && (var == 12 || var == 13)); };
         cudaGraph_t g; cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
         for (int l = 0; l < NL; ++l) {
@@ -107,17 +114,17 @@ int main(int argc, char** argv) {
             if (on(1)) L(attn_decode_d128, dim3(2, 8, 1), dim3(512), (const float*)q, (const float*)k, (const float*)v, kc[l], vc[l], att, (void*)nullptr,
                          (const float*)hw, (const float*)hw, (const float*)nullptr, (const int*)pos, part, cnt, 2, 8, n_ctx, 128, 1, theta, 1.0f, eps, 1.0f,
                          0.0884f, 0, 1, 256, 0); else E();
-            if (on(2)) L(decode_mv_quant, dim3(64), dim3(512), (const float*)att, nq, (const u8*)w.o, x, n, 10, 1, 1, 16); else E();
+            if (dropped(2)) {} else if (on(2)) L(decode_mv_quant, dim3(64), dim3(512), (const float*)att, nq, (const u8*)w.o, x, n, 10, 1, 1, 16); else E();
             if (on(3)) L(gluk(gv), glug(gv), glub(gv), (const float*)x, (const float*)nullptr, (const float*)nw, xb, cnt + 520, (int)glug(gv).x, n, eps,
                          (const u8*)w.g, (const u8*)w.u, hb, nff, 10, 0); else E();
-            if (on(4)) L(decode_mv_quant, dim3(64), dim3(1024), (const float*)hb, nff, (const u8*)w.d, x, n, 10, 1, 2, 16); else E();
+            if (dropped(4)) {} else if (on(4)) L(decode_mv_quant, dim3(64), dim3(1024), (const float*)hb, nff, (const u8*)w.d, x, n, 10, 1, 2, 16); else E();
         }
         CK(cudaStreamEndCapture(st, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
         cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
         std::vector<float> t;
         for (int r = 0; r < 30; ++r) {
-            // reset the residual so values stay finite
-            CK(cudaMemsetAsync(x, 0, 4, st));
+            // the same residual every run, so values stay finite
+            CK(cudaMemcpyAsync(x, xinit, n * 4, cudaMemcpyDeviceToDevice, st));
             cudaEventRecord(e0, st); CK(cudaGraphLaunch(ge, st)); cudaEventRecord(e1, st); CK(cudaEventSynchronize(e1));
             float ms; cudaEventElapsedTime(&ms, e0, e1); if (r >= 5) t.push_back(ms * 1000.f / NL);
         }
