@@ -8,7 +8,9 @@
 //   decode_mv_glu{4,16,4_1k,4_h1k}: the same norm, then gate and up rows and out_i = act(g_i)·u_i;
 //   decode_mv_quant:           a matvec of an f32 input that has no quantized form yet (the
 //                              o-projection after attention, the down projection after the
-//                              GLU); rows of 2-4 steps one warp per step (quant_run).
+//                              GLU); rows of 2-4 steps one warp per step (quant_run);
+//   decode_mv_quant2:          the same for Q4_K rows of 2+ steps one warp per row (4B / 8B's
+//                              o), both first steps loaded before the wait.
 // (Tried on the H200 and dropped: copying a block's weight rows into shared memory before
 // the wait, cp.async, instead of the first step into registers — the norm kernels lost,
 // 4.4 vs 3.5 µs per call in place, and decode_mv_quant did not move.)
@@ -97,6 +99,24 @@ DEV float row_finish(typename Mv<TY>::W& cur, const u8* wr, const block_q8_1* xs
         if (more) M::load(wr, nu, u0 + M::STEP, nxt);
         M::dot(cur, xs, nu, u0, acc);
         if (more) cur = nxt;
+    }
+    return warp_sum(acc[0]);
+}
+
+// row_finish for a row whose first two steps are already in c0 and c1 (c1 only when the
+// row has a second step): each later step is loaded two steps ahead. The same products and
+// additions in the same order, so the sum is row_finish's bit for bit.
+template <int TY>
+DEV float row_finish2(typename Mv<TY>::W& c0, typename Mv<TY>::W& c1, const u8* wr, const block_q8_1* xs, int nu) {
+    typedef Mv<TY> M;
+    float acc[1] = {0.0f};
+    for (int u0 = 0; u0 < nu; u0 += M::STEP) {
+        typename M::W n2;
+        const bool more2 = u0 + 2 * M::STEP < nu;
+        if (more2) M::load(wr, nu, u0 + 2 * M::STEP, n2);
+        M::dot(c0, xs, nu, u0, acc);
+        c0 = c1;
+        if (more2) c1 = n2;
     }
     return warp_sum(acc[0]);
 }
@@ -622,7 +642,7 @@ DEV void quant_stage(const float* x, int k, block_q8_1* sa, int nwarp) {
 // one-warp loop makes (mv_dot.h adds each step's product with add_rn, no FMA), so the
 // result is bit-identical to wpr = 1. The block is rpb rows × wpr warps (warp w: row
 // w % rpb, step w / rpb), and its prologue (the quantization) is shared by all of them.
-template <int TY>
+template <int TY, bool TWO = false>
 DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int acc, int wpr, int rpb, block_q8_1* sa, float* part) {
     typedef Mv<TY> M;
     const int wp = tid_x() >> 5, lane = tid_x() & 31, ri = wp % rpb, j = wp / rpb;
@@ -632,8 +652,11 @@ DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int a
     const int u0 = wpr > 1 ? j * M::STEP : 0;
     const bool mine = live && u0 < nu;
     const u8* wr = W + (u64)(live ? row : 0) * nu * M::BB;
-    typename M::W cur;
+    typename M::W cur, nxt;
     if (mine) M::load(wr, nu, u0, cur);
+    // TWO (one warp per row over Q4_K rows of two or more steps: 4B / 8B's o): the second
+    // step is loaded before the wait too, so its DRAM latency does not follow the prologue.
+    if (TWO && mine) M::load(wr, nu, M::STEP, nxt);
     pdl_entry();
     // The residual this row adds to (written by an earlier kernel: read after the wait),
     // in flight during the prologue.
@@ -643,7 +666,7 @@ DEV void quant_run(const float* x, int k, const u8* W, float* y, int rows, int a
     float r;
     if (wpr == 1) {
         if (!live) return;
-        r = row_finish<TY>(cur, wr, sa, nu);
+        r = TWO ? row_finish2<TY>(cur, nxt, wr, sa, nu) : row_finish<TY>(cur, wr, sa, nu);
     } else {
         float a[1] = {0.0f};
         if (mine) M::dot(cur, sa, nu, u0, a);
@@ -679,6 +702,16 @@ KERNEL LAUNCH_BOUNDS(1024) void decode_mv_quant(const float* x, int k, const u8*
     case 12: quant_run<12>(x, k, W, y, rows, acc, wpr, rpb, sa, part); break;
     default: break;
     }
+}
+
+// decode_mv_quant for Q4_K rows of two or more steps taken one warp per row (4B / 8B's o,
+// k = 4096, when the two-warp form does not fit one wave): both first steps are loaded
+// before the wait (quant_run's TWO). Its own kernel, so decode_mv_quant's registers and
+// code stay as they were. Results equal decode_mv_quant's bit for bit.
+KERNEL LAUNCH_BOUNDS(1024) void decode_mv_quant2(const float* x, int k, const u8* W, float* y, int rows, int acc, int rpb) {
+    __shared__ __attribute__((aligned(16))) block_q8_1 sa[QUANT_MAX / 32];
+    __shared__ float part[32 * 32];
+    quant_run<10, true>(x, k, W, y, rows, acc, 1, rpb, sa, part);
 }
 
 // ---- a one-token matvec of long K-quant rows: one warp per step, rows walked ----

@@ -305,8 +305,12 @@ pub fn quant_warps_per_row(ty: GgmlType, k: usize) -> usize {
 /// see [`quant_rows_per_block`]), blocks of 32 `rpb` `wpr` threads. (The one-wave checks
 /// count 8-row blocks of 256 `wpr` threads: the registers, which bound these blocks, scale
 /// with the rows, so the answer is the same for 16 or 32.)
+///
+/// `two`: Q4_K rows of two or more steps taken one warp per row (4B / 8B's o, where the
+/// two-warp form does not fit one wave) run as `decode_mv_quant2`, which loads both first
+/// steps before its wait (the same sums bit for bit; [`takes_two`]).
 #[allow(clippy::too_many_arguments)]
-pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, acc: bool, wpr: usize, rpb: usize) -> R {
+pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, acc: bool, wpr: usize, rpb: usize, two: bool) -> R {
     let code = type_code(ty).filter(|_| supports(ty, k) && k <= QUANT_MAX).ok_or_else(|| unsupported(format!("quant_mv: {ty} weights with rows of {k}")))?;
     if wpr != 1 && wpr != quant_warps_per_row(ty, k) {
         return Err(unsupported(format!("quant_mv: {wpr} warps per row for {ty} rows of {k}")));
@@ -318,8 +322,18 @@ pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, ro
         return Ok(());
     }
     let block = (32 * rpb * wpr) as u32;
+    if two && takes_two(ty, k, wpr) {
+        d.launch("decode_mv_quant2", [rows.div_ceil(rpb) as u32, 1, 1], [block, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), i(acc as usize), i(rpb)])?;
+        return Ok(());
+    }
     d.launch("decode_mv_quant", [rows.div_ceil(rpb) as u32, 1, 1], [block, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize), i(wpr), i(rpb)])?;
     Ok(())
+}
+
+/// Whether a `decode_mv_quant` launch of these rows has a `decode_mv_quant2` form: Q4_K
+/// rows of more than one step (8 super-blocks) taken one warp per row.
+pub fn takes_two(ty: GgmlType, k: usize, wpr: usize) -> bool {
+    ty == GgmlType::Q4_K && wpr == 1 && k > 8 * 256
 }
 
 /// Rows per `decode_mv_quant` block for rows of `wpr` warps: `want` (8, 16 or 32), as
@@ -410,21 +424,45 @@ mod tests {
         // Anything else asks for the 8-row block.
         assert_eq!(quant_rows_per_block(3, 1), 8);
         let c = Cap(Default::default());
-        quant_mv(&c, 1, 2048, 2, GgmlType::Q4_K, 1024, 3, true, 1, 16).unwrap();
-        quant_mv(&c, 1, 3072, 2, GgmlType::Q4_K, 1000, 3, true, 2, 16).unwrap();
+        quant_mv(&c, 1, 2048, 2, GgmlType::Q4_K, 1024, 3, true, 1, 16, false).unwrap();
+        quant_mv(&c, 1, 3072, 2, GgmlType::Q4_K, 1000, 3, true, 2, 16, false).unwrap();
         assert_eq!(c.0.into_inner(), vec![("decode_mv_quant", [64, 1, 1], [512, 1, 1]), ("decode_mv_quant", [63, 1, 1], [1024, 1, 1])]);
+    }
+
+    #[test]
+    fn two_step_q4k_rows_of_one_warp_take_the_preloading_kernel() {
+        let c = Cap(Default::default());
+        // Qwen3-4B's o (Q4_K rows of 4096: two steps), one warp per row: decode_mv_quant2.
+        quant_mv(&c, 1, 4096, 2, GgmlType::Q4_K, 2560, 3, true, 1, 16, true).unwrap();
+        // One step (0.6B's o), two warps per row, another type, or switched off: as before.
+        quant_mv(&c, 1, 2048, 2, GgmlType::Q4_K, 1024, 3, true, 1, 16, true).unwrap();
+        quant_mv(&c, 1, 4096, 2, GgmlType::Q4_K, 2560, 3, true, 2, 16, true).unwrap();
+        quant_mv(&c, 1, 4096, 2, GgmlType::Q6_K, 2560, 3, true, 1, 16, true).unwrap();
+        quant_mv(&c, 1, 4096, 2, GgmlType::Q4_K, 2560, 3, true, 1, 16, false).unwrap();
+        let names: Vec<_> = c.0.into_inner().into_iter().map(|(n, g, b)| (n, g[0], b[0])).collect();
+        assert_eq!(
+            names,
+            vec![
+                ("decode_mv_quant2", 160, 512),
+                ("decode_mv_quant", 64, 512),
+                ("decode_mv_quant", 160, 1024),
+                ("decode_mv_quant", 160, 512),
+                ("decode_mv_quant", 160, 512),
+            ]
+        );
+        assert!(takes_two(GgmlType::Q4_K, 2304, 1) && !takes_two(GgmlType::Q4_K, 2048, 1) && !takes_two(GgmlType::Q5_K, 4096, 1));
     }
 
     #[test]
     fn launch_shapes_follow_warps_per_row_and_block_width() {
         let c = Cap(Default::default());
         // Down of Qwen3-0.6B (Q6_K, 3072): 4 warps per row, 1024-thread blocks of 8 rows.
-        quant_mv(&c, 1, 3072, 2, GgmlType::Q6_K, 1024, 3, true, 4, 8).unwrap();
-        quant_mv(&c, 1, 3072, 2, GgmlType::Q4_K, 1024, 3, true, 1, 8).unwrap();
+        quant_mv(&c, 1, 3072, 2, GgmlType::Q6_K, 1024, 3, true, 4, 8, false).unwrap();
+        quant_mv(&c, 1, 3072, 2, GgmlType::Q4_K, 1024, 3, true, 1, 8, false).unwrap();
         // A count that is not the type's own is refused, not launched; so is a block of
         // more than 32 warps.
-        assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q8_0, 1024, 3, false, 2, 8).is_err());
-        assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q6_K, 1024, 3, true, 4, 16).is_err());
+        assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q8_0, 1024, 3, false, 2, 8, false).is_err());
+        assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q6_K, 1024, 3, true, 4, 16, false).is_err());
         let n = |threads| Norm { x: 1, add: None, w: None, out: 2, counter: 3, n: 1024, eps: 1e-6, threads, half: false };
         norm_multi(&c, &n(WIDE), &[(4, GgmlType::Q4_K, 2048, 5), (6, GgmlType::Q4_K, 1024, 7), (8, GgmlType::Q6_K, 1024, 9)]).unwrap();
         norm_glu(&c, &n(256), 4, 5, GgmlType::Q4_K, 3072, 6, false).unwrap();

@@ -79,7 +79,7 @@ pub const FAMILIES: &[(&str, &str, &[&str])] = &[
     (
         "decode_mv",
         include_str!("../../../../kernels-hip/decode_mv.hip"),
-        &["decode_mv_norm4", "decode_mv_norm16", "decode_mv_glu4", "decode_mv_glu16", "decode_mv_quant", "decode_mv_norm4_1k", "decode_mv_glu4_1k", "decode_mv_norm4_h1k", "decode_mv_glu4_h1k", "decode_mv_norm_walk", "decode_mv_norm_walk_v", "decode_mv_split"],
+        &["decode_mv_norm4", "decode_mv_norm16", "decode_mv_glu4", "decode_mv_glu16", "decode_mv_quant", "decode_mv_quant2", "decode_mv_norm4_1k", "decode_mv_glu4_1k", "decode_mv_norm4_h1k", "decode_mv_glu4_h1k", "decode_mv_norm_walk", "decode_mv_norm_walk_v", "decode_mv_split"],
     ),
     ("head_mv", include_str!("../../../../kernels-hip/head_mv.hip"), &["head_q6k_n4", "head_q6k_n16"]),
     ("norm_rope", include_str!("../../../../kernels-hip/norm_rope.hip"), &["rmsnorm_f32", "rmsnorm_q8_f32", "rope_f32", "add_rmsnorm_q8_f32", "rope_kv_f32"]),

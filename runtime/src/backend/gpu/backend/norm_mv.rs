@@ -64,6 +64,9 @@ pub(super) struct MvFuse {
     /// the next kernel's one-per-SM blocks to start on during this one (H200, Qwen3-0.6B
     /// tg128: 16 rows 1,955–1,993 t/s, 8 rows 1,920–1,944, 32 rows 1,952–1,960).
     quant_rows: usize,
+    /// `LODE_MV_QUANT2` (default on): `decode_mv_quant2` for Q4_K rows of two or more steps
+    /// one warp per row (`decode_mv::takes_two`).
+    pub(super) quant2: bool,
 }
 
 impl MvFuse {
@@ -72,7 +75,7 @@ impl MvFuse {
                 Ok("0") => (false, false),
                 Ok("norm") => (true, false),
                 _ => (true, true),
-            }, row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true), walk: std::env::var("LODE_MV_NORMWALK").map(|v| v != "0").unwrap_or(true), walk_launches: 0, split_walk: std::env::var("LODE_MV_SPLITWALK").map(|v| v != "0").unwrap_or(true), split_launches: 0, quant_rows: std::env::var("LODE_MV_QUANT_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(16), half: std::env::var("LODE_MV_HALF").map(|v| v != "0").unwrap_or(true), half_launches: 0 }
+            }, row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true), walk: std::env::var("LODE_MV_NORMWALK").map(|v| v != "0").unwrap_or(true), walk_launches: 0, split_walk: std::env::var("LODE_MV_SPLITWALK").map(|v| v != "0").unwrap_or(true), split_launches: 0, quant_rows: std::env::var("LODE_MV_QUANT_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(16), half: std::env::var("LODE_MV_HALF").map(|v| v != "0").unwrap_or(true), half_launches: 0, quant2: std::env::var("LODE_MV_QUANT2").map(|v| v != "0").unwrap_or(true) }
     }
 }
 
@@ -450,7 +453,7 @@ impl GpuBackend {
         self.mv.launches += 1;
         let wpr = self.quant_wpr(ty, k, w.n_rows());
         let rpb = decode_mv::quant_rows_per_block(self.mv.quant_rows, wpr);
-        let r = decode_mv::quant_mv(&self.rec(), xp, k, wp, ty, w.n_rows(), yp, acc, wpr, rpb).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
+        let r = decode_mv::quant_mv(&self.rec(), xp, k, wp, ty, w.n_rows(), yp, acc, wpr, rpb, self.mv.quant2).map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) });
         self.touch(y);
         r.map(|_| true)
     }

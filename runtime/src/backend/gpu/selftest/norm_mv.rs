@@ -246,7 +246,7 @@ fn pick_type(rng: &mut Rng, n: usize) -> GgmlType {
 fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case, String> {
     let quant = name == "norm_mv_quant";
     let n = if quant {
-        [2048, 3072, 9728, 1024, 576, 14336, 640, 32 * rng.range(1, 512)][i % 8]
+        [2048, 3072, 9728, 1024, 576, 14336, 640, if i % 16 == 7 { 4096 } else { 32 * rng.range(1, 512) }][i % 8]
     } else if name == "norm_mv_walk" {
         [2560, 4096, 1024, 2560, 2048, 4096, 256 * rng.range(1, 16), 2560][i % 8]
     } else if name == "norm_mv_half" {
@@ -308,6 +308,8 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
             let act = if i % 2 == 0 { Glu::Silu } else { Glu::GeluTanh };
             Op::Glu { gate: f.add(rng, ty, r, n, 1.0)?, up: f.add(rng, ty, r, n, 1.0)?, rows: r, act }
         }
+        // Qwen3-4B's o (Q4_K rows of 4096, 2560 of them: one warp per row, decode_mv_quant2).
+        _ if i % 16 == 7 => Op::Quant { w: f.add(rng, GgmlType::Q4_K, 2560, n, 1.0)?, rows: 2560 },
         _ => {
             let (ty, r) = (pick_type(rng, n), rows(rng));
             Op::Quant { w: f.add(rng, ty, r, n, 1.0)?, rows: r }
