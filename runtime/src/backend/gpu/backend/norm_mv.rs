@@ -71,11 +71,32 @@ pub(super) struct MvFuse {
 
 impl MvFuse {
     pub(super) fn from_env() -> MvFuse {
-        MvFuse { on: std::env::var("LODE_FUSE_MV").map(|v| v != "0").unwrap_or(true), counter: None, launches: 0, head: std::env::var("LODE_HEAD").map(|v| v != "0").unwrap_or(true), head_launches: 0, sms: None, per_sm: Vec::new(), split: std::env::var("LODE_MV_SPLIT").map(|v| v != "0").unwrap_or(true), wide: match std::env::var("LODE_MV_WIDE").as_deref() {
+        // A switch that is on unless the variable is "0".
+        let on = |name: &str| std::env::var(name).map(|v| v != "0").unwrap_or(true);
+        MvFuse {
+            on: on("LODE_FUSE_MV"),
+            counter: None,
+            launches: 0,
+            head: on("LODE_HEAD"),
+            head_launches: 0,
+            sms: None,
+            per_sm: Vec::new(),
+            split: on("LODE_MV_SPLIT"),
+            wide: match std::env::var("LODE_MV_WIDE").as_deref() {
                 Ok("0") => (false, false),
                 Ok("norm") => (true, false),
                 _ => (true, true),
-            }, row_loop: std::env::var("LODE_MV_LOOP").map(|v| v != "0").unwrap_or(true), walk: std::env::var("LODE_MV_NORMWALK").map(|v| v != "0").unwrap_or(true), walk_launches: 0, split_walk: std::env::var("LODE_MV_SPLITWALK").map(|v| v != "0").unwrap_or(true), split_launches: 0, quant_rows: std::env::var("LODE_MV_QUANT_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(16), half: std::env::var("LODE_MV_HALF").map(|v| v != "0").unwrap_or(true), half_launches: 0, quant2: std::env::var("LODE_MV_QUANT2").map(|v| v != "0").unwrap_or(true) }
+            },
+            row_loop: on("LODE_MV_LOOP"),
+            walk: on("LODE_MV_NORMWALK"),
+            walk_launches: 0,
+            split_walk: on("LODE_MV_SPLITWALK"),
+            split_launches: 0,
+            quant_rows: std::env::var("LODE_MV_QUANT_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(16),
+            half: on("LODE_MV_HALF"),
+            half_launches: 0,
+            quant2: on("LODE_MV_QUANT2"),
+        }
     }
 }
 
