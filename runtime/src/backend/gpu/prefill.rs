@@ -147,9 +147,9 @@ const DEFAULT_N128_FROM: usize = 0;
 /// See [`Policy::fuse_glu`] (measured on the H200, BENCHMARKS.md: pp2048 +3 % on qwen3-4b).
 const DEFAULT_FUSE_GLU: bool = true;
 /// Below this many 128 x 64 blocks the 64 x 64 tile is used instead, for twice the
-/// blocks. 0 (never): on the H200 the 64 x 64 tile ran 0.55-0.75x the 128 x 64 one on
+/// blocks. None (never): on the H200 the 64 x 64 tile ran 0.55-0.75x the 128 x 64 one on
 /// every preset shape except the 1024-row K/V projections at 512 tokens (+9 %).
-const FEW_BLOCKS: usize = 0;
+const FEW_BLOCKS: Option<usize> = None;
 
 /// The flash kernel used unless `LODE_FLASH` says otherwise (`LODE_FLASH=1`: the first
 /// kernel). V2 on the H200 (BENCHMARKS.md, session 4 close): selftest passed, pp2048
@@ -208,7 +208,7 @@ fn tile_n(n: usize, m: usize) -> usize {
         128
     } else if n < 48 || (n <= 64 && m < 8192) {
         16
-    } else if m.div_ceil(TILE_M) * n.div_ceil(64) < FEW_BLOCKS {
+    } else if FEW_BLOCKS.is_some_and(|few| m.div_ceil(TILE_M) * n.div_ceil(64) < few) {
         M64
     } else {
         64
