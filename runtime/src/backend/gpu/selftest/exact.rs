@@ -104,7 +104,8 @@ fn matmul(p: &mut Pair, rng: &mut Rng, ty: GgmlType) -> Outcome {
 }
 
 fn get_rows(p: &mut Pair, rng: &mut Rng, ty: GgmlType) -> Outcome {
-    let (rows, k) = (rng.range(5, 200), 32 * rng.range(1, 30));
+    let unit = if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) { 256 } else { 32 };
+    let (rows, k) = (rng.range(5, 200), unit * rng.range(1, if unit == 256 { 8 } else { 30 }));
     let w = p.weight(rng, ty, rows, k, 3.0)?;
     let ids: Vec<u32> = (0..rng.range(1, 40)).map(|_| rng.range(0, rows - 1) as u32).collect();
     let (g, c) = p.both(&|be, p| {
@@ -302,7 +303,7 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport>
     for ty in ["q8_0", "q4_1", "q4_k"] {
         names.push(format!("exact_quantize_{ty}"));
     }
-    for n in ["exact_get_rows_q8_0", "exact_get_rows_f16", "exact_get_rows_f32", "exact_rms_norm", "exact_rope", "exact_add", "exact_scale", "exact_glu_silu", "exact_glu_gelu", "exact_attention", "exact_attention_rows"] {
+    for n in ["exact_get_rows_q8_0", "exact_get_rows_f16", "exact_get_rows_f32", "exact_get_rows_q4_0", "exact_get_rows_q4_k", "exact_get_rows_q6_k", "exact_rms_norm", "exact_rope", "exact_add", "exact_scale", "exact_glu_silu", "exact_glu_gelu", "exact_attention", "exact_attention_rows"] {
         names.push(n.into());
     }
     names.retain(|n| filter.map(|f| n.contains(f)).unwrap_or(true));
