@@ -58,7 +58,11 @@ impl GpuBackend {
             GgmlType::Q8_0 => 2,
             // Every other type (Qwen3's Q6_K and Llama's Q4_K embeddings in Q4_K_M files): the
             // rows dequantized on the host by the CPU backend's own code.
-            _ => return self.exact_get_rows_host(w, ids, o, k),
+            _ => {
+                let r = self.exact_get_rows_host(w, ids, o, k);
+                self.touch(out);
+                return r;
+            }
         };
         let wp = self.cached(w, Layout::Stored)?;
         let idp = self.stage_bytes(bytemuck::cast_slice(ids))?;
