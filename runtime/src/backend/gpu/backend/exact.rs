@@ -58,11 +58,7 @@ impl GpuBackend {
             GgmlType::Q8_0 => 2,
             // Every other type (Qwen3's Q6_K and Llama's Q4_K embeddings in Q4_K_M files): the
             // rows dequantized on the host by the CPU backend's own code.
-            _ => {
-                let r = self.exact_get_rows_host(w, ids, o, k);
-                self.touch(out);
-                return r;
-            }
+            _ => return self.exact_get_rows_host(w, ids, out, k),
         };
         let wp = self.cached(w, Layout::Stored)?;
         let idp = self.stage_bytes(bytemuck::cast_slice(ids))?;
@@ -72,9 +68,9 @@ impl GpuBackend {
     }
 
     /// `get_rows` of a type without an exact GPU kernel: `quant::dequantize` (what the CPU
-    /// backend's get_rows runs, so the rows are its own bit for bit) on the host, the rows
-    /// staged like token ids (a few KB per decode token) and gathered as F32.
-    fn exact_get_rows_host(&mut self, w: &WeightRef, ids: &[u32], o: DevPtr, k: usize) -> Result<()> {
+    /// backend's get_rows runs, so the rows are its own bit for bit) on the host, then
+    /// written into `out` (a few KB per decode token; exact mode replays no graphs).
+    fn exact_get_rows_host(&mut self, w: &WeightRef, ids: &[u32], out: Buf, k: usize) -> Result<()> {
         let rb = w.row_bytes();
         let mut rows = vec![0f32; ids.len() * k];
         for (row, &id) in rows.chunks_exact_mut(k).zip(ids) {
@@ -82,10 +78,7 @@ impl GpuBackend {
             let src = w.data().get(at..at + rb).ok_or_else(|| invalid("get_rows", format!("row {id} of `{}` lies past its data", w.name())))?;
             crate::quant::dequantize(w.ty(), src, row).map_err(|e| invalid("get_rows", format!("`{}`: {e}", w.name())))?;
         }
-        let wp = self.stage_bytes(bytemuck::cast_slice(&rows))?;
-        let seq: Vec<u32> = (0..ids.len() as u32).collect();
-        let idp = self.stage_bytes(bytemuck::cast_slice(&seq))?;
-        launch::get_rows(&self.rec(), 0, wp, idp, o, k, ids.len()).map_err(err("get_rows"))
+        crate::backend::Backend::write(self, out, &rows)
     }
 
     pub(super) fn exact_matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()> {

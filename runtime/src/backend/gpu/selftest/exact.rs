@@ -104,7 +104,7 @@ fn matmul(p: &mut Pair, rng: &mut Rng, ty: GgmlType) -> Outcome {
 }
 
 fn get_rows(p: &mut Pair, rng: &mut Rng, ty: GgmlType) -> Outcome {
-    let unit = if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) { 256 } else { 32 };
+    let unit = ty.block_elems().max(32);
     let (rows, k) = (rng.range(5, 200), unit * rng.range(1, if unit == 256 { 8 } else { 30 }));
     let w = p.weight(rng, ty, rows, k, 3.0)?;
     let ids: Vec<u32> = (0..rng.range(1, 40)).map(|_| rng.range(0, rows - 1) as u32).collect();
