@@ -6,7 +6,7 @@
 #   LODE_DEVICE=cuda|hip (default cuda)   STAGES="selftest rtc e2e bench residency replay" (default all)
 #   REAL_MODELS="/tmp/smol.gguf /tmp/gemma.gguf" (real GGUFs brought by ci/model-pieces.sh in earlier calls; optional)
 #   PRESETS="qwen3-0.6b qwen3-4b llama-8b" (bench)   CASES=N (default 30)   PP=512,2048 (bench prompt sizes)
-#   AB_ENV="LODE_PDL=0" (bench: each preset again with these variables set, for an A/B in one call)
+#   AB_ENV="LODE_TUNE=pdl=0" (bench: each preset again with these variables set, for an A/B in one call)
 # Stages: selftest rtc e2e bench kld profile timeline ncu repeat residency replay (default all but profile, timeline, ncu, repeat).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,8 +31,8 @@ if stage selftest; then
   "$LODE" selftest --device "$DEV" --cases "$CASES" || rc=1
 fi
 if stage rtc; then
-  echo "== selftest (run-time compile: LODE_KERNELS=rtc)"
-  LODE_KERNELS=rtc "$LODE" selftest --device "$DEV" --cases 5 || rc=1
+  echo "== selftest (run-time compile: LODE_TUNE=kernels=rtc)"
+  LODE_TUNE=kernels=rtc "$LODE" selftest --device "$DEV" --cases 5 || rc=1
 fi
 MD="${MODEL_TMP:-/tmp/lode-synth}"; mkdir -p "$MD"   # big synthetic models stay out of $OUT
 T="${T:-tlimit}"; tlimit() { timeout -k 10 "$@"; }
@@ -47,7 +47,7 @@ if stage e2e; then
   echo "== end to end (greedy GPU vs CPU)"
   e2e() {  # e2e FILE LINES
     echo "   gate, --numerics exact:"
-    LODE_NUMERICS=exact "$T" 240 "$LODE" selftest --device "$DEV" --cases 0 --model "$1" --tg 0 --gen 32 --text-tokens 128 2>&1 | tail -"$2" | sed 's/^/   /' || rc=1
+    "$T" 240 "$LODE" selftest --numerics exact --device "$DEV" --cases 0 --model "$1" --tg 0 --gen 32 --text-tokens 128 2>&1 | tail -"$2" | sed 's/^/   /' || rc=1
     echo "   fast numerics (reported, not gated):"
     "$T" 240 "$LODE" selftest --device "$DEV" --cases 0 --model "$1" --tg 0 --gen 32 --text-tokens 128 2>&1 | tail -"$2" | sed 's/^/   /' || true
   }
@@ -70,7 +70,7 @@ if stage bench; then
     synth "$P" "$MD/$P.gguf" || { echo "-- $P: synth failed"; rc=1; continue; }
     echo "-- $P"
     "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" -s "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
-    # AB_ENV="LODE_PDL=0": the same bench again with that setting, side by side.
+    # AB_ENV="LODE_TUNE=pdl=0": the same bench again with that setting, side by side.
     if [ -n "${AB_ENV:-}" ]; then
       echo "-- $P with $AB_ENV"
       (export $AB_ENV; "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" -s "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:') || rc=1
@@ -128,7 +128,7 @@ if stage ncu; then
   for P in ${PROFILE_PRESETS:-qwen3-0.6b}; do
     synth "$P" "$MD/$P.gguf" || continue
     echo "== ncu (clock-control none): $P decode, ${NCU_COUNT:-160} launches after ${NCU_SKIP:-700}"
-    LODE_GRAPHS=0 "$T" 240 "$NCU" --clock-control none --cache-control "${NCU_CACHE:-all}" --csv --page raw \
+    LODE_TUNE=graphs=0 "$T" 240 "$NCU" --clock-control none --cache-control "${NCU_CACHE:-all}" --csv --page raw \
       --metrics gpu__time_duration.sum,launch__grid_size,launch__registers_per_thread,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed \
       --launch-skip "${NCU_SKIP:-700}" --launch-count "${NCU_COUNT:-160}" \
       "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 12 -r 1 --no-warmup > "$OUT/ncu-$P.csv" 2>"$OUT/ncu-$P.err"
@@ -153,7 +153,7 @@ print(f"total {tot/1e3:.1f} us over {sum(e[0] for e in g.values())} launches")
 PY
     for K in ${NCU_STALL:-decode_mv_norm4 decode_mv_glu4 decode_mv_quant attn_decode_d128}; do
       # Per-SASS-instruction stall samples (source page) for one launch, kept under $OUT.
-      LODE_GRAPHS=0 "$T" 120 "$NCU" --clock-control none --cache-control "${NCU_CACHE:-all}" -k "regex:^$K\$" --launch-skip 40 --launch-count 1 \
+      LODE_TUNE=graphs=0 "$T" 120 "$NCU" --clock-control none --cache-control "${NCU_CACHE:-all}" -k "regex:^$K\$" --launch-skip 40 --launch-count 1 \
         --section WarpStateStats --section SourceCounters -f -o "/tmp/ncu-$K" \
         "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 4 -r 1 --no-warmup >/dev/null 2>&1
       "$NCU" -i "/tmp/ncu-$K.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-src-$K.csv" 2>&1
@@ -164,12 +164,12 @@ PY
 fi
 if stage repeat; then
   # Each kernel's cost in its real place in the decode step (graphs, PDL overlap):
-  # tg128 with that kernel launched once more (LODE_REPEAT_KERNEL), against tg128 as is.
+  # tg128 with that kernel launched once more (LODE_DEBUG=repeat=K), against tg128 as is.
   for P in ${PROFILE_PRESETS:-qwen3-0.6b}; do
     synth "$P" "$MD/$P.gguf" || continue
     echo "== repeat: $P tg128, each kernel launched twice"
     for K in "" ${REPEAT_KERNELS:-decode_mv_norm4 decode_mv_glu4 decode_mv_quant attn_decode_d128 matvec_multi4_n1 add_rmsnorm_q8_f32 get_rows_q6_K}; do
-      r=$(LODE_REPEAT_KERNEL="$K" "$T" 120 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 128 -r "${REPS:-3}" -o json 2>/dev/null \
+      r=$(LODE_DEBUG="repeat=$K" "$T" 120 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p 0 -n 128 -r "${REPS:-3}" -o json 2>/dev/null \
         | python3 -c 'import json,sys; d=json.load(sys.stdin); d=d if isinstance(d,list) else d.get("results",[d]); r=[x for x in d if x.get("n_gen")][0]; print(r["avg_ts"], r["stddev_ts"])' 2>/dev/null)
       echo "-- ${K:-(none)}: ${r:-failed} t/s"
     done
@@ -223,9 +223,9 @@ if stage replay; then
     M="$MD/$P.gguf"
     synth "$P" "$M" || { echo "-- $P: synth failed"; rc=1; continue; }
     for g in 1 0; do
-      LODE_GRAPHS=$g "$T" 180 "$LODE" bench -m "$M" --device "$DEV" -p 0 -n 128 -r 2 -o json > "$R/$P-graphs$g.json" 2> "$R/$P-graphs$g.err" || rc=1
-      echo "-- $P LODE_GRAPHS=$g: $(grep -E '^bench:' "$R/$P-graphs$g.err" | cut -c1-500)"
-      LODE_GRAPHS=$g "$T" 120 "$LODE" generate -m "$M" --device "$DEV" --temp 0 -n 32 --json -p "Replay must not change a token." \
+      LODE_TUNE=graphs=$g "$T" 180 "$LODE" bench -m "$M" --device "$DEV" -p 0 -n 128 -r 2 -o json > "$R/$P-graphs$g.json" 2> "$R/$P-graphs$g.err" || rc=1
+      echo "-- $P graphs=$g: $(grep -E '^bench:' "$R/$P-graphs$g.err" | cut -c1-500)"
+      LODE_TUNE=graphs=$g "$T" 120 "$LODE" generate -m "$M" --device "$DEV" --temp 0 -n 32 --json -p "Replay must not change a token." \
         > "$R/$P-gen$g.json" 2>>"$R/$P-gen.err" || rc=1
     done
     same_tokens "$R/$P-gen1.json" "$R/$P-gen0.json" "$P" || rc=1
@@ -233,7 +233,7 @@ if stage replay; then
   for G in ${REAL_MODELS:-}; do
     [ -f "$G" ] || continue
     for g in 1 0; do
-      LODE_GRAPHS=$g "$T" 120 "$LODE" generate -m "$G" --device "$DEV" --temp 0 -n 64 --json --memory-report -p "The Queen of Hearts, she made some tarts," \
+      LODE_TUNE=graphs=$g "$T" 120 "$LODE" generate -m "$G" --device "$DEV" --temp 0 -n 64 --json --memory-report -p "The Queen of Hearts, she made some tarts," \
         > "$R/real-gen$g.json" 2> "$R/real-gen$g.err" || rc=1; grep -o "\"graphs\":{[^}]*}" "$R/real-gen$g.err" | sed "s/^/   graphs=$g: /"
     done
     same_tokens "$R/real-gen1.json" "$R/real-gen0.json" "$G" || rc=1
@@ -262,10 +262,10 @@ if stage residency; then
     M="$MD/$P.gguf"; synth "$P" "$M" || { echo "-- $P: synth failed"; rc=1; continue; }
     # bench's pp2048 test runs at a 2,048-token context (tg128 at 128): fit the peak's.
     echo "-- $P: lode fit"; "$T" 60 "$LODE" fit -m "$M" --ctx 2048 --device "$DEV" || rc=1
-    peak "$M" "$P-default" LODE_MEM_TRACE=1
+    peak "$M" "$P-default" LODE_DEBUG=mem
     grep -E "^mem: (context|KV|graph)" "$R/$P-default.err" | head -6 | sed 's/^/   /'
-    peak "$M" "$P-no-arena" LODE_WEIGHT_ARENA=0
-    peak "$M" "$P-driver-limits" LODE_GPU_LIMITS=driver
+    peak "$M" "$P-no-arena" LODE_TUNE=weight_arena=0
+    peak "$M" "$P-driver-limits" LODE_TUNE=gpu_limits=driver
   done
   M="$MD/$CHECK.gguf"; synth "$CHECK" "$M"
   if [ -n "$TXT" ]; then
@@ -283,8 +283,8 @@ if stage residency; then
   echo "-- mapped on qwen3-0.6b, pp16 + tg4: the default host memory (pinned on a discrete GPU), then registering the file's own mapping"
   M6="$MD/qwen3-0.6b.gguf"; synth qwen3-0.6b "$M6"
   for h in "" register; do
-    LODE_WEIGHT_TRACE=1 LODE_MAPPED_HOST=$h bounded 30 "$R/mapped06-$h.out" "$LODE" bench -m "$M6" --device "$DEV" -p 16 -n 4 -r 1 --residency mapped
-    echo "   LODE_MAPPED_HOST=${h:-default}: exit $?; $(grep -E '^(mapped|bench):' "$R/mapped06-$h.out" | tail -3 | cut -c1-250 | paste -sd'|')"
+    LODE_DEBUG=weights LODE_TUNE=${h:+mapped_host=$h} bounded 30 "$R/mapped06-$h.out" "$LODE" bench -m "$M6" --device "$DEV" -p 16 -n 4 -r 1 --residency mapped
+    echo "   mapped_host=${h:-default}: exit $?; $(grep -E '^(mapped|bench):' "$R/mapped06-$h.out" | tail -3 | cut -c1-250 | paste -sd'|')"
   done
 fi
 echo "== done rc=$rc"

@@ -24,7 +24,7 @@ def compile(name, src, arch):
     prog = ctypes.c_void_p()
     if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), name.encode(), 0, None, None) != 0:
         return "nvrtcCreateProgram failed"
-    opts = [f"--gpu-architecture={arch}", "-default-device", "--std=c++17", "-DLODE_RTC=1"]
+    opts = [f"--gpu-architecture={arch}", "-default-device", "--std=c++17"]
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
     n = ctypes.c_size_t()

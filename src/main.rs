@@ -14,10 +14,13 @@ struct Cli {
     /// Log filter (also RUST_LOG), e.g. `info`, `lode_runtime=debug`.
     #[arg(long, global = true, default_value = "warn")]
     log: String,
-    /// GPU numerics: `fast` (tuned kernels) or `exact` (bit-identical to the CPU backend;
-    /// sets `LODE_NUMERICS`).
-    #[arg(long, global = true)]
-    numerics: Option<String>,
+    /// GPU numerics: `fast` (tuned kernels) or `exact` (every op the CPU backend's
+    /// arithmetic: logits bit-identical to the CPU's; slower).
+    #[arg(long, global = true, default_value = "fast")]
+    numerics: lode_runtime::backend::gpu::Numerics,
+    /// Prefill matmuls on lode's own matrix-core GEMM, never cuBLAS / hipBLAS.
+    #[arg(long = "no-blas", global = true)]
+    no_blas: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -52,14 +55,7 @@ include!(concat!(env!("OUT_DIR"), "/kernels_embedded.rs"));
 fn main() -> std::process::ExitCode {
     lode_runtime::backend::gpu::kernels::register_embedded(EMBEDDED, EMBEDDED_SOURCES);
     let cli = Cli::parse();
-    if let Some(n) = &cli.numerics {
-        if let Err(e) = n.parse::<lode_runtime::backend::gpu::exact::Numerics>() {
-            eprintln!("error: --numerics: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-        // Read when a GPU backend opens; set before any thread starts.
-        std::env::set_var(lode_runtime::backend::gpu::exact::ENV, n);
-    }
+    tools::common::set_gpu_options(lode_runtime::backend::GpuOptions { numerics: cli.numerics, no_blas: cli.no_blas });
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.log.clone());
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))

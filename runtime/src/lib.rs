@@ -12,6 +12,7 @@
 //! place (`gguf::mapping`).
 
 pub mod backend;
+pub mod diag;
 pub mod engine;
 pub mod gguf;
 pub mod model;

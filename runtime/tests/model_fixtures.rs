@@ -174,12 +174,7 @@ fn compare_logits(e: &mut Engine, prompt: &Value) -> Agreement {
 
 fn check_logits(fixture: &str, kv_type: KvType) {
     let mut failures = Vec::new();
-    // `LODE_FIXTURE_ONLY=<model name>` narrows a run to one model (for quick measurements).
-    let only = std::env::var("LODE_FIXTURE_ONLY").ok();
     for (name, file) in MODELS {
-        if only.as_deref().is_some_and(|o| o != name) {
-            continue;
-        }
         let Some((model, fx)) = find(name, file) else { continue };
         let l = read_json(fx.join(fixture));
         let mut e = engine(&model, kv_type, 1024);

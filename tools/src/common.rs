@@ -56,7 +56,7 @@ pub struct ModelArgs {
 pub struct WeightArgs {
     /// Where weights live: device (one device copy per weight, made on first use; the
     /// discrete-GPU default), mapped (the file mapping read in place; the unified-memory
-    /// and CPU default), upload (everything copied at load). Env: LODE_RESIDENCY.
+    /// and CPU default), upload (everything copied at load).
     #[arg(long, value_name = "MODE")]
     pub residency: Option<Residency>,
     /// Cap on device bytes held by weights (e.g. 4GiB, 512MiB, 3000000000); going over
@@ -78,6 +78,20 @@ impl WeightArgs {
         o.report_at_exit = self.memory_report;
         Ok(o)
     }
+}
+
+/// The GPU options of this run (`--numerics`, `--no-blas`: global flags the binary hands
+/// over once, before any subcommand runs).
+static GPU_OPTIONS: std::sync::OnceLock<backend::GpuOptions> = std::sync::OnceLock::new();
+
+/// Set the run's GPU options (once; a second call is ignored).
+pub fn set_gpu_options(o: backend::GpuOptions) {
+    let _ = GPU_OPTIONS.set(o);
+}
+
+/// The run's GPU options (the defaults unless [`set_gpu_options`] was called).
+pub fn gpu_options() -> backend::GpuOptions {
+    GPU_OPTIONS.get().copied().unwrap_or_default()
 }
 
 /// The models folder: `$LODE_MODELS_DIR`, else `~/.cache/lode/models`.
@@ -253,7 +267,7 @@ fn open_parts(args: &ModelArgs) -> Result<Parts> {
     let file = open_gguf(&path)?;
     let model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
     let threads = args.threads.unwrap_or_else(physical_cores);
-    let (be, note) = backend::open_with(args.device, threads, &args.weights.options()?)?;
+    let (be, note) = backend::open_with(args.device, threads, &args.weights.options()?, &gpu_options())?;
     if let Some(note) = note {
         eprintln!("lode: {note}");
     }

@@ -7,7 +7,7 @@
 //! The total is compared with the device's free memory (the GPU driver's, or the CPU's
 //! `MemAvailable`), and the largest context that would fit is reported.
 //! On a GPU the scratch includes prefill's operands: through the vendor BLAS (chunks of
-//! `LODE_BLAS_MIN` tokens or more) the f16 activations, the transient f16 weight slab(s),
+//! `blas_min` tokens or more) the f16 activations, the transient f16 weight slab(s),
 //! the BLAS workspace and the library's own memory; else the GEMM's f32 activation values.
 //!
 //! On a GPU the device is opened as a run opens it (context, kernel modules, trimmed
@@ -23,7 +23,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use lode_runtime::backend::gpu::driver::{Api, DevAttr};
-use lode_runtime::backend::gpu::{prefill, prefill_blas, GpuDevice};
+use lode_runtime::backend::gpu::tuning::Tuning;
+use lode_runtime::backend::gpu::{plan, prefill_blas, GpuDevice};
 use lode_runtime::quant::GgmlType;
 use lode_runtime::backend::DeviceKind;
 use lode_runtime::model::Model;
@@ -72,7 +73,7 @@ struct Target {
 
 /// What a run's launches add beyond its allocations (functions loaded on first launch,
 /// graph instances, staging): on the H200, Qwen3-4B pp2048 + tg128 with
-/// `LODE_MEM_TRACE=1`, the driver's used figure was within ~10 MiB of the context after
+/// `LODE_DEBUG=mem`, the driver's used figure was within ~10 MiB of the context after
 /// open plus lode's page-rounded allocations (the one graph instance: 2 MiB; kernel
 /// modules load lazily and added nothing measurable). BENCHMARKS.md, residency.
 const GPU_LAUNCH_OVERHEAD: u64 = 8 << 20;
@@ -84,21 +85,18 @@ const GPU_LAUNCH_OVERHEAD: u64 = 8 << 20;
 const BLAS_LIB_OVERHEAD: u64 = 66 << 20;
 
 /// Device scratch of a prefill chunk of `n` tokens whose widest matmul input has `k`
-/// values: through the BLAS (`n` ≥ `LODE_BLAS_MIN`): the f16 activation operand, the
-/// weight slab(s) (`max_slab`), the workspace and the library; else through lode's GEMM (from
-/// `LODE_GEMM_MIN`): the quantized activations' f32 values. Each scratch grows to a power
+/// values: through the BLAS (`n` ≥ the tuning's `blas_min`): the f16 activation operand, the
+/// weight slab (`max_slab`), the workspace and the library; else through lode's GEMM (from
+/// `gemm_min`): the quantized activations' f32 values. Each scratch grows to a power
 /// of two (`Scratch`), then to the driver's page.
-fn prefill_scratch(n: usize, k: usize, max_slab: u64) -> u64 {
+fn prefill_scratch(n: usize, k: usize, max_slab: u64, t: &Tuning) -> u64 {
     let pow2 = |b: u64| round_up(b.next_power_of_two().max(4096), GPU_PAGE);
     if n < 2 {
         return 0;
     }
-    let p = prefill_blas::policy();
-    if p.on && n >= p.min_tokens && max_slab > 0 {
-        // Two slabs when the next weight is decoded on a side stream.
-        let slabs = if p.prefetch { 2 } else { 1 };
-        pow2((n * k * 2) as u64) + slabs * pow2(max_slab) + round_up(prefill_blas::WORKSPACE_BYTES as u64, GPU_PAGE) + BLAS_LIB_OVERHEAD
-    } else if prefill::use_gemm(GgmlType::Q4_K, Layout::Stored, n) {
+    if t.blas && n >= t.blas_min_tokens && max_slab > 0 {
+        pow2((n * k * 2) as u64) + pow2(max_slab) + round_up(prefill_blas::WORKSPACE_BYTES as u64, GPU_PAGE) + BLAS_LIB_OVERHEAD
+    } else if plan::gemm_tile(&plan::Weight { ty: GgmlType::Q4_K, layout: Layout::Stored, rows: 1, k }, n, t).is_some() {
         pow2((n * k * 4) as u64)
     } else {
         0
@@ -124,12 +122,13 @@ pub fn run(args: Args) -> Result<()> {
     };
     let c = &model.cfg;
     let gpu = target.class == DeviceClass::Gpu;
+    let tuning = Tuning::from_env();
 
     // Weights, per layout, through the cache's own policy.
     let mut per_layout: std::collections::BTreeMap<String, u64> = Default::default();
     let (mut weights, mut in_place, mut n_tensors) = (0u64, 0u64, 0usize);
     // The largest transient f16 slab a prefill matmul through the BLAS needs (bounded by
-    // `LODE_BLAS_SLAB`): over every matrix weight the slab path reads.
+    // the tuning's `blas_slab`): over every matrix weight the slab path reads.
     let mut max_slab = 0u64;
     // Bytes as the device hands them out: per weight (256-byte placement in the arena,
     // else one driver page-rounded allocation each); the arena once to its granularity.
@@ -139,7 +138,7 @@ pub fn run(args: Args) -> Result<()> {
         let bytes = l.bytes(w.ty(), w.n_rows(), w.row_len(), w.data().len()).with_context(|| format!("weight `{}`", w.name()))? as u64;
         n_tensors += 1;
         if w.n_rows() > 1 && prefill_blas::supports(w.ty(), l) {
-            max_slab = max_slab.max(prefill_blas::slab_bytes_for(w.n_rows(), w.row_len(), prefill_blas::policy().slab_bytes) as u64);
+            max_slab = max_slab.max(prefill_blas::slab_bytes_for(w.n_rows(), w.row_len(), tuning.blas_slab_bytes) as u64);
         }
         // Mapped: the stored layout is read from the file in place (no device bytes) —
         // except on the CPU, where the mapping itself is what occupies RAM.
@@ -184,7 +183,7 @@ pub fn run(args: Args) -> Result<()> {
         // The q8_1 copy of the widest activation (36 bytes per 32 values), grown to a
         // power of two, and what launching costs.
         let q8 = ((n * c.n_embd.max(c.n_ff)).div_ceil(32) as u64 * 36).next_power_of_two();
-        act + round_up(q8, GPU_PAGE) + prefill_scratch(n, c.n_embd.max(c.n_ff).max(c.n_head * c.head_dim_v), max_slab) + GPU_LAUNCH_OVERHEAD
+        act + round_up(q8, GPU_PAGE) + prefill_scratch(n, c.n_embd.max(c.n_ff).max(c.n_head * c.head_dim_v), max_slab, &tuning) + GPU_LAUNCH_OVERHEAD
     };
     let need = weights + kv(ctx) + scratch(ctx);
     let fits = need <= target.free;
@@ -263,7 +262,7 @@ fn target(kind: DeviceKind) -> Result<Target> {
             Ok(d) => {
                 let (free, total) = d.mem_info().with_context(|| format!("{api}: cannot read device memory"))?;
                 let unified = d.attribute(DevAttr::Integrated).map(|v| v != 0).unwrap_or(false);
-                let arena = d.driver().vmm_granularity().is_some() && std::env::var("LODE_WEIGHT_ARENA").map(|v| v != "0").unwrap_or(true);
+                let arena = d.driver().vmm_granularity().is_some() && d.tuning().weight_arena;
                 let info = d.info();
                 let name = format!("{api}:{ordinal} ({})", info.name);
                 return Ok(Target { name, class: DeviceClass::Gpu, unified, free, total, used_at_open: total - free, arena });

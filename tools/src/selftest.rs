@@ -4,7 +4,8 @@
 //! the kernel property tests ship inside the binary (as llama.cpp's test-backend-ops
 //! does): an AMD user runs `lode selftest --device hip` on their own card.
 
-use lode_runtime::backend::gpu::{self, selftest, DeviceChoice};
+use lode_runtime::backend::gpu::{self, selftest};
+use lode_runtime::backend::DeviceKind;
 
 /// Arguments of `lode selftest`.
 #[derive(clap::Args, Debug)]
@@ -66,8 +67,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let choice: DeviceChoice = args.device.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-    let dev = gpu::select(choice)?;
+    let kind: DeviceKind = args.device.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    let dev = gpu::select(kind, &crate::common::gpu_options().tuning())?;
     let mut model_fail = 0;
     if let Some(d) = &dev {
         for m in &args.models {
@@ -133,10 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         crate::selftest_bench::run(d)?;
     }
     if let (true, Some(d)) = (args.bench_prefill, &dev) {
-        // LODE_BENCH_PREFILL=blas: only the BLAS path's table (it times lode's GEMM too).
-        if std::env::var("LODE_BENCH_PREFILL").map(|v| v != "blas").unwrap_or(true) {
-            gpu::selftest_prefill::bench(d)?;
-        }
+        gpu::selftest_prefill::bench(d)?;
         gpu::selftest_blas::bench(d)?;
     }
     if reports.is_empty() {

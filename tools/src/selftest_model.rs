@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 use lode_runtime::backend::cpu::CpuBackend;
-use lode_runtime::backend::gpu::{GpuBackend, GpuDevice};
+use lode_runtime::backend::gpu::{ExactBackend, GpuBackend, GpuDevice, Numerics};
 use lode_runtime::backend::KvType;
 use lode_runtime::engine::{argmax_logits, Engine, EngineOptions};
 use lode_runtime::model::Model;
@@ -63,7 +63,13 @@ pub fn compare(dev: &GpuDevice, path: &Path, gen: usize, n_text: usize, threads:
     let mk = |gpu: bool| -> Result<Engine> {
         let model = Model::load(file.clone()).with_context(|| format!("cannot load {}", path.display()))?;
         let be: Box<dyn lode_runtime::backend::Backend> =
-            if gpu { Box::new(GpuBackend::new(dev.clone())) } else { Box::new(CpuBackend::new(threads)?) };
+            if !gpu {
+                Box::new(CpuBackend::new(threads)?)
+            } else if crate::common::gpu_options().numerics == Numerics::Exact {
+                Box::new(ExactBackend::new(dev.clone()))
+            } else {
+                Box::new(GpuBackend::new(dev.clone()))
+            };
         Ok(Engine::new(model, be, opts)?)
     };
     let mut gpu = mk(true)?;

@@ -5,7 +5,7 @@
 //!   resident bytes ≤ their GGUF bytes;
 //! - `upload` and `mapped` compute bit-identical logits to `device`; `mapped` makes no
 //!   copy of a stored-layout weight (and reports how fast it reads over the bus);
-//! - graph replay off (`LODE_GRAPHS=0`'s switch) gives bit-identical logits to replay on;
+//! - graph replay off (`Tuning::graphs` off) gives bit-identical logits to replay on;
 //! - over budget and injected allocation / upload / pack failures: a clear error, then a
 //!   successful run — the same engine, or a new one — in the same process.
 

@@ -135,10 +135,10 @@ pub enum DeviceKind {
 impl std::str::FromStr for DeviceKind {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
+        match s.to_ascii_lowercase().as_str() {
             "cpu" => Ok(DeviceKind::Cpu),
-            "cuda" => Ok(DeviceKind::Cuda),
-            "hip" => Ok(DeviceKind::Hip),
+            "cuda" | "nvidia" => Ok(DeviceKind::Cuda),
+            "hip" | "rocm" | "amd" => Ok(DeviceKind::Hip),
             "auto" => Ok(DeviceKind::Auto),
             _ => Err(format!("unknown device `{s}` (expected cpu, cuda, hip or auto)")),
         }
@@ -442,20 +442,34 @@ pub fn rope_kv_write_unfused<B: Backend + ?Sized>(be: &mut B, q: Buf, k: Buf, v:
     be.kv_write(kv, layer, k, v, pos)
 }
 
-/// Opens the backend `kind` asks for. `Auto` falls back to the CPU with a one-line note
-/// (returned as the second value) when no GPU backend opens. Weight residency comes from
-/// the environment (`LODE_RESIDENCY`, `LODE_TEST_ALLOC_LIMIT`); see [`open_with`].
-pub fn open(kind: DeviceKind, threads: usize) -> Result<(Box<dyn Backend>, Option<String>)> {
-    let opts = crate::weights::WeightOptions::from_env().map_err(BackendError::Unavailable)?;
-    open_with(kind, threads, &opts)
+/// What a run chooses about a GPU backend beyond its weights (command-line flags).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// `--numerics`: `fast` (the tuned kernels) or `exact` ([`gpu::ExactBackend`]).
+    pub numerics: gpu::Numerics,
+    /// `--no-blas`: lode's own matrix-core GEMM for every prefill matmul.
+    pub no_blas: bool,
 }
 
-/// [`open`] with explicit weight options (`--residency`, `--weight-budget`). On the CPU
-/// the mapping is read in place unless `device`/`upload` residency, a budget or a memory
-/// report asks for the weight cache (`device`/`upload` then copy weights into host
-/// memory, like llama.cpp's `--no-mmap`; `mapped` keeps reading in place).
-pub fn open_with(kind: DeviceKind, threads: usize, opts: &crate::weights::WeightOptions) -> Result<(Box<dyn Backend>, Option<String>)> {
-    use gpu::{DeviceChoice, GpuBackend};
+impl GpuOptions {
+    /// The tuning table a device opens with: `LODE_TUNE`'s, then these flags.
+    pub fn tuning(&self) -> gpu::tuning::Tuning {
+        let mut t = gpu::tuning::Tuning::from_env();
+        if self.no_blas {
+            t.blas = false;
+        }
+        t
+    }
+}
+
+/// Opens the backend `kind` asks for. `Auto` falls back to the CPU with a one-line note
+/// (returned as the second value) when no GPU backend opens. `opts`: how weights are held
+/// (`--residency`, `--weight-budget`); on the CPU the mapping is read in place unless
+/// `device`/`upload` residency, a budget or a memory report asks for the weight cache
+/// (`device`/`upload` then copy weights into host memory, like llama.cpp's `--no-mmap`;
+/// `mapped` keeps reading in place).
+pub fn open_with(kind: DeviceKind, threads: usize, opts: &crate::weights::WeightOptions, gpu_opts: &GpuOptions) -> Result<(Box<dyn Backend>, Option<String>)> {
+    use gpu::{ExactBackend, GpuBackend, Numerics};
     let cpu = |note: Option<String>| -> Result<(Box<dyn Backend>, Option<String>)> {
         let be = Box::new(cpu::CpuBackend::new(threads)?);
         let mapped = crate::weights::Residency::resolve(opts.residency, true).map_err(BackendError::Unavailable)? == crate::weights::Residency::Mapped;
@@ -465,14 +479,11 @@ pub fn open_with(kind: DeviceKind, threads: usize, opts: &crate::weights::Weight
         let cached = crate::weights::host::CachedBackend::new(be, opts).map_err(BackendError::Unavailable)?;
         Ok((Box::new(cached), note))
     };
-    let choice = match kind {
-        DeviceKind::Cpu => return cpu(None),
-        DeviceKind::Cuda => DeviceChoice::Cuda,
-        DeviceKind::Hip => DeviceChoice::Hip,
-        DeviceKind::Auto => DeviceChoice::Auto,
-    };
-    match gpu::open_device(choice) {
-        Ok(Ok(dev)) => Ok((Box::new(GpuBackend::with_options(dev, opts)?), None)),
+    match gpu::open_device(kind, &gpu_opts.tuning()) {
+        Ok(Ok(dev)) => Ok(match gpu_opts.numerics {
+            Numerics::Fast => (Box::new(GpuBackend::with_options(dev, opts)?), None),
+            Numerics::Exact => (Box::new(ExactBackend::with_options(dev, opts)?), None),
+        }),
         Ok(Err(note)) => cpu(Some(note)),
         Err(e) => Err(BackendError::Unavailable(e.to_string())),
     }

@@ -37,7 +37,7 @@ pub const TEST_ALLOC_LIMIT_ENV: &str = "LODE_TEST_ALLOC_LIMIT";
 /// How a backend should hold weights: the `--residency`, `--weight-budget` flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WeightOptions {
-    /// `None`: `LODE_RESIDENCY`, else the device's default.
+    /// `None`: the device's default.
     pub residency: Option<Residency>,
     /// Cap on device bytes of weight copies.
     pub budget: Option<u64>,

@@ -1,16 +1,12 @@
 //! Where weights live on a GPU (DESIGN decision 5): `device`, `mapped` or `upload`.
 //!
-//! Chosen by `--residency`, else the environment variable `LODE_RESIDENCY`, else by the
-//! device: a GPU that shares system memory (integrated / unified, e.g. gfx1151) reads
+//! Chosen by `--residency`, else by the device: a GPU that shares system memory (integrated / unified, e.g. gfx1151) reads
 //! the file mapping in place (`mapped`); a discrete GPU makes one device copy per weight
 //! on first use (`device`). `upload` copies every weight at load, as llama.cpp does, to
 //! bisect regressions. The CPU reads the mapping in place whatever the mode says.
 
 use std::fmt;
 use std::str::FromStr;
-
-/// The environment variable that picks the mode when no flag does.
-pub const ENV: &str = "LODE_RESIDENCY";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -56,22 +52,9 @@ impl Residency {
         }
     }
 
-    /// `LODE_RESIDENCY`, if set. A set but unreadable value is an error naming it.
-    pub fn from_env() -> Result<Option<Residency>, String> {
-        match std::env::var(ENV) {
-            Ok(v) if v.trim().is_empty() => Ok(None),
-            Ok(v) => v.parse().map(Some).map_err(|e| format!("{ENV}: {e}")),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(format!("{ENV} is not valid UTF-8")),
-        }
-    }
-
-    /// The mode to use: the flag, else the environment, else the device's default.
+    /// The mode to use: the flag, else the device's default.
     pub fn resolve(flag: Option<Residency>, unified_memory: bool) -> Result<Residency, String> {
-        if let Some(r) = flag {
-            return Ok(r);
-        }
-        Ok(Residency::from_env()?.unwrap_or_else(|| Residency::default_for(unified_memory)))
+        Ok(flag.unwrap_or_else(|| Residency::default_for(unified_memory)))
     }
 }
 
@@ -86,6 +69,7 @@ mod tests {
         assert_eq!(Residency::default_for(true), Residency::Mapped);
         assert_eq!(Residency::default_for(false), Residency::Device);
         assert_eq!(Residency::resolve(Some(Residency::Upload), true), Ok(Residency::Upload));
+        assert_eq!(Residency::resolve(None, false), Ok(Residency::Device));
         assert_eq!(Residency::Upload.to_string(), "upload");
     }
 }

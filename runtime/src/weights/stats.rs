@@ -1,7 +1,7 @@
 //! Accounting of the weight cache (DESIGN decision 6): copies, bytes per layout,
 //! duplicates, hits and misses, time materializing, peak device memory.
 //!
-//! `--memory-report` prints [`WeightStats`] as JSON at exit; `LODE_WEIGHT_TRACE=1` makes
+//! `--memory-report` prints [`WeightStats`] as JSON at exit; `LODE_DEBUG=weights` makes
 //! the cache print one line per copy it makes ([`trace_enabled`]).
 
 use std::collections::BTreeMap;
@@ -94,7 +94,7 @@ impl WeightStats {
     }
 }
 
-/// `LODE_WEIGHT_TRACE` set to anything but `0` or empty.
+/// `LODE_DEBUG=weights` ([`crate::diag`]).
 pub fn trace_enabled() -> bool {
-    std::env::var("LODE_WEIGHT_TRACE").is_ok_and(|v| !v.is_empty() && v != "0")
+    crate::diag::get().weights
 }

@@ -1,7 +1,7 @@
 //! Paired comparison of two configurations of one model: for each repetition, lode is
 //! re-run once with configuration A and once with B (A B A B …), each child doing its
 //! own warm-up and one timed repetition of every test and reporting JSON rows. Settings
-//! read at process start (environment variables such as `LODE_GRAPHS`) therefore take
+//! read at process start (environment variables such as `LODE_TUNE`) therefore take
 //! effect, and slow drifts of the machine hit both sides alike. The ratio B/A comes
 //! with a paired t-interval on ln(B_i/A_i) ([`super::stats::paired_ratio`]).
 

@@ -71,7 +71,7 @@ pub fn run(args: Args) -> Result<()> {
     let opts = EngineOptions { ctx_size: args.model.ctx_size, batch_size: args.model.batch_size, kv_type: args.model.kv_type };
 
     // One backend and one copy of the weights; a KV cache per slot.
-    let (be, note) = backend::open_with(args.model.device, threads, &args.model.weights.options()?)?;
+    let (be, note) = backend::open_with(args.model.device, threads, &args.model.weights.options()?, &common::gpu_options())?;
     if let Some(note) = note {
         eprintln!("lode: {note}");
     }

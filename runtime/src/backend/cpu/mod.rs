@@ -102,7 +102,7 @@ impl CpuBackend {
         self.bufs[b.0 as usize] = Some(v);
     }
 
-    /// `LODE_CPU_DUMP` (see `dump`): the first `n` values of `b` as the next dump.
+    /// `LODE_DEBUG=cpu-dump` (see `dump`): the first `n` values of `b` as the next dump.
     fn dump(&self, op: &str, b: Buf, n: usize) {
         if dump::on() {
             if let Ok(v) = self.buf(b) {

@@ -4,7 +4,7 @@
 //! Why: `cuMemAlloc` rounds every allocation above a small-size pool to the 2 MiB page,
 //! so one allocation per weight tensor wasted ~160 MiB on Qwen3-4B (a 5.6 MiB
 //! projection takes 6 MiB, a 2.05 MiB Q6_K `attn_v` takes 4) — measured as the gap between
-//! lode's own bytes and the driver's used figure on the H200 (`LODE_MEM_TRACE=1`).
+//! lode's own bytes and the driver's used figure on the H200 (`LODE_DEBUG=mem`).
 //!
 //! How: device addresses for the whole device are reserved once (no memory behind them),
 //! weights are placed one after another (256-byte aligned), and physical memory is mapped

@@ -82,7 +82,7 @@ pub struct AttnDecode {
     pub min_keys: usize,
     /// Deal a part's keys round all the block's streams (every warp busy from 64 keys on at
     /// head_dim 128) instead of filling the warps in order (the default: a short context
-    /// keeps only the first warps busy). For A/B runs (`LODE_ATTN_SPREAD=1`).
+    /// keeps only the first warps busy). Measured and dropped: the backend passes `false`.
     pub spread: bool,
 }
 

@@ -11,14 +11,15 @@
 //! Host slices (token ids, positions) are uploaded to per-step staging slots (an
 //! identical position list is staged once per step); kernels read positions on the device.
 //! Steps (the work between two read-backs) are recorded and, once two consecutive steps
-//! are identical, replayed as one device graph (`replay.rs`; `LODE_GRAPHS=0` disables).
+//! are identical, replayed as one device graph (`replay.rs`; `Tuning::graphs`).
 //! KV cache: f16 only (`KvType::F32` is refused with a clear error).
 
 use super::device::{DeviceBuffer, GpuDevice};
 use super::driver::DevPtr;
 use super::replay::{Entry, Rec, Replay};
 use super::{ops, prefill, GpuError};
-use super::exact::Numerics;
+use super::plan::{self, GluPlan, Matmul};
+use super::tuning::Tuning;
 use std::cell::RefCell;
 use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, NormIn, QkvPrep, Result, Rope, RopeMode};
 use crate::quant;
@@ -30,8 +31,12 @@ use std::collections::HashMap;
 mod act;
 mod blas;
 mod exact;
+mod exact_backend;
+pub use exact_backend::ExactBackend;
 mod fused;
 mod norm_mv;
+mod probe;
+use probe::Probe;
 mod readback;
 mod rope_attn;
 mod rows;
@@ -87,21 +92,19 @@ pub struct GpuBackend {
     /// Positions written speculatively into this step's slot, still to be confirmed.
     predicted_pos: Option<(Vec<u32>, DevPtr)>,
     replay: RefCell<Replay>,
-    /// Prefill matmuls on matrix cores (`prefill.rs`; `LODE_GEMM=0` turns them off).
-    gemm_prefill: bool,
-    /// Fused decode ops (multi-matvec, add+norm, norm+rope+KV store, attention writing
-    /// q8_1); `LODE_FUSE=0` falls back to the trait's unfused defaults (for A/B runs).
-    fuse: bool,
-    /// Fused decode matvecs (`norm_mv.rs`; `LODE_FUSE_MV=0` turns them off).
+    /// The tuning table every dispatch reads (`tuning.rs`; the plan in `plan.rs`).
+    tuning: Tuning,
+    /// The device figures the plan asks (`probe.rs`).
+    occ: probe::OccCache,
+    /// The fused decode matvecs' device state (`norm_mv.rs`).
     mv: norm_mv::MvFuse,
-    /// The fused decode attention (`rope_attn.rs`; `LODE_FUSE_ATTN=0` turns it off).
+    /// The fused decode attention's device state (`rope_attn.rs`).
     fuse_attn: rope_attn::FuseAttn,
     /// Large reads through one page-locked buffer (`readback.rs`).
     readback: readback::Readback,
-    /// Prefill matmuls through the vendor BLAS (`blas.rs`; `LODE_BLAS=0` turns it off).
+    /// Prefill matmuls through the vendor BLAS (`blas.rs`).
     blas: blas::BlasPrefill,
-    /// `--numerics` (`LODE_NUMERICS`): exact routes every op to `backend/exact.rs`.
-    numerics: Numerics,
+    /// The exact kernels' device state (used only through [`ExactBackend`]).
     exact: exact::ExactState,
 }
 
@@ -288,9 +291,6 @@ impl Backend for GpuBackend {
     }
 
     fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return self.exact_get_rows(w, ids, out);
-        }
         let k = w.row_len();
         let (o, n) = self.buf(out)?;
         Self::check_len("get_rows", out, n, ids.len() * k)?;
@@ -308,56 +308,48 @@ impl Backend for GpuBackend {
     }
 
     fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return self.exact_matmul(w, x, n_tok, y);
-        }
         let (k, rows) = (w.row_len(), w.n_rows());
         let (xp, xn) = self.buf(x)?;
         let (yp, yn) = self.buf(y)?;
         Self::check_len("matmul", x, xn, n_tok * k)?;
         Self::check_len("matmul", y, yn, n_tok * rows)?;
-        let wp = self.weight(w)?;
-        let ty = w.ty();
+        let q = self.matmul_query(w, x, n_tok, y)?;
+        let choice = plan::matmul(&q, &self.tuning, &mut Probe { dev: &self.dev, cache: &mut self.occ });
+        let (ty, lay) = (q.w.ty, q.w.layout);
         let map = |e: GpuError| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) };
-        let lay = layout::canonical(ty, Consumer::Matrix, DeviceClass::Gpu);
-        let fmt = ops::act_fmt(ty);
-        if self.gemm_prefill && self.blas_wanted(w, n_tok) {
-            return self.blas_matmul(w, x, n_tok, y);
-        }
-        if n_tok == 1 && self.quant_matmul(w, x, y, false)? {
-            return Ok(());
-        }
-        if n_tok == 1 && self.split_matmul(w, x, y)? {
-            return Ok(());
-        }
-        let r = if self.gemm_prefill && prefill::use_gemm(ty, lay, n_tok) {
-            let xa = match fmt {
-                Some(f) => self.act_values(x, f, k, n_tok, "matmul")?,
-                None => xp,
-            };
-            prefill::gemm(&self.rec(), wp, ty, lay, rows, k, xa, yp, n_tok).map_err(map)
-        } else if let Some(f) = fmt {
-            let q = self.act_blocks(x, f, k, n_tok, "matmul")?;
-            ops::matvec(&self.rec(), wp, ty, rows, k, q, yp, n_tok).map_err(map)
-        } else {
-            ops::matvec(&self.rec(), wp, ty, rows, k, xp, yp, n_tok).map_err(map)
+        let r = match choice {
+            Matmul::Blas => return self.blas_matmul(w, x, n_tok, y),
+            Matmul::QuantMv(m) => return self.run_quant_mv(w, x, y, false, m),
+            Matmul::SplitWalk { blocks, .. } => return self.run_split_walk(w, x, y, blocks),
+            Matmul::Gemm { tile } => {
+                let wp = self.weight(w)?;
+                let xa = match ops::act_fmt(ty) {
+                    Some(f) => self.act_values(x, f, k, n_tok, "matmul")?,
+                    None => xp,
+                };
+                prefill::gemm(&self.rec(), wp, ty, lay, rows, k, xa, yp, n_tok, tile).map_err(map)
+            }
+            Matmul::Matvec => {
+                let wp = self.weight(w)?;
+                let xa = match ops::act_fmt(ty) {
+                    Some(f) => self.act_blocks(x, f, k, n_tok, "matmul")?,
+                    None => xp,
+                };
+                ops::matvec(&self.rec(), wp, ty, rows, k, xa, yp, n_tok).map_err(map)
+            }
         };
         self.touch(y);
         r
     }
 
     fn matmul_glu(&mut self, gate: &WeightRef, up: &WeightRef, x: Buf, n_tok: usize, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return self.exact_matmul_glu(gate, up, x, n_tok, out, tmp, act);
-        }
-        let (ty, lay) = (gate.ty(), layout::canonical(gate.ty(), Consumer::Matrix, DeviceClass::Gpu));
-        let same = up.ty() == ty && up.n_rows() == gate.n_rows() && up.row_len() == gate.row_len();
-        let blas = self.gemm_prefill && self.blas_wanted(gate, n_tok) && self.blas_wanted(up, n_tok);
-        if blas || !(self.gemm_prefill && same && prefill::use_glu(ty, lay, n_tok)) {
+        let (pg, pu) = (probe::weight(gate), probe::weight(up));
+        let blas = plan::blas_candidate(&pg, n_tok, &self.tuning) && self.blas_open();
+        if plan::matmul_glu(&pg, &pu, n_tok, blas, &self.tuning) == GluPlan::Separate {
             self.matmul_multi(x, n_tok, &[(gate, out), (up, tmp)])?;
             return self.glu(out, tmp, out, n_tok * gate.n_rows(), act);
         }
-        let (k, rows) = (gate.row_len(), gate.n_rows());
+        let (ty, lay, k, rows) = (pg.ty, pg.layout, pg.k, pg.rows);
         let (xp, xn) = self.buf(x)?;
         let (op, on) = self.buf(out)?;
         Self::check_len("matmul_glu", x, xn, n_tok * k)?;
@@ -375,9 +367,6 @@ impl Backend for GpuBackend {
     }
 
     fn rms_norm(&mut self, x: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return self.exact_rms_norm(x, out, n_rows, row_len, w, eps);
-        }
         let (xp, xn) = self.buf(x)?;
         let (op, on) = self.buf(out)?;
         Self::check_len("rms_norm", x, xn, n_rows * row_len)?;
@@ -404,9 +393,6 @@ impl Backend for GpuBackend {
     }
 
     fn rope(&mut self, x: Buf, n_head: usize, head_dim: usize, pos: &[u32], rope: &Rope) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return self.exact_rope(x, n_head, head_dim, pos, rope);
-        }
         let (xp, xn) = self.buf(x)?;
         Self::check_len("rope", x, xn, pos.len() * n_head * head_dim)?;
         let ff = self.rope_factors(rope)?;
@@ -424,20 +410,12 @@ impl Backend for GpuBackend {
         Self::check_len("add", a, an, n)?;
         Self::check_len("add", b, bn, n)?;
         Self::check_len("add", out, on, n)?;
-        let r = if self.numerics == Numerics::Exact {
-            super::exact::launch::add(&self.rec(), ap, bp, op, n)
-        } else {
-            ops::add(&self.rec(), ap, bp, op, n)
-        }
-        .map_err(err("add"));
+        let r = ops::add(&self.rec(), ap, bp, op, n).map_err(err("add"));
         self.touch(out);
         r
     }
 
     fn add_bias(&mut self, x: Buf, n_tok: usize, bias: &WeightRef) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return self.exact_add_bias(x, n_tok, bias);
-        }
         let n = bias.row_len() * bias.n_rows();
         let (xp, xn) = self.buf(x)?;
         Self::check_len("add_bias", x, xn, n_tok * n)?;
@@ -450,20 +428,12 @@ impl Backend for GpuBackend {
     fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
         let (xp, xn) = self.buf(x)?;
         Self::check_len("scale", x, xn, n)?;
-        let r = if self.numerics == Numerics::Exact {
-            super::exact::launch::scale(&self.rec(), xp, n, s)
-        } else {
-            ops::scale(&self.rec(), xp, xp, n, s)
-        }
-        .map_err(err("scale"));
+        let r = ops::scale(&self.rec(), xp, xp, n, s).map_err(err("scale"));
         self.touch(x);
         r
     }
 
     fn glu(&mut self, gate: Buf, up: Buf, out: Buf, n: usize, act: Glu) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return self.exact_glu(gate, up, out, n, act);
-        }
         let (gp, gn) = self.buf(gate)?;
         let (up_, un) = self.buf(up)?;
         let (op, on) = self.buf(out)?;
@@ -513,9 +483,6 @@ impl Backend for GpuBackend {
     }
 
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return self.exact_attention(q, kv, layer, pos, p, out);
-        }
         let (qp, qn) = self.buf(q)?;
         let (op, on) = self.buf(out)?;
         Self::check_len("attention", q, qn, pos.len() * p.n_head * p.head_dim_k)?;
@@ -526,17 +493,17 @@ impl Backend for GpuBackend {
         }
         let window = p.window.unwrap_or(0);
         let pp = self.positions(pos)?;
-        if prefill::use_flash(pos.len(), p.head_dim_k) {
-            self.touch(out);
-            return prefill::flash_attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"));
-        }
         let values = pos.len() * p.n_head * p.head_dim_v;
-        // The output projection's q8_1 input, written by the attention kernel itself (it
-        // writes per head, so not the K form a K-quant projection reads).
-        let q8 = if self.fuse && p.head_dim_v % 32 == 0 && !self.act_wants_k(out) {
-            Some(self.act_producer(out, Some(32), values, "attention")?.2)
-        } else {
-            None
+        // Decode: the output projection's q8_1 input, written by the attention kernel
+        // itself where the plan says (it writes per head, so not the K form a K-quant
+        // projection reads).
+        let q8 = match plan::attention(pos.len(), p.head_dim_k, self.act_wants_k(out), &self.tuning) {
+            plan::Attn::Flash { .. } => {
+                self.touch(out);
+                return prefill::flash_attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"));
+            }
+            plan::Attn::Decode { q8: true } => Some(self.act_producer(out, Some(32), values, "attention")?.2),
+            plan::Attn::Decode { q8: false } => None,
         };
         self.touch(out);
         ops::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
@@ -547,17 +514,10 @@ impl Backend for GpuBackend {
     }
 
     fn matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return outs.iter().try_for_each(|(w, y)| self.exact_matmul(w, x, n_tok, *y));
-        }
         self.fused_matmul_multi(x, n_tok, outs)
     }
 
     fn add_rms_norm(&mut self, x: Buf, b: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            self.add(x, b, x, n_rows * row_len)?; // in exact mode: the exact add
-            return self.exact_rms_norm(x, out, n_rows, row_len, w, eps);
-        }
         self.fused_add_rms_norm(x, b, out, n_rows, row_len, w, eps)
     }
 
@@ -566,7 +526,7 @@ impl Backend for GpuBackend {
     }
 
     fn norm_matmul_multi(&mut self, norm: &NormIn, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
-        self.fused_norm_matmul_multi(norm, n_tok, outs) // exact numerics: the default composition
+        self.fused_norm_matmul_multi(norm, n_tok, outs)
     }
 
     fn norm_matmul_glu(&mut self, norm: &NormIn, n_tok: usize, gate: &WeightRef, up: &WeightRef, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
@@ -574,25 +534,15 @@ impl Backend for GpuBackend {
     }
 
     fn rope_kv_write(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return crate::backend::rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p);
-        }
         self.fused_rope_kv_write(q, k, v, kv, layer, pos, p)
     }
 
     fn rope_kv_attention(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], prep: &QkvPrep, attn: &Attention, out: Buf) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            self.rope_kv_write(q, k, v, kv, layer, pos, prep)?;
-            return self.attention(q, kv, layer, pos, attn, out);
-        }
         self.fused_rope_kv_attention(q, k, v, kv, layer, pos, prep, attn, out)
     }
 
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
-        if self.numerics == Numerics::Exact {
-            return self.exact_attention_rows(q, k, v, kvs, layer, pos, p, out);
-        }
         self.per_row_attention(q, k, v, kvs, layer, pos, p, out)
     }
 }

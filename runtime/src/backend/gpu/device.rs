@@ -7,15 +7,12 @@
 
 use super::driver::{self, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, KArg, RawHandle};
 use super::kernels::KernelSet;
+use super::tuning::{Pdl, Tuning};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub type Result<T> = std::result::Result<T, DriverError>;
 
-/// Per-thread stack bytes lode asks for (`LODE_GPU_STACK`; the driver's default is
-/// 1,024). Every lode kernel compiles to a 0-byte stack frame (`ptxas -v`); 256 is the
-/// value measured on the H200 (all selftests pass, same speed) and saves 198 MiB there.
-const DEFAULT_STACK: usize = 256;
 
 /// Shared device state; buffers hold an `Arc` of it so they can free themselves.
 pub struct DeviceCore {
@@ -26,6 +23,8 @@ pub struct DeviceCore {
     funcs: Mutex<std::collections::HashMap<&'static str, (RawHandle, bool)>>,
     /// Which kernels are launched overlapped (programmatic dependent launch).
     overlap: Pdl,
+    /// The tuning table, read once at open (`tuning.rs`).
+    tuning: Tuning,
     /// Bytes currently allocated through this device, and the high-water mark.
     pub allocated: AtomicU64,
     pub peak: AtomicU64,
@@ -174,48 +173,38 @@ impl Drop for Timer {
 }
 
 /// Which kernels are launched overlapped with the kernel before them (programmatic
-/// dependent launch, where the driver has it): `LODE_PDL=0` none, `LODE_PDL=1` every
-/// [`super::kernels::OVERLAPPED_FAMILIES`] kernel, unset: the one-token decode families
-/// ([`super::kernels::DEFAULT_OVERLAPPED_FAMILIES`]) and the one-column matvecs
-/// ([`super::kernels::one_token_overlapped`]; both measured in BENCHMARKS.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pdl {
-    Off,
-    Decode,
-    All,
-}
-
-impl Pdl {
-    fn from_env() -> Pdl {
-        match std::env::var("LODE_PDL").as_deref() {
-            Ok("0") => Pdl::Off,
-            Ok("1") => Pdl::All,
-            _ => Pdl::Decode,
-        }
-    }
-
-    fn applies(self, name: &str) -> bool {
-        match self {
-            Pdl::Off => false,
-            Pdl::Decode => super::kernels::in_families(name, super::kernels::DEFAULT_OVERLAPPED_FAMILIES) || super::kernels::one_token_overlapped(name),
-            Pdl::All => super::kernels::overlappable(name),
-        }
+/// dependent launch, where the driver has it; `Tuning::pdl`): `Decode` (the default) the
+/// one-token decode families ([`super::kernels::DEFAULT_OVERLAPPED_FAMILIES`]) and the
+/// one-column matvecs ([`super::kernels::one_token_overlapped`]; both measured in
+/// BENCHMARKS.md), `All` every [`super::kernels::OVERLAPPED_FAMILIES`] kernel.
+fn pdl_applies(pdl: Pdl, name: &str) -> bool {
+    match pdl {
+        Pdl::Off => false,
+        Pdl::Decode => super::kernels::in_families(name, super::kernels::DEFAULT_OVERLAPPED_FAMILIES) || super::kernels::one_token_overlapped(name),
+        Pdl::All => super::kernels::overlappable(name),
     }
 }
 
 impl GpuDevice {
     /// Open device `ordinal` of `api` and load every kernel family.
+    /// The tuning table is the defaults with `LODE_TUNE`'s overrides ([`Tuning::from_env`]).
     pub fn open(api: Api, ordinal: i32) -> Result<GpuDevice> {
+        GpuDevice::open_tuned(api, ordinal, Tuning::from_env())
+    }
+
+    /// Open device `ordinal` of `api` with this tuning table.
+    pub fn open_tuned(api: Api, ordinal: i32, tuning: Tuning) -> Result<GpuDevice> {
         let drv = driver::open(api, ordinal)?;
         let stream = drv.stream_create()?;
-        let kernels = KernelSet::load(drv.as_ref())?;
-        let overlap = if drv.overlapped_launches() { Pdl::from_env() } else { Pdl::Off };
+        let kernels = KernelSet::load(drv.as_ref(), tuning.kernels_rtc)?;
+        let overlap = if drv.overlapped_launches() { tuning.pdl } else { Pdl::Off };
         let core = DeviceCore {
             drv,
             stream,
             kernels: Mutex::new(Some(kernels)),
             funcs: Mutex::new(Default::default()),
             overlap,
+            tuning,
             allocated: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             live: Mutex::new(Default::default()),
@@ -233,13 +222,15 @@ impl GpuDevice {
     /// Shrink the context's fixed reservations to what lode's kernels use: the per-thread
     /// stack (reserved for every thread the GPU can hold: 264 MiB on an H200 at the
     /// driver's 1 KiB), the printf FIFO and the device malloc heap (no lode kernel calls
-    /// printf or malloc; the driver clamps 0 to its minimum). `LODE_GPU_LIMITS=driver`
-    /// keeps the driver's defaults.
+    /// printf or malloc; the driver clamps 0 to its minimum). `Tuning::trim_limits` off keeps
+    /// the driver's defaults. The stack: every lode kernel compiles to a 0-byte frame
+    /// (`ptxas -v`); 256 bytes (`Tuning::gpu_stack`) passed every selftest on the H200 at
+    /// the same speed and saves 198 MiB there against the driver's 1,024.
     fn trim_context(&self) {
-        if std::env::var("LODE_GPU_LIMITS").is_ok_and(|v| v == "driver") {
+        if !self.core.tuning.trim_limits {
             return;
         }
-        let stack = std::env::var("LODE_GPU_STACK").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_STACK);
+        let stack = self.core.tuning.gpu_stack;
         let used = || self.core.drv.mem_info().map(|(f, t)| (t - f) >> 20).unwrap_or(0);
         let before = used();
         let mut note = Vec::new();
@@ -256,7 +247,7 @@ impl GpuDevice {
         }
     }
 
-    /// `LODE_MEM_TRACE=1`: one line with the driver's used memory, its change since the
+    /// `LODE_DEBUG=mem`: one line with the driver's used memory, its change since the
     /// previous mark, and lode's own allocations — where the context's overhead goes.
     pub fn mem_mark(&self, what: &str) {
         if !driver::mem_trace() {
@@ -271,6 +262,11 @@ impl GpuDevice {
             (used as i64 - prev as i64) >> 10,
             self.allocated_bytes() >> 20
         );
+    }
+
+    /// The tuning table this device was opened with.
+    pub fn tuning(&self) -> &Tuning {
+        &self.core.tuning
     }
 
     /// The context limits lode set at open (empty: the driver's defaults).
@@ -421,7 +417,7 @@ impl GpuDevice {
             Some(&f) => (f, false),
             None => {
                 let k = self.core.kernels.lock().map_err(|_| poisoned())?;
-                let f = (k.as_ref().ok_or_else(poisoned)?.get(name)?, self.core.overlap.applies(name));
+                let f = (k.as_ref().ok_or_else(poisoned)?.get(name)?, pdl_applies(self.core.overlap, name));
                 cache.insert(name, f);
                 (f, true)
             }

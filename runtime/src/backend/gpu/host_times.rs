@@ -1,4 +1,4 @@
-//! `LODE_HOST_TIMES=1`: the host's share of a decode token, measured in the process (no
+//! `LODE_DEBUG=host-times`: the host's share of a decode token, measured in the process (no
 //! tracer, which inflates driver calls several times over). Each span's durations are
 //! kept and summarized when the backend is dropped: the graph launch call, the staging
 //! writes, the wait for the step, and the host's time between a step's result and the
@@ -9,8 +9,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 fn on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LODE_HOST_TIMES").is_ok_and(|v| v == "1"))
+    crate::diag::get().host_times
 }
 
 fn spans() -> &'static Mutex<BTreeMap<&'static str, Vec<f64>>> {
@@ -70,7 +69,7 @@ pub fn report() -> Option<String> {
     if s.is_empty() {
         return None;
     }
-    let mut out = String::from("host times (LODE_HOST_TIMES): span, count, p10 / median / p90 µs\n");
+    let mut out = String::from("host times (LODE_DEBUG=host-times): span, count, p10 / median / p90 µs\n");
     for (name, v) in s.iter() {
         let mut v = v.clone();
         v.sort_by(|a, b| a.total_cmp(b));

@@ -10,7 +10,7 @@
 //!    version (`$LODE_CACHE_DIR` or `~/.cache/lode/kernels`);
 //! 4. NVRTC / hipRTC on the embedded source, written to that cache.
 //!
-//! `LODE_KERNELS=rtc` skips 1–2 (to check the run-time path on a machine that has blobs).
+//! `LODE_TUNE=kernels=rtc` skips 1–2 (to check the run-time path on a machine that has blobs).
 
 use super::driver::{Api, Driver, DriverError, RawHandle};
 use std::collections::HashMap;
@@ -115,7 +115,7 @@ pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "a
 /// checks each of their run functions waits before it reads an activation.
 pub const WEIGHTS_FIRST_FAMILIES: &[&str] = &["decode_mv", "head_mv", "attn_decode"];
 
-/// The overlapped families launched overlapped by default (`LODE_PDL` unset): the
+/// The overlapped families launched overlapped by default (`Tuning::pdl` = decode): the
 /// one-token decode kernels, which start their weight loads (decode_mv) or cache loads
 /// before the wait, so the overlap hides real latency. On the H200 (BENCHMARKS.md, session
 /// 5) this gave +8.6 % on the 0.6B shape; every family overlapped had lost 4–7 % on batched
@@ -126,7 +126,7 @@ pub const DEFAULT_OVERLAPPED_FAMILIES: &[&str] = &["attn_decode", "decode_mv", "
 /// one-column matvecs, `*_n1`), so overlapping it never touches the batched steps that lost
 /// from overlap. Taken when the 4B / 8B decode still ran its q/k/v and down through them:
 /// on the H200 +1 % on Qwen3-4B tg128 (521–523 vs 514–521 t/s; every family overlapped,
-/// `LODE_PDL=1`, gave 530). Since the row walks (`decode_mv_norm_walk`, `decode_mv_split`)
+/// `LODE_TUNE=pdl=1`, gave 530). Since the row walks (`decode_mv_norm_walk`, `decode_mv_split`)
 /// they serve what those do not take: a Q5_K v, an LM head that is not Q6_K (BENCHMARKS.md,
 /// session 8).
 pub fn one_token_overlapped(name: &str) -> bool {
@@ -177,9 +177,9 @@ pub struct KernelSet {
 }
 
 impl KernelSet {
-    pub fn load(drv: &dyn Driver) -> Result<KernelSet, DriverError> {
+    /// `force_rtc` (`Tuning::kernels_rtc`): compile every family at run time.
+    pub fn load(drv: &dyn Driver, force_rtc: bool) -> Result<KernelSet, DriverError> {
         let arch = drv.info().arch.clone();
-        let force_rtc = std::env::var("LODE_KERNELS").map(|v| v == "rtc").unwrap_or(false);
         let mut set = KernelSet { modules: Vec::new(), funcs: HashMap::new(), origins: Vec::new() };
         for &(family, src, names) in FAMILIES {
             let mut loaded = None;

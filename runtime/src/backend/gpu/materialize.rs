@@ -24,7 +24,7 @@ fn weight_trace() -> bool {
 }
 
 /// One weight's device memory: a block of the arena, or its own allocation (no arena on
-/// this driver, `LODE_WEIGHT_ARENA=0`, or the arena's reservation is full).
+/// this driver, `LODE_TUNE=weight_arena=0`, or the arena's reservation is full).
 pub enum WeightBuf {
     Arena { ptr: DevPtr, bytes: usize },
     Own(DeviceBuffer),
@@ -50,7 +50,7 @@ impl GpuMaterializer {
     fn arena(&mut self) -> Option<&mut Arena> {
         if !self.arena_tried {
             self.arena_tried = true;
-            if std::env::var("LODE_WEIGHT_ARENA").map(|v| v != "0").unwrap_or(true) {
+            if self.dev.tuning().weight_arena {
                 // Addresses only: reserving the device's whole size costs no memory and
                 // means the arena never runs out before the device does.
                 self.arena = Arena::new(&self.dev, self.dev.info().total_mem as usize);
@@ -70,7 +70,7 @@ impl Materializer for GpuMaterializer {
         if let Some(a) = self.arena() {
             if let Some(ptr) = a.alloc(bytes).map_err(fault)? {
                 let after = self.arena_bytes();
-                // One trace line per 256 MiB of weights (LODE_MEM_TRACE).
+                // One trace line per 256 MiB of weights (LODE_DEBUG=mem).
                 if after >> 28 != before >> 28 {
                     self.dev.mem_mark(&format!("weight arena at {} MiB", after >> 20));
                 }
@@ -113,33 +113,25 @@ impl Materializer for GpuMaterializer {
     }
 }
 
-/// How `mapped` residency makes the file readable by the device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MappedHost {
-    /// Register the file's own mapping (`cuMemHostRegister` read-only): no second copy
-    /// anywhere. The driver pins the mapping's page-cache pages.
-    Register,
-    /// Copy the file once into page-locked host memory the driver allocates
-    /// (`cuMemHostAlloc`): a host copy, still no device copy, and no pin of file-backed
-    /// pages (which the H200 machine's kernel did not complete: see BENCHMARKS.md). The
-    /// page cache behind the mapping stays reclaimable, so the host holds the weights
-    /// about once either way.
-    Pinned,
-}
+/// How `mapped` residency makes the file readable by the device (`Tuning::mapped_host`):
+/// `Register` registers the file's own mapping (`cuMemHostRegister` read-only: no second
+/// copy anywhere; the driver pins the mapping's page-cache pages); `Pinned` copies the file
+/// once into page-locked host memory the driver allocates (`cuMemHostAlloc`: a host copy,
+/// still no device copy, and no pin of file-backed pages, which the H200 machine's kernel
+/// did not complete: see BENCHMARKS.md). The page cache behind the mapping stays
+/// reclaimable, so the host holds the weights about once either way.
+pub use super::tuning::MappedHost;
 
-impl MappedHost {
-    /// `LODE_MAPPED_HOST=register|pinned`; else `register` on an integrated GPU (where
-    /// a second copy would cost the same memory the GPU computes from) and `pinned` on a
-    /// discrete one: on the H200 machine (Linux 6.18 guest, driver 580.159) registering
-    /// a freshly written model file's mapping never returned (the thread spun in the
-    /// kernel), while driver-allocated pinned memory of the same size took 0.2 s.
-    pub fn choose(dev: &GpuDevice) -> MappedHost {
-        match std::env::var("LODE_MAPPED_HOST").as_deref() {
-            Ok("register") => MappedHost::Register,
-            Ok("pinned") => MappedHost::Pinned,
-            _ if dev.is_integrated() => MappedHost::Register,
-            _ => MappedHost::Pinned,
-        }
+/// The tuning table's choice; else `register` on an integrated GPU (where
+/// a second copy would cost the same memory the GPU computes from) and `pinned` on a
+/// discrete one: on the H200 machine (Linux 6.18 guest, driver 580.159) registering
+/// a freshly written model file's mapping never returned (the thread spun in the
+/// kernel), while driver-allocated pinned memory of the same size took 0.2 s.
+fn choose_mapped_host(dev: &GpuDevice) -> MappedHost {
+    match dev.tuning().mapped_host {
+        Some(h) => h,
+        None if dev.is_integrated() => MappedHost::Register,
+        None => MappedHost::Pinned,
     }
 }
 
@@ -160,17 +152,17 @@ pub struct MappedFile {
 
 impl MappedFile {
     pub fn register(dev: &GpuDevice, file: &Arc<GgufFile>) -> Result<MappedFile, WeightError> {
-        let how = MappedHost::choose(dev);
+        let how = choose_mapped_host(dev);
         let bytes = file.bytes();
         let fail = |msg: String| WeightError::Mapping { bytes: bytes.len() as u64, msg };
         let trace = weight_trace();
         let t = Instant::now();
         let (host, device_ptr) = match how {
             MappedHost::Register => {
-                // In chunks (`LODE_MAPPED_CHUNK` bytes, default 256 MiB), each traced, so a
+                // In chunks (`Tuning::mapped_chunk` bytes, default 256 MiB), each traced, so a
                 // stalled pin shows where; the device addresses must continue each other
                 // (they do under unified addressing) for a weight to span two chunks.
-                let chunk = std::env::var("LODE_MAPPED_CHUNK").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(256 << 20).max(1 << 16);
+                let chunk = dev.tuning().mapped_chunk.max(1 << 16);
                 let chunk = chunk.div_ceil(4096) * 4096;
                 let mut chunks: Vec<(usize, usize)> = Vec::new();
                 let mut base: Option<DevPtr> = None;
@@ -200,7 +192,7 @@ impl MappedFile {
                     let b = *base.get_or_insert(d.wrapping_sub(off as u64));
                     if b.wrapping_add(off as u64) != d {
                         undo(&chunks);
-                        return Err(fail(format!("the device addresses of the registered chunks are not contiguous (chunk at file offset {off} at {d:#x}); set LODE_MAPPED_CHUNK above the file size")));
+                        return Err(fail(format!("the device addresses of the registered chunks are not contiguous (chunk at file offset {off} at {d:#x}); set LODE_TUNE=mapped_chunk= above the file size")));
                     }
                 }
                 (Host::Registered { chunks }, base.unwrap_or(0))

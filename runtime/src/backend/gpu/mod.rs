@@ -23,6 +23,7 @@ pub mod host_times;
 pub mod kernels;
 pub mod materialize;
 pub mod ops;
+pub mod plan;
 pub mod prefill;
 pub mod prefill_blas;
 pub mod replay;
@@ -31,8 +32,12 @@ pub mod selftest_blas;
 pub mod selftest_flash;
 pub mod selftest_prefill;
 pub mod selftest_replay;
+pub mod tuning;
 
-pub use backend::GpuBackend;
+pub use backend::{ExactBackend, GpuBackend};
+pub use exact::Numerics;
+use crate::backend::DeviceKind;
+use tuning::Tuning;
 pub use device::{DeviceBuffer, GpuDevice};
 pub use driver::{Api, DriverError};
 
@@ -45,36 +50,14 @@ pub enum GpuError {
     Unsupported(String),
 }
 
-/// Which device the user asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceChoice {
-    Auto,
-    Cpu,
-    Cuda,
-    Hip,
-}
-
-impl std::str::FromStr for DeviceChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" => Ok(DeviceChoice::Auto),
-            "cpu" => Ok(DeviceChoice::Cpu),
-            "cuda" | "nvidia" => Ok(DeviceChoice::Cuda),
-            "hip" | "rocm" | "amd" => Ok(DeviceChoice::Hip),
-            _ => Err(format!("unknown device {s:?} (expected auto, cpu, cuda or hip)")),
-        }
-    }
-}
-
 /// Open the GPU the user asked for. `Ok(None)` means "use the CPU": asked for, or `auto`
 /// found no GPU (a one-line note on stderr says so). An explicit `cuda`/`hip` that cannot
 /// be opened is an error naming what is missing (e.g. `libcuda.so.1`).
-pub fn select(choice: DeviceChoice) -> Result<Option<GpuDevice>, GpuError> {
-    match open_device(choice)? {
+pub fn select(kind: DeviceKind, tuning: &Tuning) -> Result<Option<GpuDevice>, GpuError> {
+    match open_device(kind, tuning)? {
         Ok(d) => Ok(Some(d)),
         Err(note) => {
-            if choice != DeviceChoice::Cpu {
+            if kind != DeviceKind::Cpu {
                 eprintln!("note: {note}");
             }
             Ok(None)
@@ -84,16 +67,18 @@ pub fn select(choice: DeviceChoice) -> Result<Option<GpuDevice>, GpuError> {
 
 /// Like [`select`] but returns the CPU fallback note instead of printing it:
 /// `Ok(Ok(device))`, `Ok(Err(note))` (run on the CPU), or an error for an explicit GPU.
-pub fn open_device(choice: DeviceChoice) -> Result<Result<GpuDevice, String>, GpuError> {
-    let ordinal = std::env::var("LODE_DEVICE_ORDINAL").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-    match choice {
-        DeviceChoice::Cpu => Ok(Err("CPU requested".into())),
-        DeviceChoice::Cuda => Ok(Ok(GpuDevice::open(Api::Cuda, ordinal)?)),
-        DeviceChoice::Hip => Ok(Ok(GpuDevice::open(Api::Hip, ordinal)?)),
-        DeviceChoice::Auto => {
+/// The device is `LODE_DEVICE_ORDINAL` of its kind (default 0).
+pub fn open_device(kind: DeviceKind, tuning: &Tuning) -> Result<Result<GpuDevice, String>, GpuError> {
+    let ordinal = device_ordinal();
+    let open = |api| GpuDevice::open_tuned(api, ordinal, tuning.clone());
+    match kind {
+        DeviceKind::Cpu => Ok(Err("CPU requested".into())),
+        DeviceKind::Cuda => Ok(Ok(open(Api::Cuda)?)),
+        DeviceKind::Hip => Ok(Ok(open(Api::Hip)?)),
+        DeviceKind::Auto => {
             let mut why = Vec::new();
             for api in [Api::Cuda, Api::Hip] {
-                match GpuDevice::open(api, ordinal).map_err(GpuError::from) {
+                match open(api).map_err(GpuError::from) {
                     Ok(d) => return Ok(Ok(d)),
                     Err(e @ GpuError::Driver(DriverError::LibraryMissing { .. })) | Err(e @ GpuError::Driver(DriverError::NoDevice { .. })) => {
                         why.push(short_reason(&e, api))
@@ -104,6 +89,11 @@ pub fn open_device(choice: DeviceChoice) -> Result<Result<GpuDevice, String>, Gp
             Ok(Err(format!("no GPU found ({}); running on the CPU", why.join("; "))))
         }
     }
+}
+
+/// Which GPU of its kind a run opens: `LODE_DEVICE_ORDINAL` (default 0).
+pub fn device_ordinal() -> i32 {
+    std::env::var("LODE_DEVICE_ORDINAL").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 fn short_reason(e: &GpuError, api: Api) -> String {

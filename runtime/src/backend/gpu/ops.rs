@@ -145,11 +145,6 @@ pub fn matvec(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x:
     if k % ty.block_elems() != 0 {
         return Err(unsupported(format!("matvec: k = {k} is not a multiple of {ty}'s {}-element block", ty.block_elems())));
     }
-    // One column of Q4_K / Q6_K: the staged kernel (`matvec_multi_n1` with one segment).
-    let min_sb = staged_min_sb();
-    if ncols == 1 && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && min_sb > 0 && k >= min_sb.max(8) * 256 && k <= 16384 {
-        return matvec_multi(d, 0, x, k, &[(w, ty, rows, y)]);
-    }
     let x_col_bytes = if matvec_takes_q8_1(ty) { q8_1_bytes(k, 1) } else { k * 4 };
     let grid = [ceil(rows, 4), 1, 1];
     let mut c = 0;
@@ -281,21 +276,6 @@ pub fn mv_type_code(ty: GgmlType) -> Option<i32> {
     })
 }
 
-/// The fewest super-blocks per row (K / 256) from which the decode matvecs of Q4_K / Q6_K
-/// use the shared-memory staged kernels; 0 (the default): never. On the H200 (BENCHMARKS.md)
-/// they matched the register-capped warp bodies on rows of 14336 (Q4_K 4096 × 14336: 2.05
-/// TB/s both) and lost on rows of 2560–9728, and every preset decoded 1–2 % faster
-/// without them, so they are opt-in: `LODE_MV_MIN_SB=N` (`LODE_MV=0` forces them off).
-fn staged_min_sb() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        if std::env::var("LODE_MV").map(|v| v == "0").unwrap_or(false) {
-            return 0;
-        }
-        std::env::var("LODE_MV_MIN_SB").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
-    })
-}
-
 /// True when `matvec_multi` takes weights of `ty` with rows of `k`.
 pub fn multi_supports(ty: GgmlType, k: usize) -> bool {
     mv_type_code(ty).is_some() && k % ty.block_elems() == 0
@@ -306,11 +286,13 @@ pub fn multi_supports(ty: GgmlType, k: usize) -> bool {
 /// x: [k/32] q8_1 form (read by the 32-element types), xk: [k/32] K form (read by the
 /// K-quants); a form no segment reads may be 0.
 pub fn matvec_multi(d: &dyn Launch, x: DevPtr, xk: DevPtr, k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)]) -> R {
-    matvec_multi_with(d, x, xk, k, segs, staged_min_sb())
+    matvec_multi_with(d, x, xk, k, segs, 0)
 }
 
 /// [`matvec_multi`] with the staged kernels' threshold given (super-blocks per row; 0:
-/// never): the selftest forces them on short rows too.
+/// never, what decode runs: on the H200 they matched the register-capped warp bodies on
+/// rows of 14336 and lost on rows of 2560–9728, every preset 1–2 % slower with them). The
+/// selftest forces them on.
 pub fn matvec_multi_with(d: &dyn Launch, x: DevPtr, xk: DevPtr, k: usize, segs: &[(DevPtr, GgmlType, usize, DevPtr)], min_sb: usize) -> R {
     if segs.is_empty() || segs.len() > 3 {
         return Err(unsupported(format!("matvec_multi: {} weights (1 to 3)", segs.len())));
@@ -495,12 +477,6 @@ pub fn get_rows(d: &dyn Launch, w: DevPtr, ty: GgmlType, k: usize, ids: DevPtr, 
     }
     d.launch(name, [n_ids as u32, k.div_ceil(256) as u32, 1], [256, 1, 1], &[KArg::Ptr(w), KArg::Ptr(ids), KArg::Ptr(y), i(k), i(row_bytes), KArg::F32(scale)])?;
     Ok(())
-}
-
-/// Prefill GEMM on matrix cores: y[n][m] = Σ_k W[m][k]·x[n][k] (see `prefill::gemm`).
-/// w: [m, k] Q4_K (stored layout, k a multiple of 256); x: [n, k] f32; y: [n, m] f32.
-pub fn gemm_q4_k(d: &dyn Launch, w: DevPtr, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize) -> R {
-    super::prefill::gemm(d, w, GgmlType::Q4_K, crate::weights::layout::Layout::Stored, m, k, x, y, n)
 }
 
 /// `rmsnorm` that also writes y's `fmt` blocks. q: [rows, n/32] blocks; n whole groups of `fmt`.

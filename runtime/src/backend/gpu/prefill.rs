@@ -1,32 +1,23 @@
-//! Prefill (two or more tokens) on matrix cores: typed launchers and the dispatch policy
-//! for the GEMM family (`kernels-hip/gemm.hip`) and flash attention
-//! (`kernels-hip/flash_attn.hip`).
+//! Prefill (two or more tokens) on matrix cores: typed launchers for the GEMM family
+//! (`kernels-hip/gemm.hip`) and flash attention (`kernels-hip/flash_attn.hip`). Which of
+//! them a matmul or an attention takes, and with which tile, is `plan.rs`'s choice.
 //!
 //! The GEMM reads a weight in the layout `weights::layout::canonical` gives its type, the
 //! same copy decode's matvec reads: the stored GGUF blocks, or row64 for Q4_K / Q6_K if the
-//! policy says so. Whichever it is, there is one resident copy per weight; there is no
-//! prefill-only layout and no dequantized copy (each 128-row x 64-element tile is decoded
-//! into shared memory inside the kernel).
+//! layout policy says so. Whichever it is, there is one resident copy per weight; there is
+//! no prefill-only layout and no dequantized copy (each 128-row x 64-element tile is
+//! decoded into shared memory inside the kernel).
 //!
-//! Environment: `LODE_GEMM=0` turns the GEMM off (prefill then runs decode's 8-column
-//! matvec), `LODE_FLASH=0` the flash attention (`LODE_FLASH=2` picks the FlashAttention-2
-//! style kernel, `LODE_FLASH=1` the first one; default: [`DEFAULT_FLASH`]), `LODE_FLASH256=1` keeps
-//! head sizes 129..=256 on V1 (default [`DEFAULT_FLASH256_V2`]: V2 there too), `LODE_GLU_FUSE=0` the paired gate/up,
-//! `LODE_GEMM_MIN=N` sets the smallest token count sent to the GEMM (default 32),
-//! `LODE_GEMM_N128=N` the token count from which the 128-token tile is used (default never),
-//! `LODE_SPLIT_K=1` turns on split-K for under-filled shapes (default off: not yet measured).
-//!
-//! Where a vendor BLAS opens, matmuls of `LODE_BLAS_MIN` (16) tokens or more go through
-//! `prefill_blas.rs` instead (dequantize to a transient f16 slab + cuBLAS / hipBLAS: 3x this
-//! GEMM on the H200); this GEMM then serves only `LODE_BLAS=0` or a machine without the
-//! library.
+//! Where a vendor BLAS opens, matmuls of `Tuning::blas_min_tokens` (16) tokens or more go
+//! through `prefill_blas.rs` instead (dequantize to a transient f16 slab + cuBLAS /
+//! hipBLAS: 3x this GEMM on the H200); this GEMM then serves `--no-blas` or a machine
+//! without the library.
 
 use super::driver::{DevPtr, KArg};
 use super::ops::Launch;
 use super::GpuError;
 use crate::quant::GgmlType;
 use crate::weights::layout::Layout;
-use std::sync::OnceLock;
 
 type R = Result<(), GpuError>;
 
@@ -55,7 +46,7 @@ pub enum FlashKernel {
     V1,
     /// `flash_attn2_f16_d*`: FlashAttention-2 style, S and the softmax in registers, K/V
     /// pipelined through registers, 64 keys per step (32 at head size 256). Prefill runs it
-    /// for every head size up to 256 (`LODE_FLASH256=1`: V1 above 128).
+    /// for every head size up to 256 (V1 is kept for the selftest's comparison only).
     V2,
 }
 
@@ -94,99 +85,6 @@ pub fn gemm_supports(ty: GgmlType, layout: Layout) -> bool {
     names(ty, layout).is_some()
 }
 
-struct Policy {
-    gemm: bool,
-    flash: bool,
-    /// The flash kernel (`LODE_FLASH=1` / `2`).
-    flash_kernel: FlashKernel,
-    /// V2 also for head sizes 129..=256 (`LODE_FLASH256=2` / `1`; default [`DEFAULT_FLASH256_V2`]).
-    flash256_v2: bool,
-    min_tokens: usize,
-    /// Token count from which the 128-token tile is used (0: never).
-    n128_from: usize,
-    /// Gate/up through the paired kernel.
-    fuse_glu: bool,
-    /// Split-K for under-filled shapes (`LODE_SPLIT_K=1` turns it on).
-    split_k: bool,
-}
-
-fn policy() -> &'static Policy {
-    static P: OnceLock<Policy> = OnceLock::new();
-    P.get_or_init(|| {
-        let off = |k: &str| std::env::var(k).map(|v| v == "0").unwrap_or(false);
-        let num = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
-        Policy {
-            gemm: !off("LODE_GEMM"),
-            flash: !off("LODE_FLASH"),
-            flash_kernel: match std::env::var("LODE_FLASH").as_deref() {
-                Ok("2") => FlashKernel::V2,
-                Ok("1") | Ok("old") => FlashKernel::V1,
-                _ => DEFAULT_FLASH,
-            },
-            flash256_v2: match std::env::var("LODE_FLASH256").as_deref() {
-                Ok("2") => true,
-                Ok("1") => false,
-                _ => DEFAULT_FLASH256_V2,
-            },
-            min_tokens: num("LODE_GEMM_MIN", DEFAULT_MIN_TOKENS).max(1),
-            n128_from: num("LODE_GEMM_N128", DEFAULT_N128_FROM),
-            fuse_glu: num("LODE_GLU_FUSE", DEFAULT_FUSE_GLU as usize) != 0,
-            split_k: num("LODE_SPLIT_K", DEFAULT_SPLIT_K as usize) != 0,
-        }
-    })
-}
-
-/// Below this many tokens decode's multi-column matvec serves the matmul (it reads the
-/// same weight copy). H200, kernel bench: at 16 tokens the matvec (8 columns per launch)
-/// won on 4 of 6 qwen3-4b shapes, by up to 2.2x; the GEMM is flat up to 64 tokens while the
-/// matvec grows with every 8, so they cross at about 32 (BENCHMARKS.md).
-const DEFAULT_MIN_TOKENS: usize = 32;
-/// See [`Policy::n128_from`] (measured on the H200, BENCHMARKS.md).
-/// (Off: with 128 registers it spills and ran 20-35 % slower than the 64-token tile.)
-const DEFAULT_N128_FROM: usize = 0;
-/// See [`Policy::fuse_glu`] (measured on the H200, BENCHMARKS.md: pp2048 +3 % on qwen3-4b).
-const DEFAULT_FUSE_GLU: bool = true;
-/// Below this many 128 x 64 blocks the 64 x 64 tile is used instead, for twice the
-/// blocks. None (never): on the H200 the 64 x 64 tile ran 0.55-0.75x the 128 x 64 one on
-/// every preset shape except the 1024-row K/V projections at 512 tokens (+9 %).
-const FEW_BLOCKS: Option<usize> = None;
-
-/// The flash kernel used unless `LODE_FLASH` says otherwise (`LODE_FLASH=1`: the first
-/// kernel). V2 on the H200 (BENCHMARKS.md, session 4 close): selftest passed, pp2048
-/// qwen3-4b 24,676 → 28,918, llama-8b 18,629 → 20,794; head_dim > 128 keeps V1.
-pub const DEFAULT_FLASH: FlashKernel = FlashKernel::V2;
-
-/// Whether head sizes 129..=256 (Gemma 3) take V2's `flash_attn2_f16_d256` when V2 is the
-/// flash kernel (`LODE_FLASH256=1`: V1 there). On: on the H200 it passed the selftest and
-/// took Gemma 3 270M's pp512 / pp2048 from 118,448 / 109,095 to 141,420 / 136,060 t/s
-/// (BENCHMARKS.md), although it still spills on sm_90.
-pub const DEFAULT_FLASH256_V2: bool = true;
-
-/// The kernel prefill runs for `head_dim` under the policy: V2 above 128 only when opted in.
-fn prefill_kernel(which: FlashKernel, head_dim: usize, wide_v2: bool) -> FlashKernel {
-    if which == FlashKernel::V2 && head_dim > 128 && !wide_v2 {
-        FlashKernel::V1
-    } else {
-        which
-    }
-}
-
-/// Whether gate/up of `n_tok` tokens should go through the paired kernel.
-pub fn use_glu(ty: GgmlType, layout: Layout, n_tok: usize) -> bool {
-    policy().fuse_glu && use_gemm(ty, layout, n_tok)
-}
-
-/// Whether a matmul of `n_tok` tokens over `ty`/`layout` weights goes to the GEMM.
-pub fn use_gemm(ty: GgmlType, layout: Layout, n_tok: usize) -> bool {
-    let p = policy();
-    p.gemm && n_tok >= 2 && n_tok >= p.min_tokens && gemm_supports(ty, layout)
-}
-
-/// Whether attention of `n_tok` queries with this head size goes to the flash kernel.
-pub fn use_flash(n_tok: usize, head_dim: usize) -> bool {
-    policy().flash && n_tok >= 2 && flash_supports(head_dim)
-}
-
 fn check_k(ty: GgmlType, k: usize) -> R {
     let qk = ty.block_elems();
     if k == 0 || k % qk != 0 {
@@ -199,53 +97,15 @@ fn i(v: usize) -> KArg {
     KArg::I32(v as i32)
 }
 
-/// Token tile for n tokens and m rows: 16 for few tokens (less padding; also up to 64
-/// tokens when m is small, for more blocks), 128 from `n128_from`, else 64 — with 64-row
-/// blocks (tile code 6464) when 128-row ones would be too few to fill the GPU.
-fn tile_n(n: usize, m: usize) -> usize {
-    let p = policy();
-    if p.n128_from > 0 && n >= p.n128_from {
-        128
-    } else if n < 48 || (n <= 64 && m < 8192) {
-        16
-    } else if FEW_BLOCKS.is_some_and(|few| m.div_ceil(TILE_M) * n.div_ceil(64) < few) {
-        M64
-    } else {
-        64
-    }
-}
-
 /// Tile code of the 64-row x 64-token blocks.
 pub const M64: usize = 6464;
 
-/// y[t][r] = Σ_k W[r][k]·x[t][k].
+/// y[t][r] = Σ_k W[r][k]·x[t][k] with the token tile `tile` (16 or 64: `plan::gemm_tile`).
 /// w: [m, k] of `ty` in `layout`; x: [n, k] f32; y: [n, m] f32.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize) -> R {
-    let bn = tile_n(n, m);
-    gemm_tiled(d, w, ty, layout, m, k, x, y, n, bn, k_split(m, n, k, bn))
+pub fn gemm(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize, tile: usize) -> R {
+    gemm_tiled(d, w, ty, layout, m, k, x, y, n, tile, 1)
 }
-
-/// Split-K factor: 2 when the 128 x 64 tiles would leave the GPU under-filled (fewer than
-/// SPLIT_BLOCKS) and K is long enough that each half still amortizes its tile (H200: the
-/// 1024- and 2560-row projections at 512 tokens); else 1.
-fn k_split(m: usize, n: usize, k: usize, bn: usize) -> usize {
-    let p = policy();
-    if !p.split_k || bn != 64 || k < 2048 {
-        return 1;
-    }
-    if m.div_ceil(TILE_M) * n.div_ceil(64) < SPLIT_BLOCKS {
-        2
-    } else {
-        1
-    }
-}
-
-/// See [`k_split`]: two 128 x 64 blocks per SM of an H200.
-const SPLIT_BLOCKS: usize = 264;
-/// Off until measured: the split-K kernels were written after the session's last GPU run
-/// (the selftest covers them in rotation; `--bench-prefill` times split 1 vs 2).
-const DEFAULT_SPLIT_K: bool = false;
 
 /// [`gemm`] with an explicit token tile (16, 64, 128, or [`M64`] for 64 x 64 blocks) and
 /// split-K factor (1 or 2); the kernel bench and the selftest use every one.
@@ -292,18 +152,16 @@ pub fn flash_supports(head_dim: usize) -> bool {
 }
 
 /// Causal / sliding-window GQA attention of n_tok queries over an f16 cache, on matrix
-/// cores; the arguments and result of `ops::attention`, with the policy's kernel.
+/// cores; the arguments and result of `ops::attention`, with V2.
 /// q, out: [n_tok, n_head, head_dim] f32; kc, vc: [n_ctx, n_kv_head·head_dim] f16 (slots
 /// 0..=max pos filled); pos: [n_tok] i32 on the device; window = 0: full causal.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention(d: &dyn Launch, q: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, n_tok: usize, n_head: usize, n_kv_head: usize, head_dim: usize, pos: DevPtr, window: usize, scale: f32) -> R {
-    let p = policy();
-    flash_attention_with(d, prefill_kernel(p.flash_kernel, head_dim, p.flash256_v2), q, kc, vc, out, n_tok, n_head, n_kv_head, head_dim, pos, window, scale)
+    flash_attention_with(d, FlashKernel::V2, q, kc, vc, out, n_tok, n_head, n_kv_head, head_dim, pos, window, scale)
 }
 
 /// The kernel name, queries per block and threads per block `which` launches for `head_dim`
-/// (V2 at 129..=256 is `flash_attn2_f16_d256`; whether prefill takes it is the policy's
-/// `LODE_FLASH256` switch, applied by [`flash_attention`]).
+/// (V2 at 129..=256 is `flash_attn2_f16_d256`).
 pub fn flash_launch(which: FlashKernel, head_dim: usize) -> (&'static str, usize, usize) {
     match (which, head_dim) {
         (FlashKernel::V2, 0..=64) => (FLASH_KERNELS[3], 64, 128),
@@ -363,16 +221,5 @@ mod tests {
         assert_eq!(flash_launch(FlashKernel::V2, 160).0, "flash_attn2_f16_d256");
         assert_eq!(flash_launch(FlashKernel::V1, 256), ("flash_attn_f16_d256", 32, 64));
         assert_eq!(flash_launch(FlashKernel::V1, 128).0, "flash_attn_f16_d128");
-    }
-
-    #[test]
-    fn d256_v2_switch() {
-        // Prefill keeps V1 above 128 when the wide V2 is off (LODE_FLASH256=1); ≤ 128 is unaffected.
-        assert_eq!(prefill_kernel(FlashKernel::V2, 256, false), FlashKernel::V1);
-        assert_eq!(prefill_kernel(FlashKernel::V2, 256, true), FlashKernel::V2);
-        assert_eq!(prefill_kernel(FlashKernel::V2, 128, false), FlashKernel::V2);
-        assert_eq!(prefill_kernel(FlashKernel::V1, 256, true), FlashKernel::V1);
-        // Measured on the H200 (BENCHMARKS.md): on by default.
-        assert!(DEFAULT_FLASH256_V2);
     }
 }

@@ -1,25 +1,23 @@
-//! Prefill matmuls through the vendor BLAS: for chunks of at least `LODE_BLAS_MIN`
-//! tokens, each weight matmul is (1) a dequantize kernel (`kernels-hip/dequant.hip`) that
-//! writes a bounded, transient f16 slab of the weight's rows from its one resident copy
-//! (the canonical layout: stored blocks, or row64 for Q4_K / Q6_K), then (2) the vendor's
-//! f16 × f16 → f32 GEMM (f32 accumulation, `driver::blas`) against the f16 activations —
-//! looping over row chunks so the slab never exceeds `LODE_BLAS_SLAB` (default 128 MiB).
+//! Prefill matmuls through the vendor BLAS: for chunks of at least `Tuning::blas_min_tokens`
+//! tokens (`plan::blas_candidate`), each weight matmul is (1) a dequantize kernel
+//! (`kernels-hip/dequant.hip`) that writes a bounded, transient f16 slab of the weight's
+//! rows from its one resident copy (the canonical layout: stored blocks, or row64 for
+//! Q4_K / Q6_K), then (2) the vendor's f16 × f16 → f32 GEMM (f32 accumulation,
+//! `driver::blas`) against the f16 activations — looping over row chunks so the slab never
+//! exceeds `Tuning::blas_slab_bytes` (default 128 MiB: it holds every weight of the 8B
+//! preset whole; H200 pp2048 llama-8b 19,067 t/s at 128 MiB vs 18,182 at 64; 8–32 MiB cost
+//! 5–35 %). The library file is found as `driver::blas` says (`LODE_BLAS_LIB` overrides).
 //!
 //! Why: the matrix-core GEMM of `gemm.hip` tops out near 120 TFLOP/s on the H200, cuBLAS
 //! reaches ~700 on the same shapes (BENCHMARKS.md); decoding a weight to f16 costs one
 //! pass over its f16 bytes, much less than the GEMM time it saves from ~128 tokens on.
+//! At 16 tokens dequantize + cuBLAS beat decode's 8-column matvec on all 12 qwen3-4b /
+//! llama-8b shapes by 1.4-2.6x and lode's matrix-core GEMM on 11 of 12.
 //!
 //! The slab is scratch reused by every weight (like the activation scratch), not a
 //! second resident layout: the weight cache still holds one copy per weight.
 //! The activations are rounded as the matrix-core GEMM rounds them (the quantized form's
-//! values, then f16; `LODE_PREFILL_ACT=f16`: the f32 activations rounded to f16), so
-//! switching path changes only the summation order.
-//!
-//! Environment: `LODE_BLAS=0` turns the path off (the matrix-core GEMM serves prefill),
-//! `LODE_BLAS_MIN=N` the smallest token count sent to it, `LODE_BLAS_SLAB=128MiB` the slab
-//! bound (default 128 MiB), `LODE_BLAS_LIB=path` the library file (`driver::blas`),
-//! `LODE_BLAS_PREFETCH=1` decodes the next weight on a second stream while the GEMM runs
-//! (`backend/blas.rs`; off by default: it measured no gain).
+//! values, then f16), so switching path changes only the summation order.
 
 use super::driver::blas::Blas;
 use super::driver::{DevPtr, KArg};
@@ -27,7 +25,6 @@ use super::ops::{ActFmt, Launch};
 use super::GpuError;
 use crate::quant::GgmlType;
 use crate::weights::layout::Layout;
-use std::sync::OnceLock;
 
 type R = Result<(), GpuError>;
 
@@ -49,53 +46,10 @@ pub fn supports(ty: GgmlType, layout: Layout) -> bool {
     dequant_name(ty, layout).is_some()
 }
 
-pub struct Policy {
-    pub on: bool,
-    /// Decode the next weight into a second slab on a second stream during the GEMM.
-    pub prefetch: bool,
-    pub min_tokens: usize,
-    pub slab_bytes: usize,
-}
-
-/// Default smallest token count through the BLAS. H200 kernel bench (BENCHMARKS.md): at
-/// 16 tokens dequantize + cuBLAS beat decode's 8-column matvec (which serves fewer than
-/// `LODE_GEMM_MIN` = 32 tokens) on all 12 qwen3-4b / llama-8b shapes by 1.4-2.6x and lode's
-/// matrix-core GEMM on 11 of 12; at 8 tokens the matvec is one launch and wins on the
-/// small shapes.
-pub const DEFAULT_MIN_TOKENS: usize = 16;
-/// Default slab bound: 128 MiB holds every weight of the 8B preset whole (its 14336 x
-/// 4096 gate / up / down are 112 MiB of f16). H200, pp2048: llama-8b 19,067 t/s at 128 MiB
-/// vs 18,182 at 64 (two GEMMs of half the rows each); qwen3-4b unchanged (its largest
-/// weight takes 48 MiB, grown to 64); 8 / 16 / 32 MiB cost 5-35 % (BENCHMARKS.md).
+/// The slab bound of the default tuning (the selftest's cases).
 pub const DEFAULT_SLAB: usize = 128 << 20;
 /// The BLAS workspace lode hands the library (cuBLAS's recommendation for Hopper).
 pub const WORKSPACE_BYTES: usize = 32 << 20;
-
-pub fn policy() -> &'static Policy {
-    static P: OnceLock<Policy> = OnceLock::new();
-    P.get_or_init(|| {
-        let on = std::env::var("LODE_BLAS").map(|v| v != "0").unwrap_or(true);
-        let min_tokens = std::env::var("LODE_BLAS_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MIN_TOKENS).max(2);
-        let slab_bytes = match std::env::var("LODE_BLAS_SLAB") {
-            Ok(v) => v.parse::<crate::weights::ByteSize>().map(|b| b.0 as usize).unwrap_or_else(|e| {
-                eprintln!("lode: LODE_BLAS_SLAB={v:?}: {e}; using 128MiB");
-                DEFAULT_SLAB
-            }),
-            Err(_) => DEFAULT_SLAB,
-        };
-        // Off by default: measured +1 % (qwen3-4b), 0 (llama-8b), -2 % (qwen3-0.6b) at
-        // pp2048 on the H200 for a second slab's memory (BENCHMARKS.md).
-        let prefetch = std::env::var("LODE_BLAS_PREFETCH").map(|v| v == "1").unwrap_or(false);
-        Policy { on, prefetch, min_tokens, slab_bytes: slab_bytes.max(1 << 20) }
-    })
-}
-
-/// Whether a matmul of `n_tok` tokens over `ty`/`layout` weights should go to the BLAS
-/// (before asking whether a library could be opened).
-pub fn wanted(ty: GgmlType, layout: Layout, n_tok: usize) -> bool {
-    let p = policy();
-    p.on && n_tok >= p.min_tokens && supports(ty, layout)
-}
 
 /// Rows per slab chunk for rows of `k` elements: as many as `slab_bytes` of f16 hold, a
 /// multiple of 64 when that is at least 64 (whole row64 groups, aligned BLAS tiles).
@@ -108,18 +62,9 @@ pub fn chunk_rows(k: usize, slab_bytes: usize) -> usize {
     }
 }
 
-/// The slab bytes a weight of `m` rows × `k` needs (≤ the policy's bound).
+/// The slab bytes a weight of `m` rows × `k` needs (≤ the bound `slab_bytes`).
 pub fn slab_bytes_for(m: usize, k: usize, slab_bytes: usize) -> usize {
     2 * k * m.min(chunk_rows(k, slab_bytes))
-}
-
-/// A [`Launch`] target on a second stream of the device (the slab prefetch).
-pub struct OnStream<'a>(pub &'a super::GpuDevice, pub super::driver::RawHandle);
-
-impl Launch for OnStream<'_> {
-    fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), super::DriverError> {
-        self.0.launch_on(self.1, name, grid, block, args)
-    }
 }
 
 fn i(v: usize) -> KArg {
@@ -151,7 +96,7 @@ pub fn dequant_f16(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, row0
 pub enum ActF16 {
     /// The quantized form's values (as the matrix-core GEMM reads them), then f16.
     Quant(ActFmt),
-    /// The f32 values rounded to f16 (`LODE_PREFILL_ACT=f16`, or unquantized weights).
+    /// The f32 values rounded to f16 (unquantized weights).
     Plain,
 }
 

@@ -187,7 +187,7 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
     prefill_blas::act_f16(dev, ActF16::Quant(ActFmt::K), xb.ptr(), xh.ptr(), kmax, nmax)?;
     let yb = dev.alloc(nmax * 14336 * 4)?;
     let y2 = dev.alloc(nmax * 14336 * 4)?;
-    let bound = prefill_blas::policy().slab_bytes;
+    let bound = prefill_blas::DEFAULT_SLAB;
     let slab = dev.alloc(bound)?;
     for (label, m, k, ty) in BENCH_SHAPES {
         let w = random_weights(&mut rng, ty, m, k);
@@ -207,7 +207,7 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
             let reps = if n >= 512 { 5 } else { 20 };
             let act = time_ms(dev, reps, || prefill_blas::act_f16(dev, ActF16::Quant(ActFmt::K), xb.ptr(), xh.ptr(), k, n))?;
             let both = time_ms(dev, reps, || prefill_blas::matmul(dev, &blas, wb.ptr(), ty, Layout::Stored, m, k, xh.ptr(), yb.ptr(), n, slab.ptr(), bound))?;
-            let ours = time_ms(dev, reps, || prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n))?;
+            let ours = time_ms(dev, reps, || prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, super::plan::tile(n, m)))?;
             let fl = 2.0 * (m * k * n) as f64;
             println!(
                 "bench prefill blas {label:<11} {ty:<5} {m:>5}x{k:<5} n={n:<5} dequant {:7.1} us ({gbps:5.0} GB/s)  dequant+blas {:8.1} us {:6.1} TFLOP/s (blas alone ~{:6.1})  act_f16 {:6.1} us  lode gemm {:8.1} us {:6.1} TFLOP/s",

@@ -285,7 +285,7 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
         let wb = dev.upload(&w)?;
         for n in [16usize, 64, 128, 512, 2048] {
             let reps = if n >= 512 { 5 } else { 20 };
-            let ms = time_ms(dev, reps, || prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n))?;
+            let ms = time_ms(dev, reps, || prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, super::plan::tile(n, m)))?;
             let tf = 2.0 * (m * k * n) as f64 / ms / 1e9;
             let mut line = format!("bench prefill gemm {label:<11} {ty:<5} {m:>5}x{k:<5} n={n:<5} {:9.1} us {tf:7.1} TFLOP/s", ms * 1e3);
             if n <= 64 {
@@ -315,8 +315,8 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
             for n in [512usize, 2048] {
                 let fused = time_ms(dev, 5, || prefill::gemm_glu(dev, wb.ptr(), ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, false))?;
                 let apart = time_ms(dev, 5, || {
-                    prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n)?;
-                    prefill::gemm(dev, ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n)?;
+                    prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, super::plan::tile(n, m))?;
+                    prefill::gemm(dev, ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, super::plan::tile(n, m))?;
                     ops::glu(dev, yb.ptr(), yb.ptr(), yb.ptr(), m * n, false)
                 })?;
                 let tf = 4.0 * (m * k * n) as f64 / fused / 1e9;
@@ -327,7 +327,7 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
     drop((xb, yb, qb));
     // Attention, causal over n tokens: 32 heads / 8 KV heads, head_dim 128 (both presets),
     // and Gemma 3 4B's 8 / 4 heads of head_dim 256 (flash2 there: `flash_attn2_f16_d256`,
-    // prefill's default there; LODE_FLASH256=1 keeps V1).
+    // prefill's kernel there).
     for (nh, nkv, hd, n) in [(32usize, 8usize, 128usize, 512usize), (32, 8, 128, 2048), (8, 4, 256, 512), (8, 4, 256, 2048)] {
         let q = rng.vec(n * nh * hd, 1.0);
         let kv: Vec<u16> = (0..n * nkv * hd).map(|_| half::f16::from_f32(rng.f()).to_bits()).collect();

@@ -6,8 +6,7 @@
 //! is then about twice one backend's quantization noise, not ~0). So every quantized GPU
 //! matmul reads activations in the form of its type (`ops::ActFmt`, `quantize.hip`):
 //! decode's matvecs the int8 blocks, prefill's GEMM their values (code × scale) as f32,
-//! which its f16 operand staging rounds once more (≤ 2^-11 relative; `LODE_PREFILL_ACT=f16`
-//! restores the old unquantized f16 activations for comparison).
+//! which its f16 operand staging rounds once more (≤ 2^-11 relative).
 //!
 //! Each form has one scratch region and remembers which (buffer, version, row length,
 //! values) it holds, so q/k/v (and gate/up) quantize their shared input once. The fused
@@ -50,15 +49,9 @@ pub(super) struct ActForms {
     dq_fmt: Option<ActFmt>,
     /// Per buffer: (form, row length) its last quantized consumer read.
     hint: HashMap<u32, (ActFmt, usize)>,
-    /// `LODE_PREFILL_ACT=f16`: the GEMM reads unquantized activations (old behaviour).
-    pub(super) prefill_f16: bool,
 }
 
 impl ActForms {
-    pub(super) fn from_env() -> ActForms {
-        let prefill_f16 = std::env::var("LODE_PREFILL_ACT").map(|v| v == "f16").unwrap_or(false);
-        ActForms { prefill_f16, ..ActForms::default() }
-    }
 
     fn form(&mut self, fmt: ActFmt) -> &mut Form {
         match fmt {
@@ -123,12 +116,9 @@ impl GpuBackend {
     }
 
     /// Prefill: the device address of `x`'s values quantized to `fmt` and back
-    /// ([n_tok, k] f32), or `x` itself under `LODE_PREFILL_ACT=f16`.
+    /// ([n_tok, k] f32).
     pub(super) fn act_values(&mut self, x: Buf, fmt: ActFmt, k: usize, n_tok: usize, op: &'static str) -> Result<DevPtr> {
         let (xp, _) = self.buf(x)?;
-        if self.act.prefill_f16 {
-            return Ok(xp);
-        }
         let key = (x.0, self.version(x), k, k * n_tok);
         let f = &mut self.act.dq;
         let grown = f.scratch.grown;

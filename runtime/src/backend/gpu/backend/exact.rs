@@ -161,6 +161,26 @@ impl GpuBackend {
         r
     }
 
+    pub(super) fn exact_add(&mut self, a: Buf, b: Buf, out: Buf, n: usize) -> Result<()> {
+        let (ap, an) = self.buf(a)?;
+        let (bp, bn) = self.buf(b)?;
+        let (op, on) = self.buf(out)?;
+        Self::check_len("add", a, an, n)?;
+        Self::check_len("add", b, bn, n)?;
+        Self::check_len("add", out, on, n)?;
+        let r = launch::add(&self.rec(), ap, bp, op, n).map_err(err("add"));
+        self.touch(out);
+        r
+    }
+
+    pub(super) fn exact_scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
+        let (xp, xn) = self.buf(x)?;
+        Self::check_len("scale", x, xn, n)?;
+        let r = launch::scale(&self.rec(), xp, n, s).map_err(err("scale"));
+        self.touch(x);
+        r
+    }
+
     pub(super) fn exact_add_bias(&mut self, x: Buf, n_tok: usize, bias: &WeightRef) -> Result<()> {
         let n = bias.row_len() * bias.n_rows();
         let (xp, xn) = self.buf(x)?;
@@ -210,7 +230,7 @@ impl GpuBackend {
         }
         let stride = pos.iter().map(|&x| x as usize + 1).max().unwrap_or(1);
         if self.exact.threads == 0 {
-            self.exact.threads = exact::threads();
+            self.exact.threads = exact::threads(self.dev.tuning());
         }
         let (mode, chunk) = exact::order::attention_mode(pos.len(), pos.last().copied().unwrap_or(0) as usize, self.exact.threads);
         let scores = self.exact_scratch(1, pos.len() * p.n_head * stride * 4)?;

@@ -1,8 +1,11 @@
 //! The GPU backend's fused decode ops (the `Backend` trait's `matmul_multi`,
 //! `add_rms_norm`, `rope_kv_write`): one launch where the trait's defaults issue several.
-//! Each falls back to the unfused ops when `LODE_FUSE=0` or a shape does not fit.
+//! Each runs unfused where `plan.rs` says so (`Tuning::fuse` off, or a shape that does
+//! not fit).
 
+use super::probe::{self, Probe};
 use super::{err, GpuBackend};
+use crate::backend::gpu::plan::{self, Multi};
 use crate::backend::gpu::ops;
 use crate::backend::{Backend, BackendError, Buf, KvCache, QkvPrep, Result};
 use crate::weights::WeightRef;
@@ -10,8 +13,9 @@ use crate::weights::WeightRef;
 impl GpuBackend {
     pub(super) fn fused_matmul_multi(&mut self, x: Buf, n_tok: usize, outs: &[(&WeightRef, Buf)]) -> Result<()> {
         let k = outs.first().map(|(w, _)| w.row_len()).unwrap_or(0);
-        let fusable = self.fuse && n_tok == 1 && (1..=3).contains(&outs.len()) && outs.iter().all(|(w, _)| w.row_len() == k && ops::multi_supports(w.ty(), k));
-        if !fusable {
+        let pws: Vec<plan::Weight> = outs.iter().map(|(w, _)| probe::weight(w)).collect();
+        let choice = plan::matmul_multi(&pws, n_tok, &self.tuning, &mut Probe { dev: &self.dev, cache: &mut self.occ });
+        if choice == Multi::Each {
             for (w, y) in outs {
                 self.matmul(w, x, n_tok, *y)?;
             }
@@ -35,10 +39,9 @@ impl GpuBackend {
             }
         }
         let names: Vec<&str> = outs.iter().map(|(w, _)| w.name()).collect();
-        let loop_blocks = self.q4k_loop_blocks(k, &segs);
-        let r = match loop_blocks {
-            Some(blocks) => ops::matvec_q4k_loop(&self.rec(), xq[1], k, &segs, blocks),
-            None => ops::matvec_multi(&self.rec(), xq[0], xq[1], k, &segs),
+        let r = match choice {
+            Multi::Q4kLoop { blocks } => ops::matvec_q4k_loop(&self.rec(), xq[1], k, &segs, blocks),
+            _ => ops::matvec_multi(&self.rec(), xq[0], xq[1], k, &segs),
         };
         r.map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", names.join(", ")) })?;
         for (_, y) in outs {
@@ -49,7 +52,7 @@ impl GpuBackend {
 
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fused_add_rms_norm(&mut self, x: Buf, b: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
-        if !self.fuse || row_len % 32 != 0 || out == x || out == b {
+        if !plan::add_rms_norm(row_len, out == x || out == b, &self.tuning) {
             self.add(x, b, x, n_rows * row_len)?;
             return self.rms_norm(x, out, n_rows, row_len, w, eps);
         }
@@ -81,18 +84,16 @@ impl GpuBackend {
     pub(super) fn fused_rope_kv_write(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
         let spec = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?.spec;
         let norm_ok = |w: &Option<WeightRef>| w.as_ref().map(|w| w.row_len() * w.n_rows() == p.head_dim).unwrap_or(true);
-        let fusable = self.fuse
-            && p.head_dim <= 256
-            && p.head_dim == spec.head_dim_k
-            && p.head_dim == spec.head_dim_v
-            && p.n_kv_head == spec.n_kv_head
-            && p.rope.n_rot <= p.head_dim
-            && p.rope.n_rot % 2 == 0
-            && norm_ok(&p.q_norm)
-            && norm_ok(&p.k_norm)
-            && !q.eq(&k)
-            && !q.eq(&v);
-        if !fusable {
+        let shape = plan::QkvShape {
+            head_dim: p.head_dim,
+            n_head: p.n_head,
+            n_kv_head: p.n_kv_head,
+            n_rot: p.rope.n_rot,
+            buffers_ok: norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && q != k && q != v,
+            cache_head_dim: (spec.head_dim_k, spec.head_dim_v),
+            cache_kv_heads: spec.n_kv_head,
+        };
+        if !plan::rope_kv(&shape, &self.tuning) {
             return crate::backend::rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p);
         }
         let n = pos.len();

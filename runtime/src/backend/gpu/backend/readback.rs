@@ -3,8 +3,8 @@
 //! staged by the driver in small pieces and runs several times slower. The buffer grows
 //! to the largest read seen and lives as long as the backend. A decode step's logits are
 //! lent to the caller straight from it (`read_pinned`: no second copy; through
-//! `Backend::read_with`), which is where pinned memory pays. `LODE_PINNED_READ=0` reads
-//! straight into the caller's memory (for A/B runs); a failed pinned allocation does too.
+//! `Backend::read_with`), which is where pinned memory pays. `Tuning::pinned_read` off
+//! reads straight into the caller's memory; a failed pinned allocation does too.
 //!
 //! A buffer the model reads back every step (`Backend::alloc_readback`: the logits) also
 //! has page-locked host memory mapped into the device's address space: the fused LM head
@@ -14,8 +14,8 @@
 //! kernel and its start (nsys, `ci/timeline.py`). Every other op writes the buffer's
 //! device copy (kernels that store one value per warp would cross the link in 4-byte
 //! pieces: the head did so first, 0.6B decode 1,680 t/s against 1,980), which a read then
-//! copies into the mapped memory as before. `LODE_MAPPED_OUT=0` keeps such buffers on the
-//! device only (A/B runs); a refused host allocation does too.
+//! copies into the mapped memory as before. `Tuning::mapped_out` off keeps such buffers on
+//! the device only; a refused host allocation does too.
 
 use super::{derr, GpuBackend};
 use crate::backend::gpu::device::{DeviceBuffer, GpuDevice, PinnedHost};
@@ -41,17 +41,12 @@ impl ActMem {
     }
 }
 
-/// `LODE_MAPPED_OUT=0`: read-back buffers on the device (copied after each step).
-fn mapped_out() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LODE_MAPPED_OUT").map(|v| v != "0").unwrap_or(true))
-}
 
 impl GpuBackend {
     /// `Backend::alloc_readback`: a zeroed buffer in mapped page-locked host memory, or
     /// on the device when that is off or refused.
     pub(super) fn alloc_mapped(&mut self, len: usize) -> crate::backend::Result<Buf> {
-        if !mapped_out() {
+        if !self.dev.tuning().mapped_out {
             return self.alloc(len);
         }
         let b = self.alloc(len)?;
@@ -131,11 +126,9 @@ impl GpuBackend {
     }
 }
 
-/// Reads smaller than this go straight to the caller's memory (one logits row of a small
-/// vocabulary, positions, test reads): the extra host copy would cost more than it saves.
-/// `LODE_PINNED_MIN=bytes` moves the threshold (for A/B runs).
-const PINNED_MIN_BYTES: usize = 1 << 20;
-
+/// Large reads through one page-locked buffer. Reads smaller than `Tuning::pinned_min`
+/// (1 MiB) go straight to the caller's memory (one logits row of a small vocabulary,
+/// positions, test reads): the extra host copy would cost more than it saves.
 pub(super) struct Readback {
     buf: Option<PinnedHost>,
     enabled: bool,
@@ -143,9 +136,8 @@ pub(super) struct Readback {
 }
 
 impl Readback {
-    pub(super) fn from_env() -> Readback {
-        let min_bytes = std::env::var("LODE_PINNED_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(PINNED_MIN_BYTES);
-        Readback { buf: None, enabled: std::env::var("LODE_PINNED_READ").map(|v| v != "0").unwrap_or(true), min_bytes }
+    pub(super) fn new(t: &crate::backend::gpu::tuning::Tuning) -> Readback {
+        Readback { buf: None, enabled: t.pinned_read, min_bytes: t.pinned_min }
     }
 
     /// Copy `n` bytes from `src` on the device into the page-locked buffer and lend them

@@ -2,10 +2,9 @@
 //! and attention in one launch (`attn_decode.rs`, `kernels-hip/attn_decode.hip`) instead
 //! of `rope_kv_f32` + `attn_f16`.
 //!
-//! Taken for one token (`pos.len() == 1`) with head sizes 64, 128 or 256, under fast
-//! numerics with `LODE_FUSE` and `LODE_FUSE_ATTN` on (`LODE_FUSE_ATTN=0`: the trait's
-//! default, `rope_kv_write` then `attention`, for A/B runs); anything else goes the default
-//! way. `--numerics exact` never comes here (backend.rs routes it to the default).
+//! Taken where `plan::rope_kv_attention` says (one token, head sizes 64, 128 or 256,
+//! `Tuning::fuse` and `fuse_attn` on); anything else goes the trait's default way,
+//! `rope_kv_write` then `attention`.
 //!
 //! What it leaves behind differs from the default in one respect: `q` and `k` are read,
 //! not written back (the default leaves them normalized and rotated in place). Nothing
@@ -21,86 +20,53 @@ use super::{derr, err, GpuBackend};
 use crate::backend::gpu::attn_decode::{self, AttnDecode, AttnDecodeBufs};
 use crate::backend::gpu::device::DeviceBuffer;
 use crate::backend::gpu::driver::DevPtr;
-use crate::backend::gpu::exact::Numerics;
 use crate::backend::gpu::ops;
+use crate::backend::gpu::plan;
+use super::probe::Probe;
 use crate::backend::{Attention, Backend, BackendError, Buf, KvCache, QkvPrep, Result};
 use crate::weights::WeightRef;
 
-/// The fused decode attention's switch and scratch (arrival counters + partial states).
+/// The fused decode attention's scratch (arrival counters + partial states).
+#[derive(Default)]
 pub(super) struct FuseAttn {
-    on: bool,
-    /// `LODE_ATTN_PART_KEYS=N`: parts of at least N keys (default: one block iteration,
-    /// `attn_decode::keys_per_part`); fewer keys per part spread a head over more blocks.
-    part_keys: Option<usize>,
-    /// `LODE_ATTN_SPREAD=1`: a part's keys dealt round all the block's warps (the kernel's
-    /// first layout) instead of filling the warps in order (`AttnDecode::spread`).
-    spread: bool,
     scratch: Option<DeviceBuffer>,
 }
 
-impl FuseAttn {
-    pub(super) fn from_env() -> FuseAttn {
-        FuseAttn {
-            on: std::env::var("LODE_FUSE_ATTN").map(|v| v != "0").unwrap_or(true),
-            part_keys: std::env::var("LODE_ATTN_PART_KEYS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
-            spread: std::env::var("LODE_ATTN_SPREAD").map(|v| v == "1").unwrap_or(false),
-            scratch: None,
-        }
-    }
-}
-
 impl GpuBackend {
-    /// The fused decode attention on or off (as `LODE_FUSE_ATTN` sets it at start).
+    /// The fused decode attention on or off (`Tuning::fuse_attn`).
     pub fn set_fuse_attn(&mut self, on: bool) {
-        self.fuse_attn.on = on;
+        self.tuning.fuse_attn = on;
     }
 
-    /// The fewest keys per part (as `LODE_ATTN_PART_KEYS` sets it; None: one block iteration).
+    /// The fewest keys per part (`Tuning::attn_part_keys`; None: one block iteration).
     pub fn set_attn_part_keys(&mut self, keys: Option<usize>) {
-        self.fuse_attn.part_keys = keys.filter(|&n| n > 0);
-    }
-
-    /// The fused kernel's key layout (as `LODE_ATTN_SPREAD` sets it; `AttnDecode::spread`).
-    pub fn set_attn_spread(&mut self, spread: bool) {
-        self.fuse_attn.spread = spread;
-    }
-
-    /// Whether `rope_kv_attention` of this shape runs as the one fused kernel.
-    #[allow(clippy::too_many_arguments)]
-    fn attn_fusable(&self, q: Buf, k: Buf, v: Buf, kv: KvCache, pos: &[u32], p: &QkvPrep, a: &Attention, out: Buf) -> bool {
-        let Some(spec) = self.kvs.get(&kv.0).map(|c| c.spec) else { return false };
-        let hd = p.head_dim;
-        let norm_ok = |w: &Option<WeightRef>| w.as_ref().map(|w| w.row_len() * w.n_rows() == hd).unwrap_or(true);
-        let bufs = [q, k, v, out];
-        let distinct = (0..4).all(|i| (i + 1..4).all(|j| bufs[i] != bufs[j]));
-        self.fuse
-            && self.fuse_attn.on
-            && self.numerics != Numerics::Exact
-            && pos.len() == 1
-            && attn_decode::kernel(hd).is_some()
-            && a.head_dim_k == hd
-            && a.head_dim_v == hd
-            && spec.head_dim_k == hd
-            && spec.head_dim_v == hd
-            && p.n_head == a.n_head
-            && p.n_kv_head == a.n_kv_head
-            && p.n_kv_head == spec.n_kv_head
-            && p.n_kv_head > 0
-            && p.n_head % p.n_kv_head == 0
-            && p.rope.n_rot <= hd
-            && p.rope.n_rot % 2 == 0
-            && norm_ok(&p.q_norm)
-            && norm_ok(&p.k_norm)
-            && distinct
+        self.tuning.attn_part_keys = keys.filter(|&n| n > 0);
     }
 
     /// The `Backend::rope_kv_attention` of fast numerics.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fused_rope_kv_attention(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep, a: &Attention, out: Buf) -> Result<()> {
-        if !self.attn_fusable(q, k, v, kv, pos, p, a, out) {
+        let Some(spec) = self.kvs.get(&kv.0).map(|c| c.spec) else { return Err(BackendError::BadKvHandle(kv)) };
+        let hd = p.head_dim;
+        let norm_ok = |w: &Option<WeightRef>| w.as_ref().map(|w| w.row_len() * w.n_rows() == hd).unwrap_or(true);
+        let bufs = [q, k, v, out];
+        let distinct = (0..4).all(|i| (i + 1..4).all(|j| bufs[i] != bufs[j]));
+        let shape = plan::QkvShape {
+            head_dim: hd,
+            n_head: p.n_head,
+            n_kv_head: p.n_kv_head,
+            n_rot: p.rope.n_rot,
+            buffers_ok: norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && distinct,
+            cache_head_dim: (spec.head_dim_k, spec.head_dim_v),
+            cache_kv_heads: spec.n_kv_head,
+        };
+        let window = a.window.unwrap_or(0);
+        let max_keys = if window > 0 { window.min(spec.n_ctx) } else { spec.n_ctx };
+        let attn = (a.head_dim_k, a.head_dim_v, a.n_head, a.n_kv_head);
+        let Some(choice) = plan::rope_kv_attention(&shape, pos.len(), attn, max_keys, &self.tuning, &mut Probe { dev: &self.dev, cache: &mut self.occ }) else {
             self.rope_kv_write(q, k, v, kv, layer, pos, p)?;
             return self.attention(q, kv, layer, pos, a, out);
-        }
+        };
         const OP: &str = "rope_kv_attention";
         let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_kv_head);
         let (qp, qn) = self.buf(q)?;
@@ -118,16 +84,7 @@ impl GpuBackend {
         let q_norm = p.q_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let k_norm = p.k_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let freq_factors = self.rope_factors(&p.rope)?;
-        let window = a.window.unwrap_or(0);
-        let max_keys = if window > 0 { window.min(spec.n_ctx) } else { spec.n_ctx };
-        let min_keys = self.fuse_attn.part_keys.unwrap_or_else(|| attn_decode::keys_per_part(hd));
-        let mut parts = attn_decode::parts_for(min_keys, max_keys);
-        if self.fuse_attn.part_keys.is_none() {
-            // At most one wave of blocks: long contexts then take longer parts, not more waves.
-            let kernel = attn_decode::kernel(hd).unwrap_or("attn_decode_d128");
-            let wave = self.mv_sms() * self.mv_per_sm(kernel, attn_decode::THREADS as u32, || 1);
-            parts = attn_decode::parts_in_wave(parts, n_head, wave);
-        }
+        let (min_keys, parts) = (choice.min_keys, choice.parts);
         let scratch = self.attn_scratch(attn_decode::scratch_bytes(n_head, parts, hd))?;
         let pos_dev = self.positions(pos)?;
         let values = n_head * hd;
@@ -142,7 +99,7 @@ impl GpuBackend {
             window,
             parts,
             min_keys,
-            spread: self.fuse_attn.spread,
+            spread: false,
         };
         attn_decode::attn_decode(&self.rec(), &bufs, &params).map_err(err(OP))?;
         if q8.is_some() {

@@ -1,8 +1,8 @@
 //! A batched decode step's attention (`Backend::attention_rows`): row `t` is the next token
 //! of a different sequence, so its K/V go into, and its query attends over, that
 //! sequence's own cache. One staged table of cache addresses (K and V per row) and one
-//! staged positions array let all rows run in two launches per layer (`LODE_ROWS=loop`
-//! keeps the older two-launches-per-row loop, for comparison).
+//! staged positions array let all rows run in two launches per layer (measured and dropped:
+//! two launches per row).
 
 use super::{err, GpuBackend};
 use crate::backend::gpu::ops;
@@ -46,7 +46,7 @@ impl GpuBackend {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn per_row_attention(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         let n = pos.len();
-        let RowsOperands { qp, kp, vp, op, qd, ad, rk, rv } = self.rows_operands(q, k, v, out, kvs, n, p)?;
+        let RowsOperands { qp, kp, vp, op, rk, rv, .. } = self.rows_operands(q, k, v, out, kvs, n, p)?;
         let mut caches = Vec::with_capacity(n);
         for (t, kv) in kvs.iter().enumerate() {
             let (kc, vc, s) = self.kv_layer("attention_rows", *kv, layer)?;
@@ -60,27 +60,11 @@ impl GpuBackend {
         }
         let pp = self.positions(pos)?;
         let window = p.window.unwrap_or(0);
-        if !row_loop() {
-            let table: Vec<u64> = caches.iter().flat_map(|&(kc, vc)| [kc, vc]).collect();
-            let tp = self.stage_bytes(bytemuck::cast_slice(&table))?;
-            ops::kv_store_rows(&self.rec(), kp, vp, tp, rk, rv, pp, n).map_err(err("kv_write"))?;
-            ops::attention_rows(&self.rec(), qp, tp, op, n, p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
-            self.touch(out);
-            return Ok(());
-        }
-        for (t, &(kc, vc)) in caches.iter().enumerate() {
-            let (t4, pt) = (t as u64 * 4, pp + t as u64 * 4);
-            ops::kv_store(&self.rec(), kp + t4 * rk as u64, vp + t4 * rv as u64, kc, vc, rk, rv, pt, 1).map_err(err("kv_write"))?;
-            ops::attention(&self.rec(), qp + t4 * qd as u64, kc, vc, op + t4 * ad as u64, 1, p.n_head, p.n_kv_head, p.head_dim_k, pt, window, p.scale)
-                .map_err(err("attention"))?;
-        }
+        let table: Vec<u64> = caches.iter().flat_map(|&(kc, vc)| [kc, vc]).collect();
+        let tp = self.stage_bytes(bytemuck::cast_slice(&table))?;
+        ops::kv_store_rows(&self.rec(), kp, vp, tp, rk, rv, pp, n).map_err(err("kv_write"))?;
+        ops::attention_rows(&self.rec(), qp, tp, op, n, p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
         self.touch(out);
         Ok(())
     }
-}
-
-/// `LODE_ROWS=loop`: the older two-launches-per-row loop (read once).
-fn row_loop() -> bool {
-    static LOOP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *LOOP.get_or_init(|| std::env::var("LODE_ROWS").map(|v| v == "loop").unwrap_or(false))
 }

@@ -1,8 +1,9 @@
 //! Making a `GpuBackend`: its weight options and residency, every per-op state's start
-//! value from the environment, and the few switches tests and tools flip afterwards.
+//! value from the tuning table, and the few switches tests and tools flip afterwards.
 
-use super::{act, blas, norm_mv, readback, rope_attn, BackendError, GpuBackend, Numerics, Result, Scratch};
+use super::{act, blas, norm_mv, readback, rope_attn, BackendError, GpuBackend, Result, Scratch};
 use crate::backend::gpu::device::GpuDevice;
+use crate::backend::gpu::tuning::Tuning;
 use crate::backend::gpu::materialize::GpuMaterializer;
 use crate::backend::gpu::replay::{Replay, ReplayStats};
 use crate::weights::{Residency, WeightCache, WeightOptions};
@@ -10,8 +11,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 impl GpuBackend {
-    /// A backend with the environment's weight options (`LODE_RESIDENCY`, else the
-    /// device's default; an unreadable variable is reported and ignored).
+    /// A backend with the environment's weight options (`LODE_TEST_ALLOC_LIMIT`; an
+    /// unreadable value is reported and ignored) and the device's default residency.
     pub fn new(dev: GpuDevice) -> GpuBackend {
         let opts = WeightOptions::from_env().unwrap_or_else(|e| {
             eprintln!("lode: {e}; ignored");
@@ -31,12 +32,13 @@ impl GpuBackend {
     }
 
     fn with_residency(dev: GpuDevice, residency: Residency, opts: &WeightOptions) -> GpuBackend {
+        let tuning = dev.tuning().clone();
         let cache = WeightCache::new(GpuMaterializer::new(dev.clone()), residency, opts);
-        let mut be = GpuBackend {
+        let be = GpuBackend {
             dev,
             bufs: HashMap::new(),
             tick: 0,
-            act: act::ActForms::from_env(),
+            act: act::ActForms::default(),
             kvs: HashMap::new(),
             next: 1,
             cache,
@@ -48,20 +50,15 @@ impl GpuBackend {
             step_pos: None,
             prev_pos: None,
             predicted_pos: None,
-            replay: RefCell::new(Replay::new()),
-            gemm_prefill: std::env::var("LODE_GEMM").map(|v| v != "0").unwrap_or(true),
-            fuse: std::env::var("LODE_FUSE").map(|v| v != "0").unwrap_or(true),
-            mv: norm_mv::MvFuse::from_env(),
-            fuse_attn: rope_attn::FuseAttn::from_env(),
-            readback: readback::Readback::from_env(),
+            replay: RefCell::new(Replay::new(&tuning)),
+            occ: Default::default(),
+            mv: norm_mv::MvFuse::default(),
+            fuse_attn: rope_attn::FuseAttn::default(),
+            readback: readback::Readback::new(&tuning),
             blas: blas::BlasPrefill::default(),
-            numerics: Numerics::from_env(),
+            tuning,
             exact: Default::default(),
         };
-        // Exact mode stages host tables (RoPE) mid-step: no speculative graph launches.
-        if be.numerics == Numerics::Exact {
-            be.set_graphs(false);
-        }
         be
     }
 
@@ -79,15 +76,17 @@ impl GpuBackend {
         &mut self.cache
     }
 
-    /// `--numerics` (as `LODE_NUMERICS` sets it at start).
-    pub fn set_numerics(&mut self, n: Numerics) {
-        self.numerics = n;
-        if n == Numerics::Exact {
-            self.set_graphs(false);
-        }
+    /// The tuning table the plan reads (the device's, copied at open); selftests flip its
+    /// switches to compare a fused path with the unfused one.
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
     }
 
-    /// Graph replay on or off (as `LODE_GRAPHS` sets it at start).
+    pub fn tuning_mut(&mut self) -> &mut Tuning {
+        &mut self.tuning
+    }
+
+    /// Graph replay on or off (`Tuning::graphs` at start).
     pub fn set_graphs(&mut self, on: bool) {
         self.replay.get_mut().enabled = on;
     }

@@ -472,7 +472,7 @@ impl Driver for HipDriver {
         let fail = |log: String| DriverError::Compile { api: Api::Hip, what: name.to_string(), arch: arch.to_string(), log };
         let src = CString::new(source).map_err(|_| fail("source holds a NUL byte".into()))?;
         let cname = CString::new(name).map_err(|_| fail("bad name".into()))?;
-        let opts: Vec<CString> = [format!("--offload-arch={arch}"), "-O3".into(), "-std=c++17".into(), "-DLODE_RTC=1".into()]
+        let opts: Vec<CString> = [format!("--offload-arch={arch}"), "-O3".into(), "-std=c++17".into()]
             .into_iter()
             .map(|o| CString::new(o).unwrap_or_default())
             .collect();

@@ -227,11 +227,10 @@ pub trait Driver: Send + Sync {
     fn rtc_compile(&self, source: &str, name: &str, arch: &str) -> Result<Vec<u8>>;
 }
 
-/// `LODE_MEM_TRACE=1`: print the driver's used-memory figure at each point where lode's
+/// `LODE_DEBUG=mem`: print the driver's used-memory figure at each point where lode's
 /// device footprint changes shape (context, each module, weights, KV, scratch, graphs).
 pub fn mem_trace() -> bool {
-    static T: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *T.get_or_init(|| std::env::var("LODE_MEM_TRACE").is_ok_and(|v| !v.is_empty() && v != "0"))
+    crate::diag::get().mem
 }
 
 /// Open the first library of `names` that loads; the error lists every name tried.

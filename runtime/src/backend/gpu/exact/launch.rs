@@ -53,7 +53,7 @@ pub fn matmul(d: &dyn Launch, ty: ExactType, w: DevPtr, xq: DevPtr, y: DevPtr, r
         return Ok(());
     }
     let args = [KArg::Ptr(w), KArg::Ptr(xq), KArg::Ptr(y), i(rows), i(k), KArg::I32(ty as i32), KArg::I32(ty.order(n_tok))];
-    if ty == ExactType::Q4K || std::env::var("LODE_EXACT_SERIAL").is_ok_and(|v| v == "1") {
+    if ty == ExactType::Q4K {
         // One thread per output (Q4_K's chain has no lane structure to spread).
         d.launch("exact_matmul", [ceil(rows, 128), n_tok as u32, 1], [128, 1, 1], &args)?;
     } else {

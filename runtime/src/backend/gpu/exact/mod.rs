@@ -1,4 +1,4 @@
-//! `--numerics exact` (`LODE_NUMERICS=exact`): a GPU numerics mode whose every op computes,
+//! `--numerics exact` ([`crate::backend::gpu::ExactBackend`]): a GPU numerics mode whose every op computes,
 //! per output element, the CPU backend's exact sequence of f32 operations, so GPU logits
 //! equal the CPU backend's bit for bit (KL divergence 0).
 //!
@@ -35,9 +35,6 @@ pub enum Numerics {
     Exact,
 }
 
-/// The environment variable `--numerics` sets.
-pub const ENV: &str = "LODE_NUMERICS";
-
 impl std::str::FromStr for Numerics {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -49,24 +46,11 @@ impl std::str::FromStr for Numerics {
     }
 }
 
-impl Numerics {
-    /// `LODE_NUMERICS` (unset or empty: fast; an unknown value is reported and ignored).
-    pub fn from_env() -> Numerics {
-        match std::env::var(ENV) {
-            Ok(v) if !v.trim().is_empty() => v.trim().parse().unwrap_or_else(|e| {
-                eprintln!("lode: {ENV}: {e}; using fast");
-                Numerics::Fast
-            }),
-            _ => Numerics::Fast,
-        }
-    }
-}
-
 /// The CPU backend's thread count that exact decode attention mirrors (see
-/// [`order::attention_mode`]): `LODE_EXACT_THREADS`, else the physical cores (the CLI's
-/// default `--threads`).
-pub fn threads() -> usize {
-    std::env::var("LODE_EXACT_THREADS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or_else(physical_cores)
+/// [`order::attention_mode`]): `Tuning::exact_threads`, else the physical cores (the
+/// CLI's default `--threads`).
+pub fn threads(t: &super::tuning::Tuning) -> usize {
+    t.exact_threads.unwrap_or_else(physical_cores)
 }
 
 /// Physical cores as the CLI counts them (distinct (package, core) pairs), else the

@@ -52,10 +52,9 @@ impl GpuDevice {
     }
 }
 
-/// `LODE_TRACE_LAUNCH=1`: print every launch before it is made (finding a crash).
+/// `LODE_DEBUG=launches`: print every launch before it is made (finding a crash).
 fn trace() -> bool {
-    static T: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *T.get_or_init(|| std::env::var("LODE_TRACE_LAUNCH").is_ok_and(|v| v == "1"))
+    crate::diag::get().launches
 }
 
 impl Executor for GpuDevice {

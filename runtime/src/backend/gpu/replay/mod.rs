@@ -24,8 +24,8 @@
 //! per-step staging slots whose addresses repeat, and kernels read positions on the
 //! device — so decode steps hit token after token. Steps that contain work the record
 //! cannot express (a host write into an activation buffer, an allocation, a weight
-//! upload) are never captured. `LODE_GRAPHS=0` turns replay off; `LODE_GRAPH_CACHE=N`
-//! bounds the instance cache (default 8).
+//! upload) are never captured. `Tuning::graphs` off turns replay off;
+//! `Tuning::graph_cache` bounds the instance cache (default 8).
 //!
 //! The decisions are device-independent: they run over an [`Executor`], which the GPU
 //! implements with stream capture and exec update, and tests with host memory.
@@ -91,17 +91,17 @@ pub struct Replay {
     /// allocated or freed since (a speculative launch must not use a moved binding).
     spec_ok: bool,
     pub stats: ReplayStats,
-    /// `LODE_PROFILE=1`: every eager launch is synchronized and timed, by kernel name
+    /// `LODE_DEBUG=profile`: every eager launch is synchronized and timed, by kernel name
     /// (graphs are then off: timing needs eager launches).
     prof: Option<std::collections::HashMap<&'static str, (u64, f64)>>,
 }
 
 impl Replay {
-    pub fn new() -> Replay {
-        let prof = std::env::var("LODE_PROFILE").map(|v| v == "1").unwrap_or(false).then(Default::default);
-        let enabled = std::env::var("LODE_GRAPHS").map(|v| v != "0").unwrap_or(true) && prof.is_none();
-        let cap = std::env::var("LODE_GRAPH_CACHE").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
-        let mut r = Replay::with_capacity(cap);
+    /// As the tuning table says (`graphs`, `graph_cache`), with `LODE_DEBUG=profile`.
+    pub fn new(t: &crate::backend::gpu::tuning::Tuning) -> Replay {
+        let prof = crate::diag::get().profile.then(Default::default);
+        let enabled = t.graphs && prof.is_none();
+        let mut r = Replay::with_capacity(t.graph_cache);
         r.enabled = enabled;
         r.prof = prof;
         r
@@ -227,7 +227,7 @@ impl Replay {
         Ok(())
     }
 
-    /// The per-kernel profile (`LODE_PROFILE=1`), most time first.
+    /// The per-kernel profile (`LODE_DEBUG=profile`), most time first.
     pub fn profile_report(&self) -> Option<String> {
         let prof = self.prof.as_ref()?;
         let mut v: Vec<_> = prof.iter().collect();
@@ -385,7 +385,7 @@ impl Replay {
 
 impl Default for Replay {
     fn default() -> Self {
-        Replay::new()
+        Replay::new(&Default::default())
     }
 }
 
@@ -404,33 +404,15 @@ impl<X: Executor> Launch for Rec<'_, X> {
     }
 }
 
-/// A measurement knob: `LODE_REPEAT_KERNEL=name[:n]` launches kernel `name` n more times
-/// (default 1) wherever it runs, so that a benchmark's slowdown is that kernel's cost in
-/// its real place in the step (graph, overlap and all) — which a profiler that serializes
-/// kernels does not show. Only for kernels whose launch is idempotent (every output a
-/// function of inputs it does not write: the fused norm matvecs without a residual add,
-/// the decode attention); results are then unchanged.
+/// A measurement knob: `LODE_DEBUG=repeat=name[:n]` launches kernel `name` n more times
+/// wherever it runs, so that a benchmark's slowdown is that kernel's cost in its real place
+/// in the step (graph, overlap and all) — which a profiler that serializes kernels does not
+/// show. Only for kernels whose launch is idempotent (every output a function of inputs it
+/// does not write: the fused norm matvecs without a residual add, the decode attention);
+/// results are then unchanged.
 fn repeats(name: &str) -> usize {
-    static SPEC: std::sync::OnceLock<Option<(String, usize)>> = std::sync::OnceLock::new();
-    let spec = SPEC.get_or_init(|| std::env::var("LODE_REPEAT_KERNEL").ok().map(|v| repeat_spec(&v)));
-    match spec {
+    match &crate::diag::get().repeat {
         Some((k, n)) if k == name => *n,
         _ => 0,
-    }
-}
-
-/// `name[:n]` → (name, n); n defaults to 1 (also when it does not parse).
-fn repeat_spec(v: &str) -> (String, usize) {
-    let (k, n) = v.split_once(':').map(|(k, n)| (k, n.parse().unwrap_or(1))).unwrap_or((v, 1));
-    (k.to_string(), n)
-}
-
-#[cfg(test)]
-mod repeat_tests {
-    #[test]
-    fn repeat_spec_reads_name_and_count() {
-        assert_eq!(super::repeat_spec("decode_mv_norm4"), ("decode_mv_norm4".to_string(), 1));
-        assert_eq!(super::repeat_spec("attn_decode_d128:3"), ("attn_decode_d128".to_string(), 3));
-        assert_eq!(super::repeat_spec("k:x"), ("k".to_string(), 1));
     }
 }

@@ -1,4 +1,4 @@
-//! `exact_*` checks: every op of a [`GpuBackend`] under `--numerics exact` against the
+//! `exact_*` checks: every op of an [`ExactBackend`] (`--numerics exact`) against the
 //! [`CpuBackend`] through the `Backend` trait (the same calls the model makes), with
 //! tolerance 0: a check fails on any differing bit and reports how many elements differ
 //! and the first one. Shapes are random within the ranges below (odd row counts, K not
@@ -8,8 +8,8 @@
 use super::report::{CheckReport, Rng};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::device::GpuDevice;
-use crate::backend::gpu::exact::{self, order::ExactType, Numerics};
-use crate::backend::gpu::GpuBackend;
+use crate::backend::gpu::backend::ExactBackend;
+use crate::backend::gpu::exact::{self, order::ExactType};
 use crate::backend::{Attention, Backend, Buf, Glu, KvSpec, KvType, Rope, RopeMode};
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::quant::{self, GgmlType};
@@ -21,7 +21,7 @@ const TOKENS: [usize; 11] = [1, 2, 3, 4, 5, 7, 8, 17, 64, 129, 512];
 /// The GPU backend under test and the CPU reference, plus the weight files of the run
 /// (kept alive: the weight cache knows a weight by its bytes' address).
 struct Pair {
-    gpu: GpuBackend,
+    gpu: ExactBackend,
     cpu: CpuBackend,
     files: Files,
 }
@@ -310,9 +310,8 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport>
     if names.is_empty() {
         return Vec::new();
     }
-    let threads = exact::threads();
-    let mut gpu = GpuBackend::new(dev.clone());
-    gpu.set_numerics(Numerics::Exact);
+    let threads = exact::threads(dev.tuning());
+    let gpu = ExactBackend::new(dev.clone());
     let cpu = match CpuBackend::new(threads) {
         Ok(c) => c,
         Err(e) => return names.into_iter().map(|n| report(n, Err(e.to_string()))).collect(),

@@ -349,7 +349,7 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
         gpu.set_fuse_mv(true);
         let plain_half = gpu.half_launches() - half_before - half;
         // The half-warp check's cases are all the half-warp kernels' (while they are on).
-        if plain_half != 0 || (name == "norm_mv_half" && gpu.half_enabled() && half != taken) {
+        if plain_half != 0 || (name == "norm_mv_half" && half != taken) {
             acc.fail(format!("case {i} (n={} {:?}): {half} half-warp launches of {taken} fused with the fusion on, {plain_half} with it off", c.n, c.op));
         }
         let plain_launches = gpu.fused_mv_launches() - before - taken;
@@ -405,7 +405,6 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64) -> Ve
         return Vec::new();
     }
     let mut gpu = GpuBackend::new(dev.clone());
-    gpu.set_numerics(crate::backend::gpu::exact::Numerics::Fast);
     let mut cpu = match CpuBackend::new(4) {
         Ok(c) => c,
         Err(e) => {

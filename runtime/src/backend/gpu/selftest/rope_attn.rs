@@ -22,9 +22,8 @@
 //! Shapes: head_dim 64/128/256, GQA 1/2/4/8, NORM and NEOX (partial rotation, frequency
 //! factors and scale), q/k norms on and off, windows, positions 0, 1, 127, 128, 255 and
 //! past 1000, with caches big enough that the kernel splits the keys over several blocks,
-//! forced small parts (`set_attn_part_keys`) at short positions, and the kernel's spread key
-//! layout (`set_attn_spread`) next to its default (keys filling the warps in order, position
-//! 40: three of 16 warps busy).
+//! forced small parts (`set_attn_part_keys`) at short positions, and keys filling a few
+//! warps in order (position 40: three of 16 warps busy).
 
 use super::report::{Acc, CheckReport, Rng};
 use super::ref_attention;
@@ -56,8 +55,6 @@ struct Case {
     scale: f32,
     /// The GPU's fewest keys per part (None: its default, one block iteration).
     part_keys: Option<usize>,
-    /// The GPU kernel's spread key layout (`set_attn_spread`) instead of its default.
-    spread: bool,
 }
 
 fn cases() -> Vec<Case> {
@@ -77,7 +74,6 @@ fn cases() -> Vec<Case> {
         q_scale: None,
         scale: 1.0 / (hd as f32).sqrt(),
         part_keys: None,
-        spread: false,
     };
     vec![
         // Qwen3-0.6B's shape from the first token on.
@@ -101,16 +97,13 @@ fn cases() -> Vec<Case> {
         c(256, 4, 2, Norm, false, None, 127, 200),
         // A window of one key: only the new one.
         c(128, 8, 1, Neox, true, Some(1), 0, 8),
-        // Short contexts split into small parts (LODE_ATTN_PART_KEYS): the merge at 128 keys,
+        // Short contexts split into small parts (`Tuning::attn_part_keys`): the merge at 128 keys,
         // parts of 2 keys, and the window's parts past the part cap.
         Case { part_keys: Some(32), ..c(128, 16, 8, Neox, true, None, 126, 1024) },
         Case { part_keys: Some(2), ..c(64, 4, 2, Neox, true, None, 5, 4096) },
         Case { part_keys: Some(7), q_scale: Some(0.125), scale: 1.0, ..c(256, 4, 1, Neox, true, Some(512), 900, 1000) },
-        // A few warps' worth of keys in both key layouts (the spread one: LODE_ATTN_SPREAD=1),
-        // and the spread layout's two parts.
+        // A few warps' worth of keys.
         c(128, 16, 8, Neox, true, None, 40, 256),
-        Case { spread: true, ..c(128, 16, 8, Neox, true, None, 40, 256) },
-        Case { spread: true, ..c(128, 16, 8, Neox, true, None, 255, 512) },
     ]
 }
 
@@ -243,7 +236,6 @@ fn check_case(gpu: &mut GpuBackend, cpu: &mut CpuBackend, rng: &mut Rng, c: &Cas
     files.push(file);
     let f: &GgufFile = files.last().ok_or("no file")?;
     gpu.set_attn_part_keys(c.part_keys);
-    gpu.set_attn_spread(c.spread);
     let g = run_steps(gpu, c, &d, f, ids(idx), &mut |be: &mut GpuBackend, kv| be.read_kv(kv, 0).map(Some)).map_err(|e| format!("gpu: {e}"))?;
     let h = run_steps(cpu, c, &d, f, ids(idx), &mut |_: &mut CpuBackend, _| Ok(None)).map_err(|e| format!("cpu: {e}"))?;
     let name = format!("hd {} heads {}/{} {:?} rot {} norms {} window {:?} ctx {}", c.hd, c.n_head, c.n_kv, c.mode, c.n_rot, c.norms, c.window, c.n_ctx);
@@ -305,8 +297,7 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport>
         .enumerate()
         .map(|(i, c)| {
             let parts = c.part_keys.map(|n| format!("_k{n}")).unwrap_or_default();
-            let spread = if c.spread { "_spread" } else { "" };
-            (i, format!("rope_attn_d{}_g{}_p{}{parts}{spread}", c.hd, c.n_head / c.n_kv, c.pos), *c)
+            (i, format!("rope_attn_d{}_g{}_p{}{parts}", c.hd, c.n_head / c.n_kv, c.pos), *c)
         })
         .collect();
     let named: Vec<(usize, String, Case)> = named.into_iter().filter(|(_, n, _)| filter.map(|f| n.contains(f)).unwrap_or(true)).collect();

@@ -265,7 +265,7 @@ impl Target for GpuTarget<'_> {
         let wb = d.upload(w)?;
         let xb = d.upload_f32(x)?;
         let yb = self.out_buf(n * rows * 4)?;
-        ops::gemm_q4_k(d, wb.ptr(), rows, k, xb.ptr(), yb.ptr(), n)?;
+        crate::backend::gpu::prefill::gemm(d, wb.ptr(), GgmlType::Q4_K, crate::weights::layout::Layout::Stored, rows, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, rows))?;
         Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
     }
     fn f32_to_f16_rows(&self, src: &[f32], rows: usize, n: usize, stride: usize, row0: usize, dst_rows: usize) -> Out<Vec<u16>> {

@@ -153,7 +153,7 @@ impl CudaDriver {
             let mut g = 0usize;
             // SAFETY: `prop` is a valid CUmemAllocationProp; the out-pointer is a local.
             let rc = unsafe { (v.granularity)(&mut g, &d.alloc_prop(), 0) };
-            if rc == 0 && g > 0 && std::env::var("LODE_VMM").map(|s| s != "0").unwrap_or(true) {
+            if rc == 0 && g > 0 {
                 d.vmm = Some((v, g));
             }
         }
@@ -546,7 +546,7 @@ impl Driver for CudaDriver {
         let fail = |log: String| DriverError::Compile { api: Api::Cuda, what: name.to_string(), arch: arch.to_string(), log };
         let src = CString::new(source).map_err(|_| fail("source holds a NUL byte".into()))?;
         let cname = CString::new(name).map_err(|_| fail("bad name".into()))?;
-        let opts: Vec<CString> = [format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into(), "-DLODE_RTC=1".into()]
+        let opts: Vec<CString> = [format!("--gpu-architecture={arch}"), "-default-device".into(), "--std=c++17".into()]
             .into_iter()
             .map(|o| CString::new(o).unwrap_or_default())
             .collect();

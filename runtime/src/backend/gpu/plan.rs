@@ -1,0 +1,431 @@
+//! The one place that decides which kernel runs: pure functions from (op, weight types,
+//! shapes, token count, what the device holds, the tuning table) to the kernel and its
+//! grid. The backend (`backend.rs` and its `backend/` ops) asks here and then launches
+//! what it is told; nothing else chooses. No function here touches a device: the only
+//! device figures are the multiprocessor count and the resident blocks per
+//! multiprocessor of a kernel, asked through [`Occupancy`] ([`Sm90`] answers with sm_90's
+//! figures, for the unit tests below and `lode inspect --plan`).
+//!
+//! The measured reasons for each threshold are in BENCHMARKS.md and `benchmarks/`; the
+//! numbers a user may override are in [`Tuning`].
+
+use super::tuning::Tuning;
+use super::{attn_decode, decode_mv, head_mv, ops, prefill, prefill_blas};
+use crate::quant::GgmlType;
+use crate::weights::layout::Layout;
+
+/// The device figures the plan reads.
+pub trait Occupancy {
+    /// Multiprocessors (compute units).
+    fn sms(&mut self) -> usize;
+    /// Resident blocks of `block` threads of `kernel` per multiprocessor; `sm90` is the
+    /// figure on an H200, for a device that cannot say.
+    fn per_sm(&mut self, kernel: &'static str, block: u32, sm90: usize) -> usize;
+}
+
+/// A device that answers with sm_90's figures (an H200 has 132 multiprocessors).
+#[derive(Clone, Copy, Debug)]
+pub struct Sm90 {
+    pub sms: usize,
+}
+
+impl Default for Sm90 {
+    fn default() -> Sm90 {
+        Sm90 { sms: 132 }
+    }
+}
+
+impl Occupancy for Sm90 {
+    fn sms(&mut self) -> usize {
+        self.sms
+    }
+    fn per_sm(&mut self, _kernel: &'static str, _block: u32, sm90: usize) -> usize {
+        sm90
+    }
+}
+
+/// A matrix weight as the kernels see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Weight {
+    pub ty: GgmlType,
+    pub layout: Layout,
+    pub rows: usize,
+    /// Row length (the input's length).
+    pub k: usize,
+}
+
+/// `decode_mv_quant` / `decode_mv_quant2`: one token, the input quantized in the prologue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantMv {
+    /// Warps per row (1, or `decode_mv::quant_warps_per_row`'s figure).
+    pub wpr: usize,
+    pub rows_per_block: usize,
+    /// `decode_mv_quant2` where the rows have that form (`decode_mv::takes_two`).
+    pub two: bool,
+}
+
+/// Rows per `decode_mv_quant` block: as many as fit 32 warps, up to 16. Fewer, larger
+/// blocks leave more multiprocessors empty for the next kernel to start on during this one
+/// (H200, Qwen3-0.6B tg128: 16 rows 1,955–1,993 t/s, 8 rows 1,920–1,944, 32 rows
+/// 1,952–1,960; with `decode_mv_quant2` 16 stays best or equal).
+const QUANT_ROWS: usize = 16;
+
+/// How one matmul runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Matmul {
+    /// Dequantize to a transient f16 slab, then cuBLAS / hipBLAS (`prefill_blas.rs`).
+    Blas,
+    /// One token, input quantized inside the launch (`decode_mv::quant_mv`).
+    QuantMv(QuantMv),
+    /// One token over rows of 2–16 K-quant steps: one warp per step over a resident row
+    /// walk of `blocks` blocks (`decode_mv::split_walk`).
+    SplitWalk { steps: usize, blocks: usize },
+    /// The matrix-core GEMM with this token tile (`prefill::gemm`).
+    Gemm { tile: usize },
+    /// The multi-column matvec over the input's quantized (or f32) form (`ops::matvec`).
+    Matvec,
+}
+
+/// What [`matmul`] is asked.
+#[derive(Clone, Copy, Debug)]
+pub struct MatmulIn {
+    pub w: Weight,
+    pub n_tok: usize,
+    /// A BLAS library is open (asked only when [`blas_candidate`] says so).
+    pub blas: bool,
+    /// The input and output are one buffer.
+    pub x_is_y: bool,
+    /// The input's quantized form for this weight is already current.
+    pub x_ready: bool,
+}
+
+/// Whether a matmul of `n_tok` tokens over `w` would go to the BLAS if a library opens
+/// (the backend opens it on the first such matmul, never for decode-only runs).
+pub fn blas_candidate(w: &Weight, n_tok: usize, t: &Tuning) -> bool {
+    t.blas && n_tok >= t.blas_min_tokens.max(2) && prefill_blas::supports(w.ty, w.layout)
+}
+
+fn fused_mv(t: &Tuning) -> bool {
+    t.fuse && t.fuse_mv
+}
+
+/// Whether `kernel` over `rows` rows (8 per block of 256 threads) is one wave here.
+fn fits(o: &mut dyn Occupancy, kernel: &'static str, rows: usize) -> bool {
+    let sms = o.sms();
+    let per_sm = o.per_sm(kernel, decode_mv::BLOCK, decode_mv::blocks_per_sm(kernel));
+    decode_mv::fits_one_wave_at(rows, sms, per_sm)
+}
+
+/// The one-token matmul whose input has no current quantized form, as one launch that
+/// quantizes in its prologue: when the rows fit one wave of its blocks.
+pub fn quant_mv(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Option<QuantMv> {
+    let (ty, k, rows) = (q.w.ty, q.w.k, q.w.rows);
+    if !fused_mv(t) || q.n_tok != 1 || ops::act_fmt(ty).is_none() || q.x_is_y || q.x_ready {
+        return None;
+    }
+    if k > decode_mv::QUANT_MAX || !decode_mv::supports(ty, k) || !fits(o, "decode_mv_quant", rows) {
+        return None;
+    }
+    // A row of 2–4 steps one warp per step, when those larger blocks still fit one wave.
+    let mut wpr = decode_mv::quant_warps_per_row(ty, k);
+    if wpr > 1 {
+        let sms = o.sms();
+        let per_sm = o.per_sm("decode_mv_quant", decode_mv::BLOCK * wpr as u32, 4 / wpr);
+        if !decode_mv::fits_one_wave_at(rows, sms, per_sm) {
+            wpr = 1;
+        }
+    }
+    Some(QuantMv { wpr, rows_per_block: decode_mv::quant_rows_per_block(QUANT_ROWS, wpr), two: decode_mv::takes_two(ty, k, wpr) })
+}
+
+/// One token with rows of 2–16 K-quant steps (4B / 8B down) reading the input's K form.
+fn split_walk(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Option<(usize, usize)> {
+    let steps = decode_mv::split_steps(q.w.ty, q.w.k)?;
+    if !fused_mv(t) || q.n_tok != 1 || q.x_is_y || ops::act_fmt(q.w.ty) != Some(ops::ActFmt::K) {
+        return None;
+    }
+    let sms = o.sms();
+    let per_sm = o.per_sm("decode_mv_split", 32 * steps as u32, 2);
+    (per_sm > 0).then(|| (steps, (sms * per_sm).min(q.w.rows)))
+}
+
+/// The GEMM's token tile for `n` tokens over `m` rows, when the GEMM takes the matmul:
+/// two or more tokens, at least `gemm_min` (below, the matvec reading the same copy wins:
+/// H200, at 16 tokens it won 4 of 6 qwen3-4b shapes by up to 2.2×), a type the GEMM reads.
+/// 16 tokens per tile for few tokens (less padding; also up to 64 tokens when m is small,
+/// for more blocks), else 64. (Measured and dropped: the 128-token tile spilled and ran
+/// 20–35 % slower; 64-row blocks ran 0.55–0.75× on every preset shape but one.)
+pub fn gemm_tile(w: &Weight, n_tok: usize, t: &Tuning) -> Option<usize> {
+    if n_tok < 2 || n_tok < t.gemm_min_tokens || !prefill::gemm_supports(w.ty, w.layout) {
+        return None;
+    }
+    Some(tile(n_tok, w.rows))
+}
+
+/// The GEMM's token tile for `n` tokens over `m` rows (see [`gemm_tile`]).
+pub fn tile(n: usize, m: usize) -> usize {
+    if n < 48 || (n <= 64 && m < 8192) {
+        16
+    } else {
+        64
+    }
+}
+
+/// How one matmul runs.
+pub fn matmul(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Matmul {
+    if q.blas && blas_candidate(&q.w, q.n_tok, t) {
+        return Matmul::Blas;
+    }
+    if let Some(m) = quant_mv(q, t, o) {
+        return Matmul::QuantMv(m);
+    }
+    if let Some((steps, blocks)) = split_walk(q, t, o) {
+        return Matmul::SplitWalk { steps, blocks };
+    }
+    match gemm_tile(&q.w, q.n_tok, t) {
+        Some(tile) => Matmul::Gemm { tile },
+        None => Matmul::Matvec,
+    }
+}
+
+/// A projection into the residual stream: `Some` when one launch adds the product into
+/// the residual in its epilogue (`decode_mv_quant` with `acc`); else the plain [`matmul`]
+/// writes a separate output for the next norm to add.
+pub fn matmul_residual(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Option<QuantMv> {
+    if q.blas && blas_candidate(&q.w, q.n_tok, t) {
+        return None;
+    }
+    quant_mv(q, t, o)
+}
+
+/// How the projections of one input (q/k/v, gate/up) run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Multi {
+    /// One matvec launch over 1–3 weights (`ops::matvec_multi`).
+    Fused,
+    /// Q4_K weights too many rows for one wave of the plain kernel: a resident row walk
+    /// of `blocks` blocks (`ops::matvec_q4k_loop`).
+    Q4kLoop { blocks: usize },
+    /// Each weight as its own [`matmul`].
+    Each,
+}
+
+/// How `matmul_multi` of these weights runs.
+pub fn matmul_multi(ws: &[Weight], n_tok: usize, t: &Tuning, o: &mut dyn Occupancy) -> Multi {
+    let k = ws.first().map(|w| w.k).unwrap_or(0);
+    if !t.fuse || n_tok != 1 || !(1..=3).contains(&ws.len()) || !ws.iter().all(|w| w.k == k && ops::multi_supports(w.ty, k)) {
+        return Multi::Each;
+    }
+    let q4k = k % 256 == 0 && k / 256 <= 16 && ws.iter().all(|w| w.ty == GgmlType::Q4_K);
+    if q4k {
+        let sms = o.sms();
+        let plain = o.per_sm("matvec_multi4_n1", 128, 8);
+        let rows: usize = ws.iter().map(|w| w.rows).sum();
+        if rows.div_ceil(4) > sms * plain {
+            let per_sm = o.per_sm("matvec_q4k_loop_n1", 128, 6);
+            if per_sm > 0 {
+                return Multi::Q4kLoop { blocks: sms * per_sm };
+            }
+        }
+    }
+    Multi::Fused
+}
+
+/// How gate/up with the GLU runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GluPlan {
+    /// The paired GEMM with the GLU in its epilogue (`prefill::gemm_glu`).
+    GemmGlu,
+    /// `matmul_multi` of gate and up, then the GLU.
+    Separate,
+}
+
+/// How `matmul_glu` runs; `blas`: both weights would go to an open BLAS.
+pub fn matmul_glu(gate: &Weight, up: &Weight, n_tok: usize, blas: bool, t: &Tuning) -> GluPlan {
+    let same = gate == up;
+    let both_blas = blas && blas_candidate(gate, n_tok, t) && blas_candidate(up, n_tok, t);
+    if !both_blas && same && gemm_tile(gate, n_tok, t).is_some() {
+        GluPlan::GemmGlu
+    } else {
+        GluPlan::Separate
+    }
+}
+
+/// How a one-token norm and the matvecs after it run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormMv {
+    /// One launch of one wave: the norm in every block's prologue (`decode_mv::norm_multi`
+    /// / `norm_glu`); `threads` per block, `half`: the half-warp form.
+    Fused { threads: u32, half: bool },
+    /// One launch of `blocks` resident blocks whose warps walk the rows
+    /// (`decode_mv::norm_walk`).
+    Walk { blocks: usize },
+    /// The LM head: a staged Q6_K walk of `blocks` blocks (`head_mv::norm_head`).
+    Head { blocks: usize },
+    /// The norm, then the matmuls.
+    Unfused,
+}
+
+/// What [`norm_multi`] / [`norm_glu`] are asked.
+#[derive(Clone, Copy, Debug)]
+pub struct NormIn {
+    /// The norm's row length.
+    pub n: usize,
+    pub n_tok: usize,
+    /// The norm weight (if any) has `n` values and no two of the launch's buffers are one.
+    pub buffers_ok: bool,
+    /// The first weight's device address (the LM head's bulk copies need 16 bytes).
+    pub w_addr: u64,
+}
+
+/// Whether the norm kernels take weights `ws` behind a norm of rows of `n`.
+fn norm_takes(n: &NormIn, ws: &[Weight]) -> bool {
+    n.buffers_ok && n.n <= decode_mv::NORM_MAX && ws.iter().all(|w| w.k == n.n && decode_mv::supports(w.ty, n.n))
+}
+
+/// Threads per block of a fused norm launch over segments of `rows`: the wide kernel when
+/// one exists for `n` and its blocks fit one wave; else 256.
+fn norm_threads(o: &mut dyn Occupancy, n: usize, glu: bool, rows: &[usize]) -> u32 {
+    let Some(kernel) = decode_mv::wide_kernel(n, glu) else { return decode_mv::BLOCK };
+    let sms = o.sms();
+    let per_sm = o.per_sm(kernel, decode_mv::WIDE, 1);
+    let blocks: usize = rows.iter().map(|r| r.div_ceil(decode_mv::WIDE as usize / 32)).sum();
+    if blocks <= sms * per_sm {
+        decode_mv::WIDE
+    } else {
+        decode_mv::BLOCK
+    }
+}
+
+fn fused(o: &mut dyn Occupancy, n: usize, glu: bool, ws: &[Weight], rows: &[usize]) -> NormMv {
+    let threads = norm_threads(o, n, glu, rows);
+    let tys: Vec<GgmlType> = ws.iter().map(|w| w.ty).collect();
+    NormMv::Fused { threads, half: threads == decode_mv::WIDE && decode_mv::half_supports(n, &tys[..if glu { 1 } else { tys.len() }]) }
+}
+
+/// The resident row walk for a norm and 1–3 Q4_K matvecs (the last may be Q6_K).
+fn walk(n: &NormIn, ws: &[Weight], o: &mut dyn Occupancy) -> Option<NormMv> {
+    let tys: Vec<GgmlType> = ws.iter().map(|w| w.ty).collect();
+    if !decode_mv::walk_supports(n.n, &tys) || !norm_takes(n, ws) {
+        return None;
+    }
+    let sms = o.sms();
+    let per_sm = o.per_sm(decode_mv::walk_kernel(&tys), decode_mv::BLOCK, 2);
+    (per_sm > 0).then_some(NormMv::Walk { blocks: sms * per_sm })
+}
+
+/// How `norm_matmul_multi` of one token runs (more tokens: always [`NormMv::Unfused`]).
+pub fn norm_multi(n: &NormIn, ws: &[Weight], t: &Tuning, o: &mut dyn Occupancy) -> NormMv {
+    if !fused_mv(t) || n.n_tok != 1 {
+        return NormMv::Unfused;
+    }
+    let rows: usize = ws.iter().map(|w| w.rows).sum();
+    if (1..=3).contains(&ws.len()) && fits(o, decode_mv::norm_kernel(n.n, false), rows) {
+        let seg_rows: Vec<usize> = ws.iter().map(|w| w.rows).collect();
+        return if norm_takes(n, ws) { fused(o, n.n, false, ws, &seg_rows) } else { NormMv::Unfused };
+    }
+    if let Some(p) = walk(n, ws, o) {
+        return p;
+    }
+    if let [w] = ws {
+        if head_mv::supports(w.ty, n.n, w.rows, n.w_addr) && norm_takes(n, ws) {
+            let sms = o.sms();
+            let per_sm = o.per_sm(head_mv::kernel(n.n), head_mv::BLOCK, 3);
+            return NormMv::Head { blocks: head_mv::grid(w.rows, sms, per_sm) };
+        }
+    }
+    NormMv::Unfused
+}
+
+/// How `norm_matmul_glu` of one token runs ([`NormMv::Head`] never).
+pub fn norm_glu(n: &NormIn, gate: &Weight, up: &Weight, t: &Tuning, o: &mut dyn Occupancy) -> NormMv {
+    if !fused_mv(t) || n.n_tok != 1 || gate != up {
+        return NormMv::Unfused;
+    }
+    if fits(o, decode_mv::norm_kernel(n.n, true), gate.rows) {
+        return if norm_takes(n, &[*gate, *up]) { fused(o, n.n, true, &[*gate], &[gate.rows]) } else { NormMv::Unfused };
+    }
+    walk(n, &[*gate, *up], o).unwrap_or(NormMv::Unfused)
+}
+
+/// Whether `x += b; out = rms_norm(x)` runs as one launch (`ops::add_rmsnorm_q8`).
+pub fn add_rms_norm(row_len: usize, aliased: bool, t: &Tuning) -> bool {
+    t.fuse && row_len % 32 == 0 && !aliased
+}
+
+/// The shapes of a q/k/v preparation as [`rope_kv`] and [`rope_kv_attention`] see them.
+#[derive(Clone, Copy, Debug)]
+pub struct QkvShape {
+    pub head_dim: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub n_rot: usize,
+    /// The per-head norms (if any) have `head_dim` values; q, k, v (and out) are distinct.
+    pub buffers_ok: bool,
+    /// The cache's head size (K and V) and KV heads.
+    pub cache_head_dim: (usize, usize),
+    pub cache_kv_heads: usize,
+}
+
+impl QkvShape {
+    fn matches_cache(&self) -> bool {
+        self.cache_head_dim == (self.head_dim, self.head_dim) && self.cache_kv_heads == self.n_kv_head && self.n_rot <= self.head_dim && self.n_rot % 2 == 0
+    }
+}
+
+/// Whether the per-head norms, RoPE and the K/V store run as one launch (`ops::rope_kv`).
+pub fn rope_kv(s: &QkvShape, t: &Tuning) -> bool {
+    t.fuse && s.head_dim <= 256 && s.buffers_ok && s.matches_cache()
+}
+
+/// The fused one-token attention: keys per part and parts per head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnDecode {
+    pub kernel: &'static str,
+    pub min_keys: usize,
+    pub parts: usize,
+}
+
+/// Whether `rope_kv_attention` of one token runs as the one fused kernel
+/// (`attn_decode::attn_decode`), and how its keys split: parts of at least one block
+/// iteration of keys (or `attn_part_keys`), at most one wave of blocks (long contexts
+/// then take longer parts, not more waves). `max_keys`: the cache's slots (or the window).
+/// `attn`: the attention's (head_dim_k, head_dim_v, n_head, n_kv_head).
+pub fn rope_kv_attention(s: &QkvShape, n_tok: usize, attn: (usize, usize, usize, usize), max_keys: usize, t: &Tuning, o: &mut dyn Occupancy) -> Option<AttnDecode> {
+    let hd = s.head_dim;
+    let kernel = attn_decode::kernel(hd)?;
+    let ok = t.fuse && t.fuse_attn && n_tok == 1 && attn == (hd, hd, s.n_head, s.n_kv_head) && s.n_kv_head > 0 && s.n_head % s.n_kv_head == 0 && s.buffers_ok && s.matches_cache();
+    if !ok {
+        return None;
+    }
+    let min_keys = t.attn_part_keys.unwrap_or_else(|| attn_decode::keys_per_part(hd));
+    let mut parts = attn_decode::parts_for(min_keys, max_keys);
+    if t.attn_part_keys.is_none() {
+        let sms = o.sms();
+        let wave = sms * o.per_sm(kernel, attn_decode::THREADS as u32, 1);
+        parts = attn_decode::parts_in_wave(parts, s.n_head, wave);
+    }
+    Some(AttnDecode { kernel, min_keys, parts })
+}
+
+/// How attention over the cache runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attn {
+    /// Two or more queries: the FlashAttention-2 style kernel on matrix cores.
+    Flash { kernel: &'static str },
+    /// Per query, one block per head; `q8`: it also writes the output projection's q8_1 input.
+    Decode { q8: bool },
+}
+
+/// How `attention` of `n_tok` queries runs; `wants_k`: the output projection reads the K
+/// form (which the per-head kernel cannot write).
+pub fn attention(n_tok: usize, head_dim: usize, wants_k: bool, t: &Tuning) -> Attn {
+    if n_tok >= 2 && prefill::flash_supports(head_dim) {
+        return Attn::Flash { kernel: prefill::flash_launch(prefill::FlashKernel::V2, head_dim).0 };
+    }
+    Attn::Decode { q8: t.fuse && head_dim % 32 == 0 && !wants_k }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

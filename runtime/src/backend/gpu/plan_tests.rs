@@ -1,0 +1,151 @@
+//! The plan without a GPU: the choices of the three presets' decode and prefill shapes on
+//! an H200's figures, and the switches that turn each path off.
+
+use super::*;
+use crate::quant::GgmlType::{self, *};
+
+fn w(ty: GgmlType, rows: usize, k: usize) -> Weight {
+    Weight { ty, layout: crate::weights::layout::canonical(ty, crate::weights::layout::Consumer::Matrix, crate::weights::layout::DeviceClass::Gpu), rows, k }
+}
+
+fn mm(w: Weight, n_tok: usize) -> MatmulIn {
+    MatmulIn { w, n_tok, blas: true, x_is_y: false, x_ready: false }
+}
+
+fn norm(n: usize) -> NormIn {
+    NormIn { n, n_tok: 1, buffers_ok: true, w_addr: 0 }
+}
+
+#[test]
+fn one_token_matmul_quantizes_in_the_prologue_unless_the_form_is_ready() {
+    let t = Tuning::default();
+    let o = &mut Sm90::default();
+    // Qwen3-0.6B's o projection: 1024 rows of 2048.
+    let q = mm(w(Q4_K, 1024, 2048), 1);
+    assert!(matches!(matmul(&q, &t, o), Matmul::QuantMv(_)));
+    // Its input already quantized (by the attention kernel): the plain matvec reads it.
+    let ready = MatmulIn { x_ready: true, ..q };
+    assert_eq!(matmul(&ready, &t, o), Matmul::Matvec);
+    // In place never takes the prologue kernel.
+    let inplace = MatmulIn { x_is_y: true, ..q };
+    assert!(!matches!(matmul(&inplace, &t, o), Matmul::QuantMv(_)));
+    // Fused matvecs off: the plain matvec.
+    let off = Tuning { fuse_mv: false, ..Tuning::default() };
+    assert_eq!(matmul(&q, &off, o), Matmul::Matvec);
+}
+
+#[test]
+fn four_b_down_is_a_split_walk() {
+    // Qwen3-4B's down: 2560 rows of 9728 (38 super-blocks: too long for the quant kernel's wave).
+    let t = Tuning::default();
+    let o = &mut Sm90::default();
+    let q = MatmulIn { x_ready: true, ..mm(w(Q4_K, 2560, 9728), 1) };
+    match matmul(&q, &t, o) {
+        Matmul::SplitWalk { steps, blocks } => {
+            assert!((2..=16).contains(&steps));
+            assert!(blocks > 0 && blocks <= 2560);
+        }
+        p => panic!("{p:?}"),
+    }
+}
+
+#[test]
+fn prefill_goes_to_the_blas_when_open_else_the_gemm() {
+    let t = Tuning::default();
+    let o = &mut Sm90::default();
+    let q = mm(w(Q4_K, 4096, 4096), 512);
+    assert_eq!(matmul(&q, &t, o), Matmul::Blas);
+    assert_eq!(matmul(&MatmulIn { blas: false, ..q }, &t, o), Matmul::Gemm { tile: 64 });
+    let no_blas = Tuning { blas: false, ..Tuning::default() };
+    assert_eq!(matmul(&q, &no_blas, o), Matmul::Gemm { tile: 64 });
+    // Few tokens: the 16-token tile; below gemm_min the matvec.
+    assert_eq!(matmul(&mm(w(Q4_K, 4096, 4096), 40), &no_blas, o), Matmul::Gemm { tile: 16 });
+    assert_eq!(matmul(&mm(w(Q4_K, 4096, 4096), 8), &t, o), Matmul::Matvec);
+    // A type the GEMM does not read (F16): the matvec.
+    assert_eq!(matmul(&mm(w(F16, 4096, 4096), 512), &no_blas, o), Matmul::Matvec);
+    // blas_min moves the threshold.
+    let late = Tuning { blas_min_tokens: 1024, ..Tuning::default() };
+    assert_eq!(matmul(&q, &late, o), Matmul::Gemm { tile: 64 });
+}
+
+#[test]
+fn residual_add_only_in_the_prologue_kernel() {
+    let t = Tuning::default();
+    let o = &mut Sm90::default();
+    assert!(matmul_residual(&mm(w(Q4_K, 1024, 2048), 1), &t, o).is_some());
+    assert!(matmul_residual(&mm(w(Q4_K, 1024, 2048), 512), &t, o).is_none());
+}
+
+#[test]
+fn projections_of_one_input() {
+    let t = Tuning::default();
+    let o = &mut Sm90::default();
+    // 0.6B q/k/v: one fused launch (few rows).
+    let qkv = [w(Q4_K, 2048, 1024), w(Q4_K, 1024, 1024), w(Q6_K, 1024, 1024)];
+    assert_eq!(matmul_multi(&qkv, 1, &t, o), Multi::Fused);
+    // 8B gate/up in Q4_K: 2 x 14336 rows, many waves of the plain kernel: the row walk.
+    let gu = [w(Q4_K, 14336, 4096), w(Q4_K, 14336, 4096)];
+    assert!(matches!(matmul_multi(&gu, 1, &t, o), Multi::Q4kLoop { .. }));
+    assert_eq!(matmul_multi(&gu, 2, &t, o), Multi::Each);
+    assert_eq!(matmul_multi(&gu, 1, &Tuning { fuse: false, ..Tuning::default() }, o), Multi::Each);
+}
+
+#[test]
+fn gate_up_pair_on_the_gemm_only_without_blas() {
+    let t = Tuning::default();
+    let (g, u) = (w(Q4_K, 9728, 2560), w(Q4_K, 9728, 2560));
+    assert_eq!(matmul_glu(&g, &u, 512, true, &t), GluPlan::Separate);
+    assert_eq!(matmul_glu(&g, &u, 512, false, &t), GluPlan::GemmGlu);
+    assert_eq!(matmul_glu(&g, &w(Q6_K, 9728, 2560), 512, false, &t), GluPlan::Separate);
+    assert_eq!(matmul_glu(&g, &u, 1, false, &t), GluPlan::Separate);
+}
+
+#[test]
+fn norm_and_matvecs_of_one_token() {
+    let t = Tuning::default();
+    let o = &mut Sm90::default();
+    // 0.6B q/k/v behind the attention norm: one wave, fused.
+    let qkv = [w(Q4_K, 2048, 1024), w(Q4_K, 1024, 1024), w(Q6_K, 1024, 1024)];
+    assert!(matches!(norm_multi(&norm(1024), &qkv, &t, o), NormMv::Fused { .. }));
+    // Aliased buffers: unfused.
+    assert_eq!(norm_multi(&NormIn { buffers_ok: false, ..norm(1024) }, &qkv, &t, o), NormMv::Unfused);
+    // 8B q/k/v (4096 + 1024 + 1024 rows of 4096, Q4_K): too many rows for one wave: the walk.
+    let big = [w(Q4_K, 4096, 4096), w(Q4_K, 1024, 4096), w(Q4_K, 1024, 4096)];
+    assert!(matches!(norm_multi(&norm(4096), &big, &t, o), NormMv::Walk { .. }));
+    // The LM head (Q6_K, 151,936 rows of 1024, aligned): the staged head kernel.
+    let head = [w(Q6_K, 151_936, 1024)];
+    assert!(matches!(norm_multi(&norm(1024), &head, &t, o), NormMv::Head { .. }));
+    assert_eq!(norm_multi(&NormIn { w_addr: 8, ..norm(1024) }, &head, &t, o), NormMv::Unfused);
+    // Prefill: the norm, then the matmuls.
+    assert_eq!(norm_multi(&NormIn { n_tok: 512, ..norm(1024) }, &qkv, &t, o), NormMv::Unfused);
+    // Gate/up behind the norm.
+    let (g, u) = (w(Q4_K, 3072, 1024), w(Q4_K, 3072, 1024));
+    assert!(matches!(norm_glu(&norm(1024), &g, &u, &t, o), NormMv::Fused { .. }));
+    assert_eq!(norm_glu(&norm(1024), &g, &u, &Tuning { fuse_mv: false, ..Tuning::default() }, o), NormMv::Unfused);
+}
+
+#[test]
+fn decode_attention_fused_and_split_in_one_wave() {
+    let t = Tuning::default();
+    let o = &mut Sm90::default();
+    let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8 };
+    let a = rope_kv_attention(&s, 1, (128, 128, 16, 8), 4096, &t, o).expect("fused");
+    assert!(a.parts >= 1 && a.parts <= attn_decode::MAX_PARTS);
+    assert!(rope_kv_attention(&s, 2, (128, 128, 16, 8), 4096, &t, o).is_none());
+    assert!(rope_kv_attention(&s, 1, (128, 128, 16, 4), 4096, &t, o).is_none());
+    assert!(rope_kv_attention(&s, 1, (128, 128, 16, 8), 4096, &Tuning { fuse_attn: false, ..Tuning::default() }, o).is_none());
+    let forced = Tuning { attn_part_keys: Some(32), ..Tuning::default() };
+    assert_eq!(rope_kv_attention(&s, 1, (128, 128, 16, 8), 4096, &forced, o).unwrap().min_keys, 32);
+    assert!(rope_kv(&s, &t));
+    assert!(!rope_kv(&QkvShape { n_rot: 127, ..s }, &t));
+}
+
+#[test]
+fn prefill_attention_is_flash_v2() {
+    let t = Tuning::default();
+    assert_eq!(attention(512, 128, false, &t), Attn::Flash { kernel: "flash_attn2_f16_d128" });
+    assert_eq!(attention(512, 256, false, &t), Attn::Flash { kernel: "flash_attn2_f16_d256" });
+    assert_eq!(attention(1, 128, false, &t), Attn::Decode { q8: true });
+    assert_eq!(attention(1, 128, true, &t), Attn::Decode { q8: false });
+    assert!(add_rms_norm(1024, false, &t) && !add_rms_norm(1000, false, &t) && !add_rms_norm(1024, true, &t));
+}
