@@ -24,11 +24,23 @@ pub struct Args {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Print which GPU kernel each op of a prefill chunk and of a decode step runs (as the
+    /// dispatch plan decides it; needs no GPU: an H200's occupancy figures).
+    #[arg(long)]
+    pub plan: bool,
+    /// With `--plan`: tokens in the prefill chunk.
+    #[arg(long, default_value_t = 512)]
+    pub tokens: usize,
+    /// With `--plan`: the GPU's multiprocessors (an H200 has 132).
+    #[arg(long, default_value_t = 132)]
+    pub sms: usize,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let f = GgufFile::open(&args.file).with_context(|| format!("inspecting {}", args.file.display()))?;
-    let out = if args.json {
+    let out = if args.plan {
+        crate::inspect_plan::run(&args.file, std::sync::Arc::new(f), args.tokens, args.sms)?
+    } else if args.json {
         serde_json::to_string_pretty(&to_json(&args.file, &f))? + "\n"
     } else {
         to_text(&args.file, &f)

@@ -7,6 +7,7 @@ pub mod common;
 pub mod fit;
 pub mod generate;
 pub mod inspect;
+pub mod inspect_plan;
 pub mod perplexity;
 pub mod selftest;
 pub mod selftest_bench;

@@ -11,6 +11,7 @@
 //! What runs on an NVIDIA GPU is what runs on an AMD one: only `driver/{cuda,hip}.rs`
 //! differ, and the kernels are one HIP C++ source built for both.
 
+pub mod act_forms;
 pub mod arena;
 pub mod attn_decode;
 pub mod backend;
@@ -24,6 +25,7 @@ pub mod kernels;
 pub mod materialize;
 pub mod ops;
 pub mod plan;
+pub mod plan_trace;
 pub mod prefill;
 pub mod prefill_blas;
 pub mod replay;

@@ -278,6 +278,17 @@ pub struct NormIn {
     pub w_addr: u64,
 }
 
+/// Whether the norm's weight has a row's values and no two of a fused launch's buffers
+/// (x, out, add and the outputs: the kernel reads x and add in every block and writes x,
+/// out and the outputs) are one: [`NormIn::buffers_ok`].
+pub fn norm_buffers_ok(n: &crate::backend::NormIn, outs: &[crate::backend::Buf]) -> bool {
+    let w_ok = n.w.map(|w| w.row_len() * w.n_rows() == n.row_len).unwrap_or(true);
+    let mut seen = vec![n.x, n.out];
+    seen.extend(n.add);
+    seen.extend_from_slice(outs);
+    w_ok && seen.iter().enumerate().all(|(i, a)| !seen[..i].contains(a))
+}
+
 /// Whether the norm kernels take weights `ws` behind a norm of rows of `n`.
 fn norm_takes(n: &NormIn, ws: &[Weight]) -> bool {
     n.buffers_ok && n.n <= decode_mv::NORM_MAX && ws.iter().all(|w| w.k == n.n && decode_mv::supports(w.ty, n.n))
@@ -368,6 +379,19 @@ pub struct QkvShape {
 }
 
 impl QkvShape {
+    /// The shape of `p` against a cache of `spec`.
+    pub fn of(p: &crate::backend::QkvPrep, spec: &crate::backend::KvSpec, buffers_ok: bool) -> QkvShape {
+        QkvShape {
+            head_dim: p.head_dim,
+            n_head: p.n_head,
+            n_kv_head: p.n_kv_head,
+            n_rot: p.rope.n_rot,
+            buffers_ok,
+            cache_head_dim: (spec.head_dim_k, spec.head_dim_v),
+            cache_kv_heads: spec.n_kv_head,
+        }
+    }
+
     fn matches_cache(&self) -> bool {
         self.cache_head_dim == (self.head_dim, self.head_dim) && self.cache_kv_heads == self.n_kv_head && self.n_rot <= self.head_dim && self.n_rot % 2 == 0
     }

@@ -8,52 +8,31 @@
 //! decode's matvecs the int8 blocks, prefill's GEMM their values (code × scale) as f32,
 //! which its f16 operand staging rounds once more (≤ 2^-11 relative).
 //!
-//! Each form has one scratch region and remembers which (buffer, version, row length,
-//! values) it holds, so q/k/v (and gate/up) quantize their shared input once. The fused
-//! producers (RMSNorm, add + RMSNorm, GLU, decode attention) write the form that the last
-//! consumer of their output buffer read (`hint`), so a decode step needs no separate
-//! quantize launch once the first step has taught the hints.
+//! Each form has one scratch region; which (buffer, version, row length, values) it holds
+//! and each buffer's hint are `act_forms::FormBook`'s, so q/k/v (and gate/up) quantize
+//! their shared input once and the fused producers (RMSNorm, add + RMSNorm, GLU, decode
+//! attention) write the form the last consumer of their output buffer read.
 
 use super::{derr, GpuBackend, Scratch};
+use crate::backend::gpu::act_forms::FormBook;
 use crate::backend::gpu::driver::DevPtr;
 use crate::backend::gpu::ops::{self, ActFmt};
 use crate::backend::{BackendError, Buf, Result};
-use std::collections::HashMap;
 
-/// (buffer, version, row length, values); the q8_1 form's blocks do not depend on the row
-/// length (any multiple of 32), so its keys say 32.
-type Key = (u32, u64, usize, usize);
-
-fn key_k(fmt: ActFmt, k: usize) -> usize {
-    if fmt == ActFmt::Q8_1 && k % 32 == 0 {
-        32
-    } else {
-        k
-    }
-}
-
-/// One form's scratch and what it holds.
-#[derive(Default)]
-struct Form {
-    scratch: Scratch,
-    of: Option<Key>,
-}
-
-/// The quantized activation forms of a [`GpuBackend`].
+/// The quantized activation forms of a [`GpuBackend`]: one scratch per form, and the book
+/// of what each holds.
 #[derive(Default)]
 pub(super) struct ActForms {
-    q8: Form,
-    k: Form,
-    /// Prefill: code × scale as f32, and the form it came from.
-    dq: Form,
-    dq_fmt: Option<ActFmt>,
-    /// Per buffer: (form, row length) its last quantized consumer read.
-    hint: HashMap<u32, (ActFmt, usize)>,
+    q8: Scratch,
+    k: Scratch,
+    book: FormBook,
+    /// Prefill: code × scale as f32, and the (key, form) it was made from.
+    dq: Scratch,
+    dq_of: Option<((u32, u64, usize, usize), ActFmt)>,
 }
 
 impl ActForms {
-
-    fn form(&mut self, fmt: ActFmt) -> &mut Form {
+    fn scratch(&mut self, fmt: ActFmt) -> &mut Scratch {
         match fmt {
             ActFmt::Q8_1 => &mut self.q8,
             ActFmt::K => &mut self.k,
@@ -66,16 +45,14 @@ impl GpuBackend {
     /// scratch already holds them; records `fmt` as the hint for `x`'s producer.
     pub(super) fn act_blocks(&mut self, x: Buf, fmt: ActFmt, k: usize, n_tok: usize, op: &'static str) -> Result<DevPtr> {
         let (xp, _) = self.buf(x)?;
-        let key = (x.0, self.version(x), key_k(fmt, k), k * n_tok);
-        self.act.hint.insert(x.0, (fmt, k));
-        let f = self.act.form(fmt);
-        let grown = f.scratch.grown;
-        let q = f.scratch.get(&self.dev, ops::q8_1_bytes(k, n_tok)).map_err(derr(op))?;
-        let f = self.act.form(fmt);
-        if f.of != Some(key) || f.scratch.grown != grown {
-            f.of = None;
+        let (key, held) = self.act.book.consume(x.0, self.version(x), fmt, k, n_tok);
+        let f = self.act.scratch(fmt);
+        let grown = f.grown;
+        let q = f.get(&self.dev, ops::q8_1_bytes(k, n_tok)).map_err(derr(op))?;
+        if !held || self.act.scratch(fmt).grown != grown {
+            self.act.book.forget(fmt);
             ops::quantize_act(&self.rec(), fmt, xp, q, k, n_tok).map_err(|e| BackendError::Invalid { op, msg: e.to_string() })?;
-            self.act.form(fmt).of = Some(key);
+            self.act.book.holds(fmt, key);
         }
         Ok(q)
     }
@@ -84,35 +61,29 @@ impl GpuBackend {
     /// and the scratch to write it to: the hint's form when its row length fits, else q8_1.
     /// Call [`Self::act_produced`] after the launch.
     pub(super) fn act_producer(&mut self, out: Buf, row_len: Option<usize>, values: usize, op: &'static str) -> Result<(ActFmt, usize, DevPtr)> {
-        let (fmt, k) = match self.act.hint.get(&out.0) {
-            Some(&(ActFmt::K, k)) if k % 256 == 0 && values % k == 0 && row_len.map(|r| r == k).unwrap_or(true) => (ActFmt::K, k),
-            _ => (ActFmt::Q8_1, row_len.unwrap_or(32)),
-        };
-        let f = self.act.form(fmt);
-        let q = f.scratch.get(&self.dev, ops::q8_1_bytes(values, 1)).map_err(derr(op))?;
+        let (fmt, k) = self.act.book.producer_form(out.0, row_len, values);
+        let q = self.act.scratch(fmt).get(&self.dev, ops::q8_1_bytes(values, 1)).map_err(derr(op))?;
         Ok((fmt, k, q))
     }
 
     /// Record that `out` (just written, already touched) has its `fmt` blocks of rows of
     /// `row_len` in that form's scratch.
     pub(super) fn act_produced(&mut self, out: Buf, fmt: ActFmt, row_len: usize, values: usize) {
-        let v = self.version(out);
-        self.act.form(fmt).of = Some((out.0, v, key_k(fmt, row_len), values));
+        let key = FormBook::key(out.0, self.version(out), fmt, row_len, values / row_len.max(1));
+        self.act.book.holds(fmt, (key.0, key.1, key.2, values));
     }
 
     /// Whether the `fmt` scratch holds the blocks of `x`'s current contents (one row of
     /// `k`); records `fmt` as `x`'s hint either way, as [`Self::act_blocks`] does, so the
     /// next producer of `x` writes that form where it can.
     pub(super) fn act_ready(&mut self, x: Buf, fmt: ActFmt, k: usize) -> bool {
-        let key = (x.0, self.version(x), key_k(fmt, k), k);
-        self.act.hint.insert(x.0, (fmt, k));
-        self.act.form(fmt).of == Some(key)
+        self.act.book.consume(x.0, self.version(x), fmt, k, 1).1
     }
 
     /// Whether the last quantized consumer of `out` read the K form (a producer that can
     /// only write q8_1 then writes none).
     pub(super) fn act_wants_k(&self, out: Buf) -> bool {
-        matches!(self.act.hint.get(&out.0), Some((ActFmt::K, _)))
+        self.act.book.wants_k(out.0)
     }
 
     /// Prefill: the device address of `x`'s values quantized to `fmt` and back
@@ -120,14 +91,12 @@ impl GpuBackend {
     pub(super) fn act_values(&mut self, x: Buf, fmt: ActFmt, k: usize, n_tok: usize, op: &'static str) -> Result<DevPtr> {
         let (xp, _) = self.buf(x)?;
         let key = (x.0, self.version(x), k, k * n_tok);
-        let f = &mut self.act.dq;
-        let grown = f.scratch.grown;
-        let y = f.scratch.get(&self.dev, k * n_tok * 4).map_err(derr(op))?;
-        if self.act.dq.of != Some(key) || self.act.dq_fmt != Some(fmt) || self.act.dq.scratch.grown != grown {
-            self.act.dq.of = None;
+        let grown = self.act.dq.grown;
+        let y = self.act.dq.get(&self.dev, k * n_tok * 4).map_err(derr(op))?;
+        if self.act.dq_of != Some((key, fmt)) || self.act.dq.grown != grown {
+            self.act.dq_of = None;
             ops::quantize_dq(&self.rec(), fmt, xp, y, k, n_tok).map_err(|e| BackendError::Invalid { op, msg: e.to_string() })?;
-            self.act.dq.of = Some(key);
-            self.act.dq_fmt = Some(fmt);
+            self.act.dq_of = Some((key, fmt));
         }
         Ok(y)
     }

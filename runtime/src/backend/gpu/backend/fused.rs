@@ -84,15 +84,7 @@ impl GpuBackend {
     pub(super) fn fused_rope_kv_write(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
         let spec = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?.spec;
         let norm_ok = |w: &Option<WeightRef>| w.as_ref().map(|w| w.row_len() * w.n_rows() == p.head_dim).unwrap_or(true);
-        let shape = plan::QkvShape {
-            head_dim: p.head_dim,
-            n_head: p.n_head,
-            n_kv_head: p.n_kv_head,
-            n_rot: p.rope.n_rot,
-            buffers_ok: norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && q != k && q != v,
-            cache_head_dim: (spec.head_dim_k, spec.head_dim_v),
-            cache_kv_heads: spec.n_kv_head,
-        };
+        let shape = plan::QkvShape::of(p, &spec, norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && q != k && q != v);
         if !plan::rope_kv(&shape, &self.tuning) {
             return crate::backend::rope_kv_write_unfused(self, q, k, v, kv, layer, pos, p);
         }

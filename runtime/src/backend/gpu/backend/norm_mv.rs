@@ -93,23 +93,12 @@ impl GpuBackend {
         Ok(p)
     }
 
-    /// Whether the norm's weight has a row's values and no two of the launch's buffers
-    /// (x, out, add and the outputs: the kernel reads x and add in every block and writes
-    /// x, out and the outputs) are one.
-    fn norm_buffers_ok(n: &NormIn, outs: &[Buf]) -> bool {
-        let w_ok = n.w.map(|w| w.row_len() * w.n_rows() == n.row_len).unwrap_or(true);
-        let mut seen = vec![n.x, n.out];
-        seen.extend(n.add);
-        seen.extend_from_slice(outs);
-        w_ok && seen.iter().enumerate().all(|(i, a)| !seen[..i].contains(a))
-    }
-
     /// The plan's question for a norm in front of `outs`.
     fn norm_query(&mut self, n: &NormIn, n_tok: usize, first: &WeightRef, outs: &[Buf]) -> Result<plan::NormIn> {
         // The LM head's kernel needs a 16-byte aligned weight: only a one-token single
         // matvec asks, and its weight is read right after anyway.
         let w_addr = if n_tok == 1 && outs.len() == 1 { self.weight(first)? } else { 0 };
-        Ok(plan::NormIn { n: n.row_len, n_tok, buffers_ok: Self::norm_buffers_ok(n, outs), w_addr })
+        Ok(plan::NormIn { n: n.row_len, n_tok, buffers_ok: plan::norm_buffers_ok(n, outs), w_addr })
     }
 
     /// The kernel's view of `n` (the plan said a norm kernel takes it).
@@ -213,7 +202,7 @@ impl GpuBackend {
 
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fused_norm_matmul_glu(&mut self, norm: &NormIn, n_tok: usize, gate: &WeightRef, up: &WeightRef, out: Buf, tmp: Buf, act: Glu) -> Result<()> {
-        let q = plan::NormIn { n: norm.row_len, n_tok, buffers_ok: Self::norm_buffers_ok(norm, &[out, tmp]), w_addr: 0 };
+        let q = plan::NormIn { n: norm.row_len, n_tok, buffers_ok: plan::norm_buffers_ok(norm, &[out, tmp]), w_addr: 0 };
         let (pg, pu) = (probe::weight(gate), probe::weight(up));
         match plan::norm_glu(&q, &pg, &pu, &self.tuning, &mut Probe { dev: &self.dev, cache: &mut self.occ }) {
             NormMv::Fused { threads, half } => {

@@ -51,15 +51,7 @@ impl GpuBackend {
         let norm_ok = |w: &Option<WeightRef>| w.as_ref().map(|w| w.row_len() * w.n_rows() == hd).unwrap_or(true);
         let bufs = [q, k, v, out];
         let distinct = (0..4).all(|i| (i + 1..4).all(|j| bufs[i] != bufs[j]));
-        let shape = plan::QkvShape {
-            head_dim: hd,
-            n_head: p.n_head,
-            n_kv_head: p.n_kv_head,
-            n_rot: p.rope.n_rot,
-            buffers_ok: norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && distinct,
-            cache_head_dim: (spec.head_dim_k, spec.head_dim_v),
-            cache_kv_heads: spec.n_kv_head,
-        };
+        let shape = plan::QkvShape::of(p, &spec, norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && distinct);
         let window = a.window.unwrap_or(0);
         let max_keys = if window > 0 { window.min(spec.n_ctx) } else { spec.n_ctx };
         let attn = (a.head_dim_k, a.head_dim_v, a.n_head, a.n_kv_head);
