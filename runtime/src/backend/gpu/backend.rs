@@ -299,7 +299,7 @@ impl Backend for GpuBackend {
         }
         let wp = self.weight(w)?;
         let idp = self.stage_bytes(bytemuck::cast_slice(ids))?;
-        if let Some(first) = ops::get_rows_entry(w.ty(), wp, k, idp, ids.len(), o, 1.0) {
+        if let Some(first) = super::replay::first_launch(|d| ops::get_rows(d, wp, w.ty(), k, idp, ids.len(), o, 1.0)) {
             self.speculate(&first)?;
         }
         let r = ops::get_rows(&self.rec(), wp, w.ty(), k, idp, ids.len(), o, 1.0).map_err(err("get_rows"));

@@ -7,6 +7,7 @@
 
 use super::driver::{self, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, KArg, RawHandle};
 use super::kernels::KernelSet;
+use super::launch::Launch;
 use super::tuning::{Pdl, Tuning};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -485,4 +486,10 @@ impl GpuDevice {
 
 fn poisoned() -> DriverError {
     DriverError::Other { api: Api::Cuda, what: "kernel table lock poisoned".into() }
+}
+
+impl Launch for GpuDevice {
+    fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<()> {
+        GpuDevice::launch(self, name, grid, block, args)
+    }
 }

@@ -22,6 +22,7 @@ pub mod exact;
 pub mod head_mv;
 pub mod host_times;
 pub mod kernels;
+pub mod launch;
 pub mod materialize;
 pub mod ops;
 pub mod plan;

@@ -2,24 +2,12 @@
 //! choosing the grid. Buffers are passed as device addresses with shape comments; the
 //! caller owns them (and their sizes). Vendor-neutral: these go through `GpuDevice`.
 
-use super::device::GpuDevice;
-use super::driver::{DevPtr, DriverError, KArg};
+use super::driver::{DevPtr, KArg};
+pub use super::launch::{ActFmt, Launch};
 use super::GpuError;
 use crate::quant::GgmlType;
 
 type R = Result<(), GpuError>;
-
-/// Where launches go: straight to the device, or through a recorder (the backend's
-/// graph capture records every launch of a step).
-pub trait Launch {
-    fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), DriverError>;
-}
-
-impl Launch for GpuDevice {
-    fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), DriverError> {
-        GpuDevice::launch(self, name, grid, block, args)
-    }
-}
 
 fn unsupported(what: String) -> GpuError {
     GpuError::Unsupported(what)
@@ -45,29 +33,6 @@ pub fn quantize_q8_1(d: &dyn Launch, x: DevPtr, y: DevPtr, k: usize, rows: usize
     Ok(())
 }
 
-/// The activation blocks a quantized matvec reads (`kernels-hip/quantize.hip`), each
-/// rounded as the CPU backend rounds the weight type's `vec_dot_type`.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
-pub enum ActFmt {
-    /// 32-element q8_1 blocks: the codes and d of the CPU's q8_0 and q8_1 (Q4_0 … Q8_0).
-    Q8_1,
-    /// The codes and f32 scale of the CPU's q8_K, in 36-byte blocks (the K-quants).
-    K,
-}
-
-impl ActFmt {
-    /// Values per scale group (the `k` granularity the format needs).
-    pub fn group(self) -> usize {
-        match self {
-            ActFmt::Q8_1 => 32,
-            ActFmt::K => 256,
-        }
-    }
-    /// The kernel flag (`kfmt`) of the fused producers.
-    fn flag(self) -> KArg {
-        KArg::I32((self == ActFmt::K) as i32)
-    }
-}
 
 /// The activation format matvecs of `ty` read (None: float weights, f32 activations).
 pub fn act_fmt(ty: GgmlType) -> Option<ActFmt> {
@@ -439,20 +404,6 @@ pub fn f32_to_f16_rows(d: &dyn Launch, src: DevPtr, dst: DevPtr, rows: usize, n:
     }
     d.launch("f32_to_f16_rows", [ceil(n, 256), rows as u32, 1], [256, 1, 1], &[KArg::Ptr(src), KArg::Ptr(dst), i(n), i(dst_stride), KArg::Ptr(rows_idx)])?;
     Ok(())
-}
-
-/// The launch `get_rows` makes, as a replay entry (None where it would fail or do nothing).
-pub fn get_rows_entry(ty: GgmlType, w: DevPtr, k: usize, ids: DevPtr, n_ids: usize, y: DevPtr, scale: f32) -> Option<super::replay::Entry> {
-    struct Cap(std::cell::RefCell<Option<super::replay::Entry>>);
-    impl Launch for Cap {
-        fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), DriverError> {
-            *self.0.borrow_mut() = Some(super::replay::Entry::Kernel { name, grid, block, args: args.to_vec() });
-            Ok(())
-        }
-    }
-    let c = Cap(Default::default());
-    get_rows(&c, w, ty, k, ids, n_ids, y, scale).ok()?;
-    c.0.into_inner()
 }
 
 /// y[r] = scale · dequant(W[ids[r]]). w: [n_rows_w, k] of `ty`; ids: [n_ids] i32; y: [n_ids, k] f32.

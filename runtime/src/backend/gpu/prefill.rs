@@ -14,7 +14,7 @@
 //! without the library.
 
 use super::driver::{DevPtr, KArg};
-use super::ops::Launch;
+use super::launch::Launch;
 use super::GpuError;
 use crate::quant::GgmlType;
 use crate::weights::layout::Layout;

@@ -21,7 +21,7 @@
 
 use super::driver::blas::Blas;
 use super::driver::{DevPtr, KArg};
-use super::ops::{ActFmt, Launch};
+use super::launch::{ActFmt, Launch};
 use super::GpuError;
 use crate::quant::GgmlType;
 use crate::weights::layout::Layout;

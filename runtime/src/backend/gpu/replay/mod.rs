@@ -38,7 +38,7 @@ pub use executor::Executor;
 
 use super::device::GpuDevice;
 use super::driver::{DevPtr, DriverError, KArg};
-use super::ops::Launch;
+use super::launch::Launch;
 use instances::Instances;
 use signature::{same_shape, same_shape_steps};
 use std::cell::RefCell;
@@ -415,4 +415,22 @@ fn repeats(name: &str) -> usize {
         Some((k, n)) if k == name => *n,
         _ => 0,
     }
+}
+
+/// The first launch `f` makes, as a replay entry, without running it (None where `f`
+/// fails or launches nothing): how the backend predicts a step's first kernel.
+pub fn first_launch(f: impl FnOnce(&dyn Launch) -> Result<(), super::GpuError>) -> Option<Entry> {
+    struct Cap(RefCell<Option<Entry>>);
+    impl Launch for Cap {
+        fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], args: &[KArg]) -> Result<(), DriverError> {
+            let mut c = self.0.borrow_mut();
+            if c.is_none() {
+                *c = Some(Entry::Kernel { name, grid, block, args: args.to_vec() });
+            }
+            Ok(())
+        }
+    }
+    let c = Cap(Default::default());
+    f(&c).ok()?;
+    c.0.into_inner()
 }
