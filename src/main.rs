@@ -8,7 +8,8 @@ use lode_tools as tools;
     name = "lode",
     version,
     about = "Run quantized LLMs from GGUF files on AMD, NVIDIA and the CPU — every weight resident once.",
-    long_about = None
+    long_about = None,
+    after_help = env_help()
 )]
 struct Cli {
     /// Log filter (also RUST_LOG), e.g. `info`, `lode_runtime=debug`.
@@ -47,6 +48,15 @@ enum Command {
     Selftest(tools::selftest::Args),
     /// Will a model fit on the device, and with how much context?
     Fit(tools::fit::Args),
+}
+
+/// The environment variables lode reads, for `--help`.
+fn env_help() -> String {
+    let mut s = String::from("Environment:\n");
+    for (name, what) in lode_runtime::environment::VARIABLES {
+        s += &format!("  {name:<22} {what}\n");
+    }
+    s
 }
 
 // Kernel code objects compiled by build.rs (see its header); empty without toolchains.

@@ -13,6 +13,7 @@
 
 pub mod backend;
 pub mod diag;
+pub mod environment;
 pub mod engine;
 pub mod gguf;
 pub mod model;

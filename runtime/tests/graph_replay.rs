@@ -3,7 +3,7 @@
 //! addresses when built or rebound, a launch executes the bound program, and a freed
 //! allocation is an illegal address. So a stale binding shows up as wrong tokens or an
 //! error, exactly as it would on a GPU. The GPU twin of these checks runs in
-//! `lode selftest` (`backend::gpu::selftest_replay`).
+//! `lode selftest` (`backend::gpu::selftest::replay`).
 
 mod replay_common;
 

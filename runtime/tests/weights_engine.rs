@@ -6,7 +6,7 @@
 mod weights_common;
 
 use lode_runtime::backend::cpu::CpuBackend;
-use lode_runtime::weights::host::CachedBackend;
+use lode_runtime::backend::cached::CachedBackend;
 use lode_runtime::weights::{Residency, Stage, WeightOptions};
 use weights_common::*;
 

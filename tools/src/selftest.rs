@@ -103,9 +103,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 println!("  kernels {fam:<12} {origin:?}");
             }
             let mut r = selftest::run_checks(&t, args.filter.as_deref(), args.cases, args.seed);
-            r.extend(gpu::selftest_prefill::run_checks(&gpu::selftest_prefill::GpuPrefill(d), args.filter.as_deref(), args.cases, args.seed));
-            r.extend(gpu::selftest_blas::run_checks(d, args.filter.as_deref(), args.cases, args.seed));
-            r.extend(gpu::selftest_replay::run(d, args.filter.as_deref()));
+            let prefill = selftest::prefill::GpuPrefill(d);
+            r.extend(selftest::prefill::run_checks(&prefill, args.filter.as_deref(), args.cases, args.seed));
+            r.extend(selftest::flash::run_checks(&prefill, args.filter.as_deref(), args.cases, args.seed));
+            r.extend(selftest::blas::run_checks(d, args.filter.as_deref(), args.cases, args.seed));
+            r.extend(selftest::replay::run(d, args.filter.as_deref()));
             r.extend(gpu::selftest::exact::run(d, args.filter.as_deref(), args.seed));
             r.extend(gpu::selftest::norm_mv::run(d, args.filter.as_deref(), args.cases, args.seed));
             r.extend(gpu::selftest::rope_attn::run(d, args.filter.as_deref(), args.seed));
@@ -134,8 +136,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         crate::selftest_bench::run(d)?;
     }
     if let (true, Some(d)) = (args.bench_prefill, &dev) {
-        gpu::selftest_prefill::bench(d)?;
-        gpu::selftest_blas::bench(d)?;
+        selftest::prefill::bench(d)?;
+        selftest::blas::bench(d)?;
     }
     if reports.is_empty() {
         anyhow::bail!("no check matches filter {:?}", args.filter);

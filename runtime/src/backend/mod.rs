@@ -17,6 +17,7 @@
 //!
 //! [`open`] turns a `--device` choice into a backend; the GPU backends plug in there.
 
+pub mod cached;
 pub mod cpu;
 pub mod gpu;
 
@@ -476,7 +477,7 @@ pub fn open_with(kind: DeviceKind, threads: usize, opts: &crate::weights::Weight
         if mapped && opts.budget.is_none() && opts.test_alloc_limit.is_none() && !opts.report_at_exit {
             return Ok((be, note));
         }
-        let cached = crate::weights::host::CachedBackend::new(be, opts).map_err(BackendError::Unavailable)?;
+        let cached = cached::CachedBackend::new(be, opts).map_err(BackendError::Unavailable)?;
         Ok((Box::new(cached), note))
     };
     match gpu::open_device(kind, &gpu_opts.tuning()) {

@@ -8,12 +8,8 @@
 use super::types::GgmlType;
 use super::{float, kquant, q32, q6k, q8};
 
-/// `Σ_k w[k]·x[k]` over `n` elements: `w` in the weight type, `x` in its activation type.
-pub type DotFn = fn(w: &[u8], x: &[u8], n: usize) -> f32;
-
-/// `out[r] = Σ_k w_r[k]·x[k]` for `out.len()` consecutive weight rows in `w` (each
-/// `bytes_for(n)` bytes) against one activation row `x`.
-pub type RowsFn = fn(w: &[u8], x: &[u8], n: usize, out: &mut [f32]);
+pub use super::{DotFn, RowsFn};
+pub(crate) use super::Tokens4Fn;
 
 /// A kernel for one weight type: one row at a time, or (faster) many rows at once.
 #[derive(Clone, Copy)]
@@ -147,9 +143,6 @@ pub fn rows_kernel(ty: GgmlType, isa: Isa) -> Option<Kernel> {
     scalar_kernel(ty).map(Kernel::Row)
 }
 
-/// Four activation rows (`xs`) against the consecutive weight rows of `w`: `out` is
-/// `[4, rows]` (token-major).
-pub(crate) type Tokens4Fn = fn(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]);
 
 /// For weights of `ty` as stored: a kernel taking four tokens at once (each row's
 /// results equal the [`rows_kernel`]'s), where `isa` has one.

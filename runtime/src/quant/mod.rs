@@ -28,7 +28,20 @@ pub mod row64;
 mod simd_avx2;
 mod types;
 
-pub use dot::{kernel, rows_kernel, scalar_kernel, stream_kernel, DotFn, Isa, Kernel, RowsFn};
+pub use dot::{kernel, rows_kernel, scalar_kernel, stream_kernel, Isa, Kernel};
+
+/// `Σ_k w[k]·x[k]` over `n` elements: `w` in the weight type, `x` in its activation type
+/// (the signature of every dot kernel, scalar or SIMD: `dot.rs` chooses, `simd_avx2`
+/// provides).
+pub type DotFn = fn(w: &[u8], x: &[u8], n: usize) -> f32;
+
+/// `out[r] = Σ_k w_r[k]·x[k]` for `out.len()` consecutive weight rows in `w` (each
+/// `bytes_for(n)` bytes) against one activation row `x`.
+pub type RowsFn = fn(w: &[u8], x: &[u8], n: usize, out: &mut [f32]);
+
+/// Four activation rows (`xs`) against the consecutive weight rows of `w`: `out` is
+/// `[4, rows]` (token-major).
+pub(crate) type Tokens4Fn = fn(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]);
 pub use matmul::{
     matmul_batch, matmul_batch_on, matmul_quantized, matmul_quantized_on, matmul_with, par_chunks,
     quantize_rows, quantize_rows_on, BatchItem, Parallel, QuantizedRows, RayonPool,

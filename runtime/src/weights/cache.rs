@@ -161,7 +161,7 @@ impl<M: Materializer> WeightCache<M> {
     }
     /// Graph replay counters of the backend that owns the cache, for the report it
     /// prints at exit (`--memory-report`).
-    pub fn set_graph_stats(&mut self, g: crate::backend::gpu::replay::ReplayStats) {
+    pub fn set_graph_stats(&mut self, g: super::stats::GraphStats) {
         self.stats.graphs = Some(g);
     }
     pub fn set_budget(&mut self, bytes: Option<u64>) {

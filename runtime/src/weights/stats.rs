@@ -58,7 +58,7 @@ pub struct WeightStats {
     /// The device's own numbers, where it has them.
     pub device: Option<DeviceMemory>,
     /// Graph replay counters (captures, hits, rebinds, rebuilds …) of a GPU backend.
-    pub graphs: Option<crate::backend::gpu::replay::ReplayStats>,
+    pub graphs: Option<GraphStats>,
 }
 
 impl WeightStats {
@@ -97,4 +97,24 @@ impl WeightStats {
 /// `LODE_DEBUG=weights` ([`crate::diag`]).
 pub fn trace_enabled() -> bool {
     crate::diag::get().weights
+}
+
+/// Graph replay's counters (`backend::gpu::replay`), for the memory report and `lode bench`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GraphStats {
+    /// Instances built for a new signature.
+    pub captures: u64,
+    /// Steps replayed with the bindings recorded.
+    pub hits: u64,
+    /// Steps replayed after updating an instance to new bindings.
+    pub rebinds: u64,
+    /// Rebinds the device refused: the instance was rebuilt.
+    pub rebuilds: u64,
+    /// Instances destroyed to keep the cache bounded.
+    pub evictions: u64,
+    /// Steps that left replay midway (their matched prefix launched eagerly).
+    pub fallbacks: u64,
+    /// Hits launched speculatively at the step's first entry.
+    pub early: u64,
+    pub eager_steps: u64,
 }

@@ -11,7 +11,7 @@ use lode_runtime::engine::{argmax_logits, Engine, EngineOptions};
 use lode_runtime::gguf::{GgufFile, GgufWriter, MetaValue};
 use lode_runtime::model::Model;
 use lode_runtime::quant::{self, GgmlType};
-use lode_runtime::weights::host::CachedBackend;
+use lode_runtime::backend::cached::CachedBackend;
 use lode_runtime::weights::{Residency, WeightOptions};
 
 pub const E: u64 = 256;

@@ -6,7 +6,7 @@
 //! - [`ops`]: one typed launcher per kernel (shape checks, grids).
 //! - [`prefill`]: matrix-core GEMM and flash attention for two or more tokens.
 //! - [`prefill_blas`]: long prefill chunks through a transient f16 slab and the vendor BLAS.
-//! - [`selftest`], [`selftest_prefill`]: every kernel against the CPU reference (`lode selftest`).
+//! - [`selftest`]: every kernel against the CPU reference (`lode selftest`), one folder.
 //!
 //! What runs on an NVIDIA GPU is what runs on an AMD one: only `driver/{cuda,hip}.rs`
 //! differ, and the kernels are one HIP C++ source built for both.
@@ -31,10 +31,6 @@ pub mod prefill;
 pub mod prefill_blas;
 pub mod replay;
 pub mod selftest;
-pub mod selftest_blas;
-pub mod selftest_flash;
-pub mod selftest_prefill;
-pub mod selftest_replay;
 pub mod tuning;
 
 pub use backend::{ExactBackend, GpuBackend};

@@ -1,4 +1,4 @@
-//! AVX2 + FMA + F16C dot kernels, chosen at run time by [`super::dot::kernel`] only after
+//! AVX2 + FMA + F16C dot kernels, chosen at run time by `super::dot::kernel` only after
 //! the CPU reported all three features. The only `unsafe` code of `quant`.
 //!
 //! Each kernel computes the same exact integer sums as its scalar twin (int8 products
@@ -34,7 +34,7 @@ pub(crate) fn quantizer(ty: GgmlType) -> Option<fn(&[f32], &mut [u8])> {
     }
 }
 
-use super::dot::{DotFn, RowsFn};
+use super::{DotFn, RowsFn};
 use super::types::GgmlType;
 
 /// The AVX2 kernels for `ty` (one row; many rows), if there are. The caller has checked
@@ -147,7 +147,7 @@ fn rows_u8_1(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
 
 /// Four tokens against rows of `ty` in their stored form (the K-quants: one unpack of
 /// each weight super-block for the four), where there is such a kernel.
-pub(crate) fn tokens4(ty: GgmlType) -> Option<super::dot::Tokens4Fn> {
+pub(crate) fn tokens4(ty: GgmlType) -> Option<super::Tokens4Fn> {
     macro_rules! per_row {
         ($name:ident, $body:path, $bytes:expr) => {
             fn $name(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]) {
@@ -178,7 +178,7 @@ pub(crate) fn tokens4(ty: GgmlType) -> Option<super::dot::Tokens4Fn> {
 /// Kernels (one token; four tokens) that sum as llama.cpp's CPU backend does for a
 /// batch of ≥ 8 tokens where that order differs from its one-token order (Q6_K: its
 /// tiled GEMM), or `None`.
-pub(crate) fn batch_order(ty: GgmlType) -> Option<(RowsFn, super::dot::Tokens4Fn)> {
+pub(crate) fn batch_order(ty: GgmlType) -> Option<(RowsFn, super::Tokens4Fn)> {
     fn rows_q6_k_tiled(w: &[u8], x: &[u8], n: usize, out: &mut [f32]) {
         let rb = n / 256 * 210;
         for (o, wr) in out.iter_mut().zip(w.chunks(rb.max(1))) {

@@ -50,25 +50,8 @@ pub enum Entry {
     Copy { dst: DevPtr, src: DevPtr, bytes: usize },
 }
 
-/// Counters for the memory report and `lode bench`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ReplayStats {
-    /// Instances built for a new signature.
-    pub captures: u64,
-    /// Steps replayed with the bindings recorded.
-    pub hits: u64,
-    /// Steps replayed after updating an instance to new bindings.
-    pub rebinds: u64,
-    /// Rebinds the device refused: the instance was rebuilt.
-    pub rebuilds: u64,
-    /// Instances destroyed to keep the cache bounded.
-    pub evictions: u64,
-    /// Steps that left replay midway (their matched prefix launched eagerly).
-    pub fallbacks: u64,
-    /// Hits launched speculatively at the step's first entry.
-    pub early: u64,
-    pub eager_steps: u64,
-}
+/// Counters for the memory report and `lode bench` (kept with the report they go in).
+pub use crate::weights::stats::GraphStats as ReplayStats;
 
 pub struct Replay {
     pub enabled: bool,

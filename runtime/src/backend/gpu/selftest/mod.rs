@@ -10,6 +10,10 @@ use crate::quant::{self, GgmlType};
 use ops::ActFmt;
 
 mod act;
+pub mod blas;
+pub mod flash;
+pub mod prefill;
+pub mod replay;
 pub mod exact;
 mod fused;
 pub mod norm_mv;

@@ -12,12 +12,11 @@
 //!   |score| magnitude bound scale·Σ|q k| of the row (q rounds to f16 before QK^T, P to
 //!   f16 before PV).
 
-use super::device::GpuDevice;
-use super::prefill;
-use super::prefill::FlashKernel;
-use super::selftest_flash::check_flash;
-use super::selftest::{dequant, random_weights, Acc, CheckReport, Rng};
-use super::{ops, GpuError};
+use crate::backend::gpu::device::GpuDevice;
+use crate::backend::gpu::prefill;
+use crate::backend::gpu::prefill::FlashKernel;
+use crate::backend::gpu::selftest::{dequant, random_weights, Acc, CheckReport, Rng};
+use crate::backend::gpu::{ops, GpuError};
 use crate::quant::GgmlType;
 use crate::weights::layout::Layout;
 
@@ -82,16 +81,6 @@ pub fn run_checks(t: &dyn PrefillTarget, filter: Option<&str>, cases: usize, see
                 Ok(Some(r)) => r,
                 Ok(None) => skipped(&name),
                 Err(e) => failed(&name, e),
-            });
-        }
-    }
-    for (name, which) in [("flash_attn", FlashKernel::V1), ("flash_attn2", FlashKernel::V2)] {
-        if keep(name) {
-            let mut rng = Rng::new(seed ^ 0xf1a5);
-            out.push(match check_flash(t, name, which, cases, &mut rng) {
-                Ok(Some(r)) => r,
-                Ok(None) => skipped(name),
-                Err(e) => failed(name, e),
             });
         }
     }
@@ -191,12 +180,12 @@ fn check_glu(t: &dyn PrefillTarget, name: &str, ty: GgmlType, cases: usize, rng:
 pub struct GpuPrefill<'a>(pub &'a GpuDevice);
 
 impl GpuPrefill<'_> {
-    fn out_buf(&self, bytes: usize) -> Result<super::DeviceBuffer, GpuError> {
+    fn out_buf(&self, bytes: usize) -> Result<crate::backend::gpu::DeviceBuffer, GpuError> {
         let b = self.0.alloc(bytes)?;
         self.0.poison(&b)?;
         Ok(b)
     }
-    fn weights(&self, w: &[u8], ty: GgmlType, layout: Layout, rows: usize, k: usize) -> Result<super::DeviceBuffer, GpuError> {
+    fn weights(&self, w: &[u8], ty: GgmlType, layout: Layout, rows: usize, k: usize) -> Result<crate::backend::gpu::DeviceBuffer, GpuError> {
         let bytes = layout.materialize(ty, w, rows, k).map_err(|e| GpuError::Unsupported(format!("pack for the test: {e}")))?;
         Ok(self.0.upload(&bytes)?)
     }
@@ -285,7 +274,7 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
         let wb = dev.upload(&w)?;
         for n in [16usize, 64, 128, 512, 2048] {
             let reps = if n >= 512 { 5 } else { 20 };
-            let ms = time_ms(dev, reps, || prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, super::plan::tile(n, m)))?;
+            let ms = time_ms(dev, reps, || prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m)))?;
             let tf = 2.0 * (m * k * n) as f64 / ms / 1e9;
             let mut line = format!("bench prefill gemm {label:<11} {ty:<5} {m:>5}x{k:<5} n={n:<5} {:9.1} us {tf:7.1} TFLOP/s", ms * 1e3);
             if n <= 64 {
@@ -315,8 +304,8 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
             for n in [512usize, 2048] {
                 let fused = time_ms(dev, 5, || prefill::gemm_glu(dev, wb.ptr(), ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, false))?;
                 let apart = time_ms(dev, 5, || {
-                    prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, super::plan::tile(n, m))?;
-                    prefill::gemm(dev, ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, super::plan::tile(n, m))?;
+                    prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m))?;
+                    prefill::gemm(dev, ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m))?;
                     ops::glu(dev, yb.ptr(), yb.ptr(), yb.ptr(), m * n, false)
                 })?;
                 let tf = 4.0 * (m * k * n) as f64 / fused / 1e9;
@@ -357,7 +346,7 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::selftest_flash::{ref_flash, FLASH_SHAPES};
+    use crate::backend::gpu::selftest::flash::{ref_flash, FLASH_SHAPES};
     use super::*;
     use crate::quant::row64;
 
@@ -424,10 +413,10 @@ mod tests {
         for r in run_checks(&Host { drop_last_row: false, no_window: false }, Some("gemm_glu_q5_0"), 0, 5) {
             assert!(r.passed(), "{}", r.line());
         }
-        let ok = run_checks(&Host { drop_last_row: false, no_window: false }, Some("flash_attn2"), 0, 5);
+        let ok = crate::backend::gpu::selftest::flash::run_checks(&Host { drop_last_row: false, no_window: false }, Some("flash_attn2"), 0, 5);
         assert_eq!(ok.len(), 1);
         assert!(ok[0].passed() && ok[0].cases == TOKEN_COUNTS.len() + FLASH_SHAPES.len(), "{}", ok[0].line());
-        let bad = run_checks(&Host { drop_last_row: false, no_window: true }, Some("flash_attn2"), 0, 5);
+        let bad = crate::backend::gpu::selftest::flash::run_checks(&Host { drop_last_row: false, no_window: true }, Some("flash_attn2"), 0, 5);
         assert!(!bad[0].passed(), "{}", bad[0].line());
     }
 }

@@ -11,11 +11,11 @@
 
 use std::cell::RefCell;
 
-use super::device::{DeviceBuffer, GpuDevice};
-use super::driver::DriverError;
-use super::ops;
-use super::replay::{Entry, Rec, Replay, ReplayStats};
-use super::selftest::CheckReport;
+use crate::backend::gpu::device::{DeviceBuffer, GpuDevice};
+use crate::backend::gpu::driver::DriverError;
+use crate::backend::gpu::ops;
+use crate::backend::gpu::replay::{Entry, Rec, Replay, ReplayStats};
+use crate::backend::gpu::selftest::CheckReport;
 
 const N: usize = 4096;
 

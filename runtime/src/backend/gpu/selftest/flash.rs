@@ -1,12 +1,13 @@
-//! The flash attention property check of `selftest_prefill` (both kernels, `FlashKernel`):
+//! The flash attention property check (both kernels, `FlashKernel`), run over a
+//! [`PrefillTarget`] like the GEMM checks of `prefill.rs`:
 //! the token-count sweep of the prefill checks plus fixed GQA / window / chunk-offset shapes,
 //! against an f64 reference over the same f16 caches, NaN in every cache slot past the last
 //! position. Bound: |o − ref| ≤ (2e-3 + 2e-3·A) · Σ_j p_j |v_j| + 1e-5, A the row's largest
 //! |score| bound scale·Σ|q k| (q rounds to f16 before QK^T, P to f16 before PV).
 
-use super::prefill::FlashKernel;
-use super::selftest::{Acc, CheckReport, Rng};
-use super::selftest_prefill::{token_counts, Out, PrefillTarget, TOKEN_COUNTS};
+use crate::backend::gpu::prefill::FlashKernel;
+use crate::backend::gpu::selftest::{Acc, CheckReport, Rng};
+use crate::backend::gpu::selftest::prefill::{token_counts, Out, PrefillTarget, TOKEN_COUNTS};
 
 /// f64 attention over f16 caches: (output, tolerance) per element.
 #[allow(clippy::too_many_arguments)]
@@ -109,5 +110,21 @@ pub(super) fn check_flash(t: &dyn PrefillTarget, name: &str, which: FlashKernel,
         acc.cmp(&format!("n={n} heads={n_head}/{n_kv} hd={hd} pos0={pos0} window={window}"), &y, &want, |i| tol[i]);
     }
     Ok(Some(acc.finish()))
+}
+
+/// Both flash kernels' checks whose name contains `filter`.
+pub fn run_checks(t: &dyn PrefillTarget, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {
+    let mut out = Vec::new();
+    for (name, which) in [("flash_attn", FlashKernel::V1), ("flash_attn2", FlashKernel::V2)] {
+        if filter.map(|f| name.contains(f)).unwrap_or(true) {
+            let mut rng = Rng::new(seed ^ 0xf1a5);
+            out.push(match check_flash(t, name, which, cases, &mut rng) {
+                Ok(Some(r)) => r,
+                Ok(None) => CheckReport { name: name.into(), cases: 0, max_err: 0.0, worst_ratio: 0.0, skipped: true, failure: None },
+                Err(e) => CheckReport { name: name.into(), cases: 0, max_err: 0.0, worst_ratio: f64::INFINITY, skipped: false, failure: Some(e.to_string()) },
+            });
+        }
+    }
+    out
 }
 

@@ -8,19 +8,19 @@
 //!   or the raw f32), rows of zeros and of large values included.
 //! - `blas_gemm_<type>[_row64]`: dequantize + BLAS GEMM against the f64 CPU reference at
 //!   N = 1, 2, 7, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 511, 1024 and odd
-//!   rows / K (`selftest_prefill::check_gemm`, bound 1.5e-3 · Σ|w x| + 1e-5: f16
+//!   rows / K (`prefill::check_gemm`, bound 1.5e-3 · Σ|w x| + 1e-5: f16
 //!   operands, f32 accumulation), outputs poisoned; every other case with a slab of 64
 //!   rows so the weight goes through several chunks.
 //!
 //! All skip (with the reason in the report) when no BLAS library opens.
 
-use super::device::{DeviceBuffer, GpuDevice};
-use super::driver::blas::Blas;
-use super::ops::{self, ActFmt};
-use super::prefill_blas::{self, ActF16};
-use super::selftest::{dequant, random_weights, Acc, CheckReport, Rng};
-use super::selftest_prefill::{check_gemm, gemm_cases, time_ms, PrefillTarget, BENCH_SHAPES};
-use super::{prefill, GpuError};
+use crate::backend::gpu::device::{DeviceBuffer, GpuDevice};
+use crate::backend::gpu::driver::blas::Blas;
+use crate::backend::gpu::ops::{self, ActFmt};
+use crate::backend::gpu::prefill_blas::{self, ActF16};
+use crate::backend::gpu::selftest::{dequant, random_weights, Acc, CheckReport, Rng};
+use crate::backend::gpu::selftest::prefill::{check_gemm, gemm_cases, time_ms, PrefillTarget, BENCH_SHAPES};
+use crate::backend::gpu::{prefill, GpuError};
 use crate::quant::GgmlType;
 use crate::weights::layout::Layout;
 
@@ -207,7 +207,7 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
             let reps = if n >= 512 { 5 } else { 20 };
             let act = time_ms(dev, reps, || prefill_blas::act_f16(dev, ActF16::Quant(ActFmt::K), xb.ptr(), xh.ptr(), k, n))?;
             let both = time_ms(dev, reps, || prefill_blas::matmul(dev, &blas, wb.ptr(), ty, Layout::Stored, m, k, xh.ptr(), yb.ptr(), n, slab.ptr(), bound))?;
-            let ours = time_ms(dev, reps, || prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, super::plan::tile(n, m)))?;
+            let ours = time_ms(dev, reps, || prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m)))?;
             let fl = 2.0 * (m * k * n) as f64;
             println!(
                 "bench prefill blas {label:<11} {ty:<5} {m:>5}x{k:<5} n={n:<5} dequant {:7.1} us ({gbps:5.0} GB/s)  dequant+blas {:8.1} us {:6.1} TFLOP/s (blas alone ~{:6.1})  act_f16 {:6.1} us  lode gemm {:8.1} us {:6.1} TFLOP/s",

@@ -1,0 +1,152 @@
+//! [`CachedBackend`]: a backend whose weights come from a [`WeightCache`] over host memory
+//! (`weights::host::HostMaterializer`): every weight the wrapped backend reads is routed
+//! through the cache, which hands it the resident copy.
+//!
+//! On the CPU this is the `device` / `upload` residency (weights copied out of the
+//! mapping into anonymous memory, as llama.cpp's `--no-mmap`); `mapped` serves the
+//! mapping in place. It is also how the cache's invariants are tested end to end without
+//! a GPU: the CPU kernels compute on the bytes the cache made resident, so wrong bytes
+//! show up as different logits.
+
+use std::sync::Arc;
+
+use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, Result, Rope};
+use crate::gguf::{GgufFile, TensorView};
+use crate::weights::host::HostMaterializer;
+use crate::weights::layout::{self, DeviceClass};
+use crate::weights::residency::Residency;
+use crate::weights::{WeightCache, WeightOptions, WeightRef, WeightStats};
+
+/// A backend whose weights come from a [`WeightCache`] over host memory.
+pub struct CachedBackend {
+    inner: Box<dyn Backend>,
+    cache: WeightCache<HostMaterializer>,
+    /// The model file, kept alive while its mapping is registered.
+    file: Option<Arc<GgufFile>>,
+}
+
+impl CachedBackend {
+    /// Wraps `inner`; `opts.residency` unset means `mapped` (host memory is unified).
+    pub fn new(inner: Box<dyn Backend>, opts: &WeightOptions) -> std::result::Result<CachedBackend, String> {
+        let residency = Residency::resolve(opts.residency, true)?;
+        Ok(CachedBackend { inner, cache: WeightCache::new(HostMaterializer::new(), residency, opts), file: None })
+    }
+    pub fn cache(&self) -> &WeightCache<HostMaterializer> {
+        &self.cache
+    }
+    pub fn cache_mut(&mut self) -> &mut WeightCache<HostMaterializer> {
+        &mut self.cache
+    }
+    pub fn inner(&self) -> &dyn Backend {
+        self.inner.as_ref()
+    }
+}
+
+/// `w` with its bytes replaced by the cache's resident copy (or the mapping, in place).
+fn resident<'c, 'w: 'c>(cache: &'c mut WeightCache<HostMaterializer>, w: &WeightRef<'w>) -> Result<WeightRef<'c>> {
+    let layout = layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), DeviceClass::Cpu);
+    cache.get(w, layout)?;
+    let e = cache.entry(w, layout).ok_or_else(|| BackendError::Invalid { op: "weight", msg: format!("`{}` missing after materializing", w.name()) })?;
+    let data = match &e.buf {
+        Some(b) => b.bytes(),
+        None => w.data(),
+    };
+    Ok(WeightRef { id: w.id, view: TensorView { info: w.view.info, data, file_offset: w.view.file_offset } })
+}
+
+impl Backend for CachedBackend {
+    fn name(&self) -> String {
+        format!("{} (weights: {})", self.inner.name(), self.cache.residency())
+    }
+    fn weight_stats(&self) -> Option<WeightStats> {
+        Some(self.cache.stats())
+    }
+    fn attach_weights(&mut self, file: &Arc<GgufFile>, weights: &[WeightRef]) -> Result<()> {
+        match self.cache.residency() {
+            Residency::Mapped => {
+                // Host memory needs no registration: the "device address" is the host one.
+                self.cache.set_mapping(file.bytes(), file.bytes().as_ptr() as u64);
+                self.file = Some(file.clone());
+            }
+            Residency::Upload => {
+                let ws = weights.iter().map(|w| (*w, layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), DeviceClass::Cpu)));
+                self.cache.preload(ws)?;
+            }
+            Residency::Device => {}
+        }
+        Ok(())
+    }
+    fn alloc(&mut self, len: usize) -> Result<Buf> {
+        self.inner.alloc(len)
+    }
+    fn alloc_readback(&mut self, len: usize) -> Result<Buf> {
+        self.inner.alloc_readback(len)
+    }
+    fn free(&mut self, buf: Buf) -> Result<()> {
+        self.inner.free(buf)
+    }
+    fn write(&mut self, buf: Buf, src: &[f32]) -> Result<()> {
+        self.inner.write(buf, src)
+    }
+    fn read(&mut self, buf: Buf, dst: &mut [f32]) -> Result<()> {
+        self.inner.read(buf, dst)
+    }
+    fn read_with(&mut self, buf: Buf, n: usize, host: &mut Vec<f32>, f: &mut dyn FnMut(&[f32])) -> Result<()> {
+        self.inner.read_with(buf, n, host, f)
+    }
+    fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
+        self.inner.alloc_kv(spec)
+    }
+    fn free_kv(&mut self, kv: KvCache) -> Result<()> {
+        self.inner.free_kv(kv)
+    }
+    fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
+        let w = resident(&mut self.cache, w)?;
+        self.inner.get_rows(&w, ids, out)
+    }
+    fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()> {
+        let w = resident(&mut self.cache, w)?;
+        self.inner.matmul(&w, x, n_tok, y)
+    }
+    fn rms_norm(&mut self, x: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
+        let w = match w {
+            Some(w) => Some(resident(&mut self.cache, w)?),
+            None => None,
+        };
+        self.inner.rms_norm(x, out, n_rows, row_len, w.as_ref(), eps)
+    }
+    fn rope(&mut self, x: Buf, n_head: usize, head_dim: usize, pos: &[u32], rope: &Rope) -> Result<()> {
+        let freq_factors = match &rope.freq_factors {
+            Some(f) => Some(resident(&mut self.cache, f)?),
+            None => None,
+        };
+        let r = Rope { freq_factors, ..*rope };
+        self.inner.rope(x, n_head, head_dim, pos, &r)
+    }
+    fn add(&mut self, a: Buf, b: Buf, out: Buf, n: usize) -> Result<()> {
+        self.inner.add(a, b, out, n)
+    }
+    fn add_bias(&mut self, x: Buf, n_tok: usize, bias: &WeightRef) -> Result<()> {
+        let b = resident(&mut self.cache, bias)?;
+        self.inner.add_bias(x, n_tok, &b)
+    }
+    fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
+        self.inner.scale(x, n, s)
+    }
+    fn glu(&mut self, gate: Buf, up: Buf, out: Buf, n: usize, act: Glu) -> Result<()> {
+        self.inner.glu(gate, up, out, n, act)
+    }
+    fn copy(&mut self, src: Buf, src_off: usize, dst: Buf, dst_off: usize, n: usize) -> Result<()> {
+        self.inner.copy(src, src_off, dst, dst_off, n)
+    }
+    fn kv_write(&mut self, kv: KvCache, layer: usize, k: Buf, v: Buf, pos: &[u32]) -> Result<()> {
+        self.inner.kv_write(kv, layer, k, v, pos)
+    }
+    fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        self.inner.attention(q, kv, layer, pos, p, out)
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        self.inner.attention_rows(q, k, v, kvs, layer, pos, p, out)
+    }
+}
