@@ -56,3 +56,27 @@ fn inspect_reports_a_bad_file() {
     assert!(err.contains("byte 8"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn gemma3_270m_plan_names_every_decode_and_prefill_kernel() {
+    let path = models_dir().join("gemma-3-270m-q4_k_m.gguf");
+    if !path.exists() {
+        eprintln!("SKIP: {} not found (set LODE_MODELS_DIR)", path.display());
+        return;
+    }
+    let path = path.to_str().unwrap();
+    let text = inspect(&[path, "--plan", "--tokens", "256"]);
+    let (prefill, decode) = text.split_once("== decode").expect("a decode section");
+    assert!(prefill.contains("== prefill: one chunk of 256 tokens"), "{text}");
+    // Prefill: the BLAS path for the 256-token matmuls, flash attention (head_dim 256).
+    assert!(prefill.contains("vendor BLAS"), "{text}");
+    assert!(prefill.contains("flash_attn2_f16_d256"), "{text}");
+    // Decode: 18 layers of fused one-token launches, folded into `blk.*` rows with counts.
+    assert!(decode.contains("norm_matmul_multi") && decode.contains("blk.*.attn_q.weight"), "{text}");
+    assert!(decode.contains("rope_kv_attention"), "{text}");
+    assert!(!decode.contains("vendor BLAS") && !decode.contains("flash_attn"), "{text}");
+    // Without the BLAS the prefill matmuls are lode's GEMM.
+    let no_blas = Command::new(env!("CARGO_BIN_EXE_lode")).args(["inspect", path, "--plan", "--tokens", "256", "--no-blas"]).output().unwrap();
+    let no_blas = String::from_utf8(no_blas.stdout).unwrap();
+    assert!(no_blas.contains("gemm_q") && !no_blas.contains("vendor BLAS"), "{no_blas}");
+}

@@ -8,6 +8,7 @@
 //! to be 16-byte aligned (it is, in every layout lode makes).
 
 use super::act_forms::FormBook;
+use super::{decode_mv, head_mv};
 use super::ops::{self, ActFmt};
 use super::plan::{self, Attn, GluPlan, Matmul, Multi, NormMv, Sm90};
 use super::tuning::Tuning;
@@ -322,9 +323,9 @@ impl Backend for PlanTrace {
                 norm_in(self, norm, n_tok)?;
                 return self.matmul_multi(norm.out, n_tok, outs);
             }
-            NormMv::Fused { threads, half } => format!("decode_mv_norm ({threads} threads{})", if half { ", half-warp" } else { "" }),
-            NormMv::Walk { blocks } => format!("decode_mv_norm_walk ({blocks} blocks)"),
-            NormMv::Head { blocks } => format!("head_mv_norm_q6_K ({blocks} blocks)"),
+            NormMv::Fused { threads, half } => norm_kernel(norm.row_len, false, threads, half),
+            NormMv::Walk { blocks } => format!("{} ({blocks} blocks)", decode_mv::walk_kernel(&ws.iter().map(|w| w.ty).collect::<Vec<_>>())),
+            NormMv::Head { blocks } => format!("{} ({blocks} blocks)", head_mv::kernel(norm.row_len)),
         };
         let names: Vec<&WeightRef> = outs.iter().map(|(w, _)| *w).collect();
         self.push("norm_matmul_multi", Self::names(&names), kernel);
@@ -338,12 +339,12 @@ impl Backend for PlanTrace {
         let what = Self::names(&[gate, up]);
         match plan::norm_glu(&q, &pw(gate), &pw(up), &self.tuning, &mut self.occ) {
             NormMv::Fused { threads, half } => {
-                self.push("norm_matmul_glu", what, format!("decode_mv_glu ({threads} threads{})", if half { ", half-warp" } else { "" }));
+                self.push("norm_matmul_glu", what, norm_kernel(norm.row_len, true, threads, half));
                 norm_done(self, norm, &[out]);
                 Ok(())
             }
             NormMv::Walk { blocks } => {
-                self.push("norm_matmul_glu", what, format!("decode_mv_norm_walk ({blocks} blocks)"));
+                self.push("norm_matmul_glu", what, format!("{} ({blocks} blocks)", decode_mv::walk_kernel(&[gate.ty(), up.ty()])));
                 norm_done(self, norm, &[out, tmp]);
                 self.glu(out, tmp, out, gate.n_rows(), act)
             }
@@ -399,6 +400,12 @@ impl Backend for PlanTrace {
         self.touch(out);
         Ok(())
     }
+}
+
+/// The fused norm kernel a [`NormMv::Fused`] launch runs.
+fn norm_kernel(n: usize, glu: bool, threads: u32, half: bool) -> String {
+    let name = if threads == decode_mv::WIDE { decode_mv::wide_kernel(n, glu).unwrap_or("?") } else { decode_mv::norm_kernel(n, glu) };
+    format!("{name} ({threads} threads{})", if half { ", half-warp" } else { "" })
 }
 
 fn norm_done(t: &mut PlanTrace, n: &NormIn, ys: &[Buf]) {
