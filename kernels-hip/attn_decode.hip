@@ -20,9 +20,9 @@
 // Inside a block the keys go to the warps in order (warp w takes the w-th run of AD_KW
 // keys of each iteration), so a short context keeps only the first few warps busy: the
 // others skip the key loop and the stream merge, and the scheduler issues for fewer warps
-// (at a few hundred keys the kernel is a latency chain, not a bandwidth one). `spread`
-// deals the keys round all the block's streams instead (this kernel's first layout, kept
-// for A/B runs: LODE_ATTN_SPREAD=1). The q/k preparation is one warp each (warp 0: q,
+// (at a few hundred keys the kernel is a latency chain, not a bandwidth one; dealing the
+// keys round all the block's streams instead, this kernel's first layout, measured slower
+// and was deleted). The q/k preparation is one warp each (warp 0: q,
 // warp 1: k, each lane HD / 32 elements, the norm a warp sum, the rotation angles computed
 // while the loads are in flight, the pairs exchanged through shared memory under a warp
 // barrier; warp 2: v), so the block meets at two barriers: after the preparation and
@@ -221,7 +221,7 @@ template <int HD>
 DEV void attn_decode_run(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
                           const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt, int group,
                           int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale, float eps, float q_scale,
-                          float scale, int window, int n_split, int min_chunk, int spread) {
+                          float scale, int window, int n_split, int min_chunk) {
     constexpr int L = HD / AD_E;         // lanes per key
     constexpr int KW = AD_KW(HD);        // keys per warp per iteration
     constexpr int NSU = AD_NSU(HD);      // keys per iteration of the block
@@ -282,11 +282,10 @@ DEV void attn_decode_run(const float* q, const float* k, const float* v, u16* kc
     const u16* kbase = kc + (u64)kvh * HD + sub * AD_E;
     const u16* vbase = vc + (u64)kvh * HD + sub * AD_E;
     // This warp's keys in each iteration it: slots it * NSU + warp * KW + [0, KW) (stream
-    // ws: + ws + j * NSW), or with `spread` (the keys dealt round the block's streams, as
-    // this kernel first did: every warp busy from 64 keys on) + warp * NSW + ws + j * NSU / AD_U.
+    // ws: + ws + j * NSW).
     constexpr int NSW = 32 / L;
-    const int wfirst = spread ? warp * NSW : warp * KW;
-    const int js = spread ? NSU / AD_U : NSW;
+    const int wfirst = warp * KW;
+    const int js = NSW;
     const int iters = nk > wfirst ? (nk - wfirst + NSU - 1) / NSU : 0;
 
     // 1. The first iteration's cache loads.
@@ -437,21 +436,21 @@ DEV void attn_decode_run(const float* q, const float* k, const float* v, u16* kc
 KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d64(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
                                                      const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
                                                      int group, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
-                                                     float eps, float q_scale, float scale, int window, int n_split, int min_chunk, int spread) {
+                                                     float eps, float q_scale, float scale, int window, int n_split, int min_chunk) {
     attn_decode_run<64>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, group, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
-                        scale, window, n_split, min_chunk, spread);
+                        scale, window, n_split, min_chunk);
 }
 KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d128(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
                                                      const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
                                                      int group, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
-                                                     float eps, float q_scale, float scale, int window, int n_split, int min_chunk, int spread) {
+                                                     float eps, float q_scale, float scale, int window, int n_split, int min_chunk) {
     attn_decode_run<128>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, group, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
-                        scale, window, n_split, min_chunk, spread);
+                        scale, window, n_split, min_chunk);
 }
 KERNEL LAUNCH_BOUNDS(AD_THREADS) void attn_decode_d256(const float* q, const float* k, const float* v, u16* kc, u16* vc, float* out, block_q8_1* q8,
                                                      const float* qw, const float* kw, const float* ff, const int* pos, float* part, u32* cnt,
                                                      int group, int n_kv, int n_ctx, int n_rot, int neox, float theta_scale, float freq_scale,
-                                                     float eps, float q_scale, float scale, int window, int n_split, int min_chunk, int spread) {
+                                                     float eps, float q_scale, float scale, int window, int n_split, int min_chunk) {
     attn_decode_run<256>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, group, n_kv, n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale,
-                        scale, window, n_split, min_chunk, spread);
+                        scale, window, n_split, min_chunk);
 }

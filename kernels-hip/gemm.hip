@@ -5,8 +5,9 @@
 // act = SiLU (act 0) or GELU-tanh (act 1): the gate/up projections of one FFN from one
 // activation tile, the GLU in the epilogue.
 //
-// Block = BM / 16 warps = a BM (M) x BN (N) tile: BM = 128 with BN = 128, 64 or 16 (paired
-// form: 64), or BM = 64 with BN = 64 (`_m64`: twice the blocks for shapes with few rows). Each K step of 64 elements:
+// Block = BM / 16 warps = a BM (M) x BN (N) tile: BM = 128 with BN = 64 or 16 (paired
+// form: 64). (128 x 128 tiles, 64 x 64 tiles and split-K lost on the H200: deleted, their
+// numbers in benchmarks/.) Each K step of 64 elements:
 // every thread decodes 32 weights of one row (two 16-element halves of one sub-block pair
 // of a K-quant, whose scales it decodes once for both; or one whole 32-element block) into
 // shared memory as f16, and 4·BN/16 activations converted to f16; then each warp issues
@@ -16,14 +17,13 @@
 // outside this tile.
 // Any M and N work (rows past M / tokens past N are zero-filled and never stored); K is
 // whole blocks of the type (a multiple of 256 for K-quants, 32 otherwise).
-// grid (ceil(M / BM), ceil(N / BN), ksplit), block 2 BM. ksplit = 2 splits the K steps in
-// two halves that add into a zeroed Y (more blocks for shapes with few output tiles).
+// grid (ceil(M / BM), ceil(N / BN)), block 2 BM.
 #include "common.h"
 #include "mma.h"
 
 #define GB_K 64
 #define GB_LD 72 // padded row stride (u16): 144 bytes, 16-byte aligned, conflict-free ldmatrix
-// Two blocks per SM on NVIDIA for the register-heavy tiles (n128, paired): caps them at
+// Two blocks per SM on NVIDIA for the register-heavy paired tile: caps it at
 // 128 registers (measured faster than one block with no spills).
 #ifdef LODE_AMD
 #define LAUNCH_BOUNDS_2(n) LAUNCH_BOUNDS(n)
@@ -295,16 +295,8 @@ DEV void store_x(const XRaw<SEG>& x, u16* sX) {
     }
 }
 
-DEV void atomic_add_f32(float* p, float v) {
-#ifdef LODE_AMD
-    __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-#else
-    atomicAdd(p, v);
-#endif
-}
-
 template <int TYPE, int BM, int BN, bool GLU>
-DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, int N, int K, int act, int ksplit) {
+DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, int N, int K, int act) {
     constexpr int NT = 2 * BM, NWARP = NT / 32;       // two threads per weight row
     constexpr int WN = BN >= 32 ? BN / 32 : 1;         // warps along N
     constexpr int WM = NWARP / WN;                     // warps along M
@@ -318,12 +310,8 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
     const int m0 = bid_x() * BM, n0 = bid_y() * BN;
     const int r = t >> 1, c = t & 1, row = m0 + r;
     const bool live = row < M;
-    // K steps [kb0, kb1) of this block: all of them, or part bid_z() of `ksplit` (split-K:
-    // the parts add into Y, which the caller zeroed; with two parts the sum is exact-order
-    // independent, 0 + a + b == 0 + b + a).
-    const int nks_all = (K + GB_K - 1) / GB_K, per = (nks_all + ksplit - 1) / ksplit;
-    const int kb0 = bid_z() * per, nks = kb0 + per < nks_all ? kb0 + per : nks_all;
-    if (kb0 >= nks) return;
+    // K steps [kb0, nks) of this block: all of them.
+    const int kb0 = 0, nks = (K + GB_K - 1) / GB_K;
 
     FragC acc[FM][FN], acc2[GLU ? FM : 1][GLU ? FN : 1];
 #pragma unroll
@@ -403,39 +391,22 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
                         const float u = acc2[GLU ? i : 0][GLU ? j : 0].v[e];
                         v = (act ? gelu_tanh_f(v) : silu_f(v)) * u;
                     }
-                    if (ksplit > 1) atomic_add_f32(Y + (u64)n * M + m, v);
-                    else Y[(u64)n * M + m] = v;
+                    Y[(u64)n * M + m] = v;
                 }
             }
 }
 
-#define GEMM_KERNELS(NAME, T)                                                                                       \
-    KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n64(const u8* W, const float* X, float* Y, int M, int N, int K,    \
-                                                     int ksplit) {                                                  \
-        gemm_body<T, 128, 64, false>(W, W, X, Y, M, N, K, 0, ksplit);                                               \
-    }                                                                                                               \
-    KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n16(const u8* W, const float* X, float* Y, int M, int N, int K,    \
-                                                     int ksplit) {                                                  \
-        gemm_body<T, 128, 16, false>(W, W, X, Y, M, N, K, 0, ksplit);                                               \
-    }                                                                                                               \
-    KERNEL LAUNCH_BOUNDS_2(256) void gemm_##NAME##_n128(const u8* W, const float* X, float* Y, int M, int N, int K, \
-                                                        int ksplit) {                                               \
-        gemm_body<T, 128, 128, false>(W, W, X, Y, M, N, K, 0, ksplit);                                              \
-    }                                                                                                               \
-    KERNEL LAUNCH_BOUNDS(128) void gemm_##NAME##_m64(const u8* W, const float* X, float* Y, int M, int N, int K,    \
-                                                     int ksplit) {                                                  \
-        gemm_body<T, 64, 64, false>(W, W, X, Y, M, N, K, 0, ksplit);                                                \
-    }                                                                                                               \
-    KERNEL LAUNCH_BOUNDS_2(256) void gemm_glu_##NAME##_n64(const u8* G, const u8* U, const float* X, float* Y, int M,\
-                                                           int N, int K, int act) {                                 \
-        gemm_body<T, 128, 64, true>(G, U, X, Y, M, N, K, act, 1);                                                   \
+#define GEMM_KERNELS(NAME, T)                                                                                    \
+    KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n64(const u8* W, const float* X, float* Y, int M, int N, int K) { \
+        gemm_body<T, 128, 64, false>(W, W, X, Y, M, N, K, 0);                                                    \
+    }                                                                                                            \
+    KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n16(const u8* W, const float* X, float* Y, int M, int N, int K) { \
+        gemm_body<T, 128, 16, false>(W, W, X, Y, M, N, K, 0);                                                    \
+    }                                                                                                            \
+    KERNEL LAUNCH_BOUNDS_2(256) void gemm_glu_##NAME##_n64(const u8* G, const u8* U, const float* X, float* Y,   \
+                                                           int M, int N, int K, int act) {                       \
+        gemm_body<T, 128, 64, true>(G, U, X, Y, M, N, K, act);                                                   \
     }
-
-// y[i] = 0 for i < n (split-K GEMMs add into a zeroed output). grid ceil(n / 256), block 256.
-KERNEL void gemm_zero_f32(float* y, int n) {
-    const int i = bid_x() * 256 + tid_x();
-    if (i < n) y[i] = 0.0f;
-}
 
 GEMM_KERNELS(q4_0, T_Q4_0)
 GEMM_KERNELS(q4_1, T_Q4_1)

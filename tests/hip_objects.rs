@@ -37,7 +37,8 @@ fn amd_code_objects_export_every_kernel() {
         return;
     }
     for arch in ["gfx1100", "gfx1151"] {
-        for (family, _, names) in lode_runtime::backend::gpu::kernels::FAMILIES {
+        for fam in lode_runtime::backend::gpu::kernels::FAMILIES {
+            let family = &fam.name;
             let (_, _, blob) = amd
                 .iter()
                 .find(|(f, a, _)| f == family && *a == arch)
@@ -45,7 +46,7 @@ fn amd_code_objects_export_every_kernel() {
             assert_eq!(&blob[..4], b"\x7fELF", "{family}.{arch} is not an ELF code object");
             assert_eq!(u16::from_le_bytes([blob[18], blob[19]]), 224, "{family}.{arch}: e_machine is not EM_AMDGPU");
             let syms = elf_symbols(blob);
-            for n in *names {
+            for n in fam.kernel_names() {
                 assert!(syms.iter().any(|s| s == n), "{family}.{arch} lacks kernel {n}");
                 assert!(syms.iter().any(|s| *s == format!("{n}.kd")), "{family}.{arch} lacks kernel descriptor {n}.kd");
             }
@@ -60,8 +61,9 @@ fn amd_code_objects_export_every_kernel() {
 fn embedded_objects_match_the_embedded_sources() {
     use lode_runtime::backend::gpu::kernels;
     kernels::register_embedded(EMBEDDED, EMBEDDED_SOURCES);
-    for (family, src, _) in kernels::FAMILIES {
-        assert!(kernels::embedded_matches_sources(family, src), "{family}: embedded objects were built from other sources");
+    for f in kernels::FAMILIES {
+        let family = f.name;
+        assert!(kernels::embedded_matches_sources(family, f.source), "{family}: embedded objects were built from other sources");
     }
     // The check can fail: other sources give another fingerprint.
     assert!(!kernels::embedded_matches_sources("matvec", "// not the matvec source"));

@@ -19,12 +19,13 @@
 //! memory a run will show in `nvidia-smi` (what this process holds after opening, plus
 //! the run's allocations).
 
+use lode_runtime::backend::gpu::family::dequant;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use lode_runtime::backend::gpu::driver::{Api, DevAttr};
 use lode_runtime::backend::gpu::tuning::Tuning;
-use lode_runtime::backend::gpu::{plan, prefill_blas, GpuDevice};
+use lode_runtime::backend::gpu::{plan, GpuDevice};
 use lode_runtime::quant::GgmlType;
 use lode_runtime::backend::DeviceKind;
 use lode_runtime::model::Model;
@@ -95,7 +96,7 @@ fn prefill_scratch(n: usize, k: usize, max_slab: u64, t: &Tuning) -> u64 {
         return 0;
     }
     if t.blas && n >= t.blas_min_tokens && max_slab > 0 {
-        pow2((n * k * 2) as u64) + pow2(max_slab) + round_up(prefill_blas::WORKSPACE_BYTES as u64, GPU_PAGE) + BLAS_LIB_OVERHEAD
+        pow2((n * k * 2) as u64) + pow2(max_slab) + round_up(dequant::WORKSPACE_BYTES as u64, GPU_PAGE) + BLAS_LIB_OVERHEAD
     } else if plan::gemm_tile(&plan::Weight { ty: GgmlType::Q4_K, layout: Layout::Stored, rows: 1, k }, n, t).is_some() {
         pow2((n * k * 4) as u64)
     } else {
@@ -137,8 +138,8 @@ pub fn run(args: Args) -> Result<()> {
         let l = layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), target.class);
         let bytes = l.bytes(w.ty(), w.n_rows(), w.row_len(), w.data().len()).with_context(|| format!("weight `{}`", w.name()))? as u64;
         n_tensors += 1;
-        if w.n_rows() > 1 && prefill_blas::supports(w.ty(), l) {
-            max_slab = max_slab.max(prefill_blas::slab_bytes_for(w.n_rows(), w.row_len(), tuning.blas_slab_bytes) as u64);
+        if w.n_rows() > 1 && dequant::supports(w.ty(), l) {
+            max_slab = max_slab.max(dequant::slab_bytes_for(w.n_rows(), w.row_len(), tuning.blas_slab_bytes) as u64);
         }
         // Mapped: the stored layout is read from the file in place (no device bytes) —
         // except on the CPU, where the mapping itself is what occupies RAM.

@@ -3,8 +3,9 @@
 //! reported as achieved GB/s of weight bytes read, next to a device-to-device copy
 //! (read + write bytes), the practical ceiling.
 
+use lode_runtime::backend::gpu::family::{elementwise, matvec, quantize};
 use anyhow::Result;
-use lode_runtime::backend::gpu::{ops, selftest, GpuDevice};
+use lode_runtime::backend::gpu::{selftest, GpuDevice};
 use lode_runtime::quant::GgmlType;
 
 fn time_ms(dev: &GpuDevice, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -53,18 +54,18 @@ pub fn run(dev: &GpuDevice) -> Result<()> {
         let wbs: Vec<_> = (0..copies).map(|_| dev.upload(&w)).collect::<std::result::Result<_, _>>()?;
         let x = rng.vec(k * 8, 1.0);
         let xb = dev.upload_f32(&x)?;
-        let qb = dev.alloc(ops::q8_1_bytes(k, 8))?;
+        let qb = dev.alloc(quantize::q8_1_bytes(k, 8))?;
         let yb = dev.alloc(rows * 8 * 4)?;
-        let q8 = ops::matvec_takes_q8_1(ty);
-        if let Some(f) = ops::act_fmt(ty) {
-            ops::quantize_act(dev, f, xb.ptr(), qb.ptr(), k, 8)?;
+        let q8 = matvec::matvec_takes_q8_1(ty);
+        if let Some(f) = quantize::act_fmt(ty) {
+            quantize::quantize_act(dev, f, xb.ptr(), qb.ptr(), k, 8)?;
         }
         let xin = if q8 { qb.ptr() } else { xb.ptr() };
         for ncols in [1usize, 8] {
             let mut i = 0;
             let ms = time_ms(dev, 40, || {
                 i += 1;
-                Ok(ops::matvec(dev, wbs[i % copies].ptr(), ty, rows, k, xin, yb.ptr(), ncols)?)
+                Ok(matvec::matvec(dev, wbs[i % copies].ptr(), ty, rows, k, xin, yb.ptr(), ncols)?)
             })?;
             println!(
                 "bench matvec {ty:<5} {rows:>6}x{k:<5} ncols={ncols}: {:8.1} us  {:6.0} GB/s weights ({copies} copies)",
@@ -72,19 +73,10 @@ pub fn run(dev: &GpuDevice) -> Result<()> {
                 w.len() as f64 / ms / 1e6
             );
         }
-        // The staged kernel forced on (whatever the default threshold) for comparison.
-        if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && k <= 16384 && k >= 2048 {
-            let mut i = 0;
-            let ms = time_ms(dev, 40, || {
-                i += 1;
-                Ok(ops::matvec_multi_with(dev, 0, xin, k, &[(wbs[i % copies].ptr(), ty, rows, yb.ptr())], 8)?)
-            })?;
-            println!("bench matvec {ty:<5} {rows:>6}x{k:<5} staged: {:8.1} us  {:6.0} GB/s weights", ms * 1e3, w.len() as f64 / ms / 1e6);
-        }
     }
     // Small launches: the per-kernel floor that decode of small models sees.
     let xb = dev.alloc(4096 * 4)?;
-    let ms = time_ms(dev, 200, || Ok(ops::scale(dev, xb.ptr(), xb.ptr(), 1024, 1.0)?))?;
+    let ms = time_ms(dev, 200, || Ok(elementwise::scale(dev, xb.ptr(), xb.ptr(), 1024, 1.0)?))?;
     println!("bench tiny kernel (scale 1024): {:.1} us per launch", ms * 1e3);
     Ok(())
 }

@@ -9,7 +9,7 @@
 //! directly, so a decode step needs no separate quantize launch once the first step has
 //! taught the hints.
 
-use super::ops::ActFmt;
+use crate::backend::gpu::launch::ActFmt;
 use std::collections::HashMap;
 
 /// (buffer, version, row length, values); the q8_1 form's blocks do not depend on the row

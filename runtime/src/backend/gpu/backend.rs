@@ -14,10 +14,12 @@
 //! are identical, replayed as one device graph (`replay.rs`; `Tuning::graphs`).
 //! KV cache: f16 only (`KvType::F32` is refused with a clear error).
 
+use crate::backend::gpu::family::{attention, elementwise, flash_attn, gemm, matvec, norm_rope, quantize};
+use crate::backend::gpu::launch;
 use super::device::{DeviceBuffer, GpuDevice};
 use super::driver::DevPtr;
 use super::replay::{Entry, Rec, Replay};
-use super::{ops, prefill, GpuError};
+use super::{GpuError};
 use super::plan::{self, GluPlan, Matmul};
 use super::tuning::Tuning;
 use std::cell::RefCell;
@@ -299,10 +301,10 @@ impl Backend for GpuBackend {
         }
         let wp = self.weight(w)?;
         let idp = self.stage_bytes(bytemuck::cast_slice(ids))?;
-        if let Some(first) = super::replay::first_launch(|d| ops::get_rows(d, wp, w.ty(), k, idp, ids.len(), o, 1.0)) {
+        if let Some(first) = super::replay::first_launch(|d| elementwise::get_rows(d, wp, w.ty(), k, idp, ids.len(), o, 1.0)) {
             self.speculate(&first)?;
         }
-        let r = ops::get_rows(&self.rec(), wp, w.ty(), k, idp, ids.len(), o, 1.0).map_err(err("get_rows"));
+        let r = elementwise::get_rows(&self.rec(), wp, w.ty(), k, idp, ids.len(), o, 1.0).map_err(err("get_rows"));
         self.touch(out);
         r
     }
@@ -323,19 +325,19 @@ impl Backend for GpuBackend {
             Matmul::SplitWalk { blocks, .. } => return self.run_split_walk(w, x, y, blocks),
             Matmul::Gemm { tile } => {
                 let wp = self.weight(w)?;
-                let xa = match ops::act_fmt(ty) {
+                let xa = match quantize::act_fmt(ty) {
                     Some(f) => self.act_values(x, f, k, n_tok, "matmul")?,
                     None => xp,
                 };
-                prefill::gemm(&self.rec(), wp, ty, lay, rows, k, xa, yp, n_tok, tile).map_err(map)
+                gemm::gemm(&self.rec(), wp, ty, lay, rows, k, xa, yp, n_tok, tile).map_err(map)
             }
             Matmul::Matvec => {
                 let wp = self.weight(w)?;
-                let xa = match ops::act_fmt(ty) {
+                let xa = match quantize::act_fmt(ty) {
                     Some(f) => self.act_blocks(x, f, k, n_tok, "matmul")?,
                     None => xp,
                 };
-                ops::matvec(&self.rec(), wp, ty, rows, k, xa, yp, n_tok).map_err(map)
+                matvec::matvec(&self.rec(), wp, ty, rows, k, xa, yp, n_tok).map_err(map)
             }
         };
         self.touch(y);
@@ -356,11 +358,11 @@ impl Backend for GpuBackend {
         Self::check_len("matmul_glu", out, on, n_tok * rows)?;
         let gp = self.weight(gate)?;
         let upp = self.weight(up)?;
-        let xa = match ops::act_fmt(ty) {
+        let xa = match quantize::act_fmt(ty) {
             Some(f) => self.act_values(x, f, k, n_tok, "matmul_glu")?,
             None => xp,
         };
-        let r = prefill::gemm_glu(&self.rec(), gp, upp, ty, lay, rows, k, xa, op, n_tok, act == Glu::GeluTanh)
+        let r = gemm::gemm_glu(&self.rec(), gp, upp, ty, lay, rows, k, xa, op, n_tok, act == Glu::GeluTanh)
             .map_err(|e| BackendError::Invalid { op: "matmul_glu", msg: format!("{} / {}: {e}", gate.name(), up.name()) });
         self.touch(out);
         r
@@ -382,12 +384,12 @@ impl Backend for GpuBackend {
         };
         if row_len % 32 == 0 {
             let (fmt, _, q) = self.act_producer(out, Some(row_len), n_rows * row_len, "rms_norm")?;
-            ops::rmsnorm_q8(&self.rec(), xp, wp, op, q, n_rows, row_len, eps, fmt).map_err(err("rms_norm"))?;
+            norm_rope::rmsnorm_q8(&self.rec(), xp, wp, op, q, n_rows, row_len, eps, fmt).map_err(err("rms_norm"))?;
             self.touch(out);
             self.act_produced(out, fmt, row_len, n_rows * row_len);
             return Ok(());
         }
-        let r = ops::rmsnorm(&self.rec(), xp, wp, op, n_rows, row_len, eps).map_err(err("rms_norm"));
+        let r = norm_rope::rmsnorm(&self.rec(), xp, wp, op, n_rows, row_len, eps).map_err(err("rms_norm"));
         self.touch(out);
         r
     }
@@ -397,8 +399,8 @@ impl Backend for GpuBackend {
         Self::check_len("rope", x, xn, pos.len() * n_head * head_dim)?;
         let ff = self.rope_factors(rope)?;
         let pp = self.positions(pos)?;
-        let ts = ops::rope_theta_scale(rope.freq_base, rope.n_rot);
-        let r = ops::rope(&self.rec(), xp, pp, ff, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, ts, rope.freq_scale, 1.0).map_err(err("rope"));
+        let ts = norm_rope::rope_theta_scale(rope.freq_base, rope.n_rot);
+        let r = norm_rope::rope(&self.rec(), xp, pp, ff, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, ts, rope.freq_scale, 1.0).map_err(err("rope"));
         self.touch(x);
         r
     }
@@ -410,7 +412,7 @@ impl Backend for GpuBackend {
         Self::check_len("add", a, an, n)?;
         Self::check_len("add", b, bn, n)?;
         Self::check_len("add", out, on, n)?;
-        let r = ops::add(&self.rec(), ap, bp, op, n).map_err(err("add"));
+        let r = elementwise::add(&self.rec(), ap, bp, op, n).map_err(err("add"));
         self.touch(out);
         r
     }
@@ -420,7 +422,7 @@ impl Backend for GpuBackend {
         let (xp, xn) = self.buf(x)?;
         Self::check_len("add_bias", x, xn, n_tok * n)?;
         let bp = self.weight_f32(bias)?;
-        let r = ops::add_bias(&self.rec(), xp, bp, n, n_tok * n).map_err(err("add_bias"));
+        let r = elementwise::add_bias(&self.rec(), xp, bp, n, n_tok * n).map_err(err("add_bias"));
         self.touch(x);
         r
     }
@@ -428,7 +430,7 @@ impl Backend for GpuBackend {
     fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
         let (xp, xn) = self.buf(x)?;
         Self::check_len("scale", x, xn, n)?;
-        let r = ops::scale(&self.rec(), xp, xp, n, s).map_err(err("scale"));
+        let r = elementwise::scale(&self.rec(), xp, xp, n, s).map_err(err("scale"));
         self.touch(x);
         r
     }
@@ -442,12 +444,12 @@ impl Backend for GpuBackend {
         Self::check_len("glu", out, on, n)?;
         if n % 32 == 0 {
             let (fmt, row_len, q) = self.act_producer(out, None, n, "glu")?;
-            ops::glu_q8(&self.rec(), gp, up_, op, q, n, act == Glu::GeluTanh, fmt).map_err(err("glu"))?;
+            elementwise::glu_q8(&self.rec(), gp, up_, op, q, n, act == Glu::GeluTanh, fmt).map_err(err("glu"))?;
             self.touch(out);
             self.act_produced(out, fmt, row_len, n);
             return Ok(());
         }
-        let r = ops::glu(&self.rec(), gp, up_, op, n, act == Glu::GeluTanh).map_err(err("glu"));
+        let r = elementwise::glu(&self.rec(), gp, up_, op, n, act == Glu::GeluTanh).map_err(err("glu"));
         self.touch(out);
         r
     }
@@ -478,7 +480,7 @@ impl Backend for GpuBackend {
         }
         let pp = self.positions(pos)?;
         let f = err("kv_write");
-        ops::kv_store(&self.rec(), kp, vp, kc, vc, rk, rv, pp, pos.len()).map_err(&f)?;
+        elementwise::kv_store(&self.rec(), kp, vp, kc, vc, rk, rv, pp, pos.len()).map_err(&f)?;
         Ok(())
     }
 
@@ -500,15 +502,15 @@ impl Backend for GpuBackend {
         let q8 = match plan::attention(pos.len(), p.head_dim_k, self.act_wants_k(out), &self.tuning) {
             plan::Attn::Flash { .. } => {
                 self.touch(out);
-                return prefill::flash_attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"));
+                return flash_attn::flash_attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"));
             }
             plan::Attn::Decode { q8: true } => Some(self.act_producer(out, Some(32), values, "attention")?.2),
             plan::Attn::Decode { q8: false } => None,
         };
         self.touch(out);
-        ops::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
+        attention::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
         if q8.is_some() {
-            self.act_produced(out, ops::ActFmt::Q8_1, 32, values);
+            self.act_produced(out, launch::ActFmt::Q8_1, 32, values);
         }
         Ok(())
     }

@@ -63,43 +63,8 @@ const MMA_H: &str = include_str!("../../../../kernels-hip/mma.h");
 /// The per-type decode dot products (matvec.hip and decode_mv.hip include it).
 const MV_DOT_H: &str = include_str!("../../../../kernels-hip/mv_dot.h");
 
-/// Each kernel family: its source file and the kernels it must export.
-pub const FAMILIES: &[(&str, &str, &[&str])] = &[
-    ("quantize", include_str!("../../../../kernels-hip/quantize.hip"), &["quantize_q8_1", "quantize_q8_k", "quantize_dq_q8_1", "quantize_dq_q8_k"]),
-    (
-        "matvec",
-        include_str!("../../../../kernels-hip/matvec.hip"),
-        &[
-            "matvec_f32_n1", "matvec_f32_n8", "matvec_f16_n1", "matvec_f16_n8", "matvec_bf16_n1", "matvec_bf16_n8",
-            "matvec_q4_0_n1", "matvec_q4_0_n8", "matvec_q4_1_n1", "matvec_q4_1_n8", "matvec_q5_0_n1", "matvec_q5_0_n8",
-            "matvec_q5_1_n1", "matvec_q5_1_n8", "matvec_q8_0_n1", "matvec_q8_0_n8", "matvec_q4_K_n1", "matvec_q4_K_n8",
-            "matvec_q5_K_n1", "matvec_q5_K_n8", "matvec_q6_K_n1", "matvec_q6_K_n8", "matvec_multi_n1", "matvec_multi4_n1", "matvec_q4k_loop_n1",
-        ],
-    ),
-    (
-        "decode_mv",
-        include_str!("../../../../kernels-hip/decode_mv.hip"),
-        &["decode_mv_norm4", "decode_mv_norm16", "decode_mv_glu4", "decode_mv_glu16", "decode_mv_quant", "decode_mv_quant2", "decode_mv_norm4_1k", "decode_mv_glu4_1k", "decode_mv_norm4_h1k", "decode_mv_glu4_h1k", "decode_mv_norm_walk", "decode_mv_norm_walk_v", "decode_mv_split"],
-    ),
-    ("head_mv", include_str!("../../../../kernels-hip/head_mv.hip"), &["head_q6k_n4", "head_q6k_n16"]),
-    ("norm_rope", include_str!("../../../../kernels-hip/norm_rope.hip"), &["rmsnorm_f32", "rmsnorm_q8_f32", "rope_f32", "add_rmsnorm_q8_f32", "rope_kv_f32"]),
-    ("attention", include_str!("../../../../kernels-hip/attention.hip"), &["attn_f16", "attn_f16_rows"]),
-    ("attn_decode", include_str!("../../../../kernels-hip/attn_decode.hip"), &["attn_decode_d64", "attn_decode_d128", "attn_decode_d256"]),
-    (
-        "elementwise",
-        include_str!("../../../../kernels-hip/elementwise.hip"),
-        &[
-            "add_f32", "add_bias_f32", "mul_f32", "scale_f32", "swiglu_f32", "geglu_f32", "softcap_f32", "f32_to_f16_rows", "glu_q8_f32", "kv_store_f16", "kv_store_f16_rows",
-            "get_rows_f32", "get_rows_f16", "get_rows_bf16", "get_rows_q4_0", "get_rows_q4_1", "get_rows_q5_0",
-            "get_rows_q5_1", "get_rows_q8_0", "get_rows_q4_K", "get_rows_q5_K", "get_rows_q6_K",
-        ],
-    ),
-    ("gemm", include_str!("../../../../kernels-hip/gemm.hip"), super::prefill::GEMM_KERNELS),
-    ("flash_attn", include_str!("../../../../kernels-hip/flash_attn.hip"), super::prefill::FLASH_KERNELS),
-    ("dequant", include_str!("../../../../kernels-hip/dequant.hip"), super::prefill_blas::DEQUANT_KERNELS),
-    ("exact_matmul", include_str!("../../../../kernels-hip/exact_matmul.hip"), &["exact_quantize", "exact_matmul", "exact_matmul_lanes", "exact_get_rows"]),
-    ("exact_ops", include_str!("../../../../kernels-hip/exact_ops.hip"), &["exact_rmsnorm", "exact_binary", "exact_glu", "exact_rope", "exact_attention"]),
-];
+/// Each kernel family: its source and the kernels it must export (`family/`).
+pub use super::family::ALL as FAMILIES;
 
 /// The families whose every kernel starts with `pdl_entry()` (kernels-hip/common.h) and
 /// may therefore be launched overlapped with the kernel before it
@@ -140,7 +105,7 @@ pub fn overlappable(name: &str) -> bool {
 
 /// Whether kernel `name` belongs to one of `families`.
 pub fn in_families(name: &str, families: &[&str]) -> bool {
-    FAMILIES.iter().any(|(fam, _, names)| families.contains(fam) && names.contains(&name))
+    FAMILIES.iter().any(|f| families.contains(&f.name) && f.kernel_names().any(|n| n == name))
 }
 
 /// The full compilable source of a family: common.h (and mma.h, mv_dot.h, which follow
@@ -181,7 +146,8 @@ impl KernelSet {
     pub fn load(drv: &dyn Driver, force_rtc: bool) -> Result<KernelSet, DriverError> {
         let arch = drv.info().arch.clone();
         let mut set = KernelSet { modules: Vec::new(), funcs: HashMap::new(), origins: Vec::new() };
-        for &(family, src, names) in FAMILIES {
+        for f in FAMILIES {
+            let (family, src) = (f.name, f.source);
             let mut loaded = None;
             let stale = !embedded_matches_sources(family, src) && embedded().iter().any(|(f, _, _)| *f == family);
             if stale {
@@ -208,7 +174,7 @@ impl KernelSet {
                 None => rtc_load(drv, family, src, &arch)?,
             };
             set.modules.push(module);
-            for &n in names {
+            for n in f.kernel_names() {
                 set.funcs.insert(n, drv.module_function(module, n)?);
             }
             set.origins.push((family, origin));
@@ -266,17 +232,17 @@ mod tests {
 
     #[test]
     fn family_source_inlines_the_header_once() {
-        for (fam, src, names) in FAMILIES {
+        for f in FAMILIES {
+            let (fam, src) = (f.name, f.source);
             let full = family_source(src);
             assert!(!full.contains("#include \"common.h\"") && !full.contains("#include \"mma.h\"") && !full.contains("#include \"mv_dot.h\""), "{fam}");
             assert!(full.contains("struct __attribute__((aligned(4))) block_q8_1"), "{fam}");
-            for n in *names {
+            for n in f.kernel_names() {
                 let base = n.trim_end_matches("_n1").trim_end_matches("_n8");
                 // The prefill families name their kernels through instantiation macros.
-                let gemm = n.trim_start_matches("gemm_glu_").trim_start_matches("gemm_").trim_end_matches("_n64").trim_end_matches("_n16").trim_end_matches("_n128").trim_end_matches("_m64");
-                let flash = n.trim_start_matches("flash_attn_f16_d");
+                let gemm = n.trim_start_matches("gemm_glu_").trim_start_matches("gemm_").trim_end_matches("_n64").trim_end_matches("_n16");
                 let flash2 = n.trim_start_matches("flash_attn2_f16_d");
-                let by_macro = full.contains(&format!("GEMM_KERNELS({gemm},")) || full.contains(&format!("FLASH_KERNEL({flash},")) || full.contains(&format!("FLASH2_KERNEL({flash2},"));
+                let by_macro = full.contains(&format!("GEMM_KERNELS({gemm},")) || full.contains(&format!("FLASH2_KERNEL({flash2},"));
                 assert!(full.contains(base) || by_macro, "{fam}: kernel {n} not in source");
             }
         }
@@ -286,7 +252,7 @@ mod tests {
     /// statement: a launch that may start early and reads its inputs first would race.
     #[test]
     fn kernel_sources_enter_with_pdl() {
-        for (fam, src, _) in FAMILIES.iter().filter(|(f, _, _)| OVERLAPPED_FAMILIES.contains(f)) {
+        for (fam, src) in FAMILIES.iter().filter(|f| OVERLAPPED_FAMILIES.contains(&f.name)).map(|f| (&f.name, f.source)) {
             if WEIGHTS_FIRST_FAMILIES.contains(fam) {
                 // Each `*_run` body: weight loads, then pdl_entry(), before any activation read
                 // (the prologue / staging call).

@@ -3,9 +3,9 @@
 //! - [`driver`]: the vendor tables (the only `unsafe` FFI in lode), opened at run time.
 //! - [`device`]: buffers, the stream, events, launches, memory info, graph hooks.
 //! - [`kernels`]: embedded code objects or NVRTC/hipRTC compiles, cached on disk.
-//! - [`ops`]: one typed launcher per kernel (shape checks, grids).
-//! - [`prefill`]: matrix-core GEMM and flash attention for two or more tokens.
-//! - [`prefill_blas`]: long prefill chunks through a transient f16 slab and the vendor BLAS.
+//! - [`family`]: one module per kernel source (`kernels-hip/<name>.hip`): typed launch
+//!   arguments and launchers (shape checks, grids).
+//! - [`plan`]: which kernel each op runs (device-free; `lode inspect --plan` prints it).
 //! - [`selftest`]: every kernel against the CPU reference (`lode selftest`), one folder.
 //!
 //! What runs on an NVIDIA GPU is what runs on an AMD one: only `driver/{cuda,hip}.rs`
@@ -13,22 +13,17 @@
 
 pub mod act_forms;
 pub mod arena;
-pub mod attn_decode;
 pub mod backend;
-pub mod decode_mv;
 pub mod device;
 pub mod driver;
 pub mod exact;
-pub mod head_mv;
+pub mod family;
 pub mod host_times;
 pub mod kernels;
 pub mod launch;
 pub mod materialize;
-pub mod ops;
 pub mod plan;
 pub mod plan_trace;
-pub mod prefill;
-pub mod prefill_blas;
 pub mod replay;
 pub mod selftest;
 pub mod tuning;

@@ -9,8 +9,9 @@
 //! The measured reasons for each threshold are in BENCHMARKS.md and `benchmarks/`; the
 //! numbers a user may override are in [`Tuning`].
 
+use crate::backend::gpu::family::{attn_decode, decode_mv, dequant, flash_attn, gemm, head_mv, matvec, quantize};
+use crate::backend::gpu::launch;
 use super::tuning::Tuning;
-use super::{attn_decode, decode_mv, head_mv, ops, prefill, prefill_blas};
 use crate::quant::GgmlType;
 use crate::weights::layout::Layout;
 
@@ -80,9 +81,9 @@ pub enum Matmul {
     /// One token over rows of 2–16 K-quant steps: one warp per step over a resident row
     /// walk of `blocks` blocks (`decode_mv::split_walk`).
     SplitWalk { steps: usize, blocks: usize },
-    /// The matrix-core GEMM with this token tile (`prefill::gemm`).
+    /// The matrix-core GEMM with this token tile (`gemm::gemm`).
     Gemm { tile: usize },
-    /// The multi-column matvec over the input's quantized (or f32) form (`ops::matvec`).
+    /// The multi-column matvec over the input's quantized (or f32) form (`matvec::matvec`).
     Matvec,
 }
 
@@ -102,7 +103,7 @@ pub struct MatmulIn {
 /// Whether a matmul of `n_tok` tokens over `w` would go to the BLAS if a library opens
 /// (the backend opens it on the first such matmul, never for decode-only runs).
 pub fn blas_candidate(w: &Weight, n_tok: usize, t: &Tuning) -> bool {
-    t.blas && n_tok >= t.blas_min_tokens.max(2) && prefill_blas::supports(w.ty, w.layout)
+    t.blas && n_tok >= t.blas_min_tokens.max(2) && dequant::supports(w.ty, w.layout)
 }
 
 fn fused_mv(t: &Tuning) -> bool {
@@ -120,7 +121,7 @@ fn fits(o: &mut dyn Occupancy, kernel: &'static str, rows: usize) -> bool {
 /// quantizes in its prologue: when the rows fit one wave of its blocks.
 pub fn quant_mv(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Option<QuantMv> {
     let (ty, k, rows) = (q.w.ty, q.w.k, q.w.rows);
-    if !fused_mv(t) || q.n_tok != 1 || ops::act_fmt(ty).is_none() || q.x_is_y || q.x_ready {
+    if !fused_mv(t) || q.n_tok != 1 || quantize::act_fmt(ty).is_none() || q.x_is_y || q.x_ready {
         return None;
     }
     if k > decode_mv::QUANT_MAX || !decode_mv::supports(ty, k) || !fits(o, "decode_mv_quant", rows) {
@@ -141,7 +142,7 @@ pub fn quant_mv(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Option<Quant
 /// One token with rows of 2–16 K-quant steps (4B / 8B down) reading the input's K form.
 fn split_walk(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Option<(usize, usize)> {
     let steps = decode_mv::split_steps(q.w.ty, q.w.k)?;
-    if !fused_mv(t) || q.n_tok != 1 || q.x_is_y || ops::act_fmt(q.w.ty) != Some(ops::ActFmt::K) {
+    if !fused_mv(t) || q.n_tok != 1 || q.x_is_y || quantize::act_fmt(q.w.ty) != Some(launch::ActFmt::K) {
         return None;
     }
     let sms = o.sms();
@@ -156,7 +157,7 @@ fn split_walk(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Option<(usize,
 /// for more blocks), else 64. (Measured and dropped: the 128-token tile spilled and ran
 /// 20–35 % slower; 64-row blocks ran 0.55–0.75× on every preset shape but one.)
 pub fn gemm_tile(w: &Weight, n_tok: usize, t: &Tuning) -> Option<usize> {
-    if n_tok < 2 || n_tok < t.gemm_min_tokens || !prefill::gemm_supports(w.ty, w.layout) {
+    if n_tok < 2 || n_tok < t.gemm_min_tokens || !gemm::gemm_supports(w.ty, w.layout) {
         return None;
     }
     Some(tile(n_tok, w.rows))
@@ -201,10 +202,10 @@ pub fn matmul_residual(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Optio
 /// How the projections of one input (q/k/v, gate/up) run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Multi {
-    /// One matvec launch over 1–3 weights (`ops::matvec_multi`).
+    /// One matvec launch over 1–3 weights (`matvec::matvec_multi`).
     Fused,
     /// Q4_K weights too many rows for one wave of the plain kernel: a resident row walk
-    /// of `blocks` blocks (`ops::matvec_q4k_loop`).
+    /// of `blocks` blocks (`matvec::matvec_q4k_loop`).
     Q4kLoop { blocks: usize },
     /// Each weight as its own [`matmul`].
     Each,
@@ -213,7 +214,7 @@ pub enum Multi {
 /// How `matmul_multi` of these weights runs.
 pub fn matmul_multi(ws: &[Weight], n_tok: usize, t: &Tuning, o: &mut dyn Occupancy) -> Multi {
     let k = ws.first().map(|w| w.k).unwrap_or(0);
-    if !t.fuse || n_tok != 1 || !(1..=3).contains(&ws.len()) || !ws.iter().all(|w| w.k == k && ops::multi_supports(w.ty, k)) {
+    if !t.fuse || n_tok != 1 || !(1..=3).contains(&ws.len()) || !ws.iter().all(|w| w.k == k && matvec::multi_supports(w.ty, k)) {
         return Multi::Each;
     }
     let q4k = k % 256 == 0 && k / 256 <= 16 && ws.iter().all(|w| w.ty == GgmlType::Q4_K);
@@ -234,7 +235,7 @@ pub fn matmul_multi(ws: &[Weight], n_tok: usize, t: &Tuning, o: &mut dyn Occupan
 /// How gate/up with the GLU runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GluPlan {
-    /// The paired GEMM with the GLU in its epilogue (`prefill::gemm_glu`).
+    /// The paired GEMM with the GLU in its epilogue (`gemm::gemm_glu`).
     GemmGlu,
     /// `matmul_multi` of gate and up, then the GLU.
     Separate,
@@ -359,7 +360,7 @@ pub fn norm_glu(n: &NormIn, gate: &Weight, up: &Weight, t: &Tuning, o: &mut dyn 
     walk(n, &[*gate, *up], o).unwrap_or(NormMv::Unfused)
 }
 
-/// Whether `x += b; out = rms_norm(x)` runs as one launch (`ops::add_rmsnorm_q8`).
+/// Whether `x += b; out = rms_norm(x)` runs as one launch (`norm_rope::add_rmsnorm_q8`).
 pub fn add_rms_norm(row_len: usize, aliased: bool, t: &Tuning) -> bool {
     t.fuse && row_len % 32 == 0 && !aliased
 }
@@ -397,7 +398,7 @@ impl QkvShape {
     }
 }
 
-/// Whether the per-head norms, RoPE and the K/V store run as one launch (`ops::rope_kv`).
+/// Whether the per-head norms, RoPE and the K/V store run as one launch (`norm_rope::rope_kv`).
 pub fn rope_kv(s: &QkvShape, t: &Tuning) -> bool {
     t.fuse && s.head_dim <= 256 && s.buffers_ok && s.matches_cache()
 }
@@ -444,8 +445,8 @@ pub enum Attn {
 /// How `attention` of `n_tok` queries runs; `wants_k`: the output projection reads the K
 /// form (which the per-head kernel cannot write).
 pub fn attention(n_tok: usize, head_dim: usize, wants_k: bool, t: &Tuning) -> Attn {
-    if n_tok >= 2 && prefill::flash_supports(head_dim) {
-        return Attn::Flash { kernel: prefill::flash_launch(prefill::FlashKernel::V2, head_dim).0 };
+    if n_tok >= 2 && flash_attn::flash_supports(head_dim) {
+        return Attn::Flash { kernel: flash_attn::kernel_for(head_dim) };
     }
     Attn::Decode { q8: t.fuse && head_dim % 32 == 0 && !wants_k }
 }

@@ -7,9 +7,9 @@
 //! BLAS is taken to open unless the tuning says `blas=0`, and the LM head's weight is taken
 //! to be 16-byte aligned (it is, in every layout lode makes).
 
+use crate::backend::gpu::family::{decode_mv, head_mv, quantize};
+use crate::backend::gpu::launch::ActFmt;
 use super::act_forms::FormBook;
-use super::{decode_mv, head_mv};
-use super::ops::{self, ActFmt};
 use super::plan::{self, Attn, GluPlan, Matmul, Multi, NormMv, Sm90};
 use super::tuning::Tuning;
 use crate::backend::{norm_in, rope_kv_write_unfused, Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, NormIn, QkvPrep, Result, Rope};
@@ -153,7 +153,7 @@ impl Backend for PlanTrace {
 
     fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()> {
         let p = pw(w);
-        let fmt = ops::act_fmt(w.ty());
+        let fmt = quantize::act_fmt(w.ty());
         let x_ready = match fmt {
             Some(f) if n_tok == 1 && x != y => self.book.consume(x.0, self.version(x), f, w.row_len(), 1).1,
             _ => false,
@@ -271,7 +271,7 @@ impl Backend for PlanTrace {
         let k = ws[0].k;
         let mut quantized = Vec::new();
         for fmt in [ActFmt::Q8_1, ActFmt::K] {
-            if ws.iter().any(|w| ops::act_fmt(w.ty) == Some(fmt)) && self.quantize(x, fmt, k, 1) {
+            if ws.iter().any(|w| quantize::act_fmt(w.ty) == Some(fmt)) && self.quantize(x, fmt, k, 1) {
                 quantized.push(format!("quantize_{} + ", fmt_name(fmt)));
             }
         }
@@ -300,7 +300,7 @@ impl Backend for PlanTrace {
 
     fn matmul_residual(&mut self, w: &WeightRef, x: Buf, n_tok: usize, residual: Buf, y: Buf) -> Result<bool> {
         let p = pw(w);
-        let x_ready = match ops::act_fmt(w.ty()) {
+        let x_ready = match quantize::act_fmt(w.ty()) {
             Some(f) if n_tok == 1 && x != residual => self.book.consume(x.0, self.version(x), f, w.row_len(), 1).1,
             _ => false,
         };

@@ -4,7 +4,7 @@
 //! (q8_0 / q8_1 for the 32-element types, q8_K for the K-quants); the GPU must round the
 //! same way or the two backends carry independent quantization noise (their KL divergence
 //! is then about twice one backend's quantization noise, not ~0). So every quantized GPU
-//! matmul reads activations in the form of its type (`ops::ActFmt`, `quantize.hip`):
+//! matmul reads activations in the form of its type (`launch::ActFmt`, `quantize.hip`):
 //! decode's matvecs the int8 blocks, prefill's GEMM their values (code × scale) as f32,
 //! which its f16 operand staging rounds once more (≤ 2^-11 relative).
 //!
@@ -13,10 +13,11 @@
 //! their shared input once and the fused producers (RMSNorm, add + RMSNorm, GLU, decode
 //! attention) write the form the last consumer of their output buffer read.
 
+use crate::backend::gpu::family::quantize;
+use crate::backend::gpu::launch::ActFmt;
 use super::{derr, GpuBackend, Scratch};
 use crate::backend::gpu::act_forms::FormBook;
 use crate::backend::gpu::driver::DevPtr;
-use crate::backend::gpu::ops::{self, ActFmt};
 use crate::backend::{BackendError, Buf, Result};
 
 /// The quantized activation forms of a [`GpuBackend`]: one scratch per form, and the book
@@ -48,10 +49,10 @@ impl GpuBackend {
         let (key, held) = self.act.book.consume(x.0, self.version(x), fmt, k, n_tok);
         let f = self.act.scratch(fmt);
         let grown = f.grown;
-        let q = f.get(&self.dev, ops::q8_1_bytes(k, n_tok)).map_err(derr(op))?;
+        let q = f.get(&self.dev, quantize::q8_1_bytes(k, n_tok)).map_err(derr(op))?;
         if !held || self.act.scratch(fmt).grown != grown {
             self.act.book.forget(fmt);
-            ops::quantize_act(&self.rec(), fmt, xp, q, k, n_tok).map_err(|e| BackendError::Invalid { op, msg: e.to_string() })?;
+            quantize::quantize_act(&self.rec(), fmt, xp, q, k, n_tok).map_err(|e| BackendError::Invalid { op, msg: e.to_string() })?;
             self.act.book.holds(fmt, key);
         }
         Ok(q)
@@ -62,7 +63,7 @@ impl GpuBackend {
     /// Call [`Self::act_produced`] after the launch.
     pub(super) fn act_producer(&mut self, out: Buf, row_len: Option<usize>, values: usize, op: &'static str) -> Result<(ActFmt, usize, DevPtr)> {
         let (fmt, k) = self.act.book.producer_form(out.0, row_len, values);
-        let q = self.act.scratch(fmt).get(&self.dev, ops::q8_1_bytes(values, 1)).map_err(derr(op))?;
+        let q = self.act.scratch(fmt).get(&self.dev, quantize::q8_1_bytes(values, 1)).map_err(derr(op))?;
         Ok((fmt, k, q))
     }
 
@@ -95,7 +96,7 @@ impl GpuBackend {
         let y = self.act.dq.get(&self.dev, k * n_tok * 4).map_err(derr(op))?;
         if self.act.dq_of != Some((key, fmt)) || self.act.dq.grown != grown {
             self.act.dq_of = None;
-            ops::quantize_dq(&self.rec(), fmt, xp, y, k, n_tok).map_err(|e| BackendError::Invalid { op, msg: e.to_string() })?;
+            quantize::quantize_dq(&self.rec(), fmt, xp, y, k, n_tok).map_err(|e| BackendError::Invalid { op, msg: e.to_string() })?;
             self.act.dq_of = Some((key, fmt));
         }
         Ok(y)

@@ -10,12 +10,12 @@
 //! chunks are long enough that replay saves nothing there). The workspace is still
 //! fixed, so the library never allocates inside a call.
 
+use crate::backend::gpu::family::{dequant, quantize};
+use crate::backend::gpu::family::dequant::ActF16;
 use super::{derr, err, GpuBackend, Scratch};
 use crate::backend::gpu::device::DeviceBuffer;
 use crate::backend::gpu::driver::blas::Blas;
 use crate::backend::gpu::driver::DevPtr;
-use crate::backend::gpu::ops;
-use crate::backend::gpu::prefill_blas::{self, ActF16};
 use crate::backend::{BackendError, Buf, Result};
 use crate::quant::GgmlType;
 use crate::weights::layout::{self, Consumer, DeviceClass};
@@ -56,7 +56,7 @@ impl GpuBackend {
                 return None;
             }
         };
-        match self.dev.alloc(prefill_blas::WORKSPACE_BYTES).map_err(|e| e.to_string()).and_then(|ws| {
+        match self.dev.alloc(dequant::WORKSPACE_BYTES).map_err(|e| e.to_string()).and_then(|ws| {
             b.set_workspace(ws.ptr(), ws.len()).map_err(|e| e.to_string())?;
             Ok(ws)
         }) {
@@ -80,7 +80,7 @@ impl GpuBackend {
     /// already there.
     fn blas_act(&mut self, x: Buf, ty: GgmlType, k: usize, n_tok: usize) -> Result<DevPtr> {
         let (xp, _) = self.buf(x)?;
-        let form = match ops::act_fmt(ty) {
+        let form = match quantize::act_fmt(ty) {
             Some(f) => ActF16::Quant(f),
             None => ActF16::Plain,
         };
@@ -89,7 +89,7 @@ impl GpuBackend {
         let y = self.blas.xh.get(&self.dev, 2 * k * n_tok).map_err(derr("matmul"))?;
         if self.blas.xh_of != Some(key) || self.blas.xh.grown != grown {
             self.blas.xh_of = None;
-            prefill_blas::act_f16(&self.rec(), form, xp, y, k, n_tok).map_err(err("matmul"))?;
+            dequant::act_f16(&self.rec(), form, xp, y, k, n_tok).map_err(err("matmul"))?;
             self.blas.xh_of = Some(key);
         }
         Ok(y)
@@ -109,17 +109,17 @@ impl GpuBackend {
         self.barrier()?;
         let xh = self.blas_act(x, ty, k, n_tok)?;
         let bound = self.tuning.blas_slab_bytes;
-        let slab = self.blas.slab.get(&self.dev, prefill_blas::slab_bytes_for(rows, k, bound)).map_err(derr("matmul"))?;
-        let whole = rows <= prefill_blas::chunk_rows(k, bound);
+        let slab = self.blas.slab.get(&self.dev, dequant::slab_bytes_for(rows, k, bound)).map_err(derr("matmul"))?;
+        let whole = rows <= dequant::chunk_rows(k, bound);
         let map = |e: crate::backend::gpu::GpuError| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) };
         let Some(Some(blas)) = &self.blas.lib else {
             return Err(BackendError::Invalid { op: "matmul", msg: "prefill BLAS used before it was opened".into() });
         };
         let r = if whole {
-            prefill_blas::dequant_f16(&self.rec(), wp, ty, lay, 0, rows, k, slab).map_err(map)?;
+            dequant::dequant_f16(&self.rec(), wp, ty, lay, 0, rows, k, slab).map_err(map)?;
             blas.gemm_f16_f32(rows, n_tok, k, slab, k, xh, k, yp, rows).map_err(|e| map(e.into()))
         } else {
-            prefill_blas::matmul(&self.rec(), blas, wp, ty, lay, rows, k, xh, yp, n_tok, slab, bound).map_err(map)
+            dequant::matmul(&self.rec(), blas, wp, ty, lay, rows, k, xh, yp, n_tok, slab, bound).map_err(map)
         };
         self.touch(y);
         r

@@ -4,12 +4,13 @@
 //! bytes and per-row sums as separate matmuls). Copies and the K/V store (f32 → f16 to
 //! nearest even) are bit operations and stay the fast path's.
 
+use crate::backend::gpu::family::elementwise;
 use super::staging::Scratch;
 use super::{err, GpuBackend};
 use crate::backend::gpu::device::DeviceBuffer;
 use crate::backend::gpu::driver::DevPtr;
-use crate::backend::gpu::exact::{self, launch, order::ExactType};
-use crate::backend::gpu::ops;
+use crate::backend::gpu::exact::{self, order::ExactType};
+use crate::backend::gpu::family::{exact_matmul, exact_ops};
 use crate::backend::{Attention, BackendError, Buf, Glu, KvCache, Result, Rope, RopeMode};
 use crate::quant::GgmlType;
 use crate::weights::{Layout, WeightRef};
@@ -62,7 +63,7 @@ impl GpuBackend {
         };
         let wp = self.cached(w, Layout::Stored)?;
         let idp = self.stage_bytes(bytemuck::cast_slice(ids))?;
-        let r = launch::get_rows(&self.rec(), ty, wp, idp, o, k, ids.len()).map_err(err("get_rows"));
+        let r = exact_matmul::get_rows(&self.rec(), ty, wp, idp, o, k, ids.len()).map_err(err("get_rows"));
         self.touch(out);
         r
     }
@@ -94,10 +95,10 @@ impl GpuBackend {
             return Err(invalid("matmul", format!("exact numerics: weights of type {} (`{}`) are not implemented", w.ty(), w.name())));
         };
         let wp = self.cached(w, Layout::Stored)?;
-        let q = self.exact_scratch(0, launch::act_bytes(ty, k, n_tok))?;
+        let q = self.exact_scratch(0, exact_matmul::act_bytes(ty, k, n_tok))?;
         let map = |e| invalid("matmul", format!("{}: {e}", w.name()));
-        launch::quantize(&self.rec(), ty, xp, q, k, n_tok).map_err(map)?;
-        let r = launch::matmul(&self.rec(), ty, wp, q, yp, rows, k, n_tok).map_err(map);
+        exact_matmul::quantize(&self.rec(), ty, xp, q, k, n_tok).map_err(map)?;
+        let r = exact_matmul::matmul(&self.rec(), ty, wp, q, yp, rows, k, n_tok).map_err(map);
         self.touch(y);
         r
     }
@@ -121,7 +122,7 @@ impl GpuBackend {
             Some(w) => self.weight_f32(w)?,
             None => 0,
         };
-        let r = launch::rmsnorm(&self.rec(), xp, wp, op, n_rows, row_len, eps).map_err(err("rms_norm"));
+        let r = exact_ops::rmsnorm(&self.rec(), xp, (wp != 0).then_some(wp), op, n_rows, row_len, eps).map_err(err("rms_norm"));
         self.touch(out);
         r
     }
@@ -156,7 +157,7 @@ impl GpuBackend {
             }
         };
         let pp = self.positions(pos)?;
-        let r = launch::rope(&self.rec(), xp, tp, pp, cap, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox).map_err(err("rope"));
+        let r = exact_ops::rope(&self.rec(), xp, tp, pp, cap, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox).map_err(err("rope"));
         self.touch(x);
         r
     }
@@ -168,7 +169,7 @@ impl GpuBackend {
         Self::check_len("add", a, an, n)?;
         Self::check_len("add", b, bn, n)?;
         Self::check_len("add", out, on, n)?;
-        let r = launch::add(&self.rec(), ap, bp, op, n).map_err(err("add"));
+        let r = exact_ops::add(&self.rec(), ap, bp, op, n).map_err(err("add"));
         self.touch(out);
         r
     }
@@ -176,7 +177,7 @@ impl GpuBackend {
     pub(super) fn exact_scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
         let (xp, xn) = self.buf(x)?;
         Self::check_len("scale", x, xn, n)?;
-        let r = launch::scale(&self.rec(), xp, n, s).map_err(err("scale"));
+        let r = exact_ops::scale(&self.rec(), xp, n, s).map_err(err("scale"));
         self.touch(x);
         r
     }
@@ -188,7 +189,7 @@ impl GpuBackend {
         let bp = self.weight_f32(bias)?;
         for t in 0..n_tok {
             let row = xp + (t * n * 4) as u64;
-            launch::add(&self.rec(), row, bp, row, n).map_err(err("add_bias"))?;
+            exact_ops::add(&self.rec(), row, bp, row, n).map_err(err("add_bias"))?;
         }
         self.touch(x);
         Ok(())
@@ -212,7 +213,7 @@ impl GpuBackend {
                 self.exact.gelu.as_ref().map(|b| b.ptr())
             }
         };
-        let r = launch::glu(&self.rec(), gp, upp, op, n, table).map_err(err("glu"));
+        let r = exact_ops::glu(&self.rec(), gp, upp, op, n, table).map_err(err("glu"));
         self.touch(out);
         r
     }
@@ -234,14 +235,13 @@ impl GpuBackend {
         }
         let (mode, chunk) = exact::order::attention_mode(pos.len(), pos.last().copied().unwrap_or(0) as usize, self.exact.threads);
         let scores = self.exact_scratch(1, pos.len() * p.n_head * stride * 4)?;
-        let a = launch::AttnArgs {
+        let a = exact_ops::AttnArgs {
             q,
             kc,
             vc,
             out,
             pos: pp,
             scores,
-            n_tok: pos.len(),
             n_head: p.n_head,
             n_kv_head: p.n_kv_head,
             head_dim: p.head_dim_k,
@@ -251,7 +251,7 @@ impl GpuBackend {
             mode,
             chunk,
         };
-        launch::attention(&self.rec(), &a).map_err(err("attention"))
+        exact_ops::attention(&self.rec(), pos.len(), &a).map_err(err("attention"))
     }
 
     pub(super) fn exact_attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
@@ -281,7 +281,7 @@ impl GpuBackend {
                 return Err(invalid("attention_rows", format!("row {t}: position {} or shape does not fit its cache", pos[t])));
             }
             let (t4, pt) = (t as u64 * 4, pp + t as u64 * 4);
-            ops::kv_store(&self.rec(), kp + t4 * rk as u64, vp + t4 * rv as u64, kc, vc, rk, rv, pt, 1).map_err(err("kv_write"))?;
+            elementwise::kv_store(&self.rec(), kp + t4 * rk as u64, vp + t4 * rv as u64, kc, vc, rk, rv, pt, 1).map_err(err("kv_write"))?;
             self.exact_attend(qp + t4 * qd as u64, kv, layer, &pos[t..t + 1], pt, p, op + t4 * ad as u64)?;
         }
         self.touch(out);

@@ -3,10 +3,11 @@
 //! Each runs unfused where `plan.rs` says so (`Tuning::fuse` off, or a shape that does
 //! not fit).
 
+use crate::backend::gpu::family::{matvec, norm_rope, quantize};
+use crate::backend::gpu::launch;
 use super::probe::{self, Probe};
 use super::{err, GpuBackend};
 use crate::backend::gpu::plan::{self, Multi};
-use crate::backend::gpu::ops;
 use crate::backend::{Backend, BackendError, Buf, KvCache, QkvPrep, Result};
 use crate::weights::WeightRef;
 
@@ -33,15 +34,15 @@ impl GpuBackend {
         // The forms the weights read (q8_1 and / or K); the K form last, so that it is the
         // producer's hint when both are read.
         let mut xq = [0, 0];
-        for fmt in [ops::ActFmt::Q8_1, ops::ActFmt::K] {
-            if outs.iter().any(|(w, _)| ops::act_fmt(w.ty()) == Some(fmt)) {
-                xq[(fmt == ops::ActFmt::K) as usize] = self.act_blocks(x, fmt, k, 1, "matmul")?;
+        for fmt in [launch::ActFmt::Q8_1, launch::ActFmt::K] {
+            if outs.iter().any(|(w, _)| quantize::act_fmt(w.ty()) == Some(fmt)) {
+                xq[(fmt == launch::ActFmt::K) as usize] = self.act_blocks(x, fmt, k, 1, "matmul")?;
             }
         }
         let names: Vec<&str> = outs.iter().map(|(w, _)| w.name()).collect();
         let r = match choice {
-            Multi::Q4kLoop { blocks } => ops::matvec_q4k_loop(&self.rec(), xq[1], k, &segs, blocks),
-            _ => ops::matvec_multi(&self.rec(), xq[0], xq[1], k, &segs),
+            Multi::Q4kLoop { blocks } => matvec::matvec_q4k_loop(&self.rec(), xq[1], k, &segs, blocks),
+            _ => matvec::matvec_multi(&self.rec(), xq[0], xq[1], k, &segs),
         };
         r.map_err(|e| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", names.join(", ")) })?;
         for (_, y) in outs {
@@ -73,7 +74,7 @@ impl GpuBackend {
             None => None,
         };
         let (fmt, _, q) = self.act_producer(out, Some(row_len), n, "add_rms_norm")?;
-        ops::add_rmsnorm_q8(&self.rec(), xp, bp, wp, op, q, n_rows, row_len, eps, fmt).map_err(err("add_rms_norm"))?;
+        norm_rope::add_rmsnorm_q8(&self.rec(), xp, bp, wp, op, q, n_rows, row_len, eps, fmt).map_err(err("add_rms_norm"))?;
         self.touch(x);
         self.touch(out);
         self.act_produced(out, fmt, row_len, n);
@@ -103,8 +104,8 @@ impl GpuBackend {
         let kw = p.k_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let ff = self.rope_factors(&p.rope)?;
         let pp = self.positions(pos)?;
-        let a = ops::RopeKv::new(n, p);
-        ops::rope_kv(&self.rec(), qp, kp, vp, kc, vc, qw, kw, pp, ff, &a).map_err(err("rope_kv_write"))?;
+        let a = norm_rope::RopeKv::new(n, p);
+        norm_rope::rope_kv(&self.rec(), qp, kp, vp, kc, vc, qw, kw, pp, ff, &a).map_err(err("rope_kv_write"))?;
         self.touch(q);
         self.touch(k);
         Ok(())

@@ -11,13 +11,14 @@
 //! can write that form (a norm) writes it, and one that cannot (attention, for a K-quant
 //! output projection) writes none.
 
+use crate::backend::gpu::family::{decode_mv, head_mv, quantize};
+use crate::backend::gpu::launch;
+use crate::backend::gpu::family::decode_mv::Norm;
 use super::probe::{self, Probe};
 use super::{derr, GpuBackend};
-use crate::backend::gpu::decode_mv::{self, Norm};
 use crate::backend::gpu::device::DeviceBuffer;
 use crate::backend::gpu::driver::DevPtr;
 use crate::backend::gpu::plan::{self, NormMv, QuantMv};
-use crate::backend::gpu::{head_mv, ops};
 use crate::backend::{norm_in, Backend, BackendError, Buf, Glu, NormIn, Result};
 use crate::quant::GgmlType;
 use crate::weights::WeightRef;
@@ -252,7 +253,7 @@ impl GpuBackend {
     pub(super) fn matmul_query(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<plan::MatmulIn> {
         let pw = probe::weight(w);
         let blas = plan::blas_candidate(&pw, n_tok, &self.tuning) && self.blas_open();
-        let x_ready = match ops::act_fmt(w.ty()) {
+        let x_ready = match quantize::act_fmt(w.ty()) {
             Some(f) if n_tok == 1 && x != y => self.act_ready(x, f, w.row_len()),
             _ => false,
         };
@@ -276,7 +277,7 @@ impl GpuBackend {
     /// `decode_mv::split_walk`: one warp per step over a resident row walk, reading x's K form.
     pub(super) fn run_split_walk(&mut self, w: &WeightRef, x: Buf, y: Buf, blocks: usize) -> Result<()> {
         let (ty, k, rows) = (w.ty(), w.row_len(), w.n_rows());
-        let xk = self.act_blocks(x, ops::ActFmt::K, k, 1, "matmul")?;
+        let xk = self.act_blocks(x, launch::ActFmt::K, k, 1, "matmul")?;
         let (yp, yn) = self.buf(y)?;
         Self::check_len("matmul", y, yn, rows)?;
         let wp = self.weight(w)?;

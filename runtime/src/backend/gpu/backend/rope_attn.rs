@@ -16,11 +16,13 @@
 //! (and recorded) only when the buffer's last quantized consumer read q8_1; `out` is
 //! touched first, so a form made from its previous contents can never be served.
 
+use crate::backend::gpu::family::{attn_decode, norm_rope};
+use crate::backend::gpu::launch;
+use crate::backend::gpu::family::attn_decode::AttnDecode;
+use crate::backend::gpu::family::attn_decode::AttnDecodeBufs;
 use super::{derr, err, GpuBackend};
-use crate::backend::gpu::attn_decode::{self, AttnDecode, AttnDecodeBufs};
 use crate::backend::gpu::device::DeviceBuffer;
 use crate::backend::gpu::driver::DevPtr;
-use crate::backend::gpu::ops;
 use crate::backend::gpu::plan;
 use super::probe::Probe;
 use crate::backend::{Attention, Backend, BackendError, Buf, KvCache, QkvPrep, Result};
@@ -85,17 +87,16 @@ impl GpuBackend {
         self.touch(out);
         let bufs = AttnDecodeBufs { q: qp, k: kp, v: vp, kc, vc, out: op, q8, q_norm, k_norm, freq_factors, pos: pos_dev, scratch };
         let params = AttnDecode {
-            prep: ops::RopeKv::new(1, p),
+            prep: norm_rope::RopeKv::new(1, p),
             n_ctx: spec.n_ctx,
             scale: a.scale,
             window,
             parts,
             min_keys,
-            spread: false,
         };
         attn_decode::attn_decode(&self.rec(), &bufs, &params).map_err(err(OP))?;
         if q8.is_some() {
-            self.act_produced(out, ops::ActFmt::Q8_1, 32, values);
+            self.act_produced(out, launch::ActFmt::Q8_1, 32, values);
         }
         Ok(())
     }

@@ -4,8 +4,8 @@
 //! staged positions array let all rows run in two launches per layer (measured and dropped:
 //! two launches per row).
 
+use crate::backend::gpu::family::{attention, elementwise};
 use super::{err, GpuBackend};
-use crate::backend::gpu::ops;
 use crate::backend::{Attention, BackendError, Buf, KvCache, Result};
 
 /// A batched step's buffers, checked against the row count and the attention shape:
@@ -62,8 +62,8 @@ impl GpuBackend {
         let window = p.window.unwrap_or(0);
         let table: Vec<u64> = caches.iter().flat_map(|&(kc, vc)| [kc, vc]).collect();
         let tp = self.stage_bytes(bytemuck::cast_slice(&table))?;
-        ops::kv_store_rows(&self.rec(), kp, vp, tp, rk, rv, pp, n).map_err(err("kv_write"))?;
-        ops::attention_rows(&self.rec(), qp, tp, op, n, p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
+        elementwise::kv_store_rows(&self.rec(), kp, vp, tp, rk, rv, pp, n).map_err(err("kv_write"))?;
+        attention::attention_rows(&self.rec(), qp, tp, op, n, p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
         self.touch(out);
         Ok(())
     }

@@ -11,7 +11,7 @@
 //! libm's `expf` (ported), and host tables for what it takes from libm (RoPE, GELU).
 //!
 //! - [`order`]: which CPU order a call takes (by type and token count).
-//! - [`launch`]: the kernels' launchers (`kernels-hip/exact_matmul.hip`, `exact_ops.hip`).
+//! - the kernels' launchers: `family/exact_matmul.rs`, `family/exact_ops.rs`.
 //! - [`tables`]: RoPE and GELU tables from the CPU backend's functions.
 //! - [`libm`]: glibc's `expf`, the host twin of the kernels' port (tested against libm).
 //!
@@ -20,7 +20,6 @@
 //! embeddings), head_dim > 256. One decode row past 256 cached positions splits its keys
 //! by the CPU's thread count ([`threads`]).
 
-pub mod launch;
 pub mod libm;
 pub mod order;
 pub mod tables;

@@ -6,8 +6,8 @@
 //! (x·127/amax = j + 0.5), zero and all-equal blocks, equal magnitudes of both signs (the
 //! K form's scale comes from the first), and huge and tiny magnitudes.
 
+use crate::backend::gpu::launch::ActFmt;
 use super::{Acc, Out, Rng, Target};
-use crate::backend::gpu::ops::ActFmt;
 use crate::backend::gpu::GpuError;
 use crate::quant::{self, GgmlType};
 

@@ -14,13 +14,14 @@
 //!
 //! All skip (with the reason in the report) when no BLAS library opens.
 
+use crate::backend::gpu::family::{dequant, elementwise, gemm, quantize};
+use crate::backend::gpu::launch::ActFmt;
+use crate::backend::gpu::family::dequant::ActF16;
 use crate::backend::gpu::device::{DeviceBuffer, GpuDevice};
 use crate::backend::gpu::driver::blas::Blas;
-use crate::backend::gpu::ops::{self, ActFmt};
-use crate::backend::gpu::prefill_blas::{self, ActF16};
 use crate::backend::gpu::selftest::{dequant, random_weights, Acc, CheckReport, Rng};
 use crate::backend::gpu::selftest::prefill::{check_gemm, gemm_cases, time_ms, PrefillTarget, BENCH_SHAPES};
-use crate::backend::gpu::{prefill, GpuError};
+use crate::backend::gpu::{GpuError};
 use crate::quant::GgmlType;
 use crate::weights::layout::Layout;
 
@@ -30,7 +31,7 @@ type Out<T> = Result<Option<T>, GpuError>;
 pub fn open(dev: &GpuDevice) -> Result<(Blas, DeviceBuffer), String> {
     let _ = dev.mem_info(); // makes the context current on this thread
     let b = Blas::open(dev.api(), dev.stream()).map_err(|e| e.to_string())?;
-    let ws = dev.alloc(prefill_blas::WORKSPACE_BYTES).map_err(|e| e.to_string())?;
+    let ws = dev.alloc(dequant::WORKSPACE_BYTES).map_err(|e| e.to_string())?;
     b.set_workspace(ws.ptr(), ws.len()).map_err(|e| e.to_string())?;
     Ok((b, ws))
 }
@@ -97,8 +98,8 @@ fn check_dequant(dev: &GpuDevice, name: &str, ty: GgmlType, layout: Layout, case
         dev.poison(&yb)?;
         // Two launches: rows [0, r1) and [r1, rows) at their offset in the slab.
         let r1 = rng.range(0, rows);
-        prefill_blas::dequant_f16(dev, wb.ptr(), ty, layout, 0, r1, k, yb.ptr())?;
-        prefill_blas::dequant_f16(dev, wb.ptr(), ty, layout, r1, rows - r1, k, yb.at(r1 * k * 2))?;
+        dequant::dequant_f16(dev, wb.ptr(), ty, layout, 0, r1, k, yb.ptr())?;
+        dequant::dequant_f16(dev, wb.ptr(), ty, layout, r1, rows - r1, k, yb.at(r1 * k * 2))?;
         let mut got = vec![0u8; rows * k * 2];
         dev.read(yb.ptr(), &mut got)?;
         let want: Vec<u8> = dequant(ty, &w, rows * k)?.iter().flat_map(|&v| h16(v).to_le_bytes()).collect();
@@ -119,11 +120,11 @@ fn check_act(dev: &GpuDevice, name: &str, form: ActF16, cases: usize, rng: &mut 
         let xb = dev.upload_f32(&x)?;
         let yb = dev.alloc(n * k * 2)?;
         dev.poison(&yb)?;
-        prefill_blas::act_f16(dev, form, xb.ptr(), yb.ptr(), k, n)?;
+        dequant::act_f16(dev, form, xb.ptr(), yb.ptr(), k, n)?;
         let vals = match form {
             ActF16::Quant(f) => {
                 let vb = dev.alloc(n * k * 4)?;
-                ops::quantize_dq(dev, f, xb.ptr(), vb.ptr(), k, n)?;
+                quantize::quantize_dq(dev, f, xb.ptr(), vb.ptr(), k, n)?;
                 dev.read_f32(vb.ptr(), n * k)?
             }
             ActF16::Plain => x,
@@ -151,11 +152,11 @@ impl PrefillTarget for BlasTarget<'_> {
         let xh = d.alloc(n * k * 2)?;
         let yb = d.alloc(n * rows * 4)?;
         d.poison(&yb)?;
-        prefill_blas::act_f16(d, ActF16::Plain, xb.ptr(), xh.ptr(), k, n)?;
+        dequant::act_f16(d, ActF16::Plain, xb.ptr(), xh.ptr(), k, n)?;
         // Every other case through 64-row chunks (several GEMMs into column blocks of y).
-        let bound = if (rows + n) % 2 == 0 { 2 * k * 64 } else { prefill_blas::DEFAULT_SLAB };
-        let slab = d.alloc(prefill_blas::slab_bytes_for(rows, k, bound))?;
-        prefill_blas::matmul(d, self.blas, wb.ptr(), ty, layout, rows, k, xh.ptr(), yb.ptr(), n, slab.ptr(), bound)?;
+        let bound = if (rows + n) % 2 == 0 { 2 * k * 64 } else { dequant::DEFAULT_SLAB };
+        let slab = d.alloc(dequant::slab_bytes_for(rows, k, bound))?;
+        dequant::matmul(d, self.blas, wb.ptr(), ty, layout, rows, k, xh.ptr(), yb.ptr(), n, slab.ptr(), bound)?;
         Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
     }
     fn gemm_glu(&self, _: &[u8], _: &[u8], _: GgmlType, _: Layout, _: usize, _: usize, _: &[f32], _: usize, _: bool) -> Out<Vec<f32>> {
@@ -184,20 +185,20 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
     let x = rng.vec(nmax * kmax, 1.0);
     let xb = dev.upload_f32(&x)?;
     let xh = dev.alloc(nmax * kmax * 2)?;
-    prefill_blas::act_f16(dev, ActF16::Quant(ActFmt::K), xb.ptr(), xh.ptr(), kmax, nmax)?;
+    dequant::act_f16(dev, ActF16::Quant(ActFmt::K), xb.ptr(), xh.ptr(), kmax, nmax)?;
     let yb = dev.alloc(nmax * 14336 * 4)?;
     let y2 = dev.alloc(nmax * 14336 * 4)?;
-    let bound = prefill_blas::DEFAULT_SLAB;
+    let bound = dequant::DEFAULT_SLAB;
     let slab = dev.alloc(bound)?;
     for (label, m, k, ty) in BENCH_SHAPES {
         let w = random_weights(&mut rng, ty, m, k);
         let wb = dev.upload(&w)?;
-        let rows = prefill_blas::chunk_rows(k, bound).min(m);
+        let rows = dequant::chunk_rows(k, bound).min(m);
         let deq = time_ms(dev, 10, || {
             let mut r0 = 0;
             while r0 < m {
                 let r = rows.min(m - r0);
-                prefill_blas::dequant_f16(dev, wb.ptr(), ty, Layout::Stored, r0, r, k, slab.ptr())?;
+                dequant::dequant_f16(dev, wb.ptr(), ty, Layout::Stored, r0, r, k, slab.ptr())?;
                 r0 += r;
             }
             Ok(())
@@ -205,9 +206,9 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
         let gbps = (m * k * 2 + w.len()) as f64 / deq / 1e6;
         for n in [16usize, 64, 128, 512, 2048] {
             let reps = if n >= 512 { 5 } else { 20 };
-            let act = time_ms(dev, reps, || prefill_blas::act_f16(dev, ActF16::Quant(ActFmt::K), xb.ptr(), xh.ptr(), k, n))?;
-            let both = time_ms(dev, reps, || prefill_blas::matmul(dev, &blas, wb.ptr(), ty, Layout::Stored, m, k, xh.ptr(), yb.ptr(), n, slab.ptr(), bound))?;
-            let ours = time_ms(dev, reps, || prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m)))?;
+            let act = time_ms(dev, reps, || dequant::act_f16(dev, ActF16::Quant(ActFmt::K), xb.ptr(), xh.ptr(), k, n))?;
+            let both = time_ms(dev, reps, || dequant::matmul(dev, &blas, wb.ptr(), ty, Layout::Stored, m, k, xh.ptr(), yb.ptr(), n, slab.ptr(), bound))?;
+            let ours = time_ms(dev, reps, || gemm::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m)))?;
             let fl = 2.0 * (m * k * n) as f64;
             println!(
                 "bench prefill blas {label:<11} {ty:<5} {m:>5}x{k:<5} n={n:<5} dequant {:7.1} us ({gbps:5.0} GB/s)  dequant+blas {:8.1} us {:6.1} TFLOP/s (blas alone ~{:6.1})  act_f16 {:6.1} us  lode gemm {:8.1} us {:6.1} TFLOP/s",
@@ -225,11 +226,11 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
             let ub = dev.upload(&u)?;
             for n in [512usize, 2048] {
                 let t = time_ms(dev, 5, || {
-                    prefill_blas::matmul(dev, &blas, wb.ptr(), ty, Layout::Stored, m, k, xh.ptr(), yb.ptr(), n, slab.ptr(), bound)?;
-                    prefill_blas::matmul(dev, &blas, ub.ptr(), ty, Layout::Stored, m, k, xh.ptr(), y2.ptr(), n, slab.ptr(), bound)?;
-                    ops::glu(dev, yb.ptr(), y2.ptr(), yb.ptr(), m * n, false)
+                    dequant::matmul(dev, &blas, wb.ptr(), ty, Layout::Stored, m, k, xh.ptr(), yb.ptr(), n, slab.ptr(), bound)?;
+                    dequant::matmul(dev, &blas, ub.ptr(), ty, Layout::Stored, m, k, xh.ptr(), y2.ptr(), n, slab.ptr(), bound)?;
+                    elementwise::glu(dev, yb.ptr(), y2.ptr(), yb.ptr(), m * n, false)
                 })?;
-                let fused = time_ms(dev, 5, || prefill::gemm_glu(dev, wb.ptr(), ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, false))?;
+                let fused = time_ms(dev, 5, || gemm::gemm_glu(dev, wb.ptr(), ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, false))?;
                 println!(
                     "bench prefill blas gate_up {label:<11} n={n:<5} two (dequant+blas) + glu {:8.1} us {:6.1} TFLOP/s; lode paired gemm_glu {:8.1} us",
                     t * 1e3,

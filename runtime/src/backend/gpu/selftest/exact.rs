@@ -256,7 +256,7 @@ fn quantize_bytes(dev: &GpuDevice, rng: &mut Rng, ty: GgmlType) -> Outcome {
         let xb = dev.upload_f32(&x).map_err(e)?;
         let qb = dev.alloc(want.len().max(4)).map_err(e)?;
         dev.poison(&qb).map_err(e)?;
-        exact::launch::quantize(dev, et, xb.ptr(), qb.ptr(), k, rows).map_err(|e| e.to_string())?;
+        crate::backend::gpu::family::exact_matmul::quantize(dev, et, xb.ptr(), qb.ptr(), k, rows).map_err(|e| e.to_string())?;
         let mut got = vec![0u8; want.len()];
         dev.read(qb.ptr(), &mut got).map_err(e)?;
         let diff: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
@@ -286,7 +286,7 @@ fn dot_only(dev: &GpuDevice, rng: &mut Rng, ty: GgmlType) -> Outcome {
         let e = |e: crate::backend::gpu::DriverError| e.to_string();
         let (wb, qb) = (dev.upload(&wq).map_err(e)?, dev.upload(&xq.data).map_err(e)?);
         let yb = dev.alloc(want.len() * 4).map_err(e)?;
-        exact::launch::matmul(dev, et, wb.ptr(), qb.ptr(), yb.ptr(), rows, k, n_tok).map_err(|e| e.to_string())?;
+        crate::backend::gpu::family::exact_matmul::matmul(dev, et, wb.ptr(), qb.ptr(), yb.ptr(), rows, k, n_tok).map_err(|e| e.to_string())?;
         let got = dev.read_f32(yb.ptr(), want.len()).map_err(e)?;
         n += same(&format!("{ty} rows {rows} k {k} tokens {n_tok}"), &got, &want)?;
     }

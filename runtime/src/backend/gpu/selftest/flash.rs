@@ -1,11 +1,10 @@
-//! The flash attention property check (both kernels, `FlashKernel`), run over a
+//! The flash attention property check (`family/flash_attn.rs`), run over a
 //! [`PrefillTarget`] like the GEMM checks of `prefill.rs`:
 //! the token-count sweep of the prefill checks plus fixed GQA / window / chunk-offset shapes,
 //! against an f64 reference over the same f16 caches, NaN in every cache slot past the last
 //! position. Bound: |o − ref| ≤ (2e-3 + 2e-3·A) · Σ_j p_j |v_j| + 1e-5, A the row's largest
 //! |score| bound scale·Σ|q k| (q rounds to f16 before QK^T, P to f16 before PV).
 
-use crate::backend::gpu::prefill::FlashKernel;
 use crate::backend::gpu::selftest::{Acc, CheckReport, Rng};
 use crate::backend::gpu::selftest::prefill::{token_counts, Out, PrefillTarget, TOKEN_COUNTS};
 
@@ -77,7 +76,7 @@ pub(super) const FLASH_SHAPES: [(usize, usize, usize, usize, usize, usize); 15] 
     (130, 4, 1, 200, 40, 33),
 ];
 
-pub(super) fn check_flash(t: &dyn PrefillTarget, name: &str, which: FlashKernel, cases: usize, rng: &mut Rng) -> Out<CheckReport> {
+pub(super) fn check_flash(t: &dyn PrefillTarget, name: &str, cases: usize, rng: &mut Rng) -> Out<CheckReport> {
     let mut acc = Acc::new(name);
     const HDS: [usize; 5] = [128, 64, 256, 80, 96];
     const HEADS: [(usize, usize); 4] = [(4, 2), (4, 1), (2, 2), (8, 2)];
@@ -105,20 +104,20 @@ pub(super) fn check_flash(t: &dyn PrefillTarget, name: &str, which: FlashKernel,
         let q = rng.vec(n * n_head * hd, sharp);
         let pos: Vec<i32> = (0..n).map(|i| (pos0 + i) as i32).collect();
         let scale = 1.0 / (hd as f32).sqrt();
-        let Some(y) = t.flash_with(which, &q, &kc, &vc, &pos, n_head, n_kv, hd, window, scale)? else { return Ok(None) };
+        let Some(y) = t.flash(&q, &kc, &vc, &pos, n_head, n_kv, hd, window, scale)? else { return Ok(None) };
         let (want, tol) = ref_flash(&q, &kc, &vc, &pos, n_head, n_kv, hd, window, scale);
         acc.cmp(&format!("n={n} heads={n_head}/{n_kv} hd={hd} pos0={pos0} window={window}"), &y, &want, |i| tol[i]);
     }
     Ok(Some(acc.finish()))
 }
 
-/// Both flash kernels' checks whose name contains `filter`.
+/// The flash kernel's check, if its name contains `filter`.
 pub fn run_checks(t: &dyn PrefillTarget, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {
     let mut out = Vec::new();
-    for (name, which) in [("flash_attn", FlashKernel::V1), ("flash_attn2", FlashKernel::V2)] {
+    for name in ["flash_attn"] {
         if filter.map(|f| name.contains(f)).unwrap_or(true) {
             let mut rng = Rng::new(seed ^ 0xf1a5);
-            out.push(match check_flash(t, name, which, cases, &mut rng) {
+            out.push(match check_flash(t, name, cases, &mut rng) {
                 Ok(Some(r)) => r,
                 Ok(None) => CheckReport { name: name.into(), cases: 0, max_err: 0.0, worst_ratio: 0.0, skipped: true, failure: None },
                 Err(e) => CheckReport { name: name.into(), cases: 0, max_err: 0.0, worst_ratio: f64::INFINITY, skipped: false, failure: Some(e.to_string()) },

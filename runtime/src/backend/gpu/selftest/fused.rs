@@ -2,8 +2,9 @@
 //! K/V store; several matvecs over one q8_1 input; attention writing q8_1), each against
 //! the CPU backend's own functions or the f64 references of the parent module.
 
+use crate::backend::gpu::family::{norm_rope, quantize};
+use crate::backend::gpu::launch::ActFmt;
 use super::{cpu_rope_head, dequant, q8_blocks_check, q8_reference, random_weights, ref_attention, Acc, Rng, Target};
-use crate::backend::gpu::ops::{self, ActFmt};
 use crate::backend::gpu::GpuError;
 use crate::quant::GgmlType;
 
@@ -54,14 +55,14 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
                 let norms = c % 4 != 3;
                 let ff: Option<Vec<f32>> = (c % 5 == 1).then(|| (0..n_rot / 2).map(|_| 1.0 + 7.0 * rng.f().abs()).collect());
                 let base = [10000.0, 1e6, 5e5][rng.range(0, 2)];
-                let p = ops::RopeKv {
+                let p = norm_rope::RopeKv {
                     n_tok,
                     n_head,
                     n_kv,
                     head_dim: hd,
                     n_rot,
                     neox: c % 2 == 1,
-                    theta_scale: ops::rope_theta_scale(base, n_rot),
+                    theta_scale: norm_rope::rope_theta_scale(base, n_rot),
                     freq_scale: 1.0 / rng.range(1, 4) as f32,
                     eps: 1e-6,
                     q_scale: if c % 3 == 0 { 0.125 } else { 1.0 },
@@ -112,11 +113,9 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
                 let nw = 1 + c % 3;
                 let tys: Vec<GgmlType> = (0..nw).map(|_| types[rng.range(0, types.len() - 1)]).collect();
                 let be = if tys.iter().any(|t| t.block_elems() == 256) { 256 } else { 32 };
-                // Every third case long rows (up to 16384: the staged kernels' limit, and
-                // past it the warp bodies again); odd cases force the staged kernels.
+                // Every third case long rows.
                 let kmax = if c % 3 == 2 { 20480 } else { 4096 };
                 let k = be * rng.range(1, kmax / be);
-                let staged = if c % 2 == 1 { 8 } else { 48 };
                 let ws: Vec<(Vec<u8>, GgmlType, usize)> = tys
                     .iter()
                     .map(|&ty| {
@@ -126,14 +125,14 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
                     .collect();
                 let x = rng.vec(k, 1.0);
                 let refs: Vec<(&[u8], GgmlType, usize)> = ws.iter().map(|(w, t, r)| (&w[..], *t, *r)).collect();
-                let Some((ys, q8)) = t.matvec_multi(&refs, k, &x, staged)? else { return Ok(None) };
-                let half = ops::q8_1_bytes(k, 1);
+                let Some((ys, q8)) = t.matvec_multi(&refs, k, &x)? else { return Ok(None) };
+                let half = quantize::q8_1_bytes(k, 1);
                 for (i, (w, ty, rows)) in ws.iter().enumerate() {
                     let wf = dequant(*ty, w, rows * k)?;
-                    let fmt = ops::act_fmt(*ty).unwrap_or(ActFmt::Q8_1);
+                    let fmt = quantize::act_fmt(*ty).unwrap_or(ActFmt::Q8_1);
                     let blocks = if fmt == ActFmt::K { q8.get(half..2 * half).unwrap_or(&[]) } else { &q8[..half.min(q8.len())] };
                     let (want, tol) = q8_reference(&wf, *rows, k, blocks, 1, fmt);
-                    acc.cmp(&format!("weight {i}/{nw} {ty} rows={rows} k={k} staged>={staged}sb"), &ys[i], &want, |j| tol[j]);
+                    acc.cmp(&format!("weight {i}/{nw} {ty} rows={rows} k={k}"), &ys[i], &want, |j| tol[j]);
                 }
             }
         }
@@ -154,8 +153,8 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
                 let x = rng.vec(k, 1.0);
                 let refs: Vec<(&[u8], GgmlType, usize)> = ws.iter().map(|(w, t, r)| (&w[..], *t, *r)).collect();
                 let Some(ys) = t.matvec_q4k_loop(&refs, k, &x, blocks)? else { return Ok(None) };
-                let Some((plain, q8)) = t.matvec_multi(&refs, k, &x, 0)? else { return Ok(None) };
-                let half = ops::q8_1_bytes(k, 1);
+                let Some((plain, q8)) = t.matvec_multi(&refs, k, &x)? else { return Ok(None) };
+                let half = quantize::q8_1_bytes(k, 1);
                 for (i, (w, ty, rows)) in ws.iter().enumerate() {
                     let case = format!("weight {i}/{nw} rows={rows} k={k} blocks={blocks}");
                     acc.cmp(&format!("{case} (= matvec_multi4)"), &ys[i], &plain[i].iter().map(|&v| v as f64).collect::<Vec<_>>(), |_| 0.0);

@@ -5,9 +5,11 @@
 //!
 //! A [`Target`] method returns `Ok(None)` for an op it does not implement (reported SKIP).
 
-use super::{ops, GpuError};
+use crate::backend::gpu::family::{norm_rope, quantize};
+use crate::backend::gpu::launch;
+use super::{GpuError};
 use crate::quant::{self, GgmlType};
-use ops::ActFmt;
+use launch::ActFmt;
 
 mod act;
 pub mod blas;
@@ -32,7 +34,7 @@ type Out<T> = Result<Option<T>, GpuError>;
 pub trait Target {
     fn label(&self) -> String;
     /// y: [ncols, rows]; for quantized weights also the activation blocks the kernel read
-    /// (the form `ops::act_fmt(ty)`).
+    /// (the form `quantize::act_fmt(ty)`).
     fn matvec(&self, w: &[u8], ty: GgmlType, rows: usize, k: usize, x: &[f32], ncols: usize) -> Out<(Vec<f32>, Option<Vec<u8>>)>;
     fn quantize_q8_1(&self, x: &[f32], rows: usize, k: usize) -> Out<Vec<u8>>;
     fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>>;
@@ -74,16 +76,15 @@ pub trait Target {
     }
     /// Fused q/k norm + RoPE + K/V store: (q, k, kc, vc) after the op.
     #[allow(clippy::too_many_arguments)]
-    fn rope_kv(&self, _q: &[f32], _k: &[f32], _v: &[f32], _qw: Option<&[f32]>, _kw: Option<&[f32]>, _pos: &[i32], _ff: Option<&[f32]>, _p: &ops::RopeKv, _base: f32, _slots: usize) -> Out<RopeKvOut> {
+    fn rope_kv(&self, _q: &[f32], _k: &[f32], _v: &[f32], _qw: Option<&[f32]>, _kw: Option<&[f32]>, _pos: &[i32], _ff: Option<&[f32]>, _p: &norm_rope::RopeKv, _base: f32, _slots: usize) -> Out<RopeKvOut> {
         Ok(None)
     }
     /// Up to 3 one-column matvecs over one quantized input: (outputs, activation blocks:
-    /// the q8_1 form, then the K form when k % 256 == 0). `staged_min_sb`: see
-    /// `ops::matvec_multi_with`.
-    fn matvec_multi(&self, _ws: &[(&[u8], GgmlType, usize)], _k: usize, _x: &[f32], _staged_min_sb: usize) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
+    /// the q8_1 form, then the K form when k % 256 == 0).
+    fn matvec_multi(&self, _ws: &[(&[u8], GgmlType, usize)], _k: usize, _x: &[f32]) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
         Ok(None)
     }
-    /// `ops::matvec_q4k_loop` over `blocks` resident blocks (Q4_K weights).
+    /// `matvec::matvec_q4k_loop` over `blocks` resident blocks (Q4_K weights).
     fn matvec_q4k_loop(&self, _ws: &[(&[u8], GgmlType, usize)], _k: usize, _x: &[f32], _blocks: usize) -> Out<Vec<Vec<f32>>> {
         Ok(None)
     }
@@ -180,7 +181,7 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
             let case = format!("rows={rows} k={k} ncols={ncols}");
             match q8 {
                 Some(q8) => {
-                    let (want, tol) = q8_reference(&wf, rows, k, &q8, ncols, ops::act_fmt(ty).unwrap_or(ActFmt::Q8_1));
+                    let (want, tol) = q8_reference(&wf, rows, k, &q8, ncols, quantize::act_fmt(ty).unwrap_or(ActFmt::Q8_1));
                     acc.cmp(&case, &y, &want, |i| tol[i]);
                 }
                 None => {

@@ -32,9 +32,9 @@
 //! checks that the fused path really ran (the launch count grew by one; by none where the
 //! launch would not fit in one wave of blocks on the device — never on the H200 at these rows).
 
+use crate::backend::gpu::family::decode_mv;
 use super::report::{Acc, CheckReport, Rng};
 use crate::backend::cpu::CpuBackend;
-use crate::backend::gpu::decode_mv;
 use crate::backend::gpu::device::GpuDevice;
 use crate::backend::gpu::GpuBackend;
 use crate::backend::{Backend, Buf, Glu, NormIn};

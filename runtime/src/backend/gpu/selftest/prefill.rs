@@ -12,11 +12,11 @@
 //!   |score| magnitude bound scale·Σ|q k| of the row (q rounds to f16 before QK^T, P to
 //!   f16 before PV).
 
+use crate::backend::gpu::family::{attention, elementwise, flash_attn, gemm, matvec, quantize};
+use crate::backend::gpu::launch;
 use crate::backend::gpu::device::GpuDevice;
-use crate::backend::gpu::prefill;
-use crate::backend::gpu::prefill::FlashKernel;
 use crate::backend::gpu::selftest::{dequant, random_weights, Acc, CheckReport, Rng};
-use crate::backend::gpu::{ops, GpuError};
+use crate::backend::gpu::{GpuError};
 use crate::quant::GgmlType;
 use crate::weights::layout::Layout;
 
@@ -35,12 +35,6 @@ pub trait PrefillTarget {
     /// Cache of `slots` rows; queries at pos.
     #[allow(clippy::too_many_arguments)]
     fn flash(&self, q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: usize, n_kv: usize, hd: usize, window: usize, scale: f32) -> Out<Vec<f32>>;
-    /// [`Self::flash`] through a chosen kernel (a target with one kernel ignores `which`).
-    #[allow(clippy::too_many_arguments)]
-    fn flash_with(&self, which: FlashKernel, q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: usize, n_kv: usize, hd: usize, window: usize, scale: f32) -> Out<Vec<f32>> {
-        let _ = which;
-        self.flash(q, kc, vc, pos, n_head, n_kv, hd, window, scale)
-    }
 }
 
 /// The (type, layout) pairs the GEMM reads, with their check names.
@@ -197,11 +191,10 @@ impl PrefillTarget for GpuPrefill<'_> {
         let wb = self.weights(w, ty, layout, rows, k)?;
         let xb = d.upload_f32(x)?;
         let yb = self.out_buf(n * rows * 4)?;
-        // Every token tile meets every token count (the dispatch alone would give each
-        // tile only its own range of n).
-        let tile = [16, 64, 128, prefill::M64][(rows + n) % 4];
-        let split = 1 + (rows + n / 2) % 2; // split-K (output zeroed, halves added) on about half
-        prefill::gemm_tiled(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n, tile, split)?;
+        // Both token tiles meet every token count (the plan alone would give each tile only
+        // its own range of n).
+        let tile = [16, 64][(rows + n) % 2];
+        gemm::gemm(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n, tile)?;
         Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
     }
     fn gemm_glu(&self, g: &[u8], u: &[u8], ty: GgmlType, layout: Layout, rows: usize, k: usize, x: &[f32], n: usize, gelu: bool) -> Out<Vec<f32>> {
@@ -210,20 +203,17 @@ impl PrefillTarget for GpuPrefill<'_> {
         let ub = self.weights(u, ty, layout, rows, k)?;
         let xb = d.upload_f32(x)?;
         let yb = self.out_buf(n * rows * 4)?;
-        prefill::gemm_glu(d, gb.ptr(), ub.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n, gelu)?;
+        gemm::gemm_glu(d, gb.ptr(), ub.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n, gelu)?;
         Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
     }
     fn flash(&self, q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: usize, n_kv: usize, hd: usize, window: usize, scale: f32) -> Out<Vec<f32>> {
-        self.flash_with(FlashKernel::V1, q, kc, vc, pos, n_head, n_kv, hd, window, scale)
-    }
-    fn flash_with(&self, which: FlashKernel, q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: usize, n_kv: usize, hd: usize, window: usize, scale: f32) -> Out<Vec<f32>> {
         let d = self.0;
         let qb = d.upload_f32(q)?;
         let kb = d.upload(bytemuck::cast_slice(kc))?;
         let vb = d.upload(bytemuck::cast_slice(vc))?;
         let pb = d.upload_i32(pos)?;
         let ob = self.out_buf(q.len() * 4)?;
-        prefill::flash_attention_with(d, which, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), pos.len(), n_head, n_kv, hd, pb.ptr(), window, scale)?;
+        flash_attn::flash_attention(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), pos.len(), n_head, n_kv, hd, pb.ptr(), window, scale)?;
         Ok(Some(d.read_f32(ob.ptr(), q.len())?))
     }
 }
@@ -268,31 +258,24 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
     let x = rng.vec(nmax * kmax, 1.0);
     let xb = dev.upload_f32(&x)?;
     let yb = dev.alloc(nmax * 14336 * 4)?;
-    let qb = dev.alloc(ops::q8_1_bytes(kmax, 16))?;
+    let qb = dev.alloc(quantize::q8_1_bytes(kmax, 16))?;
     for (label, m, k, ty) in shapes {
         let w = random_weights(&mut rng, ty, m, k);
         let wb = dev.upload(&w)?;
         for n in [16usize, 64, 128, 512, 2048] {
             let reps = if n >= 512 { 5 } else { 20 };
-            let ms = time_ms(dev, reps, || prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m)))?;
+            let ms = time_ms(dev, reps, || gemm::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m)))?;
             let tf = 2.0 * (m * k * n) as f64 / ms / 1e9;
             let mut line = format!("bench prefill gemm {label:<11} {ty:<5} {m:>5}x{k:<5} n={n:<5} {:9.1} us {tf:7.1} TFLOP/s", ms * 1e3);
             if n <= 64 {
                 let other = if n < 48 { 64 } else { 16 };
-                let ms2 = time_ms(dev, reps, || prefill::gemm_tiled(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, other, 1))?;
+                let ms2 = time_ms(dev, reps, || gemm::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, other))?;
                 line.push_str(&format!("  (tile n{other}: {:.1} us)", ms2 * 1e3));
-            }
-            if n >= 512 {
-                for (other, split) in [(64usize, 1usize), (64, 2), (prefill::M64, 1)] {
-                    let ms2 = time_ms(dev, reps, || prefill::gemm_tiled(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, other, split))?;
-                    let tile = if other == prefill::M64 { "64x64".to_string() } else { format!("n{other}") };
-                    line.push_str(&format!("  ({tile} split {split}: {:.1} us {:.1} TFLOP/s)", ms2 * 1e3, 2.0 * (m * k * n) as f64 / ms2 / 1e9));
-                }
             }
             if n == 16 {
                 let ms3 = time_ms(dev, reps, || {
-                    ops::quantize_act(dev, ops::act_fmt(ty).unwrap_or(ops::ActFmt::Q8_1), xb.ptr(), qb.ptr(), k, n)?;
-                    ops::matvec(dev, wb.ptr(), ty, m, k, qb.ptr(), yb.ptr(), n)
+                    quantize::quantize_act(dev, quantize::act_fmt(ty).unwrap_or(launch::ActFmt::Q8_1), xb.ptr(), qb.ptr(), k, n)?;
+                    matvec::matvec(dev, wb.ptr(), ty, m, k, qb.ptr(), yb.ptr(), n)
                 })?;
                 line.push_str(&format!("  (q8_1 + matvec n8: {:.1} us)", ms3 * 1e3));
             }
@@ -302,11 +285,11 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
             let u = random_weights(&mut rng, ty, m, k);
             let ub = dev.upload(&u)?;
             for n in [512usize, 2048] {
-                let fused = time_ms(dev, 5, || prefill::gemm_glu(dev, wb.ptr(), ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, false))?;
+                let fused = time_ms(dev, 5, || gemm::gemm_glu(dev, wb.ptr(), ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, false))?;
                 let apart = time_ms(dev, 5, || {
-                    prefill::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m))?;
-                    prefill::gemm(dev, ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m))?;
-                    ops::glu(dev, yb.ptr(), yb.ptr(), yb.ptr(), m * n, false)
+                    gemm::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m))?;
+                    gemm::gemm(dev, ub.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m))?;
+                    elementwise::glu(dev, yb.ptr(), yb.ptr(), yb.ptr(), m * n, false)
                 })?;
                 let tf = 4.0 * (m * k * n) as f64 / fused / 1e9;
                 println!("bench prefill gemm_glu {label:<11} {ty:<5} n={n:<5} fused {:9.1} us {tf:7.1} TFLOP/s; two GEMMs + glu {:9.1} us", fused * 1e3, apart * 1e3);
@@ -327,15 +310,12 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
         let pos: Vec<i32> = (0..n as i32).collect();
         let pb = dev.upload_i32(&pos)?;
         let s = 1.0 / (hd as f32).sqrt();
-        let flash = time_ms(dev, 5, || prefill::flash_attention_with(dev, FlashKernel::V1, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n, nh, nkv, hd, pb.ptr(), 0, s))?;
-        let flash2 = time_ms(dev, 5, || prefill::flash_attention_with(dev, FlashKernel::V2, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n, nh, nkv, hd, pb.ptr(), 0, s))?;
-        let old = time_ms(dev, 2, || ops::attention(dev, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n, nh, nkv, hd, pb.ptr(), 0, s))?;
+        let flash2 = time_ms(dev, 5, || flash_attn::flash_attention(dev, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n, nh, nkv, hd, pb.ptr(), 0, s))?;
+        let old = time_ms(dev, 2, || attention::attention(dev, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n, nh, nkv, hd, pb.ptr(), 0, s))?;
         // causal: n(n+1)/2 scores per head, 2 products (QK, PV) of hd MACs each
         let flops = 4.0 * (n * (n + 1) / 2) as f64 * (nh * hd) as f64;
         println!(
-            "bench prefill attention n={n} heads={nh}/{nkv} hd={hd}: flash {:8.1} us {:6.1} TFLOP/s; flash2 {:8.1} us {:6.1} TFLOP/s; per-query kernel {:8.1} us",
-            flash * 1e3,
-            flops / flash / 1e9,
+            "bench prefill attention n={n} heads={nh}/{nkv} hd={hd}: flash2 {:8.1} us {:6.1} TFLOP/s; per-query kernel {:8.1} us",
             flash2 * 1e3,
             flops / flash2 / 1e9,
             old * 1e3
@@ -413,10 +393,10 @@ mod tests {
         for r in run_checks(&Host { drop_last_row: false, no_window: false }, Some("gemm_glu_q5_0"), 0, 5) {
             assert!(r.passed(), "{}", r.line());
         }
-        let ok = crate::backend::gpu::selftest::flash::run_checks(&Host { drop_last_row: false, no_window: false }, Some("flash_attn2"), 0, 5);
+        let ok = crate::backend::gpu::selftest::flash::run_checks(&Host { drop_last_row: false, no_window: false }, Some("flash_attn"), 0, 5);
         assert_eq!(ok.len(), 1);
         assert!(ok[0].passed() && ok[0].cases == TOKEN_COUNTS.len() + FLASH_SHAPES.len(), "{}", ok[0].line());
-        let bad = crate::backend::gpu::selftest::flash::run_checks(&Host { drop_last_row: false, no_window: true }, Some("flash_attn2"), 0, 5);
+        let bad = crate::backend::gpu::selftest::flash::run_checks(&Host { drop_last_row: false, no_window: true }, Some("flash_attn"), 0, 5);
         assert!(!bad[0].passed(), "{}", bad[0].line());
     }
 }

@@ -2,9 +2,9 @@
 //! q8_1 / K-form block decoders, the f64 matvec reference over quantized activations,
 //! the CPU backend's RoPE, GeGLU and element-wise references, and f64 attention.
 
+use crate::backend::gpu::launch::ActFmt;
 use super::{Acc, Elt, Rng};
 use crate::backend::gpu::GpuError;
-use crate::backend::gpu::ops::ActFmt;
 use crate::quant::{self, GgmlType};
 
 pub(crate) fn f16_bits(v: f32) -> [u8; 2] {

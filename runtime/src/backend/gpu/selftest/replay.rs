@@ -9,11 +9,11 @@
 //! the step, as staged inputs are). Both operations are exact in f32 (one rounding, then
 //! a power of two), so the GPU must match the host bit for bit.
 
+use crate::backend::gpu::family::elementwise;
 use std::cell::RefCell;
 
 use crate::backend::gpu::device::{DeviceBuffer, GpuDevice};
 use crate::backend::gpu::driver::DriverError;
-use crate::backend::gpu::ops;
 use crate::backend::gpu::replay::{Entry, Rec, Replay, ReplayStats};
 use crate::backend::gpu::selftest::CheckReport;
 
@@ -40,8 +40,8 @@ impl<'a> Step<'a> {
         let xs: Vec<f32> = (0..self.n).map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(self.k * 977) % 1000) as f32 * 0.013 - 6.0).collect();
         self.dev.write(self.x.ptr(), bytemuck::cast_slice(&xs)).map_err(txt)?;
         let rec = Rec { dev: self.dev, replay: &self.replay };
-        ops::add(&rec, kv, self.x.ptr(), self.y.ptr(), self.n).map_err(txt)?;
-        ops::scale(&rec, self.y.ptr(), self.y.ptr(), self.n, 2.0).map_err(txt)?;
+        elementwise::add(&rec, kv, self.x.ptr(), self.y.ptr(), self.n).map_err(txt)?;
+        elementwise::scale(&rec, self.y.ptr(), self.y.ptr(), self.n, 2.0).map_err(txt)?;
         self.replay.borrow_mut().submit(self.dev, Entry::Copy { dst: self.out.ptr(), src: self.y.ptr(), bytes: self.n * 4 }).map_err(txt)?;
         self.replay.borrow_mut().end_step(self.dev).map_err(txt)?;
         let got = self.dev.read_f32(self.out.ptr(), self.n).map_err(txt)?;

@@ -1,10 +1,11 @@
-//! The batched decode step's attention (`ops::kv_store_rows` + `ops::attention_rows`):
+//! The batched decode step's attention (`elementwise::kv_store_rows` + `attention::attention_rows`):
 //! every row has its own K/V caches, found through a device table of addresses. Checked
 //! against the f64 reference run row by row over that row's cache after its K/V store.
 
+use crate::backend::gpu::family::{attention, elementwise};
 use super::{ref_attention, Acc, Out, Rng};
 use crate::backend::gpu::device::GpuDevice;
-use crate::backend::gpu::{ops, GpuError};
+use crate::backend::gpu::{GpuError};
 
 /// One row's inputs: its caches before the step ([slots, n_kv·hd] f16 each) and position.
 pub struct RowCase {
@@ -31,8 +32,8 @@ pub fn gpu_attention_rows(d: &GpuDevice, q: &[f32], k: &[f32], v: &[f32], rows: 
     let (qb, kb, vb) = (d.upload_f32(q)?, d.upload_f32(k)?, d.upload_f32(v)?);
     let ob = d.alloc(n * n_head * hd * 4)?;
     d.poison(&ob)?;
-    ops::kv_store_rows(d, kb.ptr(), vb.ptr(), tb.ptr(), n_kv * hd, n_kv * hd, pb.ptr(), n)?;
-    ops::attention_rows(d, qb.ptr(), tb.ptr(), ob.ptr(), n, n_head, n_kv, hd, pb.ptr(), window, scale)?;
+    elementwise::kv_store_rows(d, kb.ptr(), vb.ptr(), tb.ptr(), n_kv * hd, n_kv * hd, pb.ptr(), n)?;
+    attention::attention_rows(d, qb.ptr(), tb.ptr(), ob.ptr(), n, n_head, n_kv, hd, pb.ptr(), window, scale)?;
     let mut after = Vec::with_capacity(n);
     for ((kc, vc), r) in caches.iter().zip(rows) {
         let mut k = vec![0u16; r.kc.len()];

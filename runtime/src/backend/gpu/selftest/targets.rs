@@ -2,11 +2,12 @@
 //! outputs, launches through `ops`, reads back) and the CPU reference kernels
 //! ([`HostTarget`]: `quant::matmul` / `quant::dequantize`, which `cargo test` checks).
 
+use crate::backend::gpu::family::{attention, elementwise, matvec, norm_rope, quantize};
+use crate::backend::gpu::launch::ActFmt;
 use super::{Elt, Out, RopeKvOut, Target};
-use crate::backend::gpu::ops::ActFmt;
 use crate::backend::gpu::device::GpuDevice;
 use crate::backend::gpu::DeviceBuffer;
-use crate::backend::gpu::{ops, GpuError};
+use crate::backend::gpu::{GpuError};
 use crate::quant::{self, GgmlType};
 
 /// The GPU under test: uploads inputs, poisons outputs, launches, reads back.
@@ -58,14 +59,14 @@ impl Target for GpuTarget<'_> {
         let wb = d.upload(w)?;
         let xb = d.upload_f32(x)?;
         let yb = self.out_buf(ncols * rows * 4)?;
-        let q8 = if let Some(fmt) = ops::act_fmt(ty) {
-            let qb = self.out_buf(ops::q8_1_bytes(k, ncols))?;
-            ops::quantize_act(d, fmt, xb.ptr(), qb.ptr(), k, ncols)?;
-            ops::matvec(d, wb.ptr(), ty, rows, k, qb.ptr(), yb.ptr(), ncols)?;
+        let q8 = if let Some(fmt) = quantize::act_fmt(ty) {
+            let qb = self.out_buf(quantize::q8_1_bytes(k, ncols))?;
+            quantize::quantize_act(d, fmt, xb.ptr(), qb.ptr(), k, ncols)?;
+            matvec::matvec(d, wb.ptr(), ty, rows, k, qb.ptr(), yb.ptr(), ncols)?;
             let q = self.bytes(&qb)?;
             Some(q)
         } else {
-            ops::matvec(d, wb.ptr(), ty, rows, k, xb.ptr(), yb.ptr(), ncols)?;
+            matvec::matvec(d, wb.ptr(), ty, rows, k, xb.ptr(), yb.ptr(), ncols)?;
             None
         };
         Ok(Some((d.read_f32(yb.ptr(), ncols * rows)?, q8)))
@@ -76,8 +77,8 @@ impl Target for GpuTarget<'_> {
     fn quantize_act(&self, fmt: ActFmt, x: &[f32], rows: usize, k: usize) -> Out<Vec<u8>> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
-        let qb = self.out_buf(ops::q8_1_bytes(k, rows))?;
-        ops::quantize_act(d, fmt, xb.ptr(), qb.ptr(), k, rows)?;
+        let qb = self.out_buf(quantize::q8_1_bytes(k, rows))?;
+        quantize::quantize_act(d, fmt, xb.ptr(), qb.ptr(), k, rows)?;
         let q = self.bytes(&qb)?;
         Ok(Some(q))
     }
@@ -85,7 +86,7 @@ impl Target for GpuTarget<'_> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
         let yb = self.out_buf(x.len() * 4)?;
-        ops::quantize_dq(d, fmt, xb.ptr(), yb.ptr(), k, rows)?;
+        quantize::quantize_dq(d, fmt, xb.ptr(), yb.ptr(), k, rows)?;
         Ok(Some(d.read_f32(yb.ptr(), x.len())?))
     }
     fn get_rows(&self, w: &[u8], ty: GgmlType, k: usize, ids: &[i32], scale: f32) -> Out<Vec<f32>> {
@@ -93,7 +94,7 @@ impl Target for GpuTarget<'_> {
         let wb = d.upload(w)?;
         let ib = d.upload_i32(ids)?;
         let yb = self.out_buf(ids.len() * k * 4)?;
-        ops::get_rows(d, wb.ptr(), ty, k, ib.ptr(), ids.len(), yb.ptr(), scale)?;
+        elementwise::get_rows(d, wb.ptr(), ty, k, ib.ptr(), ids.len(), yb.ptr(), scale)?;
         Ok(Some(d.read_f32(yb.ptr(), ids.len() * k)?))
     }
     fn rmsnorm(&self, x: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32) -> Out<Vec<f32>> {
@@ -101,7 +102,7 @@ impl Target for GpuTarget<'_> {
         let xb = d.upload_f32(x)?;
         let wb = self.upload_opt(w)?;
         let yb = self.out_buf(rows * n * 4)?;
-        ops::rmsnorm(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), rows, n, eps)?;
+        norm_rope::rmsnorm(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), rows, n, eps)?;
         Ok(Some(d.read_f32(yb.ptr(), rows * n)?))
     }
     fn rope(&self, x: &[f32], pos: &[i32], ff: Option<&[f32]>, n_head: usize, head_dim: usize, n_rot: usize, neox: bool, base: f32, freq_scale: f32, attn_factor: f32) -> Out<Vec<f32>> {
@@ -109,8 +110,8 @@ impl Target for GpuTarget<'_> {
         let xb = d.upload_f32(x)?;
         let pb = d.upload_i32(pos)?;
         let fb = self.upload_opt(ff)?;
-        let ts = ops::rope_theta_scale(base, n_rot);
-        ops::rope(d, xb.ptr(), pb.ptr(), fb.as_ref().map(|b| b.ptr()), pos.len(), n_head, head_dim, n_rot, neox, ts, freq_scale, attn_factor)?;
+        let ts = norm_rope::rope_theta_scale(base, n_rot);
+        norm_rope::rope(d, xb.ptr(), pb.ptr(), fb.as_ref().map(|b| b.ptr()), pos.len(), n_head, head_dim, n_rot, neox, ts, freq_scale, attn_factor)?;
         Ok(Some(d.read_f32(xb.ptr(), x.len())?))
     }
     fn add_rmsnorm_q8(&self, x: &[f32], r: &[f32], w: Option<&[f32]>, rows: usize, n: usize, eps: f32, fmt: ActFmt) -> Out<(Vec<f32>, Vec<f32>, Vec<u8>)> {
@@ -119,12 +120,12 @@ impl Target for GpuTarget<'_> {
         let rb = d.upload_f32(r)?;
         let wb = self.upload_opt(w)?;
         let yb = self.out_buf(rows * n * 4)?;
-        let qb = self.out_buf(ops::q8_1_bytes(n, rows))?;
-        ops::add_rmsnorm_q8(d, xb.ptr(), rb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps, fmt)?;
+        let qb = self.out_buf(quantize::q8_1_bytes(n, rows))?;
+        norm_rope::add_rmsnorm_q8(d, xb.ptr(), rb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps, fmt)?;
         let q = self.bytes(&qb)?;
         Ok(Some((d.read_f32(xb.ptr(), rows * n)?, d.read_f32(yb.ptr(), rows * n)?, q)))
     }
-    fn rope_kv(&self, q: &[f32], k: &[f32], v: &[f32], qw: Option<&[f32]>, kw: Option<&[f32]>, pos: &[i32], ff: Option<&[f32]>, p: &ops::RopeKv, _base: f32, slots: usize) -> Out<RopeKvOut> {
+    fn rope_kv(&self, q: &[f32], k: &[f32], v: &[f32], qw: Option<&[f32]>, kw: Option<&[f32]>, pos: &[i32], ff: Option<&[f32]>, p: &norm_rope::RopeKv, _base: f32, slots: usize) -> Out<RopeKvOut> {
         let d = self.0;
         let (qb, kb, vb) = (d.upload_f32(q)?, d.upload_f32(k)?, d.upload_f32(v)?);
         let (qwb, kwb, ffb) = (self.upload_opt(qw)?, self.upload_opt(kw)?, self.upload_opt(ff)?);
@@ -133,28 +134,28 @@ impl Target for GpuTarget<'_> {
         let kcb = self.out_buf(slots * w * 2)?;
         let vcb = self.out_buf(slots * w * 2)?;
         let ptr = |b: &Option<DeviceBuffer>| b.as_ref().map(|b| b.ptr());
-        ops::rope_kv(d, qb.ptr(), kb.ptr(), vb.ptr(), kcb.ptr(), vcb.ptr(), ptr(&qwb), ptr(&kwb), pb.ptr(), ptr(&ffb), p)?;
+        norm_rope::rope_kv(d, qb.ptr(), kb.ptr(), vb.ptr(), kcb.ptr(), vcb.ptr(), ptr(&qwb), ptr(&kwb), pb.ptr(), ptr(&ffb), p)?;
         let mut kc = vec![0u16; slots * w];
         let mut vc = vec![0u16; slots * w];
         d.read(kcb.ptr(), bytemuck::cast_slice_mut(&mut kc))?;
         d.read(vcb.ptr(), bytemuck::cast_slice_mut(&mut vc))?;
         Ok(Some((d.read_f32(qb.ptr(), q.len())?, d.read_f32(kb.ptr(), k.len())?, kc, vc)))
     }
-    fn matvec_multi(&self, ws: &[(&[u8], GgmlType, usize)], k: usize, x: &[f32], staged_min_sb: usize) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
+    fn matvec_multi(&self, ws: &[(&[u8], GgmlType, usize)], k: usize, x: &[f32]) -> Out<(Vec<Vec<f32>>, Vec<u8>)> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
         // Both forms, one after the other (the K form only for whole super-blocks).
-        let half = ops::q8_1_bytes(k, 1);
+        let half = quantize::q8_1_bytes(k, 1);
         let qb = self.out_buf(2 * half)?;
-        ops::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, 1)?;
+        quantize::quantize_q8_1(d, xb.ptr(), qb.ptr(), k, 1)?;
         let xk = if k % 256 == 0 {
-            ops::quantize_act(d, ActFmt::K, xb.ptr(), qb.ptr() + half as u64, k, 1)?;
+            quantize::quantize_act(d, ActFmt::K, xb.ptr(), qb.ptr() + half as u64, k, 1)?;
             qb.ptr() + half as u64
         } else {
             0
         };
         let (bufs, segs) = self.mv_segments(ws)?;
-        ops::matvec_multi_with(d, qb.ptr(), xk, k, &segs, staged_min_sb)?;
+        matvec::matvec_multi(d, qb.ptr(), xk, k, &segs)?;
         let ys = self.mv_outputs(&bufs)?;
         let q = self.bytes(&qb)?;
         Ok(Some((ys, q)))
@@ -162,10 +163,10 @@ impl Target for GpuTarget<'_> {
     fn matvec_q4k_loop(&self, ws: &[(&[u8], GgmlType, usize)], k: usize, x: &[f32], blocks: usize) -> Out<Vec<Vec<f32>>> {
         let d = self.0;
         let xb = d.upload_f32(x)?;
-        let qb = self.out_buf(ops::q8_1_bytes(k, 1))?;
-        ops::quantize_act(d, ActFmt::K, xb.ptr(), qb.ptr(), k, 1)?;
+        let qb = self.out_buf(quantize::q8_1_bytes(k, 1))?;
+        quantize::quantize_act(d, ActFmt::K, xb.ptr(), qb.ptr(), k, 1)?;
         let (bufs, segs) = self.mv_segments(ws)?;
-        ops::matvec_q4k_loop(d, qb.ptr(), k, &segs, blocks)?;
+        matvec::matvec_q4k_loop(d, qb.ptr(), k, &segs, blocks)?;
         let ys = self.mv_outputs(&bufs)?;
         Ok(Some(ys))
     }
@@ -174,9 +175,9 @@ impl Target for GpuTarget<'_> {
         let wb = d.upload(w)?;
         let xb = d.upload_f32(x)?;
         let yb = self.out_buf(rows * 4)?;
-        let qb = self.out_buf(ops::q8_1_bytes(k, 1))?;
-        ops::quantize_act(d, ActFmt::K, xb.ptr(), qb.ptr(), k, 1)?;
-        crate::backend::gpu::decode_mv::split_walk(d, qb.ptr(), k, wb.ptr(), ty, rows, yb.ptr(), blocks)?;
+        let qb = self.out_buf(quantize::q8_1_bytes(k, 1))?;
+        quantize::quantize_act(d, ActFmt::K, xb.ptr(), qb.ptr(), k, 1)?;
+        crate::backend::gpu::family::decode_mv::split_walk(d, qb.ptr(), k, wb.ptr(), ty, rows, yb.ptr(), blocks)?;
         let q = self.bytes(&qb)?;
         Ok(Some((d.read_f32(yb.ptr(), rows)?, q)))
     }
@@ -186,10 +187,10 @@ impl Target for GpuTarget<'_> {
         let kb = d.upload(bytemuck::cast_slice(kc))?;
         let vb = d.upload(bytemuck::cast_slice(vc))?;
         let ob = self.out_buf(q.len() * 4)?;
-        let q8b = self.out_buf(ops::q8_1_bytes(n_head * hd, n_tok))?;
+        let q8b = self.out_buf(quantize::q8_1_bytes(n_head * hd, n_tok))?;
         let pos: Vec<i32> = (0..n_tok).map(|t| (pos0 + t) as i32).collect();
         let pb = d.upload_i32(&pos)?;
-        ops::attention_q8(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), Some(q8b.ptr()), n_tok, n_head, n_kv, hd, pb.ptr(), window, scale)?;
+        attention::attention_q8(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), Some(q8b.ptr()), n_tok, n_head, n_kv, hd, pb.ptr(), window, scale)?;
         let q8 = self.bytes(&q8b)?;
         Ok(Some((d.read_f32(ob.ptr(), q.len())?, q8)))
     }
@@ -201,7 +202,7 @@ impl Target for GpuTarget<'_> {
         let ob = self.out_buf(q.len() * 4)?;
         let pos: Vec<i32> = (0..n_tok).map(|t| (pos0 + t) as i32).collect();
         let pb = d.upload_i32(&pos)?;
-        ops::attention(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n_tok, n_head, n_kv, hd, pb.ptr(), window, scale)?;
+        attention::attention(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), n_tok, n_head, n_kv, hd, pb.ptr(), window, scale)?;
         Ok(Some(d.read_f32(ob.ptr(), q.len())?))
     }
     fn elementwise(&self, op: Elt, a: &[f32], b: &[f32], p: f32) -> Out<Vec<f32>> {
@@ -212,12 +213,12 @@ impl Target for GpuTarget<'_> {
         let yb = self.out_buf(n * 4)?;
         let (a, b, y) = (ab.ptr(), bb.ptr(), yb.ptr());
         match op {
-            Elt::Add => ops::add(d, a, b, y, n)?,
-            Elt::Mul => ops::mul(d, a, b, y, n)?,
-            Elt::Scale => ops::scale(d, a, y, n, p)?,
-            Elt::SwiGlu => ops::glu(d, a, b, y, n, false)?,
-            Elt::GeGlu => ops::glu(d, a, b, y, n, true)?,
-            Elt::Softcap => ops::softcap(d, a, y, n, p)?,
+            Elt::Add => elementwise::add(d, a, b, y, n)?,
+            Elt::Mul => elementwise::mul(d, a, b, y, n)?,
+            Elt::Scale => elementwise::scale(d, a, y, n, p)?,
+            Elt::SwiGlu => elementwise::glu(d, a, b, y, n, false)?,
+            Elt::GeGlu => elementwise::glu(d, a, b, y, n, true)?,
+            Elt::Softcap => elementwise::softcap(d, a, y, n, p)?,
         }
         Ok(Some(d.read_f32(y, n)?))
     }
@@ -226,8 +227,8 @@ impl Target for GpuTarget<'_> {
         let xb = d.upload_f32(x)?;
         let wb = self.upload_opt(w)?;
         let yb = self.out_buf(rows * n * 4)?;
-        let qb = self.out_buf(ops::q8_1_bytes(n, rows))?;
-        ops::rmsnorm_q8(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps, fmt)?;
+        let qb = self.out_buf(quantize::q8_1_bytes(n, rows))?;
+        norm_rope::rmsnorm_q8(d, xb.ptr(), wb.as_ref().map(|b| b.ptr()), yb.ptr(), qb.ptr(), rows, n, eps, fmt)?;
         let q = self.bytes(&qb)?;
         Ok(Some((d.read_f32(yb.ptr(), rows * n)?, q)))
     }
@@ -237,8 +238,8 @@ impl Target for GpuTarget<'_> {
         let gb = d.upload_f32(g)?;
         let ub = d.upload_f32(u)?;
         let yb = self.out_buf(n * 4)?;
-        let qb = self.out_buf(ops::q8_1_bytes(n, 1))?;
-        ops::glu_q8(d, gb.ptr(), ub.ptr(), yb.ptr(), qb.ptr(), n, gelu, fmt)?;
+        let qb = self.out_buf(quantize::q8_1_bytes(n, 1))?;
+        elementwise::glu_q8(d, gb.ptr(), ub.ptr(), yb.ptr(), qb.ptr(), n, gelu, fmt)?;
         let q = self.bytes(&qb)?;
         Ok(Some((d.read_f32(yb.ptr(), n)?, q)))
     }
@@ -253,7 +254,7 @@ impl Target for GpuTarget<'_> {
         let rb = d.upload_i32(rows)?;
         let kcb = self.out_buf(slots * nk * 2)?;
         let vcb = self.out_buf(slots * nv * 2)?;
-        ops::kv_store(d, kb.ptr(), vb.ptr(), kcb.ptr(), vcb.ptr(), nk, nv, rb.ptr(), rows.len())?;
+        elementwise::kv_store(d, kb.ptr(), vb.ptr(), kcb.ptr(), vcb.ptr(), nk, nv, rb.ptr(), rows.len())?;
         let mut kc = vec![0u16; slots * nk];
         let mut vc = vec![0u16; slots * nv];
         d.read(kcb.ptr(), bytemuck::cast_slice_mut(&mut kc))?;
@@ -265,7 +266,7 @@ impl Target for GpuTarget<'_> {
         let wb = d.upload(w)?;
         let xb = d.upload_f32(x)?;
         let yb = self.out_buf(n * rows * 4)?;
-        crate::backend::gpu::prefill::gemm(d, wb.ptr(), GgmlType::Q4_K, crate::weights::layout::Layout::Stored, rows, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, rows))?;
+        crate::backend::gpu::family::gemm::gemm(d, wb.ptr(), GgmlType::Q4_K, crate::weights::layout::Layout::Stored, rows, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, rows))?;
         Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
     }
     fn f32_to_f16_rows(&self, src: &[f32], rows: usize, n: usize, stride: usize, row0: usize, dst_rows: usize) -> Out<Vec<u16>> {
@@ -274,7 +275,7 @@ impl Target for GpuTarget<'_> {
         let db = self.out_buf(dst_rows * stride * 2)?;
         let idx: Vec<i32> = (0..rows).map(|r| (row0 + r) as i32).collect();
         let ib = d.upload_i32(&idx)?;
-        ops::f32_to_f16_rows(d, sb.ptr(), db.ptr(), rows, n, stride, ib.ptr())?;
+        elementwise::f32_to_f16_rows(d, sb.ptr(), db.ptr(), rows, n, stride, ib.ptr())?;
         let mut out = vec![0u16; dst_rows * stride];
         d.read(db.ptr(), bytemuck::cast_slice_mut(&mut out))?;
         Ok(Some(out))

@@ -1,4 +1,5 @@
-//! Prefill matmuls through the vendor BLAS: for chunks of at least `Tuning::blas_min_tokens`
+//! `kernels-hip/dequant.hip` and the prefill path it serves, matmuls through the vendor
+//! BLAS: for chunks of at least `Tuning::blas_min_tokens`
 //! tokens (`plan::blas_candidate`), each weight matmul is (1) a dequantize kernel
 //! (`kernels-hip/dequant.hip`) that writes a bounded, transient f16 slab of the weight's
 //! rows from its one resident copy (the canonical layout: stored blocks, or row64 for
@@ -19,31 +20,66 @@
 //! The activations are rounded as the matrix-core GEMM rounds them (the quantized form's
 //! values, then f16), so switching path changes only the summation order.
 
-use super::driver::blas::Blas;
-use super::driver::{DevPtr, KArg};
-use super::launch::{ActFmt, Launch};
-use super::GpuError;
+use crate::backend::gpu::driver::blas::Blas;
+use crate::backend::gpu::driver::DevPtr;
+use crate::backend::gpu::launch::{ActFmt, Family, Kernel, KernelSig, Launch};
+use crate::backend::gpu::GpuError;
+use crate::kernel_args;
 use crate::quant::GgmlType;
 use crate::weights::layout::Layout;
 
 type R = Result<(), GpuError>;
 
-/// Every kernel of the `dequant` family.
-pub const DEQUANT_KERNELS: &[&str] = &[
-    "dequant_f16_q4_0", "dequant_f16_q4_1", "dequant_f16_q5_0", "dequant_f16_q5_1", "dequant_f16_q8_0",
-    "dequant_f16_q4_K", "dequant_f16_q5_K", "dequant_f16_q6_K", "dequant_f16_q4_K_r64", "dequant_f16_q6_K_r64",
-    "act_f16_q8_1", "act_f16_q8_k", "act_f16_f32",
+kernel_args! {
+    /// `dequant_f16_<type>(W, Y, row0, rows, K)`.
+    pub struct Dequant { w: DevPtr, y: DevPtr, row0: usize, rows: usize, k: usize }
+}
+kernel_args! {
+    /// `act_f16_*(x, y, n)`.
+    pub struct ActToF16 { x: DevPtr, y: DevPtr, n: usize }
+}
+
+const DEQUANT: [(GgmlType, Layout, Kernel<Dequant>); 10] = [
+    (GgmlType::Q4_0, Layout::Stored, Kernel::new("dequant_f16_q4_0")),
+    (GgmlType::Q4_1, Layout::Stored, Kernel::new("dequant_f16_q4_1")),
+    (GgmlType::Q5_0, Layout::Stored, Kernel::new("dequant_f16_q5_0")),
+    (GgmlType::Q5_1, Layout::Stored, Kernel::new("dequant_f16_q5_1")),
+    (GgmlType::Q8_0, Layout::Stored, Kernel::new("dequant_f16_q8_0")),
+    (GgmlType::Q4_K, Layout::Stored, Kernel::new("dequant_f16_q4_K")),
+    (GgmlType::Q5_K, Layout::Stored, Kernel::new("dequant_f16_q5_K")),
+    (GgmlType::Q6_K, Layout::Stored, Kernel::new("dequant_f16_q6_K")),
+    (GgmlType::Q4_K, Layout::Row64, Kernel::new("dequant_f16_q4_K_r64")),
+    (GgmlType::Q6_K, Layout::Row64, Kernel::new("dequant_f16_q6_K_r64")),
 ];
+const ACT_Q8_1: Kernel<ActToF16> = Kernel::new("act_f16_q8_1");
+const ACT_Q8_K: Kernel<ActToF16> = Kernel::new("act_f16_q8_k");
+const ACT_F32: Kernel<ActToF16> = Kernel::new("act_f16_f32");
+
+const fn sigs() -> [KernelSig; 10] {
+    let mut out = [ACT_F32.sig(); 10];
+    let mut i = 0;
+    while i < 10 {
+        out[i] = DEQUANT[i].2.sig();
+        i += 1;
+    }
+    out
+}
+const SIGS: [KernelSig; 10] = sigs();
+
+pub const FAMILY: Family = Family {
+    name: "dequant",
+    source: include_str!("../../../../../kernels-hip/dequant.hip"),
+    kernels: &[&SIGS, &[ACT_Q8_1.sig(), ACT_Q8_K.sig(), ACT_F32.sig()]],
+};
 
 /// The dequantize kernel of (type, layout), or None if there is none.
-fn dequant_name(ty: GgmlType, layout: Layout) -> Option<&'static str> {
-    let i = super::prefill::type_layout_index(ty, layout)?;
-    Some(DEQUANT_KERNELS[i])
+fn dequant_kernel(ty: GgmlType, layout: Layout) -> Option<Kernel<Dequant>> {
+    DEQUANT.iter().find(|e| e.0 == ty && e.1 == layout).map(|e| e.2)
 }
 
 /// Whether `ty` weights held in `layout` can be dequantized to an f16 slab.
 pub fn supports(ty: GgmlType, layout: Layout) -> bool {
-    dequant_name(ty, layout).is_some()
+    dequant_kernel(ty, layout).is_some()
 }
 
 /// The slab bound of the default tuning (the selftest's cases).
@@ -67,15 +103,11 @@ pub fn slab_bytes_for(m: usize, k: usize, slab_bytes: usize) -> usize {
     2 * k * m.min(chunk_rows(k, slab_bytes))
 }
 
-fn i(v: usize) -> KArg {
-    KArg::I32(v as i32)
-}
-
 /// Y[r][k] = f16(dequantize(W)[row0 + r][k]) for r < rows. w: [m, k] of `ty` in `layout`
 /// (rows row0..row0 + rows exist); y: [rows, k] f16.
 #[allow(clippy::too_many_arguments)]
 pub fn dequant_f16(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, row0: usize, rows: usize, k: usize, y: DevPtr) -> R {
-    let name = dequant_name(ty, layout).ok_or_else(|| GpuError::Unsupported(format!("dequantize {ty} weights in the {} layout to f16", layout.name(ty))))?;
+    let kernel = dequant_kernel(ty, layout).ok_or_else(|| GpuError::Unsupported(format!("dequantize {ty} weights in the {} layout to f16", layout.name(ty))))?;
     let qk = ty.block_elems();
     if k == 0 || k % qk != 0 || k % 32 != 0 {
         return Err(GpuError::Unsupported(format!("dequant_f16: k = {k} is not whole {ty} blocks of {qk}")));
@@ -87,8 +119,7 @@ pub fn dequant_f16(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, row0
     if rows == 0 {
         return Ok(());
     }
-    d.launch(name, [threads.div_ceil(256) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(w), KArg::Ptr(y), i(row0), i(rows), i(k)])?;
-    Ok(())
+    kernel.launch(d, [threads.div_ceil(256) as u32, 1, 1], [256, 1, 1], &Dequant { w, y, row0, rows, k })
 }
 
 /// How the f16 activations are made from the f32 ones.
@@ -110,20 +141,20 @@ pub fn act_f16(d: &dyn Launch, form: ActF16, x: DevPtr, y: DevPtr, k: usize, n: 
             if k % 32 != 0 {
                 return Err(GpuError::Unsupported(format!("act_f16_q8_1: k = {k} is not a multiple of 32")));
             }
-            d.launch("act_f16_q8_1", [k.div_ceil(256) as u32, n as u32, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(y), i(k)])?;
+            ACT_Q8_1.launch(d, [k.div_ceil(256) as u32, n as u32, 1], [256, 1, 1], &ActToF16 { x, y, n: k })?;
         }
         ActF16::Quant(ActFmt::K) => {
             if k % 256 != 0 {
                 return Err(GpuError::Unsupported(format!("act_f16_q8_k: k = {k} is not a multiple of 256")));
             }
-            d.launch("act_f16_q8_k", [k.div_ceil(2048) as u32, n as u32, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(y), i(k)])?;
+            ACT_Q8_K.launch(d, [k.div_ceil(2048) as u32, n as u32, 1], [256, 1, 1], &ActToF16 { x, y, n: k })?;
         }
         ActF16::Plain => {
             let total = n * k;
             if total >= 1 << 31 {
                 return Err(GpuError::Unsupported(format!("act_f16_f32: {total} values exceed one launch")));
             }
-            d.launch("act_f16_f32", [total.div_ceil(256) as u32, 1, 1], [256, 1, 1], &[KArg::Ptr(x), KArg::Ptr(y), i(total)])?;
+            ACT_F32.launch(d, [total.div_ceil(256) as u32, 1, 1], [256, 1, 1], &ActToF16 { x, y, n: total })?;
         }
     }
     Ok(())
@@ -156,9 +187,12 @@ mod tests {
 
     #[test]
     fn every_gemm_type_has_a_dequant_kernel() {
+        for (ty, layout) in super::super::gemm::type_layouts() {
+            assert!(supports(ty, layout), "{ty}");
+        }
         for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
-            assert_eq!(supports(ty, Layout::Stored), super::super::prefill::gemm_supports(ty, Layout::Stored), "{ty}");
-            let n = dequant_name(ty, Layout::Stored).unwrap();
+            assert_eq!(supports(ty, Layout::Stored), super::super::gemm::gemm_supports(ty, Layout::Stored), "{ty}");
+            let n = dequant_kernel(ty, Layout::Stored).unwrap().name;
             assert!(n.to_lowercase().ends_with(&ty.name().to_lowercase()), "{ty}: {n}");
         }
         assert!(supports(GgmlType::Q4_K, Layout::Row64) && supports(GgmlType::Q6_K, Layout::Row64));

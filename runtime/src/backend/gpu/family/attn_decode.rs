@@ -1,4 +1,4 @@
-//! Launcher of the fused decode attention (`kernels-hip/attn_decode.hip`): one token's
+//! `kernels-hip/attn_decode.hip`: the fused decode attention, one token's
 //! q/k norms, RoPE, K/V store and attention over its cache in one launch.
 //!
 //! The grid is (query heads per KV head, KV heads, parts): the kernel finds its query and
@@ -10,9 +10,32 @@
 //! [`keys_per_part`] keys at least), merging them through `part` / `cnt` scratch. Inside a
 //! block the keys fill the warps in order, so at a short context only the first warps work.
 
-use super::driver::{DevPtr, KArg};
-use super::ops::{Launch, RopeKv};
-use super::GpuError;
+use super::norm_rope::RopeKv;
+use crate::backend::gpu::driver::DevPtr;
+use crate::backend::gpu::launch::{Family, Kernel, Launch};
+use crate::backend::gpu::GpuError;
+use crate::kernel_args;
+
+kernel_args! {
+    /// `attn_decode_d<HD>(q, k, v, kc, vc, out, q8, qw, kw, ff, pos, part, cnt, group, n_kv,
+    /// n_ctx, n_rot, neox, theta_scale, freq_scale, eps, q_scale, scale, window, n_split,
+    /// min_chunk)`.
+    pub struct Args {
+        q: DevPtr, k: DevPtr, v: DevPtr, kc: DevPtr, vc: DevPtr, out: DevPtr, q8: Option<DevPtr>,
+        qw: Option<DevPtr>, kw: Option<DevPtr>, ff: Option<DevPtr>, pos: DevPtr, part: DevPtr, cnt: DevPtr,
+        group: usize, n_kv: usize, n_ctx: usize, n_rot: usize, neox: bool, theta_scale: f32, freq_scale: f32,
+        eps: f32, q_scale: f32, scale: f32, window: usize, n_split: usize, min_chunk: usize,
+    }
+}
+
+const KERNELS: [(usize, Kernel<Args>); 3] =
+    [(64, Kernel::new("attn_decode_d64")), (128, Kernel::new("attn_decode_d128")), (256, Kernel::new("attn_decode_d256"))];
+
+pub const FAMILY: Family = Family {
+    name: "attn_decode",
+    source: include_str!("../../../../../kernels-hip/attn_decode.hip"),
+    kernels: &[&[KERNELS[0].1.sig(), KERNELS[1].1.sig(), KERNELS[2].1.sig()]],
+};
 
 /// Threads per block (`AD_THREADS`) and keys each lane-group holds in flight (`AD_U`).
 pub const THREADS: usize = 512;
@@ -24,12 +47,7 @@ pub const MAX_PARTS: usize = 64;
 
 /// The kernel for head size `hd` (None: not supported; use the unfused ops).
 pub fn kernel(hd: usize) -> Option<&'static str> {
-    match hd {
-        64 => Some("attn_decode_d64"),
-        128 => Some("attn_decode_d128"),
-        256 => Some("attn_decode_d256"),
-        _ => None,
-    }
+    KERNELS.iter().find(|e| e.0 == hd).map(|e| e.1.name)
 }
 
 /// Keys one block covers in one iteration (`AD_NSU`): below this the kernel runs one block
@@ -80,10 +98,6 @@ pub struct AttnDecode {
     pub parts: usize,
     /// The fewest keys a part takes (default [`keys_per_part`]).
     pub min_keys: usize,
-    /// Deal a part's keys round all the block's streams (every warp busy from 64 keys on at
-    /// head_dim 128) instead of filling the warps in order (the default: a short context
-    /// keeps only the first warps busy). Measured and dropped: the backend passes `false`.
-    pub spread: bool,
 }
 
 /// Device buffers of one launch.
@@ -113,25 +127,17 @@ pub struct AttnDecodeBufs {
 /// One launch of the fused decode attention (one token).
 pub fn attn_decode(d: &dyn Launch, b: &AttnDecodeBufs, a: &AttnDecode) -> Result<(), GpuError> {
     let p = &a.prep;
-    let name = kernel(p.head_dim).ok_or_else(|| GpuError::Unsupported(format!("attn_decode: head_dim {}", p.head_dim)))?;
+    let &(_, kernel) = KERNELS.iter().find(|e| e.0 == p.head_dim).ok_or_else(|| GpuError::Unsupported(format!("attn_decode: head_dim {}", p.head_dim)))?;
     if p.n_kv == 0 || p.n_head % p.n_kv != 0 || p.n_rot > p.head_dim || p.n_rot % 2 != 0 || a.parts == 0 || a.parts > MAX_PARTS || a.n_ctx == 0 {
         return Err(GpuError::Unsupported(format!("attn_decode: heads {}/{}, n_rot {} of {}, {} parts", p.n_head, p.n_kv, p.n_rot, p.head_dim, a.parts)));
     }
-    let i = |v: usize| KArg::I32(v as i32);
-    let opt = |v: Option<DevPtr>| KArg::Ptr(v.unwrap_or(0));
-    let part = b.scratch + counters_bytes(p.n_head) as u64;
-    d.launch(
-        name,
-        [(p.n_head / p.n_kv) as u32, p.n_kv as u32, a.parts as u32],
-        [THREADS as u32, 1, 1],
-        &[
-            KArg::Ptr(b.q), KArg::Ptr(b.k), KArg::Ptr(b.v), KArg::Ptr(b.kc), KArg::Ptr(b.vc), KArg::Ptr(b.out), opt(b.q8),
-            opt(b.q_norm), opt(b.k_norm), opt(b.freq_factors), KArg::Ptr(b.pos), KArg::Ptr(part), KArg::Ptr(b.scratch),
-            i(p.n_head / p.n_kv), i(p.n_kv), i(a.n_ctx), i(p.n_rot), i(p.neox as usize), KArg::F32(p.theta_scale), KArg::F32(p.freq_scale),
-            KArg::F32(p.eps), KArg::F32(p.q_scale), KArg::F32(a.scale), i(a.window), i(a.parts), i(a.min_keys.max(1)), i(a.spread as usize),
-        ],
-    )?;
-    Ok(())
+    let args = Args {
+        q: b.q, k: b.k, v: b.v, kc: b.kc, vc: b.vc, out: b.out, q8: b.q8,
+        qw: b.q_norm, kw: b.k_norm, ff: b.freq_factors, pos: b.pos, part: b.scratch + counters_bytes(p.n_head) as u64, cnt: b.scratch,
+        group: p.n_head / p.n_kv, n_kv: p.n_kv, n_ctx: a.n_ctx, n_rot: p.n_rot, neox: p.neox, theta_scale: p.theta_scale, freq_scale: p.freq_scale,
+        eps: p.eps, q_scale: p.q_scale, scale: a.scale, window: a.window, n_split: a.parts, min_chunk: a.min_keys.max(1),
+    };
+    kernel.launch(d, [(p.n_head / p.n_kv) as u32, p.n_kv as u32, a.parts as u32], [THREADS as u32, 1, 1], &args)
 }
 
 #[cfg(test)]

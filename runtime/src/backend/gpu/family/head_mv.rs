@@ -1,4 +1,4 @@
-//! Launcher of the fused LM head (`kernels-hip/head_mv.hip`): one decode token's last
+//! `kernels-hip/head_mv.hip`: the fused LM head, one decode token's last
 //! residual add, output norm and Q6_K head matvec in one launch, for heads too large for
 //! one wave of `decode_mv` blocks (a vocabulary of rows). A grid of a few resident blocks
 //! per multiprocessor streams the weight in 8-row stages (bulk copies into shared memory
@@ -6,10 +6,24 @@
 //! bit (`selftest/norm_mv.rs`, check `norm_mv_head`).
 
 use super::decode_mv::Norm;
-use super::driver::{DevPtr, KArg};
-use super::ops::Launch;
-use super::GpuError;
+use crate::backend::gpu::driver::DevPtr;
+use crate::backend::gpu::launch::{Family, Kernel, Launch};
+use crate::backend::gpu::GpuError;
+use crate::kernel_args;
 use crate::quant::GgmlType;
+
+kernel_args! {
+    /// `head_q6k_n{4,16}(x, add, w, out, counter, nblk, n, eps, W, y, rows, stages)`.
+    pub struct Head {
+        x: DevPtr, add: Option<DevPtr>, w: Option<DevPtr>, out: DevPtr, counter: DevPtr, nblk: usize, n: usize, eps: f32,
+        head: DevPtr, y: DevPtr, rows: usize, stages: usize,
+    }
+}
+
+const N4: Kernel<Head> = Kernel::new("head_q6k_n4");
+const N16: Kernel<Head> = Kernel::new("head_q6k_n16");
+
+pub const FAMILY: Family = Family { name: "head_mv", source: include_str!("../../../../../kernels-hip/head_mv.hip"), kernels: &[&[N4.sig(), N16.sig()]] };
 
 /// Weight-stage bytes per block (`HEAD_RING`), the most stages (`HEAD_STAGES`) and the
 /// longest row (`HEAD_NMAX`) in head_mv.hip.
@@ -23,9 +37,9 @@ pub const BLOCK: u32 = 288;
 /// The kernel for rows of `n` values.
 pub fn kernel(n: usize) -> &'static str {
     if n <= 1024 {
-        "head_q6k_n4"
+        N4.name
     } else {
-        "head_q6k_n16"
+        N16.name
     }
 }
 
@@ -53,22 +67,8 @@ pub fn norm_head(d: &dyn Launch, a: &Norm, w: DevPtr, rows: usize, y: DevPtr, nb
     if !supports(GgmlType::Q6_K, a.n, rows, w) || nblk == 0 || nblk > rows / STAGE_ROWS {
         return Err(GpuError::Unsupported(format!("norm_head: {rows} Q6_K rows of {} in {nblk} blocks", a.n)));
     }
-    let args = [
-        KArg::Ptr(a.x),
-        KArg::Ptr(a.add.unwrap_or(0)),
-        KArg::Ptr(a.w.unwrap_or(0)),
-        KArg::Ptr(a.out),
-        KArg::Ptr(a.counter),
-        KArg::I32(nblk as i32),
-        KArg::I32(a.n as i32),
-        KArg::F32(a.eps),
-        KArg::Ptr(w),
-        KArg::Ptr(y),
-        KArg::I32(rows as i32),
-        KArg::I32(stages(a.n) as i32),
-    ];
-    d.launch(kernel(a.n), [nblk as u32, 1, 1], [BLOCK, 1, 1], &args)?;
-    Ok(())
+    let args = Head { x: a.x, add: a.add, w: a.w, out: a.out, counter: a.counter, nblk, n: a.n, eps: a.eps, head: w, y, rows, stages: stages(a.n) };
+    (if a.n <= 1024 { N4 } else { N16 }).launch(d, [nblk as u32, 1, 1], [BLOCK, 1, 1], &args)
 }
 
 #[cfg(test)]

@@ -1,17 +1,81 @@
-//! Launchers of the fused decode kernels (`kernels-hip/decode_mv.hip`): one token's
+//! `kernels-hip/decode_mv.hip`: the fused decode kernels, one token's
 //! matvecs with their input side in the same launch — RMSNorm (and the residual add)
 //! before the q/k/v or gate/up matvecs, the GLU after gate/up, and the activation
 //! quantization before a matvec whose f32 input has no quantized form yet. Each kernel
 //! stages the activation blocks in shared memory, in the codes `quantize.hip` writes, so
 //! the results equal the unfused kernels' (`selftest/norm_mv.rs`).
 
-use super::driver::{DevPtr, KArg};
-use super::ops::Launch;
-use super::GpuError;
+use crate::backend::gpu::driver::DevPtr;
+use crate::backend::gpu::launch::{Family, Kernel, Launch};
+use crate::backend::gpu::GpuError;
+use crate::kernel_args;
 use crate::quant::GgmlType;
 
 type R = Result<(), GpuError>;
-type R2 = Result<(&'static str, Vec<KArg>), GpuError>;
+
+kernel_args! {
+    /// `decode_mv_norm*(x, add, w, out, counter, nblk, n, eps, W0, y0, rows0, ty0, …, ty2)`.
+    pub struct NormMulti {
+        x: DevPtr, add: Option<DevPtr>, w: Option<DevPtr>, out: DevPtr, counter: DevPtr, nblk: usize, n: usize, eps: f32,
+        w0: DevPtr, y0: DevPtr, rows0: usize, ty0: i32,
+        w1: DevPtr, y1: DevPtr, rows1: usize, ty1: i32,
+        w2: DevPtr, y2: DevPtr, rows2: usize, ty2: i32,
+    }
+}
+kernel_args! {
+    /// `decode_mv_norm_walk{,_v}(x, add, w, out, counter, nblk, n, eps, W0, y0, rows0, …,
+    /// rows2, ty2, nw)`.
+    pub struct NormWalk {
+        x: DevPtr, add: Option<DevPtr>, w: Option<DevPtr>, out: DevPtr, counter: DevPtr, nblk: usize, n: usize, eps: f32,
+        w0: DevPtr, y0: DevPtr, rows0: usize,
+        w1: DevPtr, y1: DevPtr, rows1: usize,
+        w2: DevPtr, y2: DevPtr, rows2: usize,
+        ty2: i32, nw: usize,
+    }
+}
+kernel_args! {
+    /// `decode_mv_glu*(x, add, w, out, counter, nblk, n, eps, G, U, y, rows, ty, act)`.
+    pub struct NormGlu {
+        x: DevPtr, add: Option<DevPtr>, w: Option<DevPtr>, out: DevPtr, counter: DevPtr, nblk: usize, n: usize, eps: f32,
+        gate: DevPtr, up: DevPtr, y: DevPtr, rows: usize, ty: i32, gelu: bool,
+    }
+}
+kernel_args! {
+    /// `decode_mv_quant(x, k, W, y, rows, ty, acc, wpr, rpb)`.
+    pub struct Quant { x: DevPtr, k: usize, w: DevPtr, y: DevPtr, rows: usize, ty: i32, acc: bool, wpr: usize, rpb: usize }
+}
+kernel_args! {
+    /// `decode_mv_quant2(x, k, W, y, rows, acc, rpb)`.
+    pub struct Quant2 { x: DevPtr, k: usize, w: DevPtr, y: DevPtr, rows: usize, acc: bool, rpb: usize }
+}
+kernel_args! {
+    /// `decode_mv_split(xk, k, W, y, rows, ty, nblk)`.
+    pub struct Split { xk: DevPtr, k: usize, w: DevPtr, y: DevPtr, rows: usize, ty: i32, nblk: usize }
+}
+
+const NORM: [Kernel<NormMulti>; 4] =
+    [Kernel::new("decode_mv_norm4"), Kernel::new("decode_mv_norm16"), Kernel::new("decode_mv_norm4_1k"), Kernel::new("decode_mv_norm4_h1k")];
+const GLU: [Kernel<NormGlu>; 4] =
+    [Kernel::new("decode_mv_glu4"), Kernel::new("decode_mv_glu16"), Kernel::new("decode_mv_glu4_1k"), Kernel::new("decode_mv_glu4_h1k")];
+const WALK: Kernel<NormWalk> = Kernel::new("decode_mv_norm_walk");
+const WALK_V: Kernel<NormWalk> = Kernel::new("decode_mv_norm_walk_v");
+const QUANT: Kernel<Quant> = Kernel::new("decode_mv_quant");
+const QUANT2: Kernel<Quant2> = Kernel::new("decode_mv_quant2");
+const SPLIT: Kernel<Split> = Kernel::new("decode_mv_split");
+
+pub const FAMILY: Family = Family {
+    name: "decode_mv",
+    source: include_str!("../../../../../kernels-hip/decode_mv.hip"),
+    kernels: &[
+        &[NORM[0].sig(), NORM[1].sig(), NORM[2].sig(), NORM[3].sig()],
+        &[GLU[0].sig(), GLU[1].sig(), GLU[2].sig(), GLU[3].sig()],
+        &[WALK.sig(), WALK_V.sig(), QUANT.sig(), QUANT2.sig(), SPLIT.sig()],
+    ],
+};
+
+fn by_name<A>(ks: &[Kernel<A>], name: &str) -> Result<Kernel<A>, GpuError> {
+    ks.iter().copied().find(|k| k.name == name).ok_or_else(|| GpuError::Unsupported(format!("decode_mv: no kernel {name}")))
+}
 
 /// The longest row the norm kernels take (`NORM_MAX` in decode_mv.hip).
 pub const NORM_MAX: usize = 4096;
@@ -99,13 +163,9 @@ fn unsupported(what: String) -> GpuError {
     GpuError::Unsupported(what)
 }
 
-fn i(v: usize) -> KArg {
-    KArg::I32(v as i32)
-}
-
 /// The kernels' weight type code (None: a type they do not take): the decode matvecs' one
 /// numbering.
-pub use super::ops::mv_type_code as type_code;
+pub use super::matvec::mv_type_code as type_code;
 
 /// Whether the fused kernels take weights of `ty` with rows of `k` (whole blocks, whole
 /// 32-value activation blocks).
@@ -147,8 +207,8 @@ impl Norm {
             self.threads as usize / 32
         }
     }
-    /// (kernel for this row length and block size, leading arguments given the block count).
-    fn args(&self, base: &'static str, nblk: usize) -> R2 {
+    /// The kernel for this row length and block size.
+    fn kernel_name(&self, base: &'static str) -> Result<&'static str, GpuError> {
         let glu = base == "glu";
         let name = match (self.threads, self.half) {
             (WIDE, true) if self.n <= 1024 => if glu { "decode_mv_glu4_h1k" } else { "decode_mv_norm4_h1k" },
@@ -156,7 +216,7 @@ impl Norm {
             (WIDE, false) => wide_kernel(self.n, glu).ok_or_else(|| unsupported(format!("{base}: no {WIDE}-thread kernel for rows of {}", self.n)))?,
             (t, h) => return Err(unsupported(format!("{base}: blocks of {t} threads{}", if h { " (half-warp rows)" } else { "" }))),
         };
-        Ok((name, self.lead(nblk)))
+        Ok(name)
     }
     /// The half-warp kernels read Q4_K only: refuse anything else rather than misread it.
     fn check_half(&self, op: &str, tys: &[GgmlType]) -> R {
@@ -164,20 +224,6 @@ impl Norm {
             return Err(unsupported(format!("{op}: half-warp rows need Q4_K weights with rows of 256 to 1024 (got {tys:?}, rows of {})", self.n)));
         }
         Ok(())
-    }
-    /// The norm's arguments, every norm kernel's first eight (`nblk`: the launch's blocks,
-    /// the count of tickets the last block waits for).
-    fn lead(&self, nblk: usize) -> Vec<KArg> {
-        vec![
-            KArg::Ptr(self.x),
-            KArg::Ptr(self.add.unwrap_or(0)),
-            KArg::Ptr(self.w.unwrap_or(0)),
-            KArg::Ptr(self.out),
-            KArg::Ptr(self.counter),
-            i(nblk),
-            i(self.n),
-            KArg::F32(self.eps),
-        ]
     }
 }
 
@@ -189,30 +235,29 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
         return Err(unsupported(format!("norm_multi: {} weights (1 to 3)", segs.len())));
     }
     a.check_half("norm_multi", &segs.iter().map(|s| s.1).collect::<Vec<_>>())?;
-    let mut tail = Vec::with_capacity(12);
+    let mut t = [(0u64, 0u64, 0usize, -1i32); 3];
     // Blocks per segment; the half-warp kernel lays the segments end to end instead (a
     // block may span two).
     let per = a.rows_per_block(false);
     let (mut nblk, mut rows_all) = (0, 0);
-    for s in 0..3 {
-        match segs.get(s) {
-            Some(&(w, ty, rows, y)) => {
-                let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_multi: {ty} weights with rows of {}", a.n)))?;
-                nblk += rows.div_ceil(per);
-                rows_all += rows;
-                tail.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code)]);
-            }
-            None => tail.extend([KArg::Ptr(0), KArg::Ptr(0), i(0), KArg::I32(-1)]),
-        }
+    for (slot, &(w, ty, rows, y)) in t.iter_mut().zip(segs) {
+        let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_multi: {ty} weights with rows of {}", a.n)))?;
+        nblk += rows.div_ceil(per);
+        rows_all += rows;
+        *slot = (w, y, rows, code);
     }
     let nblk = if a.half { rows_all.div_ceil(per) } else { nblk };
     if nblk == 0 {
         return Err(unsupported("norm_multi: no output rows".into()));
     }
-    let (name, mut args) = a.args("norm", nblk)?;
-    args.extend(tail);
-    d.launch(name, [nblk as u32, 1, 1], [a.threads, 1, 1], &args)?;
-    Ok(())
+    let kernel = by_name(&NORM, a.kernel_name("norm")?)?;
+    let args = NormMulti {
+        x: a.x, add: a.add, w: a.w, out: a.out, counter: a.counter, nblk, n: a.n, eps: a.eps,
+        w0: t[0].0, y0: t[0].1, rows0: t[0].2, ty0: t[0].3,
+        w1: t[1].0, y1: t[1].1, rows1: t[1].2, ty1: t[1].3,
+        w2: t[2].0, y2: t[2].1, rows2: t[2].2, ty2: t[2].3,
+    };
+    kernel.launch(d, [nblk as u32, 1, 1], [a.threads, 1, 1], &args)
 }
 
 /// Whether [`norm_walk`] takes weights of these types with rows of `n`: rows of whole
@@ -247,21 +292,19 @@ pub fn norm_walk(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, Dev
     }
     // The kernel's segment 2 is the one that may be Q6_K: a Q6_K last weight goes there.
     let v = walk_kernel(&tys) == "decode_mv_norm_walk_v";
-    let mut slots: [Option<(DevPtr, GgmlType, usize, DevPtr)>; 3] = [None; 3];
-    for (i, s) in segs.iter().enumerate() {
-        slots[if v && i + 1 == segs.len() { 2 } else { i }] = Some(*s);
+    let mut t = [(0u64, 0u64, 0usize); 3];
+    for (i, &(w, _, rows, y)) in segs.iter().enumerate() {
+        t[if v && i + 1 == segs.len() { 2 } else { i }] = (w, y, rows);
     }
-    let mut args = a.lead(blocks);
-    for slot in slots {
-        match slot {
-            Some((w, _, rows, y)) => args.extend([KArg::Ptr(w), KArg::Ptr(y), i(rows)]),
-            None => args.extend([KArg::Ptr(0), KArg::Ptr(0), i(0)]),
-        }
-    }
-    args.push(KArg::I32(if v { 12 } else { 10 }));
-    args.push(i(blocks * (BLOCK as usize / 32)));
-    d.launch(walk_kernel(&tys), [blocks as u32, 1, 1], [BLOCK, 1, 1], &args)?;
-    Ok(())
+    let args = NormWalk {
+        x: a.x, add: a.add, w: a.w, out: a.out, counter: a.counter, nblk: blocks, n: a.n, eps: a.eps,
+        w0: t[0].0, y0: t[0].1, rows0: t[0].2,
+        w1: t[1].0, y1: t[1].1, rows1: t[1].2,
+        w2: t[2].0, y2: t[2].1, rows2: t[2].2,
+        ty2: if v { 12 } else { 10 },
+        nw: blocks * (BLOCK as usize / 32),
+    };
+    (if v { WALK_V } else { WALK }).launch(d, [blocks as u32, 1, 1], [BLOCK, 1, 1], &args)
 }
 
 /// One launch: the norm, then y[r] = act(gate_r · out) · (up_r · out) (act SiLU, or
@@ -275,10 +318,9 @@ pub fn norm_glu(d: &dyn Launch, a: &Norm, gate: DevPtr, up: DevPtr, ty: GgmlType
         return Err(unsupported("norm_glu: no output rows".into()));
     }
     let nblk = rows.div_ceil(a.rows_per_block(true));
-    let (name, mut args) = a.args("glu", nblk)?;
-    args.extend([KArg::Ptr(gate), KArg::Ptr(up), KArg::Ptr(y), i(rows), KArg::I32(code), i(gelu as usize)]);
-    d.launch(name, [nblk as u32, 1, 1], [a.threads, 1, 1], &args)?;
-    Ok(())
+    let kernel = by_name(&GLU, a.kernel_name("glu")?)?;
+    let args = NormGlu { x: a.x, add: a.add, w: a.w, out: a.out, counter: a.counter, nblk, n: a.n, eps: a.eps, gate, up, y, rows, ty: code, gelu };
+    kernel.launch(d, [nblk as u32, 1, 1], [a.threads, 1, 1], &args)
 }
 
 /// Warps per row `decode_mv_quant` can give a row of `k` values of `ty`: one per step of
@@ -323,11 +365,9 @@ pub fn quant_mv(d: &dyn Launch, x: DevPtr, k: usize, w: DevPtr, ty: GgmlType, ro
     }
     let block = (32 * rpb * wpr) as u32;
     if two && takes_two(ty, k, wpr) {
-        d.launch("decode_mv_quant2", [rows.div_ceil(rpb) as u32, 1, 1], [block, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), i(acc as usize), i(rpb)])?;
-        return Ok(());
+        return QUANT2.launch(d, [rows.div_ceil(rpb) as u32, 1, 1], [block, 1, 1], &Quant2 { x, k, w, y, rows, acc, rpb });
     }
-    d.launch("decode_mv_quant", [rows.div_ceil(rpb) as u32, 1, 1], [block, 1, 1], &[KArg::Ptr(x), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(acc as usize), i(wpr), i(rpb)])?;
-    Ok(())
+    QUANT.launch(d, [rows.div_ceil(rpb) as u32, 1, 1], [block, 1, 1], &Quant { x, k, w, y, rows, ty: code, acc, wpr, rpb })
 }
 
 /// Whether a `decode_mv_quant` launch of these rows has a `decode_mv_quant2` form: Q4_K
@@ -372,197 +412,9 @@ pub fn split_walk(d: &dyn Launch, xk: DevPtr, k: usize, w: DevPtr, ty: GgmlType,
     if blocks == 0 {
         return Err(unsupported("split_walk: no blocks".into()));
     }
-    d.launch("decode_mv_split", [blocks as u32, 1, 1], [32 * steps as u32, 1, 1], &[KArg::Ptr(xk), i(k), KArg::Ptr(w), KArg::Ptr(y), i(rows), KArg::I32(code), i(blocks)])?;
-    Ok(())
+    SPLIT.launch(d, [blocks as u32, 1, 1], [32 * steps as u32, 1, 1], &Split { xk, k, w, y, rows, ty: code, nblk: blocks })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_wave_rule_takes_the_small_model_and_leaves_the_large() {
-        // Qwen3-0.6B on 132 SMs: q/k/v 4096 rows, gate/up 3072, o / down 1024.
-        assert!(fits_one_wave(norm_kernel(1024, false), 4096, 132));
-        assert!(fits_one_wave(norm_kernel(1024, true), 3072, 132));
-        assert!(fits_one_wave("decode_mv_quant", 1024, 132));
-        // Qwen3-4B: q/k/v 6144 rows, gate/up 9728.
-        assert!(!fits_one_wave(norm_kernel(2560, false), 6144, 132));
-        assert!(!fits_one_wave(norm_kernel(2560, true), 9728, 132));
-        assert_eq!(norm_kernel(4096, true), "decode_mv_glu16");
-    }
-
-    #[test]
-    fn wide_kernels_take_rows_up_to_1024_in_one_wave_of_32_row_blocks() {
-        assert_eq!(wide_kernel(1024, false), Some("decode_mv_norm4_1k"));
-        assert_eq!(wide_kernel(576, true), Some("decode_mv_glu4_1k"));
-        assert_eq!(wide_kernel(2560, false), None);
-        // Qwen3-0.6B's q/k/v (2048 + 1024 + 1024 rows: 128 blocks of 32) and gate/up (96)
-        // fit 132 SMs at one block each; Qwen3-4B's q/k/v (192 blocks) do not.
-        assert!(fits_one_wave_rows(4096, 32, 132, 1));
-        assert!(fits_one_wave_rows(3072, 32, 132, 1));
-        assert!(!fits_one_wave_rows(6144, 32, 132, 1));
-    }
-
-    /// The launches a launcher makes (name, grid, block).
-    struct Cap(std::cell::RefCell<Vec<(&'static str, [u32; 3], [u32; 3])>>);
-    impl Launch for Cap {
-        fn launch(&self, name: &'static str, grid: [u32; 3], block: [u32; 3], _: &[KArg]) -> Result<(), super::super::driver::DriverError> {
-            self.0.borrow_mut().push((name, grid, block));
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn quant_blocks_hold_at_most_32_warps() {
-        assert_eq!(quant_rows_per_block(16, 1), 16);
-        assert_eq!(quant_rows_per_block(32, 1), 32);
-        assert_eq!(quant_rows_per_block(16, 2), 16);
-        assert_eq!(quant_rows_per_block(32, 2), 16);
-        assert_eq!(quant_rows_per_block(16, 4), 8);
-        assert_eq!(quant_rows_per_block(8, 1), 8);
-        // Anything else asks for the 8-row block.
-        assert_eq!(quant_rows_per_block(3, 1), 8);
-        let c = Cap(Default::default());
-        quant_mv(&c, 1, 2048, 2, GgmlType::Q4_K, 1024, 3, true, 1, 16, false).unwrap();
-        quant_mv(&c, 1, 3072, 2, GgmlType::Q4_K, 1000, 3, true, 2, 16, false).unwrap();
-        assert_eq!(c.0.into_inner(), vec![("decode_mv_quant", [64, 1, 1], [512, 1, 1]), ("decode_mv_quant", [63, 1, 1], [1024, 1, 1])]);
-    }
-
-    #[test]
-    fn two_step_q4k_rows_of_one_warp_take_the_preloading_kernel() {
-        let c = Cap(Default::default());
-        // Qwen3-4B's o (Q4_K rows of 4096: two steps), one warp per row: decode_mv_quant2.
-        quant_mv(&c, 1, 4096, 2, GgmlType::Q4_K, 2560, 3, true, 1, 16, true).unwrap();
-        // One step (0.6B's o), two warps per row, another type, or switched off: as before.
-        quant_mv(&c, 1, 2048, 2, GgmlType::Q4_K, 1024, 3, true, 1, 16, true).unwrap();
-        quant_mv(&c, 1, 4096, 2, GgmlType::Q4_K, 2560, 3, true, 2, 16, true).unwrap();
-        quant_mv(&c, 1, 4096, 2, GgmlType::Q6_K, 2560, 3, true, 1, 16, true).unwrap();
-        quant_mv(&c, 1, 4096, 2, GgmlType::Q4_K, 2560, 3, true, 1, 16, false).unwrap();
-        let names: Vec<_> = c.0.into_inner().into_iter().map(|(n, g, b)| (n, g[0], b[0])).collect();
-        assert_eq!(
-            names,
-            vec![
-                ("decode_mv_quant2", 160, 512),
-                ("decode_mv_quant", 64, 512),
-                ("decode_mv_quant", 160, 1024),
-                ("decode_mv_quant", 160, 512),
-                ("decode_mv_quant", 160, 512),
-            ]
-        );
-        assert!(takes_two(GgmlType::Q4_K, 2304, 1) && !takes_two(GgmlType::Q4_K, 2048, 1) && !takes_two(GgmlType::Q5_K, 4096, 1));
-    }
-
-    #[test]
-    fn launch_shapes_follow_warps_per_row_and_block_width() {
-        let c = Cap(Default::default());
-        // Down of Qwen3-0.6B (Q6_K, 3072): 4 warps per row, 1024-thread blocks of 8 rows.
-        quant_mv(&c, 1, 3072, 2, GgmlType::Q6_K, 1024, 3, true, 4, 8, false).unwrap();
-        quant_mv(&c, 1, 3072, 2, GgmlType::Q4_K, 1024, 3, true, 1, 8, false).unwrap();
-        // A count that is not the type's own is refused, not launched; so is a block of
-        // more than 32 warps.
-        assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q8_0, 1024, 3, false, 2, 8, false).is_err());
-        assert!(quant_mv(&c, 1, 3072, 2, GgmlType::Q6_K, 1024, 3, true, 4, 16, false).is_err());
-        let n = |threads| Norm { x: 1, add: None, w: None, out: 2, counter: 3, n: 1024, eps: 1e-6, threads, half: false };
-        norm_multi(&c, &n(WIDE), &[(4, GgmlType::Q4_K, 2048, 5), (6, GgmlType::Q4_K, 1024, 7), (8, GgmlType::Q6_K, 1024, 9)]).unwrap();
-        norm_glu(&c, &n(256), 4, 5, GgmlType::Q4_K, 3072, 6, false).unwrap();
-        assert!(norm_multi(&c, &n(512), &[(4, GgmlType::Q4_K, 8, 5)]).is_err());
-        let got = c.0.into_inner();
-        assert_eq!(
-            got,
-            vec![
-                ("decode_mv_quant", [128, 1, 1], [1024, 1, 1]),
-                ("decode_mv_quant", [128, 1, 1], [256, 1, 1]),
-                ("decode_mv_norm4_1k", [128, 1, 1], [1024, 1, 1]),
-                ("decode_mv_glu4", [384, 1, 1], [256, 1, 1]),
-            ]
-        );
-    }
-
-    #[test]
-    fn half_warp_kernels_take_q4k_rows_of_at_most_1024_and_lay_segments_end_to_end() {
-        assert!(half_supports(1024, &[GgmlType::Q4_K; 3]));
-        assert!(half_supports(256, &[GgmlType::Q4_K]));
-        // Q4_K_M's Q6_K v, rows past 1024 or not whole super-blocks, no weights: not taken.
-        assert!(!half_supports(1024, &[GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K]));
-        assert!(!half_supports(1280, &[GgmlType::Q4_K]));
-        assert!(!half_supports(640, &[GgmlType::Q4_K]));
-        assert!(!half_supports(1024, &[]));
-        let c = Cap(Default::default());
-        let a = Norm { x: 1, add: None, w: None, out: 2, counter: 3, n: 1024, eps: 1e-6, threads: WIDE, half: true };
-        // Qwen3-0.6B q/k/v: 4096 rows, 64 per block; 33 + 31 rows share one block.
-        norm_multi(&c, &a, &[(4, GgmlType::Q4_K, 2048, 5), (6, GgmlType::Q4_K, 1024, 7), (8, GgmlType::Q4_K, 1024, 9)]).unwrap();
-        norm_multi(&c, &a, &[(4, GgmlType::Q4_K, 33, 5), (6, GgmlType::Q4_K, 31, 7)]).unwrap();
-        norm_glu(&c, &a, 4, 5, GgmlType::Q4_K, 3072, 6, false).unwrap();
-        // Any other type is refused, not misread.
-        assert!(norm_multi(&c, &a, &[(4, GgmlType::Q4_K, 2048, 5), (8, GgmlType::Q6_K, 1024, 9)]).is_err());
-        assert!(norm_glu(&c, &a, 4, 5, GgmlType::Q6_K, 3072, 6, false).is_err());
-        assert_eq!(
-            c.0.into_inner(),
-            vec![
-                ("decode_mv_norm4_h1k", [64, 1, 1], [1024, 1, 1]),
-                ("decode_mv_norm4_h1k", [1, 1, 1], [1024, 1, 1]),
-                ("decode_mv_glu4_h1k", [96, 1, 1], [1024, 1, 1]),
-            ]
-        );
-    }
-
-    #[test]
-    fn norm_walk_takes_q4k_rows_of_at_most_16_super_blocks() {
-        // Qwen3-4B (2560) and Llama-8B (4096) q/k/v and gate/up, all Q4_K.
-        assert!(walk_supports(2560, &[GgmlType::Q4_K; 3]));
-        assert!(walk_supports(4096, &[GgmlType::Q4_K, GgmlType::Q4_K]));
-        // A Q6_K last weight (Q4_K_M's v) too, but nowhere else, and no other type.
-        assert!(walk_supports(2560, &[GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K]));
-        assert!(walk_supports(2560, &[GgmlType::Q4_K, GgmlType::Q6_K]));
-        assert!(!walk_supports(2560, &[GgmlType::Q6_K, GgmlType::Q4_K]));
-        assert!(!walk_supports(2560, &[GgmlType::Q4_K, GgmlType::Q5_K]));
-        // A Q6_K weight alone (the LM head) is head_mv's.
-        assert!(!walk_supports(2560, &[GgmlType::Q6_K]));
-        // Rows past 16 super-blocks or not whole ones, no or four weights: not taken.
-        assert!(!walk_supports(4352, &[GgmlType::Q4_K]));
-        assert!(!walk_supports(2592, &[GgmlType::Q4_K]));
-        assert!(!walk_supports(2560, &[]));
-        assert!(!walk_supports(2560, &[GgmlType::Q4_K; 4]));
-        let c = Cap(Default::default());
-        let a = Norm { x: 1, add: Some(10), w: None, out: 2, counter: 3, n: 2560, eps: 1e-6, threads: WIDE, half: false };
-        norm_walk(&c, &a, &[(4, GgmlType::Q4_K, 9728, 5), (6, GgmlType::Q4_K, 9728, 7)], 396).unwrap();
-        norm_walk(&c, &a, &[(4, GgmlType::Q4_K, 4096, 5), (6, GgmlType::Q6_K, 1024, 7)], 396).unwrap();
-        assert!(norm_walk(&c, &a, &[(4, GgmlType::Q6_K, 9728, 5), (6, GgmlType::Q4_K, 9728, 7)], 396).is_err());
-        assert!(norm_walk(&c, &a, &[(4, GgmlType::Q4_K, 9728, 5)], 0).is_err());
-        // Resident 256-thread blocks whatever a.threads says.
-        assert_eq!(c.0.into_inner(), vec![("decode_mv_norm_walk", [396, 1, 1], [256, 1, 1]), ("decode_mv_norm_walk_v", [396, 1, 1], [256, 1, 1])]);
-    }
-
-    #[test]
-    fn split_walk_takes_rows_of_2_to_16_steps() {
-        // Qwen3-4B's down (9728): Q4_K 5 steps, Q6_K 10; Llama-8B's (14336): 7 and 14.
-        assert_eq!(split_steps(GgmlType::Q4_K, 9728), Some(5));
-        assert_eq!(split_steps(GgmlType::Q6_K, 9728), Some(10));
-        assert_eq!(split_steps(GgmlType::Q4_K, 14336), Some(7));
-        assert_eq!(split_steps(GgmlType::Q6_K, 14336), Some(14));
-        // One step, more than 16, partial super-blocks, other types: not taken.
-        assert_eq!(split_steps(GgmlType::Q4_K, 2048), None);
-        assert_eq!(split_steps(GgmlType::Q6_K, 17408), None);
-        assert_eq!(split_steps(GgmlType::Q4_K, 9760), None);
-        assert_eq!(split_steps(GgmlType::Q5_K, 9728), None);
-        let c = Cap(Default::default());
-        split_walk(&c, 1, 9728, 2, GgmlType::Q6_K, 2560, 3, 396).unwrap();
-        split_walk(&c, 1, 9728, 2, GgmlType::Q4_K, 2560, 3, 792).unwrap();
-        assert!(split_walk(&c, 1, 9728, 2, GgmlType::Q8_0, 2560, 3, 396).is_err());
-        assert!(split_walk(&c, 1, 9728, 2, GgmlType::Q4_K, 2560, 3, 0).is_err());
-        assert_eq!(c.0.into_inner(), vec![("decode_mv_split", [396, 1, 1], [320, 1, 1]), ("decode_mv_split", [792, 1, 1], [160, 1, 1])]);
-    }
-
-    #[test]
-    fn warps_per_row_follow_the_steps() {
-        // Qwen3-0.6B: o (2048, one Q4_K step) 1; down (3072) Q4_K 2 steps, Q6_K 3 → 4.
-        assert_eq!(quant_warps_per_row(GgmlType::Q4_K, 2048), 1);
-        assert_eq!(quant_warps_per_row(GgmlType::Q4_K, 3072), 2);
-        assert_eq!(quant_warps_per_row(GgmlType::Q6_K, 3072), 4);
-        assert_eq!(quant_warps_per_row(GgmlType::Q6_K, 4096), 4);
-        // Qwen3-4B's down (9728: 5 Q4_K steps) and the 32-element types: one warp.
-        assert_eq!(quant_warps_per_row(GgmlType::Q4_K, 9728), 1);
-        assert_eq!(quant_warps_per_row(GgmlType::Q8_0, 3072), 1);
-    }
-}
+#[path = "decode_mv_tests.rs"]
+mod tests;

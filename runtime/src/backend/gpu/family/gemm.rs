@@ -1,0 +1,153 @@
+//! `kernels-hip/gemm.hip`: the prefill GEMM on matrix cores (two or more tokens), plain
+//! and with the gate/up GLU in the epilogue. Which matmuls take it, and with which token
+//! tile, is `plan.rs`'s choice.
+//!
+//! The GEMM reads a weight in the layout `weights::layout::canonical` gives its type, the
+//! same copy decode's matvec reads: the stored GGUF blocks, or row64 for Q4_K / Q6_K if the
+//! layout policy says so. Whichever it is, there is one resident copy per weight; there is
+//! no prefill-only layout and no dequantized copy (each 128-row x 64-element tile is
+//! decoded into shared memory inside the kernel).
+//!
+//! Where a vendor BLAS opens, matmuls of `Tuning::blas_min_tokens` (16) tokens or more go
+//! through `dequant.rs` instead (dequantize to a transient f16 slab + cuBLAS / hipBLAS: 3x
+//! this GEMM on the H200); this GEMM then serves `--no-blas` or a machine without the
+//! library.
+
+use crate::backend::gpu::driver::DevPtr;
+use crate::backend::gpu::launch::{Family, Kernel, KernelSig, Launch};
+use crate::backend::gpu::GpuError;
+use crate::kernel_args;
+use crate::quant::GgmlType;
+use crate::weights::layout::Layout;
+
+type R = Result<(), GpuError>;
+
+kernel_args! {
+    /// `gemm_<type>_n{64,16}(W, X, Y, M, N, K)`.
+    pub struct Gemm { w: DevPtr, x: DevPtr, y: DevPtr, m: usize, n: usize, k: usize }
+}
+kernel_args! {
+    /// `gemm_glu_<type>_n64(G, U, X, Y, M, N, K, act)`.
+    pub struct GemmGlu { g: DevPtr, u: DevPtr, x: DevPtr, y: DevPtr, m: usize, n: usize, k: usize, gelu: bool }
+}
+
+/// The kernels of one (type, layout): 128 x 64 tiles, 128 x 16 tiles, paired 128 x 64.
+#[derive(Clone, Copy)]
+struct Set {
+    ty: GgmlType,
+    layout: Layout,
+    n64: Kernel<Gemm>,
+    n16: Kernel<Gemm>,
+    glu: Kernel<GemmGlu>,
+}
+
+macro_rules! set {
+    ($ty:ident, $layout:ident, $n:literal) => {
+        Set {
+            ty: GgmlType::$ty,
+            layout: Layout::$layout,
+            n64: Kernel::new(concat!("gemm_", $n, "_n64")),
+            n16: Kernel::new(concat!("gemm_", $n, "_n16")),
+            glu: Kernel::new(concat!("gemm_glu_", $n, "_n64")),
+        }
+    };
+}
+
+const SETS: [Set; 10] = [
+    set!(Q4_0, Stored, "q4_0"),
+    set!(Q4_1, Stored, "q4_1"),
+    set!(Q5_0, Stored, "q5_0"),
+    set!(Q5_1, Stored, "q5_1"),
+    set!(Q8_0, Stored, "q8_0"),
+    set!(Q4_K, Stored, "q4_K"),
+    set!(Q5_K, Stored, "q5_K"),
+    set!(Q6_K, Stored, "q6_K"),
+    set!(Q4_K, Row64, "q4_K_r64"),
+    set!(Q6_K, Row64, "q6_K_r64"),
+];
+
+const fn sigs() -> [KernelSig; 30] {
+    let mut out = [SETS[0].n64.sig(); 30];
+    let mut i = 0;
+    while i < 10 {
+        out[3 * i] = SETS[i].n64.sig();
+        out[3 * i + 1] = SETS[i].n16.sig();
+        out[3 * i + 2] = SETS[i].glu.sig();
+        i += 1;
+    }
+    out
+}
+const SIGS: [KernelSig; 30] = sigs();
+
+pub const FAMILY: Family = Family { name: "gemm", source: include_str!("../../../../../kernels-hip/gemm.hip"), kernels: &[&SIGS] };
+
+/// The (type, layout) pairs the GEMM reads, in the order of `dequant.rs`'s table too.
+pub fn type_layouts() -> impl Iterator<Item = (GgmlType, Layout)> {
+    SETS.iter().map(|s| (s.ty, s.layout))
+}
+
+fn set(ty: GgmlType, layout: Layout) -> Option<&'static Set> {
+    SETS.iter().find(|s| s.ty == ty && s.layout == layout)
+}
+
+/// Whether the GEMM reads `ty` weights held in `layout`.
+pub fn gemm_supports(ty: GgmlType, layout: Layout) -> bool {
+    set(ty, layout).is_some()
+}
+
+/// Output rows per block.
+const TILE_M: usize = 128;
+
+fn check(op: &str, ty: GgmlType, layout: Layout, k: usize) -> Result<&'static Set, GpuError> {
+    let s = set(ty, layout).ok_or_else(|| GpuError::Unsupported(format!("{op} of {ty} weights in the {} layout", layout.name(ty))))?;
+    let qk = ty.block_elems();
+    if k == 0 || k % qk != 0 {
+        return Err(GpuError::Unsupported(format!("{op}: k = {k} is not whole {ty} blocks of {qk}")));
+    }
+    Ok(s)
+}
+
+/// y[t][r] = Σ_k W[r][k]·x[t][k] with the token tile `tile` (16 or 64: `plan::gemm_tile`).
+/// w: [m, k] of `ty` in `layout`; x: [n, k] f32; y: [n, m] f32.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize, tile: usize) -> R {
+    let s = check("gemm", ty, layout, k)?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let (kernel, bn) = if tile == 16 { (s.n16, 16) } else { (s.n64, 64) };
+    let grid = [m.div_ceil(TILE_M) as u32, n.div_ceil(bn) as u32, 1];
+    kernel.launch(d, grid, [2 * TILE_M as u32, 1, 1], &Gemm { w, x, y, m, n, k })
+}
+
+/// Paired gate/up with the GLU in the epilogue: y[t][r] = act(G·x_t)[r] · (U·x_t)[r],
+/// act = GELU-tanh when `gelu`, else SiLU. g, u: [m, k] of `ty` in `layout`; x: [n, k] f32;
+/// y: [n, m] f32.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_glu(d: &dyn Launch, g: DevPtr, u: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize, gelu: bool) -> R {
+    let s = check("gemm_glu", ty, layout, k)?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let grid = [m.div_ceil(TILE_M) as u32, n.div_ceil(64) as u32, 1];
+    s.glu.launch(d, grid, [256, 1, 1], &GemmGlu { g, u, x, y, m, n, k, gelu })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_type_has_its_three_kernels() {
+        for s in &SETS {
+            let t = s.ty.name().to_lowercase();
+            for n in [s.n64.name, s.n16.name, s.glu.name] {
+                assert!(n.to_lowercase().contains(&t), "{}: {n}", s.ty);
+                assert_eq!(n.contains("r64"), s.layout == Layout::Row64, "{n}");
+            }
+        }
+        assert!(gemm_supports(GgmlType::Q4_K, Layout::Row64));
+        assert!(!gemm_supports(GgmlType::Q8_0, Layout::Row64));
+        assert!(!gemm_supports(GgmlType::F16, Layout::Stored));
+    }
+}
