@@ -96,7 +96,7 @@ pub fn scalar_kernel(ty: GgmlType) -> Option<DotFn> {
         GgmlType::Q4_K => kquant::dot_q4_k,
         GgmlType::Q5_K => kquant::dot_q5_k,
         GgmlType::Q6_K => q6k::dot_q6_k,
-        GgmlType::Q8_1 | GgmlType::Q8_K => return None,
+        _ => return None,
     })
 }
 

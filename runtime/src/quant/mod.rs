@@ -65,6 +65,8 @@ pub enum QuantError {
     },
     #[error("{0} cannot be quantized to")]
     NoQuantizer(GgmlType),
+    #[error("{ty} is not supported: lode cannot convert it to or from f32 (supported: {})", GgmlType::names(&GgmlType::ALL), ty = .0)]
+    Unsupported(GgmlType),
     #[error("{0} is an activation-only format: there is no dot product with it as weights")]
     NoDot(GgmlType),
     #[error("matmul: {what}: expected {expected} elements, got {got}")]
@@ -114,6 +116,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         GgmlType::Q5_K => kquant::dequant_q5_k(src, dst),
         GgmlType::Q6_K => q6k::dequant_q6_k(src, dst),
         GgmlType::Q8_K => q8k::dequant_q8_k(src, dst),
+        other => return Err(QuantError::Unsupported(other)),
     }
     Ok(())
 }
@@ -136,11 +139,13 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         GgmlType::Q5_K => kquant::quant_q5_k(src, dst),
         GgmlType::Q6_K => q6k::quant_q6_k(src, dst),
         GgmlType::Q8_K => q8k::quant_q8_k(src, dst),
+        other => return Err(QuantError::Unsupported(other)),
     }
     Ok(())
 }
 
-/// The activation type llama.cpp's CPU dot product pairs with weights of type `ty`.
+/// The activation type llama.cpp's CPU dot product pairs with weights of type `ty`
+/// (F32 for the types lode has no dot product for: their kernel lookup fails).
 pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
     match ty {
         GgmlType::F32 => GgmlType::F32,
@@ -149,6 +154,7 @@ pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => GgmlType::Q8_0,
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => GgmlType::Q8_1,
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_K => GgmlType::Q8_K,
+        _ => GgmlType::F32,
     }
 }
 

@@ -52,7 +52,7 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<(DotFn, RowsFn)> {
         GgmlType::Q4_K => (dot_q4_k, rows_q4_k),
         GgmlType::Q5_K => (dot_q5_k, rows_q5_k),
         GgmlType::Q6_K => (dot_q6_k, rows_q6_k),
-        GgmlType::Q8_1 | GgmlType::Q8_K => return None,
+        _ => return None,
     })
 }
 
