@@ -11,7 +11,7 @@ use lode_runtime::quant::{
 };
 use proptest::prelude::*;
 
-const WEIGHT_TYPES: [GgmlType; 11] = GgmlType::WEIGHTS;
+const WEIGHT_TYPES: [GgmlType; GgmlType::CPU_WEIGHTS_LEN] = GgmlType::CPU_WEIGHTS;
 
 fn quant(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     let mut q = vec![0u8; ty.bytes_for(x.len() as u64).unwrap() as usize];
@@ -170,13 +170,19 @@ fn exact_scale_blocks(ty: GgmlType, n: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-        GgmlType::Q6_K => &[208],
+        GgmlType::Q6_K | GgmlType::Q3_K => &[if ty == GgmlType::Q6_K { 208 } else { 108 }],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
         _ => &[],
     };
     if ty.is_quantized() {
         for b in wq.chunks_mut(ty.block_bytes()) {
             for &f in fields {
                 set_f16(b, f, &mut rng);
+            }
+            if ty == GgmlType::MXFP4 {
+                // The E8M0 exponent: 2^(e − 128), a power of two already; keep it small.
+                b[0] = 124 + (rng.below(6) as u8);
             }
             if ty == GgmlType::Q6_K {
                 // Q6_K's sixteen int8 sub-block scales multiply the integer sums too: kept

@@ -35,6 +35,8 @@ pub enum ModelError {
     BadType { name: String, ty: GgmlType, expected: &'static str },
     #[error("tensor `{name}` is {ty}, which lode cannot compute with yet (weight types lode runs: {supported})")]
     UnsupportedType { name: String, ty: GgmlType, supported: String },
+    #[error("tensor `{name}`: {source}")]
+    BadBlocks { name: String, source: crate::quant::QuantError },
     #[error("bad model configuration: {0}")]
     BadConfig(String),
     #[error(transparent)]
@@ -163,6 +165,12 @@ impl Model {
             if w.view.info.dims.len() >= 2 && !GgmlType::CPU_WEIGHTS.contains(&w.ty()) {
                 let supported = GgmlType::names(&GgmlType::CPU_WEIGHTS);
                 return Err(ModelError::UnsupportedType { name: w.name().into(), ty: w.ty(), supported });
+            }
+            // The types new to lode are checked for NaN/Inf block scales here (one read
+            // of each scale field) rather than giving NaN logits later; the older ones
+            // are read as they are, as before.
+            if GgmlType::CPU_ONLY_WEIGHTS.contains(&w.ty()) {
+                crate::quant::check_scales(w.ty(), w.data()).map_err(|source| ModelError::BadBlocks { name: w.name().into(), source })?;
             }
         }
         let mut vecs = vec![self.output_norm];

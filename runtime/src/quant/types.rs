@@ -101,7 +101,10 @@ impl GgmlType {
     };
 
     /// Every type lode converts to and from f32 (dequantize and quantize), in id order.
-    pub const ALL: [GgmlType; 13] = [F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q4_K, Q5_K, Q6_K, Q8_K, BF16];
+    pub const ALL: [GgmlType; 18] = [
+        F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL,
+        IQ4_XS, BF16, MXFP4,
+    ];
 
     /// Every type a weight tensor may have on every backend: [`GgmlType::ALL`] without
     /// the activation-only Q8_1 and Q8_K and without the CPU-only types. Every CPU and
@@ -111,7 +114,7 @@ impl GgmlType {
     pub const CPU_WEIGHTS_LEN: usize = 11 + Self::CPU_ONLY_WEIGHTS.len();
 
     /// Weight types only the CPU backend computes with (no GPU kernels yet).
-    pub const CPU_ONLY_WEIGHTS: [GgmlType; 0] = [];
+    pub const CPU_ONLY_WEIGHTS: [GgmlType; 5] = [Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4];
 
     /// Every type a weight tensor may have on the CPU backend: [`Self::WEIGHTS`] then
     /// [`Self::CPU_ONLY_WEIGHTS`]. Every CPU kernel family covers these.
