@@ -39,5 +39,8 @@ fn smollm2_to_q3_k_runs_on_the_cpu_and_the_gpu_plan_refuses_it() {
     let bad = lode(&["quantize", src, outp, "IQ2_XXS"]);
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success() && err.contains("cannot quantize to `IQ2_XXS`"), "{err}");
+    let same = lode(&["quantize", outp, outp, "Q4_0"]);
+    let err = String::from_utf8_lossy(&same.stderr);
+    assert!(!same.status.success() && err.contains("is the input file"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

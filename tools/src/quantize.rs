@@ -77,6 +77,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let ty = parse_type(&args.ty)?;
     let head = if args.output_type.eq_ignore_ascii_case("same") { ty } else { parse_type(&args.output_type)? };
     let f = GgufFile::open(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
+    // Writing over the mapped input would pull the bytes from under the reads.
+    if let (Ok(a), Ok(b)) = (std::fs::canonicalize(&args.input), std::fs::canonicalize(&args.output)) {
+        if a == b {
+            bail!("the output {} is the input file; write to another path", args.output.display());
+        }
+    }
     let tied = f.tensor("output.weight").is_none();
     let mut w = GgufWriter::new();
     for (k, v) in f.metadata() {
