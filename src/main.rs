@@ -40,6 +40,8 @@ enum Command {
     Bench(tools::bench::Args),
     /// Print a GGUF file's metadata and tensor table.
     Inspect(tools::inspect::Args),
+    /// Re-encode a GGUF file's matrices as another type (Q3_K, Q2_K, IQ4_XS, …).
+    Quantize(tools::quantize::Args),
     /// Write a GGUF with a real architecture's shapes and random weights.
     Synth(tools::synth::Args),
     /// OpenAI-compatible HTTP server.
@@ -78,6 +80,7 @@ fn main() -> std::process::ExitCode {
         Command::Perplexity(a) => tools::perplexity::run(a),
         Command::Bench(a) => tools::bench::run(a),
         Command::Inspect(a) => tools::inspect::run(a),
+        Command::Quantize(a) => tools::quantize::run(a),
         Command::Synth(a) => tools::synth::run(a),
         Command::Serve(a) => tools::serve::run(a),
         Command::Selftest(a) => tools::selftest::run(a),

@@ -80,3 +80,32 @@ fn gemma3_270m_plan_names_every_decode_and_prefill_kernel() {
     let no_blas = String::from_utf8(no_blas.stdout).unwrap();
     assert!(no_blas.contains("gemm_q") && !no_blas.contains("vendor BLAS"), "{no_blas}");
 }
+
+/// `lode inspect` opens a file with one tensor of every type gguf-py 0.19.0 knows
+/// (`ci/gguf_all_types.py`): each tensor has its type's name and the byte size gguf-py's
+/// `GGML_QUANT_SIZES` gives it (Q8_1 aside: gguf-py still lists ggml's old 40-byte
+/// block; ggml's `block_q8_1` has been 36 bytes since 2024, and lode reads it so).
+#[test]
+fn inspect_knows_every_ggml_type() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf-types");
+    let want: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("all-types.json")).unwrap()).unwrap();
+    let path = dir.join("all-types.gguf");
+    let v: serde_json::Value = serde_json::from_str(&inspect(&[path.to_str().unwrap(), "--json"])).unwrap();
+    let got = v["tensors"].as_array().unwrap();
+    let want = want["tensors"].as_array().unwrap();
+    assert_eq!(got.len(), want.len());
+    assert!(want.len() >= 34, "every id of 0..=41 that ggml still defines");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g["name"], w["name"]);
+        assert_eq!(g["type"], w["type"], "{}", w["name"]);
+        assert_eq!(g["shape"], w["dims"], "{}", w["name"]);
+        let n = w["n_bytes"].as_u64().unwrap();
+        let n = if w["type"] == "Q8_1" { n / 40 * 36 } else { n };
+        assert_eq!(g["bytes"].as_u64().unwrap(), n, "{}", w["name"]);
+    }
+    let text = inspect(&[path.to_str().unwrap()]);
+    for t in ["Q3_K", "IQ2_XXS", "IQ4_XS", "MXFP4", "TQ2_0", "F64", "I8"] {
+        assert!(text.lines().any(|l| l.split_whitespace().next() == Some(t) && l.contains("1 tensors")), "{t}: {text}");
+    }
+}

@@ -11,7 +11,7 @@ use lode_runtime::quant::{
 };
 use proptest::prelude::*;
 
-const WEIGHT_TYPES: [GgmlType; 11] = GgmlType::WEIGHTS;
+const WEIGHT_TYPES: [GgmlType; GgmlType::CPU_WEIGHTS_LEN] = GgmlType::CPU_WEIGHTS;
 
 fn quant(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     let mut q = vec![0u8; ty.bytes_for(x.len() as u64).unwrap() as usize];
@@ -170,13 +170,19 @@ fn exact_scale_blocks(ty: GgmlType, n: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-        GgmlType::Q6_K => &[208],
+        GgmlType::Q6_K | GgmlType::Q3_K => &[if ty == GgmlType::Q6_K { 208 } else { 108 }],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
         _ => &[],
     };
     if ty.is_quantized() {
         for b in wq.chunks_mut(ty.block_bytes()) {
             for &f in fields {
                 set_f16(b, f, &mut rng);
+            }
+            if ty == GgmlType::MXFP4 {
+                // The E8M0 exponent: 2^(e − 128), a power of two already; keep it small.
+                b[0] = 124 + (rng.below(6) as u8);
             }
             if ty == GgmlType::Q6_K {
                 // Q6_K's sixteen int8 sub-block scales multiply the integer sums too: kept
@@ -378,6 +384,40 @@ fn many_token_matmul_equals_one_token_matmuls() {
             } else {
                 assert_eq!(&y[t * rows..(t + 1) * rows], &y1[..], "{ty} token {t}");
             }
+        }
+    }
+}
+
+/// The CPU-only types' AVX2 kernels keep their scalar twins' float steps (only the
+/// integer sums are vectorized), so they agree bit for bit with any scales, not only
+/// powers of two: one row, many rows, and through `matmul`.
+#[test]
+fn cpu_only_types_avx2_equals_scalar_bit_for_bit() {
+    if !Isa::Avx2.available() {
+        eprintln!("SKIP: no AVX2");
+        return;
+    }
+    let mut rng = Lcg(23);
+    for ty in GgmlType::CPU_ONLY_WEIGHTS {
+        for (rows, k) in [(1usize, 256usize), (7, 1024), (33, 2560)] {
+            let w: Vec<f32> = (0..rows * k).map(|_| rng.f32() * 3.0).collect();
+            let x: Vec<f32> = (0..k).map(|_| rng.f32()).collect();
+            let wq = quant(ty, &w);
+            let xq = quant(vec_dot_type(ty), &x);
+            let rb = wq.len() / rows;
+            let mut out = vec![f32::NAN; rows];
+            rows_kernel(ty, Isa::Avx2).unwrap().rows(&wq, rb, &xq, k, &mut out);
+            for r in 0..rows {
+                let s = scalar_kernel(ty).unwrap()(&wq[r * rb..(r + 1) * rb], &xq, k);
+                let v = kernel(ty, Isa::Avx2).unwrap()(&wq[r * rb..(r + 1) * rb], &xq, k);
+                assert_eq!(s.to_bits(), v.to_bits(), "{ty} k={k} row {r}: scalar {s} avx2 {v}");
+                assert_eq!(s.to_bits(), out[r].to_bits(), "{ty} k={k} row {r}: rows kernel");
+            }
+            let (mut a, mut b) = (vec![0f32; 3 * rows], vec![0f32; 3 * rows]);
+            let xs: Vec<f32> = (0..3 * k).map(|_| rng.f32()).collect();
+            matmul_with(Isa::Scalar, &wq, ty, rows, k, &xs, 3, &mut a).unwrap();
+            matmul_with(Isa::Avx2, &wq, ty, rows, k, &xs, 3, &mut b).unwrap();
+            assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty} matmul");
         }
     }
 }

@@ -89,11 +89,11 @@ fn to_text(path: &std::path::Path, f: &GgufFile) -> String {
 
     let _ = writeln!(s, "\ntensors ({}):", f.tensors().len());
     let nw = f.tensors().iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-    let _ = writeln!(s, "  {:<nw$}  {:<5}  {:<22}  {:>12}  {:>12}", "name", "type", "shape", "bytes", "file offset");
+    let _ = writeln!(s, "  {:<nw$}  {:<7}  {:<22}  {:>12}  {:>12}", "name", "type", "shape", "bytes", "file offset");
     for t in f.tensors() {
         let _ = writeln!(
             s,
-            "  {:<nw$}  {:<5}  {:<22}  {:>12}  {:>12}",
+            "  {:<nw$}  {:<7}  {:<22}  {:>12}  {:>12}",
             t.name,
             t.ty.name(),
             shape(t),
@@ -105,11 +105,11 @@ fn to_text(path: &std::path::Path, f: &GgufFile) -> String {
     let _ = writeln!(s, "\ntotals per type:");
     let (mut n_all, mut b_all) = (0, 0);
     for (ty, (n, b)) in totals(f) {
-        let _ = writeln!(s, "  {:<5}  {:>5} tensors  {:>14} bytes", ty.name(), n, b);
+        let _ = writeln!(s, "  {:<7}  {:>5} tensors  {:>14} bytes", ty.name(), n, b);
         n_all += n;
         b_all += b;
     }
-    let _ = writeln!(s, "  {:<5}  {:>5} tensors  {:>14} bytes", "all", n_all, b_all);
+    let _ = writeln!(s, "  {:<7}  {:>5} tensors  {:>14} bytes", "all", n_all, b_all);
     s
 }
 

@@ -9,6 +9,7 @@ pub mod generate;
 pub mod inspect;
 pub mod inspect_plan;
 pub mod perplexity;
+pub mod quantize;
 pub mod selftest;
 pub mod selftest_bench;
 pub mod selftest_model;

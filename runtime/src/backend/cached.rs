@@ -61,6 +61,9 @@ impl Backend for CachedBackend {
     fn weight_stats(&self) -> Option<WeightStats> {
         Some(self.cache.stats())
     }
+    fn weight_types(&self) -> &'static [crate::quant::GgmlType] {
+        self.inner.weight_types()
+    }
     fn attach_weights(&mut self, file: &Arc<GgufFile>, weights: &[WeightRef]) -> Result<()> {
         match self.cache.residency() {
             Residency::Mapped => {

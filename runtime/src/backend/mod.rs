@@ -21,7 +21,7 @@ pub mod cached;
 pub mod cpu;
 pub mod gpu;
 
-use crate::quant::QuantError;
+use crate::quant::{GgmlType, QuantError};
 use crate::weights::WeightRef;
 
 /// Handle to an f32 activation buffer owned by a backend.
@@ -168,6 +168,26 @@ pub enum BackendError {
     BadKvHandle(KvCache),
     #[error(transparent)]
     Weight(#[from] crate::weights::WeightError),
+    #[error("weight `{weight}` is {ty}: unsupported type on {backend} (its weight types: {supported}){hint}")]
+    UnsupportedWeight { weight: String, ty: GgmlType, backend: String, supported: String, hint: &'static str },
+}
+
+/// Every matrix among `weights` must be of a type in `be.weight_types()`.
+pub fn check_weight_types(be: &dyn Backend, weights: &[WeightRef]) -> Result<()> {
+    let types = be.weight_types();
+    for w in weights {
+        if w.view.info.dims.len() >= 2 && !types.contains(&w.ty()) {
+            let cpu = GgmlType::CPU_WEIGHTS.contains(&w.ty());
+            return Err(BackendError::UnsupportedWeight {
+                weight: w.name().to_string(),
+                ty: w.ty(),
+                backend: be.name(),
+                supported: GgmlType::names(types),
+                hint: if cpu { "; the CPU backend runs it (--device cpu)" } else { "" },
+            });
+        }
+    }
+    Ok(())
 }
 
 pub type Result<T> = std::result::Result<T, BackendError>;
@@ -182,6 +202,12 @@ pub trait Backend: Send {
     /// the first op: `mapped` residency registers the mapping here, `upload` copies all.
     fn attach_weights(&mut self, _file: &std::sync::Arc<crate::gguf::GgufFile>, _weights: &[WeightRef]) -> Result<()> {
         Ok(())
+    }
+    /// The matrix weight types this backend's kernels cover: [`GgmlType::WEIGHTS`] on
+    /// every backend, and on the CPU also [`GgmlType::CPU_ONLY_WEIGHTS`]. The engine
+    /// refuses a model with other matrices ([`check_weight_types`]) before the first op.
+    fn weight_types(&self) -> &'static [GgmlType] {
+        &GgmlType::WEIGHTS
     }
     /// The weight cache's counters (`--memory-report`); `None` where weights are read in
     /// place without a cache.

@@ -48,6 +48,7 @@ impl BatchEngine {
             ty: opts.kv_type,
         };
         let weights: Vec<_> = model.weight_ids().into_iter().map(|id| model.w(id)).collect();
+        crate::backend::check_weight_types(be.as_ref(), &weights)?;
         be.attach_weights(model.file(), &weights)?;
         let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx };
         // Built step by step so that Drop releases whatever was allocated if one fails.

@@ -45,7 +45,7 @@ pub enum GgufError {
     // ---- tensor infos ----
     #[error("duplicate tensor name '{name}' at byte {offset}")]
     DuplicateTensor { name: String, offset: u64 },
-    #[error("tensor '{tensor}' (info at byte {offset}): unknown tensor type id {id}")]
+    #[error("tensor '{tensor}' (info at byte {offset}): unknown tensor type id {id} (not one of ggml's types up to id 41; retired or newer)")]
     UnknownTensorType { id: u32, tensor: String, offset: u64 },
     #[error("tensor '{tensor}' (info at byte {offset}): {n_dims} dims (must be 1..=4)")]
     BadDimCount { tensor: String, offset: u64, n_dims: u32 },

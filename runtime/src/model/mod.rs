@@ -33,6 +33,10 @@ pub enum ModelError {
     BadShape { name: String, expected: Vec<u64>, got: Vec<u64> },
     #[error("tensor `{name}` is {ty}, expected {expected}")]
     BadType { name: String, ty: GgmlType, expected: &'static str },
+    #[error("tensor `{name}` is {ty}, which lode cannot compute with yet (weight types lode runs: {supported})")]
+    UnsupportedType { name: String, ty: GgmlType, supported: String },
+    #[error("tensor `{name}`: {source}")]
+    BadBlocks { name: String, source: crate::quant::QuantError },
     #[error("bad model configuration: {0}")]
     BadConfig(String),
     #[error(transparent)]
@@ -153,8 +157,22 @@ impl Model {
         Ok(model)
     }
 
-    /// Norms, biases and RoPE factors must be float vectors.
+    /// Norms, biases and RoPE factors must be float vectors; matrices must be of a type
+    /// some backend computes with ([`GgmlType::CPU_WEIGHTS`]).
     fn check_types(&self) -> Result<(), ModelError> {
+        for id in self.weight_ids() {
+            let w = self.w(id);
+            if w.view.info.dims.len() >= 2 && !GgmlType::CPU_WEIGHTS.contains(&w.ty()) {
+                let supported = GgmlType::names(&GgmlType::CPU_WEIGHTS);
+                return Err(ModelError::UnsupportedType { name: w.name().into(), ty: w.ty(), supported });
+            }
+            // The types new to lode are checked for NaN/Inf block scales here (one read
+            // of each scale field) rather than giving NaN logits later; the older ones
+            // are read as they are, as before.
+            if GgmlType::CPU_ONLY_WEIGHTS.contains(&w.ty()) {
+                crate::quant::check_scales(w.ty(), w.data()).map_err(|source| ModelError::BadBlocks { name: w.name().into(), source })?;
+            }
+        }
         let mut vecs = vec![self.output_norm];
         vecs.extend(self.rope_freqs);
         for l in &self.layers {

@@ -6,7 +6,7 @@
 //! scalar ones only in the order of the float additions.
 
 use super::types::GgmlType;
-use super::{float, kquant, q32, q6k, q8};
+use super::{float, iq4, kquant, q23k, q32, q6k, q8};
 
 pub use super::{DotFn, RowsFn};
 pub(crate) use super::Tokens4Fn;
@@ -96,7 +96,12 @@ pub fn scalar_kernel(ty: GgmlType) -> Option<DotFn> {
         GgmlType::Q4_K => kquant::dot_q4_k,
         GgmlType::Q5_K => kquant::dot_q5_k,
         GgmlType::Q6_K => q6k::dot_q6_k,
-        GgmlType::Q8_1 | GgmlType::Q8_K => return None,
+        GgmlType::Q2_K => q23k::dot_q2_k,
+        GgmlType::Q3_K => q23k::dot_q3_k,
+        GgmlType::IQ4_NL => iq4::dot_iq4_nl,
+        GgmlType::IQ4_XS => iq4::dot_iq4_xs,
+        GgmlType::MXFP4 => iq4::dot_mxfp4,
+        _ => return None,
     })
 }
 

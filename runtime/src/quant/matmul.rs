@@ -441,7 +441,7 @@ mod tests {
         };
         let w: Vec<f32> = (0..rows * k).map(|_| rnd()).collect();
         let x: Vec<f32> = (0..n_tok * k).map(|_| rnd()).collect();
-        for ty in [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K] {
+        for ty in GgmlType::CPU_WEIGHTS {
             let mut wq = vec![0u8; rows * row_bytes(ty, k).unwrap()];
             quantize(ty, &w, &mut wq).unwrap();
             for isa in [Isa::Scalar, Isa::best()] {

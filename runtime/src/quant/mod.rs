@@ -11,14 +11,18 @@
 //! - [`row64`] packs Q4_K / Q6_K into the GPU row-interleaved layout and back.
 //!
 //! Files: `float` (F32/F16/BF16), `q8` (Q8_0/Q8_1), `q32` (Q4_0/Q4_1/Q5_0/Q5_1),
-//! `kquant` (Q4_K/Q5_K), `q6k`, `q8k`, `fit` (the K-quant scale searches), `dot` (kernel
-//! choice), `simd_avx2` (the only `unsafe` here), `matmul`, `row64`.
+//! `q23k` (Q2_K/Q3_K), `kquant` (Q4_K/Q5_K), `q6k`, `q8k`, `iq4` (IQ4_NL/IQ4_XS/MXFP4),
+//! `fit` (the K-quant scale searches), `dot` (kernel choice), `simd_avx2` (the only
+//! `unsafe` here), `matmul`, `row64`, `check` (non-finite scales and inputs).
 
+mod check;
 mod dot;
 mod fit;
 mod float;
+mod iq4;
 mod kquant;
 mod matmul;
+mod q23k;
 mod q32;
 mod q6k;
 mod q8;
@@ -28,6 +32,7 @@ pub mod row64;
 mod simd_avx2;
 mod types;
 
+pub use check::check_scales;
 pub use dot::{kernel, rows_kernel, scalar_kernel, stream_kernel, Isa, Kernel};
 
 /// `Σ_k w[k]·x[k]` over `n` elements: `w` in the weight type, `x` in its activation type
@@ -65,6 +70,8 @@ pub enum QuantError {
     },
     #[error("{0} cannot be quantized to")]
     NoQuantizer(GgmlType),
+    #[error("{ty} is not supported: lode cannot convert it to or from f32 (supported: {})", GgmlType::names(&GgmlType::ALL), ty = .0)]
+    Unsupported(GgmlType),
     #[error("{0} is an activation-only format: there is no dot product with it as weights")]
     NoDot(GgmlType),
     #[error("matmul: {what}: expected {expected} elements, got {got}")]
@@ -77,6 +84,10 @@ pub enum QuantError {
     NoRow64(GgmlType),
     #[error("matmul: {weight} weights need {} activations, got {got}", vec_dot_type(*weight))]
     ActivationType { weight: GgmlType, got: GgmlType },
+    #[error("{ty}: block {block} has a non-finite scale ({field} = {value})")]
+    NonFiniteScale { ty: GgmlType, block: usize, field: &'static str, value: f32 },
+    #[error("{ty}: element {index} to quantize is {value} (only finite values can be quantized)")]
+    NonFiniteInput { ty: GgmlType, index: usize, value: f32 },
 }
 
 /// Check that `n` elements of `ty` are whole blocks occupying exactly `bytes` bytes.
@@ -114,6 +125,12 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         GgmlType::Q5_K => kquant::dequant_q5_k(src, dst),
         GgmlType::Q6_K => q6k::dequant_q6_k(src, dst),
         GgmlType::Q8_K => q8k::dequant_q8_k(src, dst),
+        GgmlType::Q2_K => q23k::dequant_q2_k(src, dst),
+        GgmlType::Q3_K => q23k::dequant_q3_k(src, dst),
+        GgmlType::IQ4_NL => iq4::dequant_iq4_nl(src, dst),
+        GgmlType::IQ4_XS => iq4::dequant_iq4_xs(src, dst),
+        GgmlType::MXFP4 => iq4::dequant_mxfp4(src, dst),
+        other => return Err(QuantError::Unsupported(other)),
     }
     Ok(())
 }
@@ -136,19 +153,40 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         GgmlType::Q5_K => kquant::quant_q5_k(src, dst),
         GgmlType::Q6_K => q6k::quant_q6_k(src, dst),
         GgmlType::Q8_K => q8k::quant_q8_k(src, dst),
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 => {
+            // ggml's reference quantizers give meaningless codes for NaN/Inf input; these
+            // types only ever hold weights, so say so instead.
+            check::finite_input(ty, src)?;
+            match ty {
+                GgmlType::Q2_K => q23k::quant_q2_k(src, dst),
+                GgmlType::Q3_K => q23k::quant_q3_k(src, dst),
+                GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst),
+                GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst),
+                _ => iq4::quant_mxfp4(src, dst),
+            }
+        }
+        other => return Err(QuantError::Unsupported(other)),
     }
     Ok(())
 }
 
-/// The activation type llama.cpp's CPU dot product pairs with weights of type `ty`.
+/// The activation type llama.cpp's CPU dot product pairs with weights of type `ty`
+/// (F32 for the types lode has no dot product for: their kernel lookup fails).
 pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
     match ty {
         GgmlType::F32 => GgmlType::F32,
         GgmlType::F16 => GgmlType::F16,
         GgmlType::BF16 => GgmlType::BF16,
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => GgmlType::Q8_0,
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => GgmlType::Q8_0,
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => GgmlType::Q8_1,
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_K => GgmlType::Q8_K,
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K
+        | GgmlType::Q8_K
+        | GgmlType::IQ4_XS => GgmlType::Q8_K,
+        _ => GgmlType::F32,
     }
 }
 

@@ -181,6 +181,9 @@ impl Backend for CpuBackend {
     fn name(&self) -> String {
         format!("cpu ({} threads)", self.threads)
     }
+    fn weight_types(&self) -> &'static [GgmlType] {
+        &GgmlType::CPU_WEIGHTS
+    }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {
         let mut v = Vec::new();

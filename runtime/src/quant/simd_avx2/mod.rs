@@ -12,6 +12,7 @@
 use std::arch::x86_64::*;
 
 mod kquant;
+mod lowbit;
 mod q32;
 mod quantize;
 
@@ -52,7 +53,12 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<(DotFn, RowsFn)> {
         GgmlType::Q4_K => (dot_q4_k, rows_q4_k),
         GgmlType::Q5_K => (dot_q5_k, rows_q5_k),
         GgmlType::Q6_K => (dot_q6_k, rows_q6_k),
-        GgmlType::Q8_1 | GgmlType::Q8_K => return None,
+        GgmlType::Q2_K => (dot_q2_k, rows_q2_k),
+        GgmlType::Q3_K => (dot_q3_k, rows_q3_k),
+        GgmlType::IQ4_NL => (dot_iq4_nl, rows_iq4_nl),
+        GgmlType::IQ4_XS => (dot_iq4_xs, rows_iq4_xs),
+        GgmlType::MXFP4 => (dot_mxfp4, rows_mxfp4),
+        _ => return None,
     })
 }
 
@@ -98,6 +104,11 @@ row_entry! {
     dot_q4_k, rows_q4_k => kquant::q4_k_body;
     dot_q5_k, rows_q5_k => kquant::q5_k_body;
     dot_q6_k, rows_q6_k => kquant::q6_k_body;
+    dot_q2_k, rows_q2_k => lowbit::q2_k_body;
+    dot_q3_k, rows_q3_k => lowbit::q3_k_body;
+    dot_iq4_nl, rows_iq4_nl => lowbit::iq4_nl_body;
+    dot_iq4_xs, rows_iq4_xs => lowbit::iq4_xs_body;
+    dot_mxfp4, rows_mxfp4 => lowbit::mxfp4_body;
 }
 
 rows_entry! {

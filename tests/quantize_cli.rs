@@ -1,0 +1,46 @@
+//! `lode quantize` through the real binary on SmolLM2 (skipped when absent): Q3_K where
+//! rows are whole super-blocks, llama.cpp's IQ4_NL substitute elsewhere, the head Q8_0
+//! (Q6_K's substitute); the result runs on the CPU and a GPU plan refuses it by name.
+
+use std::process::Command;
+
+mod common;
+use common::{lode, model, SMOL};
+
+#[test]
+fn smollm2_to_q3_k_runs_on_the_cpu_and_the_gpu_plan_refuses_it() {
+    let Some(src) = model(SMOL) else { return };
+    let dir = std::env::temp_dir().join(format!("lode-quantize-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("smol-q3_k.gguf");
+    let (src, outp) = (src.to_str().unwrap(), out.to_str().unwrap());
+    let r = lode(&["quantize", src, outp, "Q3_K"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(err.contains("already quantized") && err.contains("IQ4_NL"), "{err}");
+
+    let v: serde_json::Value = serde_json::from_slice(&lode(&["inspect", "--json", outp]).stdout).unwrap();
+    let mut totals: Vec<(String, u64)> =
+        v["totals"].as_array().unwrap().iter().map(|t| (t["type"].as_str().unwrap().to_string(), t["count"].as_u64().unwrap())).collect();
+    totals.sort();
+    let want = [("F32", 61), ("IQ4_NL", 180), ("Q3_K", 30), ("Q8_0", 1)];
+    assert_eq!(totals, want.map(|(t, n)| (t.to_string(), n)).to_vec());
+
+    let g = lode(&["generate", "-m", outp, "--device", "cpu", "-p", "The capital of France is", "-n", "8"]);
+    let text = String::from_utf8_lossy(&g.stdout);
+    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
+    assert!(text.contains("Paris"), "{text}");
+
+    let p = Command::new(env!("CARGO_BIN_EXE_lode")).args(["inspect", "--plan", outp]).output().unwrap();
+    let err = String::from_utf8_lossy(&p.stderr);
+    assert!(!p.status.success());
+    assert!(err.contains("Q3_K: unsupported type on") && err.contains("--device cpu") && !err.contains("panicked"), "{err}");
+
+    let bad = lode(&["quantize", src, outp, "IQ2_XXS"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.contains("cannot quantize to `IQ2_XXS`"), "{err}");
+    let same = lode(&["quantize", outp, outp, "Q4_0"]);
+    let err = String::from_utf8_lossy(&same.stderr);
+    assert!(!same.status.success() && err.contains("is the input file"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
