@@ -1,0 +1,146 @@
+//! llama-server's conventions and the OpenAI fields beyond plain text (SmolLM2, CPU):
+//! any `model` name, unknown roles refused, CORS (off by default, preflight answered
+//! with `--cors`), `/tokenize` + `/detokenize`, `/props`, `/slots`, `/v1/embeddings`,
+//! `logprobs` (top-1 equals the greedy token), `n > 1` (whole and streamed).
+
+mod serve_common;
+
+use serde_json::{json, Value};
+use serve_common::*;
+
+fn cosine(a: &Value, b: &Value) -> f64 {
+    let (a, b): (Vec<f64>, Vec<f64>) = (
+        a.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect(),
+        b.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect(),
+    );
+    let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+    let n = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (n(&a) * n(&b))
+}
+
+#[test]
+fn llama_server_endpoints_cors_and_embeddings() {
+    let Some(model) = smol() else { return };
+    let srv = Server::start(&model, &["--parallel", "2", "--ctx-size", "512", "--embeddings", "--cors", "http://ui.example"]);
+    let none: &[(&str, &str)] = &[];
+
+    // Preflight: answered with the origin, before routing (no 405).
+    let pre = srv.request_raw(
+        "OPTIONS",
+        "/v1/chat/completions",
+        &[("Origin", "http://ui.example"), ("Access-Control-Request-Method", "POST"), ("Access-Control-Request-Headers", "content-type,authorization")],
+    );
+    assert!(pre.status == 200 || pre.status == 204, "{pre:?}");
+    let h = pre.headers.to_ascii_lowercase();
+    assert!(h.contains("access-control-allow-origin: http://ui.example"), "{h}");
+    assert!(h.contains("access-control-allow-methods") && h.contains("post"), "{h}");
+    let r = srv.get("/v1/models", &[("Origin", "http://ui.example")]);
+    assert!(r.headers.to_ascii_lowercase().contains("access-control-allow-origin: http://ui.example"), "{}", r.headers);
+
+    // tokenize / detokenize round trip; pieces.
+    let t = srv.post_json("/tokenize", none, &json!({"content": "Hello world"})).json();
+    let ids = t["tokens"].as_array().unwrap().clone();
+    assert!(!ids.is_empty() && ids.iter().all(Value::is_u64), "{t}");
+    let d = srv.post_json("/detokenize", none, &json!({"tokens": ids})).json();
+    assert_eq!(d["content"], "Hello world");
+    let p = srv.post_json("/tokenize", none, &json!({"content": "Hello world", "with_pieces": true})).json();
+    let pieces: String = p["tokens"].as_array().unwrap().iter().map(|x| x["piece"].as_str().unwrap().to_string()).collect();
+    assert_eq!(pieces, "Hello world");
+    srv.post_json("/detokenize", none, &json!({"tokens": [99999999]})).error(400);
+    srv.post_json("/tokenize", none, &json!({"text": "x"})).error(400);
+
+    let props = srv.get("/props", none).json();
+    assert_eq!(props["total_slots"], 2);
+    assert_eq!(props["default_generation_settings"]["n_ctx"], 512);
+    assert!(props["chat_template"].as_str().unwrap().contains("im_start"), "{props}");
+    let slots = srv.get("/slots", none).json();
+    assert_eq!(slots.as_array().unwrap().len(), 2);
+    assert_eq!(slots[0]["is_processing"], false);
+
+    // Embeddings: unit length, identical texts cosine 1, different texts less.
+    let e = srv.post_json("/v1/embeddings", none, &json!({"input": ["The cat sat.", "The cat sat.", "Stock markets fell sharply."], "model": "x"}));
+    assert_eq!(e.status, 200, "{}", e.body);
+    let e = e.json();
+    let data = e["data"].as_array().unwrap();
+    assert_eq!(data.len(), 3);
+    let v0 = &data[0]["embedding"];
+    assert_eq!(v0.as_array().unwrap().len(), 576); // SmolLM2-135M's width
+    let norm: f64 = v0.as_array().unwrap().iter().map(|x| x.as_f64().unwrap().powi(2)).sum::<f64>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+    assert!((cosine(v0, &data[1]["embedding"]) - 1.0).abs() < 1e-5);
+    assert!(cosine(v0, &data[2]["embedding"]) < 0.999);
+    assert!(e["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+    srv.post_json("/v1/embeddings", none, &json!({"input": 5})).error(400);
+    srv.post_json("/v1/embeddings", none, &json!({"input": "x", "encoding_format": "hex"})).error(400);
+}
+
+#[test]
+fn model_names_roles_logprobs_and_n() {
+    let Some(model) = smol() else { return };
+    let srv = Server::start(&model, &["--parallel", "3", "--ctx-size", "512"]);
+    let none: &[(&str, &str)] = &[];
+    let chat = "/v1/chat/completions";
+    let msgs = json!([{"role": "user", "content": "Name a color."}]);
+
+    // No CORS unless asked: a preflight is not answered with CORS headers.
+    let pre = srv.request_raw("OPTIONS", chat, &[("Origin", "http://x"), ("Access-Control-Request-Method", "POST")]);
+    assert!(!pre.headers.to_ascii_lowercase().contains("access-control-allow-origin"), "{pre:?}");
+    // Embeddings are off unless asked.
+    srv.post_json("/v1/embeddings", none, &json!({"input": "x"})).error(501);
+
+    // Any model name; the response names the served model.
+    let a = srv.post_json(chat, none, &json!({"model": "gpt-4o", "messages": msgs, "max_tokens": 6, "temperature": 0})).json();
+    let b = srv.post_json(chat, none, &json!({"messages": msgs, "max_tokens": 6, "temperature": 0})).json();
+    assert_eq!(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"]);
+    assert_eq!(a["model"], SMOL);
+
+    // Unknown role: 400 naming the field.
+    let e = srv.post_json(chat, none, &json!({"messages": [{"role": "robot", "content": "x"}]})).error(400);
+    assert_eq!(e["param"], "messages[0].role");
+
+    // Chat logprobs: one entry per token; greedy picks the top-1, whose logprob is its own.
+    let r = srv.post_json(chat, none, &json!({"messages": msgs, "max_tokens": 6, "temperature": 0, "logprobs": true, "top_logprobs": 3})).json();
+    let content = r["choices"][0]["logprobs"]["content"].as_array().unwrap().clone();
+    assert_eq!(content.len() as u64, r["usage"]["completion_tokens"].as_u64().unwrap() - u64::from(r["choices"][0]["finish_reason"] == "stop"), "{r}");
+    let joined: String = content.iter().map(|c| c["token"].as_str().unwrap().to_string()).collect();
+    assert_eq!(joined, r["choices"][0]["message"]["content"].as_str().unwrap());
+    for c in &content {
+        let top = c["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        assert_eq!(top[0]["token"], c["token"]);
+        assert!((top[0]["logprob"].as_f64().unwrap() - c["logprob"].as_f64().unwrap()).abs() < 1e-6);
+        let lp: Vec<f64> = top.iter().map(|t| t["logprob"].as_f64().unwrap()).collect();
+        assert!(lp.windows(2).all(|w| w[0] >= w[1]) && lp[0] <= 0.0, "{lp:?}");
+        assert!(lp.iter().map(|l| l.exp()).sum::<f64>() <= 1.0 + 1e-5);
+    }
+    // Completion logprobs (legacy shape).
+    let c = srv.post_json("/v1/completions", none, &json!({"prompt": "1, 2, 3,", "max_tokens": 4, "temperature": 0, "logprobs": 2})).json();
+    let lp = &c["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 4, "{c}");
+    assert_eq!(lp["top_logprobs"][0].as_object().unwrap().len(), 2);
+    assert_eq!(lp["text_offset"][0], 0);
+
+    // n = 3: three choices with their own seeds; usage counts them all.
+    let r = srv.post_json(chat, none, &json!({"messages": msgs, "max_tokens": 8, "temperature": 1.0, "seed": 5, "n": 3})).json();
+    let ch = r["choices"].as_array().unwrap();
+    assert_eq!(ch.len(), 3, "{r}");
+    assert_eq!((0..3).map(|i| ch[i]["index"].as_u64().unwrap()).collect::<Vec<_>>(), vec![0, 1, 2]);
+    let texts: std::collections::HashSet<String> = ch.iter().map(|c| c["message"]["content"].as_str().unwrap().to_string()).collect();
+    assert!(texts.len() >= 2, "three seeds gave one text: {r}");
+    assert!(r["usage"]["completion_tokens"].as_u64().unwrap() > 8);
+    // Streamed: chunks of every index, one finish per choice, then [DONE].
+    let s = srv.post_json(chat, none, &json!({"messages": msgs, "max_tokens": 5, "temperature": 0, "n": 2, "stream": true}));
+    let data = s.sse_data();
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    let mut text = [String::new(), String::new()];
+    let mut finishes = 0;
+    for c in &chunks {
+        let i = c["choices"][0]["index"].as_u64().unwrap() as usize;
+        text[i].push_str(c["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
+        finishes += usize::from(c["choices"][0]["finish_reason"].is_string());
+    }
+    assert_eq!(finishes, 2);
+    assert_eq!(text[0], text[1], "greedy choices differ");
+    assert!(!text[0].is_empty());
+}
