@@ -144,3 +144,50 @@ fn model_names_roles_logprobs_and_n() {
     assert_eq!(text[0], text[1], "greedy choices differ");
     assert!(!text[0].is_empty());
 }
+
+#[test]
+fn tool_calls_whole_and_streamed_and_tool_results_in() {
+    let Some(model) = smol() else { return };
+    let srv = Server::start(&model, &["--parallel", "1", "--ctx-size", "1024"]);
+    let none: &[(&str, &str)] = &[];
+    let chat = "/v1/chat/completions";
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let msgs = json!([{"role": "user", "content": "Weather in Paris?"}]);
+    let named = json!({"type": "function", "function": {"name": "get_weather"}});
+    let body = json!({"messages": msgs, "tools": tools, "tool_choice": named, "temperature": 0, "max_tokens": 40});
+    let r = srv.post_json(chat, none, &body).json();
+    let c = &r["choices"][0];
+    assert_eq!(c["finish_reason"], "tool_calls", "{r}");
+    assert!(c["message"]["content"].is_null(), "{r}");
+    let call = &c["message"]["tool_calls"][0];
+    assert_eq!(call["type"], "function");
+    assert_eq!(call["function"]["name"], "get_weather");
+    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args.is_object(), "{args}");
+
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    let data = srv.post_json(chat, none, &sbody).sse_data();
+    let chunks: Vec<Value> = data.iter().filter(|d| *d != "[DONE]").map(|d| serde_json::from_str(d).unwrap()).collect();
+    let deltas: Vec<&Value> = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array()).flatten().collect();
+    assert_eq!(deltas.len(), 1, "{data:?}");
+    assert_eq!(deltas[0]["function"]["name"], "get_weather");
+    assert_eq!(serde_json::from_str::<Value>(deltas[0]["function"]["arguments"].as_str().unwrap()).unwrap(), args);
+    assert!(chunks.iter().any(|c| c["choices"][0]["finish_reason"] == "tool_calls"));
+
+    // The call and its result go back in; tool_choice none gives a text answer.
+    let back = json!({"messages": [msgs[0], {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "{\"sky\": \"sunny\"}"}],
+        "tools": tools, "tool_choice": "none", "temperature": 0, "max_tokens": 8});
+    let r = srv.post_json(chat, none, &back).json();
+    assert!(r["choices"][0]["message"]["content"].is_string() && r["choices"][0]["message"].get("tool_calls").is_none(), "{r}");
+    assert!(r["usage"]["prompt_tokens"].as_u64().unwrap() > 20);
+    // A tool message without tools renders too; a bad call shape is a 400 naming it.
+    let mut no_tools = back.clone();
+    no_tools.as_object_mut().unwrap().remove("tools");
+    no_tools.as_object_mut().unwrap().remove("tool_choice");
+    assert_eq!(srv.post_json(chat, none, &no_tools).status, 200);
+    let bad = json!({"messages": [{"role": "user", "content": "x", "tool_calls": [1]}]});
+    assert_eq!(srv.post_json(chat, none, &bad).error(400)["param"], "messages[0].tool_calls");
+}

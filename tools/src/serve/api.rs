@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::errors::ApiError;
 use super::logprobs::MAX_TOP_LOGPROBS;
+use super::tool_prompt::{self, ToolRequest};
 
 /// Most stop strings one request may carry.
 pub const MAX_STOPS: usize = 16;
@@ -45,6 +46,10 @@ pub struct GenRequest {
     pub n: usize,
     /// `Some(k)`: log-probabilities with `k` alternatives per token.
     pub logprobs: Option<usize>,
+    /// Chat: the messages as the template sees them (with tool calls and results).
+    pub chat_json: Vec<Value>,
+    /// Chat: the tools offered, and how.
+    pub tools: Option<ToolRequest>,
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -174,7 +179,7 @@ fn parse_common(obj: &Map<String, Value>, prompt: PromptInput) -> Result<GenRequ
     if stops.len() > MAX_STOPS {
         return Err(ApiError::invalid_param("stop", format!("at most {MAX_STOPS} stop strings, got {}", stops.len())));
     }
-    Ok(GenRequest { model, prompt, stream, include_usage, sampling: s, max_tokens, stops, n, logprobs: None })
+    Ok(GenRequest { model, prompt, stream, include_usage, sampling: s, max_tokens, stops, n, logprobs: None, chat_json: Vec::new(), tools: None })
 }
 
 /// Fields that would change the answer but that this server does not implement: a 400
@@ -231,6 +236,7 @@ pub fn parse_chat(body: &Value) -> Result<GenRequest, ApiError> {
         }
     };
     let mut messages = Vec::with_capacity(msgs.len());
+    let mut json_messages = Vec::with_capacity(msgs.len());
     for (i, m) in msgs.iter().enumerate() {
         let param = format!("messages[{i}]");
         let m = m
@@ -248,9 +254,12 @@ pub fn parse_chat(body: &Value) -> Result<GenRequest, ApiError> {
         // OpenAI's newer name for the system role.
         let role = if role == "developer" { "system".to_string() } else { role };
         let content = message_content(m.get("content"), &param)?;
+        json_messages.push(tool_prompt::message_json(m, &role, &content, &param)?);
         messages.push(ChatMessage::new(role, content));
     }
     let mut req = parse_common(obj, PromptInput::Chat(messages))?;
+    req.chat_json = json_messages;
+    req.tools = tool_prompt::parse(obj)?;
     let top = get::<i64>(obj, "top_logprobs", "an integer")?;
     let want = get::<bool>(obj, "logprobs", "a boolean")?.unwrap_or(false);
     req.logprobs = match (want, top) {

@@ -24,6 +24,7 @@ pub mod respond;
 pub mod routes;
 pub mod scheduler;
 pub mod slot;
+pub mod tool_prompt;
 pub mod tools;
 pub mod wire;
 

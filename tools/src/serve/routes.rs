@@ -18,13 +18,15 @@ use lode_runtime::tokenizer::{ChatTemplate, Tokenizer};
 use tokio::sync::mpsc;
 use tower_http::cors::{Any, CorsLayer};
 
-use super::api::{self, PromptInput};
+use super::api::{self, GenRequest, PromptInput};
 use super::batcher::EmbedHandle;
 use super::errors::ApiError;
 use super::extra;
 use super::metrics::Metrics;
 use super::respond::{self, Kind, Meta};
 use super::scheduler::{Event, Job, Scheduler};
+use super::tool_prompt;
+use super::tools::ToolParser;
 
 /// Largest request body accepted (413 beyond).
 pub const BODY_LIMIT: usize = 4 << 20;
@@ -195,12 +197,14 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
     drop(value);
     // One model is served: any `model` name means it (llama-server's convention; most
     // local clients send a fixed name).
-    let (prompt_tokens, req) = {
+    let ((prompt_tokens, parser, tool_stop), req) = {
         let st = st.clone();
-        tokio::task::spawn_blocking(move || tokenize(&st, &req.prompt).map(|p| (p, req)))
+        tokio::task::spawn_blocking(move || tokenize(&st, &req).map(|p| (p, req)))
             .await
             .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))??
     };
+    let mut stops = req.stops.clone();
+    stops.extend(tool_stop);
     let param = if kind == Kind::Chat { "messages" } else { "prompt" };
     let n = prompt_tokens.len();
     if n >= st.n_ctx {
@@ -236,7 +240,7 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
             prompt: prompt_tokens.clone(),
             sampling,
             max_tokens,
-            stops: req.stops.clone(),
+            stops: stops.clone(),
             logprobs: req.logprobs,
             events: tx,
             enqueued: Instant::now(),
@@ -251,7 +255,8 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
         Some(Event::Error(e)) => return Err(e),
         _ => return Err(ApiError::internal("the slot ended the request without an answer")),
     }
-    let meta = Meta::new(kind, st.model_id.clone(), req.logprobs.is_some());
+    let mut meta = Meta::new(kind, st.model_id.clone(), req.logprobs.is_some());
+    meta.tools = parser;
     if req.stream {
         Ok(respond::sse(meta, req.include_usage, rxs).into_response())
     } else {
@@ -263,8 +268,14 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
     }
 }
 
-fn tokenize(st: &AppState, prompt: &PromptInput) -> Result<Vec<u32>, ApiError> {
-    let ids = match prompt {
+/// The prompt's tokens; with tools, the answer's parser and the forced call's stop.
+fn tokenize(st: &AppState, req: &GenRequest) -> Result<(Vec<u32>, Option<ToolParser>, Option<String>), ApiError> {
+    if req.tools.is_some() || tool_prompt::has_tool_turns(&req.chat_json) {
+        let r = tool_prompt::render(&st.template, &req.chat_json, req.tools.as_ref())?;
+        let ids = st.tok.encode(&r.text, true, true);
+        return Ok((ids, r.parser, r.stop));
+    }
+    let ids = match &req.prompt {
         PromptInput::Chat(messages) => {
             let text = st
                 .template
@@ -284,6 +295,6 @@ fn tokenize(st: &AppState, prompt: &PromptInput) -> Result<Vec<u32>, ApiError> {
     if ids.is_empty() {
         return Err(ApiError::bad_request("the prompt is empty (it has no tokens)"));
     }
-    Ok(ids)
+    Ok((ids, None, None))
 }
 

@@ -39,6 +39,8 @@ pub struct ToolParser {
     /// Text the answer was forced to start with (a required or named call): it is part
     /// of the output the parser reads, though the model did not generate it.
     pub prefix: String,
+    /// `parallel_tool_calls: false`: only the first call counts.
+    pub single: bool,
 }
 
 fn new_call_id() -> String {
@@ -65,7 +67,7 @@ fn json_prefix(s: &str) -> Option<(Value, usize)> {
 
 impl ToolParser {
     pub fn new(format: ToolFormat, prefix: String) -> ToolParser {
-        ToolParser { format, prefix }
+        ToolParser { format, prefix, single: false }
     }
 
     /// Content (`None` when nothing but calls) and the calls of a whole answer.
@@ -79,12 +81,16 @@ impl ToolParser {
         if calls.is_empty() {
             return (Some(full), calls);
         }
+        let mut calls = calls;
+        if self.single {
+            calls.truncate(1);
+        }
         let content = content.trim().to_string();
         ((!content.is_empty()).then_some(content), calls)
     }
 
     pub fn stream(&self) -> ToolStream {
-        ToolStream { parser: self.clone(), buf: String::new(), sent: 0, n_calls: 0, plain: false }
+        ToolStream { parser: self.clone(), buf: self.prefix.clone(), sent: 0, n_calls: 0, plain: false }
     }
 
     /// Where a call may start in `s` (the earliest marker), for streaming.
@@ -107,7 +113,7 @@ fn parse_hermes(s: &str) -> (String, Vec<ToolCall>) {
             Some(end) => (&body[..end], &body[end + "</tool_call>".len()..]),
             None => (body, ""),
         };
-        match json_prefix(inner.trim_start()).and_then(|(v, _)| to_call(&v)) {
+        match json_repaired(inner.trim()).and_then(|v| to_call(&v)) {
             Some(c) => calls.push(c),
             None => content.push_str(&rest[at..rest.len() - after.len()]),
         }
@@ -115,6 +121,12 @@ fn parse_hermes(s: &str) -> (String, Vec<ToolCall>) {
     }
     content.push_str(rest);
     (content, calls)
+}
+
+/// A JSON object, or one whose last closing braces the model left out (an answer cut
+/// by a stop string or the token limit).
+fn json_repaired(s: &str) -> Option<Value> {
+    (0..4).find_map(|k| json_prefix(&format!("{s}{}", "}".repeat(k))).map(|(v, _)| v))
 }
 
 fn parse_mistral(s: &str) -> (String, Vec<ToolCall>) {
@@ -184,11 +196,16 @@ impl ToolStream {
         self.n_calls > 0
     }
 
+    /// Drops calls beyond the first when only one may be made.
+    fn limit(&self, mut d: Vec<ToolCallDelta>) -> Vec<ToolCallDelta> {
+        if self.parser.single {
+            d.retain(|c| c.index == 0);
+        }
+        d
+    }
+
     /// Takes a piece of output; returns content to send now and completed calls.
     pub fn push(&mut self, text: &str) -> (Option<String>, Vec<ToolCallDelta>) {
-        if self.buf.is_empty() && self.sent == 0 && !self.parser.prefix.is_empty() {
-            self.buf.push_str(&self.parser.prefix.clone());
-        }
         self.buf.push_str(text);
         let marker = self.parser.marker();
         let pending = &self.buf[self.sent..];
@@ -233,7 +250,7 @@ impl ToolStream {
                 }
             }
             self.n_calls += out_calls.len();
-            return (Some(content), out_calls);
+            return (Some(content), self.limit(out_calls));
         }
         match pending.find(marker) {
             Some(at) => {
@@ -265,6 +282,7 @@ impl ToolStream {
         };
         let d = deltas(calls, self.n_calls);
         self.n_calls += d.len();
+        let d = self.limit(d);
         let content = if d.is_empty() { content } else { content.trim().to_string() };
         ((!content.is_empty()).then_some(content), d)
     }
