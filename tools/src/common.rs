@@ -293,15 +293,12 @@ pub fn physical_cores() -> usize {
     if cores.is_empty() { logical } else { cores.len().min(logical) }
 }
 
-/// Opens and validates a GGUF file, naming the path once: errors about reading the file
-/// name it already; the others (bad magic, truncation, ...) get it from `what`.
+/// Opens and validates a GGUF file; an error names the path once, after `what`
+/// ("cannot load model PATH: no such file").
 pub fn open_gguf_plain(path: &Path, what: &str) -> Result<GgufFile> {
-    GgufFile::open(path).map_err(|e| {
-        if e.names_path() {
-            anyhow::Error::new(e)
-        } else {
-            anyhow::Error::new(e).context(format!("{what} {}", path.display()))
-        }
+    GgufFile::open(path).map_err(|e| match e.file_reason() {
+        Some(reason) => anyhow::anyhow!("{what} {}: {reason}", path.display()),
+        None => anyhow::Error::new(e).context(format!("{what} {}", path.display())),
     })
 }
 

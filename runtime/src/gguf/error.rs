@@ -85,9 +85,14 @@ impl GgufError {
 
 
 impl GgufError {
-    /// Whether the message already names the file (so a caller adds no path of its own).
-    pub fn names_path(&self) -> bool {
-        matches!(self, GgufError::Io { .. } | GgufError::NotAFile { .. })
+    /// For an error about the file itself (cannot be read, is a directory): the reason
+    /// in words without the path, so a caller can name the path once in its own words.
+    pub fn file_reason(&self) -> Option<String> {
+        match self {
+            GgufError::Io { err, .. } => Some(io_words(err)),
+            GgufError::NotAFile { .. } => Some("it is a directory, not a GGUF file".into()),
+            _ => None,
+        }
     }
 }
 
