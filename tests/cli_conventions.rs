@@ -34,6 +34,12 @@ fn file_errors_name_the_path_once_in_words() {
         assert!(err.contains("no such file"), "{cmd:?}: {err}");
         assert!(!err.contains("os error"), "{cmd:?}: {err}");
     }
+    if let Some(model) = common::model(common::SMOL) {
+        let (code, _, err) = run(&["perplexity", "-m", model.to_str().unwrap(), "-f", m, "--device", "cpu"]);
+        assert_ne!(code, 0);
+        assert_eq!(err.matches(m).count(), 1, "{err}");
+        assert!(err.contains("no such file") && !err.contains("os error"), "{err}");
+    }
     let (code, _, err) = run(&["inspect", d]);
     assert_ne!(code, 0);
     assert_eq!(err.matches(d).count(), 1, "{err}");
