@@ -69,11 +69,11 @@ if stage bench; then
   for P in ${PRESETS:-qwen3-0.6b qwen3-4b llama-8b}; do
     synth "$P" "$MD/$P.gguf" || { echo "-- $P: synth failed"; rc=1; continue; }
     echo "-- $P"
-    "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" -s "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
+    "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" --sequences "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
     # AB_ENV="LODE_TUNE=pdl=0": the same bench again with that setting, side by side.
     if [ -n "${AB_ENV:-}" ]; then
       echo "-- $P with $AB_ENV"
-      (export $AB_ENV; "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" -s "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:') || rc=1
+      (export $AB_ENV; "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" --sequences "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:') || rc=1
     fi
   done
 fi

@@ -30,7 +30,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (default model: Gemma 3 270M Q4_K_M).
     Generate(tools::generate::Args),
-    /// Interactive multi-turn chat through the model's chat template.
+    /// Interactive multi-turn chat through the model's chat template (default model:
+    /// SmolLM2-135M-Instruct Q4_1).
     Chat(tools::chat::Args),
     /// Print the token ids of a text.
     Tokenize(tools::tokenize::Args),

@@ -53,7 +53,9 @@ fn malformed_requests_get_errors_and_the_server_keeps_serving() {
         ("messages", json!("hello")),
         ("stop", json!({"a": 1})),
         ("top_p", json!(7)),
-        ("n", json!(3)),
+        ("n", json!(99)),
+        ("response_format", json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})),
+        ("logit_bias", json!({"1": 10})),
         ("stream", json!(1)),
     ] {
         let e = srv.post_json(chat, a, &with(k, v.clone())).error(400);
@@ -71,9 +73,10 @@ fn malformed_requests_get_errors_and_the_server_keeps_serving() {
     let msg = e["message"].as_str().unwrap();
     assert!(msg.contains("256") && msg.contains("tokens"), "{msg}");
 
-    // Unknown model, unknown route, wrong method.
-    let e = srv.post_json(chat, a, &with("model", json!("gpt-4o"))).error(404);
-    assert_eq!(e["code"], "model_not_found");
+    // Unknown role, unknown route, wrong method.
+    let e = srv.post_json(chat, a, &json!({"messages": [{"role": "wizard", "content": "x"}]})).error(400);
+    assert_eq!(e["param"], "messages[0].role", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("wizard"), "{e}");
     srv.get("/v1/nothing", a).error(404);
     srv.get(chat, a).error(405);
 

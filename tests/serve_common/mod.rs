@@ -78,6 +78,11 @@ impl Server {
         request(&self.addr, "GET", path, headers, b"")
     }
 
+    /// Any method, no body.
+    pub fn request_raw(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
+        request(&self.addr, method, path, headers, b"")
+    }
+
     pub fn post(&self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
         request(&self.addr, "POST", path, headers, body)
     }

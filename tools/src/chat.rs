@@ -33,7 +33,10 @@ pub fn run(args: Args) -> Result<()> {
     if args.n_predict == 0 {
         bail!("-n must be at least 1 (the number of tokens to generate per reply)");
     }
-    let (mut engine, file, path) = common::open_engine(&args.model)?;
+    let mut model_args = args.model.clone();
+    let default_model = model_args.model.is_none();
+    model_args.model = Some(common::resolve_chat_model(model_args.model.as_deref())?);
+    let (mut engine, file, path) = common::open_engine(&model_args)?;
     let tok = Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?;
     let tmpl = ChatTemplate::for_tokenizer(&tok)?;
     let mut sampler = Sampler::new(args.sampling.params());
@@ -42,8 +45,9 @@ pub fn run(args: Args) -> Result<()> {
     let mut messages = base.clone();
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
     eprintln!(
-        "lode chat: {} on {}, context {} tokens. /exit to quit, /reset to start over.",
+        "lode chat: {}{} on {}, context {} tokens. /exit to quit, /reset to start over.",
         path.display(),
+        if default_model { " (the default chat model; -m FILE for another)" } else { "" },
         engine.backend_name(),
         engine.n_ctx()
     );

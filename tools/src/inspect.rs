@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use lode_runtime::gguf::{GgufFile, MetaValue, TensorInfo};
 use lode_runtime::quant::GgmlType;
 use serde_json::{json, Value};
@@ -37,7 +36,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let f = GgufFile::open(&args.file).with_context(|| format!("inspecting {}", args.file.display()))?;
+    let f = crate::common::open_gguf_plain(&args.file, "cannot inspect")?;
     let out = if args.plan {
         crate::inspect_plan::run(&args.file, std::sync::Arc::new(f), args.tokens, args.sms)?
     } else if args.json {

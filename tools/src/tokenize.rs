@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use lode_runtime::gguf::GgufFile;
 use lode_runtime::tokenizer::Tokenizer;
 
 /// Arguments of `lode tokenize`.
@@ -33,7 +32,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let path = &crate::common::resolve_model(args.model.as_deref())?;
-    let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let file = crate::common::open_gguf_plain(path, "cannot open")?;
     let tok = Tokenizer::from_gguf(&file).with_context(|| format!("loading the tokenizer of {}", path.display()))?;
     let text = match args.text {
         Some(t) => t,

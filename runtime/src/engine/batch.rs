@@ -128,6 +128,7 @@ impl BatchEngine {
             let is_last = done + part.len() == tokens.len();
             let r = match rows {
                 OutputRows::All => OutputRows::All,
+                OutputRows::Hidden => OutputRows::Hidden,
                 OutputRows::Last if is_last => OutputRows::Last,
                 _ => OutputRows::None,
             };

@@ -200,6 +200,18 @@ pub fn generate(
     sampler: &mut Sampler,
     on_token: &mut dyn FnMut(u32) -> Flow,
 ) -> Result<GenOutput, EngineError> {
+    generate_with_logits(seq, prompt, params, sampler, &mut |tok, _| on_token(tok))
+}
+
+/// [`generate`], with `on_token` also seeing the logits the token was sampled from
+/// (for log-probabilities). An end-of-generation token is not shown.
+pub fn generate_with_logits(
+    seq: &mut dyn Sequence,
+    prompt: &[u32],
+    params: &GenParams,
+    sampler: &mut Sampler,
+    on_token: &mut dyn FnMut(u32, &[f32]) -> Flow,
+) -> Result<GenOutput, EngineError> {
     if params.max_tokens == 0 {
         return Err(EngineError::InvalidArg("the number of tokens to generate must be at least 1".into()));
     }
@@ -218,7 +230,7 @@ pub fn generate(
         if params.eog.contains(&tok) {
             break StopReason::Eog;
         }
-        if on_token(tok) == Flow::Stop {
+        if on_token(tok, &logits) == Flow::Stop {
             break StopReason::Caller;
         }
         if tokens.len() >= params.max_tokens {

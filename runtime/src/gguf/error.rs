@@ -6,18 +6,18 @@
 /// A GGUF parse, validation, lookup or write error. Messages say what is wrong and where.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
-    #[error("cannot read {path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The file cannot be opened or mapped; the reason in words (the `io::Error` is
+    /// kept, not chained, so a report names the reason once).
+    #[error("cannot read {path}: {}", io_words(err))]
+    Io { path: String, err: std::io::Error },
+    #[error("cannot read {path}: it is a directory, not a GGUF file")]
+    NotAFile { path: String },
     /// Catch-all for conditions that have no variant of their own.
     #[error("not a GGUF file: {0}")]
     Invalid(String),
 
     // ---- header ----
-    #[error("bad magic {found:02x?} at byte 0 (expected \"GGUF\")")]
+    #[error("bad magic {} at byte 0 (expected \"GGUF\", 47 47 55 46): not a GGUF file", show_bytes(found))]
     BadMagic { found: Vec<u8> },
     #[error("unsupported GGUF version {version} at byte 4 (lode reads 2 and 3){hint}")]
     UnsupportedVersion { version: u32, hint: &'static str },
@@ -83,3 +83,45 @@ impl GgufError {
     }
 }
 
+
+impl GgufError {
+    /// For an error about the file itself (cannot be read, is a directory): the reason
+    /// in words without the path, so a caller can name the path once in its own words.
+    pub fn file_reason(&self) -> Option<String> {
+        match self {
+            GgufError::Io { err, .. } => Some(io_words(err)),
+            GgufError::NotAFile { .. } => Some("it is a directory, not a GGUF file".into()),
+            _ => None,
+        }
+    }
+}
+
+/// An I/O error in words, without the OS error number.
+pub fn io_words(e: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::NotFound => "no such file".into(),
+        K::PermissionDenied => "permission denied".into(),
+        K::IsADirectory => "it is a directory, not a file".into(),
+        _ => {
+            let s = e.to_string();
+            let s = s.split(" (os error").next().unwrap_or(&s).to_string();
+            let mut c = s.chars();
+            c.next().map_or(s.clone(), |f| f.to_lowercase().chain(c).collect())
+        }
+    }
+}
+
+/// Bytes as quoted text (non-printable bytes as `\xNN`) and as hex: `"root" (72 6f 6f 74)`.
+pub fn show_bytes(b: &[u8]) -> String {
+    let text: String = b
+        .iter()
+        .map(|&c| if (0x20..0x7f).contains(&c) && c != b'"' && c != b'\\' { (c as char).to_string() } else { format!("\\x{c:02x}") })
+        .collect();
+    let hex: Vec<String> = b.iter().map(|c| format!("{c:02x}")).collect();
+    if b.is_empty() {
+        "(none: the file is empty)".into()
+    } else {
+        format!("\"{text}\" ({})", hex.join(" "))
+    }
+}

@@ -23,12 +23,16 @@ impl Mapping {
     /// lode treats model files as immutable inputs and documents that contract here;
     /// it is the same contract llama.cpp's mmap loading relies on.
     pub(crate) fn open(path: &Path) -> Result<Mapping, GgufError> {
-        let io_err = |source| GgufError::Io {
+        let io_err = |err| GgufError::Io {
             path: path.display().to_string(),
-            source,
+            err,
         };
         let file = std::fs::File::open(path).map_err(io_err)?;
-        let len = file.metadata().map_err(io_err)?.len();
+        let meta = file.metadata().map_err(io_err)?;
+        if meta.is_dir() {
+            return Err(GgufError::NotAFile { path: path.display().to_string() });
+        }
+        let len = meta.len();
         if len == 0 {
             // Zero-length maps are an error on some platforms; an empty buffer parses
             // to the same "truncated" error.

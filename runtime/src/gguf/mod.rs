@@ -21,7 +21,7 @@ mod writer;
 
 use std::collections::HashMap;
 
-pub use error::GgufError;
+pub use error::{io_words, GgufError};
 pub use reader::{DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH};
 pub use validate::align_up;
 pub use value::{MetaValue, ValueType};

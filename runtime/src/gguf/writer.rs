@@ -139,7 +139,7 @@ impl GgufWriter {
     /// Write the file to `path`. Every tensor must carry its bytes.
     pub fn write_to(&self, path: impl AsRef<Path>) -> Result<(), GgufError> {
         let path = path.as_ref();
-        let io_err = |source| GgufError::Io { path: path.display().to_string(), source };
+        let io_err = |err| GgufError::Io { path: path.display().to_string(), err };
         let file = std::fs::File::create(path).map_err(io_err)?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
         self.write_stream(&mut w, &path.display().to_string(), |_, info, _| Err(missing(info)))?;
@@ -154,7 +154,7 @@ impl GgufWriter {
         W: Write,
         F: FnMut(usize, &TensorInfo, &mut dyn Write) -> std::io::Result<()>,
     {
-        let io_err = |source| GgufError::Io { path: label.to_string(), source };
+        let io_err = |err| GgufError::Io { path: label.to_string(), err };
         let align = self.alignment()?;
         let layout = self.layout()?;
         let header = self.header_bytes(&layout, align)?;

@@ -26,6 +26,9 @@ pub enum OutputRows {
     None,
     Last,
     All,
+    /// Every position's last hidden state after the output norm (`[n_embd]`, no LM
+    /// head): what embeddings pool.
+    Hidden,
 }
 
 /// Activation buffers for chunks of up to `n_max` tokens, owned by the backend.
@@ -83,7 +86,8 @@ impl Scratch {
 impl Model {
     /// Runs `tokens` (at positions `pos`, one chunk of at most `s.n_max`) through the
     /// model, writing their K/V into `kv` (per row for a batched step), and hands the logits of the requested rows to
-    /// `on_logits(row_in_chunk, logits)` (`[n_vocab]` f32).
+    /// `on_logits(row_in_chunk, logits)` (`[n_vocab]` f32; with [`OutputRows::Hidden`], the
+    /// normed hidden state `[n_embd]` instead).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -183,7 +187,7 @@ impl Model {
             pending_add = self.project(be, ly.down, ly.post_ffw_norm, s.hb, n, s)?;
         }
         let (norm, head) = (self.w(self.output_norm), self.w(self.output));
-        if n == 1 && rows != OutputRows::None {
+        if n == 1 && matches!(rows, OutputRows::Last | OutputRows::All) {
             // One token (decode): the last residual add, the output norm and the LM head
             // as one fused op (one launch on the GPU instead of four).
             let out_norm = NormIn { x: s.x, add: pending_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&norm), eps: c.eps };
@@ -199,9 +203,22 @@ impl Model {
         let first = match rows {
             OutputRows::None => return Ok(()),
             OutputRows::Last => n - 1,
-            OutputRows::All => 0,
+            OutputRows::All | OutputRows::Hidden => 0,
         };
         let mut host = s.host.borrow_mut();
+        if rows == OutputRows::Hidden {
+            host.resize(OUT_ROWS_MAX.min(n) * e, 0.0);
+            for r0 in (0..n).step_by(OUT_ROWS_MAX) {
+                let m = OUT_ROWS_MAX.min(n - r0);
+                be.copy(s.x, r0 * e, s.out_x, 0, m * e)?;
+                be.rms_norm(s.out_x, s.out_x, m, e, Some(&norm), c.eps)?;
+                be.read(s.out_x, &mut host[..m * e])?;
+                for (i, row) in host[..m * e].chunks_exact(e).enumerate() {
+                    on_logits(r0 + i, row);
+                }
+            }
+            return Ok(());
+        }
         host.resize(OUT_ROWS_MAX.min(n - first) * c.n_vocab, 0.0);
         let mut r0 = first;
         while r0 < n {

@@ -81,6 +81,8 @@ pub struct ChatTemplate {
     eos_token: String,
     /// The BOS text to strip from a rendered prompt, when the tokenizer adds BOS itself.
     strip_bos: Option<String>,
+    /// The template's Jinja text.
+    text: String,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -109,7 +111,14 @@ impl ChatTemplate {
             which: format!("{source:?}"),
             detail: format!("{e:#}"),
         })?;
-        Ok(ChatTemplate { env, source, bos_token: bos.to_string(), eos_token: eos.to_string(), strip_bos: None })
+        Ok(ChatTemplate {
+            env,
+            source,
+            bos_token: bos.to_string(),
+            eos_token: eos.to_string(),
+            strip_bos: None,
+            text: template.to_string(),
+        })
     }
 
     /// The template of the tokenizer's model, or the documented fallback (with a warning).
@@ -178,6 +187,35 @@ impl ChatTemplate {
                 Some(rest) => Ok(rest.to_string()),
                 None => Ok(text),
             },
+            None => Ok(text),
+        }
+    }
+
+    /// The template's Jinja text (to see which features it knows, e.g. `tools`).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Like [`apply`](Self::apply), with the messages as JSON objects (so fields beyond
+    /// role and content, such as `tool_calls` and `tool_call_id`, reach the template)
+    /// and `tools` (OpenAI's list of function tools) in the template's context.
+    pub fn apply_json(
+        &self,
+        messages: &[serde_json::Value],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let tmpl = self.env.get_template(NAME).map_err(|e| self.render_err(e))?;
+        let ctx = minijinja::context! {
+            messages => Value::from_serialize(messages),
+            tools => tools.map(Value::from_serialize),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        let text = tmpl.render(ctx).map_err(|e| self.render_err(e))?;
+        match &self.strip_bos {
+            Some(bos) => Ok(text.strip_prefix(bos.as_str()).map_or(text.clone(), str::to_string)),
             None => Ok(text),
         }
     }

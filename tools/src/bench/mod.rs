@@ -38,7 +38,7 @@ pub struct Args {
     /// Sequences decoding together for the generation rows, comma-separated: `tgN xS`
     /// rows time N steps of S sequences in one batch each (continuous batching, as
     /// `lode serve` runs concurrent requests) and report tokens/s over all of them.
-    #[arg(short = 's', long = "sequences", value_delimiter = ',', default_value = "1")]
+    #[arg(long = "sequences", value_delimiter = ',', default_value = "1")]
     pub sequences: Vec<usize>,
     /// Timed repetitions per test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]

@@ -77,8 +77,14 @@ pub fn run(args: Args) -> Result<()> {
     if args.chunks == Some(0) {
         bail!("--chunks 0: nothing to evaluate");
     }
-    let mut text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("cannot read text file {} (UTF-8 expected)", args.file.display()))?;
+    let mut text = std::fs::read_to_string(&args.file).map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::InvalidData {
+            "it is not UTF-8 text".to_string()
+        } else {
+            lode_runtime::gguf::io_words(&e)
+        };
+        anyhow::anyhow!("cannot read text file {}: {why}", args.file.display())
+    })?;
     if text.ends_with('\n') {
         text.pop();
     }

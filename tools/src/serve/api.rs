@@ -1,18 +1,23 @@
 //! The OpenAI wire format: requests are read field by field from the JSON object (so a
 //! wrong type names its field in the 400), responses are typed serde structs.
 //! Unknown request fields are ignored, as OpenAI-compatible servers do; fields that
-//! would change the answer but are not supported (`n > 1`, `logprobs`) are refused.
+//! would change the answer but are not supported are refused with a 400 naming them.
 
 use lode_runtime::engine::SamplerParams;
 use lode_runtime::tokenizer::ChatMessage;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::errors::ApiError;
+use super::logprobs::MAX_TOP_LOGPROBS;
+use super::tool_prompt::{self, ToolRequest};
 
 /// Most stop strings one request may carry.
 pub const MAX_STOPS: usize = 16;
+/// Most choices (`n`) one request may ask for.
+pub const MAX_N: usize = 16;
+/// The roles a chat message may have (`developer` is read as `system`).
+pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 /// What the model is asked to continue.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +42,14 @@ pub struct GenRequest {
     /// `max_tokens` / `max_completion_tokens`; `None`: until the context is full.
     pub max_tokens: Option<u64>,
     pub stops: Vec<String>,
+    /// Choices to generate (`n`), each with its own seed (`seed + i`).
+    pub n: usize,
+    /// `Some(k)`: log-probabilities with `k` alternatives per token.
+    pub logprobs: Option<usize>,
+    /// Chat: the messages as the template sees them (with tool calls and results).
+    pub chat_json: Vec<Value>,
+    /// Chat: the tools offered, and how.
+    pub tools: Option<ToolRequest>,
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -82,19 +95,12 @@ fn parse_common(obj: &Map<String, Value>, prompt: PromptInput) -> Result<GenRequ
             ))
         }
     };
-    if let Some(n) = get::<i64>(obj, "n", "an integer")? {
-        if n != 1 {
-            return Err(ApiError::invalid_param("n", format!("only n = 1 is supported, got {n}")));
-        }
-    }
-    let logprobs = match obj.get("logprobs") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
-        Some(Value::Number(n)) => n.as_f64() != Some(0.0),
-        Some(_) => true,
+    refuse_unsupported(obj)?;
+    let n = match get::<i64>(obj, "n", "an integer")? {
+        None => 1,
+        Some(n) if (1..=MAX_N as i64).contains(&n) => n as usize,
+        Some(n) => return Err(ApiError::invalid_param("n", format!("`n` must be between 1 and {MAX_N}, got {n}"))),
     };
-    if logprobs {
-        return Err(ApiError::invalid_param("logprobs", "`logprobs` is not supported by this server"));
-    }
 
     let mut s = SamplerParams::default();
     if let Some(t) = get::<f64>(obj, "temperature", "a number")? {
@@ -173,7 +179,44 @@ fn parse_common(obj: &Map<String, Value>, prompt: PromptInput) -> Result<GenRequ
     if stops.len() > MAX_STOPS {
         return Err(ApiError::invalid_param("stop", format!("at most {MAX_STOPS} stop strings, got {}", stops.len())));
     }
-    Ok(GenRequest { model, prompt, stream, include_usage, sampling: s, max_tokens, stops })
+    Ok(GenRequest { model, prompt, stream, include_usage, sampling: s, max_tokens, stops, n, logprobs: None, chat_json: Vec::new(), tools: None })
+}
+
+/// Fields that would change the answer but that this server does not implement: a 400
+/// naming the field, never a silent answer without them.
+fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
+    let set = |k: &str| obj.get(k).filter(|v| !v.is_null());
+    if let Some(v) = set("response_format") {
+        let kind = v.get("type").and_then(Value::as_str);
+        if kind != Some("text") {
+            return Err(ApiError::invalid_param(
+                "response_format",
+                format!("`response_format` of type {} is not supported by this server (only `text`)", kind.unwrap_or("?")),
+            ));
+        }
+    }
+    for key in ["grammar", "json_schema", "functions", "function_call", "prediction", "audio"] {
+        if set(key).is_some() {
+            return Err(ApiError::invalid_param(key, format!("`{key}` is not supported by this server")));
+        }
+    }
+    if let Some(b) = set("logit_bias") {
+        if b.as_object().map_or(true, |m| !m.is_empty()) && b.as_array().map_or(true, |a| !a.is_empty()) {
+            return Err(ApiError::invalid_param("logit_bias", "`logit_bias` is not supported by this server"));
+        }
+    }
+    if set("best_of").and_then(Value::as_i64).is_some_and(|b| b != 1) {
+        return Err(ApiError::invalid_param("best_of", "only `best_of` = 1 is supported"));
+    }
+    if set("suffix").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid_param("suffix", "`suffix` is not supported by this server"));
+    }
+    if let Some(m) = set("modalities") {
+        if m.as_array().map_or(true, |a| a.iter().any(|x| x != "text")) {
+            return Err(ApiError::invalid_param("modalities", "only the `text` modality is supported"));
+        }
+    }
+    Ok(())
 }
 
 fn as_object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
@@ -193,6 +236,7 @@ pub fn parse_chat(body: &Value) -> Result<GenRequest, ApiError> {
         }
     };
     let mut messages = Vec::with_capacity(msgs.len());
+    let mut json_messages = Vec::with_capacity(msgs.len());
     for (i, m) in msgs.iter().enumerate() {
         let param = format!("messages[{i}]");
         let m = m
@@ -201,12 +245,34 @@ pub fn parse_chat(body: &Value) -> Result<GenRequest, ApiError> {
         let role = get::<String>(m, "role", "a string")
             .map_err(|e| ApiError { param: Some(format!("{param}.role")), ..e })?
             .ok_or_else(|| ApiError::invalid_param(&param, format!("`{param}.role` is required")))?;
+        if !ROLES.contains(&role.as_str()) {
+            return Err(ApiError::invalid_param(
+                &format!("{param}.role"),
+                format!("`{param}.role` is `{role}`; it must be one of {}", ROLES.join(", ")),
+            ));
+        }
         // OpenAI's newer name for the system role.
         let role = if role == "developer" { "system".to_string() } else { role };
         let content = message_content(m.get("content"), &param)?;
+        json_messages.push(tool_prompt::message_json(m, &role, &content, &param)?);
         messages.push(ChatMessage::new(role, content));
     }
-    parse_common(obj, PromptInput::Chat(messages))
+    let mut req = parse_common(obj, PromptInput::Chat(messages))?;
+    req.chat_json = json_messages;
+    req.tools = tool_prompt::parse(obj)?;
+    let top = get::<i64>(obj, "top_logprobs", "an integer")?;
+    let want = get::<bool>(obj, "logprobs", "a boolean")?.unwrap_or(false);
+    req.logprobs = match (want, top) {
+        (_, Some(k)) if k < 0 || k as usize > MAX_TOP_LOGPROBS => {
+            return Err(ApiError::invalid_param("top_logprobs", format!("`top_logprobs` must be between 0 and {MAX_TOP_LOGPROBS}, got {k}")))
+        }
+        (false, Some(_)) => {
+            return Err(ApiError::invalid_param("top_logprobs", "`top_logprobs` needs `logprobs: true`"))
+        }
+        (true, k) => Some(k.unwrap_or(0) as usize),
+        (false, None) => None,
+    };
+    Ok(req)
 }
 
 /// A message's `content`: a string, or an array of `{"type": "text", "text": …}` parts.
@@ -263,156 +329,18 @@ pub fn parse_completion(body: &Value) -> Result<GenRequest, ApiError> {
     if matches!(obj.get("echo"), Some(Value::Bool(true))) {
         return Err(ApiError::invalid_param("echo", "`echo` is not supported by this server"));
     }
-    parse_common(obj, prompt)
-}
-
-/// `usage` of a response.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct Usage {
-    pub prompt_tokens: usize,
-    pub completion_tokens: usize,
-    pub total_tokens: usize,
-}
-
-/// llama-server's `timings`: prompt tokens evaluated (after the slot's cached prefix)
-/// and generated tokens, with their wall times.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
-pub struct Timings {
-    /// Prompt tokens reused from the slot's KV cache (not evaluated again).
-    pub cache_n: usize,
-    pub prompt_n: usize,
-    pub prompt_ms: f64,
-    pub prompt_per_token_ms: f64,
-    pub prompt_per_second: f64,
-    pub predicted_n: usize,
-    pub predicted_ms: f64,
-    pub predicted_per_token_ms: f64,
-    pub predicted_per_second: f64,
-}
-
-impl Timings {
-    pub fn new(cache_n: usize, prompt_n: usize, prompt_secs: f64, predicted_n: usize, predicted_secs: f64) -> Timings {
-        let per = |n: usize, s: f64| if n == 0 { 0.0 } else { n as f64 / s.max(1e-9) };
-        let per_tok_ms = |n: usize, s: f64| if n == 0 { 0.0 } else { s * 1e3 / n as f64 };
-        Timings {
-            cache_n,
-            prompt_n,
-            prompt_ms: prompt_secs * 1e3,
-            prompt_per_token_ms: per_tok_ms(prompt_n, prompt_secs),
-            prompt_per_second: per(prompt_n, prompt_secs),
-            predicted_n,
-            predicted_ms: predicted_secs * 1e3,
-            predicted_per_token_ms: per_tok_ms(predicted_n, predicted_secs),
-            predicted_per_second: per(predicted_n, predicted_secs),
+    let mut req = parse_common(obj, prompt)?;
+    req.logprobs = match get::<i64>(obj, "logprobs", "an integer")? {
+        None => None,
+        Some(k) if (0..=MAX_TOP_LOGPROBS as i64).contains(&k) => Some(k as usize),
+        Some(k) => {
+            return Err(ApiError::invalid_param("logprobs", format!("`logprobs` must be between 0 and {MAX_TOP_LOGPROBS}, got {k}")))
         }
-    }
+    };
+    Ok(req)
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct AssistantMessage {
-    pub role: &'static str,
-    pub content: String,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ChatChoice {
-    pub index: u32,
-    pub message: AssistantMessage,
-    pub finish_reason: &'static str,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ChatCompletion {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<ChatChoice>,
-    pub usage: Usage,
-    pub timings: Timings,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Delta {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub role: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ChunkChoice {
-    pub index: u32,
-    pub delta: Delta,
-    pub finish_reason: Option<&'static str>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ChatChunk {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<ChunkChoice>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Usage>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timings: Option<Timings>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct CompletionChoice {
-    pub index: u32,
-    pub text: String,
-    pub logprobs: Option<()>,
-    pub finish_reason: Option<&'static str>,
-}
-
-/// A `/v1/completions` response, and (with `object: "text_completion"` too, as OpenAI
-/// does) each of its stream chunks.
-#[derive(Clone, Debug, Serialize)]
-pub struct Completion {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<CompletionChoice>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Usage>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timings: Option<Timings>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ModelCard {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub owned_by: &'static str,
-    /// lode's extra facts about the model (like llama-server's `meta`).
-    pub meta: ModelMeta,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ModelMeta {
-    pub n_ctx: usize,
-    pub n_ctx_train: usize,
-    pub n_vocab: usize,
-    pub n_embd: usize,
-    pub size: u64,
-    pub aliases: Vec<String>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ModelList {
-    pub object: &'static str,
-    pub data: Vec<ModelCard>,
-}
-
-/// Seconds since the Unix epoch (`created`).
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
+pub use super::wire::*;
 
 #[cfg(test)]
 mod tests {
@@ -455,7 +383,11 @@ mod tests {
             ("max_tokens", json!(0)),
             ("max_tokens", json!(-3)),
             ("max_tokens", json!(1e30)),
-            ("n", json!(2)),
+            ("n", json!(99)),
+            ("response_format", json!({"type": "json_object"})),
+            ("grammar", json!("root ::= \"a\"")),
+            ("logit_bias", json!({"42": 5})),
+            ("top_logprobs", json!(3)),
             ("stop", json!([1, 2])),
             ("seed", json!(-7)),
             ("stream", json!("yes")),

@@ -37,17 +37,41 @@ enum Msg {
     Truncate { seq: usize, n: usize },
     /// The sequence's request is over: steps no longer wait for it.
     Idle { seq: usize },
+    /// The mean of the normed last hidden states of `tokens`, evaluated alone on `seq`
+    /// (the embeddings sequence, emptied before and after).
+    Embed { seq: usize, tokens: Vec<u32>, reply: Reply },
 }
 
-/// Starts the engine thread; returns one handle per sequence of `engine`.
-pub fn start(engine: BatchEngine, metrics: Arc<Metrics>) -> std::io::Result<Vec<SeqHandle>> {
+/// The embeddings sequence's handle (`--embeddings`): any thread may ask.
+#[derive(Clone)]
+pub struct EmbedHandle {
+    seq: usize,
+    tx: Sender<Msg>,
+    pub n_ctx: usize,
+}
+
+impl EmbedHandle {
+    /// Mean-pooled hidden state of `tokens` (not normalized).
+    pub fn embed(&self, tokens: Vec<u32>) -> Result<Vec<f32>, String> {
+        let (reply, rx) = mpsc::sync_channel(1);
+        let gone = || "the engine thread has stopped".to_string();
+        self.tx.send(Msg::Embed { seq: self.seq, tokens, reply }).map_err(|_| gone())?;
+        rx.recv().map_err(|_| gone())?
+    }
+}
+
+/// Starts the engine thread; returns one handle per slot sequence of `engine`, and with
+/// `embeddings` the handle of its last sequence, kept for embeddings.
+pub fn start(engine: BatchEngine, metrics: Arc<Metrics>, embeddings: bool) -> std::io::Result<(Vec<SeqHandle>, Option<EmbedHandle>)> {
     let (tx, rx) = mpsc::channel();
     let n_ctx = engine.n_ctx();
-    let handles = (0..engine.n_seq())
+    let n_slots = engine.n_seq() - usize::from(embeddings);
+    let handles = (0..n_slots)
         .map(|seq| SeqHandle { seq, tx: tx.clone(), history: engine.history(seq).to_vec(), n_ctx })
         .collect();
+    let embed = embeddings.then(|| EmbedHandle { seq: n_slots, tx: tx.clone(), n_ctx });
     std::thread::Builder::new().name("lode-engine".into()).spawn(move || engine_thread(engine, rx, metrics))?;
-    Ok(handles)
+    Ok((handles, embed))
 }
 
 /// One sequence of the shared engine, as a slot thread sees it. It mirrors the
@@ -191,6 +215,20 @@ fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>) {
             }
             Msg::Truncate { seq, n } => engine.truncate(seq, n),
             Msg::Idle { seq } => decoding[seq] = false,
+            Msg::Embed { seq, tokens, reply } => {
+                let r = guarded(&mut engine, |e| {
+                    e.truncate(seq, 0);
+                    let mut sum: Vec<f64> = Vec::new();
+                    let r = e.eval_rows(seq, &tokens, OutputRows::Hidden, &mut |_, h| {
+                        sum.resize(h.len(), 0.0);
+                        sum.iter_mut().zip(h).for_each(|(s, &x)| *s += x as f64);
+                    });
+                    e.truncate(seq, 0);
+                    r?;
+                    Ok(sum.iter().map(|&s| (s / tokens.len().max(1) as f64) as f32).collect())
+                });
+                let _ = reply.send(r);
+            }
         }
     }
 }

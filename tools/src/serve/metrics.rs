@@ -25,6 +25,8 @@ pub struct Metrics {
     pub queue_depth: AtomicUsize,
     pub active_slots: AtomicUsize,
     pub slots: usize,
+    /// Per slot: whether it is generating now (`/slots`).
+    busy: Vec<std::sync::atomic::AtomicBool>,
     /// Bytes of device memory the backends hold (0 on the CPU).
     pub device_memory_bytes: AtomicU64,
     /// Copies of the weights resident in device memory (0 on the CPU: it reads the
@@ -53,6 +55,7 @@ impl Metrics {
             queue_depth: AtomicUsize::new(0),
             active_slots: AtomicUsize::new(0),
             slots,
+            busy: (0..slots).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
             device_memory_bytes: AtomicU64::new(0),
             weight_copies: AtomicU64::new(0),
             batch_steps: AtomicU64::new(0),
@@ -67,6 +70,16 @@ impl Metrics {
     }
 
     /// One generated token, for the rate window (totals are added per request).
+    pub fn set_busy(&self, slot: usize, busy: bool) {
+        if let Some(b) = self.busy.get(slot) {
+            b.store(busy, Relaxed);
+        }
+    }
+
+    pub fn is_busy(&self, slot: usize) -> bool {
+        self.busy.get(slot).is_some_and(|b| b.load(Relaxed))
+    }
+
     pub fn token(&self) {
         let sec = self.start.elapsed().as_secs();
         let mut r = self.recent.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,7 +1,11 @@
 //! `lode serve`: an OpenAI-compatible HTTP server (chat and text completions, streamed
-//! over SSE or not, `/v1/models`, `/health`, Prometheus `/metrics`).
+//! over SSE or not, with `n` choices, log-probabilities and tool calls; `/v1/models`,
+//! `/v1/embeddings`, `/health`, Prometheus `/metrics`; llama-server's `/tokenize`,
+//! `/detokenize`, `/props`, `/slots`; CORS with `--cors`).
 //!
-//! Layout: [`api`] reads requests and shapes responses, [`routes`] is the HTTP side,
+//! Layout: [`api`] reads requests, [`wire`] is the response types, [`respond`] shapes
+//! them (whole or SSE), [`logprobs`] and [`tools`] add log-probabilities and tool calls,
+//! [`extra`] holds llama-server's endpoints and embeddings, [`routes`] is the HTTP side,
 //! [`scheduler`] owns the slots (one OS thread each) and the FIFO queue in front of
 //! them, [`slot`] runs one generation on a slot's sequence, [`batcher`] is the engine
 //! thread those sequences share, [`metrics`] counts, [`errors`] is the OpenAI error JSON.
@@ -13,10 +17,16 @@
 pub mod api;
 pub mod batcher;
 pub mod errors;
+pub mod extra;
+pub mod logprobs;
 pub mod metrics;
+pub mod respond;
 pub mod routes;
 pub mod scheduler;
 pub mod slot;
+pub mod tool_prompt;
+pub mod tools;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,9 +61,18 @@ pub struct Args {
     /// Requests beyond this wait in a first-come first-served queue.
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
-    /// Another name requests may use in `model`.
+    /// Another name for the model (listed in `/v1/models`' aliases; any `model` name
+    /// is accepted, since one model is served).
     #[arg(long)]
     pub alias: Option<String>,
+    /// Serve `/v1/embeddings` (mean-pooled, L2-normalised last hidden states; one more
+    /// KV cache of --ctx-size tokens).
+    #[arg(long)]
+    pub embeddings: bool,
+    /// Answer browsers calling from ORIGIN (`*`: any origin) with CORS headers, and
+    /// their preflight requests (off by default).
+    #[arg(long, value_name = "ORIGIN")]
+    pub cors: Option<String>,
 }
 
 /// Most slots one server runs.
@@ -76,12 +95,12 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("lode: {note}");
     }
     let model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
-    let engine = BatchEngine::new(model, be, opts, args.parallel)?;
+    let engine = BatchEngine::new(model, be, opts, args.parallel + usize::from(args.embeddings))?;
     let (n_ctx, be_name) = (engine.n_ctx(), engine.backend_name());
     let c = &engine.model().cfg;
     let (n_ctx_train, n_vocab, n_embd) = (c.n_ctx_train, c.n_vocab, c.n_embd);
     let metrics = Arc::new(Metrics::new(args.parallel));
-    let handles = batcher::start(engine, metrics.clone()).context("cannot start the engine thread")?;
+    let (handles, embed) = batcher::start(engine, metrics.clone(), args.embeddings).context("cannot start the engine thread")?;
     let runners: Vec<Box<dyn SlotRunner>> =
         handles.into_iter().map(|h| Box::new(EngineSlot::new(h, tok.clone())) as Box<dyn SlotRunner>).collect();
 
@@ -116,6 +135,9 @@ pub fn run(args: Args) -> Result<()> {
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         scheduler,
         metrics,
+        model_path: path.display().to_string(),
+        embed,
+        cors: args.cors.clone().filter(|c| !c.is_empty()),
     });
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -2,7 +2,6 @@
 //! an SSE stream. Everything a client can get wrong ends in an [`ApiError`] before a
 //! slot is touched; the body size limit, the API key and request counting are layers.
 
-use std::convert::Infallible;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,21 +9,24 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::{stream, Stream, StreamExt};
 use lode_runtime::tokenizer::{ChatTemplate, Tokenizer};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tower_http::cors::{Any, CorsLayer};
 
 use super::api::{self, GenRequest, PromptInput};
+use super::batcher::EmbedHandle;
 use super::errors::ApiError;
+use super::extra;
 use super::metrics::Metrics;
-use super::scheduler::{Event, Finish, Job, Scheduler};
+use super::respond::{self, Kind, Meta};
+use super::scheduler::{Event, Job, Scheduler};
+use super::tool_prompt;
+use super::tools::ToolParser;
 
 /// Largest request body accepted (413 beyond).
 pub const BODY_LIMIT: usize = 4 << 20;
@@ -43,6 +45,12 @@ pub struct AppState {
     pub api_key: Option<String>,
     pub scheduler: Scheduler,
     pub metrics: Arc<Metrics>,
+    /// The model file, as `/props` shows it.
+    pub model_path: String,
+    /// `--embeddings`: the engine's embeddings sequence.
+    pub embed: Option<EmbedHandle>,
+    /// `--cors`: the origin browsers may call from (`*`: any).
+    pub cors: Option<String>,
 }
 
 type St = State<Arc<AppState>>;
@@ -56,16 +64,43 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/models", get(models))
+        .route("/v1/embeddings", post(extra::embeddings))
+        .route("/embeddings", post(extra::embeddings))
+        .route("/tokenize", post(extra::tokenize))
+        .route("/detokenize", post(extra::detokenize))
+        .route("/props", get(extra::props))
+        .route("/slots", get(extra::slots))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
-    Router::new()
+    let cors = state.cors.as_deref().map(cors_layer);
+    let app = Router::new()
         .route("/health", get(health))
         .route("/v1/health", get(health))
         .merge(api)
         .fallback(fallback)
         .layer(middleware::from_fn_with_state(state.clone(), count_and_jsonify))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(state)
+        .with_state(state);
+    // Outermost, so a browser's preflight (OPTIONS, no API key) is answered before routing.
+    match cors {
+        Some(c) => app.layer(c),
+        None => app,
+    }
+}
+
+/// `--cors ORIGIN`: that origin (or `*`: any) may call every endpoint from a browser.
+fn cors_layer(origin: &str) -> CorsLayer {
+    let base = CorsLayer::new()
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers(Any)
+        .max_age(std::time::Duration::from_secs(600));
+    match origin {
+        "*" => base.allow_origin(Any),
+        o => match HeaderValue::from_str(o) {
+            Ok(v) => base.allow_origin(v),
+            Err(_) => base.allow_origin(Any),
+        },
+    }
 }
 
 async fn auth(State(st): St, req: Request, next: Next) -> Response {
@@ -133,12 +168,6 @@ async fn models(State(st): St) -> Json<api::ModelList> {
     })
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Chat,
-    Completion,
-}
-
 async fn chat(State(st): St, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     handle(st, Kind::Chat, body).await
 }
@@ -148,7 +177,7 @@ async fn completions(State(st): St, body: Result<Bytes, BytesRejection>) -> Resu
 }
 
 /// Bytes → JSON value, with the reason when they are not.
-fn parse_body(body: Result<Bytes, BytesRejection>) -> Result<serde_json::Value, ApiError> {
+pub fn parse_body(body: Result<Bytes, BytesRejection>) -> Result<serde_json::Value, ApiError> {
     let bytes = body.map_err(|r| ApiError::with_status(r.status(), r.body_text()))?;
     if let Err(e) = std::str::from_utf8(&bytes) {
         return Err(ApiError::bad_request(format!(
@@ -166,17 +195,16 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
         Kind::Completion => api::parse_completion(&value)?,
     };
     drop(value);
-    if let Some(m) = &req.model {
-        if *m != st.model_id && !st.aliases.contains(m) {
-            return Err(ApiError::model_not_found(m, &st.model_id));
-        }
-    }
-    let (prompt_tokens, req) = {
+    // One model is served: any `model` name means it (llama-server's convention; most
+    // local clients send a fixed name).
+    let ((prompt_tokens, parser, tool_stop), req) = {
         let st = st.clone();
-        tokio::task::spawn_blocking(move || tokenize(&st, &req.prompt).map(|p| (p, req)))
+        tokio::task::spawn_blocking(move || tokenize(&st, &req).map(|p| (p, req)))
             .await
             .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))??
     };
+    let mut stops = req.stops.clone();
+    stops.extend(tool_stop);
     let param = if kind == Kind::Chat { "messages" } else { "prompt" };
     let n = prompt_tokens.len();
     if n >= st.n_ctx {
@@ -202,40 +230,52 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
         None => room,
     };
 
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    st.scheduler.submit(Job {
-        prompt: prompt_tokens,
-        sampling: req.sampling.clone(),
-        max_tokens,
-        stops: req.stops.clone(),
-        events: tx,
-        enqueued: Instant::now(),
-    });
-    // Wait for a slot (or an error) before answering, so a failure is still an HTTP status.
-    match rx.recv().await {
+    // One job per choice, each with its own seed; they run on free slots side by side.
+    let mut rxs = Vec::with_capacity(req.n);
+    for i in 0..req.n {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut sampling = req.sampling.clone();
+        sampling.seed = sampling.seed.wrapping_add(i as u64);
+        st.scheduler.submit(Job {
+            prompt: prompt_tokens.clone(),
+            sampling,
+            max_tokens,
+            stops: stops.clone(),
+            logprobs: req.logprobs,
+            events: tx,
+            enqueued: Instant::now(),
+        });
+        rxs.push(rx);
+    }
+    // Wait for the first choice's slot (or an error) before answering, so a failure is
+    // still an HTTP status.
+    let first = rxs.first_mut().ok_or_else(|| ApiError::internal("no choices"))?;
+    match first.recv().await {
         Some(Event::Started { slot, queued_ms }) => tracing::debug!("slot {slot} took a request after {queued_ms:.1} ms"),
         Some(Event::Error(e)) => return Err(e),
         _ => return Err(ApiError::internal("the slot ended the request without an answer")),
     }
-    let meta = Meta { id: new_id(kind), created: api::unix_now(), model: st.model_id.clone(), kind };
+    let mut meta = Meta::new(kind, st.model_id.clone(), req.logprobs.is_some());
+    meta.tools = parser;
     if req.stream {
-        Ok(sse(meta, &req, rx).into_response())
+        Ok(respond::sse(meta, req.include_usage, rxs).into_response())
     } else {
-        let mut text = String::new();
-        loop {
-            match rx.recv().await {
-                Some(Event::Text(t)) => text.push_str(&t),
-                Some(Event::Done(fin)) => return Ok(meta.full(text, fin)),
-                Some(Event::Error(e)) => return Err(e),
-                Some(Event::Started { .. }) => {}
-                None => return Err(ApiError::internal("the slot ended the request without an answer")),
-            }
+        let mut choices = Vec::with_capacity(rxs.len());
+        for rx in rxs {
+            choices.push(respond::collect(rx).await?);
         }
+        Ok(meta.full(choices))
     }
 }
 
-fn tokenize(st: &AppState, prompt: &PromptInput) -> Result<Vec<u32>, ApiError> {
-    let ids = match prompt {
+/// The prompt's tokens; with tools, the answer's parser and the forced call's stop.
+fn tokenize(st: &AppState, req: &GenRequest) -> Result<(Vec<u32>, Option<ToolParser>, Option<String>), ApiError> {
+    if req.tools.is_some() || tool_prompt::has_tool_turns(&req.chat_json) {
+        let r = tool_prompt::render(&st.template, &req.chat_json, req.tools.as_ref())?;
+        let ids = st.tok.encode(&r.text, true, true);
+        return Ok((ids, r.parser, r.stop));
+    }
+    let ids = match &req.prompt {
         PromptInput::Chat(messages) => {
             let text = st
                 .template
@@ -255,127 +295,6 @@ fn tokenize(st: &AppState, prompt: &PromptInput) -> Result<Vec<u32>, ApiError> {
     if ids.is_empty() {
         return Err(ApiError::bad_request("the prompt is empty (it has no tokens)"));
     }
-    Ok(ids)
+    Ok((ids, None, None))
 }
 
-fn new_id(kind: Kind) -> String {
-    let prefix = if kind == Kind::Chat { "chatcmpl" } else { "cmpl" };
-    format!("{prefix}-{:016x}", rand::random::<u64>())
-}
-
-/// What every response object of one request repeats.
-struct Meta {
-    id: String,
-    created: u64,
-    model: String,
-    kind: Kind,
-}
-
-impl Meta {
-    fn full(self, text: String, fin: Finish) -> Response {
-        match self.kind {
-            Kind::Chat => Json(api::ChatCompletion {
-                id: self.id,
-                object: "chat.completion",
-                created: self.created,
-                model: self.model,
-                choices: vec![api::ChatChoice {
-                    index: 0,
-                    message: api::AssistantMessage { role: "assistant", content: text },
-                    finish_reason: fin.finish_reason,
-                }],
-                usage: fin.usage,
-                timings: fin.timings,
-            })
-            .into_response(),
-            Kind::Completion => Json(api::Completion {
-                id: self.id,
-                object: "text_completion",
-                created: self.created,
-                model: self.model,
-                choices: vec![api::CompletionChoice { index: 0, text, logprobs: None, finish_reason: Some(fin.finish_reason) }],
-                usage: Some(fin.usage),
-                timings: Some(fin.timings),
-            })
-            .into_response(),
-        }
-    }
-
-    /// One stream chunk: a text delta, or (with `fin`) the closing chunk.
-    fn chunk(&self, text: Option<String>, role: bool, fin: Option<&Finish>) -> String {
-        let v = match self.kind {
-            Kind::Chat => serde_json::to_string(&api::ChatChunk {
-                id: self.id.clone(),
-                object: "chat.completion.chunk",
-                created: self.created,
-                model: self.model.clone(),
-                choices: vec![api::ChunkChoice {
-                    index: 0,
-                    delta: api::Delta { role: role.then_some("assistant"), content: text },
-                    finish_reason: fin.map(|f| f.finish_reason),
-                }],
-                usage: fin.map(|f| f.usage),
-                timings: fin.map(|f| f.timings),
-            }),
-            Kind::Completion => serde_json::to_string(&api::Completion {
-                id: self.id.clone(),
-                object: "text_completion",
-                created: self.created,
-                model: self.model.clone(),
-                choices: vec![api::CompletionChoice {
-                    index: 0,
-                    text: text.unwrap_or_default(),
-                    logprobs: None,
-                    finish_reason: fin.map(|f| f.finish_reason),
-                }],
-                usage: fin.map(|f| f.usage),
-                timings: fin.map(|f| f.timings),
-            }),
-        };
-        v.unwrap_or_default()
-    }
-
-    /// OpenAI's `stream_options.include_usage` chunk: no choices, just usage.
-    fn usage_chunk(&self, fin: &Finish) -> String {
-        let object = if self.kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" };
-        serde_json::json!({
-            "id": self.id, "object": object, "created": self.created, "model": self.model,
-            "choices": [], "usage": fin.usage,
-        })
-        .to_string()
-    }
-}
-
-/// The SSE body: `data: {chunk}` per piece of text, the closing chunk, `data: [DONE]`.
-/// Dropping it (the client went away) drops `rx`, which cancels the job.
-fn sse(
-    meta: Meta,
-    req: &GenRequest,
-    rx: mpsc::UnboundedReceiver<Event>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let meta = Arc::new(meta);
-    let include_usage = req.include_usage;
-    let data = |s: String| Ok(SseEvent::default().data(s));
-    let first = match meta.kind {
-        Kind::Chat => vec![data(meta.chunk(Some(String::new()), true, None))],
-        Kind::Completion => vec![],
-    };
-    let m = meta.clone();
-    let rest = UnboundedReceiverStream::new(rx).flat_map(move |ev| {
-        let out = match ev {
-            Event::Text(t) => vec![data(m.chunk(Some(t), false, None))],
-            Event::Done(fin) => {
-                let mut v = vec![data(m.chunk(None, false, Some(&fin)))];
-                if include_usage {
-                    v.push(data(m.usage_chunk(&fin)));
-                }
-                v.push(data("[DONE]".into()));
-                v
-            }
-            Event::Error(e) => vec![data(e.body_json())],
-            Event::Started { .. } => vec![],
-        };
-        stream::iter(out)
-    });
-    Sse::new(stream::iter(first).chain(rest)).keep_alive(KeepAlive::default())
-}

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 
 use super::api::{Timings, Usage};
 use super::errors::ApiError;
+use super::logprobs::TokenLogprob;
 use super::metrics::Metrics;
 
 /// One generation request, tokenized and validated.
@@ -31,8 +32,25 @@ pub struct Job {
     /// At least 1; already capped so prompt + completion fit the context.
     pub max_tokens: usize,
     pub stops: Vec<String>,
+    /// `Some(k)`: report each token's log-probability and its `k` most likely alternatives.
+    pub logprobs: Option<usize>,
     pub events: mpsc::UnboundedSender<Event>,
     pub enqueued: Instant,
+}
+
+/// A piece of generated text and the log-probabilities of the tokens it came from
+/// (empty unless the job asked for them; text may lag its tokens: stop strings and
+/// incomplete UTF-8 hold it back).
+#[derive(Debug, Default, Clone)]
+pub struct Piece {
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+}
+
+impl Piece {
+    pub fn text(text: String) -> Piece {
+        Piece { text, logprobs: Vec::new() }
+    }
 }
 
 /// What a request hears from its slot, in order: `Started`, any `Text`, then `Done`
@@ -40,7 +58,7 @@ pub struct Job {
 #[derive(Debug)]
 pub enum Event {
     Started { slot: usize, queued_ms: f64 },
-    Text(String),
+    Text(Piece),
     Done(Finish),
     Error(ApiError),
 }
@@ -58,7 +76,7 @@ pub struct Finish {
 pub trait SlotRunner: Send {
     /// Generates for `job`, handing each piece of text (possibly empty) to `emit`, which
     /// returns `false` when the client is gone and generation should stop.
-    fn run(&mut self, job: &Job, emit: &mut dyn FnMut(String) -> bool) -> Result<Finish, ApiError>;
+    fn run(&mut self, job: &Job, emit: &mut dyn FnMut(Piece) -> bool) -> Result<Finish, ApiError>;
     /// Forget all state (after a panic left it unknown).
     fn reset(&mut self);
 }
@@ -128,17 +146,19 @@ fn worker(slot: usize, mut runner: Box<dyn SlotRunner>, sh: Arc<Shared>) {
         let queued_ms = job.enqueued.elapsed().as_secs_f64() * 1e3;
         let _ = job.events.send(Event::Started { slot, queued_ms });
         m.active_slots.fetch_add(1, Relaxed);
+        m.set_busy(slot, true);
         let events = job.events.clone();
-        let mut emit = |text: String| {
+        let mut emit = |piece: Piece| {
             m.token();
-            if text.is_empty() {
+            if piece.text.is_empty() && piece.logprobs.is_empty() {
                 !events.is_closed()
             } else {
-                events.send(Event::Text(text)).is_ok()
+                events.send(Event::Text(piece)).is_ok()
             }
         };
         let result = catch_unwind(AssertUnwindSafe(|| runner.run(&job, &mut emit)));
         m.active_slots.fetch_sub(1, Relaxed);
+        m.set_busy(slot, false);
         let event = match result {
             Ok(Ok(fin)) => {
                 let t = &fin.timings;
@@ -176,14 +196,14 @@ mod tests {
     struct Fake;
 
     impl SlotRunner for Fake {
-        fn run(&mut self, job: &Job, emit: &mut dyn FnMut(String) -> bool) -> Result<Finish, ApiError> {
+        fn run(&mut self, job: &Job, emit: &mut dyn FnMut(Piece) -> bool) -> Result<Finish, ApiError> {
             if job.prompt == [666] {
                 panic!("boom");
             }
             let mut n = 0;
             loop {
                 let t = job.prompt.get(n).map_or(String::new(), |t| t.to_string());
-                if !emit(t) {
+                if !emit(Piece::text(t)) {
                     return Ok(Finish { finish_reason: "cancelled", usage: Usage::default(), timings: Timings::default() });
                 }
                 n += 1;
@@ -204,6 +224,7 @@ mod tests {
             sampling: SamplerParams::greedy(),
             max_tokens: 1,
             stops: vec![],
+            logprobs: None,
             events: tx,
             enqueued: Instant::now(),
         };
@@ -215,7 +236,7 @@ mod tests {
         while let Some(ev) = rx.blocking_recv() {
             match ev {
                 Event::Started { .. } => {}
-                Event::Text(t) => text.push_str(&t),
+                Event::Text(t) => text.push_str(&t.text),
                 end => return (text, Some(end)),
             }
         }

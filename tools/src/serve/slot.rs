@@ -7,12 +7,13 @@
 
 use std::sync::Arc;
 
-use lode_runtime::engine::{generate, Engine, EngineError, Flow, GenParams, Sampler, Sequence, StopReason, StopStrings};
+use lode_runtime::engine::{generate_with_logits, Engine, EngineError, Flow, GenParams, Sampler, Sequence, StopReason, StopStrings};
 use lode_runtime::tokenizer::Tokenizer;
 
 use super::api::{Timings, Usage};
 use super::errors::ApiError;
-use super::scheduler::{Finish, Job, SlotRunner};
+use super::logprobs::token_logprob;
+use super::scheduler::{Finish, Job, Piece, SlotRunner};
 
 /// A sequence a slot generates on: an [`Engine`] of its own, or its handle on the
 /// server's shared batch engine ([`super::batcher::SeqHandle`]).
@@ -44,7 +45,7 @@ pub fn reusable_prefix(history: &[u32], prompt: &[u32]) -> usize {
 }
 
 impl<S: SlotSequence> SlotRunner for EngineSlot<S> {
-    fn run(&mut self, job: &Job, emit: &mut dyn FnMut(String) -> bool) -> Result<Finish, ApiError> {
+    fn run(&mut self, job: &Job, emit: &mut dyn FnMut(Piece) -> bool) -> Result<Finish, ApiError> {
         let r = self.generate(job, emit);
         self.engine.finished();
         r
@@ -57,7 +58,7 @@ impl<S: SlotSequence> SlotRunner for EngineSlot<S> {
 }
 
 impl<S: SlotSequence> EngineSlot<S> {
-    fn generate(&mut self, job: &Job, emit: &mut dyn FnMut(String) -> bool) -> Result<Finish, ApiError> {
+    fn generate(&mut self, job: &Job, emit: &mut dyn FnMut(Piece) -> bool) -> Result<Finish, ApiError> {
         let EngineSlot { engine, tok, eog } = self;
         let prompt = &job.prompt;
         let cached = reusable_prefix(engine.history(), prompt);
@@ -72,10 +73,11 @@ impl<S: SlotSequence> EngineSlot<S> {
         let (mut cancelled, mut stop_hit) = (false, false);
         let params = GenParams { max_tokens: job.max_tokens, eog: eog.clone() };
         let tk: &Tokenizer = tok;
-        let result = generate(engine, &prompt[cached..], &params, &mut sampler, &mut |id| {
+        let result = generate_with_logits(engine, &prompt[cached..], &params, &mut sampler, &mut |id, logits| {
             let piece = dec.push(tk, id);
             let (text, hit) = stops.push(&piece);
-            if !emit(text) {
+            let logprobs = job.logprobs.map(|k| vec![token_logprob(tk, logits, id, k)]).unwrap_or_default();
+            if !emit(Piece { text, logprobs }) {
                 cancelled = true;
                 return Flow::Stop;
             }
@@ -104,7 +106,7 @@ impl<S: SlotSequence> EngineSlot<S> {
             if !hit {
                 tail.push_str(&stops.flush());
             }
-            if !tail.is_empty() && !emit(tail) {
+            if !tail.is_empty() && !emit(Piece::text(tail)) {
                 cancelled = true;
             }
         }
