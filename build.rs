@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const FAMILIES: &[&str] = &["quantize", "matvec", "decode_mv", "head_mv", "norm_rope", "attention", "attn_decode", "elementwise", "gemm", "flash_attn", "dequant", "exact_matmul", "exact_ops"];
+/// The headers the families include, in `kernels::HEADERS`' order (the fingerprint's).
+const HEADERS: &[&str] = &["common.h", "mma.h", "mv_dot.h", "mv_dot_low.h", "dequant_low.h"];
 const AMD_ARCHS: &[&str] = &["gfx1100", "gfx1151"];
 
 fn main() {
@@ -33,9 +35,9 @@ fn main() {
     for f in FAMILIES {
         println!("cargo:rerun-if-changed=kernels-hip/{f}.hip");
     }
-    println!("cargo:rerun-if-changed=kernels-hip/common.h");
-    println!("cargo:rerun-if-changed=kernels-hip/mma.h");
-    println!("cargo:rerun-if-changed=kernels-hip/mv_dot.h");
+    for h in HEADERS {
+        println!("cargo:rerun-if-changed=kernels-hip/{h}");
+    }
     println!("cargo:rerun-if-env-changed=LODE_NVCC");
     println!("cargo:rerun-if-env-changed=LODE_HIP_CLANG");
     println!("cargo:rerun-if-env-changed=LODE_NO_KERNEL_BUILD");
@@ -119,7 +121,8 @@ fn main() {
     rs.push_str("/// Fingerprints of the sources each family was compiled from.\npub static EMBEDDED_SOURCES: &[(&str, u64)] = &[\n");
     for fam in FAMILIES {
         let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
-        let parts = [read(src.join("common.h")), read(src.join("mma.h")), read(src.join("mv_dot.h")), read(src.join(format!("{fam}.hip")))];
+        let mut parts: Vec<_> = HEADERS.iter().map(|h| read(src.join(h))).collect();
+        parts.push(read(src.join(format!("{fam}.hip"))));
         let refs: Vec<&[u8]> = parts.iter().map(|v| v.as_slice()).collect();
         rs.push_str(&format!("    ({fam:?}, {:#x}),\n", fingerprint(&refs)));
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Compile every kernel family the way lode's run-time path does (NVRTC, the family's
-source with common.h / mma.h / mv_dot.h inlined as `kernels::family_source` does, the
+source with its headers inlined as `kernels::family_source` does, the
 options of `driver/cuda` `rtc_compile`), without a GPU: NVRTC needs none. A GPU whose
 architecture has no embedded code object (anything but sm_90) takes this path, so a kernel
 that nvcc accepts and NVRTC rejects would break those GPUs; this catches it in CI.
@@ -12,7 +12,7 @@ import ctypes, pathlib, sys
 root = pathlib.Path(__file__).resolve().parent.parent / "kernels-hip"
 lib = ctypes.CDLL(sys.argv[1])
 archs = sys.argv[2:] or ["sm_90", "sm_80"]
-inline = {f'#include "{h}"': (root / h).read_text() for h in ["common.h", "mma.h", "mv_dot.h"]}
+inline = {f'#include "{h.name}"': h.read_text() for h in sorted(root.glob("*.h"))}
 
 def source(path):
     s = path.read_text()

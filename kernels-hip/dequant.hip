@@ -16,6 +16,7 @@
 //   (code x scale, as `quantize.hip`'s dq kernels compute them) then f2h; or plain f2h of
 //   the f32 activations (`LODE_PREFILL_ACT=f16`).
 #include "common.h"
+#include "dequant_low.h"
 
 // mul_rn / add_rn / sub_rn (common.h): f32 products and sums the compiler must not fuse
 // into an FMA (the CPU rounds each).
@@ -132,7 +133,15 @@ DEV void dq_q6k_r64(const u8* W, int row, int K, int k0, float* y) {
     dq_q6_out(ql0, ql1, qh, qd, f16_at(t + lane * 2), sc, y);
 }
 
-enum { D_Q4_0, D_Q4_1, D_Q5_0, D_Q5_1, D_Q8_0, D_Q4_K, D_Q5_K, D_Q6_K, D_Q4_K_R64, D_Q6_K_R64 };
+// The low-bit types (dequant_low.h) element by element.
+template <float (*F)(const u8*, int), int BB, int QK>
+DEV void dq_elems(const u8* W, int row, int K, int k0, float* y) {
+    const u8* r = W + (u64)row * (K / QK) * BB;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) y[i] = F(r, k0 + i);
+}
+
+enum { D_Q4_0, D_Q4_1, D_Q5_0, D_Q5_1, D_Q8_0, D_Q4_K, D_Q5_K, D_Q6_K, D_Q4_K_R64, D_Q6_K_R64, D_Q2_K, D_Q3_K, D_IQ4_NL, D_IQ4_XS, D_MXFP4 };
 
 template <int T>
 DEV void dq16(const u8* W, int row, int K, int k0, float* y) {
@@ -146,6 +155,11 @@ DEV void dq16(const u8* W, int row, int K, int k0, float* y) {
     if (T == D_Q6_K) dq_q6k(W, row, K, k0, y);
     if (T == D_Q4_K_R64) dq_q4k_r64(W, row, K, k0, y);
     if (T == D_Q6_K_R64) dq_q6k_r64(W, row, K, k0, y);
+    if (T == D_Q2_K) dq_elems<dqe_q2_K, 84, 256>(W, row, K, k0, y);
+    if (T == D_Q3_K) dq_elems<dqe_q3_K, 110, 256>(W, row, K, k0, y);
+    if (T == D_IQ4_NL) dq_elems<dqe_iq4_nl, 18, 32>(W, row, K, k0, y);
+    if (T == D_IQ4_XS) dq_elems<dqe_iq4_xs, 136, 256>(W, row, K, k0, y);
+    if (T == D_MXFP4) dq_elems<dqe_mxfp4, 17, 32>(W, row, K, k0, y);
 }
 
 struct __attribute__((aligned(16))) dq_u4 { u32 x, y, z, w; };
@@ -177,6 +191,11 @@ KERNEL LAUNCH_BOUNDS(256) void dequant_f16_q5_K(const u8* W, u16* Y, int row0, i
 KERNEL LAUNCH_BOUNDS(256) void dequant_f16_q6_K(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_Q6_K>(W, Y, row0, rows, K); }
 KERNEL LAUNCH_BOUNDS(256) void dequant_f16_q4_K_r64(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_Q4_K_R64>(W, Y, row0, rows, K); }
 KERNEL LAUNCH_BOUNDS(256) void dequant_f16_q6_K_r64(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_Q6_K_R64>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_q2_K(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_Q2_K>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_q3_K(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_Q3_K>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_iq4_nl(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_IQ4_NL>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_iq4_xs(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_IQ4_XS>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_mxfp4(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_MXFP4>(W, Y, row0, rows, K); }
 
 // y = f16(the q8_1 form's value of x) = f2h(code x f16 d), as quantize_dq_q8_1 + the GEMM's
 // staging. x: [n_rows, k] f32; y: [n_rows, k] f16; k % 32 == 0. grid (ceil(k / 256), n_rows),

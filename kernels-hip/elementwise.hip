@@ -1,5 +1,6 @@
 // Elementwise ops, gated activations, embedding rows (every weight type), f32 -> f16 rows.
 #include "common.h"
+#include "dequant_low.h"
 
 // All flat ops: grid (ceil(n / 256)), block 256.
 KERNEL void add_f32(const float* a, const float* b, float* y, int n) { pdl_entry();
@@ -184,3 +185,8 @@ GET_ROWS(get_rows_q8_0, dq_b32(4, row, e))
 GET_ROWS(get_rows_q4_K, dq_q4_K(row, e))
 GET_ROWS(get_rows_q5_K, dq_q5_K(row, e))
 GET_ROWS(get_rows_q6_K, dq_q6_K(row, e))
+GET_ROWS(get_rows_q2_K, dqe_q2_K(row, e))
+GET_ROWS(get_rows_q3_K, dqe_q3_K(row, e))
+GET_ROWS(get_rows_iq4_nl, dqe_iq4_nl(row, e))
+GET_ROWS(get_rows_iq4_xs, dqe_iq4_xs(row, e))
+GET_ROWS(get_rows_mxfp4, dqe_mxfp4(row, e))

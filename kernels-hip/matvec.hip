@@ -14,6 +14,7 @@
 #include "common.h"
 
 #include "mv_dot.h"
+#include "mv_dot_low.h"
 
 // ---- float weights x f32 activations ----
 
@@ -61,6 +62,9 @@ DEV void mv_float(const u8* wr, const float* x, int k, int ncols, float* acc) {
 MV_K(matvec_q4_K, mv_q4_K, 144, 8)
 MV_K(matvec_q5_K, mv_q5_K, 176, 12)
 MV_K(matvec_q6_K, mv_q6_K, 210, 8)
+MV_K(matvec_q2_K, mv_q2_K, 84, 8)
+MV_K(matvec_q3_K, mv_q3_K, 110, 8)
+MV_K(matvec_iq4_xs, mv_iq4_xs, 136, 8)
 
 #define MV_B32(NAME, T, BB)                                                                        \
     template <int NC>                                                                              \
@@ -81,6 +85,23 @@ MV_B32(matvec_q4_1, 1, 20)
 MV_B32(matvec_q5_0, 2, 22)
 MV_B32(matvec_q5_1, 3, 24)
 MV_B32(matvec_q8_0, 4, 34)
+
+#define MV_NL(NAME, MX, BB)                                                                        \
+    template <int NC>                                                                              \
+    DEV void NAME##_body(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { \
+        ROW_SETUP                                                                                  \
+        mv_nl<MX, NC>(W + (u64)row * (k / 32) * BB, x, k / 32, ncols, acc);                        \
+        store<NC>(y, acc, rows, row, ncols);                                                       \
+    }                                                                                              \
+    KERNEL void NAME##_n1(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { pdl_entry(); \
+        NAME##_body<1>(W, x, y, rows, k, ncols);                                                   \
+    }                                                                                              \
+    KERNEL void NAME##_n8(const u8* W, const block_q8_1* x, float* y, int rows, int k, int ncols) { pdl_entry(); \
+        NAME##_body<8>(W, x, y, rows, k, ncols);                                                   \
+    }
+
+MV_NL(matvec_iq4_nl, false, 18)
+MV_NL(matvec_mxfp4, true, 17)
 
 #define MV_F(NAME, T, EB)                                                                      \
     template <int NC>                                                                          \
@@ -106,7 +127,8 @@ MV_F(matvec_bf16, 2, 2)
 // up to 3 weights of any q8_1-consuming type (a type code per segment), saving launches,
 // which dominate a decode step of a small model; a single decode matvec of Q4_K / Q6_K
 // is this kernel with one segment. Segment s owns blocks [sum_{j<s} ceil(rows_j / 4), …).
-// Type codes: 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0, 10 Q4_K, 11 Q5_K, 12 Q6_K.
+// Type codes: 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0, 5 IQ4_NL, 6 MXFP4 (q8_1 form),
+// 10 Q4_K, 11 Q5_K, 12 Q6_K, 13 Q2_K, 14 Q3_K, 15 IQ4_XS (K form).
 // x: [k / 32] q8_1 form (for the 32-element types), xk: [k / 32] K form (for the
 // K-quants; either may be unused); y_s: [rows_s] f32.
 // (A variant staging x in shared memory, 8 rows per block, matched these bodies on rows
@@ -122,6 +144,11 @@ DEV void mv_any(int ty, const u8* W, const block_q8_1* x, const block_q8_1* xk, 
     case 10: mv_q4_K<1>(W + (u64)row * nsb * 144, xk, kb, nsb, 1, acc); break;
     case 11: mv_q5_K<1>(W + (u64)row * nsb * 176, xk, kb, nsb, 1, acc); break;
     case 12: mv_q6_K<1>(W + (u64)row * nsb * 210, xk, kb, nsb, 1, acc); break;
+    case 5: mv_nl<false, 1>(W + (u64)row * kb * 18, x, kb, 1, acc); break;
+    case 6: mv_nl<true, 1>(W + (u64)row * kb * 17, x, kb, 1, acc); break;
+    case 13: mv_q2_K<1>(W + (u64)row * nsb * 84, xk, kb, nsb, 1, acc); break;
+    case 14: mv_q3_K<1>(W + (u64)row * nsb * 110, xk, kb, nsb, 1, acc); break;
+    case 15: mv_iq4_xs<1>(W + (u64)row * nsb * 136, xk, kb, nsb, 1, acc); break;
     default: break;
     }
 }

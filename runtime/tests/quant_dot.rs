@@ -11,7 +11,7 @@ use lode_runtime::quant::{
 };
 use proptest::prelude::*;
 
-const WEIGHT_TYPES: [GgmlType; GgmlType::CPU_WEIGHTS_LEN] = GgmlType::CPU_WEIGHTS;
+const WEIGHT_TYPES: [GgmlType; GgmlType::WEIGHTS.len()] = GgmlType::WEIGHTS;
 
 fn quant(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     let mut q = vec![0u8; ty.bytes_for(x.len() as u64).unwrap() as usize];
@@ -398,7 +398,7 @@ fn cpu_only_types_avx2_equals_scalar_bit_for_bit() {
         return;
     }
     let mut rng = Lcg(23);
-    for ty in GgmlType::CPU_ONLY_WEIGHTS {
+    for ty in GgmlType::LOWBIT_WEIGHTS {
         for (rows, k) in [(1usize, 256usize), (7, 1024), (33, 2560)] {
             let w: Vec<f32> = (0..rows * k).map(|_| rng.f32() * 3.0).collect();
             let x: Vec<f32> = (0..k).map(|_| rng.f32()).collect();

@@ -26,8 +26,8 @@ fn reference() -> Value {
 fn new_types_dequantize_bit_exact_with_gguf_py() {
     let r = reference();
     let types = r["types"].as_object().unwrap();
-    assert_eq!(types.len(), GgmlType::CPU_ONLY_WEIGHTS.len());
-    for ty in GgmlType::CPU_ONLY_WEIGHTS {
+    assert_eq!(types.len(), GgmlType::LOWBIT_WEIGHTS.len());
+    for ty in GgmlType::LOWBIT_WEIGHTS {
         let w = &types[ty.name()];
         assert_eq!(w["block_bytes"].as_u64().unwrap() as usize, ty.block_bytes(), "{ty}");
         assert_eq!(w["block_elems"].as_u64().unwrap() as usize, ty.block_elems(), "{ty}");
@@ -62,7 +62,7 @@ fn quantizers_match_gguf_py_where_it_has_one() {
 
 #[test]
 fn bad_input_is_an_error_not_a_panic() {
-    for ty in GgmlType::CPU_ONLY_WEIGHTS {
+    for ty in GgmlType::LOWBIT_WEIGHTS {
         let be = ty.block_elems();
         // A row that is not a whole number of blocks.
         let mut y = vec![0f32; be + 16];
@@ -105,10 +105,10 @@ fn round_trip_error_orders_the_types() {
         dequantize(ty, &q, &mut y).unwrap();
         (x.iter().zip(&y).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>() / x.len() as f64).sqrt()
     };
-    for ty in GgmlType::CPU_ONLY_WEIGHTS {
+    for ty in GgmlType::LOWBIT_WEIGHTS {
         assert_eq!(rmse(ty, &vec![0.0; 256]), 0.0, "{ty}");
     }
-    let e: Vec<(GgmlType, f64)> = GgmlType::CPU_ONLY_WEIGHTS.iter().map(|&t| (t, rmse(t, &x))).collect();
+    let e: Vec<(GgmlType, f64)> = GgmlType::LOWBIT_WEIGHTS.iter().map(|&t| (t, rmse(t, &x))).collect();
     eprintln!("rmse on uniform [-1, 1]: {e:?}");
     let get = |t: GgmlType| e.iter().find(|p| p.0 == t).unwrap().1;
     // Uniform data: rmse of a uniform quantizer with step h is h/sqrt(12).

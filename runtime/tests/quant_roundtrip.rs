@@ -10,7 +10,7 @@ const TYPES: [GgmlType; 18] = GgmlType::ALL;
 /// Those with a per-element error bound (the linear codes; the CPU-only types' bounds are
 /// in the RMSE test below and in `quant_gguf_py.rs`).
 fn bounded() -> impl Iterator<Item = GgmlType> {
-    TYPES.into_iter().filter(|t| !GgmlType::CPU_ONLY_WEIGHTS.contains(t))
+    TYPES.into_iter().filter(|t| !GgmlType::LOWBIT_WEIGHTS.contains(t))
 }
 
 fn round_trip(ty: GgmlType, x: &[f32]) -> Vec<f32> {

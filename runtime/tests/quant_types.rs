@@ -51,7 +51,7 @@ fn f32_twin(f: &GgufFile) -> Arc<GgufFile> {
 fn models_of_each_cpu_only_type_run_on_the_cpu() {
     use lode_runtime::backend::cpu::CpuBackend;
     use weights_common::{engine_on, prompt, run};
-    for ty in GgmlType::CPU_ONLY_WEIGHTS.into_iter().chain([GgmlType::Q4_K, GgmlType::Q4_0, GgmlType::Q6_K]) {
+    for ty in GgmlType::LOWBIT_WEIGHTS.into_iter().chain([GgmlType::Q4_K, GgmlType::Q4_0, GgmlType::Q6_K]) {
         let f = Arc::new(GgufFile::from_bytes(model_bytes_with(&|_| ty)).unwrap());
         let twin = f32_twin(&f);
         let p = prompt(37, 5);

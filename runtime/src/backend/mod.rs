@@ -177,13 +177,13 @@ pub fn check_weight_types(be: &dyn Backend, weights: &[WeightRef]) -> Result<()>
     let types = be.weight_types();
     for w in weights {
         if w.view.info.dims.len() >= 2 && !types.contains(&w.ty()) {
-            let cpu = GgmlType::CPU_WEIGHTS.contains(&w.ty());
+            let fast = GgmlType::WEIGHTS.contains(&w.ty());
             return Err(BackendError::UnsupportedWeight {
                 weight: w.name().to_string(),
                 ty: w.ty(),
                 backend: be.name(),
                 supported: GgmlType::names(types),
-                hint: if cpu { "; the CPU backend runs it (--device cpu)" } else { "" },
+                hint: if fast { "; the default numerics (--numerics fast) and the CPU backend run it" } else { "" },
             });
         }
     }
@@ -203,8 +203,8 @@ pub trait Backend: Send {
     fn attach_weights(&mut self, _file: &std::sync::Arc<crate::gguf::GgufFile>, _weights: &[WeightRef]) -> Result<()> {
         Ok(())
     }
-    /// The matrix weight types this backend's kernels cover: [`GgmlType::WEIGHTS`] on
-    /// every backend, and on the CPU also [`GgmlType::CPU_ONLY_WEIGHTS`]. The engine
+    /// The matrix weight types this backend's kernels cover: [`GgmlType::WEIGHTS`], or
+    /// [`GgmlType::EXACT_WEIGHTS`] for the GPU's `--numerics exact`. The engine
     /// refuses a model with other matrices ([`check_weight_types`]) before the first op.
     fn weight_types(&self) -> &'static [GgmlType] {
         &GgmlType::WEIGHTS

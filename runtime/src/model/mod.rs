@@ -158,18 +158,18 @@ impl Model {
     }
 
     /// Norms, biases and RoPE factors must be float vectors; matrices must be of a type
-    /// some backend computes with ([`GgmlType::CPU_WEIGHTS`]).
+    /// some backend computes with ([`GgmlType::WEIGHTS`]).
     fn check_types(&self) -> Result<(), ModelError> {
         for id in self.weight_ids() {
             let w = self.w(id);
-            if w.view.info.dims.len() >= 2 && !GgmlType::CPU_WEIGHTS.contains(&w.ty()) {
-                let supported = GgmlType::names(&GgmlType::CPU_WEIGHTS);
+            if w.view.info.dims.len() >= 2 && !GgmlType::WEIGHTS.contains(&w.ty()) {
+                let supported = GgmlType::names(&GgmlType::WEIGHTS);
                 return Err(ModelError::UnsupportedType { name: w.name().into(), ty: w.ty(), supported });
             }
             // The types new to lode are checked for NaN/Inf block scales here (one read
             // of each scale field) rather than giving NaN logits later; the older ones
             // are read as they are, as before.
-            if GgmlType::CPU_ONLY_WEIGHTS.contains(&w.ty()) {
+            if GgmlType::LOWBIT_WEIGHTS.contains(&w.ty()) {
                 crate::quant::check_scales(w.ty(), w.data()).map_err(|source| ModelError::BadBlocks { name: w.name().into(), source })?;
             }
         }

@@ -441,7 +441,7 @@ mod tests {
         };
         let w: Vec<f32> = (0..rows * k).map(|_| rnd()).collect();
         let x: Vec<f32> = (0..n_tok * k).map(|_| rnd()).collect();
-        for ty in GgmlType::CPU_WEIGHTS {
+        for ty in GgmlType::WEIGHTS {
             let mut wq = vec![0u8; rows * row_bytes(ty, k).unwrap()];
             quantize(ty, &w, &mut wq).unwrap();
             for isa in [Isa::Scalar, Isa::best()] {

@@ -2,7 +2,7 @@
 //!
 //! Every id the `gguf` Python package 0.19.0 names is known here, so any valid file
 //! opens (`lode inspect`): [`GgmlType::KNOWN`]. Only [`GgmlType::ALL`] can be converted
-//! to and from f32, and only [`GgmlType::CPU_WEIGHTS`] can be a weight of a model run.
+//! to and from f32, and only [`GgmlType::WEIGHTS`] can be a weight of a model run.
 
 /// A ggml tensor element type, by its GGUF id.
 #[allow(non_camel_case_types)]
@@ -106,31 +106,17 @@ impl GgmlType {
         IQ4_XS, BF16, MXFP4,
     ];
 
-    /// Every type a weight tensor may have on every backend: [`GgmlType::ALL`] without
-    /// the activation-only Q8_1 and Q8_K and without the CPU-only types. Every CPU and
-    /// GPU kernel family covers these.
-    pub const WEIGHTS: [GgmlType; 11] = [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K];
+    /// Every type a weight tensor may have: [`GgmlType::ALL`] without the activation-only
+    /// Q8_1 and Q8_K. The CPU backend and the GPU's fast numerics cover all of them;
+    /// [`Self::EXACT_WEIGHTS`] first, then [`Self::LOWBIT_WEIGHTS`].
+    pub const WEIGHTS: [GgmlType; 16] = [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4];
 
-    pub const CPU_WEIGHTS_LEN: usize = 11 + Self::CPU_ONLY_WEIGHTS.len();
+    /// The weight types the GPU's `--numerics exact` kernels reproduce the CPU's order for.
+    pub const EXACT_WEIGHTS: [GgmlType; 11] = [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K];
 
-    /// Weight types only the CPU backend computes with (no GPU kernels yet).
-    pub const CPU_ONLY_WEIGHTS: [GgmlType; 5] = [Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4];
-
-    /// Every type a weight tensor may have on the CPU backend: [`Self::WEIGHTS`] then
-    /// [`Self::CPU_ONLY_WEIGHTS`]. Every CPU kernel family covers these.
-    pub const CPU_WEIGHTS: [GgmlType; Self::CPU_WEIGHTS_LEN] = {
-        let mut out = [F32; Self::CPU_WEIGHTS_LEN];
-        let mut i = 0;
-        while i < 11 {
-            out[i] = Self::WEIGHTS[i];
-            i += 1;
-        }
-        while i < Self::CPU_WEIGHTS_LEN {
-            out[i] = Self::CPU_ONLY_WEIGHTS[i - 11];
-            i += 1;
-        }
-        out
-    };
+    /// The low-bit and non-linear types (issue 23): their blocks' scales are checked for
+    /// NaN / Inf when a model loads.
+    pub const LOWBIT_WEIGHTS: [GgmlType; 5] = [Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4];
 
     /// The type with this GGUF id, or `None` for ids no ggml version lode knows
     /// defines (retired ids such as 4, 5, 31..=33, 36..=38 included).
@@ -222,12 +208,12 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(ids, sorted);
-        for t in GgmlType::ALL.iter().chain(&GgmlType::CPU_WEIGHTS) {
+        for t in GgmlType::ALL.iter().chain(&GgmlType::WEIGHTS) {
             assert!(GgmlType::KNOWN.contains(t));
             assert_eq!(t.entry().0, *t);
         }
-        assert_eq!(&GgmlType::CPU_WEIGHTS[..11], &GgmlType::WEIGHTS[..]);
-        assert_eq!(&GgmlType::CPU_WEIGHTS[11..], &GgmlType::CPU_ONLY_WEIGHTS[..]);
+        assert_eq!(&GgmlType::WEIGHTS[..11], &GgmlType::EXACT_WEIGHTS[..]);
+        assert_eq!(&GgmlType::WEIGHTS[11..], &GgmlType::LOWBIT_WEIGHTS[..]);
         // Names and sizes of a few by hand (ggml-common.h's static_asserts).
         assert_eq!((Q3_K.name(), Q3_K.block_elems(), Q3_K.block_bytes()), ("Q3_K", 256, 110));
         assert_eq!((IQ4_XS.name(), IQ4_XS.block_bytes()), ("IQ4_XS", 136));

@@ -182,7 +182,7 @@ impl Backend for CpuBackend {
         format!("cpu ({} threads)", self.threads)
     }
     fn weight_types(&self) -> &'static [GgmlType] {
-        &GgmlType::CPU_WEIGHTS
+        &GgmlType::WEIGHTS
     }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {

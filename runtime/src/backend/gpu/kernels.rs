@@ -41,7 +41,11 @@ pub fn embedded() -> Embedded {
 pub fn embedded_matches_sources(family: &str, src: &str) -> bool {
     let Some((_, sources)) = EMBEDDED.get() else { return true };
     match sources.iter().find(|(f, _)| *f == family) {
-        Some(&(_, h)) => h == source_fingerprint(&[COMMON_H.as_bytes(), MMA_H.as_bytes(), MV_DOT_H.as_bytes(), src.as_bytes()]),
+        Some(&(_, h)) => {
+            let mut parts: Vec<&[u8]> = HEADERS.iter().map(|(_, text)| text.as_bytes()).collect();
+            parts.push(src.as_bytes());
+            h == source_fingerprint(&parts)
+        }
         None => false,
     }
 }
@@ -58,10 +62,17 @@ pub fn source_fingerprint(parts: &[&[u8]]) -> u64 {
     h
 }
 
-const COMMON_H: &str = include_str!("../../../../kernels-hip/common.h");
-const MMA_H: &str = include_str!("../../../../kernels-hip/mma.h");
-/// The per-type decode dot products (matvec.hip and decode_mv.hip include it).
-const MV_DOT_H: &str = include_str!("../../../../kernels-hip/mv_dot.h");
+/// The headers the kernel sources include, in the order their text is fingerprinted
+/// (`build.rs` fingerprints the same list): common.h first, then those that follow it
+/// (mma.h; mv_dot.h and mv_dot_low.h, the per-type decode dot products of matvec.hip and
+/// decode_mv.hip; dequant_low.h, the low-bit types' element dequantization).
+pub const HEADERS: [(&str, &str); 5] = [
+    ("common.h", include_str!("../../../../kernels-hip/common.h")),
+    ("mma.h", include_str!("../../../../kernels-hip/mma.h")),
+    ("mv_dot.h", include_str!("../../../../kernels-hip/mv_dot.h")),
+    ("mv_dot_low.h", include_str!("../../../../kernels-hip/mv_dot_low.h")),
+    ("dequant_low.h", include_str!("../../../../kernels-hip/dequant_low.h")),
+];
 
 /// Each kernel family: its source and the kernels it must export (`family/`).
 pub use super::family::ALL as FAMILIES;
@@ -108,10 +119,10 @@ pub fn in_families(name: &str, families: &[&str]) -> bool {
     FAMILIES.iter().any(|f| families.contains(&f.name) && f.kernel_names().any(|n| n == name))
 }
 
-/// The full compilable source of a family: common.h (and mma.h, mv_dot.h, which follow
-/// it) inlined in place of their #includes.
+/// The full compilable source of a family: each of [`HEADERS`] inlined in place of its
+/// #include.
 pub fn family_source(src: &str) -> String {
-    src.replace("#include \"common.h\"", COMMON_H).replace("#include \"mma.h\"", MMA_H).replace("#include \"mv_dot.h\"", MV_DOT_H)
+    HEADERS.iter().fold(src.to_string(), |s, (name, text)| s.replace(&format!("#include \"{name}\""), text))
 }
 
 /// FNV-1a 64 over the bytes (stable across builds; the cache key needs no crypto).
@@ -235,7 +246,7 @@ mod tests {
         for f in FAMILIES {
             let (fam, src) = (f.name, f.source);
             let full = family_source(src);
-            assert!(!full.contains("#include \"common.h\"") && !full.contains("#include \"mma.h\"") && !full.contains("#include \"mv_dot.h\""), "{fam}");
+            assert!(!full.contains("#include"), "{fam}");
             assert!(full.contains("struct __attribute__((aligned(4))) block_q8_1"), "{fam}");
             for n in f.kernel_names() {
                 let base = n.trim_end_matches("_n1").trim_end_matches("_n8");

@@ -165,7 +165,12 @@ fn unsupported(what: String) -> GpuError {
 
 /// The kernels' weight type code (None: a type they do not take): the decode matvecs' one
 /// numbering.
-pub use super::matvec::mv_type_code as type_code;
+/// The type code of a weight the fused kernels take (`matvec::mv_type_code`'s numbering):
+/// the mv_dot.h types, Q4_0 … Q8_0 and Q4_K … Q6_K; the mv_dot_low.h types (Q2_K, Q3_K,
+/// IQ4_NL, IQ4_XS, MXFP4) run through `matvec_multi4_n1` and the plain matvecs.
+pub fn type_code(ty: GgmlType) -> Option<i32> {
+    super::matvec::mv_type_code(ty).filter(|&c| c <= 4 || (10..=12).contains(&c))
+}
 
 /// Whether the fused kernels take weights of `ty` with rows of `k` (whole blocks, whole
 /// 32-value activation blocks).

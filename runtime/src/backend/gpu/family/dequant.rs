@@ -39,7 +39,7 @@ kernel_args! {
     pub struct ActToF16 { x: DevPtr, y: DevPtr, n: usize }
 }
 
-const DEQUANT: [(GgmlType, Layout, Kernel<Dequant>); 10] = [
+const DEQUANT: [(GgmlType, Layout, Kernel<Dequant>); N_DEQUANT] = [
     (GgmlType::Q4_0, Layout::Stored, Kernel::new("dequant_f16_q4_0")),
     (GgmlType::Q4_1, Layout::Stored, Kernel::new("dequant_f16_q4_1")),
     (GgmlType::Q5_0, Layout::Stored, Kernel::new("dequant_f16_q5_0")),
@@ -50,21 +50,27 @@ const DEQUANT: [(GgmlType, Layout, Kernel<Dequant>); 10] = [
     (GgmlType::Q6_K, Layout::Stored, Kernel::new("dequant_f16_q6_K")),
     (GgmlType::Q4_K, Layout::Row64, Kernel::new("dequant_f16_q4_K_r64")),
     (GgmlType::Q6_K, Layout::Row64, Kernel::new("dequant_f16_q6_K_r64")),
+    (GgmlType::Q2_K, Layout::Stored, Kernel::new("dequant_f16_q2_K")),
+    (GgmlType::Q3_K, Layout::Stored, Kernel::new("dequant_f16_q3_K")),
+    (GgmlType::IQ4_NL, Layout::Stored, Kernel::new("dequant_f16_iq4_nl")),
+    (GgmlType::IQ4_XS, Layout::Stored, Kernel::new("dequant_f16_iq4_xs")),
+    (GgmlType::MXFP4, Layout::Stored, Kernel::new("dequant_f16_mxfp4")),
 ];
+const N_DEQUANT: usize = 15;
 const ACT_Q8_1: Kernel<ActToF16> = Kernel::new("act_f16_q8_1");
 const ACT_Q8_K: Kernel<ActToF16> = Kernel::new("act_f16_q8_k");
 const ACT_F32: Kernel<ActToF16> = Kernel::new("act_f16_f32");
 
-const fn sigs() -> [KernelSig; 10] {
-    let mut out = [ACT_F32.sig(); 10];
+const fn sigs() -> [KernelSig; N_DEQUANT] {
+    let mut out = [ACT_F32.sig(); N_DEQUANT];
     let mut i = 0;
-    while i < 10 {
+    while i < N_DEQUANT {
         out[i] = DEQUANT[i].2.sig();
         i += 1;
     }
     out
 }
-const SIGS: [KernelSig; 10] = sigs();
+const SIGS: [KernelSig; N_DEQUANT] = sigs();
 
 pub const FAMILY: Family = Family {
     name: "dequant",

@@ -54,7 +54,7 @@ const GLU_Q8: Kernel<GluQ8> = Kernel::new("glu_q8_f32");
 const KV_STORE: Kernel<KvStore> = Kernel::new("kv_store_f16");
 const KV_STORE_ROWS: Kernel<KvStoreRows> = Kernel::new("kv_store_f16_rows");
 const F16_ROWS: Kernel<F16Rows> = Kernel::new("f32_to_f16_rows");
-const GET_ROWS: [(GgmlType, Kernel<GetRows>); 11] = [
+const GET_ROWS: [(GgmlType, Kernel<GetRows>); N_GET_ROWS] = [
     (GgmlType::F32, Kernel::new("get_rows_f32")),
     (GgmlType::F16, Kernel::new("get_rows_f16")),
     (GgmlType::BF16, Kernel::new("get_rows_bf16")),
@@ -66,18 +66,24 @@ const GET_ROWS: [(GgmlType, Kernel<GetRows>); 11] = [
     (GgmlType::Q4_K, Kernel::new("get_rows_q4_K")),
     (GgmlType::Q5_K, Kernel::new("get_rows_q5_K")),
     (GgmlType::Q6_K, Kernel::new("get_rows_q6_K")),
+    (GgmlType::Q2_K, Kernel::new("get_rows_q2_K")),
+    (GgmlType::Q3_K, Kernel::new("get_rows_q3_K")),
+    (GgmlType::IQ4_NL, Kernel::new("get_rows_iq4_nl")),
+    (GgmlType::IQ4_XS, Kernel::new("get_rows_iq4_xs")),
+    (GgmlType::MXFP4, Kernel::new("get_rows_mxfp4")),
 ];
+const N_GET_ROWS: usize = GgmlType::WEIGHTS.len();
 
-const fn get_rows_sigs() -> [crate::backend::gpu::launch::KernelSig; 11] {
-    let mut out = [ADD.sig(); 11];
+const fn get_rows_sigs() -> [crate::backend::gpu::launch::KernelSig; N_GET_ROWS] {
+    let mut out = [ADD.sig(); N_GET_ROWS];
     let mut i = 0;
-    while i < 11 {
+    while i < N_GET_ROWS {
         out[i] = GET_ROWS[i].1.sig();
         i += 1;
     }
     out
 }
-const GET_ROWS_SIGS: [crate::backend::gpu::launch::KernelSig; 11] = get_rows_sigs();
+const GET_ROWS_SIGS: [crate::backend::gpu::launch::KernelSig; N_GET_ROWS] = get_rows_sigs();
 
 pub const FAMILY: Family = Family {
     name: "elementwise",

@@ -37,7 +37,7 @@ kernel_args! {
 }
 
 /// (type, one-column kernel, up-to-8-column kernel).
-const PLAIN: [(GgmlType, Kernel<Matvec>, Kernel<Matvec>); 11] = [
+const PLAIN: [(GgmlType, Kernel<Matvec>, Kernel<Matvec>); N_PLAIN] = [
     (GgmlType::F32, Kernel::new("matvec_f32_n1"), Kernel::new("matvec_f32_n8")),
     (GgmlType::F16, Kernel::new("matvec_f16_n1"), Kernel::new("matvec_f16_n8")),
     (GgmlType::BF16, Kernel::new("matvec_bf16_n1"), Kernel::new("matvec_bf16_n8")),
@@ -49,21 +49,27 @@ const PLAIN: [(GgmlType, Kernel<Matvec>, Kernel<Matvec>); 11] = [
     (GgmlType::Q4_K, Kernel::new("matvec_q4_K_n1"), Kernel::new("matvec_q4_K_n8")),
     (GgmlType::Q5_K, Kernel::new("matvec_q5_K_n1"), Kernel::new("matvec_q5_K_n8")),
     (GgmlType::Q6_K, Kernel::new("matvec_q6_K_n1"), Kernel::new("matvec_q6_K_n8")),
+    (GgmlType::Q2_K, Kernel::new("matvec_q2_K_n1"), Kernel::new("matvec_q2_K_n8")),
+    (GgmlType::Q3_K, Kernel::new("matvec_q3_K_n1"), Kernel::new("matvec_q3_K_n8")),
+    (GgmlType::IQ4_NL, Kernel::new("matvec_iq4_nl_n1"), Kernel::new("matvec_iq4_nl_n8")),
+    (GgmlType::IQ4_XS, Kernel::new("matvec_iq4_xs_n1"), Kernel::new("matvec_iq4_xs_n8")),
+    (GgmlType::MXFP4, Kernel::new("matvec_mxfp4_n1"), Kernel::new("matvec_mxfp4_n8")),
 ];
+const N_PLAIN: usize = GgmlType::WEIGHTS.len();
 const MULTI: Kernel<Multi> = Kernel::new("matvec_multi4_n1");
 const Q4K_LOOP: Kernel<Q4kLoop> = Kernel::new("matvec_q4k_loop_n1");
 
-const fn plain_sigs() -> [KernelSig; 22] {
-    let mut out = [MULTI.sig(); 22];
+const fn plain_sigs() -> [KernelSig; 2 * N_PLAIN] {
+    let mut out = [MULTI.sig(); 2 * N_PLAIN];
     let mut i = 0;
-    while i < 11 {
+    while i < N_PLAIN {
         out[2 * i] = PLAIN[i].1.sig();
         out[2 * i + 1] = PLAIN[i].2.sig();
         i += 1;
     }
     out
 }
-const PLAIN_SIGS: [KernelSig; 22] = plain_sigs();
+const PLAIN_SIGS: [KernelSig; 2 * N_PLAIN] = plain_sigs();
 
 pub const FAMILY: Family = Family {
     name: "matvec",
@@ -102,8 +108,9 @@ pub fn matvec(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x:
     Ok(())
 }
 
-/// The weight type code the decode matvec kernels switch on (`matvec_multi4_n1` and the
-/// fused `decode_mv` kernels; mv_dot.h's numbering). None: not a q8_1 / K-form consumer.
+/// The weight type code `matvec_multi4_n1` switches on (matvec.hip's numbering; the fused
+/// `decode_mv` kernels take the mv_dot.h types among them, `decode_mv::type_code`). None:
+/// not a q8_1 / K-form consumer.
 pub fn mv_type_code(ty: GgmlType) -> Option<i32> {
     Some(match ty {
         GgmlType::Q4_0 => 0,
@@ -114,6 +121,11 @@ pub fn mv_type_code(ty: GgmlType) -> Option<i32> {
         GgmlType::Q4_K => 10,
         GgmlType::Q5_K => 11,
         GgmlType::Q6_K => 12,
+        GgmlType::IQ4_NL => 5,
+        GgmlType::MXFP4 => 6,
+        GgmlType::Q2_K => 13,
+        GgmlType::Q3_K => 14,
+        GgmlType::IQ4_XS => 15,
         _ => return None,
     })
 }

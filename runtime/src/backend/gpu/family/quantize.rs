@@ -48,8 +48,8 @@ pub fn quantize_q8_1(d: &dyn Launch, x: DevPtr, y: DevPtr, k: usize, rows: usize
 /// The activation format matvecs of `ty` read (None: float weights, f32 activations).
 pub fn act_fmt(ty: GgmlType) -> Option<ActFmt> {
     match ty {
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => Some(ActFmt::Q8_1),
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => Some(ActFmt::K),
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => Some(ActFmt::Q8_1),
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_XS => Some(ActFmt::K),
         _ => None,
     }
 }

@@ -49,7 +49,7 @@ pub fn run_checks(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64
         Err(e) => CheckReport { name: name.into(), cases: 0, max_err: 0.0, worst_ratio: f64::INFINITY, skipped: false, failure: Some(e.to_string()) },
     };
     let mut out = Vec::new();
-    for (idx, (gname, ty, layout)) in gemm_cases().into_iter().enumerate() {
+    for (idx, (gname, ty, layout)) in blas_cases().into_iter().enumerate() {
         let name = gname.replacen("gemm_", "dequant_", 1);
         if keep(&name) {
             let mut rng = Rng::new(seed ^ (0xd0d0 + idx as u64 * 0x77));
@@ -62,7 +62,7 @@ pub fn run_checks(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64
             out.push(report(name, check_act(dev, name, form, cases, &mut rng)));
         }
     }
-    let names: Vec<_> = gemm_cases().into_iter().map(|(n, ty, l)| (n.replacen("gemm_", "blas_gemm_", 1), ty, l)).filter(|(n, _, _)| keep(n)).collect();
+    let names: Vec<_> = blas_cases().into_iter().map(|(n, ty, l)| (n.replacen("gemm_", "blas_gemm_", 1), ty, l)).filter(|(n, _, _)| keep(n)).collect();
     if names.is_empty() {
         return out;
     }
@@ -83,6 +83,15 @@ pub fn run_checks(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64
         }
     }
     out
+}
+
+/// The GEMM's (type, layout) pairs, then the types only the BLAS path reads
+/// ([`GgmlType::LOWBIT_WEIGHTS`], appended so the older checks keep their seeds), named
+/// `gemm_<type>` as [`gemm_cases`] names them.
+fn blas_cases() -> Vec<(String, GgmlType, Layout)> {
+    let mut v = gemm_cases();
+    v.extend(GgmlType::LOWBIT_WEIGHTS.iter().map(|&ty| (format!("gemm_{}", ty.name().to_lowercase()), ty, Layout::Stored)));
+    v
 }
 
 fn check_dequant(dev: &GpuDevice, name: &str, ty: GgmlType, layout: Layout, cases: usize, rng: &mut Rng) -> Out<CheckReport> {

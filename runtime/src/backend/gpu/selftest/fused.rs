@@ -109,9 +109,21 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
         }
         "matvec_multi" => {
             let types = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+            let low = GgmlType::LOWBIT_WEIGHTS;
             for c in 0..cases {
-                let nw = 1 + c % 3;
-                let tys: Vec<GgmlType> = (0..nw).map(|_| types[rng.range(0, types.len() - 1)]).collect();
+                let nw0 = 1 + c % 3;
+                let mut tys: Vec<GgmlType> = (0..nw0).map(|_| types[rng.range(0, types.len() - 1)]).collect();
+                // Every other case a low-bit type in the last segment (added, or in place of
+                // the third), chosen after the older draws.
+                if c % 2 == 1 {
+                    let ty = low[(c / 2) % low.len()];
+                    if tys.len() < 3 {
+                        tys.push(ty);
+                    } else {
+                        tys[2] = ty;
+                    }
+                }
+                let nw = tys.len();
                 let be = if tys.iter().any(|t| t.block_elems() == 256) { 256 } else { 32 };
                 // Every third case long rows.
                 let kmax = if c % 3 == 2 { 20480 } else { 4096 };

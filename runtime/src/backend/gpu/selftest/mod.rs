@@ -123,16 +123,18 @@ pub enum Elt {
     Softcap,
 }
 
-/// Every weight type the matvec and get_rows kernels support.
-pub const WEIGHT_TYPES: [GgmlType; 11] = GgmlType::WEIGHTS;
+/// Every weight type the matvec and get_rows kernels support: the first eleven, whose
+/// checks come first, then [`GgmlType::LOWBIT_WEIGHTS`], whose checks are appended at the
+/// end (so the older checks keep their seeds).
+pub const WEIGHT_TYPES: [GgmlType; 16] = GgmlType::WEIGHTS;
 
 /// Run every check whose name contains `filter`, `cases` random cases each.
 pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {
     let mut names: Vec<String> = vec!["quantize_q8_1".into()];
-    for ty in WEIGHT_TYPES {
+    for ty in GgmlType::EXACT_WEIGHTS {
         names.push(format!("matvec_{}", ty.name().to_lowercase()));
     }
-    for ty in WEIGHT_TYPES {
+    for ty in GgmlType::EXACT_WEIGHTS {
         names.push(format!("get_rows_{}", ty.name().to_lowercase()));
     }
     names.push("gemm_q4_k".into());
@@ -144,6 +146,10 @@ pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64)
     }
     // Appended (each check's seed follows its index: the older checks keep theirs).
     names.extend(act::CHECKS.iter().map(|s| s.to_string()));
+    for ty in GgmlType::LOWBIT_WEIGHTS {
+        names.push(format!("matvec_{}", ty.name().to_lowercase()));
+        names.push(format!("get_rows_{}", ty.name().to_lowercase()));
+    }
     let mut out = Vec::new();
     for (idx, name) in names.iter().enumerate() {
         if let Some(f) = filter {

@@ -27,15 +27,22 @@ pub fn random_weights(rng: &mut Rng, ty: GgmlType, rows: usize, k: usize) -> Vec
     let nb = n / ty.block_elems();
     let mut w = rng.bytes(nb * bb);
     let f16_fields: &[usize] = match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
         _ => &[],
     };
     for b in 0..nb {
         for &off in f16_fields {
             let v = rng.f() * 0.05;
             w[b * bb + off..b * bb + off + 2].copy_from_slice(&f16_bits(v));
+        }
+        // MXFP4's E8M0 exponent byte: scales 2^-13 .. 2^-3 (any byte is valid; these keep
+        // the products finite and the sums of the magnitude of the other types').
+        if ty == GgmlType::MXFP4 {
+            w[b * bb] = 115 + (rng.bytes(1)[0] % 11);
         }
     }
     w
