@@ -120,15 +120,15 @@ fn synth_qwen3_0_6b_q4_k_m() {
 /// the model layer and tokenizer can be checked against it without writing 5 GB.
 #[test]
 fn synth_llama_layout_loads_at_toy_width() {
-    use lode_tools::synth::{hparams, plan, synth, Hparams, Preset};
+    use lode_tools::synth::{hparams, plan, synth, Hparams, Preset, Quant};
     let h = Hparams { n_embd: 256, n_layer: 2, n_head: 2, n_head_kv: 1, n_ff: 512, ..hparams(Preset::Llama8b) };
     let dir = std::env::temp_dir().join(format!("lode-synth-llama-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("toy-llama.gguf");
-    synth(&h, &path, 1).unwrap();
+    synth(&h, Quant::Q4KM, &path, 1).unwrap();
     let f = GgufFile::open(&path).unwrap();
     let names: Vec<&str> = f.tensors().iter().map(|t| t.name.as_str()).collect();
-    let planned = plan(&h);
+    let planned = plan(&h, Quant::Q4KM);
     assert_eq!(names, planned.iter().map(|t| t.name.as_str()).collect::<Vec<_>>());
     assert_eq!(f.tensor("output.weight").unwrap().info.ty, GgmlType::Q6_K);
     assert_eq!(f.tensor("token_embd.weight").unwrap().info.ty, GgmlType::Q4_K);

@@ -1,5 +1,5 @@
 //! `lode synth`: write a GGUF with a real architecture's tensor shapes, hyper-parameters
-//! and llama.cpp's quantization type mix, filled with random (valid) blocks and a
+//! and one of llama.cpp's quantization type mixes, filled with random (valid) blocks and a
 //! minimal tokenizer. Speed work needs 4B/8B-sized files on machines where no real model
 //! of that size can be fetched; such a file loads in lode and in llama.cpp alike.
 
@@ -27,12 +27,59 @@ pub enum Preset {
     Llama8b,
 }
 
-/// Quantization mixes.
+/// Quantization mixes: llama.cpp's `llama-quantize` presets as it applies them without an
+/// importance matrix (see [`pick`]).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Quant {
-    /// llama.cpp's Q4_K_M (`general.file_type` 15).
+    /// llama.cpp's Q4_K_M (`general.file_type` 15): Q4_K, Q6_K on some attn_v / ffn_down.
     #[value(name = "q4_k_m")]
     Q4KM,
+    /// llama.cpp's Q3_K_M (`general.file_type` 12): Q3_K, Q4_K/Q5_K on attn_v, attn_output, ffn_down.
+    #[value(name = "q3_k_m")]
+    Q3KM,
+    /// llama.cpp's Q2_K (`general.file_type` 10): Q2_K, Q3_K/Q4_K on attn_v, attn_output, ffn_down.
+    #[value(name = "q2_k")]
+    Q2K,
+    /// llama.cpp's IQ4_XS (`general.file_type` 30): IQ4_XS, Q5_K on some attn_v / ffn_down.
+    #[value(name = "iq4_xs")]
+    IQ4XS,
+}
+
+impl Quant {
+    /// Every mix.
+    pub const ALL: [Quant; 4] = [Quant::Q4KM, Quant::Q3KM, Quant::Q2K, Quant::IQ4XS];
+
+    /// `general.file_type`: the mix's `llama_ftype` value in llama.h
+    /// (`LLAMA_FTYPE_MOSTLY_Q2_K` 10, `_Q3_K_M` 12, `_Q4_K_M` 15, `_IQ4_XS` 30).
+    pub fn file_type(self) -> u32 {
+        match self {
+            Quant::Q2K => 10,
+            Quant::Q3KM => 12,
+            Quant::Q4KM => 15,
+            Quant::IQ4XS => 30,
+        }
+    }
+
+    /// The type of every matrix no rule of [`pick`] moves
+    /// (llama.cpp's `llama_ftype_get_default_type`).
+    pub fn base(self) -> GgmlType {
+        match self {
+            Quant::Q2K => GgmlType::Q2_K,
+            Quant::Q3KM => GgmlType::Q3_K,
+            Quant::Q4KM => GgmlType::Q4_K,
+            Quant::IQ4XS => GgmlType::IQ4_XS,
+        }
+    }
+
+    /// The name `--quant` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Quant::Q2K => "q2_k",
+            Quant::Q3KM => "q3_k_m",
+            Quant::Q4KM => "q4_k_m",
+            Quant::IQ4XS => "iq4_xs",
+        }
+    }
 }
 
 /// Arguments of `lode synth`.
@@ -41,7 +88,7 @@ pub struct Args {
     /// Architecture and size.
     #[arg(long)]
     pub preset: Preset,
-    /// Quantization type mix.
+    /// Quantization type mix, one of llama.cpp's presets: q4_k_m, q3_k_m, q2_k, iq4_xs.
     #[arg(long, default_value = "q4_k_m")]
     pub quant: Quant,
     /// Output file.
@@ -73,6 +120,13 @@ pub struct Hparams {
     pub qk_norm: bool,
     /// Llama-3.1's `rope_freqs.weight` (frequency factors of its "llama3" RoPE scaling).
     pub rope_freqs: bool,
+}
+
+impl Hparams {
+    /// Query heads per KV head (llama.cpp's `n_gqa()`, 0 without KV heads).
+    pub fn n_gqa(&self) -> u64 {
+        self.n_head.checked_div(self.n_head_kv).unwrap_or(0)
+    }
 }
 
 pub fn hparams(p: Preset) -> Hparams {
@@ -116,11 +170,118 @@ pub fn hparams(p: Preset) -> Hparams {
     }
 }
 
-/// llama.cpp's Q4_K_M rule for which layers' `attn_v` and `ffn_down` get Q6_K: the first
-/// and last eighth of the layers, and every third layer in between.
+/// llama.cpp's `use_more_bits` (Q4_K_M's rule for which layers' `attn_v` and `ffn_down`
+/// get Q6_K): the first and last eighth of the layers, and every third layer in between.
 pub fn use_more_bits(i_layer: u64, n_layer: u64) -> bool {
     let (i, n) = (i_layer as i64, n_layer as i64);
     i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+}
+
+/// What a tensor is, as llama.cpp's quantizer sorts them (`tensor_get_category`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// 1-D tensors (norm weights, `rope_freqs`): llama.cpp quantizes only 2-D and up, so F32.
+    Vector,
+    TokenEmbd,
+    /// `output.weight`, the untied LM head.
+    Output,
+    AttnQ,
+    AttnK,
+    AttnV,
+    AttnOutput,
+    FfnGate,
+    FfnUp,
+    FfnDown,
+}
+
+/// The type llama.cpp's `llama_tensor_get_type` gives a tensor of kind `kind` in layer
+/// `i` of `h`'s model for the mix, before [`fallback`]. Read from llama.cpp's
+/// src/llama-quant.cpp (`llama_tensor_get_type_impl`, commit 007dbbf), for what the
+/// presets are: no importance matrix, no `--tensor-type` / `--output-tensor-type`
+/// overrides, a dense model (no experts), not Falcon, not a 70B. Its counters
+/// `i_attention_wv` and `i_ffn_down` count the tensors in the quantizer's order, which
+/// sorts by layer, so for these models they equal the layer index `i`; `n_gqa` is
+/// `n_head / n_head_kv`.
+///
+/// - LM head (`output`, or `token_embd` when tied — llama.cpp treats a tied embedding as
+///   the output): Q6_K for all four mixes; Q8_0 when `n_embd` is not a multiple of the
+///   mix's base block (256).
+/// - untied `token_embd`: the mix's base type.
+/// - Q4_K_M: `attn_v`, `ffn_down` Q6_K where [`use_more_bits`]; all else Q4_K.
+/// - Q3_K_M: `attn_v` Q5_K in layers 0 and 1 (`i_attention_wv < 2`), Q4_K after;
+///   `attn_output` Q4_K; `ffn_down` Q5_K for `i < n_layer/16`, Q4_K after (Q3_K only in
+///   Falcon's other layers); `attn_q`, `attn_k`, `ffn_gate`, `ffn_up` Q3_K.
+/// - Q2_K: `attn_v` Q4_K if `n_gqa >= 4`, else Q3_K; `attn_output`, `ffn_down` Q3_K;
+///   `attn_q`, `attn_k`, `ffn_gate`, `ffn_up` Q2_K.
+/// - IQ4_XS: `attn_v` Q5_K if `n_gqa >= 4`; `ffn_down` Q5_K for `i < n_layer/8` (only
+///   without an importance matrix); all else IQ4_XS.
+pub fn pick(mix: Quant, kind: Kind, i: u64, h: &Hparams) -> GgmlType {
+    use GgmlType::*;
+    use Kind::*;
+    let n = h.n_layer;
+    match kind {
+        Vector => return F32,
+        Output => return lm_head(h),
+        TokenEmbd if h.tied => return lm_head(h),
+        _ => {}
+    }
+    match mix {
+        Quant::Q4KM => match kind {
+            AttnV | FfnDown if use_more_bits(i, n) => Q6_K,
+            _ => Q4_K,
+        },
+        Quant::Q3KM => match kind {
+            AttnV if i < 2 => Q5_K,
+            FfnDown if i < n / 16 => Q5_K,
+            AttnV | AttnOutput | FfnDown => Q4_K,
+            _ => Q3_K,
+        },
+        Quant::Q2K => match kind {
+            AttnV if h.n_gqa() >= 4 => Q4_K,
+            AttnV | AttnOutput | FfnDown => Q3_K,
+            _ => Q2_K,
+        },
+        Quant::IQ4XS => match kind {
+            AttnV if h.n_gqa() >= 4 => Q5_K,
+            FfnDown if i < n / 8 => Q5_K,
+            _ => IQ4_XS,
+        },
+    }
+}
+
+/// The LM head's type in every mix lode has: Q6_K, or Q8_0 when a row is not whole
+/// 256-element blocks of the mix's base type.
+fn lm_head(h: &Hparams) -> GgmlType {
+    if h.n_embd.is_multiple_of(256) {
+        GgmlType::Q6_K
+    } else {
+        GgmlType::Q8_0
+    }
+}
+
+/// llama.cpp's `tensor_type_fallback`: a type whose block does not divide the row length
+/// `ncols` becomes IQ4_XS → IQ4_NL, Q2_K / Q3_K → Q4_0, Q4_K → Q5_0, Q5_K → Q5_1,
+/// Q6_K → Q8_0; F16 when even that 32-element block does not divide it (also for types
+/// llama.cpp has no fallback for and refuses). No preset has such a row.
+pub fn fallback(ty: GgmlType, ncols: u64) -> GgmlType {
+    use GgmlType::*;
+    let fits = |t: GgmlType| ncols.is_multiple_of(t.block_elems() as u64);
+    if fits(ty) {
+        return ty;
+    }
+    let alt = match ty {
+        IQ4_XS => IQ4_NL,
+        Q2_K | Q3_K => Q4_0,
+        Q4_K => Q5_0,
+        Q5_K => Q5_1,
+        Q6_K => Q8_0,
+        _ => F16,
+    };
+    if fits(alt) {
+        alt
+    } else {
+        F16
+    }
 }
 
 /// One tensor to write.
@@ -131,48 +292,39 @@ pub struct Planned {
     pub dims: Vec<u64>,
 }
 
-/// The tensor list in llama.cpp's order with Q4_K_M types: F32 for 1-D tensors; Q6_K for
-/// the LM head (`output`, or `token_embd` when tied) and for `attn_v` / `ffn_down` where
-/// [`use_more_bits`]; Q4_K otherwise. A row length that is not a multiple of 256 falls
-/// back as llama.cpp does (Q4_K → Q5_0, Q6_K → Q8_0); no preset has one.
-pub fn plan(h: &Hparams) -> Vec<Planned> {
-    let q4 = GgmlType::Q4_K;
-    let q6 = GgmlType::Q6_K;
+/// The tensor list in llama.cpp's order, each with the type [`pick`] gives it for the mix
+/// (after [`fallback`] on its row length).
+pub fn plan(h: &Hparams, mix: Quant) -> Vec<Planned> {
+    use Kind::*;
     let mut out = Vec::new();
-    let mut add = |name: String, ty: GgmlType, dims: &[u64]| {
-        let ty = match ty {
-            GgmlType::F32 => ty,
-            _ if dims[0] % 256 == 0 => ty,
-            GgmlType::Q6_K => GgmlType::Q8_0,
-            _ => GgmlType::Q5_0,
-        };
+    let mut add = |name: String, kind: Kind, i: u64, dims: &[u64]| {
+        let ty = fallback(pick(mix, kind, i, h), dims[0]);
         out.push(Planned { name, ty, dims: dims.to_vec() });
     };
     let (e, q, kv) = (h.n_embd, h.n_head * h.head_dim, h.n_head_kv * h.head_dim);
-    add("token_embd.weight".into(), if h.tied { q6 } else { q4 }, &[e, h.n_vocab]);
+    add("token_embd.weight".into(), TokenEmbd, 0, &[e, h.n_vocab]);
     if h.rope_freqs {
-        add("rope_freqs.weight".into(), GgmlType::F32, &[h.head_dim / 2]);
+        add("rope_freqs.weight".into(), Vector, 0, &[h.head_dim / 2]);
     }
     for i in 0..h.n_layer {
-        let more = if use_more_bits(i, h.n_layer) { q6 } else { q4 };
         let b = |s: &str| format!("blk.{i}.{s}.weight");
-        add(b("attn_norm"), GgmlType::F32, &[e]);
-        add(b("attn_q"), q4, &[e, q]);
-        add(b("attn_k"), q4, &[e, kv]);
-        add(b("attn_v"), more, &[e, kv]);
-        add(b("attn_output"), q4, &[q, e]);
+        add(b("attn_norm"), Vector, i, &[e]);
+        add(b("attn_q"), AttnQ, i, &[e, q]);
+        add(b("attn_k"), AttnK, i, &[e, kv]);
+        add(b("attn_v"), AttnV, i, &[e, kv]);
+        add(b("attn_output"), AttnOutput, i, &[q, e]);
         if h.qk_norm {
-            add(b("attn_q_norm"), GgmlType::F32, &[h.head_dim]);
-            add(b("attn_k_norm"), GgmlType::F32, &[h.head_dim]);
+            add(b("attn_q_norm"), Vector, i, &[h.head_dim]);
+            add(b("attn_k_norm"), Vector, i, &[h.head_dim]);
         }
-        add(b("ffn_norm"), GgmlType::F32, &[e]);
-        add(b("ffn_gate"), q4, &[e, h.n_ff]);
-        add(b("ffn_up"), q4, &[e, h.n_ff]);
-        add(b("ffn_down"), more, &[h.n_ff, e]);
+        add(b("ffn_norm"), Vector, i, &[e]);
+        add(b("ffn_gate"), FfnGate, i, &[e, h.n_ff]);
+        add(b("ffn_up"), FfnUp, i, &[e, h.n_ff]);
+        add(b("ffn_down"), FfnDown, i, &[h.n_ff, e]);
     }
-    add("output_norm.weight".into(), GgmlType::F32, &[e]);
+    add("output_norm.weight".into(), Vector, 0, &[e]);
     if !h.tied {
-        add("output.weight".into(), q6, &[e, h.n_vocab]);
+        add("output.weight".into(), Output, 0, &[e, h.n_vocab]);
     }
     out
 }
@@ -201,14 +353,14 @@ fn llama3_rope_factors(h: &Hparams) -> Vec<f32> {
 }
 
 /// The metadata llama.cpp reads for this architecture, plus the tokenizer.
-pub fn metadata(h: &Hparams) -> Vec<(String, MetaValue)> {
+pub fn metadata(h: &Hparams, mix: Quant) -> Vec<(String, MetaValue)> {
     let a = h.arch;
     let u32v = |v: u64| MetaValue::U32(v as u32);
     let s = |v: &str| MetaValue::String(v.to_string());
     let mut m: Vec<(String, MetaValue)> = vec![
         ("general.architecture".into(), s(a)),
         ("general.name".into(), s(&format!("lode synth {} (random weights)", h.name))),
-        ("general.file_type".into(), MetaValue::U32(15)),
+        ("general.file_type".into(), MetaValue::U32(mix.file_type())),
         ("general.quantization_version".into(), MetaValue::U32(2)),
         (format!("{a}.vocab_size"), u32v(h.n_vocab)),
         (format!("{a}.context_length"), u32v(h.context_length)),
@@ -276,13 +428,13 @@ const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['
 /// Llama-3's header/eot format (without tools or the date preamble).
 const LLAMA3: &str = "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
 
-/// Write the preset's file to `path`; returns the number of bytes written.
-pub fn synth(h: &Hparams, path: &std::path::Path, seed: u64) -> anyhow::Result<u64> {
+/// Write the preset's file with the mix to `path`; returns the number of bytes written.
+pub fn synth(h: &Hparams, mix: Quant, path: &std::path::Path, seed: u64) -> anyhow::Result<u64> {
     let mut w = GgufWriter::new();
-    for (k, v) in metadata(h) {
+    for (k, v) in metadata(h, mix) {
         w.add_kv(k, v);
     }
-    let planned = plan(h);
+    let planned = plan(h, mix);
     for t in &planned {
         if !blocks::supported(t.ty) {
             bail!("cannot generate {} data for {}", t.ty, t.name);
@@ -304,14 +456,14 @@ pub fn synth(h: &Hparams, path: &std::path::Path, seed: u64) -> anyhow::Result<u
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let Quant::Q4KM = args.quant;
     let h = hparams(args.preset);
     let t0 = std::time::Instant::now();
-    let n = synth(&h, &args.output, args.seed)?;
+    let n = synth(&h, args.quant, &args.output, args.seed)?;
     eprintln!(
-        "wrote {} ({} tensors, {:.2} GB) in {:.1} s",
+        "wrote {} ({} {} tensors, {:.2} GB) in {:.1} s",
         args.output.display(),
-        plan(&h).len(),
+        plan(&h, args.quant).len(),
+        args.quant.name(),
         n as f64 / 1e9,
         t0.elapsed().as_secs_f64()
     );
@@ -321,11 +473,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use GgmlType::*;
 
-    fn census(p: Preset) -> (usize, [usize; 3]) {
-        let pl = plan(&hparams(p));
-        let count = |ty| pl.iter().filter(|t| t.ty == ty).count();
-        (pl.len(), [count(GgmlType::F32), count(GgmlType::Q4_K), count(GgmlType::Q6_K)])
+    /// (type, count) of the preset's tensors under the mix, in type-id order.
+    fn census(p: Preset, mix: Quant) -> Vec<(GgmlType, usize)> {
+        let mut c = std::collections::BTreeMap::new();
+        for t in plan(&hparams(p), mix) {
+            c.entry(t.ty.id()).or_insert((t.ty, 0)).1 += 1;
+        }
+        c.into_values().collect()
+    }
+
+    fn ty_of(p: Preset, mix: Quant, name: &str) -> GgmlType {
+        plan(&hparams(p), mix).into_iter().find(|t| t.name == name).unwrap().ty
     }
 
     #[test]
@@ -333,21 +493,183 @@ mod tests {
         let layers = |n| (0..n).filter(|&i| use_more_bits(i, n)).collect::<Vec<_>>();
         assert_eq!(layers(32), vec![0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]);
         assert_eq!(layers(28), vec![0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 24, 25, 26, 27]);
+        // 36: 0..4, 31..36 and 6, 9, …, 30.
+        assert_eq!(layers(36).len(), 18);
     }
 
-    /// Llama-3.1-8B-Instruct Q4_K_M as llama.cpp's quantizer writes it: 292 tensors,
-    /// 66 F32, 193 Q4_K, 33 Q6_K.
+    // The censuses below count, per preset: qwen3 layers hold 11 tensors (4 of them 1-D:
+    // attn_norm, attn_q_norm, attn_k_norm, ffn_norm) and 7 matrices; llama layers 9
+    // tensors (2 1-D) and 7 matrices. F32 = 1-D tensors: qwen3-0.6b 4·28 + output_norm
+    // = 113, qwen3-4b 4·36 + 1 = 145, llama-8b 2·32 + output_norm + rope_freqs = 66.
+    // qwen3 ties its embeddings (token_embd takes the LM head's Q6_K); llama-8b has an
+    // untied token_embd (the mix's base type) and output.weight (Q6_K). n_gqa: qwen3-0.6b
+    // 16/8 = 2, qwen3-4b 32/8 = 4, llama-8b 32/8 = 4.
+
+    /// Q4_K_M: attn_v and ffn_down Q6_K on the use_more_bits layers (14 of 28, 18 of 36,
+    /// 16 of 32), Q4_K otherwise. Llama-3.1-8B-Instruct Q4_K_M as llama.cpp's quantizer
+    /// writes it: 292 tensors, 66 F32, 193 Q4_K, 33 Q6_K.
     #[test]
-    fn llama_8b_census_matches_llama_cpp() {
-        assert_eq!(census(Preset::Llama8b), (292, [66, 193, 33]));
+    fn q4_k_m_census() {
+        assert_eq!(census(Preset::Qwen3_0_6b, Quant::Q4KM), [(F32, 113), (Q4_K, 7 * 28 - 28), (Q6_K, 2 * 14 + 1)]);
+        assert_eq!(census(Preset::Qwen3_4b, Quant::Q4KM), [(F32, 145), (Q4_K, 7 * 36 - 36), (Q6_K, 2 * 18 + 1)]);
+        assert_eq!(census(Preset::Llama8b, Quant::Q4KM), [(F32, 66), (Q4_K, 193), (Q6_K, 33)]);
+    }
+
+    /// Q3_K_M: attn_v Q5_K in layers 0, 1 and Q4_K after; ffn_down Q5_K below n_layer/16
+    /// (1 layer of 28, 2 of 36, 2 of 32) and Q4_K after; attn_output Q4_K; attn_q, attn_k,
+    /// ffn_gate, ffn_up (and llama's untied token_embd) Q3_K.
+    /// qwen3-0.6b: Q3_K 4·28 = 112, Q4_K 26 + 27 + 28 = 81, Q5_K 2 + 1 = 3, Q6_K 1.
+    /// qwen3-4b: Q3_K 4·36 = 144, Q4_K 34 + 34 + 36 = 104, Q5_K 2 + 2 = 4, Q6_K 1.
+    /// llama-8b: Q3_K 4·32 + 1 = 129, Q4_K 30 + 30 + 32 = 92, Q5_K 4, Q6_K 1.
+    #[test]
+    fn q3_k_m_census() {
+        assert_eq!(census(Preset::Qwen3_0_6b, Quant::Q3KM), [(F32, 113), (Q3_K, 112), (Q4_K, 81), (Q5_K, 3), (Q6_K, 1)]);
+        assert_eq!(census(Preset::Qwen3_4b, Quant::Q3KM), [(F32, 145), (Q3_K, 144), (Q4_K, 104), (Q5_K, 4), (Q6_K, 1)]);
+        assert_eq!(census(Preset::Llama8b, Quant::Q3KM), [(F32, 66), (Q3_K, 129), (Q4_K, 92), (Q5_K, 4), (Q6_K, 1)]);
+        for (name, ty) in [
+            ("blk.1.attn_v.weight", Q5_K),
+            ("blk.2.attn_v.weight", Q4_K),
+            ("blk.1.ffn_down.weight", Q5_K),
+            ("blk.2.ffn_down.weight", Q4_K),
+            ("blk.31.attn_output.weight", Q4_K),
+            ("blk.31.ffn_up.weight", Q3_K),
+            ("token_embd.weight", Q3_K),
+            ("output.weight", Q6_K),
+        ] {
+            assert_eq!(ty_of(Preset::Llama8b, Quant::Q3KM, name), ty, "{name}");
+        }
+        assert_eq!(ty_of(Preset::Qwen3_0_6b, Quant::Q3KM, "blk.1.ffn_down.weight"), Q4_K);
+    }
+
+    /// Q2_K: attn_v Q4_K where n_gqa ≥ 4 (qwen3-4b, llama-8b), Q3_K otherwise
+    /// (qwen3-0.6b); attn_output and ffn_down Q3_K; attn_q, attn_k, ffn_gate, ffn_up (and
+    /// llama's untied token_embd) Q2_K.
+    /// qwen3-0.6b: Q2_K 4·28 = 112, Q3_K 3·28 = 84, Q6_K 1.
+    /// qwen3-4b: Q2_K 4·36 = 144, Q3_K 2·36 = 72, Q4_K 36, Q6_K 1.
+    /// llama-8b: Q2_K 4·32 + 1 = 129, Q3_K 2·32 = 64, Q4_K 32, Q6_K 1.
+    #[test]
+    fn q2_k_census() {
+        assert_eq!(census(Preset::Qwen3_0_6b, Quant::Q2K), [(F32, 113), (Q2_K, 112), (Q3_K, 84), (Q6_K, 1)]);
+        assert_eq!(census(Preset::Qwen3_4b, Quant::Q2K), [(F32, 145), (Q2_K, 144), (Q3_K, 72), (Q4_K, 36), (Q6_K, 1)]);
+        assert_eq!(census(Preset::Llama8b, Quant::Q2K), [(F32, 66), (Q2_K, 129), (Q3_K, 64), (Q4_K, 32), (Q6_K, 1)]);
+        assert_eq!(ty_of(Preset::Llama8b, Quant::Q2K, "token_embd.weight"), Q2_K);
+        assert_eq!(ty_of(Preset::Qwen3_0_6b, Quant::Q2K, "token_embd.weight"), Q6_K);
+    }
+
+    /// IQ4_XS: attn_v Q5_K where n_gqa ≥ 4, IQ4_XS otherwise; ffn_down Q5_K below
+    /// n_layer/8 (3 layers of 28, 4 of 36, 4 of 32); all else IQ4_XS.
+    /// qwen3-0.6b: IQ4_XS 28 (attn_v) + 25 (ffn_down) + 5·28 = 193, Q5_K 3, Q6_K 1.
+    /// qwen3-4b: IQ4_XS 32 + 5·36 = 212, Q5_K 36 + 4 = 40, Q6_K 1.
+    /// llama-8b: IQ4_XS 28 + 5·32 + 1 = 189, Q5_K 32 + 4 = 36, Q6_K 1.
+    #[test]
+    fn iq4_xs_census() {
+        assert_eq!(census(Preset::Qwen3_0_6b, Quant::IQ4XS), [(F32, 113), (Q5_K, 3), (Q6_K, 1), (IQ4_XS, 193)]);
+        assert_eq!(census(Preset::Qwen3_4b, Quant::IQ4XS), [(F32, 145), (Q5_K, 40), (Q6_K, 1), (IQ4_XS, 212)]);
+        assert_eq!(census(Preset::Llama8b, Quant::IQ4XS), [(F32, 66), (Q5_K, 36), (Q6_K, 1), (IQ4_XS, 189)]);
+        assert_eq!(ty_of(Preset::Llama8b, Quant::IQ4XS, "blk.3.ffn_down.weight"), Q5_K);
+        assert_eq!(ty_of(Preset::Llama8b, Quant::IQ4XS, "blk.4.ffn_down.weight"), IQ4_XS);
+        assert_eq!(ty_of(Preset::Qwen3_0_6b, Quant::IQ4XS, "blk.0.attn_v.weight"), IQ4_XS);
     }
 
     #[test]
-    fn qwen3_census() {
-        // 28 layers × 11 tensors + token_embd + output_norm; Q6_K = 14 + 14 + tied embd.
-        assert_eq!(census(Preset::Qwen3_0_6b), (310, [113, 168, 29]));
-        let more = (0..36).filter(|&i| use_more_bits(i, 36)).count();
-        assert_eq!(census(Preset::Qwen3_4b), (398, [145, 36 * 7 - 2 * more, 2 * more + 1]));
+    fn file_types_are_llama_ftype_values() {
+        let ft = |q: Quant| q.file_type();
+        assert_eq!(Quant::ALL.map(ft), [15, 12, 10, 30]);
+        let h = hparams(Preset::Qwen3_0_6b);
+        for q in Quant::ALL {
+            let m = metadata(&h, q);
+            let v = &m.iter().find(|(k, _)| k == "general.file_type").unwrap().1;
+            assert!(matches!(v, MetaValue::U32(x) if *x == q.file_type()), "{q:?}");
+        }
+    }
+
+    #[test]
+    fn quant_names_parse() {
+        use clap::ValueEnum;
+        for q in Quant::ALL {
+            assert_eq!(Quant::from_str(q.name(), false), Ok(q));
+        }
+    }
+
+    /// Rows that are not whole 256-element super-blocks: llama.cpp's fallbacks, and the
+    /// LM head's Q8_0.
+    #[test]
+    fn fallback_for_odd_rows() {
+        for (ty, alt) in [(IQ4_XS, IQ4_NL), (Q2_K, Q4_0), (Q3_K, Q4_0), (Q4_K, Q5_0), (Q5_K, Q5_1), (Q6_K, Q8_0)] {
+            assert_eq!(fallback(ty, 512), ty);
+            assert_eq!(fallback(ty, 1056), alt, "{ty}");
+            assert_eq!(fallback(ty, 1000), F16, "{ty}");
+        }
+        assert_eq!(fallback(F32, 7), F32);
+        let h = Hparams { n_embd: 1056, ..hparams(Preset::Qwen3_0_6b) };
+        for q in Quant::ALL {
+            let pl = plan(&h, q);
+            assert_eq!(pl[0].ty, Q8_0, "{q:?} tied embedding");
+            assert!(pl.iter().all(|t| blocks::supported(t.ty) && t.ty.bytes_for(t.dims[0]).is_some()), "{q:?}");
+        }
+        assert_eq!(ty_of_h(&h, Quant::Q3KM, "blk.0.attn_q.weight"), Q4_0);
+        assert_eq!(ty_of_h(&h, Quant::IQ4XS, "blk.0.attn_q.weight"), IQ4_NL);
+        // attn_output's rows are n_head·head_dim = 2048 long: no fallback.
+        assert_eq!(ty_of_h(&h, Quant::Q2K, "blk.0.attn_output.weight"), Q3_K);
+    }
+
+    fn ty_of_h(h: &Hparams, mix: Quant, name: &str) -> GgmlType {
+        plan(h, mix).into_iter().find(|t| t.name == name).unwrap().ty
+    }
+
+    /// Every type a mix can assign generates blocks that decode (with lode's reference
+    /// dequantizers) to finite weights of roughly ±0.05 with some spread.
+    #[test]
+    fn blocks_decode_small_and_finite() {
+        for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL, Q4_0, Q5_0, Q5_1, Q8_0, F16] {
+            assert!(blocks::supported(ty));
+            let n = 256 * 512;
+            let mut bytes = Vec::new();
+            blocks::fill_tensor(ty, ty.bytes_for(n).unwrap(), 3, 9, &mut bytes).unwrap();
+            let mut w = vec![0f32; n as usize];
+            lode_runtime::quant::dequantize(ty, &bytes, &mut w).unwrap();
+            let max = w.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let rms = (w.iter().map(|x| x * x).sum::<f32>() / n as f32).sqrt();
+            assert!(w.iter().all(|x| x.is_finite()), "{ty}: non-finite");
+            assert!(max < 0.065 && max > 0.02 && rms > 0.005, "{ty}: max {max} rms {rms}");
+        }
+    }
+
+    /// Each mix's qwen3-0.6b file writes, holds the planned types, carries its
+    /// `general.file_type`, dequantizes to finite small weights and loads in the model layer.
+    #[test]
+    fn every_mix_writes_qwen3_0_6b() {
+        use lode_runtime::gguf::GgufFile;
+        let h = hparams(Preset::Qwen3_0_6b);
+        let dir = std::env::temp_dir().join(format!("lode-synth-mixes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for q in Quant::ALL {
+            let path = dir.join(format!("{}.gguf", q.name()));
+            synth(&h, q, &path, 5).unwrap();
+            let f = GgufFile::open(&path).unwrap();
+            assert_eq!(f.get_u64("general.file_type").unwrap(), Some(q.file_type() as u64));
+            let planned = plan(&h, q);
+            assert_eq!(f.tensors().len(), planned.len());
+            for (t, p) in f.tensors().iter().zip(&planned) {
+                assert_eq!((&t.name, t.ty, &t.dims), (&p.name, p.ty, &p.dims));
+                let v = f.tensor(&t.name).unwrap();
+                let row = t.ty.bytes_for(t.dims[0]).unwrap() as usize;
+                let mut w = vec![0f32; t.dims[0] as usize * 64];
+                // Dequantize in 64-row pieces (the embedding is 150k rows).
+                let mut max = 0f32;
+                for piece in v.data.chunks(row * 64) {
+                    let w = &mut w[..piece.len() / row * t.dims[0] as usize];
+                    lode_runtime::quant::dequantize(t.ty, piece, w).unwrap();
+                    assert!(w.iter().all(|x| x.is_finite()), "{:?} {}", q, t.name);
+                    max = w.iter().fold(max, |m, x| m.max(x.abs()));
+                }
+                let limit = if t.ty == F32 { 1.1 } else { 0.065 };
+                assert!(max < limit, "{:?} {}: max {max}", q, t.name);
+            }
+            lode_runtime::model::Model::load(std::sync::Arc::new(f)).unwrap();
+            std::fs::remove_file(&path).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -363,7 +685,7 @@ mod tests {
     fn vocab_fills_the_embedding_rows() {
         for p in [Preset::Qwen3_0_6b, Preset::Llama8b] {
             let h = hparams(p);
-            let m = metadata(&h);
+            let m = metadata(&h, Quant::Q4KM);
             let toks = m.iter().find(|(k, _)| k == "tokenizer.ggml.tokens").unwrap();
             assert_eq!(toks.1.as_array().unwrap().1.len() as u64, h.n_vocab);
         }

@@ -1,7 +1,7 @@
 //! Random but valid tensor bytes, generated block by block without quantizing floats:
-//! random code bytes, small positive f16 scales. Deterministic in (seed, tensor, chunk)
-//! whatever the thread count, and produced in bounded pieces so a multi-GB tensor file
-//! streams to disk without being held in memory.
+//! random code bytes, small f16 scales (positive, but for Q5_1's centring min).
+//! Deterministic in (seed, tensor, chunk) whatever the thread count, and produced in
+//! bounded pieces so a multi-GB tensor file streams to disk without being held in memory.
 
 use std::io::Write;
 
@@ -53,7 +53,9 @@ fn f16_in(rng: &mut Rng, lo: f32, hi: f32) -> [u8; 2] {
 }
 
 /// Overwrite the scale fields of every block in `buf` (random code bytes already in
-/// place) so each block decodes to weights of roughly ±0.05.
+/// place) so each block decodes to weights of roughly ±0.05. Each bound below is the
+/// largest |w| the layout allows at the top of the scale range drawn (ggml-common.h's
+/// block structs; `lode_runtime::quant` decodes them the same way).
 fn fix_blocks(ty: GgmlType, buf: &mut [u8], rng: &mut Rng) {
     let bb = ty.block_bytes();
     for block in buf.chunks_exact_mut(bb) {
@@ -64,23 +66,55 @@ fn fix_blocks(ty: GgmlType, buf: &mut [u8], rng: &mut Rng) {
                 block[0..2].copy_from_slice(&f16_in(rng, 2e-5, 6e-5));
                 block[2..4].copy_from_slice(&f16_in(rng, 2e-5, 6e-5));
             }
+            // Q5_K as Q4_K plus qh[32] (fifth bits): codes 0..31, w = d·sc·q − dmin·m with
+            // 6-bit sc, m: |w| ≤ max(d·63·31, dmin·63) < 0.049.
+            GgmlType::Q5_K => {
+                block[0..2].copy_from_slice(&f16_in(rng, 1e-5, 2.5e-5));
+                block[2..4].copy_from_slice(&f16_in(rng, 1e-5, 2.5e-5));
+            }
             // ql[128], qh[64], i8 scales[16], d (f16) last: |w| ≤ d·128·32.
             GgmlType::Q6_K => block[208..210].copy_from_slice(&f16_in(rng, 5e-6, 1.5e-5)),
+            // scales[16] (low nibble scale, high nibble min), qs[64] (2-bit codes), d and
+            // dmin (f16) at 80 and 82: w = d·sc·q − dmin·m, so −15·dmin ≤ w ≤ 45·d < 0.05.
+            GgmlType::Q2_K => {
+                block[80..82].copy_from_slice(&f16_in(rng, 4e-4, 1.1e-3));
+                block[82..84].copy_from_slice(&f16_in(rng, 4e-4, 1.1e-3));
+            }
+            // hmask[32], qs[64], scales[12] (6-bit, offset by 32), d (f16) at 108:
+            // w = d·(sc − 32)·q with q in −4..3, so |w| ≤ d·32·4 < 0.05.
+            GgmlType::Q3_K => block[108..110].copy_from_slice(&f16_in(rng, 1.5e-4, 3.9e-4)),
+            // d (f16), scales_h (u16), scales_l[4], qs[128]: w = d·(ls − 32)·K[q] with
+            // 6-bit ls and |K| ≤ 127 (kvalues_iq4nl), so |w| ≤ d·32·127 < 0.049.
+            GgmlType::IQ4_XS => block[0..2].copy_from_slice(&f16_in(rng, 5e-6, 1.2e-5)),
+            // d (f16), qs[16]: IQ4_NL w = d·K[q], |w| ≤ d·127; Q4_0 w = d·(q − 8), |w| ≤ d·8.
+            GgmlType::IQ4_NL => block[0..2].copy_from_slice(&f16_in(rng, 1.5e-4, 3.9e-4)),
+            GgmlType::Q4_0 => block[0..2].copy_from_slice(&f16_in(rng, 2.5e-3, 6e-3)),
             // d (f16) then codes: Q8_0 |w| ≤ d·128, Q5_0 |w| ≤ d·16.
             GgmlType::Q8_0 => block[0..2].copy_from_slice(&f16_in(rng, 1e-4, 4e-4)),
             GgmlType::Q5_0 => block[0..2].copy_from_slice(&f16_in(rng, 1e-3, 3e-3)),
+            // d, m (f16), qh[4], qs[16]: w = d·q + m with q in 0..31; m = −16·d centres
+            // it, |w| ≤ d·16.
+            GgmlType::Q5_1 => {
+                let d = f16_in(rng, 1.5e-3, 3e-3);
+                let m = f16::from_f32(-16.0 * f16::from_le_bytes(d).to_f32());
+                block[0..2].copy_from_slice(&d);
+                block[2..4].copy_from_slice(&m.to_le_bytes());
+            }
             _ => {}
         }
     }
 }
 
-/// Block types `fill_tensor` can generate.
+/// Block types `fill_tensor` can generate: every type a mix of [`super::Quant`] assigns,
+/// and their fallbacks for rows that are not whole super-blocks.
 pub fn supported(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::F32)
+    use GgmlType::*;
+    matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ4_NL | Q4_0 | Q5_0 | Q5_1 | Q8_0 | F16 | F32)
 }
 
 /// Write `n_bytes` of random valid `ty` data for tensor number `stream`.
-/// F32 tensors (norm weights) get values in [0.9, 1.1).
+/// F32 tensors (norm weights) get values in [0.9, 1.1); F16 ones (the last fallback of
+/// a quantized matrix) weights in [−0.05, 0.05).
 pub fn fill_tensor(ty: GgmlType, n_bytes: u64, seed: u64, stream: u64, out: &mut dyn Write) -> std::io::Result<()> {
     let bb = ty.block_bytes();
     let task = TASK_BYTES / bb * bb;
@@ -95,6 +129,10 @@ pub fn fill_tensor(ty: GgmlType, n_bytes: u64, seed: u64, stream: u64, out: &mut
             if ty == GgmlType::F32 {
                 for w in chunk.chunks_exact_mut(4) {
                     w.copy_from_slice(&(0.9 + 0.2 * rng.unit()).to_le_bytes());
+                }
+            } else if ty == GgmlType::F16 {
+                for w in chunk.chunks_exact_mut(2) {
+                    w.copy_from_slice(&f16_in(&mut rng, -0.05, 0.05));
                 }
             } else {
                 rng.fill(chunk);
