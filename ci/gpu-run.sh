@@ -5,7 +5,8 @@
 #   LODE=path/to/lode  (default: carry/lode, else target/release/lode)
 #   LODE_DEVICE=cuda|hip (default cuda)   STAGES="selftest rtc e2e bench residency replay" (default all)
 #   REAL_MODELS="/tmp/smol.gguf /tmp/gemma.gguf" (real GGUFs brought by ci/model-pieces.sh in earlier calls; optional)
-#   PRESETS="qwen3-0.6b qwen3-4b llama-8b" (bench)   CASES=N (default 30)   PP=512,2048 (bench prompt sizes)
+#   PRESETS="qwen3-0.6b qwen3-4b llama-8b" (bench; PRESET:MIX picks a `lode synth --quant` mix, e.g.
+#   llama-8b:q3_k_m; E2E_PRESETS alike)   CASES=N (default 30)   PP=512,2048 (bench prompt sizes)
 #   AB_ENV="LODE_TUNE=pdl=0" (bench: each preset again with these variables set, for an A/B in one call)
 # Stages: selftest rtc e2e bench kld profile timeline ncu repeat residency replay (default all but profile, timeline, ncu, repeat).
 set -uo pipefail
@@ -36,7 +37,9 @@ if stage rtc; then
 fi
 MD="${MODEL_TMP:-/tmp/lode-synth}"; mkdir -p "$MD"   # big synthetic models stay out of $OUT
 T="${T:-tlimit}"; tlimit() { timeout -k 10 "$@"; }
-synth() { [ -f "$2" ] || "$T" 300 "$LODE" synth --preset "$1" -o "$2" >/dev/null; }
+# synth PRESET[:MIX] FILE
+synth() { [ -f "$2" ] || "$T" 300 "$LODE" synth --preset "${1%%:*}" --quant "$( [ "${1#*:}" = "$1" ] && echo q4_k_m || echo "${1#*:}")" -o "$2" >/dev/null; }
+file_of() { echo "$MD/${1/:/-}.gguf"; }
 TXT="$(ls carry/alice29.txt ../shared/fixtures/gemma3-270m/alice29.txt 2>/dev/null | head -1)"
 if stage e2e; then
   # Every architecture end to end on the GPU: greedy GPU tokens against the CPU backend's.
@@ -57,9 +60,10 @@ if stage e2e; then
     e2e "$G" 8
   done
   for P in ${E2E_PRESETS:-qwen3-0.6b}; do
-    synth "$P" "$MD/$P.gguf" || { echo "-- $P: synth failed"; rc=1; continue; }
+    F=$(file_of "$P")
+    synth "$P" "$F" || { echo "-- $P: synth failed"; rc=1; continue; }
     echo "-- $P (synthetic)"
-    e2e "$MD/$P.gguf" 7
+    e2e "$F" 7
   done
 fi
 if stage bench; then
@@ -67,13 +71,14 @@ if stage bench; then
   # llama.cpp on this H200 (Q4_K_M, FA on): tg128 748/336/276, pp512 36,405/13,603/9,568, pp2048 -/14,122/9,850.
   echo "== bench"
   for P in ${PRESETS:-qwen3-0.6b qwen3-4b llama-8b}; do
-    synth "$P" "$MD/$P.gguf" || { echo "-- $P: synth failed"; rc=1; continue; }
+    F=$(file_of "$P")
+    synth "$P" "$F" || { echo "-- $P: synth failed"; rc=1; continue; }
     echo "-- $P"
-    "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" --sequences "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
+    "$T" 300 "$LODE" bench --device "$DEV" -m "$F" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" --sequences "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:' || rc=1
     # AB_ENV="LODE_TUNE=pdl=0": the same bench again with that setting, side by side.
     if [ -n "${AB_ENV:-}" ]; then
       echo "-- $P with $AB_ENV"
-      (export $AB_ENV; "$T" 300 "$LODE" bench --device "$DEV" -m "$MD/$P.gguf" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" --sequences "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:') || rc=1
+      (export $AB_ENV; "$T" 300 "$LODE" bench --device "$DEV" -m "$F" -p "${PP:-512,2048}" -n 128 -r "${REPS:-3}" --sequences "${SEQS:-1,8,32}" --mem-bw 4270 2>&1 | grep -v '^bench:') || rc=1
     fi
   done
 fi
