@@ -18,26 +18,42 @@
 #define MXFP4_T2 0xFDFEFF00u
 #define MXFP4_T3 0xF4F8FAFCu
 
-// The table bytes of 4 indices (each byte of n in 0..15): two byte permutations over the
-// table's halves, then each byte from the half its bit 3 names.
-DEV u32 lut16(u32 n, u32 t0, u32 t1, u32 t2, u32 t3) {
-    const u32 m = n & 0x07070707u;
-    const u32 sel = (m & 0x7u) | ((m >> 4) & 0x70u) | ((m >> 8) & 0x700u) | ((m >> 12) & 0x7000u);
-    const u32 lo = perm_bytes(t0, t1, sel), hi = perm_bytes(t2, t3, sel);
-    const u32 pick = ((n >> 3) & 0x01010101u) * 0xffu;
-    return (lo & ~pick) | (hi & pick);
+// Bytes of (hi:lo) picked by the low 3 bits of each of the 4 low selector nibbles (bit 3
+// ignored: CUDA's __byte_perm; perm_bytes would read it as sign-replicate).
+DEV u32 byte_perm3(u32 lo, u32 hi, u32 sel) {
+#ifdef LODE_NV
+    return __byte_perm(lo, hi, sel);
+#else
+    return perm_bytes(lo, hi, sel & 0x7777u);
+#endif
+}
+
+// The table bytes of the 8 nibble indices of q: lo those of its low nibbles (byte k: byte
+// k's), hi those of its high nibbles. Nibble k of each 16-bit half selects from both table
+// halves at once; a third permutation keeps, per nibble, the half its bit 3 names (as
+// selector bit 2); two more gather the low and high nibbles' entries. 7 permutations per
+// 8 entries.
+DEV void lut16x8(u32 q, u32 t0, u32 t1, u32 t2, u32 t3, u32& lo, u32& hi) {
+    const u32 pick = 0x32103210u | ((q & 0x88888888u) >> 1);
+    const u32 a = byte_perm3(byte_perm3(t0, t1, q), byte_perm3(t2, t3, q), pick);
+    const u32 b = byte_perm3(byte_perm3(t0, t1, q >> 16), byte_perm3(t2, t3, q >> 16), pick >> 16);
+    lo = byte_perm3(a, b, 0x6420u);
+    hi = byte_perm3(a, b, 0x7531u);
 }
 
 // Σ over 16 elements of table[nibble] · activation code: q0, q1 the 8 bytes of nibbles
-// (low nibbles: elements 0..7 against a[0], a[1]; high: 16..23 against a[4], a[5] of
-// the caller's offset).
+// (low nibbles: 8 elements against a[0], a[1]; high: the 8 sixteen places on, against
+// a[4], a[5] of the caller's offset).
 template <bool MX>
 DEV int nib_dot16(u32 q0, u32 q1, const int* a, int s) {
     const u32 t0 = MX ? MXFP4_T0 : IQ4_T0, t1 = MX ? MXFP4_T1 : IQ4_T1, t2 = MX ? MXFP4_T2 : IQ4_T2, t3 = MX ? MXFP4_T3 : IQ4_T3;
-    s = dot4((int)lut16(q0 & 0x0F0F0F0Fu, t0, t1, t2, t3), a[0], s);
-    s = dot4((int)lut16(q1 & 0x0F0F0F0Fu, t0, t1, t2, t3), a[1], s);
-    s = dot4((int)lut16((q0 >> 4) & 0x0F0F0F0Fu, t0, t1, t2, t3), a[4], s);
-    s = dot4((int)lut16((q1 >> 4) & 0x0F0F0F0Fu, t0, t1, t2, t3), a[5], s);
+    u32 l0, h0, l1, h1;
+    lut16x8(q0, t0, t1, t2, t3, l0, h0);
+    lut16x8(q1, t0, t1, t2, t3, l1, h1);
+    s = dot4((int)l0, a[0], s);
+    s = dot4((int)l1, a[1], s);
+    s = dot4((int)h0, a[4], s);
+    s = dot4((int)h1, a[5], s);
     return s;
 }
 
