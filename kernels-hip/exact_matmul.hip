@@ -115,7 +115,7 @@ KERNEL void exact_quantize(const float* x, u8* y, int k, int kind) {
 
 // ---- weights × activations -----------------------------------------------------------
 // Weight type codes (the host's `ExactType`): 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0,
-// 5 Q4_K, 6 Q6_K.
+// 5 Q4_K, 6 Q6_K, 7 Q2_K, 8 Q3_K, 9 IQ4_NL, 10 IQ4_XS, 11 MXFP4.
 
 // Code of element e (0..31) of a 32-element weight block, with its type's offset
 // removed (Q4_0: −8, Q5_0: −16); the `_1` types keep unsigned codes (min term apart).
@@ -245,6 +245,108 @@ DEV float dot_q6k(const u8* w, const u8* x, int nb, bool tiled) {
     return tiled ? acc1 : hsum8(acc);
 }
 
+// ---- the low-bit types (`quant::q23k`, `quant::iq4`): every CPU path of these sums as the
+// scalar dot does (the AVX2 kernels are bit-equal to it): per block an exact integer sum,
+// then one float step per block added in block order ----
+
+// Element e (< 256) of a 64-byte 2-bit code array: bits 2g of byte 32h + l for
+// e = 128h + 32g + l.
+DEV int code2x(const u8* qs, int e) { return (qs[32 * (e >> 7) + (e & 31)] >> (2 * ((e >> 5) & 3))) & 3; }
+
+// Q2_K · q8_K: Σ_s (sc_s & 15)·Σ q·u and Σ_s (sc_s >> 4)·bsum_s, then
+// acc + ((dx·d)·isum − (dx·dmin)·msum).
+DEV float dot_q2k(const u8* w, const u8* x, int nb) {
+    float acc = 0.0f;
+    for (int i = 0; i < nb; ++i) {
+        const u8* b = w + (u64)i * 84;
+        const u8* y = x + (u64)i * 292;
+        int isum = 0, msum = 0;
+        for (int sb = 0; sb < 16; ++sb) {
+            int p = 0;
+            for (int e = 16 * sb; e < 16 * sb + 16; ++e) p += code2x(b + 16, e) * (int)(i8)y[4 + e];
+            isum += (b[sb] & 15) * p;
+            msum += (b[sb] >> 4) * bsum(y, sb);
+        }
+        const float dx = rdf(y);
+        acc = xadd(acc, xsub(xmul(xmul(dx, rdh(b + 80)), (float)isum), xmul(xmul(dx, rdh(b + 82)), (float)msum)));
+    }
+    return acc;
+}
+
+// Q3_K · q8_K: Σ_s (sc_s − 32)·Σ q·u, then acc + (d·dx)·isum.
+DEV float dot_q3k(const u8* w, const u8* x, int nb) {
+    float acc = 0.0f;
+    for (int i = 0; i < nb; ++i) {
+        const u8* b = w + (u64)i * 110;
+        const u8* y = x + (u64)i * 292;
+        const u8* s = b + 96;
+        int isum = 0;
+        for (int sb = 0; sb < 16; ++sb) {
+            const int lo = sb < 8 ? s[sb] & 15 : s[sb - 8] >> 4;
+            const int hi = (s[8 + (sb & 3)] >> (2 * (sb >> 2))) & 3;
+            int p = 0;
+            for (int e = 16 * sb; e < 16 * sb + 16; ++e) {
+                const int q = code2x(b + 32, e) - (((b[e & 31] >> (e >> 5)) & 1) ? 0 : 4);
+                p += q * (int)(i8)y[4 + e];
+            }
+            isum += ((lo | (hi << 4)) - 32) * p;
+        }
+        acc = xadd(acc, xmul(xmul(rdh(b + 108), rdf(y)), (float)isum));
+    }
+    return acc;
+}
+
+// The signed table entry of a 4-bit index: kvalues_iq4nl, or kvalues_mxfp4 (doubled E2M1).
+DEV int tab4(int q, bool mx) {
+    const u32 t[4] = {mx ? 0x03020100u : 0xBFAD9881u, mx ? 0x0C080604u : 0xF6EADDCFu, mx ? 0xFDFEFF00u : 0x26190D01u, mx ? 0xF4F8FAFCu : 0x71594535u};
+    return (int)(i8)(u8)(t[q >> 2] >> (8 * (q & 3)));
+}
+
+// Σ over a 32-element nibble block (element e < 16: low nibble of byte e, else the high
+// nibble of byte e − 16) of table[q]·u.
+DEV int nib_sum(const u8* qs, const u8* u, bool mx) {
+    int s = 0;
+    for (int e = 0; e < 32; ++e) s += tab4(e < 16 ? qs[e] & 15 : qs[e - 16] >> 4, mx) * (int)(i8)u[e];
+    return s;
+}
+
+// IQ4_NL / MXFP4 · q8_0: acc + (scale product)·Σ per block; IQ4_NL's product d·dx,
+// MXFP4's dx·2^(e − 128).
+DEV float dot_nl(const u8* w, const u8* x, int nb, bool mx) {
+    float acc = 0.0f;
+    for (int i = 0; i < nb; ++i) {
+        const u8* b = w + (u64)i * (mx ? 17 : 18);
+        const u8* y = x + (u64)i * 34;
+        const int s = nib_sum(b + (mx ? 1 : 2), y + 2, mx);
+        float dm;
+        if (mx) {
+            const u32 e = b[0];
+            dm = xmul(rdh(y), __builtin_bit_cast(float, e < 2 ? 0x00200000u << e : (e - 1) << 23));
+        } else {
+            dm = xmul(rdh(b), rdh(y));
+        }
+        acc = xadd(acc, xmul(dm, (float)s));
+    }
+    return acc;
+}
+
+// IQ4_XS · q8_K: Σ_j (ls_j − 32)·Σ K[q]·u, then acc + (d·dx)·isum.
+DEV float dot_iq4xs(const u8* w, const u8* x, int nb) {
+    float acc = 0.0f;
+    for (int i = 0; i < nb; ++i) {
+        const u8* b = w + (u64)i * 136;
+        const u8* y = x + (u64)i * 292;
+        const u32 h = rd16(b + 2);
+        int isum = 0;
+        for (int j = 0; j < 8; ++j) {
+            const int ls = (int)(((b[4 + j / 2] >> (4 * (j % 2))) & 15) | (((h >> (2 * j)) & 3) << 4)) - 32;
+            isum += ls * nib_sum(b + 8 + 16 * j, y + 4 + 32 * j, false);
+        }
+        acc = xadd(acc, xmul(xmul(rdh(b), rdf(y)), (float)isum));
+    }
+    return acc;
+}
+
 // y[t][r] = W[r] · xq[t]. w: [rows, row_bytes] stored blocks; xq: [n_tok, k / block]
 // activation blocks of the type's vec_dot type; y: [n_tok, rows] f32.
 // `order`: Q4_K: tokens below it use the four-token order (4·⌊n_tok/4⌋); Q6_K: 1 = tiled.
@@ -261,6 +363,14 @@ KERNEL void exact_matmul(const u8* w, const u8* xq, float* y, int rows, int k, i
     } else if (ty == 5) {
         const int nb = k / 256;
         v = dot_q4k(w + (u64)r * nb * 144, xq + (u64)t * nb * 292, nb, t < order);
+    } else if (ty == 7 || ty == 8 || ty == 10) {
+        const int nb = k / 256, wb = ty == 7 ? 84 : ty == 8 ? 110 : 136;
+        const u8* wr = w + (u64)r * nb * wb;
+        const u8* xr = xq + (u64)t * nb * 292;
+        v = ty == 7 ? dot_q2k(wr, xr, nb) : ty == 8 ? dot_q3k(wr, xr, nb) : dot_iq4xs(wr, xr, nb);
+    } else if (ty == 9 || ty == 11) {
+        const int nb = k / 32;
+        v = dot_nl(w + (u64)r * nb * (ty == 11 ? 17 : 18), xq + (u64)t * nb * 34, nb, ty == 11);
     } else {
         const int nb = k / 256;
         v = dot_q6k(w + (u64)r * nb * 210, xq + (u64)t * nb * 292, nb, order != 0);

@@ -108,11 +108,12 @@ impl GgmlType {
 
     /// Every type a weight tensor may have: [`GgmlType::ALL`] without the activation-only
     /// Q8_1 and Q8_K. The CPU backend and the GPU's fast numerics cover all of them;
-    /// [`Self::EXACT_WEIGHTS`] first, then [`Self::LOWBIT_WEIGHTS`].
+    /// [`Self::BASE_WEIGHTS`] first, then [`Self::LOWBIT_WEIGHTS`].
     pub const WEIGHTS: [GgmlType; 16] = [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4];
 
-    /// The weight types the GPU's `--numerics exact` kernels reproduce the CPU's order for.
-    pub const EXACT_WEIGHTS: [GgmlType; 11] = [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K];
+    /// The eleven weight types lode read before the low-bit ones (the GPU selftest keeps
+    /// their checks first, so their seeds stay).
+    pub const BASE_WEIGHTS: [GgmlType; 11] = [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K];
 
     /// The low-bit and non-linear types (issue 23): their blocks' scales are checked for
     /// NaN / Inf when a model loads.
@@ -212,7 +213,7 @@ mod tests {
             assert!(GgmlType::KNOWN.contains(t));
             assert_eq!(t.entry().0, *t);
         }
-        assert_eq!(&GgmlType::WEIGHTS[..11], &GgmlType::EXACT_WEIGHTS[..]);
+        assert_eq!(&GgmlType::WEIGHTS[..11], &GgmlType::BASE_WEIGHTS[..]);
         assert_eq!(&GgmlType::WEIGHTS[11..], &GgmlType::LOWBIT_WEIGHTS[..]);
         // Names and sizes of a few by hand (ggml-common.h's static_asserts).
         assert_eq!((Q3_K.name(), Q3_K.block_elems(), Q3_K.block_bytes()), ("Q3_K", 256, 110));

@@ -16,8 +16,9 @@
 //! - [`libm`]: glibc's `expf`, the host twin of the kernels' port (tested against libm).
 //!
 //! The backend's routing lives in `backend/exact.rs`. Not exact (an error, never a silent
-//! fallback): weight types other than Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K (and F32/F16/Q8_0
-//! embeddings), head_dim > 256. One decode row past 256 cached positions splits its keys
+//! fallback): weight types other than Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K and the low-bit
+//! Q2_K/Q3_K/IQ4_NL/IQ4_XS/MXFP4 (embeddings: any type, rows of other types than
+//! F32/F16/Q8_0 dequantized on the host), head_dim > 256. One decode row past 256 cached positions splits its keys
 //! by the CPU's thread count ([`threads`]).
 
 pub mod libm;

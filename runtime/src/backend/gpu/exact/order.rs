@@ -14,6 +14,11 @@ pub enum ExactType {
     Q8_0 = 4,
     Q4K = 5,
     Q6K = 6,
+    Q2K = 7,
+    Q3K = 8,
+    Iq4Nl = 9,
+    Iq4Xs = 10,
+    Mxfp4 = 11,
 }
 
 impl ExactType {
@@ -26,6 +31,11 @@ impl ExactType {
             GgmlType::Q8_0 => ExactType::Q8_0,
             GgmlType::Q4_K => ExactType::Q4K,
             GgmlType::Q6_K => ExactType::Q6K,
+            GgmlType::Q2_K => ExactType::Q2K,
+            GgmlType::Q3_K => ExactType::Q3K,
+            GgmlType::IQ4_NL => ExactType::Iq4Nl,
+            GgmlType::IQ4_XS => ExactType::Iq4Xs,
+            GgmlType::MXFP4 => ExactType::Mxfp4,
             _ => return None,
         })
     }
@@ -34,9 +44,9 @@ impl ExactType {
     /// (kernel kind: 0 q8_0, 1 q8_1, 2 q8_K; elements per block; bytes per block).
     pub fn act(self) -> (i32, usize, usize) {
         match self {
-            ExactType::Q4_0 | ExactType::Q5_0 | ExactType::Q8_0 => (0, 32, 34),
+            ExactType::Q4_0 | ExactType::Q5_0 | ExactType::Q8_0 | ExactType::Iq4Nl | ExactType::Mxfp4 => (0, 32, 34),
             ExactType::Q4_1 | ExactType::Q5_1 => (1, 32, 36),
-            ExactType::Q4K | ExactType::Q6K => (2, 256, 292),
+            ExactType::Q4K | ExactType::Q6K | ExactType::Q2K | ExactType::Q3K | ExactType::Iq4Xs => (2, 256, 292),
         }
     }
 
@@ -48,6 +58,8 @@ impl ExactType {
     /// - Q6_K: from `BATCH_ORDER_MIN_TOKENS` (8) tokens on the tiled order (1), else the
     ///   vector-dot order (0).
     /// - The 32-element types sum alike in every path (one, four or expanded rows): 0.
+    /// - The low-bit types (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4) too: every CPU kernel of
+    ///   theirs is bit-equal to the scalar dot.
     pub fn order(self, n_tok: usize) -> i32 {
         match self {
             ExactType::Q4K => (n_tok / 4 * 4) as i32,

@@ -72,8 +72,9 @@ pub fn matmul(d: &dyn Launch, ty: ExactType, w: DevPtr, xq: DevPtr, y: DevPtr, r
         return Ok(());
     }
     let args = Matmul { w, xq, y, rows, k, ty: ty as i32, order: ty.order(n_tok) };
-    if ty == ExactType::Q4K {
-        // One thread per output (Q4_K's chain has no lane structure to spread).
+    if !matches!(ty, ExactType::Q4_0 | ExactType::Q4_1 | ExactType::Q5_0 | ExactType::Q5_1 | ExactType::Q8_0 | ExactType::Q6K) {
+        // One thread per output (Q4_K's and the low-bit types' chains have no lane
+        // structure to spread).
         MATMUL.launch(d, [ceil(rows, 128), n_tok as u32, 1], [128, 1, 1], &args)
     } else {
         // The CPU's 8 SIMD lanes on 8 threads per output.

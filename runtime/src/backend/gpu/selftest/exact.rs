@@ -87,7 +87,7 @@ fn output(be: &mut dyn Backend, b: Buf, n: usize) -> crate::backend::Result<Vec<
 }
 
 fn matmul(p: &mut Pair, rng: &mut Rng, ty: GgmlType) -> Outcome {
-    let block = if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) { 256 } else { 32 };
+    let block = ty.block_elems();
     let (rows, k) = (2 * rng.range(8, 60) + 1, block * rng.range(1, if block == 32 { 24 } else { 4 }));
     let w = p.weight(rng, ty, rows, k, 1.0)?;
     let mut n = 0;
@@ -306,6 +306,11 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport>
     for n in ["exact_get_rows_q8_0", "exact_get_rows_f16", "exact_get_rows_f32", "exact_get_rows_q4_0", "exact_get_rows_q4_k", "exact_get_rows_q6_k", "exact_rms_norm", "exact_rope", "exact_add", "exact_scale", "exact_glu_silu", "exact_glu_gelu", "exact_attention", "exact_attention_rows"] {
         names.push(n.into());
     }
+    // The low-bit types last (the checks share one generator: the older ones keep their cases).
+    for ty in GgmlType::LOWBIT_WEIGHTS {
+        names.push(format!("exact_matmul_{}", ty.name().to_lowercase()));
+        names.push(format!("exact_get_rows_{}", ty.name().to_lowercase()));
+    }
     names.retain(|n| filter.map(|f| n.contains(f)).unwrap_or(true));
     if names.is_empty() {
         return Vec::new();
@@ -324,7 +329,7 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport>
             let suffix = ["exact_matmul_", "exact_get_rows_", "exact_dot_", "exact_quantize_"].iter().fold(name.as_str(), |n, p| n.trim_start_matches(p));
             let ty = |s: &str| {
                 use GgmlType::*;
-                [F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K].into_iter().find(|t| t.name().eq_ignore_ascii_case(s))
+                [F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4].into_iter().find(|t| t.name().eq_ignore_ascii_case(s))
             };
             let r = match name.as_str() {
                 n if n.starts_with("exact_matmul_") => ty(suffix).map_or(Err("unknown type".into()), |t| matmul(&mut p, &mut rng, t)),

@@ -131,10 +131,10 @@ pub const WEIGHT_TYPES: [GgmlType; 16] = GgmlType::WEIGHTS;
 /// Run every check whose name contains `filter`, `cases` random cases each.
 pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {
     let mut names: Vec<String> = vec!["quantize_q8_1".into()];
-    for ty in GgmlType::EXACT_WEIGHTS {
+    for ty in GgmlType::BASE_WEIGHTS {
         names.push(format!("matvec_{}", ty.name().to_lowercase()));
     }
-    for ty in GgmlType::EXACT_WEIGHTS {
+    for ty in GgmlType::BASE_WEIGHTS {
         names.push(format!("get_rows_{}", ty.name().to_lowercase()));
     }
     names.push("gemm_q4_k".into());
