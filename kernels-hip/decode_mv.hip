@@ -32,6 +32,7 @@
 #include "common.h"
 
 #include "mv_dot.h"
+#include "mv_dot_b32.h"
 
 struct __attribute__((aligned(16))) f32x4 { float x, y, z, w; };
 

@@ -14,6 +14,7 @@
 #include "common.h"
 
 #include "mv_dot.h"
+#include "mv_dot_b32.h"
 #include "mv_dot_low.h"
 
 // ---- float weights x f32 activations ----

@@ -1,7 +1,8 @@
 // Decode dot products of the low-bit and non-linear weight types, one warp per output
 // row, in mv_dot.h's `mv_*<NC>(W row, x, kb, nsb, ncols, acc)` shape: Q2_K, Q3_K and
 // IQ4_XS against the K form (the CPU pairs them with q8_K), IQ4_NL and MXFP4 against the
-// q8_1 form (the CPU's q8_0: same codes and d). Include after mv_dot.h.
+// q8_1 form (the CPU's q8_0: same codes and d). Include after mv_dot.h and
+// mv_dot_b32.h (sub_bytes).
 //
 // The integer sums are exact, as the CPU's; only the order of the float terms differs
 // (per lane, then the warp sum), so the fast kernels match the CPU to rounding.
