@@ -323,17 +323,13 @@ impl Backend for GpuBackend {
             Matmul::Blas => return self.blas_matmul(w, x, n_tok, y),
             Matmul::QuantMv(m) => return self.run_quant_mv(w, x, y, false, m),
             Matmul::SplitWalk { blocks, .. } => return self.run_split_walk(w, x, y, blocks),
-            Matmul::Gemm { .. } | Matmul::SmallGemm => {
+            Matmul::Gemm { tile } => {
                 let wp = self.weight(w)?;
                 let xa = match quantize::act_fmt(ty) {
                     Some(f) => self.act_values(x, f, k, n_tok, "matmul")?,
                     None => xp,
                 };
-                match choice {
-                    Matmul::Gemm { tile } => gemm::gemm(&self.rec(), wp, ty, lay, rows, k, xa, yp, n_tok, tile),
-                    _ => gemm::gemm_small(&self.rec(), wp, ty, lay, rows, k, xa, yp, n_tok),
-                }
-                .map_err(map)
+                gemm::gemm(&self.rec(), wp, ty, lay, rows, k, xa, yp, n_tok, tile).map_err(map)
             }
             Matmul::Matvec => {
                 let wp = self.weight(w)?;

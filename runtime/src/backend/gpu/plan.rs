@@ -83,8 +83,6 @@ pub enum Matmul {
     SplitWalk { steps: usize, blocks: usize },
     /// The matrix-core GEMM with this token tile (`gemm::gemm`).
     Gemm { tile: usize },
-    /// The few-token GEMM: 16-row tiles, K split over the block's warps (`gemm::gemm_small`).
-    SmallGemm,
     /// The multi-column matvec over the input's quantized (or f32) form (`matvec::matvec`).
     Matvec,
 }
@@ -176,9 +174,6 @@ pub fn tile(n: usize, m: usize) -> usize {
 
 /// How one matmul runs.
 pub fn matmul(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Matmul {
-    if (2..=t.small_max_tokens).contains(&q.n_tok) && gemm::gemm_supports(q.w.ty, q.w.layout) {
-        return Matmul::SmallGemm;
-    }
     if q.blas && blas_candidate(&q.w, q.n_tok, t) {
         return Matmul::Blas;
     }

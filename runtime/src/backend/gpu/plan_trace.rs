@@ -62,7 +62,6 @@ fn matmul_kernel(m: &Matmul, w: &plan::Weight) -> String {
         Matmul::QuantMv(q) => format!("decode_mv_quant ({} warps/row, {} rows/block)", q.wpr, q.rows_per_block),
         Matmul::SplitWalk { steps, blocks } => format!("decode_mv_split ({steps} warps/row, {blocks} blocks)"),
         Matmul::Gemm { tile } => format!("gemm_{ty}_n{tile}"),
-        Matmul::SmallGemm => format!("gemm_{ty}_s16"),
         Matmul::Matvec => format!("matvec_{ty}"),
     }
 }

@@ -65,9 +65,6 @@ pub struct Tuning {
     /// `gemm_min`: the fewest tokens sent to lode's matrix-core GEMM (32; below, the
     /// 8-column matvec reads the same copy).
     pub gemm_min_tokens: usize,
-    /// `small_max`: the most tokens sent to the few-token GEMM (`gemm_<type>_s16`, 16-row
-    /// tiles with K split over warps) ahead of the BLAS and the matvec; 0: never.
-    pub small_max_tokens: usize,
     /// `kernels`: `embedded` (default: the code objects in the binary, else a compile)
     /// or `rtc` (always compile at run time with NVRTC / hipRTC).
     pub kernels_rtc: bool,
@@ -109,7 +106,6 @@ impl Default for Tuning {
             blas_min_tokens: 16,
             blas_slab_bytes: 128 << 20,
             gemm_min_tokens: 32,
-            small_max_tokens: 0,
             kernels_rtc: false,
             weight_arena: true,
             mapped_host: None,
@@ -142,7 +138,6 @@ pub const KEYS: &[(&str, &str)] = &[
     ("fuse_attn", "0/1: the fused one-token attention launch"),
     ("attn_part_keys", "N: fewest keys per decode attention part"),
     ("blas", "0/1: prefill matmuls through cuBLAS / hipBLAS"),
-    ("small_max", "N: most tokens a matmul sends to the few-token GEMM (0: never)"),
     ("blas_min", "N: fewest tokens sent to the BLAS"),
     ("blas_slab", "BYTES: the BLAS path's f16 slab"),
     ("gemm_min", "N: fewest tokens sent to the matrix-core GEMM"),
@@ -212,7 +207,6 @@ impl Tuning {
             "blas_min" => self.blas_min_tokens = num()?.max(2),
             "blas_slab" => self.blas_slab_bytes = bytes()?.max(1 << 20),
             "gemm_min" => self.gemm_min_tokens = num()?.max(1),
-            "small_max" => self.small_max_tokens = num()?,
             "kernels" => {
                 self.kernels_rtc = match v {
                     "rtc" => true,

@@ -23,7 +23,7 @@ use crate::weights::layout::Layout;
 type R = Result<(), GpuError>;
 
 kernel_args! {
-    /// `gemm_<type>_n{64,16}(W, X, Y, M, N, K)` and `gemm_<type>_s16` (same arguments).
+    /// `gemm_<type>_n{64,16}(W, X, Y, M, N, K)`.
     pub struct Gemm { w: DevPtr, x: DevPtr, y: DevPtr, m: usize, n: usize, k: usize }
 }
 kernel_args! {
@@ -31,8 +31,7 @@ kernel_args! {
     pub struct GemmGlu { g: DevPtr, u: DevPtr, x: DevPtr, y: DevPtr, m: usize, n: usize, k: usize, gelu: bool }
 }
 
-/// The kernels of one (type, layout): 128 x 64 tiles, 128 x 16 tiles, paired 128 x 64, and
-/// the few-token form (16 x 16 tiles, K split over the block's warps).
+/// The kernels of one (type, layout): 128 x 64 tiles, 128 x 16 tiles, paired 128 x 64.
 #[derive(Clone, Copy)]
 struct Set {
     ty: GgmlType,
@@ -40,7 +39,6 @@ struct Set {
     n64: Kernel<Gemm>,
     n16: Kernel<Gemm>,
     glu: Kernel<GemmGlu>,
-    small: Kernel<Gemm>,
 }
 
 macro_rules! set {
@@ -51,7 +49,6 @@ macro_rules! set {
             n64: Kernel::new(concat!("gemm_", $n, "_n64")),
             n16: Kernel::new(concat!("gemm_", $n, "_n16")),
             glu: Kernel::new(concat!("gemm_glu_", $n, "_n64")),
-            small: Kernel::new(concat!("gemm_", $n, "_s16")),
         }
     };
 }
@@ -74,19 +71,18 @@ const SETS: [Set; 15] = [
     set!(MXFP4, Stored, "mxfp4"),
 ];
 
-const fn sigs() -> [KernelSig; 60] {
-    let mut out = [SETS[0].n64.sig(); 60];
+const fn sigs() -> [KernelSig; 45] {
+    let mut out = [SETS[0].n64.sig(); 45];
     let mut i = 0;
     while i < SETS.len() {
-        out[4 * i] = SETS[i].n64.sig();
-        out[4 * i + 1] = SETS[i].n16.sig();
-        out[4 * i + 2] = SETS[i].glu.sig();
-        out[4 * i + 3] = SETS[i].small.sig();
+        out[3 * i] = SETS[i].n64.sig();
+        out[3 * i + 1] = SETS[i].n16.sig();
+        out[3 * i + 2] = SETS[i].glu.sig();
         i += 1;
     }
     out
 }
-const SIGS: [KernelSig; 60] = sigs();
+const SIGS: [KernelSig; 45] = sigs();
 
 pub const FAMILY: Family = Family { name: "gemm", source: include_str!("../../../../../kernels-hip/gemm.hip"), kernels: &[&SIGS] };
 
@@ -129,22 +125,6 @@ pub fn gemm(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k
     kernel.launch(d, grid, [2 * TILE_M as u32, 1, 1], &Gemm { w, x, y, m, n, k })
 }
 
-/// y[t][r] = Σ_k W[r][k]·x[t][k] for few tokens (`plan::matmul`'s `SmallGemm`): 16 rows x 16
-/// tokens per block, the K steps spread over the block's 8 warps and their sums added in a
-/// fixed order. w: [m, k] of `ty` in `layout`; x: [n, k] f32; y: [n, m] f32.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_small(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, y: DevPtr, n: usize) -> R {
-    let s = check("gemm_small", ty, layout, k)?;
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    let grid = [n.div_ceil(SMALL_TILE) as u32, m.div_ceil(SMALL_TILE) as u32, 1];
-    s.small.launch(d, grid, [256, 1, 1], &Gemm { w, x, y, m, n, k })
-}
-
-/// Rows and tokens of one few-token block.
-const SMALL_TILE: usize = 16;
-
 /// Paired gate/up with the GLU in the epilogue: y[t][r] = act(G·x_t)[r] · (U·x_t)[r],
 /// act = GELU-tanh when `gelu`, else SiLU. g, u: [m, k] of `ty` in `layout`; x: [n, k] f32;
 /// y: [n, m] f32.
@@ -166,7 +146,7 @@ mod tests {
     fn every_type_has_its_three_kernels() {
         for s in &SETS {
             let t = s.ty.name().to_lowercase();
-            for n in [s.n64.name, s.n16.name, s.glu.name, s.small.name] {
+            for n in [s.n64.name, s.n16.name, s.glu.name] {
                 assert!(n.to_lowercase().contains(&t), "{}: {n}", s.ty);
                 assert_eq!(n.contains("r64"), s.layout == Layout::Row64, "{n}");
             }

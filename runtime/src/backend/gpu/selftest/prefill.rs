@@ -14,7 +14,7 @@
 
 use crate::backend::gpu::family::{attention, elementwise, flash_attn, gemm, matvec, quantize};
 use crate::backend::gpu::launch;
-use crate::backend::gpu::device::{DeviceBuffer, GpuDevice};
+use crate::backend::gpu::device::GpuDevice;
 use crate::backend::gpu::selftest::{dequant, random_weights, Acc, CheckReport, Rng};
 use crate::backend::gpu::{GpuError};
 use crate::quant::GgmlType;
@@ -200,12 +200,10 @@ impl PrefillTarget for GpuPrefill<'_> {
         let wb = self.weights(w, ty, layout, rows, k)?;
         let xb = d.upload_f32(x)?;
         let yb = self.out_buf(n * rows * 4)?;
-        // Both token tiles and the few-token form meet every token count (the plan alone
-        // would give each only its own range of n).
-        match (rows + n) % 3 {
-            2 => gemm::gemm_small(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n)?,
-            i => gemm::gemm(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n, [16, 64][i])?,
-        }
+        // Both token tiles meet every token count (the plan alone would give each tile only
+        // its own range of n).
+        let tile = [16, 64][(rows + n) % 2];
+        gemm::gemm(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n, tile)?;
         Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
     }
     fn gemm_glu(&self, g: &[u8], u: &[u8], ty: GgmlType, layout: Layout, rows: usize, k: usize, x: &[f32], n: usize, gelu: bool) -> Out<Vec<f32>> {
@@ -257,28 +255,6 @@ pub const BENCH_SHAPES: [(&str, usize, usize, GgmlType); 12] = [
     ("8b.v", 1024, 4096, GgmlType::Q6_K),
 ];
 
-/// Few tokens (batched decode steps): the few-token GEMM against the multi-column matvec
-/// over the quantized input and the GEMM's 16-token tile, one `bench prefill few` line per n.
-#[allow(clippy::too_many_arguments)]
-fn bench_few(dev: &GpuDevice, wb: &DeviceBuffer, label: &str, ty: GgmlType, m: usize, k: usize, xb: &DeviceBuffer, yb: &DeviceBuffer, qb: &DeviceBuffer) -> Result<(), GpuError> {
-    for n in [2usize, 4, 8, 16, 32, 64] {
-        let small = time_ms(dev, 20, || gemm::gemm_small(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n))?;
-        let mv = time_ms(dev, 20, || {
-            quantize::quantize_act(dev, quantize::act_fmt(ty).unwrap_or(launch::ActFmt::Q8_1), xb.ptr(), qb.ptr(), k, n)?;
-            matvec::matvec(dev, wb.ptr(), ty, m, k, qb.ptr(), yb.ptr(), n)
-        })?;
-        let g16 = time_ms(dev, 20, || gemm::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, 16))?;
-        let gbs = (m * k * ty.block_bytes() / ty.block_elems()) as f64 / small / 1e6;
-        println!(
-            "bench prefill few {label:<11} {ty:<5} {m:>5}x{k:<5} n={n:<3} s16 {:7.1} us ({gbs:5.0} GB/s)  quantize + matvec {:7.1} us  gemm n16 {:7.1} us",
-            small * 1e3,
-            mv * 1e3,
-            g16 * 1e3
-        );
-    }
-    Ok(())
-}
-
 /// Kernel bench: every GEMM shape of the qwen3-4b and llama-8b presets (Q4_K; the down
 /// projection also Q6_K) at 16 … 2048 tokens in TFLOP/s, decode's 8-column matvec at 16
 /// tokens (the dispatch crossover), fused gate/up vs two GEMMs, flash vs the per-query
@@ -291,11 +267,10 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
     let x = rng.vec(nmax * kmax, 1.0);
     let xb = dev.upload_f32(&x)?;
     let yb = dev.alloc(nmax * 14336 * 4)?;
-    let qb = dev.alloc(quantize::q8_1_bytes(kmax, 64))?;
+    let qb = dev.alloc(quantize::q8_1_bytes(kmax, 16))?;
     for (label, m, k, ty) in shapes {
         let w = random_weights(&mut rng, ty, m, k);
         let wb = dev.upload(&w)?;
-        bench_few(dev, &wb, label, ty, m, k, &xb, &yb, &qb)?;
         for n in [16usize, 64, 128, 512, 2048] {
             let reps = if n >= 512 { 5 } else { 20 };
             let ms = time_ms(dev, reps, || gemm::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, crate::backend::gpu::plan::tile(n, m)))?;
@@ -305,10 +280,6 @@ pub fn bench(dev: &GpuDevice) -> Result<(), GpuError> {
                 let other = if n < 48 { 64 } else { 16 };
                 let ms2 = time_ms(dev, reps, || gemm::gemm(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n, other))?;
                 line.push_str(&format!("  (tile n{other}: {:.1} us)", ms2 * 1e3));
-            }
-            if n <= 64 {
-                let small = time_ms(dev, reps, || gemm::gemm_small(dev, wb.ptr(), ty, Layout::Stored, m, k, xb.ptr(), yb.ptr(), n))?;
-                line.push_str(&format!("  (s16: {:.1} us)", small * 1e3));
             }
             if n == 16 {
                 let ms3 = time_ms(dev, reps, || {
