@@ -236,10 +236,7 @@ impl<M: Materializer> WeightCache<M> {
     fn device_sample(&self) -> Option<DeviceMemory> {
         let prev = self.stats.device.and_then(|d| d.driver_peak_used_bytes);
         let mut d = self.m.memory()?;
-        d.driver_peak_used_bytes = match (prev, d.driver_used_bytes) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        d.driver_peak_used_bytes = [prev, d.driver_peak_used_bytes, d.driver_used_bytes].into_iter().flatten().max();
         Some(d)
     }
 
