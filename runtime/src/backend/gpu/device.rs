@@ -335,39 +335,27 @@ impl GpuDevice {
         Ok(used)
     }
 
-    /// Under a cap: refuse `bytes` more if the driver's use would pass it.
-    fn admit(&self, bytes: usize, call: &'static str) -> Result<()> {
-        if self.core.capacity.cap().is_none() {
-            return Ok(());
+    /// `grant` `bytes` of device memory under the cap: refused if the driver's use would
+    /// pass it, given back (`undo`) if the driver's rounding took it past; sampled.
+    fn capped<T>(&self, bytes: usize, what: &'static str, grant: impl FnOnce() -> Result<T>, undo: impl FnOnce(&T)) -> Result<T> {
+        let c = &self.core.capacity;
+        if let Some(why) = if c.cap().is_some() { c.refuse(self.used_now()?, bytes as u64) } else { None } {
+            return Err(out_of_memory(self.api(), what, why));
         }
-        match self.core.capacity.refuse(self.used_now()?, bytes as u64) {
-            Some(why) => Err(out_of_memory(self.api(), call, why)),
-            None => Ok(()),
+        let t = grant()?;
+        if let Some(why) = if c.watching() { c.over_after(self.used_now()?, bytes as u64) } else { None } {
+            undo(&t);
+            return Err(out_of_memory(self.api(), what, why));
         }
-    }
-
-    /// After the driver granted `bytes`: sample, and under a cap say whether its use went
-    /// past it (the caller then gives the memory back).
-    fn over_after(&self, bytes: usize, call: &'static str) -> Result<()> {
-        if !self.core.capacity.watching() {
-            return Ok(());
-        }
-        match self.core.capacity.over_after(self.used_now()?, bytes as u64) {
-            Some(why) => Err(out_of_memory(self.api(), call, why)),
-            None => Ok(()),
-        }
+        Ok(t)
     }
 
     /// Back `[ptr, ptr+bytes)` of a reserved range with device memory (the weight arena's
-    /// growth), counted in lode's allocations and checked against the cap like
-    /// [`GpuDevice::alloc`]. Returns the driver's handle.
+    /// growth): counted and capped like [`GpuDevice::alloc`]. Returns the driver's handle.
     pub fn va_map(&self, ptr: DevPtr, bytes: usize) -> Result<u64> {
-        self.admit(bytes, "cuMemMap")?;
-        let h = self.core.drv.va_map(ptr, bytes)?;
-        if let Err(e) = self.over_after(bytes, "cuMemMap") {
+        let h = self.capped(bytes, "device memory map", || self.core.drv.va_map(ptr, bytes), |&h| {
             let _ = self.core.drv.va_unmap(ptr, bytes, h);
-            return Err(e);
-        }
+        })?;
         self.account(bytes as i64);
         Ok(h)
     }
@@ -383,12 +371,9 @@ impl GpuDevice {
     }
 
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
-        self.admit(bytes, "cuMemAlloc")?;
-        let ptr = self.core.drv.malloc(bytes)?;
-        if let Err(e) = self.over_after(bytes, "cuMemAlloc") {
-            let _ = self.core.drv.free(ptr);
-            return Err(e);
-        }
+        let ptr = self.capped(bytes, "device allocation", || self.core.drv.malloc(bytes), |&p| {
+            let _ = self.core.drv.free(p);
+        })?;
         let now = self.core.allocated.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
         self.core.peak.fetch_max(now, Ordering::Relaxed);
         let id = self.core.next_id.fetch_add(1, Ordering::Relaxed);
