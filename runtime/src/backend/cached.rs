@@ -16,7 +16,7 @@ use crate::gguf::{GgufFile, TensorView};
 use crate::weights::host::HostMaterializer;
 use crate::weights::layout::{self, DeviceClass};
 use crate::weights::residency::Residency;
-use crate::weights::{WeightCache, WeightOptions, WeightRef, WeightStats};
+use crate::weights::{DeviceMemory, WeightCache, WeightOptions, WeightRef, WeightStats};
 
 /// A backend whose weights come from a [`WeightCache`] over host memory.
 ///
@@ -74,6 +74,20 @@ impl CachedBackend {
 
     fn note_peak(&mut self) {
         self.peak = self.peak.max(self.used());
+    }
+
+    /// Under a capacity, the device's figures: everything it holds, not only weight copies.
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        let cap = self.capacity?;
+        Some(DeviceMemory {
+            allocated_bytes: self.used(),
+            peak_allocated_bytes: self.peak_used(),
+            driver_used_bytes: Some(self.used()),
+            driver_peak_used_bytes: Some(self.peak_used()),
+            driver_samples: None,
+            driver_total_bytes: Some(cap),
+            device_memory_cap_bytes: Some(cap),
+        })
     }
 
     /// Bytes of the KV caches and activation buffers held.
@@ -146,12 +160,8 @@ impl Backend for CachedBackend {
     }
     fn weight_stats(&self) -> Option<WeightStats> {
         let mut s = self.cache.stats();
-        if let (Some(cap), Some(d)) = (self.capacity, s.device.as_mut()) {
-            // As a device of that capacity: everything it holds, not only weight copies.
-            d.driver_used_bytes = Some(self.used());
-            d.driver_peak_used_bytes = Some(self.peak_used());
-            d.driver_total_bytes = Some(cap);
-            d.device_memory_cap_bytes = Some(cap);
+        if self.capacity.is_some() {
+            s.device = self.device_memory();
         }
         Some(s)
     }
@@ -278,5 +288,15 @@ impl Backend for CachedBackend {
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         self.inner.attention_rows(q, k, v, kvs, layer, pos, p, out)
+    }
+}
+
+impl Drop for CachedBackend {
+    fn drop(&mut self) {
+        // The memory report the cache prints as it drops shows this device's figures.
+        let d = self.device_memory();
+        if d.is_some() {
+            self.cache.set_device_memory(d);
+        }
     }
 }
