@@ -45,6 +45,10 @@ pub struct Args {
     /// Prompt tokens per forward chunk (sizes the activation scratch).
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
+    /// Sequences sharing the model, each with its own KV cache of the context (as
+    /// `lode serve --parallel N`).
+    #[arg(long = "parallel", default_value_t = 1)]
+    pub parallel: usize,
     /// Weight residency to plan for (default: the device's, as a run would pick).
     #[arg(long, value_name = "MODE")]
     pub residency: Option<Residency>,
@@ -60,7 +64,7 @@ pub fn run(args: Args) -> Result<()> {
     let target = target(args.device, args.residency)?;
     let c = &model.cfg;
     let ctx = args.ctx.unwrap_or_else(|| c.n_ctx_train.min(lode_runtime::engine::DEFAULT_CTX_CAP)).max(1);
-    let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq: 1, kv_type: KvType::F16 };
+    let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq: args.parallel.max(1), kv_type: KvType::F16 };
     let e = fit::estimate(&model, &target, shape).context("cannot size the weights")?;
     let (fits, max_ctx) = (e.fits(), e.max_ctx());
     let gpu = target.class == DeviceClass::Gpu;
@@ -71,6 +75,7 @@ pub fn run(args: Args) -> Result<()> {
             "device": target.name,
             "residency": target.residency,
             "ctx": ctx,
+            "parallel": shape.n_seq,
             "weights_bytes": e.weights,
             "weights_per_layout": e.per_layout,
             "weights_in_place_bytes": e.in_place,
@@ -103,7 +108,8 @@ pub fn run(args: Args) -> Result<()> {
         println!("  mapped    {:>11}  read in place from the file (pinned host memory, no device copy)", human(e.in_place));
     }
     let swa = if c.n_swa > 0 { format!("; the {}-token sliding-window layers get the full context too (not yet window-sized)", c.n_swa) } else { String::new() };
-    println!("  KV cache  {:>11}  (f16: {} layers × {ctx} × {} kv heads × {}{swa})", human(e.kv), c.n_layer, c.n_head_kv, c.head_dim_k + c.head_dim_v);
+    let seqs = if shape.n_seq > 1 { format!("{} sequences × ", shape.n_seq) } else { String::new() };
+    println!("  KV cache  {:>11}  (f16: {seqs}{} layers × {ctx} × {} kv heads × {}{swa})", human(e.kv), c.n_layer, c.n_head_kv, c.head_dim_k + c.head_dim_v);
     println!("  scratch   {:>11}  (estimate: activations of {}-token chunks{})", human(e.scratch), args.batch_size.min(ctx), if gpu { ", one allocation each, q8_1 copy, prefill operands and BLAS slab, launch overhead" } else { "" });
     println!("  needed    {:>11}", human(e.need));
     let cap = e.cap.map(|b| format!(" (--device-memory {})", human(b))).unwrap_or_default();
