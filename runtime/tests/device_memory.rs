@@ -113,3 +113,50 @@ fn allocations_past_the_capacity_fail_and_the_backend_stays_usable() {
     be.free(c).unwrap();
     assert_eq!(be.used(), 0);
 }
+
+/// The estimate for a GPU (no GPU needed: it is arithmetic over the model and the
+/// device's figures): weights in one arena rounded once to 2 MiB, none for `mapped`
+/// weights read in place, one page-rounded KV allocation per sequence, and a largest
+/// context that fits while a larger one does not; capped at the training context.
+#[test]
+fn gpu_estimate_rounds_as_the_driver_allocates() {
+    use lode_runtime::backend::memory::MemoryTarget;
+    use lode_runtime::weights::layout::DeviceClass;
+    const PAGE: u64 = 2 << 20;
+    let f = file();
+    let m = Model::load(f.clone()).unwrap();
+    let (_, bytes) = used(&f);
+    let target = |residency, free| MemoryTarget {
+        name: "gpu".into(),
+        class: DeviceClass::Gpu,
+        residency,
+        free,
+        total: free + (500 << 20),
+        used_at_open: 500 << 20,
+        arena: true,
+        tuning: Some(Default::default()),
+        cap: None,
+    };
+    let est = |t: &MemoryTarget, ctx, n_seq| fit::estimate(&m, t, RunShape { ctx, batch: 512, n_seq, kv_type: KvType::F16 }).unwrap();
+    let big = target(Residency::Device, 64 << 30);
+    let e = est(&big, 1000, 1);
+    assert_eq!(e.weights % PAGE, 0);
+    assert!(e.weights >= bytes && e.weights < bytes + PAGE + 256 * e.n_tensors as u64, "{} for {bytes}", e.weights);
+    assert_eq!(e.kv % PAGE, 0);
+    assert_eq!(est(&big, 1000, 3).kv, 3 * e.kv);
+    assert_eq!(e.predicted_device_used(), Some((500 << 20) + e.need));
+    // Mapped: the stored weights cost no device memory.
+    let mapped = est(&target(Residency::Mapped, 64 << 30), 1000, 1);
+    let copied = |e: &fit::Estimate| e.per_layout.values().sum::<u64>();
+    assert!(mapped.in_place > 0 && mapped.weights <= e.weights);
+    assert_eq!(copied(&mapped) + mapped.in_place, copied(&e));
+    // The largest context at a tight capacity fits, and 1 % more does not.
+    let tight = target(Residency::Device, e.fixed() + 3000 * e.kv_per_token);
+    let n = est(&tight, 1000, 1).max_ctx() as usize;
+    assert!(n > 2000 && n <= 3000, "{n}");
+    assert!(est(&tight, n, 1).fits());
+    assert!(!est(&tight, n + n / 100 + 1, 1).fits());
+    // Past the training context, the largest context is capped there.
+    assert_eq!(e.max_ctx(), m.cfg.n_ctx_train as u64);
+    assert!(e.max_ctx_memory > m.cfg.n_ctx_train as u64);
+}

@@ -219,13 +219,18 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
     let need = weights + kv(ctx) + scratch(ctx);
     // Largest context: scratch grows with the chunk only up to the batch size.
     let fixed = weights + scratch(shape.batch.max(1));
-    let max_ctx_memory = target.free.saturating_sub(fixed) / kv_per_token.max(1);
-    // The GPU's page rounding of the KV allocation can push the estimate one page over.
-    let max_ctx_memory = if gpu && max_ctx_memory > 0 && fixed + kv(max_ctx_memory as usize) > target.free {
-        max_ctx_memory.saturating_sub(GPU_PAGE.div_ceil(kv_per_token.max(1)))
-    } else {
-        max_ctx_memory
-    };
+    // The bound without rounding, then the largest context whose rounded KV fits below it
+    // (the GPU rounds each sequence's cache to the driver's page).
+    let (mut lo, mut hi) = (0u64, target.free.saturating_sub(fixed) / kv_per_token.max(1));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fixed + kv(mid as usize) <= target.free {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let max_ctx_memory = lo;
     Ok(Estimate {
         shape: RunShape { ctx, ..shape },
         weights,
