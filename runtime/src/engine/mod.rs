@@ -3,6 +3,7 @@
 //! tokenizes, detokenizes and watches stop strings ([`StopStrings`]) in `on_token`.
 
 mod batch;
+pub mod fit;
 mod sampler;
 mod stop;
 
@@ -30,6 +31,9 @@ pub enum EngineError {
     PromptTooLong { n_prompt: usize, free: usize, n_ctx: usize },
     #[error("invalid argument: {0}")]
     InvalidArg(String),
+    /// Refused before any device memory was taken ([`fit::Estimate::refusal`]).
+    #[error("{0}")]
+    DoesNotFit(String),
 }
 
 /// How big the engine's buffers are.
