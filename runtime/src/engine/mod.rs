@@ -3,12 +3,14 @@
 //! tokenizes, detokenizes and watches stop strings ([`StopStrings`]) in `on_token`.
 
 mod batch;
+mod constraint;
 mod sampler;
 mod stop;
 
 use std::time::Instant;
 
 pub use batch::BatchEngine;
+pub use constraint::{Constraint, TokenMask};
 pub use sampler::{argmax_logits, Sampler, SamplerParams};
 pub use stop::StopStrings;
 

@@ -18,12 +18,14 @@ pub mod api;
 pub mod batcher;
 pub mod errors;
 pub mod extra;
+pub mod gbnf;
 pub mod logprobs;
 pub mod metrics;
 pub mod respond;
 pub mod routes;
 pub mod scheduler;
 pub mod slot;
+pub mod structured;
 pub mod tool_prompt;
 pub mod tools;
 pub mod wire;
@@ -103,6 +105,10 @@ pub fn run(args: Args) -> Result<()> {
     let (handles, embed) = batcher::start(engine, metrics.clone(), args.embeddings).context("cannot start the engine thread")?;
     let runners: Vec<Box<dyn SlotRunner>> =
         handles.into_iter().map(|h| Box::new(EngineSlot::new(h, tok.clone())) as Box<dyn SlotRunner>).collect();
+    let grammars = structured::Grammars::new(tok.clone());
+    if let Err(why) = &grammars {
+        eprintln!("lode: structured output (response_format, json_schema, grammar) is off: {why}");
+    }
 
     let model_id = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let mut aliases: Vec<String> = Vec::new();
@@ -138,6 +144,7 @@ pub fn run(args: Args) -> Result<()> {
         model_path: path.display().to_string(),
         embed,
         cors: args.cors.clone().filter(|c| !c.is_empty()),
+        grammars,
     });
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -14,6 +14,7 @@ use super::api::{Timings, Usage};
 use super::errors::ApiError;
 use super::logprobs::token_logprob;
 use super::scheduler::{Finish, Job, Piece, SlotRunner};
+use super::structured::{ErrorCell, GrammarConstraint};
 
 /// A sequence a slot generates on: an [`Engine`] of its own, or its handle on the
 /// server's shared batch engine ([`super::batcher::SeqHandle`]).
@@ -64,6 +65,12 @@ impl<S: SlotSequence> EngineSlot<S> {
         let cached = reusable_prefix(engine.history(), prompt);
         engine.truncate(cached);
         let mut sampler = Sampler::new(job.sampling.clone());
+        let grammar_error = ErrorCell::default();
+        if let Some(m) = &job.grammar {
+            let c = GrammarConstraint::start(m.clone(), eog.clone(), grammar_error.clone())
+                .map_err(|e| ApiError::internal(format!("cannot start the grammar thread: {e}")))?;
+            sampler = sampler.with_constraint(Box::new(c));
+        }
         // Penalties see the whole prompt, as if it had been evaluated now.
         for &t in &prompt[..cached] {
             sampler.accept(t);
@@ -100,6 +107,10 @@ impl<S: SlotSequence> EngineSlot<S> {
                 });
             }
         };
+        drop(sampler);
+        if let Some(why) = grammar_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(ApiError::internal(format!("structured output failed: {why}")));
+        }
         if !cancelled && !stop_hit {
             let (text, hit) = stops.push(&dec.flush());
             let mut tail = text;

@@ -1,0 +1,323 @@
+//! Structured output by constrained sampling: `response_format` (`json_object`,
+//! `json_schema`), llama-server's `json_schema` and `grammar` (GBNF, or Lark when it
+//! starts with `%llguidance`), compiled by llguidance over lode's vocabulary.
+//!
+//! [`Grammars`] is built once per server: the token trie (every token's bytes as the
+//! detokenizer produces them; control tokens marked special, so no grammar can spell
+//! them) and llguidance's parser factory. A request's grammar is compiled before a slot
+//! is taken (a schema llguidance rejects is a 400 naming the field). A slot runs it as a
+//! [`GrammarConstraint`]: a worker thread computes the next token mask while the model
+//! evaluates the last token, so the mask costs the decode loop only what does not
+//! overlap. End-of-generation tokens are allowed exactly where the grammar may end.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
+use llguidance::{Matcher, ParserFactory};
+use lode_runtime::engine::{Constraint, TokenMask};
+use lode_runtime::tokenizer::{attr, Tokenizer};
+use serde_json::{Map, Value};
+
+use super::errors::ApiError;
+use super::gbnf;
+use super::scheduler::panic_message;
+
+/// A request's output constraint, as read from the request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GrammarSpec {
+    /// The request field it came from (`response_format`, `json_schema`, `grammar`).
+    pub field: &'static str,
+    pub kind: GrammarKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum GrammarKind {
+    JsonSchema(Value),
+    /// A Lark grammar (GBNF is rewritten to Lark when the request is read).
+    Lark(String),
+}
+
+/// The fields that constrain the output: `response_format` (`text`, `json_object`
+/// with llama-server's optional `schema`, `json_schema` with `json_schema.schema`),
+/// llama-server's `json_schema` (a schema) and `grammar` (GBNF; Lark when it starts
+/// with `%llguidance`). At most one of them; `None` when none is set.
+pub fn parse(obj: &Map<String, Value>) -> Result<Option<GrammarSpec>, ApiError> {
+    let set = |k: &str| obj.get(k).filter(|v| !v.is_null());
+    let mut found = Vec::new();
+    if let Some(rf) = set("response_format") {
+        let bad = |m: String| ApiError::invalid_param("response_format", m);
+        let o = rf.as_object().ok_or_else(|| bad("`response_format` must be an object".into()))?;
+        match o.get("type").and_then(Value::as_str) {
+            Some("text") => {}
+            Some("json_object") => {
+                let schema = o.get("schema").filter(|v| !v.is_null()).cloned().unwrap_or(serde_json::json!({"type": "object"}));
+                found.push(GrammarSpec { field: "response_format", kind: GrammarKind::JsonSchema(check_schema(schema, "response_format.schema")?) });
+            }
+            Some("json_schema") => {
+                let js = o
+                    .get("json_schema")
+                    .and_then(Value::as_object)
+                    .ok_or_else(|| bad("`response_format.json_schema` must be an object with the `schema`".into()))?;
+                if js.get("name").is_some_and(|n| !n.is_string() && !n.is_null()) {
+                    return Err(bad("`response_format.json_schema.name` must be a string".into()));
+                }
+                if js.get("strict").is_some_and(|s| !s.is_boolean() && !s.is_null()) {
+                    return Err(bad("`response_format.json_schema.strict` must be a boolean".into()));
+                }
+                // No schema: any JSON value.
+                let schema = js.get("schema").filter(|v| !v.is_null()).cloned().unwrap_or(serde_json::json!({}));
+                found.push(GrammarSpec { field: "response_format", kind: GrammarKind::JsonSchema(check_schema(schema, "response_format.json_schema.schema")?) });
+            }
+            other => {
+                return Err(bad(format!(
+                    "`response_format.type` must be `text`, `json_object` or `json_schema`, got {}",
+                    other.map_or_else(|| "none".to_string(), |t| format!("`{t}`"))
+                )))
+            }
+        }
+    }
+    if let Some(schema) = set("json_schema") {
+        found.push(GrammarSpec { field: "json_schema", kind: GrammarKind::JsonSchema(check_schema(schema.clone(), "json_schema")?) });
+    }
+    match set("grammar") {
+        None => {}
+        Some(Value::String(g)) if g.trim().is_empty() => {}
+        Some(Value::String(g)) if g.trim_start().starts_with("%llguidance") => {
+            found.push(GrammarSpec { field: "grammar", kind: GrammarKind::Lark(g.clone()) });
+        }
+        Some(Value::String(g)) => {
+            let lark = gbnf::to_lark(g).map_err(|e| ApiError::invalid_param("grammar", format!("`grammar` is not valid GBNF: {e}")))?;
+            found.push(GrammarSpec { field: "grammar", kind: GrammarKind::Lark(lark) });
+        }
+        Some(_) => return Err(ApiError::invalid_param("grammar", "`grammar` must be a string (GBNF)")),
+    }
+    if found.len() > 1 {
+        return Err(ApiError::invalid_param(
+            found[1].field,
+            format!("`{}` and `{}` cannot both constrain the output; send one", found[0].field, found[1].field),
+        ));
+    }
+    Ok(found.pop())
+}
+
+/// A JSON schema is an object (or `true` / `false`).
+fn check_schema(schema: Value, what: &str) -> Result<Value, ApiError> {
+    if schema.is_object() || schema.is_boolean() {
+        return Ok(schema);
+    }
+    let field = what.split('.').next().unwrap_or(what);
+    Err(ApiError::invalid_param(field, format!("`{what}` must be a JSON schema (an object)")))
+}
+
+/// The bytes llguidance sees for each token id: what the detokenizer produces, with
+/// control and unknown tokens marked special (`0xFF` + their text) so that no text
+/// matches them; unused ids are empty.
+pub fn token_bytes(tok: &Tokenizer) -> Vec<Vec<u8>> {
+    (0..tok.vocab_size() as u32)
+        .map(|id| {
+            let piece = tok.piece(id, true);
+            if tok.token_attr(id) & (attr::CONTROL | attr::UNKNOWN) != 0 && !piece.is_empty() {
+                let mut b = Vec::with_capacity(piece.len() + 1);
+                b.push(TokTrie::SPECIAL_TOKEN_MARKER);
+                b.extend_from_slice(piece);
+                b
+            } else {
+                piece.to_vec()
+            }
+        })
+        .collect()
+}
+
+/// lode's tokenizer as llguidance's `TokenizerEnv`.
+struct LodeTokEnv {
+    trie: TokTrie,
+    tok: Arc<Tokenizer>,
+}
+
+impl TokenizerEnv for LodeTokEnv {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
+        match std::str::from_utf8(s) {
+            Ok(text) => self.tok.encode(text, false, false),
+            Err(_) => self.trie.greedy_tokenize(s),
+        }
+    }
+
+    /// Not promised canonical, so llguidance never forces tokens by its own
+    /// tokenization (the mask alone decides).
+    fn tokenize_is_canonical(&self) -> bool {
+        false
+    }
+}
+
+/// The server's grammar compiler: one per model.
+pub struct Grammars {
+    factory: ParserFactory,
+    eog: Vec<u32>,
+}
+
+impl Grammars {
+    /// Builds the token trie and the parser factory for `tok`'s vocabulary.
+    pub fn new(tok: Arc<Tokenizer>) -> Result<Grammars, String> {
+        let n = tok.vocab_size();
+        let eog: Vec<u32> = tok.eog_ids().into_iter().filter(|&e| (e as usize) < n).collect();
+        let Some(&first) = eog.first() else {
+            return Err("the model's vocabulary has no end-of-generation token".into());
+        };
+        let words = token_bytes(&tok);
+        let built = catch_unwind(AssertUnwindSafe(|| {
+            let info = TokRxInfo::new(n as u32, first);
+            let trie = TokTrie::from(&info, &words).with_eos_tokens(&eog);
+            let env: TokEnv = Arc::new(LodeTokEnv { trie, tok: tok.clone() });
+            ParserFactory::new_simple(&env).map_err(|e| e.to_string())
+        }));
+        let mut factory = match built {
+            Ok(r) => r?,
+            Err(p) => return Err(format!("cannot build the token trie: {}", panic_message(p.as_ref()))),
+        };
+        factory.quiet();
+        Ok(Grammars { factory, eog })
+    }
+
+    /// The end-of-generation ids the constraint allows where the grammar may end.
+    pub fn eog(&self) -> &[u32] {
+        &self.eog
+    }
+
+    /// Compiles a request's grammar; a grammar or schema llguidance rejects is a 400
+    /// naming the field and the reason.
+    pub fn compile(&self, spec: &GrammarSpec) -> Result<Matcher, ApiError> {
+        let grammar = match &spec.kind {
+            GrammarKind::JsonSchema(schema) => TopLevelGrammar::from_json_schema(with_default_layout(schema)),
+            GrammarKind::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
+        };
+        let bad = |why: String| ApiError::invalid_param(spec.field, format!("`{}` cannot be used: {why}", spec.field));
+        let parser = catch_unwind(AssertUnwindSafe(|| self.factory.create_parser(grammar)))
+            .map_err(|p| bad(format!("the grammar compiler failed ({})", panic_message(p.as_ref()))))?
+            .map_err(|e| bad(first_line(&e.to_string())))?;
+        let m = Matcher::new(Ok(parser));
+        match m.get_error() {
+            Some(e) => Err(bad(first_line(&e))),
+            None => Ok(m),
+        }
+    }
+}
+
+fn first_line(s: &str) -> String {
+    let mut lines = s.lines();
+    let first = lines.next().unwrap_or_default().to_string();
+    // llguidance's errors may carry a grammar excerpt after the first line; keep a little.
+    match lines.next() {
+        Some(l) if first.len() < 40 => format!("{first} {}", l.trim()),
+        _ => first,
+    }
+}
+
+/// JSON without free whitespace (`", "` and `": "` between items), unless the schema
+/// sets its own layout (`x-guidance`): a small model given free whitespace may spend
+/// its tokens on blank lines.
+fn with_default_layout(schema: &Value) -> Value {
+    let mut s = schema.clone();
+    if let Value::Object(o) = &mut s {
+        o.entry("x-guidance").or_insert_with(|| {
+            serde_json::json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "})
+        });
+    }
+    s
+}
+
+/// Where a generation's constraint reports a failure (the slot turns it into a 500).
+pub type ErrorCell = Arc<Mutex<Option<String>>>;
+
+/// A compiled grammar driving one generation, its masks computed on a worker thread.
+pub struct GrammarConstraint {
+    to_worker: Sender<u32>,
+    from_worker: Receiver<TokenMask>,
+    eog: Vec<u32>,
+    error: ErrorCell,
+}
+
+impl GrammarConstraint {
+    /// Starts the worker; it computes the first mask at once (overlapping the prompt).
+    pub fn start(matcher: Matcher, eog: Vec<u32>, error: ErrorCell) -> std::io::Result<GrammarConstraint> {
+        let (to_worker, tokens) = mpsc::channel();
+        let (masks, from_worker) = mpsc::channel();
+        let (e, err) = (eog.clone(), error.clone());
+        std::thread::Builder::new().name("lode-grammar".into()).spawn(move || worker(matcher, &e, &err, tokens, masks))?;
+        Ok(GrammarConstraint { to_worker, from_worker, eog, error })
+    }
+
+    fn fail(&self, why: String) -> TokenMask {
+        fail(&self.error, &self.eog, why)
+    }
+}
+
+fn eog_only(eog: &[u32]) -> TokenMask {
+    let mut m = TokenMask::default();
+    eog.iter().for_each(|&e| m.set(e, true));
+    m
+}
+
+fn fail(error: &ErrorCell, eog: &[u32], why: String) -> TokenMask {
+    let mut e = error.lock().unwrap_or_else(|p| p.into_inner());
+    e.get_or_insert(why);
+    eog_only(eog)
+}
+
+/// The mask of the matcher's current state, end-of-generation set where it may end.
+pub fn next_mask(m: &mut Matcher, eog: &[u32], error: &ErrorCell) -> TokenMask {
+    if m.is_stopped() {
+        if let Some(e) = m.get_error() {
+            return fail(error, eog, format!("the grammar stopped: {}", first_line(&e)));
+        }
+        // Complete: nothing more may follow.
+        return eog_only(eog);
+    }
+    let vob = match m.compute_mask() {
+        Ok(v) => v,
+        Err(e) => return fail(error, eog, format!("the grammar failed: {}", first_line(&e.to_string()))),
+    };
+    let mut mask = TokenMask::from_words(vob.as_slice().to_vec());
+    // llguidance sets the EOS ids where the grammar accepts; keep them as one set.
+    let accepting = eog.iter().any(|&e| mask.allows(e));
+    eog.iter().for_each(|&e| mask.set(e, accepting));
+    if mask.count() == 0 {
+        return fail(error, eog, "the grammar allows no token here".into());
+    }
+    mask
+}
+
+fn worker(mut m: Matcher, eog: &[u32], error: &ErrorCell, tokens: Receiver<u32>, masks: Sender<TokenMask>) {
+    loop {
+        if masks.send(next_mask(&mut m, eog, error)).is_err() {
+            return;
+        }
+        let Ok(tok) = tokens.recv() else { return };
+        if eog.contains(&tok) {
+            return;
+        }
+        if let Err(e) = m.consume_token(tok) {
+            fail(error, eog, format!("the grammar refused token {tok}: {}", first_line(&e.to_string())));
+        }
+    }
+}
+
+impl Constraint for GrammarConstraint {
+    fn allowed(&mut self) -> TokenMask {
+        match self.from_worker.recv() {
+            Ok(m) => m,
+            Err(_) => self.fail("the grammar worker stopped".into()),
+        }
+    }
+
+    fn commit(&mut self, token: u32) {
+        // A closed worker is reported by the next `allowed`.
+        let _ = self.to_worker.send(token);
+    }
+}
