@@ -403,9 +403,13 @@ impl Emitter<'_> {
                     out.push_str("\"\"");
                     return;
                 }
-                out.push('(');
-                self.node(node, out);
-                out.push(')');
+                if matches!(**node, Node::Group(_)) {
+                    self.node(node, out);
+                } else {
+                    out.push('(');
+                    self.node(node, out);
+                    out.push(')');
+                }
                 match (*min, *max) {
                     (0, None) => out.push('*'),
                     (1, None) => out.push('+'),

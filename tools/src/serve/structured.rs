@@ -321,3 +321,162 @@ impl Constraint for GrammarConstraint {
         let _ = self.to_worker.send(token);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lode_runtime::engine::{Sampler, SamplerParams};
+    use lode_runtime::tokenizer::Vocab;
+    use serde_json::json;
+
+    /// A small SentencePiece-style vocabulary: `<unk>`, `<s>`, `</s>` (EOS), then text.
+    const TEXT: [&str; 15] = ["{", "}", "\"", "a", "b", ":", "\u{2581}", ",", "1", "2", "x", "ab", "{\"", "\u{2581}1", "<0x0A>"];
+
+    fn tokenizer() -> Arc<Tokenizer> {
+        let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>"].iter().map(|s| s.to_string()).collect();
+        tokens.extend(TEXT.iter().map(|s| s.to_string()));
+        let mut types = vec![2, 3, 3];
+        types.extend(TEXT.iter().map(|t| if t.starts_with("<0x") { 6 } else { 1 }));
+        let v = Vocab {
+            model: "llama".into(),
+            scores: Some(vec![0.0; tokens.len()]),
+            token_types: Some(types),
+            tokens,
+            ..Default::default()
+        };
+        Arc::new(Tokenizer::from_vocab(&v).unwrap())
+    }
+
+    fn id(tok: &Tokenizer, text: &str) -> u32 {
+        tok.token_id(text).unwrap()
+    }
+
+    #[test]
+    fn token_bytes_are_the_detokenizers_and_control_tokens_are_special() {
+        let tok = tokenizer();
+        let b = token_bytes(&tok);
+        assert_eq!(b[2], b"\xFF</s>");
+        assert_eq!(b[id(&tok, "\u{2581}1") as usize], b" 1");
+        assert_eq!(b[id(&tok, "<0x0A>") as usize], b"\n");
+        assert_eq!(b[id(&tok, "{\"") as usize], b"{\"");
+    }
+
+    #[test]
+    fn the_mask_follows_a_schema_and_forbidden_tokens_get_minus_infinity() {
+        let tok = tokenizer();
+        let g = Grammars::new(tok.clone()).unwrap();
+        assert_eq!(g.eog(), &[2]);
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false});
+        let spec = GrammarSpec { field: "response_format", kind: GrammarKind::JsonSchema(schema) };
+        let mut m = g.compile(&spec).unwrap();
+        let err = ErrorCell::default();
+        let n = tok.vocab_size();
+
+        // First token: only those starting with `{`.
+        let mask = next_mask(&mut m, g.eog(), &err);
+        let allowed: Vec<u32> = (0..n as u32).filter(|&t| mask.allows(t)).collect();
+        assert_eq!(allowed, vec![id(&tok, "{"), id(&tok, "{\"")]);
+        let mut logits = vec![1.0f32; n + 3]; // a model's logits may be wider than its vocabulary
+        mask.apply(&mut logits);
+        for (t, l) in logits.iter().enumerate() {
+            let want_finite = allowed.contains(&(t as u32));
+            assert_eq!(l.is_finite(), want_finite, "token {t} ({:?}): {l}", tok.token_text(t as u32));
+        }
+        assert_eq!(logits[id(&tok, "x") as usize], f32::NEG_INFINITY);
+        assert_eq!(logits[2], f32::NEG_INFINITY, "EOS before the object is complete");
+
+        // Spell `{"a": 12}`; EOS only at the end, then only EOS.
+        for piece in ["{\"", "a", "\"", ":", "\u{2581}1", "2"] {
+            let mask = next_mask(&mut m, g.eog(), &err);
+            assert!(mask.allows(id(&tok, piece)), "{piece} should be allowed");
+            assert!(!mask.allows(2), "EOS before `}}`");
+            m.consume_token(id(&tok, piece)).unwrap();
+        }
+        let mask = next_mask(&mut m, g.eog(), &err);
+        assert!(!mask.allows(id(&tok, "b")) && !mask.allows(id(&tok, ",")) && mask.allows(id(&tok, "}")));
+        m.consume_token(id(&tok, "}")).unwrap();
+        let mask = next_mask(&mut m, g.eog(), &err);
+        assert_eq!((mask.count(), mask.allows(2)), (1, true), "complete: only EOS");
+        assert!(err.lock().unwrap().is_none());
+    }
+
+    /// Hot sampling over random logits through the worker thread: every output matches
+    /// the grammar and ends with EOS.
+    #[test]
+    fn sampling_under_a_gbnf_grammar_only_produces_matches() {
+        let tok = tokenizer();
+        let g = Grammars::new(tok.clone()).unwrap();
+        let spec = parse(json!({"grammar": "root ::= \"x\" [12]{2,3} (\",\" ab)?\nab ::= \"a\" | \"b\"+"}).as_object().unwrap())
+            .unwrap()
+            .unwrap();
+        let m = g.compile(&spec).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for seed in 0..40u64 {
+            let err = ErrorCell::default();
+            let c = GrammarConstraint::start(m.clone(), g.eog().to_vec(), err.clone()).unwrap();
+            let p = SamplerParams { temp: 1.5, top_k: 0, top_p: 1.0, min_p: 0.0, seed, ..Default::default() };
+            let mut s = Sampler::new(p).with_constraint(Box::new(c));
+            let mut rng = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let mut out = Vec::new();
+            loop {
+                let logits: Vec<f32> = (0..tok.vocab_size())
+                    .map(|_| {
+                        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        (rng >> 40) as f32 / (1u64 << 24) as f32 * 4.0
+                    })
+                    .collect();
+                let t = s.sample(&logits);
+                if t == 2 {
+                    break;
+                }
+                out.push(t);
+                assert!(out.len() < 20, "runaway output {:?}", tok.decode(&out));
+            }
+            let text = tok.decode(&out);
+            let (head, tail) = text.split_once(',').unwrap_or((&text, ""));
+            let digits = &head[1..];
+            assert!(head.starts_with('x') && (2..=3).contains(&digits.len()) && digits.chars().all(|c| c == '1' || c == '2'), "{text}");
+            assert!(tail.is_empty() && !text.contains(',') || tail == "a" || (!tail.is_empty() && tail.chars().all(|c| c == 'b')), "{text}");
+            assert!(err.lock().unwrap().is_none());
+            seen.insert(text);
+        }
+        assert!(seen.len() > 5, "hot sampling should vary: {seen:?}");
+    }
+
+    #[test]
+    fn request_fields_are_read_and_refused_by_name() {
+        let p = |v: Value| parse(v.as_object().unwrap());
+        assert_eq!(p(json!({"response_format": {"type": "text"}})).unwrap(), None);
+        let s = p(json!({"response_format": {"type": "json_object"}})).unwrap().unwrap();
+        assert_eq!((s.field, s.kind), ("response_format", GrammarKind::JsonSchema(json!({"type": "object"}))));
+        let schema = json!({"type": "array"});
+        let s = p(json!({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": true}}}));
+        assert_eq!(s.unwrap().unwrap().kind, GrammarKind::JsonSchema(json!({"type": "array"})));
+        assert_eq!(p(json!({"json_schema": {"type": "string"}})).unwrap().unwrap().field, "json_schema");
+        let s = p(json!({"grammar": "%llguidance {}\nstart: \"a\""})).unwrap().unwrap();
+        assert!(matches!(s.kind, GrammarKind::Lark(ref t) if t.starts_with("%llguidance")));
+        assert!(matches!(p(json!({"grammar": "root ::= \"a\""})).unwrap().unwrap().kind, GrammarKind::Lark(_)));
+        assert_eq!(p(json!({"grammar": ""})).unwrap(), None);
+        for (body, field) in [
+            (json!({"response_format": "json"}), "response_format"),
+            (json!({"response_format": {"type": "yaml"}}), "response_format"),
+            (json!({"response_format": {"type": "json_schema", "json_schema": {"schema": [1]}}}), "response_format"),
+            (json!({"response_format": {"type": "json_schema", "json_schema": {"strict": "yes"}}}), "response_format"),
+            (json!({"grammar": "root ::= \"a"}), "grammar"),
+            (json!({"grammar": 1}), "grammar"),
+            (json!({"json_schema": 3}), "json_schema"),
+            (json!({"response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""}), "grammar"),
+        ] {
+            let e = p(body.clone()).expect_err(&body.to_string());
+            assert_eq!((e.status.as_u16(), e.param.as_deref()), (400, Some(field)), "{body}: {}", e.message);
+        }
+        // What llguidance rejects is a 400 naming the field, with its reason.
+        let g = Grammars::new(tokenizer()).unwrap();
+        let bad = GrammarSpec { field: "json_schema", kind: GrammarKind::JsonSchema(json!({"$ref": "#/nowhere"})) };
+        let e = g.compile(&bad).err().expect("refused");
+        assert_eq!(e.param.as_deref(), Some("json_schema"));
+        assert!(e.message.contains("nowhere"), "{}", e.message);
+        let bad = GrammarSpec { field: "grammar", kind: GrammarKind::Lark("start: UNDEFINED".into()) };
+        assert_eq!(g.compile(&bad).err().expect("refused").param.as_deref(), Some("grammar"));
+    }
+}
