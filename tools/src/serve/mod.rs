@@ -1,10 +1,12 @@
 //! `lode serve`: an OpenAI-compatible HTTP server (chat and text completions, streamed
-//! over SSE or not, with `n` choices, log-probabilities and tool calls; `/v1/models`,
+//! over SSE or not, with `n` choices, log-probabilities, tool calls and structured output
+//! (`response_format`, `json_schema`, GBNF `grammar`); `/v1/models`,
 //! `/v1/embeddings`, `/health`, Prometheus `/metrics`; llama-server's `/tokenize`,
 //! `/detokenize`, `/props`, `/slots`; CORS with `--cors`).
 //!
 //! Layout: [`api`] reads requests, [`wire`] is the response types, [`respond`] shapes
 //! them (whole or SSE), [`logprobs`] and [`tools`] add log-probabilities and tool calls,
+//! [`structured`] (with [`gbnf`]) constrains the output to a schema or grammar,
 //! [`extra`] holds llama-server's endpoints and embeddings, [`routes`] is the HTTP side,
 //! [`scheduler`] owns the slots (one OS thread each) and the FIFO queue in front of
 //! them, [`slot`] runs one generation on a slot's sequence, [`batcher`] is the engine
