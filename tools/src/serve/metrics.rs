@@ -36,6 +36,8 @@ pub struct Metrics {
     /// mean batch size).
     pub batch_steps: AtomicU64,
     pub batch_rows: AtomicU64,
+    /// Token masks of structured output (`response_format`, `json_schema`, `grammar`).
+    pub grammar: std::sync::Arc<super::structured::GrammarStats>,
     /// Generated tokens per second of uptime, for the last [`RATE_WINDOW_S`] seconds.
     recent: Mutex<VecDeque<(u64, u64)>>,
 }
@@ -60,6 +62,7 @@ impl Metrics {
             weight_copies: AtomicU64::new(0),
             batch_steps: AtomicU64::new(0),
             batch_rows: AtomicU64::new(0),
+            grammar: Default::default(),
             recent: Mutex::new(VecDeque::new()),
         }
     }
@@ -152,6 +155,20 @@ impl Metrics {
             "counter",
             "Sequences carried by those steps (divided by the steps: the mean batch size).",
             self.batch_rows.load(Relaxed).to_string(),
+        );
+        let g = &self.grammar;
+        metric("lode_grammar_masks_total", "counter", "Token masks computed for structured output.", g.masks.load(Relaxed).to_string());
+        metric(
+            "lode_grammar_mask_seconds_total",
+            "counter",
+            "Time the grammar threads spent computing token masks (overlapped with the forward pass).",
+            secs(&g.mask_us),
+        );
+        metric(
+            "lode_grammar_wait_seconds_total",
+            "counter",
+            "Time sampling waited for a token mask (the part not overlapped).",
+            secs(&g.wait_us),
         );
         if let Some(rss) = resident_bytes() {
             metric("lode_process_resident_memory_bytes", "gauge", "Resident set size (VmRSS).", rss.to_string());

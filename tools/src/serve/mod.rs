@@ -106,7 +106,10 @@ pub fn run(args: Args) -> Result<()> {
     let metrics = Arc::new(Metrics::new(args.parallel));
     let (handles, embed) = batcher::start(engine, metrics.clone(), args.embeddings).context("cannot start the engine thread")?;
     let runners: Vec<Box<dyn SlotRunner>> =
-        handles.into_iter().map(|h| Box::new(EngineSlot::new(h, tok.clone())) as Box<dyn SlotRunner>).collect();
+        handles
+        .into_iter()
+        .map(|h| Box::new(EngineSlot::new(h, tok.clone(), metrics.grammar.clone())) as Box<dyn SlotRunner>)
+        .collect();
     let grammars = structured::Grammars::new(tok.clone());
     if let Err(why) = &grammars {
         eprintln!("lode: structured output (response_format, json_schema, grammar) is off: {why}");

@@ -11,8 +11,10 @@
 //! overlap. End-of-generation tokens are allowed exactly where the grammar may end.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
@@ -235,22 +237,35 @@ fn with_default_layout(schema: &Value) -> Value {
 /// Where a generation's constraint reports a failure (the slot turns it into a 500).
 pub type ErrorCell = Arc<Mutex<Option<String>>>;
 
+/// What the masks cost, for `/metrics`: how many, the time the worker threads spent
+/// computing them, and the part the sampler waited for (not hidden behind the forward
+/// pass).
+#[derive(Debug, Default)]
+pub struct GrammarStats {
+    pub masks: AtomicU64,
+    pub mask_us: AtomicU64,
+    pub wait_us: AtomicU64,
+}
+
 /// A compiled grammar driving one generation, its masks computed on a worker thread.
 pub struct GrammarConstraint {
     to_worker: Sender<u32>,
     from_worker: Receiver<TokenMask>,
     eog: Vec<u32>,
     error: ErrorCell,
+    stats: Arc<GrammarStats>,
 }
 
 impl GrammarConstraint {
     /// Starts the worker; it computes the first mask at once (overlapping the prompt).
-    pub fn start(matcher: Matcher, eog: Vec<u32>, error: ErrorCell) -> std::io::Result<GrammarConstraint> {
+    pub fn start(matcher: Matcher, eog: Vec<u32>, error: ErrorCell, stats: Arc<GrammarStats>) -> std::io::Result<GrammarConstraint> {
         let (to_worker, tokens) = mpsc::channel();
         let (masks, from_worker) = mpsc::channel();
-        let (e, err) = (eog.clone(), error.clone());
-        std::thread::Builder::new().name("lode-grammar".into()).spawn(move || worker(matcher, &e, &err, tokens, masks))?;
-        Ok(GrammarConstraint { to_worker, from_worker, eog, error })
+        let (e, err, st) = (eog.clone(), error.clone(), stats.clone());
+        std::thread::Builder::new()
+            .name("lode-grammar".into())
+            .spawn(move || worker(matcher, &e, &err, &st, tokens, masks))?;
+        Ok(GrammarConstraint { to_worker, from_worker, eog, error, stats })
     }
 
     fn fail(&self, why: String) -> TokenMask {
@@ -293,9 +308,13 @@ pub fn next_mask(m: &mut Matcher, eog: &[u32], error: &ErrorCell) -> TokenMask {
     mask
 }
 
-fn worker(mut m: Matcher, eog: &[u32], error: &ErrorCell, tokens: Receiver<u32>, masks: Sender<TokenMask>) {
+fn worker(mut m: Matcher, eog: &[u32], error: &ErrorCell, stats: &GrammarStats, tokens: Receiver<u32>, masks: Sender<TokenMask>) {
     loop {
-        if masks.send(next_mask(&mut m, eog, error)).is_err() {
+        let t0 = Instant::now();
+        let mask = next_mask(&mut m, eog, error);
+        stats.masks.fetch_add(1, Relaxed);
+        stats.mask_us.fetch_add(t0.elapsed().as_micros() as u64, Relaxed);
+        if masks.send(mask).is_err() {
             return;
         }
         let Ok(tok) = tokens.recv() else { return };
@@ -310,7 +329,10 @@ fn worker(mut m: Matcher, eog: &[u32], error: &ErrorCell, tokens: Receiver<u32>,
 
 impl Constraint for GrammarConstraint {
     fn allowed(&mut self) -> TokenMask {
-        match self.from_worker.recv() {
+        let t0 = Instant::now();
+        let r = self.from_worker.recv();
+        self.stats.wait_us.fetch_add(t0.elapsed().as_micros() as u64, Relaxed);
+        match r {
             Ok(m) => m,
             Err(_) => self.fail("the grammar worker stopped".into()),
         }
@@ -411,9 +433,11 @@ mod tests {
             .unwrap();
         let m = g.compile(&spec).unwrap();
         let mut seen = std::collections::HashSet::new();
+        let stats = Arc::new(GrammarStats::default());
+        let mut draws = 0;
         for seed in 0..40u64 {
             let err = ErrorCell::default();
-            let c = GrammarConstraint::start(m.clone(), g.eog().to_vec(), err.clone()).unwrap();
+            let c = GrammarConstraint::start(m.clone(), g.eog().to_vec(), err.clone(), stats.clone()).unwrap();
             let p = SamplerParams { temp: 1.5, top_k: 0, top_p: 1.0, min_p: 0.0, seed, ..Default::default() };
             let mut s = Sampler::new(p).with_constraint(Box::new(c));
             let mut rng = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
@@ -426,6 +450,7 @@ mod tests {
                     })
                     .collect();
                 let t = s.sample(&logits);
+                draws += 1;
                 if t == 2 {
                     break;
                 }
@@ -441,6 +466,8 @@ mod tests {
             seen.insert(text);
         }
         assert!(seen.len() > 5, "hot sampling should vary: {seen:?}");
+        // One mask per token drawn, EOS included.
+        assert_eq!(stats.masks.load(Relaxed), draws, "{stats:?}");
     }
 
     #[test]
