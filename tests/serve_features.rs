@@ -193,8 +193,9 @@ fn tool_calls_whole_and_streamed_and_tool_results_in() {
 }
 
 /// Structured output without Python: a json_schema for three choices at once (each its
-/// own grammar state), streamed, a GBNF grammar, the mask counters in /metrics, and
-/// refusals naming their field.
+/// own grammar state; the prompt evaluated once, its K/V copied to the other two slots),
+/// streamed, a GBNF grammar, the mask counters in /metrics, and refusals naming their
+/// field.
 #[test]
 fn structured_output_schema_grammar_and_refusals() {
     let Some(model) = smol() else { return };
@@ -209,6 +210,10 @@ fn structured_output_schema_grammar_and_refusals() {
     let r = srv.post_json(chat, none, &json!({"messages": msgs, "response_format": fmt, "n": 3, "seed": 4, "temperature": 0.9, "max_tokens": 60}));
     assert_eq!(r.status, 200, "{}", r.body);
     let r = r.json();
+    // The first choice evaluated the prompt; the other two copied its K/V (all but the
+    // last token, which each evaluates for its own logits).
+    let p = r["usage"]["prompt_tokens"].as_f64().unwrap();
+    assert_eq!(srv.metric("lode_prompt_tokens_shared_total", none), 2.0 * (p - 1.0), "{r}");
     for c in r["choices"].as_array().unwrap() {
         assert_eq!(c["finish_reason"], "stop", "{r}");
         let v: Value = serde_json::from_str(c["message"]["content"].as_str().unwrap()).unwrap();

@@ -103,6 +103,9 @@ impl Backend for CachedBackend {
     fn free_kv(&mut self, kv: KvCache) -> Result<()> {
         self.inner.free_kv(kv)
     }
+    fn copy_kv(&mut self, src: KvCache, dst: KvCache, n: usize) -> Result<()> {
+        self.inner.copy_kv(src, dst, n)
+    }
     fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
         let w = resident(&mut self.cache, w)?;
         self.inner.get_rows(&w, ids, out)

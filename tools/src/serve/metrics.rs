@@ -17,6 +17,8 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     pub prompt_tokens: AtomicU64,
     pub cached_prompt_tokens: AtomicU64,
+    /// Prompt tokens whose K/V was copied from another slot's cache.
+    pub shared_prompt_tokens: AtomicU64,
     pub generated_tokens: AtomicU64,
     pub prompt_us: AtomicU64,
     pub decode_us: AtomicU64,
@@ -49,6 +51,7 @@ impl Metrics {
             requests: Mutex::new(BTreeMap::new()),
             prompt_tokens: AtomicU64::new(0),
             cached_prompt_tokens: AtomicU64::new(0),
+            shared_prompt_tokens: AtomicU64::new(0),
             generated_tokens: AtomicU64::new(0),
             prompt_us: AtomicU64::new(0),
             decode_us: AtomicU64::new(0),
@@ -117,6 +120,12 @@ impl Metrics {
             "counter",
             "Prompt tokens reused from a slot's KV cache.",
             self.cached_prompt_tokens.load(Relaxed).to_string(),
+        );
+        metric(
+            "lode_prompt_tokens_shared_total",
+            "counter",
+            "Prompt tokens copied from another slot's KV cache (n > 1, shared prefixes) instead of evaluated.",
+            self.shared_prompt_tokens.load(Relaxed).to_string(),
         );
         metric("lode_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens.load(Relaxed).to_string());
         metric("lode_prompt_seconds_total", "counter", "Time spent evaluating prompts.", secs(&self.prompt_us));
