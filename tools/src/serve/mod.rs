@@ -110,9 +110,23 @@ pub fn run(args: Args) -> Result<()> {
         .into_iter()
         .map(|h| Box::new(EngineSlot::new(h, tok.clone(), metrics.grammar.clone())) as Box<dyn SlotRunner>)
         .collect();
-    let grammars = structured::Grammars::new(tok.clone());
-    if let Err(why) = &grammars {
-        eprintln!("lode: structured output (response_format, json_schema, grammar) is off: {why}");
+    // Built in the background (seconds for a 262k vocabulary); the first request with a
+    // grammar waits for it.
+    let grammars = Arc::new(std::sync::OnceLock::new());
+    {
+        let (g, tok) = (grammars.clone(), tok.clone());
+        std::thread::Builder::new()
+            .name("lode-grammars".into())
+            .spawn(move || {
+                let t0 = std::time::Instant::now();
+                let r = structured::Grammars::new(tok);
+                tracing::info!("structured output: token trie and grammar compiler built in {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
+                if let Err(why) = &r {
+                    eprintln!("lode: structured output (response_format, json_schema, grammar) is off: {why}");
+                }
+                let _ = g.set(r);
+            })
+            .context("cannot start the grammar compiler's thread")?;
     }
 
     let model_id = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());

@@ -52,8 +52,9 @@ pub struct AppState {
     pub embed: Option<EmbedHandle>,
     /// `--cors`: the origin browsers may call from (`*`: any).
     pub cors: Option<String>,
-    /// The grammar compiler over the model's vocabulary, or why there is none.
-    pub grammars: Result<Grammars, String>,
+    /// The grammar compiler over the model's vocabulary, or why there is none (set by a
+    /// background thread once built).
+    pub grammars: Arc<std::sync::OnceLock<Result<Grammars, String>>>,
 }
 
 type St = State<Arc<AppState>>;
@@ -205,7 +206,7 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
         tokio::task::spawn_blocking(move || {
             let p = tokenize(&st, &req)?;
             // Compiled before a slot is taken: a rejected schema is a 400.
-            let g = match (&req.grammar, &st.grammars) {
+            let g = match (&req.grammar, st.grammars.wait()) {
                 (None, _) => None,
                 (Some(spec), Ok(g)) => Some(g.compile(spec)?),
                 (Some(spec), Err(why)) => {
