@@ -20,6 +20,7 @@
 // grid (ceil(M / BM), ceil(N / BN)), block 2 BM.
 #include "common.h"
 #include "mma.h"
+#include "dequant_low.h"
 
 #define GB_K 64
 #define GB_LD 72 // padded row stride (u16): 144 bytes, 16-byte aligned, conflict-free ldmatrix
@@ -42,11 +43,19 @@ enum {
     T_Q6_K,
     T_Q4_K_R64,
     T_Q6_K_R64,
+    // The low-bit types (K a multiple of their block; no fused decode kernels).
+    T_Q2_K,
+    T_Q3_K,
+    T_IQ4_NL,
+    T_IQ4_XS,
+    T_MXFP4,
 };
 
-// The raw bytes one thread needs for one K step (loaded a step ahead, decoded later).
-struct Raw {
-    u32 w[16];
+// The raw bytes one thread needs for one K step (loaded a step ahead, decoded later):
+// 16 words, 18 for Q3_K.
+template <int N>
+struct RawN {
+    u32 w[N];
 };
 struct __attribute__((aligned(16))) g_u4 { u32 x, y, z, w; };
 struct __attribute__((aligned(8))) g_u2 { u32 x, y; };
@@ -96,19 +105,105 @@ template <> struct TypeInfo<T_Q5_K> { enum { BB = 176, QK = 256 }; };
 template <> struct TypeInfo<T_Q6_K> { enum { BB = 210, QK = 256 }; };
 template <> struct TypeInfo<T_Q4_K_R64> { enum { BB = 144, QK = 256 }; };
 template <> struct TypeInfo<T_Q6_K_R64> { enum { BB = 210, QK = 256 }; };
+template <> struct TypeInfo<T_Q2_K> { enum { BB = 84, QK = 256 }; };
+template <> struct TypeInfo<T_Q3_K> { enum { BB = 110, QK = 256 }; };
+template <> struct TypeInfo<T_IQ4_NL> { enum { BB = 18, QK = 32 }; };
+template <> struct TypeInfo<T_IQ4_XS> { enum { BB = 136, QK = 256 }; };
+template <> struct TypeInfo<T_MXFP4> { enum { BB = 17, QK = 32 }; };
+// The 256-element low-bit types: one thread decodes one whole 32-element run of a K step.
+template <int TYPE>
+struct Runs { enum { ON = TYPE == T_Q2_K || TYPE == T_Q3_K || TYPE == T_IQ4_XS }; };
+template <int TYPE>
+struct RawOf { typedef RawN<TYPE == T_Q3_K ? 18 : 16> T; };
+
+DEV void ld16_a1(u32* d, const u8* p) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) d[i] = (u32)p[4 * i] | ((u32)p[4 * i + 1] << 8) | ((u32)p[4 * i + 2] << 16) | ((u32)p[4 * i + 3] << 24);
+}
+
+// Raw bytes of run r (elements [32 r, 32 r + 32) of super-block block b) of a low-bit type.
+template <int TYPE, int N>
+DEV void load_run(RawN<N>& w, const u8* b, int r) {
+    if (TYPE == T_Q2_K) {
+        // qs[32 h .. + 32) (h = r / 4), scales 2r and 2r + 1, d | dmin.
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w.w[i] = ld_u32(b + 16 + 32 * (r >> 2) + 4 * i);
+        w.w[8] = ld_u16(b + 2 * r);
+        w.w[9] = ld_u32(b + 80);
+    } else if (TYPE == T_Q3_K) {
+        // qs[32 h .. + 32), hmask[0 .. 32), the scale bytes of sub-blocks 2r, 2r + 1, d.
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            w.w[i] = ld_u32_a2(b + 32 + 32 * (r >> 2) + 4 * i);
+            w.w[8 + i] = ld_u32_a2(b + 4 * i);
+        }
+        w.w[16] = (u32)ld_u16(b + 96 + ((2 * r) & 7)) | ((u32)ld_u16(b + 104 + ((2 * r) & 3)) << 16);
+        w.w[17] = ld_u16(b + 108);
+    } else {
+        // IQ4_XS: qs of sub-block r, d | scales_h, the scales_l byte of r.
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w.w[i] = ld_u32(b + 8 + 16 * r + 4 * i);
+        w.w[4] = ld_u32(b);
+        w.w[5] = b[4 + (r >> 1)];
+    }
+}
+
+// Decode run r into v[0..32).
+template <int TYPE, int N>
+DEV void emit_run(const RawN<N>& w, float* v, int r) {
+    if (TYPE == T_Q2_K) {
+        const float d = h2f((u16)(w.w[9] & 0xffff)), dmin = h2f((u16)(w.w[9] >> 16));
+        const int g = 2 * (r & 3);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 sc = (w.w[8] >> (8 * h)) & 0xff;
+            const float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
+#pragma unroll
+            for (int l = 0; l < 16; ++l) v[16 * h + l] = fma_f(dl, qf((byte_at(w.w, 16 * h + l) >> g) & 3, 0.0f), -ml);
+        }
+    } else if (TYPE == T_Q3_K) {
+        const float d = h2f((u16)w.w[17]);
+        const int g = 2 * (r & 3), lsh = r < 4 ? 0 : 4, hsh = 2 * (r >> 1);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 lo = (w.w[16] >> (8 * h + lsh)) & 15, hi = (w.w[16] >> (16 + 8 * h + hsh)) & 3;
+            const float dl = d * (float)((int)(lo | (hi << 4)) - 32);
+#pragma unroll
+            for (int l = 0; l < 16; ++l) {
+                const int i = 16 * h + l;
+                const u32 q = ((byte_at(w.w, i) >> g) & 3) + (((byte_at(w.w + 8, i) >> r) & 1) << 2);
+                v[i] = dl * qf(q, 4.0f);
+            }
+        }
+    } else {
+        const u32 lo = (w.w[5] >> (4 * (r & 1))) & 15, hi = ((w.w[4] >> 16) >> (2 * r)) & 3;
+        const float dl = h2f((u16)(w.w[4] & 0xffff)) * (float)((int)(lo | (hi << 4)) - 32);
+#pragma unroll
+        for (int l = 0; l < 16; ++l) {
+            v[l] = dl * (float)iq4_value(byte_at(w.w, l) & 15);
+            v[16 + l] = dl * (float)iq4_value(byte_at(w.w, l) >> 4);
+        }
+    }
+}
 
 // Load the raw bytes of (row, K step ks, half c) into r. Caller guarantees row < M.
 // K-quants: sub-blocks 2p, 2p+1 (p = ks % 4) of super-block ks / 4, elements
 // [16c, 16c + 16) of each. 32-blocks: block 2 ks + c (absent past K: r.w[15] = 0 flags it).
 template <int TYPE>
-DEV void load_raw(Raw& r, const u8* W, int row, int K, int ks, int c) {
+DEV void load_raw(typename RawOf<TYPE>::T& r, const u8* W, int row, int K, int ks, int c) {
     constexpr int BB = TypeInfo<TYPE>::BB;
     if (TypeInfo<TYPE>::QK == 32) {
         const int kb = K / 32, bi = 2 * ks + c;
         r.w[15] = bi < kb;
         if (bi >= kb) return;
         const u8* b = W + ((u64)row * kb + bi) * BB;
-        if (TYPE == T_Q8_0) {
+        if (TYPE == T_MXFP4) {
+            r.w[8] = b[0];
+            ld16_a1(r.w, b + 1);
+        } else if (TYPE == T_IQ4_NL) {
+            r.w[8] = ld_u16(b);
+            ld16_a24(r.w, b + 2);
+        } else if (TYPE == T_Q8_0) {
             r.w[8] = ld_u16(b);
             ld16_a24(r.w, b + 2);
             ld16_a24(r.w + 4, b + 18);
@@ -127,7 +222,9 @@ DEV void load_raw(Raw& r, const u8* W, int row, int K, int ks, int c) {
         return;
     }
     const int nsb = K / 256, sb = ks >> 2, p = ks & 3;
-    if (TYPE == T_Q4_K) {
+    if (Runs<TYPE>::ON) {
+        load_run<TYPE>(r, W + ((u64)row * nsb + sb) * BB, 2 * p + c);
+    } else if (TYPE == T_Q4_K) {
         const u8* b = W + ((u64)row * nsb + sb) * BB;
         ld16(r.w, b);
         ld16(r.w + 4, b + 16 + 32 * p + 16 * c);
@@ -178,7 +275,7 @@ DEV void put16(u16* dst, const float* v) {
 
 // Decode r into the shared row dst (64 f16 of this K step; this thread's 32 of them).
 template <int TYPE>
-DEV void emit(const Raw& r, u16* dst, int ks, int c) {
+DEV void emit(const typename RawOf<TYPE>::T& r, u16* dst, int ks, int c) {
     float a[16], b[16];
     if (TypeInfo<TYPE>::QK == 32) {
         if (!r.w[15]) {
@@ -186,6 +283,20 @@ DEV void emit(const Raw& r, u16* dst, int ks, int c) {
             for (int i = 0; i < 16; ++i) a[i] = 0.0f;
             put16(dst + 32 * c, a);
             put16(dst + 32 * c + 16, a);
+            return;
+        }
+        if (TYPE == T_MXFP4 || TYPE == T_IQ4_NL) {
+            // MXFP4: the E8M0 scale halved (the table holds the E2M1 values doubled).
+            const u32 e = r.w[8];
+            const float d = TYPE == T_MXFP4 ? __builtin_bit_cast(float, e < 2 ? 0x00200000u << e : (e - 1) << 23) : h2f((u16)e);
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const u32 q = byte_at(r.w, i);
+                a[i] = d * (float)(TYPE == T_MXFP4 ? mxfp4_value(q & 15) : iq4_value(q & 15));
+                b[i] = d * (float)(TYPE == T_MXFP4 ? mxfp4_value(q >> 4) : iq4_value(q >> 4));
+            }
+            put16(dst + 32 * c, a);
+            put16(dst + 32 * c + 16, b);
             return;
         }
         const float d = h2f((u16)(r.w[8] & 0xffff));
@@ -211,6 +322,13 @@ DEV void emit(const Raw& r, u16* dst, int ks, int c) {
         return;
     }
     const int p = ks & 3;
+    if (Runs<TYPE>::ON) {
+        float v[32];
+        emit_run<TYPE>(r, v, 2 * p + c);
+        put16(dst + 32 * c, v);
+        put16(dst + 32 * c + 16, v + 16);
+        return;
+    }
     if (TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_Q4_K_R64) {
         const float d = h2f((u16)(r.w[0] & 0xffff)), dmin = h2f((u16)(r.w[0] >> 16));
         float sc0, m0, sc1, m1;
@@ -322,7 +440,7 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
             if (GLU) frag_zero(acc2[GLU ? i : 0][GLU ? j : 0]);
         }
 
-    Raw raw, raw2;
+    typename RawOf<TYPE>::T raw, raw2;
     XRaw<SEG> xr;
     if (live) {
         load_raw<TYPE>(raw, W, row, K, kb0, c);
@@ -418,3 +536,8 @@ GEMM_KERNELS(q5_K, T_Q5_K)
 GEMM_KERNELS(q6_K, T_Q6_K)
 GEMM_KERNELS(q4_K_r64, T_Q4_K_R64)
 GEMM_KERNELS(q6_K_r64, T_Q6_K_R64)
+GEMM_KERNELS(q2_K, T_Q2_K)
+GEMM_KERNELS(q3_K, T_Q3_K)
+GEMM_KERNELS(iq4_nl, T_IQ4_NL)
+GEMM_KERNELS(iq4_xs, T_IQ4_XS)
+GEMM_KERNELS(mxfp4, T_MXFP4)

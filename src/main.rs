@@ -22,6 +22,11 @@ struct Cli {
     /// Prefill matmuls on lode's own matrix-core GEMM, never cuBLAS / hipBLAS.
     #[arg(long = "no-blas", global = true)]
     no_blas: bool,
+    /// Treat the device as having SIZE of memory, the driver's own use included (e.g.
+    /// 24GiB, 32G, 24000MiB): an H200 then runs as a 24 GiB card would, refusing what
+    /// would not fit. Also LODE_DEVICE_MEMORY.
+    #[arg(long = "device-memory", global = true, value_name = "SIZE")]
+    device_memory: Option<lode_runtime::weights::ByteSize>,
     #[command(subcommand)]
     command: Command,
 }
@@ -68,7 +73,11 @@ include!(concat!(env!("OUT_DIR"), "/kernels_embedded.rs"));
 fn main() -> std::process::ExitCode {
     lode_runtime::backend::gpu::kernels::register_embedded(EMBEDDED, EMBEDDED_SOURCES);
     let cli = Cli::parse();
-    tools::common::set_gpu_options(lode_runtime::backend::GpuOptions { numerics: cli.numerics, no_blas: cli.no_blas });
+    tools::common::set_gpu_options(lode_runtime::backend::GpuOptions {
+        numerics: cli.numerics,
+        no_blas: cli.no_blas,
+        device_memory: cli.device_memory.map(|b| b.0),
+    });
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.log.clone());
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))

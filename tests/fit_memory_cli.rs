@@ -33,6 +33,11 @@ fn fit_adds_up() {
     assert_eq!(u("need_bytes"), u("weights_bytes") + u("kv_bytes") + u("scratch_bytes"));
     assert_eq!(j["fits"].as_bool().unwrap(), u("need_bytes") <= u("free_bytes"));
     assert_eq!(j["fits"].as_bool().unwrap(), u("max_ctx") >= 1000);
+    // `--parallel 3` (a server's slots): three KV caches of the context.
+    let out = lode(&["fit", "-m", m.to_str().unwrap(), "--ctx", "1000", "--device", "cpu", "--json", "--parallel", "3"]);
+    let j3: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j3["kv_bytes"].as_u64(), Some(3 * u("kv_bytes")), "{j3}");
+    assert_eq!(j3["weights_bytes"].as_u64(), Some(u("weights_bytes")));
 }
 
 #[test]
@@ -55,4 +60,43 @@ fn memory_report_and_budget_through_the_cli() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("weight budget") && err.contains("10.00 MiB (10485760 bytes)") && err.contains("weight `"), "{err}");
+}
+
+/// `lode fit` caps its largest context at the trained one (and says so); under
+/// `--device-memory` a context that does not fit makes it exit non-zero naming the
+/// largest that does, and `generate` refuses the same run before loading anything while
+/// the named context runs.
+#[test]
+fn device_memory_caps_fit_and_generate() {
+    let Some(m) = model() else { return };
+    let m = m.to_str().unwrap();
+    let fit = |extra: &[&str]| {
+        let mut a = vec!["fit", "-m", m, "--device", "cpu", "--json"];
+        a.extend_from_slice(extra);
+        let out = lode(&a);
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.success(), j, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, j, _) = fit(&[]);
+    let u = |j: &Value, k: &str| j[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {j}"));
+    assert!(ok);
+    assert!(u(&j, "max_ctx_memory") > u(&j, "n_ctx_train"), "this machine holds more than the trained context: {j}");
+    assert_eq!(u(&j, "max_ctx"), u(&j, "n_ctx_train"));
+
+    // A device of the weights + scratch + 2,000 tokens of KV.
+    let cap = u(&j, "need_bytes") - u(&j, "kv_bytes") + 2000 * u(&j, "kv_bytes_per_token");
+    let cap_arg = cap.to_string();
+    let (ok, j, err) = fit(&["--device-memory", &cap_arg, "--ctx", "4096"]);
+    assert!(!ok, "4096 tokens do not fit: {j}");
+    assert_eq!(u(&j, "total_bytes"), cap);
+    assert_eq!(u(&j, "device_memory_cap_bytes"), cap);
+    assert!((1990..=2000).contains(&u(&j, "max_ctx")), "{j}");
+    assert!(err.contains(&format!("-c {}", u(&j, "max_ctx"))), "{err}");
+
+    let gen = |ctx: &str| lode(&["generate", "-m", m, "--device", "cpu", "-t", "2", "--device-memory", &cap_arg, "-c", ctx, "-p", "Hello", "-n", "4", "--temp", "0"]);
+    let out = gen("4096");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("does not fit") && err.contains(&format!("-c {}", u(&j, "max_ctx"))), "{err}");
+    let out = gen(&u(&j, "max_ctx").to_string());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -15,7 +15,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("LODE_MODELS_DIR", "Where the default model is fetched and looked for (default `~/.cache/lode/models`)."),
     ("LODE_API_KEY", "`lode serve`: the bearer token requests must carry (also `--api-key`)."),
     ("LODE_FIXTURES_DIR", "Tests: the folder of llama.cpp's reference outputs (default `../shared/fixtures`)."),
-    ("LODE_TEST_ALLOC_LIMIT", "Tests: a cap on weight bytes, so that out-of-memory paths run on any device."),
+    ("LODE_DEVICE_MEMORY", "The device's memory, the driver's own use included, as `--device-memory` (which wins), e.g. `24GiB`; tests use it to run out-of-memory paths on any device."),
 ];
 
 /// [`VARIABLES`] as the markdown table the docs carry.

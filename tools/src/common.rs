@@ -83,7 +83,16 @@ impl WeightArgs {
         o.residency = self.residency;
         o.budget = self.weight_budget.map(|b| b.0);
         o.report_at_exit = self.memory_report;
+        o.device_memory = device_memory()?;
         Ok(o)
+    }
+}
+
+/// The device capacity of this run: `--device-memory`, else `LODE_DEVICE_MEMORY`.
+pub fn device_memory() -> Result<Option<u64>> {
+    match gpu_options().device_memory {
+        Some(b) => Ok(Some(b)),
+        None => lode_runtime::weights::device_memory_from_env().map_err(anyhow::Error::msg),
     }
 }
 

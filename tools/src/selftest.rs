@@ -69,6 +69,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let kind: DeviceKind = args.device.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let dev = gpu::select(kind, &crate::common::gpu_options().tuning())?;
+    if let Some(d) = &dev {
+        d.set_memory_cap(crate::common::device_memory()?);
+    }
     let mut model_fail = 0;
     if let Some(d) = &dev {
         for m in &args.models {

@@ -4,7 +4,10 @@
 //! of that size can be fetched; such a file loads in lode and in llama.cpp alike.
 
 mod blocks;
+mod presets;
 mod vocab;
+
+pub use presets::Tok;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -25,6 +28,20 @@ pub enum Preset {
     /// Llama-3.1-8B: 32 layers, n_embd 4096, separate output matrix.
     #[value(name = "llama-8b")]
     Llama8b,
+    /// Gemma-3-27B: 62 layers, n_embd 5376, 32 q / 16 KV heads, 5 of 6 layers with a
+    /// 1024-token sliding window, tied embeddings.
+    #[value(name = "gemma3-27b")]
+    Gemma3_27b,
+    /// Mistral-Small-3.1/3.2-24B (arch `llama`): 40 layers, n_embd 5120, FFN 32768,
+    /// vocabulary 131,072.
+    #[value(name = "mistral-small-24b")]
+    MistralSmall24b,
+    /// Qwen3-32B: 64 layers, n_embd 5120, 64 q / 8 KV heads, separate output matrix.
+    #[value(name = "qwen3-32b")]
+    Qwen3_32b,
+    /// Llama-3.1-70B / 3.3-70B: 80 layers, n_embd 8192, 64 q / 8 KV heads.
+    #[value(name = "llama-70b")]
+    Llama70b,
 }
 
 /// Quantization mixes: llama.cpp's `llama-quantize` presets as it applies them without an
@@ -100,7 +117,8 @@ pub struct Args {
 }
 
 /// The hyper-parameters a preset fixes (values from the models' published configs).
-#[derive(Clone, Debug)]
+/// `Default` is only a base for struct updates: every preset sets the sizes.
+#[derive(Clone, Debug, Default)]
 pub struct Hparams {
     pub name: &'static str,
     pub arch: &'static str,
@@ -120,6 +138,16 @@ pub struct Hparams {
     pub qk_norm: bool,
     /// Llama-3.1's `rope_freqs.weight` (frequency factors of its "llama3" RoPE scaling).
     pub rope_freqs: bool,
+    /// Sliding window of the local layers (`{arch}.attention.sliding_window`; 0: none).
+    /// Gemma 3: every layer but each sixth (llama.cpp's pattern, no key written).
+    pub sliding_window: u64,
+    /// Linear RoPE scaling factor of the global layers (`{arch}.rope.scaling.*`; 0: none).
+    pub rope_linear: f32,
+    /// Gemma's norms after attention and after the FFN (`post_attention_norm`,
+    /// `post_ffw_norm`).
+    pub post_norms: bool,
+    /// The tokenizer's specials and chat template (default: the architecture's).
+    pub tok: Tok,
 }
 
 impl Hparams {
@@ -146,10 +174,16 @@ pub fn hparams(p: Preset) -> Hparams {
         tied: true,
         qk_norm: true,
         rope_freqs: false,
+        ..Default::default()
     };
     match p {
         Preset::Qwen3_0_6b => qwen3("qwen3-0.6b", 1024, 28, 16, 3072),
         Preset::Qwen3_4b => qwen3("qwen3-4b", 2560, 36, 32, 9728),
+        // Qwen3-32B's config.json: unlike the 4B, its embeddings are not tied.
+        Preset::Qwen3_32b => Hparams { tied: false, ..qwen3("qwen3-32b", 5120, 64, 64, 25600) },
+        Preset::Gemma3_27b => presets::gemma3_27b(),
+        Preset::MistralSmall24b => presets::mistral_small_24b(),
+        Preset::Llama70b => presets::llama_70b(),
         Preset::Llama8b => Hparams {
             name: "llama-8b",
             arch: "llama",
@@ -166,6 +200,7 @@ pub fn hparams(p: Preset) -> Hparams {
             tied: false,
             qk_norm: false,
             rope_freqs: true,
+            ..Default::default()
         },
     }
 }
@@ -198,10 +233,11 @@ pub enum Kind {
 /// `i` of `h`'s model for the mix, before [`fallback`]. Read from llama.cpp's
 /// src/llama-quant.cpp (`llama_tensor_get_type_impl`, commit 007dbbf), for what the
 /// presets are: no importance matrix, no `--tensor-type` / `--output-tensor-type`
-/// overrides, a dense model (no experts), not Falcon, not a 70B. Its counters
+/// overrides, a dense model (no experts), not Falcon. Its counters
 /// `i_attention_wv` and `i_ffn_down` count the tensors in the quantizer's order, which
 /// sorts by layer, so for these models they equal the layer index `i`; `n_gqa` is
-/// `n_head / n_head_kv`.
+/// `n_head / n_head_kv`. The one size rule that applies: a Llama 70B's `attn_v` is
+/// raised from Q3_K / Q4_K to Q5_K ([`is_llama_70b`]).
 ///
 /// - LM head (`output`, or `token_embd` when tied — llama.cpp treats a tied embedding as
 ///   the output): Q6_K for all four mixes; Q8_0 when `n_embd` is not a multiple of the
@@ -216,6 +252,23 @@ pub enum Kind {
 /// - IQ4_XS: `attn_v` Q5_K if `n_gqa >= 4`; `ffn_down` Q5_K for `i < n_layer/8` (only
 ///   without an importance matrix); all else IQ4_XS.
 pub fn pick(mix: Quant, kind: Kind, i: u64, h: &Hparams) -> GgmlType {
+    use GgmlType::*;
+    use Kind::*;
+    let ty = pick_mix(mix, kind, i, h);
+    // llama.cpp's 70B rule: the attn_v of a Llama 70B (8 heads share each V head) gets
+    // Q5_K where the mix gave it Q3_K or Q4_K.
+    if kind == AttnV && is_llama_70b(h) && matches!(ty, Q3_K | Q4_K) {
+        return Q5_K;
+    }
+    ty
+}
+
+/// llama.cpp's `LLM_TYPE_70B`: a `llama` model of 80 layers with grouped-query attention.
+pub fn is_llama_70b(h: &Hparams) -> bool {
+    h.arch == "llama" && h.n_layer == 80 && h.n_head != h.n_head_kv
+}
+
+fn pick_mix(mix: Quant, kind: Kind, i: u64, h: &Hparams) -> GgmlType {
     use GgmlType::*;
     use Kind::*;
     let n = h.n_layer;
@@ -317,10 +370,16 @@ pub fn plan(h: &Hparams, mix: Quant) -> Vec<Planned> {
             add(b("attn_q_norm"), Vector, i, &[h.head_dim]);
             add(b("attn_k_norm"), Vector, i, &[h.head_dim]);
         }
+        if h.post_norms {
+            add(b("post_attention_norm"), Vector, i, &[e]);
+        }
         add(b("ffn_norm"), Vector, i, &[e]);
         add(b("ffn_gate"), FfnGate, i, &[e, h.n_ff]);
         add(b("ffn_up"), FfnUp, i, &[e, h.n_ff]);
         add(b("ffn_down"), FfnDown, i, &[h.n_ff, e]);
+        if h.post_norms {
+            add(b("post_ffw_norm"), Vector, i, &[e]);
+        }
     }
     add("output_norm.weight".into(), Vector, 0, &[e]);
     if !h.tied {
@@ -375,90 +434,92 @@ pub fn metadata(h: &Hparams, mix: Quant) -> Vec<(String, MetaValue)> {
         (format!("{a}.rope.freq_base"), MetaValue::F32(h.rope_base)),
         (format!("{a}.rope.dimension_count"), u32v(h.head_dim)),
     ];
-    // (pre-tokenizer, specials, bos, eos, add_bos, chat template)
-    let (pre, specials, bos, eos, add_bos, template): (&str, &[(usize, &str)], u32, u32, bool, &str) =
-        if a == "qwen3" {
-            (
-                "qwen2",
-                &[(151643, "<|endoftext|>"), (151644, "<|im_start|>"), (151645, "<|im_end|>")],
-                151643,
-                151645,
-                false,
-                CHATML,
-            )
-        } else {
-            (
-                "llama-bpe",
-                &[
-                    (128000, "<|begin_of_text|>"),
-                    (128001, "<|end_of_text|>"),
-                    (128006, "<|start_header_id|>"),
-                    (128007, "<|end_header_id|>"),
-                    (128009, "<|eot_id|>"),
-                ],
-                128000,
-                128009,
-                true,
-                LLAMA3,
-            )
-        };
-    let v = vocab::build(h.n_vocab as usize, specials);
+    if h.sliding_window > 0 {
+        m.push((format!("{a}.attention.sliding_window"), u32v(h.sliding_window)));
+    }
+    if h.rope_linear > 0.0 {
+        m.push((format!("{a}.rope.scaling.type"), s("linear")));
+        m.push((format!("{a}.rope.scaling.factor"), MetaValue::F32(h.rope_linear)));
+    }
+    let t = presets::tokenizer(h);
+    let v = vocab::build(h.n_vocab as usize, t.specials);
     let strs = |xs: Vec<String>| MetaValue::Array(ValueType::String, xs.into_iter().map(MetaValue::String).collect());
     m.extend([
         ("tokenizer.ggml.model".into(), s("gpt2")),
-        ("tokenizer.ggml.pre".into(), s(pre)),
+        ("tokenizer.ggml.pre".into(), s(t.pre)),
         ("tokenizer.ggml.tokens".into(), strs(v.tokens)),
         (
             "tokenizer.ggml.token_type".into(),
             MetaValue::Array(ValueType::I32, v.types.into_iter().map(MetaValue::I32).collect()),
         ),
         ("tokenizer.ggml.merges".into(), strs(v.merges)),
-        ("tokenizer.ggml.bos_token_id".into(), MetaValue::U32(bos)),
-        ("tokenizer.ggml.eos_token_id".into(), MetaValue::U32(eos)),
-        ("tokenizer.ggml.padding_token_id".into(), MetaValue::U32(if a == "qwen3" { bos } else { eos })),
-        ("tokenizer.ggml.add_bos_token".into(), MetaValue::Bool(add_bos)),
-        ("tokenizer.chat_template".into(), s(template)),
+        ("tokenizer.ggml.bos_token_id".into(), MetaValue::U32(t.bos)),
+        ("tokenizer.ggml.eos_token_id".into(), MetaValue::U32(t.eos)),
+        ("tokenizer.ggml.padding_token_id".into(), MetaValue::U32(t.pad)),
+        ("tokenizer.ggml.add_bos_token".into(), MetaValue::Bool(t.add_bos)),
+        ("tokenizer.chat_template".into(), s(t.template)),
     ]);
     m
 }
 
-/// ChatML, as Qwen uses it (without tools or thinking blocks).
-const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
-/// Llama-3's header/eot format (without tools or the date preamble).
-const LLAMA3: &str = "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
-
-/// Write the preset's file with the mix to `path`; returns the number of bytes written.
-pub fn synth(h: &Hparams, mix: Quant, path: &std::path::Path, seed: u64) -> anyhow::Result<u64> {
+/// The file's writer with every tensor declared (data streamed at write time).
+fn writer(h: &Hparams, mix: Quant) -> anyhow::Result<GgufWriter> {
     let mut w = GgufWriter::new();
     for (k, v) in metadata(h, mix) {
         w.add_kv(k, v);
     }
-    let planned = plan(h, mix);
-    for t in &planned {
+    for t in plan(h, mix) {
         if !blocks::supported(t.ty) {
             bail!("cannot generate {} data for {}", t.ty, t.name);
         }
-        w.add_tensor_info(t.name.clone(), t.ty, &t.dims);
+        w.add_tensor_info(t.name, t.ty, &t.dims);
     }
+    Ok(w)
+}
+
+/// Bytes of the file's tensor data section (each tensor padded to the alignment), as
+/// [`synth`] will write it, computed without generating anything.
+pub fn data_bytes(h: &Hparams, mix: Quant) -> anyhow::Result<u64> {
+    let layout = writer(h, mix)?.layout()?;
+    Ok(layout.last().map_or(0, |t| t.offset + t.n_bytes))
+}
+
+/// Write the preset's file with the mix to `path`; returns the number of bytes written.
+/// Streams: each tensor is generated in pieces of at most 32 MiB (`blocks`) behind an
+/// 8 MiB write buffer, so memory stays flat whatever the file size (a 40 GB llama-70b
+/// included). With `progress`, a bar on stderr counts the bytes (hidden off a terminal).
+pub fn synth(h: &Hparams, mix: Quant, path: &std::path::Path, seed: u64) -> anyhow::Result<u64> {
+    synth_with(h, mix, path, seed, false)
+}
+
+fn synth_with(h: &Hparams, mix: Quant, path: &std::path::Path, seed: u64, progress: bool) -> anyhow::Result<u64> {
+    let w = writer(h, mix)?;
+    let total = data_bytes(h, mix)?;
+    let bar = if progress { indicatif::ProgressBar::new(total) } else { indicatif::ProgressBar::hidden() };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("writing {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta} left)")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
     let rope = if h.rope_freqs { llama3_rope_factors(h) } else { Vec::new() };
     let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut out = std::io::BufWriter::with_capacity(8 << 20, file);
     w.write_stream(&mut out, &path.display().to_string(), |i, info, dst| {
+        let mut dst = bar.wrap_write(dst);
         if info.name == "rope_freqs.weight" {
             let bytes: Vec<u8> = rope.iter().flat_map(|f| f.to_le_bytes()).collect();
             return dst.write_all(&bytes);
         }
-        blocks::fill_tensor(info.ty, info.n_bytes, seed, i as u64, dst)
+        blocks::fill_tensor(info.ty, info.n_bytes, seed, i as u64, &mut dst)
     })?;
     out.flush().with_context(|| format!("writing {}", path.display()))?;
+    bar.finish_and_clear();
     Ok(std::fs::metadata(path)?.len())
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let h = hparams(args.preset);
     let t0 = std::time::Instant::now();
-    let n = synth(&h, args.quant, &args.output, args.seed)?;
+    let n = synth_with(&h, args.quant, &args.output, args.seed, true)?;
     eprintln!(
         "wrote {} ({} {} tensors, {:.2} GB) in {:.1} s",
         args.output.display(),

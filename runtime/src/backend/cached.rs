@@ -10,26 +10,89 @@
 
 use std::sync::Arc;
 
-use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, Result, Rope};
+use crate::backend::memory::MemoryTarget;
+use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, Result, Rope};
 use crate::gguf::{GgufFile, TensorView};
 use crate::weights::host::HostMaterializer;
 use crate::weights::layout::{self, DeviceClass};
 use crate::weights::residency::Residency;
-use crate::weights::{WeightCache, WeightOptions, WeightRef, WeightStats};
+use crate::weights::{DeviceMemory, WeightCache, WeightOptions, WeightRef, WeightStats};
 
 /// A backend whose weights come from a [`WeightCache`] over host memory.
+///
+/// With `--device-memory` ([`WeightOptions::device_memory`]) it is a device of that
+/// capacity: it holds the weights (copies, and the mapping's in-place weights, which on
+/// the CPU occupy memory too), the KV caches and the activation buffers, refuses what
+/// would pass the capacity with an out-of-memory error (nothing allocated, the engine
+/// usable after), and reports its figures as the engine's admission check reads them
+/// ([`Backend::memory_target`]).
 pub struct CachedBackend {
     inner: Box<dyn Backend>,
     cache: WeightCache<HostMaterializer>,
     /// The model file, kept alive while its mapping is registered.
     file: Option<Arc<GgufFile>>,
+    /// The capacity, if any.
+    capacity: Option<u64>,
+    /// Bytes of the activation buffers and KV caches held, by handle.
+    bufs: std::collections::HashMap<u32, u64>,
+    kvs: std::collections::HashMap<u32, u64>,
+    /// High-water mark of [`CachedBackend::used`].
+    peak: u64,
 }
 
 impl CachedBackend {
     /// Wraps `inner`; `opts.residency` unset means `mapped` (host memory is unified).
     pub fn new(inner: Box<dyn Backend>, opts: &WeightOptions) -> std::result::Result<CachedBackend, String> {
         let residency = Residency::resolve(opts.residency, true)?;
-        Ok(CachedBackend { inner, cache: WeightCache::new(HostMaterializer::new(), residency, opts), file: None })
+        Ok(CachedBackend {
+            inner,
+            cache: WeightCache::new(HostMaterializer::new(), residency, opts),
+            file: None,
+            capacity: opts.device_memory,
+            bufs: Default::default(),
+            kvs: Default::default(),
+            peak: 0,
+        })
+    }
+
+    /// Bytes held: weights (copies and in place), KV caches, activation buffers.
+    pub fn used(&self) -> u64 {
+        weight_bytes(&self.cache) + self.held()
+    }
+    /// High-water mark of [`CachedBackend::used`].
+    pub fn peak_used(&self) -> u64 {
+        self.peak.max(self.used())
+    }
+
+    /// Refuse `bytes` more for `what` if they would pass the capacity.
+    fn admit(&self, what: &'static str, bytes: u64) -> Result<()> {
+        match self.capacity {
+            Some(cap) if self.used().saturating_add(bytes) > cap => Err(BackendError::OutOfMemory { what, bytes }),
+            _ => Ok(()),
+        }
+    }
+
+    fn note_peak(&mut self) {
+        self.peak = self.peak.max(self.used());
+    }
+
+    /// Under a capacity, the device's figures: everything it holds, not only weight copies.
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        let cap = self.capacity?;
+        Some(DeviceMemory {
+            allocated_bytes: self.used(),
+            peak_allocated_bytes: self.peak_used(),
+            driver_used_bytes: Some(self.used()),
+            driver_peak_used_bytes: Some(self.peak_used()),
+            driver_samples: None,
+            driver_total_bytes: Some(cap),
+            device_memory_cap_bytes: Some(cap),
+        })
+    }
+
+    /// Bytes of the KV caches and activation buffers held.
+    fn held(&self) -> u64 {
+        self.bufs.values().sum::<u64>() + self.kvs.values().sum::<u64>()
     }
     pub fn cache(&self) -> &WeightCache<HostMaterializer> {
         &self.cache
@@ -40,6 +103,43 @@ impl CachedBackend {
     pub fn inner(&self) -> &dyn Backend {
         self.inner.as_ref()
     }
+}
+
+/// Weight bytes the cache holds: copies and in-place weights.
+fn weight_bytes(cache: &WeightCache<HostMaterializer>) -> u64 {
+    let s = cache.stats();
+    s.resident_bytes + s.mapped_bytes
+}
+
+/// [`resident`] under a capacity `cap` with `held` bytes of buffers and caches: a weight
+/// not yet held must fit (else an out-of-memory error, nothing changed).
+fn capped<'c, 'w: 'c>(cache: &'c mut WeightCache<HostMaterializer>, cap: Option<u64>, held: u64, peak: &mut u64, w: &WeightRef<'w>) -> Result<WeightRef<'c>> {
+    if let Some(cap) = cap {
+        let layout = layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), DeviceClass::Cpu);
+        if cache.entry(w, layout).is_none() {
+            let (used, bytes) = (weight_bytes(cache) + held, w.data().len() as u64);
+            if used.saturating_add(bytes) > cap {
+                return Err(crate::weights::WeightError::Alloc {
+                    weight: w.name().into(),
+                    layout: layout.name(w.ty()),
+                    bytes,
+                    msg: format!("out of memory: {used} of the device's {cap} bytes are held (--device-memory)"),
+                    out_of_memory: true,
+                }
+                .into());
+            }
+            *peak = (*peak).max(used + bytes);
+        }
+    }
+    resident(cache, w)
+}
+
+/// [`capped`] on a `CachedBackend`'s fields (disjoint borrows: the result borrows the cache only).
+macro_rules! weight {
+    ($s:ident, $w:expr) => {{
+        let held = $s.held();
+        capped(&mut $s.cache, $s.capacity, held, &mut $s.peak, $w)?
+    }};
 }
 
 /// `w` with its bytes replaced by the cache's resident copy (or the mapping, in place).
@@ -59,7 +159,11 @@ impl Backend for CachedBackend {
         format!("{} (weights: {})", self.inner.name(), self.cache.residency())
     }
     fn weight_stats(&self) -> Option<WeightStats> {
-        Some(self.cache.stats())
+        let mut s = self.cache.stats();
+        if self.capacity.is_some() {
+            s.device = self.device_memory();
+        }
+        Some(s)
     }
     fn weight_types(&self) -> &'static [crate::quant::GgmlType] {
         self.inner.weight_types()
@@ -79,14 +183,39 @@ impl Backend for CachedBackend {
         }
         Ok(())
     }
+    fn memory_target(&self) -> Option<MemoryTarget> {
+        let cap = self.capacity?;
+        let used = self.used();
+        Some(MemoryTarget {
+            name: self.inner.name(),
+            class: DeviceClass::Cpu,
+            residency: self.cache.residency(),
+            free: cap.saturating_sub(used),
+            total: cap,
+            used_at_open: used,
+            arena: false,
+            tuning: None,
+            cap: Some(cap),
+        })
+    }
     fn alloc(&mut self, len: usize) -> Result<Buf> {
-        self.inner.alloc(len)
+        self.admit("activation buffer", len as u64 * 4)?;
+        let b = self.inner.alloc(len)?;
+        self.bufs.insert(b.0, len as u64 * 4);
+        self.note_peak();
+        Ok(b)
     }
     fn alloc_readback(&mut self, len: usize) -> Result<Buf> {
-        self.inner.alloc_readback(len)
+        self.admit("read-back buffer", len as u64 * 4)?;
+        let b = self.inner.alloc_readback(len)?;
+        self.bufs.insert(b.0, len as u64 * 4);
+        self.note_peak();
+        Ok(b)
     }
     fn free(&mut self, buf: Buf) -> Result<()> {
-        self.inner.free(buf)
+        self.inner.free(buf)?;
+        self.bufs.remove(&buf.0);
+        Ok(())
     }
     fn write(&mut self, buf: Buf, src: &[f32]) -> Result<()> {
         self.inner.write(buf, src)
@@ -98,32 +227,40 @@ impl Backend for CachedBackend {
         self.inner.read_with(buf, n, host, f)
     }
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
-        self.inner.alloc_kv(spec)
+        let elt = if spec.ty == KvType::F16 { 2 } else { 4 };
+        let bytes = (spec.n_layer * spec.n_ctx * spec.n_kv_head * (spec.head_dim_k + spec.head_dim_v) * elt) as u64;
+        self.admit("KV cache", bytes)?;
+        let kv = self.inner.alloc_kv(spec)?;
+        self.kvs.insert(kv.0, bytes);
+        self.note_peak();
+        Ok(kv)
     }
     fn free_kv(&mut self, kv: KvCache) -> Result<()> {
-        self.inner.free_kv(kv)
+        self.inner.free_kv(kv)?;
+        self.kvs.remove(&kv.0);
+        Ok(())
     }
     fn copy_kv(&mut self, src: KvCache, dst: KvCache, n: usize) -> Result<()> {
         self.inner.copy_kv(src, dst, n)
     }
     fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
-        let w = resident(&mut self.cache, w)?;
+        let w = weight!(self, w);
         self.inner.get_rows(&w, ids, out)
     }
     fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()> {
-        let w = resident(&mut self.cache, w)?;
+        let w = weight!(self, w);
         self.inner.matmul(&w, x, n_tok, y)
     }
     fn rms_norm(&mut self, x: Buf, out: Buf, n_rows: usize, row_len: usize, w: Option<&WeightRef>, eps: f32) -> Result<()> {
         let w = match w {
-            Some(w) => Some(resident(&mut self.cache, w)?),
+            Some(w) => Some(weight!(self, w)),
             None => None,
         };
         self.inner.rms_norm(x, out, n_rows, row_len, w.as_ref(), eps)
     }
     fn rope(&mut self, x: Buf, n_head: usize, head_dim: usize, pos: &[u32], rope: &Rope) -> Result<()> {
         let freq_factors = match &rope.freq_factors {
-            Some(f) => Some(resident(&mut self.cache, f)?),
+            Some(f) => Some(weight!(self, f)),
             None => None,
         };
         let r = Rope { freq_factors, ..*rope };
@@ -133,7 +270,7 @@ impl Backend for CachedBackend {
         self.inner.add(a, b, out, n)
     }
     fn add_bias(&mut self, x: Buf, n_tok: usize, bias: &WeightRef) -> Result<()> {
-        let b = resident(&mut self.cache, bias)?;
+        let b = weight!(self, bias);
         self.inner.add_bias(x, n_tok, &b)
     }
     fn scale(&mut self, x: Buf, n: usize, s: f32) -> Result<()> {
@@ -154,5 +291,15 @@ impl Backend for CachedBackend {
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         self.inner.attention_rows(q, k, v, kvs, layer, pos, p, out)
+    }
+}
+
+impl Drop for CachedBackend {
+    fn drop(&mut self) {
+        // The memory report the cache prints as it drops shows this device's figures.
+        let d = self.device_memory();
+        if d.is_some() {
+            self.cache.set_device_memory(d);
+        }
     }
 }

@@ -18,6 +18,7 @@
 //! [`open`] turns a `--device` choice into a backend; the GPU backends plug in there.
 
 pub mod cached;
+pub mod memory;
 pub mod cpu;
 pub mod gpu;
 
@@ -212,6 +213,12 @@ pub trait Backend: Send {
     /// The weight cache's counters (`--memory-report`); `None` where weights are read in
     /// place without a cache.
     fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
+        None
+    }
+    /// The device's memory before the engine allocates anything (the engine refuses a
+    /// model that would not fit, `engine::fit`); `None` where there is nothing to check
+    /// against (the plain CPU backend, with no `--device-memory`).
+    fn memory_target(&self) -> Option<memory::MemoryTarget> {
         None
     }
 
@@ -482,6 +489,10 @@ pub struct GpuOptions {
     pub numerics: gpu::Numerics,
     /// `--no-blas`: lode's own matrix-core GEMM for every prefill matmul.
     pub no_blas: bool,
+    /// `--device-memory`: the device's capacity, the driver's own use included (the
+    /// backend gets it through `WeightOptions::device_memory`, which also reads the
+    /// environment).
+    pub device_memory: Option<u64>,
 }
 
 impl GpuOptions {
@@ -506,7 +517,7 @@ pub fn open_with(kind: DeviceKind, threads: usize, opts: &crate::weights::Weight
     let cpu = |note: Option<String>| -> Result<(Box<dyn Backend>, Option<String>)> {
         let be = Box::new(cpu::CpuBackend::new(threads)?);
         let mapped = crate::weights::Residency::resolve(opts.residency, true).map_err(BackendError::Unavailable)? == crate::weights::Residency::Mapped;
-        if mapped && opts.budget.is_none() && opts.test_alloc_limit.is_none() && !opts.report_at_exit {
+        if mapped && opts.budget.is_none() && opts.test_alloc_limit.is_none() && opts.device_memory.is_none() && !opts.report_at_exit {
             return Ok((be, note));
         }
         let cached = cached::CachedBackend::new(be, opts).map_err(BackendError::Unavailable)?;

@@ -49,6 +49,14 @@ impl BatchEngine {
         };
         let weights: Vec<_> = model.weight_ids().into_iter().map(|id| model.w(id)).collect();
         crate::backend::check_weight_types(be.as_ref(), &weights)?;
+        // A model that would not fit is refused here, before anything is allocated.
+        if let Some(target) = be.memory_target() {
+            let shape = super::fit::RunShape { ctx: n_ctx, batch: opts.batch_size, n_seq, kv_type: opts.kv_type };
+            let est = super::fit::estimate(&model, &target, shape).map_err(|e| EngineError::InvalidArg(e.to_string()))?;
+            if let Some(why) = est.refusal() {
+                return Err(EngineError::DoesNotFit(why));
+            }
+        }
         be.attach_weights(model.file(), &weights)?;
         let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx };
         // Built step by step so that Drop releases whatever was allocated if one fails.

@@ -4,6 +4,7 @@
 
 mod batch;
 mod constraint;
+pub mod fit;
 mod sampler;
 mod stop;
 
@@ -32,6 +33,9 @@ pub enum EngineError {
     PromptTooLong { n_prompt: usize, free: usize, n_ctx: usize },
     #[error("invalid argument: {0}")]
     InvalidArg(String),
+    /// Refused before any device memory was taken ([`fit::Estimate::refusal`]).
+    #[error("{0}")]
+    DoesNotFit(String),
 }
 
 /// How big the engine's buffers are.

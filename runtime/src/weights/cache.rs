@@ -111,6 +111,7 @@ pub struct WeightCache<M: Materializer> {
     fault: Option<(Stage, u64)>,
     trace: bool,
     report_at_exit: bool,
+    device_override: Option<DeviceMemory>,
 }
 
 impl<M: Materializer> WeightCache<M> {
@@ -129,6 +130,7 @@ impl<M: Materializer> WeightCache<M> {
             fault: None,
             trace: trace_enabled(),
             report_at_exit: opts.report_at_exit,
+            device_override: None,
         }
     }
 
@@ -228,18 +230,21 @@ impl<M: Materializer> WeightCache<M> {
     /// Counters, with the device's current memory numbers.
     pub fn stats(&self) -> WeightStats {
         let mut s = self.stats.clone();
-        s.device = self.device_sample();
+        s.device = self.device_override.or_else(|| self.device_sample());
         s
+    }
+
+    /// The device's numbers as its owner counts them (a cached backend under
+    /// `--device-memory` holds more than the weights); `stats` reports these instead.
+    pub fn set_device_memory(&mut self, d: Option<DeviceMemory>) {
+        self.device_override = d;
     }
 
     /// The device's numbers now, the driver's peak merged with earlier samples.
     fn device_sample(&self) -> Option<DeviceMemory> {
         let prev = self.stats.device.and_then(|d| d.driver_peak_used_bytes);
         let mut d = self.m.memory()?;
-        d.driver_peak_used_bytes = match (prev, d.driver_used_bytes) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        d.driver_peak_used_bytes = [prev, d.driver_peak_used_bytes, d.driver_used_bytes].into_iter().flatten().max();
         Some(d)
     }
 

@@ -31,8 +31,9 @@ pub use stats::{DeviceMemory, WeightStats};
 use crate::gguf::{GgufFile, TensorInfo, TensorView};
 use crate::quant::GgmlType;
 
-/// Environment variable of the test-only allocator limit (bytes, `4GiB`-style suffixes).
-pub const TEST_ALLOC_LIMIT_ENV: &str = "LODE_TEST_ALLOC_LIMIT";
+/// Environment variable of the device capacity (bytes, `24GiB`-style suffixes): what
+/// `--device-memory` sets, for runs and tests that pass no flag (the flag wins).
+pub const DEVICE_MEMORY_ENV: &str = "LODE_DEVICE_MEMORY";
 
 /// How a backend should hold weights: the `--residency`, `--weight-budget` flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,22 +42,30 @@ pub struct WeightOptions {
     pub residency: Option<Residency>,
     /// Cap on device bytes of weight copies.
     pub budget: Option<u64>,
-    /// Test only: the cache fails allocations past this many resident bytes, as a full
-    /// device would (`LODE_TEST_ALLOC_LIMIT`).
+    /// Test hook: the cache fails allocations past this many resident bytes, as a full
+    /// device would ([`WeightCache::set_alloc_limit`]).
     pub test_alloc_limit: Option<u64>,
+    /// `--device-memory` / `LODE_DEVICE_MEMORY`: the device is treated as having this
+    /// many bytes, the driver's own use included (GPU: `backend::gpu::capacity`; CPU: the
+    /// bytes the cached backend holds, `backend::cached`).
+    pub device_memory: Option<u64>,
     /// `--memory-report`: the cache prints its accounting as one JSON line on stderr when
     /// it is dropped (with the model, at exit).
     pub report_at_exit: bool,
 }
 
 impl WeightOptions {
-    /// Defaults plus `LODE_TEST_ALLOC_LIMIT` (an unreadable value is an error naming it).
+    /// Defaults plus `LODE_DEVICE_MEMORY` (an unreadable value is an error naming it).
     pub fn from_env() -> Result<WeightOptions, String> {
-        let limit = match std::env::var(TEST_ALLOC_LIMIT_ENV) {
-            Ok(v) if !v.trim().is_empty() => Some(v.parse::<ByteSize>().map_err(|e| format!("{TEST_ALLOC_LIMIT_ENV}: {e}"))?.0),
-            _ => None,
-        };
-        Ok(WeightOptions { test_alloc_limit: limit, ..Default::default() })
+        Ok(WeightOptions { device_memory: device_memory_from_env()?, ..Default::default() })
+    }
+}
+
+/// `LODE_DEVICE_MEMORY`, parsed (unset or empty: `None`).
+pub fn device_memory_from_env() -> Result<Option<u64>, String> {
+    match std::env::var(DEVICE_MEMORY_ENV) {
+        Ok(v) if !v.trim().is_empty() => Ok(Some(v.parse::<ByteSize>().map_err(|e| format!("{DEVICE_MEMORY_ENV}: {e}"))?.0)),
+        _ => Ok(None),
     }
 }
 

@@ -15,11 +15,20 @@ pub struct DeviceMemory {
     pub allocated_bytes: u64,
     /// High-water mark of `allocated_bytes` since the device was opened.
     pub peak_allocated_bytes: u64,
-    /// `total - free` from the driver at the last sample (includes the context itself).
+    /// `total - free` from the driver now (includes the context itself).
     pub driver_used_bytes: Option<u64>,
-    /// Highest `driver_used_bytes` sampled (at every materialization and report).
+    /// Highest `total - free` the driver reported over the run: sampled at every device
+    /// allocation and arena growth, every read-back and stream sync, and every memory
+    /// query (GPU `--memory-report` or `--device-memory`; else at each materialization
+    /// and at the report only). `driver_samples` says how many samples it is the maximum of.
     pub driver_peak_used_bytes: Option<u64>,
+    /// Samples behind `driver_peak_used_bytes`.
+    pub driver_samples: Option<u64>,
+    /// The device's total: the card's, or `--device-memory`'s when that is smaller.
     pub driver_total_bytes: Option<u64>,
+    /// `--device-memory` (the capacity the device is treated as having, the driver's
+    /// own use included), if set.
+    pub device_memory_cap_bytes: Option<u64>,
 }
 
 /// Everything the weight cache counted.

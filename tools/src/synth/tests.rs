@@ -218,3 +218,130 @@ fn vocab_fills_the_embedding_rows() {
         assert_eq!(toks.1.as_array().unwrap().1.len() as u64, h.n_vocab);
     }
 }
+
+// The large presets. Layers: gemma3 13 tensors (6 vectors: attn_norm, attn_q_norm,
+// attn_k_norm, post_attention_norm, ffn_norm, post_ffw_norm), qwen3 11 (4), llama 9 (2);
+// 7 matrices each. use_more_bits layers: 30 of 62 (0..7, 54..62 and 9, 12, …, 51),
+// 20 of 40, 32 of 64, 40 of 80.
+
+/// Q4_K_M of the large presets. gemma3-27b: tied (token_embd Q6_K), F32 6·62 + 1;
+/// mistral-small-24b: untied (token_embd Q4_K, output Q6_K), F32 2·40 + 1; qwen3-32b:
+/// untied, F32 4·64 + 1; llama-70b: F32 2·80 + 2 (rope_freqs), and llama.cpp's 70B rule
+/// moves the 40 attn_v left at Q4_K to Q5_K.
+#[test]
+fn large_presets_q4_k_m_census() {
+    assert_eq!(census(Preset::Gemma3_27b, Quant::Q4KM), [(F32, 373), (Q4_K, 7 * 62 - 60), (Q6_K, 2 * 30 + 1)]);
+    assert_eq!(census(Preset::MistralSmall24b, Quant::Q4KM), [(F32, 81), (Q4_K, 5 * 40 + 20 + 20 + 1), (Q6_K, 2 * 20 + 1)]);
+    assert_eq!(census(Preset::Qwen3_32b, Quant::Q4KM), [(F32, 257), (Q4_K, 6 * 64 + 1), (Q6_K, 2 * 32 + 1)]);
+    assert_eq!(census(Preset::Llama70b, Quant::Q4KM), [(F32, 162), (Q4_K, 5 * 80 + 40 + 1), (Q5_K, 40), (Q6_K, 81)]);
+    assert_eq!(ty_of(Preset::Llama70b, Quant::Q4KM, "blk.10.attn_v.weight"), Q5_K);
+    assert_eq!(ty_of(Preset::Llama70b, Quant::Q4KM, "blk.9.attn_v.weight"), Q6_K);
+    assert_eq!(ty_of(Preset::Llama70b, Quant::Q4KM, "blk.10.ffn_down.weight"), Q4_K);
+    // Not a 70B by llama.cpp's rule: the 8B keeps Q4_K attn_v.
+    assert_eq!(ty_of(Preset::Llama8b, Quant::Q4KM, "blk.4.attn_v.weight"), Q4_K);
+}
+
+/// The other mixes of llama-70b (every attn_v ends at Q5_K): Q2_K (attn_v Q4_K → Q5_K,
+/// attn_output and ffn_down Q3_K), Q3_K_M (ffn_down Q5_K below 80/16 = 5), IQ4_XS
+/// (ffn_down Q5_K below 80/8 = 10). Every preset plans every mix with types synth writes.
+#[test]
+fn large_presets_every_mix() {
+    assert_eq!(census(Preset::Llama70b, Quant::Q2K), [(F32, 162), (Q2_K, 321), (Q3_K, 160), (Q5_K, 80), (Q6_K, 1)]);
+    assert_eq!(census(Preset::Llama70b, Quant::Q3KM), [(F32, 162), (Q3_K, 321), (Q4_K, 155), (Q5_K, 85), (Q6_K, 1)]);
+    assert_eq!(census(Preset::Llama70b, Quant::IQ4XS), [(F32, 162), (Q5_K, 90), (Q6_K, 1), (IQ4_XS, 471)]);
+    for p in [Preset::Gemma3_27b, Preset::MistralSmall24b, Preset::Qwen3_32b, Preset::Llama70b] {
+        for q in Quant::ALL {
+            let pl = plan(&hparams(p), q);
+            assert!(pl.iter().all(|t| blocks::supported(t.ty) && t.ty.bytes_for(t.dims[0]).is_some()), "{p:?} {q:?}");
+        }
+    }
+}
+
+/// Q4_K_M data bytes against the published llama.cpp Q4_K_M files of the real models
+/// (file sizes on Hugging Face: Qwen3-32B 19.8 GB, gemma-3-27b-it 16.5 GB,
+/// Mistral-Small-3.1-24B 14.3 GB, Llama-3.1-70B 42.5 GB), within 1 %; the header is a few MB.
+#[test]
+fn large_presets_bytes_match_the_real_files() {
+    for (p, gb) in [(Preset::Qwen3_32b, 19.8), (Preset::Gemma3_27b, 16.5), (Preset::MistralSmall24b, 14.3), (Preset::Llama70b, 42.5)] {
+        let b = data_bytes(&hparams(p), Quant::Q4KM).unwrap() as f64 / 1e9;
+        eprintln!("{p:?} Q4_K_M: {b:.3} GB of tensor data");
+        assert!((b / gb - 1.0).abs() < 0.01, "{p:?}: {b:.3} GB, published {gb}");
+    }
+}
+
+/// Gemma 3's keys as llama.cpp reads them: the window, linear RoPE scaling, its
+/// tokenizer's specials at their ids; and the file loads with 5 of 6 layers local.
+#[test]
+fn gemma3_27b_metadata_and_config() {
+    let h = hparams(Preset::Gemma3_27b);
+    let m = metadata(&h, Quant::Q4KM);
+    let get = |k: &str| m.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("{k}"));
+    assert!(matches!(get("gemma3.attention.sliding_window"), MetaValue::U32(1024)));
+    assert!(matches!(get("gemma3.rope.scaling.type"), MetaValue::String(s) if s == "linear"));
+    assert!(matches!(get("gemma3.rope.scaling.factor"), MetaValue::F32(f) if f == 8.0));
+    assert!(matches!(get("tokenizer.ggml.bos_token_id"), MetaValue::U32(2)));
+    let toks = get("tokenizer.ggml.tokens");
+    let toks = toks.as_array().unwrap().1;
+    assert_eq!(toks.len(), 262144);
+    assert!(matches!(&toks[107], MetaValue::String(s) if s == "<end_of_turn>"));
+    // A layer's tensors include Gemma's post-norms.
+    let pl = plan(&h, Quant::Q4KM);
+    assert!(pl.iter().any(|t| t.name == "blk.61.post_ffw_norm.weight"));
+    assert!(!plan(&hparams(Preset::Qwen3_32b), Quant::Q4KM).iter().any(|t| t.name.contains("post_")));
+}
+
+/// Each tensor's data goes to the writer in pieces of at most 32 MiB: a multi-GB file
+/// never sits in memory.
+#[test]
+fn tensors_stream_in_bounded_pieces() {
+    struct MaxWrite(usize, u64);
+    impl std::io::Write for MaxWrite {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.max(b.len());
+            self.1 += b.len() as u64;
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let n = Q4_K.bytes_for(256 * 300_000).unwrap();
+    let mut w = MaxWrite(0, 0);
+    blocks::fill_tensor(Q4_K, n, 1, 2, &mut w).unwrap();
+    assert_eq!(w.1, n);
+    assert!(n > 40 << 20 && w.0 <= 32 << 20, "{n} bytes in writes of up to {}", w.0);
+}
+
+/// Gemma 3 27B's and Mistral Small's layouts at toy sizes (same keys, tensors and
+/// tokenizers, small matrices) write, load in the model layer with the configuration
+/// llama.cpp derives, and tokenize with their specials at their ids.
+#[test]
+fn large_layouts_load_at_toy_size() {
+    use lode_runtime::gguf::GgufFile;
+    let dir = std::env::temp_dir().join(format!("lode-synth-large-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let toy = |h: Hparams| Hparams { n_embd: 256, n_layer: 12, n_ff: 512, n_head: 4, n_head_kv: 2, head_dim: 64, n_vocab: 2048, ..h };
+    let cases = [(toy(hparams(Preset::Gemma3_27b)), "<end_of_turn>", 107u32), (toy(hparams(Preset::MistralSmall24b)), "[INST]", 3)];
+    for (h, special, id) in cases {
+        let path = dir.join(format!("{}.gguf", h.name));
+        synth(&h, Quant::Q4KM, &path, 1).unwrap();
+        let f = std::sync::Arc::new(GgufFile::open(&path).unwrap());
+        let tok = lode_runtime::tokenizer::Tokenizer::from_gguf(&f).unwrap();
+        assert_eq!(tok.encode(special, false, true), vec![id], "{}", h.name);
+        let m = lode_runtime::model::Model::load(f).unwrap();
+        let c = &m.cfg;
+        if h.arch == "gemma3" {
+            assert_eq!(c.n_swa, 1024);
+            assert_eq!(c.swa_layers.iter().filter(|&&l| l).count(), 10, "5 of every 6 of 12 layers");
+            assert!(!c.swa_layers[5] && !c.swa_layers[11]);
+            assert_eq!(c.rope_freq_scale, 1.0 / 8.0);
+            assert_eq!((c.rope_base, c.rope_base_swa), (1e6, 10000.0));
+            assert!(m.layers.iter().all(|l| l.post_attn_norm.is_some() && l.post_ffw_norm.is_some()));
+        } else {
+            assert_eq!((c.rope_base, c.n_swa, c.n_ctx_train), (1e9, 0, 131072));
+            assert!(m.output != m.tok_embd, "untied");
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -41,8 +41,9 @@ pub fn byte_char(b: u8) -> char {
 }
 
 /// Build a vocabulary of exactly `n_vocab` tokens with `specials` (id, text) as control
-/// tokens. Panics only on a programming error (specials overlapping the built tokens
-/// or beyond `n_vocab`), which the presets' unit tests rule out.
+/// tokens at their ids (anywhere: Gemma's and Mistral's sit below the byte tokens).
+/// Panics only on a programming error (specials beyond `n_vocab`, or too few free ids
+/// for the built tokens), which the presets' unit tests rule out.
 pub fn build(n_vocab: usize, specials: &[(usize, &str)]) -> Vocab {
     let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
     let mut types = vec![NORMAL; 256];
@@ -66,15 +67,27 @@ pub fn build(n_vocab: usize, specials: &[(usize, &str)]) -> Vocab {
             }
         }
     }
-    let first_special = specials.iter().map(|s| s.0).min().unwrap_or(n_vocab);
-    assert!(tokens.len() <= first_special, "built tokens overlap the special ids");
-    while tokens.len() < n_vocab {
-        tokens.push(format!("<unused{}>", tokens.len()));
-        types.push(UNUSED);
-    }
-    for &(id, text) in specials {
-        tokens[id] = text.to_string();
-        types[id] = CONTROL;
+    // Built tokens fill the ids the specials leave free, in order; `<unused…>` the rest.
+    // (With every special above the built tokens, as in the Qwen and Llama presets, this
+    // is the built list, placeholders, then the specials at their ids.)
+    let special: std::collections::HashMap<usize, &str> = specials.iter().copied().collect();
+    let free = (0..n_vocab).filter(|i| !special.contains_key(i)).count();
+    assert!(tokens.len() <= free && specials.iter().all(|s| s.0 < n_vocab), "specials and built tokens exceed the vocabulary");
+    let (built, built_types) = (tokens, types);
+    let mut tokens = Vec::with_capacity(n_vocab);
+    let mut types = Vec::with_capacity(n_vocab);
+    let mut next = built.into_iter().zip(built_types);
+    for id in 0..n_vocab {
+        if let Some(text) = special.get(&id) {
+            tokens.push(text.to_string());
+            types.push(CONTROL);
+        } else if let Some((t, ty)) = next.next() {
+            tokens.push(t);
+            types.push(ty);
+        } else {
+            tokens.push(format!("<unused{id}>"));
+            types.push(UNUSED);
+        }
     }
     Vocab { tokens, types, merges }
 }
@@ -105,5 +118,22 @@ mod tests {
         }
         assert_eq!(v.types[999], CONTROL);
         assert_eq!(v.types[900], UNUSED);
+    }
+
+    /// Specials below the byte tokens keep their ids; the built tokens move past them.
+    #[test]
+    fn low_special_ids_keep_their_place() {
+        let v = build(1000, &[(1, "<eos>"), (2, "<bos>"), (106, "<start_of_turn>")]);
+        assert_eq!(v.tokens.len(), 1000);
+        assert_eq!((v.tokens[1].as_str(), v.types[1]), ("<eos>", CONTROL));
+        assert_eq!(v.tokens[106], "<start_of_turn>");
+        assert_eq!(v.tokens[0], byte_char(0).to_string());
+        assert_eq!(v.tokens[3], byte_char(1).to_string());
+        let known: HashSet<&str> = v.tokens.iter().map(String::as_str).collect();
+        assert_eq!(known.len(), 1000);
+        for m in &v.merges {
+            let (l, r) = m.split_once(' ').unwrap();
+            assert!(known.contains(format!("{l}{r}").as_str()), "{m}");
+        }
     }
 }

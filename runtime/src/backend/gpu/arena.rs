@@ -119,9 +119,8 @@ impl Arena {
     pub fn alloc(&mut self, bytes: usize) -> Result<Option<DevPtr>, DriverError> {
         let Some((at, grow)) = self.place.plan(bytes) else { return Ok(None) };
         if let Some((o, b)) = grow {
-            let h = self.dev.driver().va_map(self.base + o as u64, b)?;
+            let h = self.dev.va_map(self.base + o as u64, b)?;
             self.handles.push((o, h));
-            self.dev.account(b as i64);
         }
         self.place.commit(at, bytes, grow);
         Ok(Some(self.base + at as u64))

@@ -220,6 +220,10 @@ impl Backend for GpuBackend {
         Some(WeightStats { graphs: Some(self.replay.borrow().stats), ..self.cache.stats() })
     }
 
+    fn memory_target(&self) -> Option<crate::backend::memory::MemoryTarget> {
+        self.target()
+    }
+
     fn alloc(&mut self, len: usize) -> Result<Buf> {
         self.barrier()?;
         let b = self.dev.alloc(len * 4).map_err(|e| match e {

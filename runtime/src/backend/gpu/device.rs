@@ -5,6 +5,7 @@
 //! `download` synchronizes. The graph hooks (capture / instantiate / update / replay)
 //! are exposed as-is for the graph-replay work.
 
+use super::capacity::Capacity;
 use super::driver::{self, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, KArg, RawHandle};
 use super::kernels::KernelSet;
 use super::launch::Launch;
@@ -37,6 +38,8 @@ pub struct DeviceCore {
     limits: Mutex<String>,
     /// The driver's used bytes at the last `mem_mark` (the trace prints deltas).
     last_used: AtomicU64,
+    /// `--device-memory` and the sampled peak of the driver's use (`capacity.rs`).
+    capacity: Capacity,
 }
 
 impl Drop for DeviceCore {
@@ -212,7 +215,9 @@ impl GpuDevice {
             next_id: AtomicU64::new(1),
             limits: Mutex::new(String::new()),
             last_used: AtomicU64::new(0),
+            capacity: Capacity::default(),
         };
+        core.capacity.set_watch(driver::mem_trace());
         let dev = GpuDevice { core: Arc::new(core) };
         dev.mem_mark("context created, kernel modules loaded");
         dev.trim_context();
@@ -294,8 +299,65 @@ impl GpuDevice {
     pub fn is_integrated(&self) -> bool {
         self.attribute(DevAttr::Integrated).map(|v| v != 0).unwrap_or(false)
     }
+    /// (free, total) bytes of device memory, as a card of `--device-memory`'s size
+    /// reports them when a cap is set (`capacity.rs`).
     pub fn mem_info(&self) -> Result<(u64, u64)> {
-        self.core.drv.mem_info()
+        let (free, total) = self.core.drv.mem_info()?;
+        self.core.capacity.observe(total.saturating_sub(free));
+        Ok(self.core.capacity.view(free, total))
+    }
+
+    /// Treat the device as having `bytes` of memory, the driver's own use included
+    /// (`--device-memory`); `None`: the card's own size.
+    pub fn set_memory_cap(&self, bytes: Option<u64>) {
+        self.core.capacity.set_cap(bytes);
+    }
+    pub fn memory_cap(&self) -> Option<u64> {
+        self.core.capacity.cap()
+    }
+    /// Sample the driver's used memory at every allocation and read-back, for a peak
+    /// (`--memory-report`); always on under a cap.
+    pub fn watch_memory(&self, on: bool) {
+        if on {
+            self.core.capacity.set_watch(true);
+        }
+    }
+    /// The highest driver use sampled and the number of samples (`None`: none taken).
+    pub fn driver_peak_used(&self) -> Option<(u64, u64)> {
+        self.core.capacity.peak()
+    }
+
+    /// The driver's used bytes now (sampled into the peak).
+    fn used_now(&self) -> Result<u64> {
+        let (free, total) = self.core.drv.mem_info()?;
+        let used = total.saturating_sub(free);
+        self.core.capacity.observe(used);
+        Ok(used)
+    }
+
+    /// `grant` `bytes` of device memory under the cap: refused if the driver's use would
+    /// pass it, given back (`undo`) if the driver's rounding took it past; sampled.
+    fn capped<T>(&self, bytes: usize, what: &'static str, grant: impl FnOnce() -> Result<T>, undo: impl FnOnce(&T)) -> Result<T> {
+        let c = &self.core.capacity;
+        if let Some(why) = if c.cap().is_some() { c.refuse(self.used_now()?, bytes as u64) } else { None } {
+            return Err(out_of_memory(self.api(), what, why));
+        }
+        let t = grant()?;
+        if let Some(why) = if c.watching() { c.over_after(self.used_now()?, bytes as u64) } else { None } {
+            undo(&t);
+            return Err(out_of_memory(self.api(), what, why));
+        }
+        Ok(t)
+    }
+
+    /// Back `[ptr, ptr+bytes)` of a reserved range with device memory (the weight arena's
+    /// growth): counted and capped like [`GpuDevice::alloc`]. Returns the driver's handle.
+    pub fn va_map(&self, ptr: DevPtr, bytes: usize) -> Result<u64> {
+        let h = self.capped(bytes, "device memory map", || self.core.drv.va_map(ptr, bytes), |&h| {
+            let _ = self.core.drv.va_unmap(ptr, bytes, h);
+        })?;
+        self.account(bytes as i64);
+        Ok(h)
     }
     /// How each kernel family was obtained (embedded arch, cache file, compiled).
     pub fn kernel_origins(&self) -> Vec<(&'static str, super::kernels::Origin)> {
@@ -309,7 +371,9 @@ impl GpuDevice {
     }
 
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
-        let ptr = self.core.drv.malloc(bytes)?;
+        let ptr = self.capped(bytes, "device allocation", || self.core.drv.malloc(bytes), |&p| {
+            let _ = self.core.drv.free(p);
+        })?;
         let now = self.core.allocated.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
         self.core.peak.fetch_max(now, Ordering::Relaxed);
         let id = self.core.next_id.fetch_add(1, Ordering::Relaxed);
@@ -376,7 +440,18 @@ impl GpuDevice {
     pub fn read(&self, src: DevPtr, out: &mut [u8]) -> Result<()> {
         let r = super::host_times::span("device-to-host read", || self.core.drv.dtoh(out, src, self.core.stream));
         super::host_times::result_ready();
+        self.sample_at_readback();
         r
+    }
+
+    /// A read-back point: sample the driver's use (while watching), and say once if it
+    /// went past the cap outside lode's allocations.
+    pub fn sample_at_readback(&self) {
+        if self.core.capacity.watching() {
+            if let Ok(used) = self.used_now() {
+                self.core.capacity.warn_if_over(used);
+            }
+        }
     }
     pub fn read_f32(&self, src: DevPtr, n: usize) -> Result<Vec<f32>> {
         let mut v = vec![0f32; n];
@@ -393,6 +468,7 @@ impl GpuDevice {
     pub fn sync(&self) -> Result<()> {
         let r = super::host_times::span("stream sync", || self.core.drv.stream_sync(self.core.stream));
         super::host_times::result_ready();
+        self.sample_at_readback();
         r
     }
     pub fn register_host<'a>(&self, host: &'a [u8]) -> Result<HostRegistration<'a>> {
@@ -482,6 +558,12 @@ impl GpuDevice {
     pub fn graph_exec_destroy(&self, exec: RawHandle) -> Result<()> {
         self.core.drv.graph_exec_destroy(exec)
     }
+}
+
+/// The vendors' out-of-memory code (CUDA_ERROR_OUT_OF_MEMORY = hipErrorOutOfMemory = 2),
+/// as a capped device refuses: callers tell it from other failures by the code.
+fn out_of_memory(api: Api, call: &'static str, why: String) -> DriverError {
+    DriverError::Call { api, call, code: 2, name: why }
 }
 
 fn poisoned() -> DriverError {

@@ -103,12 +103,15 @@ impl Materializer for GpuMaterializer {
     }
     fn memory(&self) -> Option<DeviceMemory> {
         let drv = self.dev.mem_info().ok();
+        let peak = self.dev.driver_peak_used();
         Some(DeviceMemory {
             allocated_bytes: self.dev.allocated_bytes(),
             peak_allocated_bytes: self.dev.peak_allocated_bytes(),
             driver_used_bytes: drv.map(|(free, total)| total.saturating_sub(free)),
-            driver_peak_used_bytes: None,
+            driver_peak_used_bytes: peak.map(|p| p.0),
+            driver_samples: peak.map(|p| p.1),
             driver_total_bytes: drv.map(|(_, total)| total),
+            device_memory_cap_bytes: self.dev.memory_cap(),
         })
     }
 }

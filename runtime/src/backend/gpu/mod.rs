@@ -14,6 +14,7 @@
 pub mod act_forms;
 pub mod arena;
 pub mod backend;
+pub mod capacity;
 pub mod device;
 pub mod driver;
 pub mod exact;

@@ -57,6 +57,9 @@ impl Backend for ExactBackend {
     fn weight_stats(&self) -> Option<WeightStats> {
         self.0.weight_stats()
     }
+    fn memory_target(&self) -> Option<crate::backend::memory::MemoryTarget> {
+        self.0.memory_target()
+    }
     fn alloc(&mut self, len: usize) -> Result<Buf> {
         self.0.alloc(len)
     }

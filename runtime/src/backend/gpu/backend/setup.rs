@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 impl GpuBackend {
-    /// A backend with the environment's weight options (`LODE_TEST_ALLOC_LIMIT`; an
+    /// A backend with the environment's weight options (`LODE_DEVICE_MEMORY`; an
     /// unreadable value is reported and ignored) and the device's default residency.
     pub fn new(dev: GpuDevice) -> GpuBackend {
         let opts = WeightOptions::from_env().unwrap_or_else(|e| {
@@ -32,6 +32,10 @@ impl GpuBackend {
     }
 
     fn with_residency(dev: GpuDevice, residency: Residency, opts: &WeightOptions) -> GpuBackend {
+        if opts.device_memory.is_some() {
+            dev.set_memory_cap(opts.device_memory);
+        }
+        dev.watch_memory(opts.report_at_exit);
         let tuning = dev.tuning().clone();
         let cache = WeightCache::new(GpuMaterializer::new(dev.clone()), residency, opts);
         let be = GpuBackend {
@@ -64,6 +68,24 @@ impl GpuBackend {
 
     pub fn device(&self) -> &GpuDevice {
         &self.dev
+    }
+
+    /// `Backend::memory_target`: the device's free memory now (a `--device-memory` cap's
+    /// share where set) and what sizes the run's allocations.
+    pub(super) fn target(&self) -> Option<crate::backend::memory::MemoryTarget> {
+        let (free, total) = self.dev.mem_info().ok()?;
+        let info = self.dev.info();
+        Some(crate::backend::memory::MemoryTarget {
+            name: format!("{}:{} ({})", self.dev.api(), crate::backend::gpu::device_ordinal(), info.name),
+            class: crate::weights::layout::DeviceClass::Gpu,
+            residency: self.cache.residency(),
+            free,
+            total,
+            used_at_open: total.saturating_sub(free),
+            arena: self.dev.driver().vmm_granularity().is_some() && self.tuning.weight_arena,
+            tuning: Some(self.tuning.clone()),
+            cap: self.dev.memory_cap(),
+        })
     }
 
     /// Graph capture / replay counters.

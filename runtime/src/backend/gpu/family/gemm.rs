@@ -53,7 +53,7 @@ macro_rules! set {
     };
 }
 
-const SETS: [Set; 10] = [
+const SETS: [Set; 15] = [
     set!(Q4_0, Stored, "q4_0"),
     set!(Q4_1, Stored, "q4_1"),
     set!(Q5_0, Stored, "q5_0"),
@@ -64,12 +64,17 @@ const SETS: [Set; 10] = [
     set!(Q6_K, Stored, "q6_K"),
     set!(Q4_K, Row64, "q4_K_r64"),
     set!(Q6_K, Row64, "q6_K_r64"),
+    set!(Q2_K, Stored, "q2_K"),
+    set!(Q3_K, Stored, "q3_K"),
+    set!(IQ4_NL, Stored, "iq4_nl"),
+    set!(IQ4_XS, Stored, "iq4_xs"),
+    set!(MXFP4, Stored, "mxfp4"),
 ];
 
-const fn sigs() -> [KernelSig; 30] {
-    let mut out = [SETS[0].n64.sig(); 30];
+const fn sigs() -> [KernelSig; 45] {
+    let mut out = [SETS[0].n64.sig(); 45];
     let mut i = 0;
-    while i < 10 {
+    while i < SETS.len() {
         out[3 * i] = SETS[i].n64.sig();
         out[3 * i + 1] = SETS[i].n16.sig();
         out[3 * i + 2] = SETS[i].glu.sig();
@@ -77,7 +82,7 @@ const fn sigs() -> [KernelSig; 30] {
     }
     out
 }
-const SIGS: [KernelSig; 30] = sigs();
+const SIGS: [KernelSig; 45] = sigs();
 
 pub const FAMILY: Family = Family { name: "gemm", source: include_str!("../../../../../kernels-hip/gemm.hip"), kernels: &[&SIGS] };
 
@@ -147,6 +152,9 @@ mod tests {
             }
         }
         assert!(gemm_supports(GgmlType::Q4_K, Layout::Row64));
+        for ty in [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4] {
+            assert!(gemm_supports(ty, Layout::Stored), "{ty}");
+        }
         assert!(!gemm_supports(GgmlType::Q8_0, Layout::Row64));
         assert!(!gemm_supports(GgmlType::F16, Layout::Stored));
     }

@@ -37,19 +37,28 @@ pub trait PrefillTarget {
     fn flash(&self, q: &[f32], kc: &[u16], vc: &[u16], pos: &[i32], n_head: usize, n_kv: usize, hd: usize, window: usize, scale: f32) -> Out<Vec<f32>>;
 }
 
-/// The (type, layout) pairs the GEMM reads, with their check names.
+/// The (type, layout) pairs the GEMM reads (`gemm::type_layouts`' order: new types are
+/// appended there, so the older checks keep their seeds), with their check names.
 pub fn gemm_cases() -> Vec<(String, GgmlType, Layout)> {
-    let mut v = Vec::new();
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
-        v.push((format!("gemm_{}", ty.name().to_lowercase()), ty, Layout::Stored));
-    }
-    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
-        v.push((format!("gemm_{}_row64", ty.name().to_lowercase()), ty, Layout::Row64));
-    }
-    v
+    gemm::type_layouts()
+        .map(|(ty, layout)| {
+            let suffix = if layout == Layout::Row64 { "_row64" } else { "" };
+            (format!("gemm_{}{suffix}", ty.name().to_lowercase()), ty, layout)
+        })
+        .collect()
 }
 
-const GLU_TYPES: [GgmlType; 4] = [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0];
+const GLU_TYPES: [GgmlType; 9] = [
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_0,
+    GgmlType::Q5_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
+];
 
 /// Every prefill check whose name contains `filter`.
 pub fn run_checks(t: &dyn PrefillTarget, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {

@@ -1,0 +1,272 @@
+//! Will a model fit, and with what context? The device bytes a run needs, counted as
+//! the backend allocates them, before anything is allocated: `lode fit` prints this, and
+//! the engine refuses a model that would not fit ([`Estimate::refusal`]) so that nothing
+//! fails midway.
+//!
+//! - Weights: every weight the forward pass reads, in the layout the device's kernels
+//!   read ([`layout::canonical`], the cache's own policy), 256-byte placed in one arena
+//!   rounded once to 2 MiB (else a driver page each); none for `mapped` weights a GPU
+//!   reads in place. On the CPU the mapping itself occupies memory, so it counts.
+//! - KV cache: exactly what `alloc_kv` takes: every layer a full-context cache (the
+//!   sliding-window layers too: window-sized caches are not built yet), f16 on the GPU
+//!   (one allocation per sequence, each K/V plane 256-byte rounded), the `--kv-type` on
+//!   the CPU.
+//! - Scratch: the model's activation buffers (`model::Scratch`), and on a GPU the q8_1
+//!   activation copy, prefill's operands (through the vendor BLAS for chunks of
+//!   `blas_min` tokens or more: the f16 activations, the transient f16 weight slab, the
+//!   workspace and the library's own memory; else the GEMM's f32 activation values) and
+//!   what launching costs.
+//!
+//! A GPU's driver figure during the run (what `nvidia-smi` shows, and the peak
+//! `--memory-report` samples) is predicted as [`MemoryTarget::used_at_open`] + the need.
+
+use std::collections::BTreeMap;
+
+use crate::backend::gpu::family::dequant;
+use crate::backend::gpu::plan;
+use crate::backend::gpu::tuning::Tuning;
+use crate::backend::memory::MemoryTarget;
+use crate::backend::KvType;
+use crate::model::Model;
+use crate::quant::GgmlType;
+use crate::weights::budget::human;
+use crate::weights::layout::{self, DeviceClass, Layout};
+use crate::weights::Residency;
+
+/// What a run launches beyond its allocations (functions loaded on first launch, graph
+/// instances, staging): on the H200, Qwen3-4B pp2048 + tg128 with `LODE_DEBUG=mem`, the
+/// driver's used figure was within ~10 MiB of the context after open plus lode's
+/// page-rounded allocations (BENCHMARKS.md, residency).
+const GPU_LAUNCH_OVERHEAD: u64 = 8 << 20;
+
+/// What opening the vendor BLAS adds beyond lode's own allocations: on the H200 (cuBLAS
+/// 13.1), qwen3-4b pp2048 + tg128, the driver's peak rose 152 MiB with the BLAS on while
+/// lode's peak allocations rose 86 MiB (BENCHMARKS.md).
+const BLAS_LIB_OVERHEAD: u64 = 66 << 20;
+
+/// The driver's allocation page: `cuMemAlloc` rounds each allocation up to it.
+const GPU_PAGE: u64 = 2 << 20;
+
+fn round_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+/// A run's shape: context per sequence, prompt chunk, sequences, KV type.
+#[derive(Clone, Copy, Debug)]
+pub struct RunShape {
+    pub ctx: usize,
+    pub batch: usize,
+    pub n_seq: usize,
+    pub kv_type: KvType,
+}
+
+/// The bytes a run needs on a device.
+#[derive(Clone, Debug)]
+pub struct Estimate {
+    pub shape: RunShape,
+    /// Weight bytes on the device (as allocated).
+    pub weights: u64,
+    /// Bytes per layout name (with the type), as stored.
+    pub per_layout: BTreeMap<String, u64>,
+    /// Weights a GPU reads in place from the mapped file (no device bytes).
+    pub in_place: u64,
+    pub n_tensors: usize,
+    /// KV cache of every sequence.
+    pub kv: u64,
+    /// KV bytes per token of context (all sequences).
+    pub kv_per_token: u64,
+    pub scratch: u64,
+    /// weights + kv + scratch.
+    pub need: u64,
+    /// The device: free and total (a cap's where set), used at open, name.
+    pub free: u64,
+    pub total: u64,
+    pub used_at_open: u64,
+    pub device: String,
+    pub cap: Option<u64>,
+    pub gpu: bool,
+    /// Largest context whose need fits the free memory (before the training-context cap).
+    pub max_ctx_memory: u64,
+    pub n_ctx_train: usize,
+}
+
+impl Estimate {
+    pub fn fits(&self) -> bool {
+        self.need <= self.free
+    }
+    /// The largest context that fits, capped at the model's training context.
+    pub fn max_ctx(&self) -> u64 {
+        self.max_ctx_memory.min(self.n_ctx_train as u64)
+    }
+    /// The driver's used memory during the run (GPU): what it held at open + the need.
+    pub fn predicted_device_used(&self) -> Option<u64> {
+        self.gpu.then_some(self.used_at_open + self.need)
+    }
+    /// Fixed bytes (weights and scratch at the full chunk): what no context size changes.
+    pub fn fixed(&self) -> u64 {
+        self.need - self.kv
+    }
+
+    /// Why the run cannot start here, naming what would fit (`None`: it fits).
+    pub fn refusal(&self) -> Option<String> {
+        if self.fits() {
+            return None;
+        }
+        let s = &self.shape;
+        let cap = if self.cap.is_some() { " (--device-memory)" } else { "" };
+        let mut msg = format!(
+            "the model does not fit on {}: it needs {} (weights {}, KV cache {} for {} × {} tokens, scratch {}) but {} of {}{cap} are free",
+            self.device,
+            human(self.need),
+            human(self.weights),
+            human(self.kv),
+            s.n_seq,
+            s.ctx,
+            human(self.scratch),
+            human(self.free),
+            human(self.total)
+        );
+        let max = self.max_ctx();
+        if max >= 1 {
+            msg += &format!("; the largest context that fits is -c {max}");
+        } else {
+            // Not even one token: the weights must shrink (or stay in host memory).
+            let room = self.free.saturating_sub(self.need - self.weights);
+            msg += &format!(
+                "; the weights alone need {} where at most {} can go next to a {}-token context",
+                human(self.weights),
+                human(room),
+                s.ctx
+            );
+            if self.gpu {
+                msg += " (--residency mapped reads the stored weights from host memory instead; or a smaller quantization)";
+            }
+        }
+        Some(msg)
+    }
+}
+
+/// The bytes `model` needs on `target` for a run of `shape`.
+pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result<Estimate, crate::quant::QuantError> {
+    let c = &model.cfg;
+    let gpu = target.class == DeviceClass::Gpu;
+    let default_tuning;
+    let tuning = match &target.tuning {
+        Some(t) => t,
+        None => {
+            default_tuning = Tuning::default();
+            &default_tuning
+        }
+    };
+    let mut per_layout: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut weights, mut in_place, mut n_tensors, mut max_slab) = (0u64, 0u64, 0usize, 0u64);
+    for id in model.weight_ids() {
+        let w = model.w(id);
+        let l = layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), target.class);
+        let bytes = l.bytes(w.ty(), w.n_rows(), w.row_len(), w.data().len())? as u64;
+        n_tensors += 1;
+        if gpu && w.n_rows() > 1 && dequant::supports(w.ty(), l) {
+            max_slab = max_slab.max(dequant::slab_bytes_for(w.n_rows(), w.row_len(), tuning.blas_slab_bytes) as u64);
+        }
+        if gpu && target.residency == Residency::Mapped && l == Layout::Stored {
+            in_place += bytes;
+            continue;
+        }
+        weights += if gpu && !target.arena { round_up(bytes, GPU_PAGE) } else { round_up(bytes, 256) };
+        *per_layout.entry(format!("{} ({})", l.name(w.ty()), w.ty())).or_default() += bytes;
+    }
+    if gpu && target.arena {
+        weights = round_up(weights, GPU_PAGE);
+    }
+
+    let n_seq = shape.n_seq.max(1) as u64;
+    let ctx = shape.ctx.max(1);
+    let elt = if gpu || shape.kv_type == KvType::F16 { 2 } else { 4 };
+    let kv_per_token = (c.n_layer * c.n_head_kv * (c.head_dim_k + c.head_dim_v) * elt) as u64 * n_seq;
+    let kv = |ctx: usize| -> u64 {
+        if gpu {
+            let plane = |d: usize| round_up((ctx * c.n_head_kv * d * 2) as u64, 256);
+            n_seq * round_up(c.n_layer as u64 * (plane(c.head_dim_k) + plane(c.head_dim_v)), GPU_PAGE)
+        } else {
+            kv_per_token * ctx as u64
+        }
+    };
+    let scratch = |ctx: usize| -> u64 {
+        let n = shape.batch.min(ctx).max(shape.n_seq).max(1);
+        let bufs = [
+            n * c.n_embd,
+            n * c.n_embd,
+            n * c.n_embd,
+            n * c.n_head * c.head_dim_k,
+            n * c.n_head_kv * c.head_dim_k,
+            n * c.n_head_kv * c.head_dim_v,
+            n * c.n_head * c.head_dim_v,
+            n * c.n_ff,
+            n * c.n_ff,
+            16 * c.n_embd,
+            16 * c.n_vocab,
+        ];
+        if !gpu {
+            return bufs.iter().map(|&v| v as u64 * 4).sum();
+        }
+        let act: u64 = bufs.iter().map(|&v| round_up(v as u64 * 4, GPU_PAGE)).sum();
+        // The q8_1 copy of the widest activation (36 bytes per 32 values), grown to a
+        // power of two, and what launching costs.
+        let q8 = ((n * c.n_embd.max(c.n_ff)).div_ceil(32) as u64 * 36).next_power_of_two();
+        let widest = c.n_embd.max(c.n_ff).max(c.n_head * c.head_dim_v);
+        act + round_up(q8, GPU_PAGE) + prefill_scratch(n, widest, max_slab, tuning) + GPU_LAUNCH_OVERHEAD
+    };
+    let need = weights + kv(ctx) + scratch(ctx);
+    // Largest context: scratch grows with the chunk only up to the batch size.
+    let fixed = weights + scratch(shape.batch.max(1));
+    // The bound without rounding, then the largest context whose rounded KV fits below it
+    // (the GPU rounds each sequence's cache to the driver's page).
+    let (mut lo, mut hi) = (0u64, target.free.saturating_sub(fixed) / kv_per_token.max(1));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fixed + kv(mid as usize) <= target.free {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let max_ctx_memory = lo;
+    Ok(Estimate {
+        shape: RunShape { ctx, ..shape },
+        weights,
+        per_layout,
+        in_place,
+        n_tensors,
+        kv: kv(ctx),
+        kv_per_token,
+        scratch: scratch(ctx),
+        need,
+        free: target.free,
+        total: target.total,
+        used_at_open: target.used_at_open,
+        device: target.name.clone(),
+        cap: target.cap,
+        gpu,
+        max_ctx_memory,
+        n_ctx_train: c.n_ctx_train,
+    })
+}
+
+/// Device scratch of a prefill chunk of `n` tokens whose widest matmul input has `k`
+/// values: through the BLAS (`n` ≥ the tuning's `blas_min`): the f16 activation operand,
+/// the weight slab (`max_slab`), the workspace and the library; else through lode's GEMM
+/// (from `gemm_min`): the quantized activations' f32 values. Each scratch grows to a
+/// power of two (`Scratch`), then to the driver's page.
+fn prefill_scratch(n: usize, k: usize, max_slab: u64, t: &Tuning) -> u64 {
+    let pow2 = |b: u64| round_up(b.next_power_of_two().max(4096), GPU_PAGE);
+    if n < 2 {
+        return 0;
+    }
+    if t.blas && n >= t.blas_min_tokens && max_slab > 0 {
+        pow2((n * k * 2) as u64) + pow2(max_slab) + round_up(dequant::WORKSPACE_BYTES as u64, GPU_PAGE) + BLAS_LIB_OVERHEAD
+    } else if plan::gemm_tile(&plan::Weight { ty: GgmlType::Q4_K, layout: Layout::Stored, rows: 1, k }, n, t).is_some() {
+        pow2((n * k * 4) as u64)
+    } else {
+        0
+    }
+}
