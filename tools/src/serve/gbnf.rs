@@ -280,10 +280,13 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A rule: its name and its alternatives.
+type Rule = (String, Vec<Vec<Node>>);
+
 /// The rules of a grammar, in order of definition.
-fn parse(src: &str) -> Result<Vec<(String, Vec<Vec<Node>>)>, GbnfError> {
+fn parse(src: &str) -> Result<Vec<Rule>, GbnfError> {
     let mut r = Reader { src, pos: 0 };
-    let mut rules: Vec<(String, Vec<Vec<Node>>)> = Vec::new();
+    let mut rules: Vec<Rule> = Vec::new();
     loop {
         r.space(true);
         if r.peek().is_none() {
