@@ -2,7 +2,10 @@
 """The `openai` client against `lode serve --embeddings --cors ORIGIN` for the fields
 beyond plain text: a tool call round trip (whole and streamed), logprobs (top-1 equals
 the greedy token's), n = 3, embeddings (cosine of identical texts = 1), a CORS
-preflight, and every unsupported field a BadRequestError naming it.
+preflight, structured output (a json_schema answer that parses and validates for 20
+seeds at temperature 0.8, whole and streamed; json_object; a GBNF `grammar`; the
+completions endpoint's `json_schema`), and every unsupported field or combination a
+BadRequestError naming it.
 
     python3 ci/serve_features_test.py --base-url http://127.0.0.1:8080/v1 --origin http://ui.example
 
@@ -11,9 +14,11 @@ Exit status 0 when every check passes. Run by tests/serve_openai_py.rs.
 import argparse
 import json
 import math
+import re
 import sys
 import urllib.request
 
+import jsonschema
 import openai
 
 TOOLS = [{
@@ -25,6 +30,17 @@ TOOLS = [{
     },
 }]
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 24},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 3},
+    },
+    "required": ["name", "age", "city", "tags"],
+    "additionalProperties": False,
+}
 
 
 def check(cond, what):
@@ -40,6 +56,45 @@ def refused(fn, field, what):
         check(e.status_code == 400 and field in str(e), f"{what}: 400 naming `{field}`")
         return
     check(False, f"{what} was accepted")
+
+
+def structured(client, model):
+    """json_schema (20 seeds, hot; streamed too), json_object, a GBNF grammar, and the
+    completions endpoint's llama-server `json_schema`."""
+    ask = [{"role": "user", "content": "Invent a person. Answer in JSON."}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    seen = set()
+    for seed in range(20):
+        r = client.chat.completions.create(model=model, messages=ask, response_format=fmt, temperature=0.8, seed=seed, max_tokens=150)
+        c = r.choices[0]
+        check(c.finish_reason == "stop", f"seed {seed}: the answer ends by itself ({c.finish_reason})")
+        obj = json.loads(c.message.content)
+        jsonschema.validate(obj, PERSON)
+        check(True, f"seed {seed}: {c.message.content} validates against the schema")
+        seen.add(c.message.content)
+    check(len(seen) > 5, f"temperature 0.8 gives varied answers ({len(seen)} distinct of 20)")
+
+    s = client.chat.completions.create(model=model, messages=ask, response_format=fmt, temperature=0.8, seed=99, max_tokens=150, stream=True)
+    text = "".join(ch.delta.content or "" for chunk in s for ch in chunk.choices)
+    jsonschema.validate(json.loads(text), PERSON)
+    check(True, f"streamed: {text} validates")
+
+    r = client.chat.completions.create(model=model, response_format={"type": "json_object"}, temperature=0.7, seed=5, max_tokens=80,
+                                       messages=[{"role": "user", "content": 'Reply with a JSON object with the keys "name" and "age" for a person.'}])
+    obj = json.loads(r.choices[0].message.content)
+    check(isinstance(obj, dict), f"json_object: {r.choices[0].message.content} is a JSON object")
+
+    gbnf = 'root ::= ("yes" | "no") ", because " [a-z ]{1,40} "."'
+    for seed in range(3):
+        r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Is the sky blue?"}],
+                                           temperature=0.9, seed=seed, max_tokens=60, extra_body={"grammar": gbnf})
+        out = r.choices[0].message.content
+        check(re.fullmatch(r"(yes|no), because [a-z ]{1,40}\.", out) is not None, f"grammar: {out!r} matches")
+
+    r = client.completions.create(model=model, prompt="A person as JSON:", temperature=0.8, seed=1, max_tokens=150,
+                                  extra_body={"json_schema": PERSON})
+    jsonschema.validate(json.loads(r.choices[0].text), PERSON)
+    check(True, f"completions json_schema: {r.choices[0].text} validates")
 
 
 def main():
@@ -115,12 +170,18 @@ def main():
         check(resp.status in (200, 204), f"preflight answered ({resp.status})")
         check(resp.headers.get("access-control-allow-origin") == args.origin, "preflight allows the origin")
 
+    structured(client, model)
+
     # Unsupported or bad combinations: a 400 naming the field.
     chat = lambda **kw: client.chat.completions.create(model=model, messages=msgs, max_tokens=4, **kw)
-    refused(lambda: chat(response_format={"type": "json_object"}), "response_format", "json_object")
-    refused(lambda: chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
-            "response_format", "json_schema")
-    refused(lambda: chat(extra_body={"grammar": "root ::= \"a\""}), "grammar", "grammar")
+    refused(lambda: chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nowhere"}}}),
+            "response_format", "a schema llguidance rejects")
+    refused(lambda: chat(response_format={"type": "xml"}), "response_format", "an unknown response_format type")
+    refused(lambda: chat(extra_body={"grammar": "root ::= \"a"}), "grammar", "a GBNF syntax error")
+    refused(lambda: chat(extra_body={"grammar": "root ::= item"}), "grammar", "a GBNF rule that is not defined")
+    refused(lambda: chat(response_format={"type": "json_object"}, extra_body={"grammar": "root ::= \"a\""}), "grammar",
+            "two constraints at once")
+    refused(lambda: chat(response_format={"type": "json_object"}, tools=TOOLS), "response_format", "response_format with tools")
     refused(lambda: chat(logit_bias={"42": 5}), "logit_bias", "logit_bias")
     refused(lambda: chat(n=100), "n", "n = 100")
     refused(lambda: chat(top_logprobs=3), "top_logprobs", "top_logprobs without logprobs")

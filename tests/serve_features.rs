@@ -191,3 +191,60 @@ fn tool_calls_whole_and_streamed_and_tool_results_in() {
     let bad = json!({"messages": [{"role": "user", "content": "x", "tool_calls": [1]}]});
     assert_eq!(srv.post_json(chat, none, &bad).error(400)["param"], "messages[0].tool_calls");
 }
+
+/// Structured output without Python: a json_schema for three choices at once (each its
+/// own grammar state; the prompt evaluated once, its K/V copied to the other two slots),
+/// streamed, a GBNF grammar, the mask counters in /metrics, and refusals naming their
+/// field.
+#[test]
+fn structured_output_schema_grammar_and_refusals() {
+    let Some(model) = smol() else { return };
+    let srv = Server::start(&model, &["--parallel", "3", "--ctx-size", "512"]);
+    let none: &[(&str, &str)] = &[];
+    let chat = "/v1/chat/completions";
+    let msgs = json!([{"role": "user", "content": "Invent a city and its population. Answer in JSON."}]);
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+        "population": {"type": "integer", "minimum": 0, "maximum": 100000000}},
+        "required": ["city", "population"], "additionalProperties": false});
+    let fmt = json!({"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": true}});
+    let r = srv.post_json(chat, none, &json!({"messages": msgs, "response_format": fmt, "n": 3, "seed": 4, "temperature": 0.9, "max_tokens": 60}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = r.json();
+    // The first choice evaluated the prompt; the other two copied its K/V (all but the
+    // last token, which each evaluates for its own logits).
+    let p = r["usage"]["prompt_tokens"].as_f64().unwrap();
+    assert_eq!(srv.metric("lode_prompt_tokens_shared_total", none), 2.0 * (p - 1.0), "{r}");
+    for c in r["choices"].as_array().unwrap() {
+        assert_eq!(c["finish_reason"], "stop", "{r}");
+        let v: Value = serde_json::from_str(c["message"]["content"].as_str().unwrap()).unwrap();
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["city", "population"], "{v}");
+        assert!(v["city"].as_str().unwrap().chars().count() <= 20 && v["population"].as_u64().unwrap() <= 100_000_000, "{v}");
+    }
+    // Streamed, through llama-server's `json_schema` field.
+    let s = srv.post_json(chat, none, &json!({"messages": msgs, "json_schema": schema, "seed": 1, "temperature": 0.9, "max_tokens": 60, "stream": true}));
+    let data = s.sse_data();
+    let text: String = data
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str::<Value>(d).unwrap()["choices"][0]["delta"]["content"].as_str().unwrap_or("").to_string())
+        .collect();
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+    assert!(v["population"].is_u64(), "{v}");
+    // GBNF on the completions endpoint.
+    let g = "root ::= \"It is \" (\"red\" | \"green\" | \"blue\") \".\"";
+    let c = srv.post_json("/v1/completions", none, &json!({"prompt": "The sky's color?", "grammar": g, "temperature": 1.0, "seed": 2, "max_tokens": 10})).json();
+    let t = c["choices"][0]["text"].as_str().unwrap();
+    assert!(["It is red.", "It is green.", "It is blue."].contains(&t), "{c}");
+    assert_eq!(c["choices"][0]["finish_reason"], "stop");
+    // Every token drawn under a grammar had a mask.
+    let masks = srv.metric("lode_grammar_masks_total", none);
+    assert!(masks >= 3.0 * 5.0, "{masks}");
+    // Refusals: the field and the reason.
+    let e = srv.post_json(chat, none, &json!({"messages": msgs, "json_schema": {"type": "object", "properties": {"a": {"$ref": "#/missing"}}}})).error(400);
+    assert_eq!(e["param"], "json_schema");
+    assert!(e["message"].as_str().unwrap().contains("missing"), "{e}");
+    let e = srv.post_json(chat, none, &json!({"messages": msgs, "grammar": "root ::= [a-z"})).error(400);
+    assert_eq!(e["param"], "grammar");
+    assert!(e["message"].as_str().unwrap().contains("GBNF"), "{e}");
+}

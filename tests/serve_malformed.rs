@@ -54,7 +54,8 @@ fn malformed_requests_get_errors_and_the_server_keeps_serving() {
         ("stop", json!({"a": 1})),
         ("top_p", json!(7)),
         ("n", json!(99)),
-        ("response_format", json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})),
+        ("response_format", json!({"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}})),
+        ("grammar", json!("root ::= undefined-rule")),
         ("logit_bias", json!({"1": 10})),
         ("stream", json!(1)),
     ] {

@@ -1,7 +1,8 @@
 //! The official `openai` Python client against `lode serve` (ci/serve_client_test.py):
 //! chat and completions, streamed and not, errors as the client's exceptions; and
-//! (ci/serve_features_test.py) tool calls, logprobs, n, embeddings, CORS, refusals. Skips
-//! with a note when python3 or the `openai` package is missing.
+//! (ci/serve_features_test.py) tool calls, logprobs, n, embeddings, CORS, structured
+//! output (json_schema validated with `jsonschema`, json_object, GBNF), refusals. Skips
+//! with a note when python3 or the `openai` / `jsonschema` package is missing.
 
 mod serve_common;
 
@@ -37,6 +38,11 @@ fn openai_python_client_tools_logprobs_n_embeddings_cors() {
     let has_openai = Command::new("python3").args(["-c", "import openai"]).output().is_ok_and(|o| o.status.success());
     if !has_openai {
         eprintln!("SKIP: python3 with the `openai` package is not available (python3 -m pip install openai)");
+        return;
+    }
+    let has_jsonschema = Command::new("python3").args(["-c", "import jsonschema"]).output().is_ok_and(|o| o.status.success());
+    if !has_jsonschema {
+        eprintln!("SKIP: python3 with the `jsonschema` package is not available (python3 -m pip install jsonschema)");
         return;
     }
     let origin = "http://ui.example";

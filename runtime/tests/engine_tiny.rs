@@ -315,3 +315,38 @@ fn batched_steps_equal_each_sequence_decoded_alone() {
         assert!(b.step(&[(0, 1)]).is_ok());
     }
 }
+
+/// A prompt's K/V copied to another sequence (`copy_prefix`, the server's `n > 1` and
+/// shared prompts) continues exactly as if that sequence had evaluated it: the next
+/// token's logits are bit-identical, for f32 and f16 caches (f16's transposed K rows
+/// too), and a bad copy is an error.
+#[test]
+fn a_copied_prompt_prefix_continues_like_an_evaluated_one() {
+    for (arch, kv_type) in [("llama", KvType::F32), ("qwen3", KvType::F16), ("gemma3", KvType::F16)] {
+        let prompt: Vec<u32> = (0..13u32).map(|i| (i * 7 + 2) % V as u32).collect();
+        let opts = EngineOptions { ctx_size: Some(32), batch_size: 8, kv_type };
+        let be = Box::new(CpuBackend::new(2).unwrap());
+        let mut b = BatchEngine::new(load(tiny(arch, &[])).unwrap(), be, opts, 3).unwrap();
+        let rows = lode_runtime::model::OutputRows::Last;
+        // Sequence 0 evaluates the prompt in the same two parts as sequence 1 below (so
+        // their K/V rows are computed alike); sequence 2 holds other tokens first.
+        b.eval_rows(0, &prompt[..10], rows, &mut |_, _| {}).unwrap();
+        b.eval_rows(0, &prompt[10..], rows, &mut |_, _| {}).unwrap();
+        b.eval_rows(2, &[5, 6, 7, 8, 9, 10, 11], rows, &mut |_, _| {}).unwrap();
+        // Sequence 1 evaluates the first 10 tokens itself, then the rest.
+        let (mut own, mut copied) = (Vec::new(), Vec::new());
+        b.eval_rows(1, &prompt[..10], rows, &mut |_, _| {}).unwrap();
+        b.eval_rows(1, &prompt[10..], rows, &mut |_, l| own = l.to_vec()).unwrap();
+        // Sequence 2 gets the first 10 copied from sequence 0, then evaluates the rest.
+        b.copy_prefix(0, 2, 10).unwrap();
+        assert_eq!(b.history(2), &prompt[..10]);
+        b.eval_rows(2, &prompt[10..], rows, &mut |_, l| copied = l.to_vec()).unwrap();
+        assert_eq!(own, copied, "{arch} {kv_type:?}: logits after a copied prefix");
+        // And a decode step after it agrees too.
+        let t = lode_runtime::engine::argmax_logits(&own);
+        let got = b.step(&[(1, t), (2, t)]).unwrap();
+        assert_eq!(got[0], got[1], "{arch}: the step after");
+        assert!(b.copy_prefix(0, 1, 99).is_err(), "more tokens than the source holds");
+        assert!(b.copy_prefix(0, 7, 3).is_err(), "no such sequence");
+    }
+}

@@ -147,9 +147,40 @@ pub fn compare(dev: &GpuDevice, path: &Path, gen: usize, n_text: usize, threads:
     if toks_g.len() > 1 {
         println!("  gpu decode (engine, unbatched host loop): {:.1} tok/s", (toks_g.len() - 1) as f64 / decode_s.max(1e-9));
     }
-    let ok = tokens_ok && kld <= 1e-3 && top1 >= 98.0;
-    println!("  {} (KLD ≤ 1e-3, top-1 ≥ 98 %, tokens equal or near-tie)", if ok { "PASS" } else { "FAIL" });
+    drop(gpu);
+    let kv_ok = kv_copy(dev, &file, &ids, opts)?;
+    let ok = tokens_ok && kld <= 1e-3 && top1 >= 98.0 && kv_ok;
+    println!("  {} (KLD ≤ 1e-3, top-1 ≥ 98 %, tokens equal or near-tie, KV copy)", if ok { "PASS" } else { "FAIL" });
     Ok(ok)
+}
+
+/// `Backend::copy_kv` on the GPU (the server's shared prompts): a sequence given another's
+/// first tokens by copy continues as that one does. Both evaluate the same last chunk after
+/// the same cached prefix, so the logits should be bit-identical; a broken copy (wrong
+/// rows, wrong layer) moves them by whole units.
+fn kv_copy(dev: &GpuDevice, file: &std::sync::Arc<lode_runtime::gguf::GgufFile>, ids: &[u32], opts: EngineOptions) -> Result<bool> {
+    use lode_runtime::engine::BatchEngine;
+    use lode_runtime::model::OutputRows;
+    let k = ids.len().saturating_sub(4).max(1);
+    if k + 1 > ids.len() {
+        return Ok(true);
+    }
+    let model = Model::load(file.clone())?;
+    let be: Box<dyn lode_runtime::backend::Backend> = if crate::common::gpu_options().numerics == Numerics::Exact {
+        Box::new(ExactBackend::new(dev.clone()))
+    } else {
+        Box::new(GpuBackend::new(dev.clone()))
+    };
+    let mut e = BatchEngine::new(model, be, opts, 2)?;
+    let (mut own, mut copied) = (Vec::new(), Vec::new());
+    e.eval_rows(0, &ids[..k], OutputRows::Last, &mut |_, _| {})?;
+    e.eval_rows(0, &ids[k..], OutputRows::Last, &mut |_, l| own = l.to_vec())?;
+    e.copy_prefix(0, 1, k)?;
+    e.eval_rows(1, &ids[k..], OutputRows::Last, &mut |_, l| copied = l.to_vec())?;
+    let max = own.iter().zip(&copied).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let bits = own.iter().zip(&copied).all(|(a, b)| a.to_bits() == b.to_bits());
+    println!("  KV copy of {k} tokens: logits after it {} (max |diff| {max:.3e})", if bits { "bit-identical" } else { "differ" });
+    Ok(max <= 1e-2)
 }
 
 /// Prefill of the prompt and `tg` greedy decode steps on the GPU engine, timed on the host

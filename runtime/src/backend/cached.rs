@@ -240,6 +240,9 @@ impl Backend for CachedBackend {
         self.kvs.remove(&kv.0);
         Ok(())
     }
+    fn copy_kv(&mut self, src: KvCache, dst: KvCache, n: usize) -> Result<()> {
+        self.inner.copy_kv(src, dst, n)
+    }
     fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
         let w = weight!(self, w);
         self.inner.get_rows(&w, ids, out)

@@ -250,6 +250,12 @@ pub trait Backend: Send {
     /// A KV cache; its contents are undefined until written.
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache>;
     fn free_kv(&mut self, kv: KvCache) -> Result<()>;
+    /// Copies positions `0..n` of `src`'s K and V into `dst` (a cache of the same spec),
+    /// so `dst` continues a prompt `src` evaluated without evaluating it again.
+    fn copy_kv(&mut self, src: KvCache, dst: KvCache, n: usize) -> Result<()> {
+        let _ = (src, dst, n);
+        Err(BackendError::Invalid { op: "copy_kv", msg: format!("the {} backend cannot copy a KV cache", self.name()) })
+    }
 
     /// `out[t] = w[ids[t]]` (dequantized): `out` `[ids.len(), w.row_len()]`.
     fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()>;

@@ -94,6 +94,27 @@ impl BatchEngine {
         self.seqs[seq].history.truncate(n);
     }
 
+    /// Makes `dst` hold `src`'s first `n` cached tokens, their K/V copied rather than
+    /// evaluated again (a prompt shared by several requests, `n > 1` choices).
+    pub fn copy_prefix(&mut self, src: usize, dst: usize, n: usize) -> Result<(), EngineError> {
+        self.check_seq(src)?;
+        self.check_seq(dst)?;
+        let have = self.seqs[src].history.len();
+        if n > have {
+            return Err(EngineError::InvalidArg(format!("sequence {src} holds {have} tokens, not {n}")));
+        }
+        if src == dst {
+            self.seqs[dst].history.truncate(n);
+            return Ok(());
+        }
+        // On failure `dst` claims nothing: its K/V may be half copied.
+        self.seqs[dst].history.clear();
+        self.be.copy_kv(self.seqs[src].kv, self.seqs[dst].kv, n)?;
+        let h = self.seqs[src].history[..n].to_vec();
+        self.seqs[dst].history = h;
+        Ok(())
+    }
+
     fn check_seq(&self, seq: usize) -> Result<(), EngineError> {
         if seq >= self.seqs.len() {
             return Err(EngineError::InvalidArg(format!("sequence {seq} does not exist ({} sequences)", self.seqs.len())));

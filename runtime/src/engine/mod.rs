@@ -3,6 +3,7 @@
 //! tokenizes, detokenizes and watches stop strings ([`StopStrings`]) in `on_token`.
 
 mod batch;
+mod constraint;
 pub mod fit;
 mod sampler;
 mod stop;
@@ -10,6 +11,7 @@ mod stop;
 use std::time::Instant;
 
 pub use batch::BatchEngine;
+pub use constraint::{Constraint, TokenMask};
 pub use sampler::{argmax_logits, Sampler, SamplerParams};
 pub use stop::StopStrings;
 

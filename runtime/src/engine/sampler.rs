@@ -1,9 +1,13 @@
 //! The sampler chain, in llama.cpp's default order: repetition / presence / frequency
 //! penalties → top-k → top-p → min-p → temperature → draw. Temperature ≤ 0 is greedy
 //! (argmax after penalties, ties to the lowest id). The draw uses a seeded xoshiro256**
-//! generator, so a seed gives the same tokens every run.
+//! generator, so a seed gives the same tokens every run. With a [`Constraint`] (a
+//! grammar, a JSON schema), every token outside its mask gets a logit of −∞ after the
+//! penalties, before top-k: only allowed tokens can be drawn, greedy or not.
 
 use std::collections::{HashMap, VecDeque};
+
+use super::constraint::{Constraint, TokenMask};
 
 /// Sampling settings (llama.cpp's defaults).
 #[derive(Clone, Debug)]
@@ -47,17 +51,24 @@ impl SamplerParams {
     }
 }
 
-/// A sampler with its history (for penalties) and random state.
+/// A sampler with its history (for penalties), random state and optional constraint.
 pub struct Sampler {
     pub params: SamplerParams,
     rng: Xoshiro,
     recent: VecDeque<u32>,
+    constraint: Option<Box<dyn Constraint>>,
 }
 
 impl Sampler {
     pub fn new(params: SamplerParams) -> Sampler {
         let rng = Xoshiro::seeded(params.seed);
-        Sampler { params, rng, recent: VecDeque::new() }
+        Sampler { params, rng, recent: VecDeque::new(), constraint: None }
+    }
+
+    /// Draws only the tokens `c` allows, and tells it each token drawn.
+    pub fn with_constraint(mut self, c: Box<dyn Constraint>) -> Sampler {
+        self.constraint = Some(c);
+        self
     }
 
     /// Records a token the penalties should see (prompt tokens and sampled ones).
@@ -71,11 +82,24 @@ impl Sampler {
         self.recent.push_back(tok);
     }
 
-    /// Picks the next token from `logits` (`[n_vocab]`). Does not call [`Self::accept`].
+    /// Picks the next token from `logits` (`[n_vocab]`), within the constraint's mask
+    /// when there is one (and commits the token to it). Does not call [`Self::accept`].
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let mask = self.constraint.as_mut().map(|c| c.allowed());
+        let tok = self.draw(logits, mask.as_ref());
+        if let Some(c) = self.constraint.as_mut() {
+            c.commit(tok);
+        }
+        tok
+    }
+
+    fn draw(&mut self, logits: &[f32], mask: Option<&TokenMask>) -> u32 {
         let p = self.params.clone();
         let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect();
         self.apply_penalties(&mut cand);
+        if let Some(m) = mask {
+            mask_candidates(&mut cand, m);
+        }
         if p.temp <= 0.0 {
             return argmax(&cand);
         }
@@ -141,6 +165,15 @@ impl Sampler {
             }
             c.1 -= n as f32 * p.frequency_penalty + p.presence_penalty;
         }
+    }
+}
+
+/// Drops every token the mask forbids from the candidates, as a logit of −∞ would
+/// (probability 0 whatever the temperature, never the argmax). Should nothing be left
+/// (a mask that allows only ids past the logits), the candidates stay as they were.
+fn mask_candidates(cand: &mut Vec<(u32, f32)>, mask: &TokenMask) {
+    if cand.iter().any(|c| mask.allows(c.0)) {
+        cand.retain(|c| mask.allows(c.0));
     }
 }
 
@@ -250,6 +283,40 @@ mod tests {
         for _ in 0..300 {
             assert_eq!(s.sample(&logits()), 1, "top-p 0.3 keeps only the first of the two 3.0s");
         }
+    }
+
+    /// Allows a fixed set; records what it was told.
+    struct Only(Vec<u32>, std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
+
+    impl Constraint for Only {
+        fn allowed(&mut self) -> TokenMask {
+            let mut m = TokenMask::none(6);
+            self.0.iter().for_each(|&t| m.set(t, true));
+            m
+        }
+        fn commit(&mut self, token: u32) {
+            self.1.lock().unwrap().push(token);
+        }
+    }
+
+    #[test]
+    fn a_constraint_limits_every_draw_and_hears_each_token() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        // Greedy: the best allowed token (id 4, logit 0.5), not the global argmax.
+        let mut s = Sampler::new(SamplerParams::greedy()).with_constraint(Box::new(Only(vec![0, 3, 4], seen.clone())));
+        assert_eq!(s.sample(&logits()), 0);
+        let mut s = Sampler::new(SamplerParams::greedy()).with_constraint(Box::new(Only(vec![3, 4], seen.clone())));
+        assert_eq!(s.sample(&logits()), 4);
+        // Sampling, hot and without top-k: only allowed ids come out, both of them.
+        let p = SamplerParams { temp: 5.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 9, ..Default::default() };
+        let mut s = Sampler::new(p).with_constraint(Box::new(Only(vec![2, 3], seen.clone())));
+        let drawn: Vec<u32> = (0..300).map(|_| s.sample(&logits())).collect();
+        assert!(drawn.iter().all(|&t| t == 2 || t == 3));
+        assert!(drawn.contains(&2) && drawn.contains(&3));
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 302);
+        assert_eq!(&seen[..2], &[0, 4]);
+        assert_eq!(&seen[2..], &drawn[..], "the constraint hears every token drawn");
     }
 
     #[test]

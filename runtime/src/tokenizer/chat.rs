@@ -248,8 +248,8 @@ fn raise_exception(msg: String) -> Result<Value, minijinja::Error> {
 }
 
 /// `tojson` as `transformers` defines it (Python's `json.dumps(x, ensure_ascii=False,
-/// indent=indent)`): `", "`/`": "` separators, no HTML escaping. Keys come out sorted
-/// (minijinja maps are ordered by key), where Python keeps insertion order.
+/// indent=indent)`): `", "`/`": "` separators, no HTML escaping, keys in insertion order
+/// as Python keeps them (serde_json's `preserve_order`).
 fn tojson(value: Value, kwargs: minijinja::value::Kwargs) -> Result<Value, minijinja::Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
     let _: Option<bool> = kwargs.get("ensure_ascii")?; // accepted; output is always UTF-8
@@ -409,7 +409,7 @@ mod tests {
         let t = ChatTemplate::new("{{ x | tojson }}|{{ x | tojson(indent=2) }}", "", "").unwrap();
         let env_ctx = minijinja::context! { x => minijinja::context! { b => vec![1, 2], a => "<é>" } };
         let text = t.env.get_template(NAME).unwrap().render(env_ctx).unwrap();
-        assert_eq!(text, "{\"a\": \"<é>\", \"b\": [1, 2]}|{\n  \"a\": \"<é>\",\n  \"b\": [\n    1,\n    2\n  ]\n}");
+        assert_eq!(text, "{\"b\": [1, 2], \"a\": \"<é>\"}|{\n  \"b\": [\n    1,\n    2\n  ],\n  \"a\": \"<é>\"\n}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::errors::ApiError;
 use super::logprobs::MAX_TOP_LOGPROBS;
+use super::structured::{self, GrammarSpec};
 use super::tool_prompt::{self, ToolRequest};
 
 /// Most stop strings one request may carry.
@@ -50,6 +51,8 @@ pub struct GenRequest {
     pub chat_json: Vec<Value>,
     /// Chat: the tools offered, and how.
     pub tools: Option<ToolRequest>,
+    /// `response_format` / `json_schema` / `grammar`: what the output must match.
+    pub grammar: Option<GrammarSpec>,
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -96,6 +99,7 @@ fn parse_common(obj: &Map<String, Value>, prompt: PromptInput) -> Result<GenRequ
         }
     };
     refuse_unsupported(obj)?;
+    let grammar = structured::parse(obj)?;
     let n = match get::<i64>(obj, "n", "an integer")? {
         None => 1,
         Some(n) if (1..=MAX_N as i64).contains(&n) => n as usize,
@@ -179,23 +183,14 @@ fn parse_common(obj: &Map<String, Value>, prompt: PromptInput) -> Result<GenRequ
     if stops.len() > MAX_STOPS {
         return Err(ApiError::invalid_param("stop", format!("at most {MAX_STOPS} stop strings, got {}", stops.len())));
     }
-    Ok(GenRequest { model, prompt, stream, include_usage, sampling: s, max_tokens, stops, n, logprobs: None, chat_json: Vec::new(), tools: None })
+    Ok(GenRequest { model, prompt, stream, include_usage, sampling: s, max_tokens, stops, n, logprobs: None, chat_json: Vec::new(), tools: None, grammar })
 }
 
 /// Fields that would change the answer but that this server does not implement: a 400
 /// naming the field, never a silent answer without them.
 fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
     let set = |k: &str| obj.get(k).filter(|v| !v.is_null());
-    if let Some(v) = set("response_format") {
-        let kind = v.get("type").and_then(Value::as_str);
-        if kind != Some("text") {
-            return Err(ApiError::invalid_param(
-                "response_format",
-                format!("`response_format` of type {} is not supported by this server (only `text`)", kind.unwrap_or("?")),
-            ));
-        }
-    }
-    for key in ["grammar", "json_schema", "functions", "function_call", "prediction", "audio"] {
+    for key in ["functions", "function_call", "prediction", "audio"] {
         if set(key).is_some() {
             return Err(ApiError::invalid_param(key, format!("`{key}` is not supported by this server")));
         }
@@ -260,6 +255,9 @@ pub fn parse_chat(body: &Value) -> Result<GenRequest, ApiError> {
     let mut req = parse_common(obj, PromptInput::Chat(messages))?;
     req.chat_json = json_messages;
     req.tools = tool_prompt::parse(obj)?;
+    if let (Some(_), Some(g)) = (&req.tools, &req.grammar) {
+        return Err(ApiError::invalid_param(g.field, format!("`{}` cannot be combined with `tools`", g.field)));
+    }
     let top = get::<i64>(obj, "top_logprobs", "an integer")?;
     let want = get::<bool>(obj, "logprobs", "a boolean")?.unwrap_or(false);
     req.logprobs = match (want, top) {
@@ -384,8 +382,12 @@ mod tests {
             ("max_tokens", json!(-3)),
             ("max_tokens", json!(1e30)),
             ("n", json!(99)),
-            ("response_format", json!({"type": "json_object"})),
-            ("grammar", json!("root ::= \"a\"")),
+            ("response_format", json!({"type": "xml"})),
+            ("response_format", json!({"type": "json_schema"})),
+            ("response_format", json!({"type": "json_schema", "json_schema": {"schema": 5}})),
+            ("grammar", json!("root ::= foo")),
+            ("grammar", json!(5)),
+            ("json_schema", json!("object")),
             ("logit_bias", json!({"42": 5})),
             ("top_logprobs", json!(3)),
             ("stop", json!([1, 2])),

@@ -21,6 +21,10 @@ use super::metrics::Metrics;
 use super::scheduler::panic_message;
 use super::slot::SlotSequence;
 
+/// Fewest prompt tokens worth copying from another sequence's cache instead of
+/// evaluating them.
+const MIN_SHARED: usize = 8;
+
 /// How long a decode step waits for the other decoding sequences to ask. They normally
 /// arrive within microseconds (sampling and detokenizing one token); the window only
 /// bounds the wait for a slot that is slow to come back.
@@ -70,7 +74,7 @@ pub fn start(engine: BatchEngine, metrics: Arc<Metrics>, embeddings: bool) -> st
         .map(|seq| SeqHandle { seq, tx: tx.clone(), history: engine.history(seq).to_vec(), n_ctx })
         .collect();
     let embed = embeddings.then(|| EmbedHandle { seq: n_slots, tx: tx.clone(), n_ctx });
-    std::thread::Builder::new().name("lode-engine".into()).spawn(move || engine_thread(engine, rx, metrics))?;
+    std::thread::Builder::new().name("lode-engine".into()).spawn(move || engine_thread(engine, rx, metrics, n_slots))?;
     Ok((handles, embed))
 }
 
@@ -158,7 +162,33 @@ fn publish_memory(engine: &BatchEngine, m: &Metrics) {
     }
 }
 
-fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>) {
+/// Before `seq` evaluates `tokens` after its cached ones: when another slot's cache
+/// holds a longer start of the same prompt (the other choices of an `n > 1` request, a
+/// shared system prompt), copies that K/V into `seq` instead of evaluating it. Returns
+/// the tokens still to evaluate (at least one) and how many were copied.
+fn share_prefix(e: &mut BatchEngine, seq: usize, tokens: &[u32], n_slots: usize) -> (Vec<u32>, usize) {
+    let own = e.history(seq).len();
+    let full: Vec<u32> = e.history(seq).iter().chain(tokens).copied().collect();
+    let limit = full.len() - 1;
+    let best = (0..n_slots)
+        .filter(|&s| s != seq)
+        .map(|s| (e.history(s).iter().zip(&full).take_while(|(a, b)| a == b).count().min(limit), s))
+        .max();
+    match best {
+        Some((n, src)) if n >= own + MIN_SHARED => match e.copy_prefix(src, seq, n) {
+            Ok(()) => (full[n..].to_vec(), n - own),
+            Err(err) => {
+                tracing::debug!("cannot share {n} prompt tokens from sequence {src}: {err}");
+                // The copy may have failed half way: evaluate the whole prompt again.
+                e.truncate(seq, 0);
+                (full, 0)
+            }
+        },
+        _ => (tokens.to_vec(), 0),
+    }
+}
+
+fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>, n_slots: usize) {
     publish_memory(&engine, &m);
     let mut decoding = vec![false; engine.n_seq()];
     let mut pending: Vec<(usize, u32, Reply)> = Vec::new();
@@ -199,8 +229,10 @@ fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>) {
             Msg::Eval { seq, tokens, reply } => {
                 decoding[seq] = true;
                 let r = guarded(&mut engine, |e| {
+                    let (rest, shared) = share_prefix(e, seq, &tokens, n_slots);
+                    m.shared_prompt_tokens.fetch_add(shared as u64, Relaxed);
                     let mut last = Vec::new();
-                    e.eval_rows(seq, &tokens, OutputRows::Last, &mut |_, l| last = l.to_vec())?;
+                    e.eval_rows(seq, &rest, OutputRows::Last, &mut |_, l| last = l.to_vec())?;
                     Ok(last)
                 });
                 let _ = reply.send(r);

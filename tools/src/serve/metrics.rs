@@ -17,6 +17,8 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     pub prompt_tokens: AtomicU64,
     pub cached_prompt_tokens: AtomicU64,
+    /// Prompt tokens whose K/V was copied from another slot's cache.
+    pub shared_prompt_tokens: AtomicU64,
     pub generated_tokens: AtomicU64,
     pub prompt_us: AtomicU64,
     pub decode_us: AtomicU64,
@@ -36,6 +38,8 @@ pub struct Metrics {
     /// mean batch size).
     pub batch_steps: AtomicU64,
     pub batch_rows: AtomicU64,
+    /// Token masks of structured output (`response_format`, `json_schema`, `grammar`).
+    pub grammar: std::sync::Arc<super::structured::GrammarStats>,
     /// Generated tokens per second of uptime, for the last [`RATE_WINDOW_S`] seconds.
     recent: Mutex<VecDeque<(u64, u64)>>,
 }
@@ -47,6 +51,7 @@ impl Metrics {
             requests: Mutex::new(BTreeMap::new()),
             prompt_tokens: AtomicU64::new(0),
             cached_prompt_tokens: AtomicU64::new(0),
+            shared_prompt_tokens: AtomicU64::new(0),
             generated_tokens: AtomicU64::new(0),
             prompt_us: AtomicU64::new(0),
             decode_us: AtomicU64::new(0),
@@ -60,6 +65,7 @@ impl Metrics {
             weight_copies: AtomicU64::new(0),
             batch_steps: AtomicU64::new(0),
             batch_rows: AtomicU64::new(0),
+            grammar: Default::default(),
             recent: Mutex::new(VecDeque::new()),
         }
     }
@@ -115,6 +121,12 @@ impl Metrics {
             "Prompt tokens reused from a slot's KV cache.",
             self.cached_prompt_tokens.load(Relaxed).to_string(),
         );
+        metric(
+            "lode_prompt_tokens_shared_total",
+            "counter",
+            "Prompt tokens copied from another slot's KV cache (n > 1, shared prefixes) instead of evaluated.",
+            self.shared_prompt_tokens.load(Relaxed).to_string(),
+        );
         metric("lode_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens.load(Relaxed).to_string());
         metric("lode_prompt_seconds_total", "counter", "Time spent evaluating prompts.", secs(&self.prompt_us));
         metric("lode_decode_seconds_total", "counter", "Time spent generating.", secs(&self.decode_us));
@@ -152,6 +164,20 @@ impl Metrics {
             "counter",
             "Sequences carried by those steps (divided by the steps: the mean batch size).",
             self.batch_rows.load(Relaxed).to_string(),
+        );
+        let g = &self.grammar;
+        metric("lode_grammar_masks_total", "counter", "Token masks computed for structured output.", g.masks.load(Relaxed).to_string());
+        metric(
+            "lode_grammar_mask_seconds_total",
+            "counter",
+            "Time the grammar threads spent computing token masks (overlapped with the forward pass).",
+            secs(&g.mask_us),
+        );
+        metric(
+            "lode_grammar_wait_seconds_total",
+            "counter",
+            "Time sampling waited for a token mask (the part not overlapped).",
+            secs(&g.wait_us),
         );
         if let Some(rss) = resident_bytes() {
             metric("lode_process_resident_memory_bytes", "gauge", "Resident set size (VmRSS).", rss.to_string());

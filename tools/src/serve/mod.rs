@@ -1,10 +1,12 @@
 //! `lode serve`: an OpenAI-compatible HTTP server (chat and text completions, streamed
-//! over SSE or not, with `n` choices, log-probabilities and tool calls; `/v1/models`,
+//! over SSE or not, with `n` choices, log-probabilities, tool calls and structured output
+//! (`response_format`, `json_schema`, GBNF `grammar`); `/v1/models`,
 //! `/v1/embeddings`, `/health`, Prometheus `/metrics`; llama-server's `/tokenize`,
 //! `/detokenize`, `/props`, `/slots`; CORS with `--cors`).
 //!
 //! Layout: [`api`] reads requests, [`wire`] is the response types, [`respond`] shapes
 //! them (whole or SSE), [`logprobs`] and [`tools`] add log-probabilities and tool calls,
+//! [`structured`] (with [`gbnf`]) constrains the output to a schema or grammar,
 //! [`extra`] holds llama-server's endpoints and embeddings, [`routes`] is the HTTP side,
 //! [`scheduler`] owns the slots (one OS thread each) and the FIFO queue in front of
 //! them, [`slot`] runs one generation on a slot's sequence, [`batcher`] is the engine
@@ -18,12 +20,14 @@ pub mod api;
 pub mod batcher;
 pub mod errors;
 pub mod extra;
+pub mod gbnf;
 pub mod logprobs;
 pub mod metrics;
 pub mod respond;
 pub mod routes;
 pub mod scheduler;
 pub mod slot;
+pub mod structured;
 pub mod tool_prompt;
 pub mod tools;
 pub mod wire;
@@ -102,7 +106,28 @@ pub fn run(args: Args) -> Result<()> {
     let metrics = Arc::new(Metrics::new(args.parallel));
     let (handles, embed) = batcher::start(engine, metrics.clone(), args.embeddings).context("cannot start the engine thread")?;
     let runners: Vec<Box<dyn SlotRunner>> =
-        handles.into_iter().map(|h| Box::new(EngineSlot::new(h, tok.clone())) as Box<dyn SlotRunner>).collect();
+        handles
+        .into_iter()
+        .map(|h| Box::new(EngineSlot::new(h, tok.clone(), metrics.grammar.clone())) as Box<dyn SlotRunner>)
+        .collect();
+    // Built in the background (seconds for a 262k vocabulary); the first request with a
+    // grammar waits for it.
+    let grammars = Arc::new(std::sync::OnceLock::new());
+    {
+        let (g, tok) = (grammars.clone(), tok.clone());
+        std::thread::Builder::new()
+            .name("lode-grammars".into())
+            .spawn(move || {
+                let t0 = std::time::Instant::now();
+                let r = structured::Grammars::new(tok);
+                tracing::info!("structured output: token trie and grammar compiler built in {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
+                if let Err(why) = &r {
+                    eprintln!("lode: structured output (response_format, json_schema, grammar) is off: {why}");
+                }
+                let _ = g.set(r);
+            })
+            .context("cannot start the grammar compiler's thread")?;
+    }
 
     let model_id = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let mut aliases: Vec<String> = Vec::new();
@@ -138,6 +163,7 @@ pub fn run(args: Args) -> Result<()> {
         model_path: path.display().to_string(),
         embed,
         cors: args.cors.clone().filter(|c| !c.is_empty()),
+        grammars,
     });
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -25,6 +25,7 @@ use super::extra;
 use super::metrics::Metrics;
 use super::respond::{self, Kind, Meta};
 use super::scheduler::{Event, Job, Scheduler};
+use super::structured::Grammars;
 use super::tool_prompt;
 use super::tools::ToolParser;
 
@@ -51,6 +52,9 @@ pub struct AppState {
     pub embed: Option<EmbedHandle>,
     /// `--cors`: the origin browsers may call from (`*`: any).
     pub cors: Option<String>,
+    /// The grammar compiler over the model's vocabulary, or why there is none (set by a
+    /// background thread once built).
+    pub grammars: Arc<std::sync::OnceLock<Result<Grammars, String>>>,
 }
 
 type St = State<Arc<AppState>>;
@@ -197,11 +201,22 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
     drop(value);
     // One model is served: any `model` name means it (llama-server's convention; most
     // local clients send a fixed name).
-    let ((prompt_tokens, parser, tool_stop), req) = {
+    let ((prompt_tokens, parser, tool_stop), grammar, req) = {
         let st = st.clone();
-        tokio::task::spawn_blocking(move || tokenize(&st, &req).map(|p| (p, req)))
-            .await
-            .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))??
+        tokio::task::spawn_blocking(move || {
+            let p = tokenize(&st, &req)?;
+            // Compiled before a slot is taken: a rejected schema is a 400.
+            let g = match (&req.grammar, st.grammars.wait()) {
+                (None, _) => None,
+                (Some(spec), Ok(g)) => Some(g.compile(spec)?),
+                (Some(spec), Err(why)) => {
+                    return Err(ApiError::invalid_param(spec.field, format!("`{}` cannot be used with this model: {why}", spec.field)))
+                }
+            };
+            Ok((p, g, req))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))??
     };
     let mut stops = req.stops.clone();
     stops.extend(tool_stop);
@@ -242,6 +257,7 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
             max_tokens,
             stops: stops.clone(),
             logprobs: req.logprobs,
+            grammar: grammar.clone(),
             events: tx,
             enqueued: Instant::now(),
         });

@@ -34,6 +34,8 @@ pub struct Job {
     pub stops: Vec<String>,
     /// `Some(k)`: report each token's log-probability and its `k` most likely alternatives.
     pub logprobs: Option<usize>,
+    /// The compiled grammar the output must match (each choice its own copy).
+    pub grammar: Option<llguidance::Matcher>,
     pub events: mpsc::UnboundedSender<Event>,
     pub enqueued: Instant,
 }
@@ -225,6 +227,7 @@ mod tests {
             max_tokens: 1,
             stops: vec![],
             logprobs: None,
+            grammar: None,
             events: tx,
             enqueued: Instant::now(),
         };

@@ -14,6 +14,7 @@ use super::api::{Timings, Usage};
 use super::errors::ApiError;
 use super::logprobs::token_logprob;
 use super::scheduler::{Finish, Job, Piece, SlotRunner};
+use super::structured::{ErrorCell, GrammarConstraint, GrammarStats};
 
 /// A sequence a slot generates on: an [`Engine`] of its own, or its handle on the
 /// server's shared batch engine ([`super::batcher::SeqHandle`]).
@@ -28,12 +29,14 @@ pub struct EngineSlot<S: SlotSequence> {
     pub engine: S,
     pub tok: Arc<Tokenizer>,
     pub eog: Vec<u32>,
+    /// Where structured output's masks are counted.
+    pub grammar_stats: Arc<GrammarStats>,
 }
 
 impl<S: SlotSequence> EngineSlot<S> {
-    pub fn new(engine: S, tok: Arc<Tokenizer>) -> EngineSlot<S> {
+    pub fn new(engine: S, tok: Arc<Tokenizer>, grammar_stats: Arc<GrammarStats>) -> EngineSlot<S> {
         let eog = tok.eog_ids();
-        EngineSlot { engine, tok, eog }
+        EngineSlot { engine, tok, eog, grammar_stats }
     }
 }
 
@@ -59,11 +62,17 @@ impl<S: SlotSequence> SlotRunner for EngineSlot<S> {
 
 impl<S: SlotSequence> EngineSlot<S> {
     fn generate(&mut self, job: &Job, emit: &mut dyn FnMut(Piece) -> bool) -> Result<Finish, ApiError> {
-        let EngineSlot { engine, tok, eog } = self;
+        let EngineSlot { engine, tok, eog, grammar_stats } = self;
         let prompt = &job.prompt;
         let cached = reusable_prefix(engine.history(), prompt);
         engine.truncate(cached);
         let mut sampler = Sampler::new(job.sampling.clone());
+        let grammar_error = ErrorCell::default();
+        if let Some(m) = &job.grammar {
+            let c = GrammarConstraint::start(m.clone(), eog.clone(), grammar_error.clone(), grammar_stats.clone())
+                .map_err(|e| ApiError::internal(format!("cannot start the grammar thread: {e}")))?;
+            sampler = sampler.with_constraint(Box::new(c));
+        }
         // Penalties see the whole prompt, as if it had been evaluated now.
         for &t in &prompt[..cached] {
             sampler.accept(t);
@@ -100,6 +109,10 @@ impl<S: SlotSequence> EngineSlot<S> {
                 });
             }
         };
+        drop(sampler);
+        if let Some(why) = grammar_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(ApiError::internal(format!("structured output failed: {why}")));
+        }
         if !cancelled && !stop_hit {
             let (text, hit) = stops.push(&dec.flush());
             let mut tail = text;

@@ -107,6 +107,30 @@ impl Kv {
         Ok(Kv { spec, k, v })
     }
 
+    /// Copies slots `0..n` of `src` (same spec) into this cache.
+    pub fn copy_from(&mut self, src: &Kv, n: usize) -> Result<()> {
+        let s = self.spec;
+        if src.spec != s || n > s.n_ctx {
+            return Err(invalid(format!("copy of {n} slots between caches {:?} and {s:?}", src.spec)));
+        }
+        fn part(d: &mut KvData, s: &KvData, range: std::ops::Range<usize>) {
+            match (d, s) {
+                (KvData::F32(d), KvData::F32(s)) => d[range.clone()].copy_from_slice(&s[range]),
+                (KvData::F16(d), KvData::F16(s)) => d[range.clone()].copy_from_slice(&s[range]),
+                _ => unreachable!("one spec, one element type"),
+            }
+        }
+        let (wk, wv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
+        for l in 0..s.n_layer {
+            // K is transposed: each of its `wk` rows holds `n_ctx` slots.
+            for r in 0..wk {
+                part(&mut self.k[l], &src.k[l], r * s.n_ctx..r * s.n_ctx + n);
+            }
+            part(&mut self.v[l], &src.v[l], 0..n * wv);
+        }
+        Ok(())
+    }
+
     /// Stores `k` `[n_tok, kv_k]` and `v` `[n_tok, kv_v]` at slots `pos`.
     pub fn write(&mut self, layer: usize, k: &[f32], v: &[f32], pos: &[u32]) -> Result<()> {
         let s = self.spec;

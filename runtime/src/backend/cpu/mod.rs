@@ -222,6 +222,17 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn copy_kv(&mut self, src: KvCache, dst: KvCache, n: usize) -> Result<()> {
+        self.kv(src)?;
+        if src == dst {
+            return Ok(());
+        }
+        let mut d = self.kvs.get_mut(dst.0 as usize).and_then(Option::take).ok_or(BackendError::BadKvHandle(dst))?;
+        let r = self.kv(src).and_then(|s| d.copy_from(s, n));
+        self.kvs[dst.0 as usize] = Some(d);
+        r
+    }
+
     fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
         let (n, rows, rb) = (w.row_len(), w.n_rows(), w.row_bytes());
         if let Some(&bad) = ids.iter().find(|&&i| i as usize >= rows) {

@@ -296,6 +296,21 @@ impl Backend for GpuBackend {
         self.kvs.remove(&kv.0).map(|_| ()).ok_or(BackendError::BadKvHandle(kv))
     }
 
+    fn copy_kv(&mut self, src: KvCache, dst: KvCache, n: usize) -> Result<()> {
+        self.barrier()?;
+        let (s, d) = (self.kvs.get(&src.0).ok_or(BackendError::BadKvHandle(src))?, self.kvs.get(&dst.0).ok_or(BackendError::BadKvHandle(dst))?);
+        if s.spec != d.spec || n > s.spec.n_ctx {
+            return Err(BackendError::Invalid { op: "copy_kv", msg: format!("{n} slots from {:?} to {:?}", s.spec, d.spec) });
+        }
+        // Each layer's K and V are [n_ctx, n_kv_head * head_dim] f16: a prefix is contiguous.
+        let (bk, bv) = (n * s.spec.n_kv_head * s.spec.head_dim_k * 2, n * s.spec.n_kv_head * s.spec.head_dim_v * 2);
+        for (&(sk, sv), &(dk, dv)) in s.layers.iter().zip(&d.layers) {
+            self.dev.copy(dk, sk, bk).map_err(derr("copy_kv"))?;
+            self.dev.copy(dv, sv, bv).map_err(derr("copy_kv"))?;
+        }
+        Ok(())
+    }
+
     fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
         let k = w.row_len();
         let (o, n) = self.buf(out)?;

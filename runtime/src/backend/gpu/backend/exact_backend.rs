@@ -84,6 +84,9 @@ impl Backend for ExactBackend {
     fn free_kv(&mut self, kv: KvCache) -> Result<()> {
         self.0.free_kv(kv)
     }
+    fn copy_kv(&mut self, src: KvCache, dst: KvCache, n: usize) -> Result<()> {
+        self.0.copy_kv(src, dst, n)
+    }
     fn copy(&mut self, src: Buf, src_off: usize, dst: Buf, dst_off: usize, n: usize) -> Result<()> {
         self.0.copy(src, src_off, dst, dst_off, n)
     }
