@@ -11,7 +11,7 @@ mod forward;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use config::{Arch, Config, SUPPORTED_ARCHS};
+pub use config::{Arch, Config, Experts, SUPPORTED_ARCHS};
 pub use forward::{KvRows, OutputRows, Scratch};
 
 use crate::gguf::{GgufError, GgufFile};
@@ -58,9 +58,13 @@ pub struct Layer {
     pub wo: WeightId,
     pub post_attn_norm: Option<WeightId>,
     pub ffn_norm: WeightId,
+    /// The FFN's gate, up and down matrices; in a mixture-of-experts layer the 3-D
+    /// `ffn_{gate,up,down}_exps` tensors (one matrix per expert), routed by `router`.
     pub gate: WeightId,
     pub up: WeightId,
     pub down: WeightId,
+    /// `ffn_gate_inp`: the router of a mixture-of-experts layer (`[n_embd → n_expert]`).
+    pub router: Option<WeightId>,
     pub post_ffw_norm: Option<WeightId>,
 }
 
@@ -125,13 +129,26 @@ impl Model {
                 "fused `attn_qkv` weights are not supported; lode needs separate attn_q/attn_k/attn_v".into(),
             ));
         }
-        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Gemma3);
+        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3);
         let gemma = c.arch == Arch::Gemma3;
         let mut layers = Vec::with_capacity(c.n_layer);
         for l in 0..c.n_layer {
             let n = |s: &str| format!("blk.{l}.{s}");
             let req_if = |cond: bool, s: &str, shape: &[u64]| -> Result<Option<WeightId>, ModelError> {
                 if cond { get(&n(s), shape).map(Some) } else { opt(&n(s), shape) }
+            };
+            // (gate, up, down, router): dense, or the experts' 3-D tensors and the router.
+            let ffn = match c.experts {
+                None => (get(&n("ffn_gate.weight"), &[e, ff])?, get(&n("ffn_up.weight"), &[e, ff])?, get(&n("ffn_down.weight"), &[ff, e])?, None),
+                Some(x) => {
+                    let (f, ne) = (x.n_ff as u64, x.n_expert as u64);
+                    (
+                        get(&n("ffn_gate_exps.weight"), &[e, f, ne])?,
+                        get(&n("ffn_up_exps.weight"), &[e, f, ne])?,
+                        get(&n("ffn_down_exps.weight"), &[f, e, ne])?,
+                        Some(get(&n("ffn_gate_inp.weight"), &[e, ne])?),
+                    )
+                }
             };
             layers.push(Layer {
                 attn_norm: get(&n("attn_norm.weight"), &[e])?,
@@ -146,9 +163,10 @@ impl Model {
                 wo: get(&n("attn_output.weight"), &[od, e])?,
                 post_attn_norm: req_if(gemma, "post_attention_norm.weight", &[e])?,
                 ffn_norm: get(&n("ffn_norm.weight"), &[e])?,
-                gate: get(&n("ffn_gate.weight"), &[e, ff])?,
-                up: get(&n("ffn_up.weight"), &[e, ff])?,
-                down: get(&n("ffn_down.weight"), &[ff, e])?,
+                gate: ffn.0,
+                up: ffn.1,
+                down: ffn.2,
+                router: ffn.3,
                 post_ffw_norm: req_if(gemma, "post_ffw_norm.weight", &[e])?,
             });
         }
@@ -192,7 +210,7 @@ impl Model {
     pub fn w(&self, id: WeightId) -> WeightRef<'_> {
         // Ids come from this file's table at load, so the view always exists.
         let view = view_at(&self.file, id.0 as usize).expect("weight id from this model's file");
-        WeightRef { id, view }
+        WeightRef::new(id, view)
     }
 
     pub fn file(&self) -> &Arc<GgufFile> {
@@ -205,7 +223,7 @@ impl Model {
         v.extend(self.rope_freqs);
         for l in &self.layers {
             v.extend([l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.ffn_norm, l.gate, l.up, l.down]);
-            v.extend([l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm, l.post_ffw_norm].into_iter().flatten());
+            v.extend([l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm, l.post_ffw_norm, l.router].into_iter().flatten());
         }
         v.sort();
         v.dedup();
