@@ -4,6 +4,7 @@
 //! of that size can be fetched; such a file loads in lode and in llama.cpp alike.
 
 mod blocks;
+pub mod moe;
 mod vocab;
 
 use std::io::Write;
@@ -25,6 +26,12 @@ pub enum Preset {
     /// Llama-3.1-8B: 32 layers, n_embd 4096, separate output matrix.
     #[value(name = "llama-8b")]
     Llama8b,
+    /// Qwen3-30B-A3B (qwen3moe): 48 layers, n_embd 2048, 128 experts of FFN 768, 8 used.
+    #[value(name = "qwen3-30b-a3b")]
+    Qwen3_30bA3b,
+    /// A tiny qwen3moe for tests: 2 layers, n_embd 256, 8 experts of FFN 256, 2 used.
+    #[value(name = "qwen3moe-tiny")]
+    Qwen3MoeTiny,
 }
 
 /// Quantization mixes: llama.cpp's `llama-quantize` presets as it applies them without an
@@ -120,6 +127,8 @@ pub struct Hparams {
     pub qk_norm: bool,
     /// Llama-3.1's `rope_freqs.weight` (frequency factors of its "llama3" RoPE scaling).
     pub rope_freqs: bool,
+    /// A mixture-of-experts FFN in every layer instead of the dense one.
+    pub moe: Option<moe::MoeParams>,
 }
 
 impl Hparams {
@@ -146,6 +155,7 @@ pub fn hparams(p: Preset) -> Hparams {
         tied: true,
         qk_norm: true,
         rope_freqs: false,
+        moe: None,
     };
     match p {
         Preset::Qwen3_0_6b => qwen3("qwen3-0.6b", 1024, 28, 16, 3072),
@@ -166,7 +176,9 @@ pub fn hparams(p: Preset) -> Hparams {
             tied: false,
             qk_norm: false,
             rope_freqs: true,
+            moe: None,
         },
+        Preset::Qwen3_30bA3b | Preset::Qwen3MoeTiny => moe::hparams(p),
     }
 }
 
@@ -192,13 +204,19 @@ pub enum Kind {
     FfnGate,
     FfnUp,
     FfnDown,
+    /// `ffn_gate_inp`, a MoE router: llama.cpp's quantizer never quantizes it; it keeps
+    /// the converter's F32.
+    Router,
 }
 
 /// The type llama.cpp's `llama_tensor_get_type` gives a tensor of kind `kind` in layer
 /// `i` of `h`'s model for the mix, before [`fallback`]. Read from llama.cpp's
 /// src/llama-quant.cpp (`llama_tensor_get_type_impl`, commit 007dbbf), for what the
 /// presets are: no importance matrix, no `--tensor-type` / `--output-tensor-type`
-/// overrides, a dense model (no experts), not Falcon, not a 70B. Its counters
+/// overrides, not Falcon, not a 70B. With experts, the `_exps` tensors sort as their
+/// dense names do (`ffn_down_exps` is `ffn_down`, its layer read from the name, out of
+/// `n_layer`), the router stays F32, and a model of exactly 8 experts moves attn_k and
+/// attn_v to Q8_0 and attn_output to Q5_K. Its counters
 /// `i_attention_wv` and `i_ffn_down` count the tensors in the quantizer's order, which
 /// sorts by layer, so for these models they equal the layer index `i`; `n_gqa` is
 /// `n_head / n_head_kv`.
@@ -220,10 +238,19 @@ pub fn pick(mix: Quant, kind: Kind, i: u64, h: &Hparams) -> GgmlType {
     use Kind::*;
     let n = h.n_layer;
     match kind {
-        Vector => return F32,
+        Vector | Router => return F32,
         Output => return lm_head(h),
         TokenEmbd if h.tied => return lm_head(h),
         _ => {}
+    }
+    // llama.cpp's rules for a model of exactly 8 experts (Mixtral's): attn_k and attn_v
+    // Q8_0 in every mix, attn_output Q5_K in these four.
+    if h.moe.is_some_and(|m| m.n_expert == 8) {
+        match kind {
+            AttnK | AttnV => return Q8_0,
+            AttnOutput => return Q5_K,
+            _ => {}
+        }
     }
     match mix {
         Quant::Q4KM => match kind {
@@ -318,9 +345,19 @@ pub fn plan(h: &Hparams, mix: Quant) -> Vec<Planned> {
             add(b("attn_k_norm"), Vector, i, &[h.head_dim]);
         }
         add(b("ffn_norm"), Vector, i, &[e]);
-        add(b("ffn_gate"), FfnGate, i, &[e, h.n_ff]);
-        add(b("ffn_up"), FfnUp, i, &[e, h.n_ff]);
-        add(b("ffn_down"), FfnDown, i, &[h.n_ff, e]);
+        match h.moe {
+            None => {
+                add(b("ffn_gate"), FfnGate, i, &[e, h.n_ff]);
+                add(b("ffn_up"), FfnUp, i, &[e, h.n_ff]);
+                add(b("ffn_down"), FfnDown, i, &[h.n_ff, e]);
+            }
+            Some(m) => {
+                add(b("ffn_gate_inp"), Router, i, &[e, m.n_expert]);
+                add(b("ffn_gate_exps"), FfnGate, i, &[e, m.n_ff, m.n_expert]);
+                add(b("ffn_up_exps"), FfnUp, i, &[e, m.n_ff, m.n_expert]);
+                add(b("ffn_down_exps"), FfnDown, i, &[m.n_ff, e, m.n_expert]);
+            }
+        }
     }
     add("output_norm.weight".into(), Vector, 0, &[e]);
     if !h.tied {
@@ -375,9 +412,12 @@ pub fn metadata(h: &Hparams, mix: Quant) -> Vec<(String, MetaValue)> {
         (format!("{a}.rope.freq_base"), MetaValue::F32(h.rope_base)),
         (format!("{a}.rope.dimension_count"), u32v(h.head_dim)),
     ];
+    if let Some(x) = h.moe {
+        m.extend(moe::metadata(a, &x));
+    }
     // (pre-tokenizer, specials, bos, eos, add_bos, chat template)
     let (pre, specials, bos, eos, add_bos, template): (&str, &[(usize, &str)], u32, u32, bool, &str) =
-        if a == "qwen3" {
+        if a.starts_with("qwen3") {
             (
                 "qwen2",
                 &[(151643, "<|endoftext|>"), (151644, "<|im_start|>"), (151645, "<|im_end|>")],
@@ -415,7 +455,7 @@ pub fn metadata(h: &Hparams, mix: Quant) -> Vec<(String, MetaValue)> {
         ("tokenizer.ggml.merges".into(), strs(v.merges)),
         ("tokenizer.ggml.bos_token_id".into(), MetaValue::U32(bos)),
         ("tokenizer.ggml.eos_token_id".into(), MetaValue::U32(eos)),
-        ("tokenizer.ggml.padding_token_id".into(), MetaValue::U32(if a == "qwen3" { bos } else { eos })),
+        ("tokenizer.ggml.padding_token_id".into(), MetaValue::U32(if a.starts_with("qwen3") { bos } else { eos })),
         ("tokenizer.ggml.add_bos_token".into(), MetaValue::Bool(add_bos)),
         ("tokenizer.chat_template".into(), s(template)),
     ]);
