@@ -107,3 +107,39 @@ fn qwen3moe_tiny_matches_a_numpy_forward_pass() {
     assert!(worst > 0.0, "bit-equal to a float64 reference would be suspicious");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+fn lode_out(args: &[&str]) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_lode")).args(args).output().unwrap();
+    assert!(out.status.success(), "lode {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// The CLI on a MoE file: `lode fit` counts every tensor, the experts' 3-D ones whole;
+/// `--residency upload --memory-report` makes one copy per tensor (27 = 12 per layer and
+/// 3), no duplicates; `lode inspect --plan` shows the experts' matmuls.
+#[test]
+fn qwen3moe_tiny_through_the_cli() {
+    let dir = std::env::temp_dir().join(format!("lode-moe-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("qwen3moe-tiny.gguf");
+    let p = path.to_str().unwrap();
+    lode(&["synth", "--preset", "qwen3moe-tiny", "-o", p, "--seed", "5"]);
+    let f = GgufFile::open(&path).unwrap();
+    let tensor_bytes: u64 = f.tensors().iter().map(|t| t.n_bytes).sum();
+
+    let j: serde_json::Value = serde_json::from_slice(&lode_out(&["fit", "-m", p, "--device", "cpu", "--json"]).stdout).unwrap();
+    assert_eq!(j["weight_tensors"].as_u64(), Some(27), "{j}");
+    assert_eq!(j["weights_bytes"].as_u64(), Some(tensor_bytes), "{j}");
+
+    let out = lode_out(&["bench", "-m", p, "-p", "8", "-n", "2", "-r", "1", "--device", "cpu", "-t", "2", "-o", "json", "--residency", "upload", "--memory-report"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().find(|l| l.starts_with("{\"memory_report\"")).unwrap_or_else(|| panic!("no report in:\n{err}"));
+    let r: serde_json::Value = serde_json::from_str(line).unwrap();
+    let r = &r["memory_report"];
+    assert_eq!((r["copies"].as_u64(), r["duplicates"].as_u64()), (Some(27), Some(0)), "{r}");
+    assert_eq!(r["resident_bytes"].as_u64(), Some(tensor_bytes), "{r}");
+
+    let plan = String::from_utf8_lossy(&lode_out(&["inspect", "--plan", p, "--tokens", "16"]).stdout).to_string();
+    assert!(plan.contains("ffn_gate_inp") && plan.contains("ffn_down_exps"), "{plan}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
