@@ -6,7 +6,7 @@ use crate::gguf::{GgufFile, MetaValue};
 use super::ModelError;
 
 /// The architectures lode runs (`general.architecture` values).
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
