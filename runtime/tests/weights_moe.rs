@@ -250,22 +250,46 @@ fn default_op_equals_the_cpu_direct_op() {
     assert!(direct == default, "the default moe_ffn differs from the CPU's");
 }
 
-/// Bad expert metadata is a clear error naming the key, never a panic.
-#[test]
-fn bad_expert_metadata_is_a_clear_error() {
-    let good = model_bytes();
-    let f = GgufFile::from_bytes(good).unwrap();
-    // Rebuild with expert_used_count > expert_count.
+/// `file` rewritten with its metadata and tensors passed through `meta` and `tensor`
+/// (`None` drops a tensor).
+fn rewrite(meta: &dyn Fn(&str, &MetaValue) -> MetaValue, tensor: &dyn Fn(&str, &[u64]) -> Option<(String, Vec<u64>)>) -> Arc<GgufFile> {
+    let f = GgufFile::from_bytes(model_bytes()).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in f.metadata() {
-        let v = if k == "qwen3moe.expert_used_count" { MetaValue::U32(9) } else { v.clone() };
-        w.add_kv(k.clone(), v);
+        w.add_kv(k.clone(), meta(k, v));
     }
     for t in f.tensors() {
         let view = f.tensor(&t.name).unwrap();
-        w.add_tensor(t.name.clone(), t.ty, &t.dims, view.data.to_vec());
+        if let Some((name, dims)) = tensor(&t.name, &t.dims) {
+            // Same element count, so the bytes still fit the type.
+            w.add_tensor(name, t.ty, &dims, view.data.to_vec());
+        }
     }
-    let bad = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
-    let err = Model::load(bad).err().unwrap().to_string();
-    assert!(err.contains("9 experts used of 8"), "{err}");
+    Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap())
+}
+
+/// Bad expert metadata or tensors are a clear error naming the key or tensor, never a
+/// panic.
+#[test]
+fn bad_expert_metadata_or_tensors_are_clear_errors() {
+    let same = |_: &str, v: &MetaValue| v.clone();
+    let keep = |n: &str, d: &[u64]| Some((n.to_string(), d.to_vec()));
+    let err = |f: Arc<GgufFile>| Model::load(f).err().expect("must not load").to_string();
+
+    let used9 = |k: &str, v: &MetaValue| if k == "qwen3moe.expert_used_count" { MetaValue::U32(9) } else { v.clone() };
+    let e = err(rewrite(&used9, &keep));
+    assert!(e.contains("9 experts used of 8"), "{e}");
+
+    let no_ff = |k: &str, v: &MetaValue| if k == "qwen3moe.expert_feed_forward_length" { MetaValue::U32(0) } else { v.clone() };
+    let e = err(rewrite(&no_ff, &keep));
+    assert!(e.contains("expert FFN length 0"), "{e}");
+
+    let no_router = |n: &str, d: &[u64]| (n != "blk.1.ffn_gate_inp.weight").then(|| (n.to_string(), d.to_vec()));
+    let e = err(rewrite(&same, &no_router));
+    assert!(e.contains("missing tensor `blk.1.ffn_gate_inp.weight`"), "{e}");
+
+    // 16 experts of half the rows: same bytes, wrong shape.
+    let reshaped = |n: &str, d: &[u64]| Some((n.to_string(), if n == "blk.0.ffn_up_exps.weight" { vec![d[0], d[1] / 2, d[2] * 2] } else { d.to_vec() }));
+    let e = err(rewrite(&same, &reshaped));
+    assert!(e.contains("blk.0.ffn_up_exps.weight") && e.contains("shape"), "{e}");
 }
