@@ -60,7 +60,7 @@ fn compare(what: &str, got: &[Vec<f32>], want: &[f32], n_vocab: usize) -> f32 {
         let (mut worst, mut at) = (0f32, 0);
         for (i, (&a, &b)) in row.iter().zip(w).enumerate() {
             let d = (a - b).abs();
-            if !(d <= worst) {
+            if d.is_nan() || d > worst {
                 (worst, at) = (d, i);
             }
         }

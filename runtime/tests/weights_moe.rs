@@ -250,9 +250,11 @@ fn default_op_equals_the_cpu_direct_op() {
     assert!(direct == default, "the default moe_ffn differs from the CPU's");
 }
 
-/// `file` rewritten with its metadata and tensors passed through `meta` and `tensor`
-/// (`None` drops a tensor).
-fn rewrite(meta: &dyn Fn(&str, &MetaValue) -> MetaValue, tensor: &dyn Fn(&str, &[u64]) -> Option<(String, Vec<u64>)>) -> Arc<GgufFile> {
+/// A tensor's new (name, dims), or `None` to drop it.
+type TensorEdit<'a> = &'a dyn Fn(&str, &[u64]) -> Option<(String, Vec<u64>)>;
+
+/// The model rewritten with its metadata and tensors passed through `meta` and `tensor`.
+fn rewrite(meta: &dyn Fn(&str, &MetaValue) -> MetaValue, tensor: TensorEdit) -> Arc<GgufFile> {
     let f = GgufFile::from_bytes(model_bytes()).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in f.metadata() {
