@@ -153,7 +153,8 @@ pub fn expert<'w>(w: &WeightRef<'w>, e: usize) -> Result<WeightRef<'w>> {
 /// [`Backend::moe_ffn`] as primitive ops: the router matmul, a host read of its logits
 /// and the top-k on the host ([`route`]), then per expert with tokens: its rows gathered,
 /// `matmul_glu` and `matmul` on the expert's matrices (views into the one copy of each
-/// 3-D tensor), each output row scaled by its weight into its slot, and the slots summed.
+/// 3-D tensor), each output row scaled by its weight into its slot, and the slots summed
+/// (one token: its experts in slot order, added up as they come).
 /// Runs on every backend as it is; the GPU's device-side top-k and expert-indexed
 /// matvecs (no host read) are the next step of issue 25.
 pub fn moe_ffn_unfused<B: Backend + ?Sized>(be: &mut B, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
@@ -163,6 +164,23 @@ pub fn moe_ffn_unfused<B: Backend + ?Sized>(be: &mut B, x: Buf, n_tok: usize, p:
     let mut logits = vec![0f32; n_tok * n_exp];
     be.read(tmp.logits, &mut logits)?;
     let routes = route_rows(&logits, n_exp, k, p.norm_top_k);
+    if n_tok == 1 {
+        // One token (decode): its experts in slot order, each product scaled in place and
+        // added to `out` directly (the same sums, half the launches).
+        for (s, &(ex, w)) in routes.iter().enumerate() {
+            let ex = ex as usize;
+            let (g, u, d) = (expert(p.gate, ex)?, expert(p.up, ex)?, expert(p.down, ex)?);
+            be.matmul_glu(&g, &u, x, 1, tmp.gate, tmp.up, p.act)?;
+            be.matmul(&d, tmp.gate, 1, tmp.ye)?;
+            be.scale(tmp.ye, e, w)?;
+            if s == 0 {
+                be.copy(tmp.ye, 0, out, 0, e)?;
+            } else {
+                be.add(out, tmp.ye, out, e)?;
+            }
+        }
+        return Ok(());
+    }
     for (ex, toks) in group_by_expert(&routes, n_exp, k).into_iter().enumerate() {
         if toks.is_empty() {
             continue;
