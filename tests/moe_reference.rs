@@ -140,6 +140,6 @@ fn qwen3moe_tiny_through_the_cli() {
     assert_eq!(r["resident_bytes"].as_u64(), Some(tensor_bytes), "{r}");
 
     let plan = String::from_utf8_lossy(&lode_out(&["inspect", "--plan", p, "--tokens", "16"]).stdout).to_string();
-    assert!(plan.contains("ffn_gate_inp") && plan.contains("ffn_down_exps"), "{plan}");
+    assert!(plan.contains("ffn_gate_inp") && plan.contains("ffn_down_exps") && plan.contains("2 of 8 experts per token"), "{plan}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
