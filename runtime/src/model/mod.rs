@@ -137,38 +137,28 @@ impl Model {
             let req_if = |cond: bool, s: &str, shape: &[u64]| -> Result<Option<WeightId>, ModelError> {
                 if cond { get(&n(s), shape).map(Some) } else { opt(&n(s), shape) }
             };
-            // (gate, up, down, router): dense, or the experts' 3-D tensors and the router.
-            let ffn = match c.experts {
+            // In the order a file's tensors are looked up (the first missing one is named).
+            let attn_norm = get(&n("attn_norm.weight"), &[e])?;
+            let (wq, wk, wv) = (get(&n("attn_q.weight"), &[e, qd])?, get(&n("attn_k.weight"), &[e, kd])?, get(&n("attn_v.weight"), &[e, vd])?);
+            let bq = req_if(c.arch == Arch::Qwen2, "attn_q.bias", &[qd])?;
+            let bk = req_if(c.arch == Arch::Qwen2, "attn_k.bias", &[kd])?;
+            let bv = req_if(c.arch == Arch::Qwen2, "attn_v.bias", &[vd])?;
+            let q_norm = req_if(qk_norm, "attn_q_norm.weight", &[c.head_dim_k as u64])?;
+            let k_norm = req_if(qk_norm, "attn_k_norm.weight", &[c.head_dim_k as u64])?;
+            let wo = get(&n("attn_output.weight"), &[od, e])?;
+            let post_attn_norm = req_if(gemma, "post_attention_norm.weight", &[e])?;
+            let ffn_norm = get(&n("ffn_norm.weight"), &[e])?;
+            // Dense, or the experts' 3-D tensors and their router.
+            let (gate, up, down, router) = match c.experts {
                 None => (get(&n("ffn_gate.weight"), &[e, ff])?, get(&n("ffn_up.weight"), &[e, ff])?, get(&n("ffn_down.weight"), &[ff, e])?, None),
                 Some(x) => {
                     let (f, ne) = (x.n_ff as u64, x.n_expert as u64);
-                    (
-                        get(&n("ffn_gate_exps.weight"), &[e, f, ne])?,
-                        get(&n("ffn_up_exps.weight"), &[e, f, ne])?,
-                        get(&n("ffn_down_exps.weight"), &[f, e, ne])?,
-                        Some(get(&n("ffn_gate_inp.weight"), &[e, ne])?),
-                    )
+                    let router = get(&n("ffn_gate_inp.weight"), &[e, ne])?;
+                    (get(&n("ffn_gate_exps.weight"), &[e, f, ne])?, get(&n("ffn_up_exps.weight"), &[e, f, ne])?, get(&n("ffn_down_exps.weight"), &[f, e, ne])?, Some(router))
                 }
             };
-            layers.push(Layer {
-                attn_norm: get(&n("attn_norm.weight"), &[e])?,
-                wq: get(&n("attn_q.weight"), &[e, qd])?,
-                wk: get(&n("attn_k.weight"), &[e, kd])?,
-                wv: get(&n("attn_v.weight"), &[e, vd])?,
-                bq: req_if(c.arch == Arch::Qwen2, "attn_q.bias", &[qd])?,
-                bk: req_if(c.arch == Arch::Qwen2, "attn_k.bias", &[kd])?,
-                bv: req_if(c.arch == Arch::Qwen2, "attn_v.bias", &[vd])?,
-                q_norm: req_if(qk_norm, "attn_q_norm.weight", &[c.head_dim_k as u64])?,
-                k_norm: req_if(qk_norm, "attn_k_norm.weight", &[c.head_dim_k as u64])?,
-                wo: get(&n("attn_output.weight"), &[od, e])?,
-                post_attn_norm: req_if(gemma, "post_attention_norm.weight", &[e])?,
-                ffn_norm: get(&n("ffn_norm.weight"), &[e])?,
-                gate: ffn.0,
-                up: ffn.1,
-                down: ffn.2,
-                router: ffn.3,
-                post_ffw_norm: req_if(gemma, "post_ffw_norm.weight", &[e])?,
-            });
+            let post_ffw_norm = req_if(gemma, "post_ffw_norm.weight", &[e])?;
+            layers.push(Layer { attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, post_attn_norm, ffn_norm, gate, up, down, router, post_ffw_norm });
         }
         let model = Model { cfg, file, tok_embd, output_norm, output, rope_freqs, layers };
         model.check_types()?;
