@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use lode_runtime::backend::cached::CachedBackend;
 use lode_runtime::backend::cpu::CpuBackend;
-use lode_runtime::backend::{Attention, Backend, Buf, Glu, KvCache, KvSpec, Result, Rope};
+use lode_runtime::backend::{moe, Attention, Backend, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope};
 use lode_runtime::engine::{argmax_logits, Engine, EngineOptions};
 use lode_runtime::gguf::{GgufFile, GgufWriter, MetaValue};
 use lode_runtime::model::Model;
@@ -176,8 +176,9 @@ fn residency_modes_give_bit_identical_logits() {
 }
 
 /// The CPU backend with every op delegated except `moe_ffn`, which keeps the trait's
-/// default: what a GPU backend runs today.
-struct DefaultMoe(CpuBackend);
+/// default (what the fast GPU backend runs today), or with `.1` computes the router on the
+/// host and the experts by primitive ops (what the exact GPU backend runs).
+struct DefaultMoe(CpuBackend, bool);
 
 impl Backend for DefaultMoe {
     fn name(&self) -> String {
@@ -237,17 +238,31 @@ impl Backend for DefaultMoe {
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         self.0.attention(q, kv, layer, pos, p, out)
     }
+    fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
+        if !self.1 {
+            return moe::moe_ffn_unfused(self, x, n_tok, p, out, tmp);
+        }
+        let (e, n_exp, _) = p.dims()?;
+        let mut xs = vec![0f32; n_tok * e];
+        self.0.read(x, &mut xs)?;
+        let logits = moe::router_logits_host(p.router, &xs, n_tok)?;
+        let routes = moe::route_rows(&logits, n_exp, p.n_used, p.norm_top_k);
+        moe::moe_experts(self, x, n_tok, p, &routes, out, tmp)
+    }
 }
 
-/// The default `moe_ffn` (gather, matmuls on expert views, per-row scale, slot sums)
-/// gives the CPU's direct op's logits bit for bit: same routing, same order of sums.
+/// The default `moe_ffn` (gather, matmuls on expert views, per-row scale, slot sums),
+/// also with the router on the host, gives the CPU's direct op's logits bit for bit:
+/// same routing, same order of sums.
 #[test]
 fn default_op_equals_the_cpu_direct_op() {
     let f = file();
     let p = prompt(70, 2);
     let direct = run(&mut engine_on(&f, Box::new(CpuBackend::new(2).unwrap()), 128), &p, 6);
-    let default = run(&mut engine_on(&f, Box::new(DefaultMoe(CpuBackend::new(2).unwrap())), 128), &p, 6);
-    assert!(direct == default, "the default moe_ffn differs from the CPU's");
+    for host_router in [false, true] {
+        let default = run(&mut engine_on(&f, Box::new(DefaultMoe(CpuBackend::new(2).unwrap(), host_router)), 128), &p, 6);
+        assert!(direct == default, "the default moe_ffn (host router: {host_router}) differs from the CPU's");
+    }
 }
 
 /// A tensor's new (name, dims), or `None` to drop it.

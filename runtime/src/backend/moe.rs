@@ -158,12 +158,34 @@ pub fn expert<'w>(w: &WeightRef<'w>, e: usize) -> Result<WeightRef<'w>> {
 /// Runs on every backend as it is; the GPU's device-side top-k and expert-indexed
 /// matvecs (no host read) are the next step of issue 25.
 pub fn moe_ffn_unfused<B: Backend + ?Sized>(be: &mut B, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
-    let (e, n_exp, _) = p.dims()?;
-    let k = p.n_used;
+    let (_, n_exp, _) = p.dims()?;
     be.matmul(p.router, x, n_tok, tmp.logits)?;
     let mut logits = vec![0f32; n_tok * n_exp];
     be.read(tmp.logits, &mut logits)?;
-    let routes = route_rows(&logits, n_exp, k, p.norm_top_k);
+    let routes = route_rows(&logits, n_exp, p.n_used, p.norm_top_k);
+    moe_experts(be, x, n_tok, p, &routes, out, tmp)
+}
+
+/// The router's logits `[n_tok, n_expert]` of the host rows `x` `[n_tok, n_embd]`, computed
+/// on the host by the CPU backend's own kernels (a backend without a kernel for the
+/// router's type, such as the exact GPU backend and F32 routers, gets the CPU's numbers).
+pub fn router_logits_host(router: &WeightRef, x: &[f32], n_tok: usize) -> Result<Vec<f32>> {
+    let qe = |source| BackendError::Quant { op: "moe_ffn", weight: router.name().to_string(), source };
+    let xq = crate::quant::quantize_rows(router.ty(), x, n_tok, router.row_len()).map_err(qe)?;
+    let mut y = vec![0f32; n_tok * router.n_rows()];
+    crate::quant::matmul_quantized(router.data(), router.ty(), router.n_rows(), &xq, &mut y, crate::quant::Isa::best()).map_err(qe)?;
+    Ok(y)
+}
+
+/// The expert half of [`moe_ffn_unfused`], given every token's routing (`n_used`
+/// `(expert, weight)` per token, token-major, as [`route_rows`] gives it).
+#[allow(clippy::too_many_arguments)]
+pub fn moe_experts<B: Backend + ?Sized>(be: &mut B, x: Buf, n_tok: usize, p: &MoeFfn, routes: &[(u32, f32)], out: Buf, tmp: &MoeScratch) -> Result<()> {
+    let (e, n_exp, _) = p.dims()?;
+    let k = p.n_used;
+    if routes.len() != n_tok * k {
+        return Err(BackendError::Invalid { op: "moe_ffn", msg: format!("{} routes for {n_tok} tokens of {k} experts", routes.len()) });
+    }
     if n_tok == 1 {
         // One token (decode): its experts in slot order, each product scaled in place and
         // added to `out` directly (the same sums, half the launches).
@@ -181,7 +203,7 @@ pub fn moe_ffn_unfused<B: Backend + ?Sized>(be: &mut B, x: Buf, n_tok: usize, p:
         }
         return Ok(());
     }
-    for (ex, toks) in group_by_expert(&routes, n_exp, k).into_iter().enumerate() {
+    for (ex, toks) in group_by_expert(routes, n_exp, k).into_iter().enumerate() {
         if toks.is_empty() {
             continue;
         }
