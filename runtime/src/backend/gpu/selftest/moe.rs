@@ -11,14 +11,16 @@
 //!   the GPU's router logits round differently). A wrong expert, a dropped
 //!   renormalisation or a missing slot is off by the size of the row;
 //! - on a device with a weight cache: the op made one resident entry per tensor (4 per
-//!   case, never one per expert) and no duplicate.
+//!   case, never one per expert) and no duplicate;
+//! - `moe_ffn_*_exact`: the exact backend (router on the host, experts by the exact ops)
+//!   gives the CPU's outputs bit for bit (3 resident entries: the router stays on the host).
 //!
 //! Shapes: 8 experts (2 used) to 64 (8 used), 1 to 100 tokens, n_embd 256 to 1024.
 
 use super::report::{Acc, CheckReport, Rng};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::device::GpuDevice;
-use crate::backend::gpu::GpuBackend;
+use crate::backend::gpu::{ExactBackend, GpuBackend};
 use crate::backend::moe::{moe_ffn_unfused, route};
 use crate::backend::{Backend, Glu, MoeFfn, MoeScratch};
 use crate::gguf::{GgufFile, GgufWriter};
@@ -105,11 +107,24 @@ fn run<B: Backend + ?Sized>(be: &mut B, unfused: bool, c: &Case, x: &[f32], ws: 
     r.map(|_| y)
 }
 
-/// Case `c` on `under` (with `unfused`: the default op) against the CPU's direct op.
-/// `norm` is what `under` is told about the renormalisation (true but in the test that
-/// shows the check failing).
+/// How the backend under test runs and is judged.
+#[derive(Clone, Copy)]
+struct Mode {
+    /// Call the trait's default itself instead of the backend's `moe_ffn`.
+    unfused: bool,
+    /// What the backend is told about the renormalisation (false only in the test that
+    /// shows the check failing).
+    norm: bool,
+    /// Bit-identical to the CPU (exact numerics) instead of within the tolerance.
+    bits: bool,
+    /// Resident entries the op adds on a device with a weight cache (the exact backend
+    /// runs the router on the host: 3).
+    entries: u64,
+}
+
+/// Case `c` on `under` against the CPU's direct op.
 #[allow(clippy::too_many_arguments)]
-fn check_case<G: Backend + ?Sized>(under: &mut G, unfused: bool, norm: bool, cpu: &mut CpuBackend, rng: &mut Rng, c: &Case, idx: usize, files: &mut Vec<GgufFile>, acc: &mut Acc) -> Result<(), String> {
+fn check_case<G: Backend + ?Sized>(under: &mut G, m: Mode, cpu: &mut CpuBackend, rng: &mut Rng, c: &Case, idx: usize, files: &mut Vec<GgufFile>, acc: &mut Acc) -> Result<(), String> {
     files.push(weights(rng, c)?);
     let f: &GgufFile = files.last().ok_or("no file")?;
     let ws = |f| case_weights(f, idx);
@@ -117,13 +132,17 @@ fn check_case<G: Backend + ?Sized>(under: &mut G, unfused: bool, norm: bool, cpu
     // Resident entries (copies, or in place in `mapped` residency) and duplicates.
     let copies = |b: &G| b.weight_stats().map(|s| (s.copies + s.mapped, s.duplicates));
     let before = copies(under);
-    let got = run(under, unfused, c, &x, ws(f)?, norm).map_err(|e| format!("under test: {e}"))?;
+    let got = run(under, m.unfused, c, &x, ws(f)?, m.norm).map_err(|e| format!("under test: {e}"))?;
     let want = run(cpu, false, c, &x, ws(f)?, true).map_err(|e| format!("cpu: {e}"))?;
     if let (Some(b), Some(a)) = (before, copies(under)) {
-        if a.0 - b.0 != 4 || a.1 != b.1 {
-            acc.fail(format!("{}: {} new resident entries and {} duplicates for 4 tensors", name(c), a.0 - b.0, a.1 - b.1));
+        if a.0 - b.0 != m.entries || a.1 != b.1 {
+            acc.fail(format!("{}: {} new resident entries (want {}) and {} duplicates", name(c), a.0 - b.0, m.entries, a.1 - b.1));
             return Ok(());
         }
+    }
+    if m.bits {
+        acc.cmp_bits(&name(c), &got, &want);
+        return Ok(());
     }
     // The CPU's routing, to leave out near ties.
     let router = ws(f)?[0];
@@ -155,6 +174,7 @@ pub fn run_checks(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<Check
         return Vec::new();
     }
     let mut gpu = GpuBackend::new(dev.clone());
+    let mut exact = ExactBackend::new(dev.clone());
     let mut cpu = match CpuBackend::new(4) {
         Ok(c) => c,
         Err(e) => return named.iter().map(|(_, c)| CheckReport { name: name(c), cases: 0, max_err: 0.0, worst_ratio: f64::INFINITY, skipped: false, failure: Some(e.to_string()) }).collect(),
@@ -162,16 +182,22 @@ pub fn run_checks(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<Check
     let mut rng = Rng::new(seed ^ 0x3e0e_ff17);
     // The files outlive the backends: their caches know a weight by its bytes' address.
     let mut files = Vec::new();
-    let reports = named
-        .into_iter()
-        .map(|(idx, c)| {
-            let mut acc = Acc::new(&name(&c));
-            if let Err(e) = check_case(&mut gpu, false, true, &mut cpu, &mut rng, &c, idx, &mut files, &mut acc) {
-                acc.fail(e);
-            }
-            acc.finish()
-        })
-        .collect();
+    let fast = Mode { unfused: false, norm: true, bits: false, entries: 4 };
+    let mut reports = Vec::new();
+    for (idx, c) in named {
+        let mut acc = Acc::new(&name(&c));
+        if let Err(e) = check_case(&mut gpu, fast, &mut cpu, &mut rng, &c, idx, &mut files, &mut acc) {
+            acc.fail(e);
+        }
+        reports.push(acc.finish());
+        // --numerics exact: the CPU's logits bit for bit.
+        let mut acc = Acc::new(&format!("{}_exact", name(&c)));
+        if let Err(e) = check_case(&mut exact, Mode { bits: true, entries: 3, ..fast }, &mut cpu, &mut rng, &c, idx + 1000, &mut files, &mut acc) {
+            acc.fail(e);
+        }
+        reports.push(acc.finish());
+    }
+    drop(exact);
     drop(gpu);
     drop(cpu);
     drop(files);
@@ -182,8 +208,8 @@ pub fn run_checks(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<Check
 mod tests {
     use super::*;
 
-    /// The check's body on the host: the trait's default on the CPU passes against the
-    /// CPU's direct op on every case, and fails when it drops the renormalisation.
+    /// The check's body on the host: the trait's default on the CPU equals the CPU's
+    /// direct op bit for bit on every case, and fails when it drops the renormalisation.
     #[test]
     fn default_op_passes_and_a_dropped_renormalisation_fails() {
         let (mut a, mut cpu) = (CpuBackend::new(2).unwrap(), CpuBackend::new(2).unwrap());
@@ -191,13 +217,14 @@ mod tests {
         let mut files = Vec::new();
         for (idx, c) in cases().into_iter().enumerate() {
             let mut acc = Acc::new(&name(&c));
-            check_case(&mut a, true, true, &mut cpu, &mut rng, &c, idx, &mut files, &mut acc).unwrap();
+            let m = Mode { unfused: true, norm: true, bits: true, entries: 0 };
+            check_case(&mut a, m, &mut cpu, &mut rng, &c, idx, &mut files, &mut acc).unwrap();
             let r = acc.finish();
             assert!(r.passed(), "{}", r.line());
         }
         let c = cases()[1];
         let mut acc = Acc::new(&name(&c));
-        check_case(&mut a, true, false, &mut cpu, &mut rng, &c, 99, &mut files, &mut acc).unwrap();
+        check_case(&mut a, Mode { unfused: true, norm: false, bits: false, entries: 0 }, &mut cpu, &mut rng, &c, 99, &mut files, &mut acc).unwrap();
         let r = acc.finish();
         assert!(!r.passed(), "{}", r.line());
     }
