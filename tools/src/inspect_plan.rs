@@ -20,6 +20,7 @@ use lode_runtime::model::Model;
 pub fn run(path: &Path, file: Arc<GgufFile>, tokens: usize, sms: usize) -> Result<String> {
     let model = Model::load(file).with_context(|| format!("cannot load model {}", path.display()))?;
     let n_vocab = model.cfg.n_vocab.max(1);
+    let experts = model.cfg.experts;
     let log: Log = Arc::new(Mutex::new(Vec::new()));
     let tuning = crate::common::gpu_options().tuning();
     let blas = tuning.blas;
@@ -34,6 +35,16 @@ pub fn run(path: &Path, file: Arc<GgufFile>, tokens: usize, sms: usize) -> Resul
     let decode = std::mem::take(&mut *log.lock().map_err(|_| anyhow::anyhow!("plan log poisoned"))?);
     let mut s = String::new();
     let _ = writeln!(s, "plan of {} on a GPU of {sms} multiprocessors (sm_90 occupancy; BLAS {}; LODE_TUNE and --no-blas applied)", path.display(), if blas { "assumed present" } else { "off" });
+    if let Some(x) = experts {
+        // The trace reads back zeros, so every token's top-k is the first k experts.
+        let _ = writeln!(
+            s,
+            "mixture of experts: {} of {} experts per token; this trace routes every token to experts 0 to {} (a run reads each layer's router logits back for the top-k)",
+            x.n_used,
+            x.n_expert,
+            x.n_used - 1
+        );
+    }
     let _ = writeln!(s, "\n== prefill: one chunk of {tokens} tokens");
     table(&mut s, &prefill);
     let _ = writeln!(s, "\n== decode: one token at position {tokens}");

@@ -5,6 +5,7 @@
 
 mod blocks;
 mod presets;
+pub mod moe;
 mod vocab;
 
 pub use presets::Tok;
@@ -42,6 +43,12 @@ pub enum Preset {
     /// Llama-3.1-70B / 3.3-70B: 80 layers, n_embd 8192, 64 q / 8 KV heads.
     #[value(name = "llama-70b")]
     Llama70b,
+    /// Qwen3-30B-A3B (qwen3moe): 48 layers, n_embd 2048, 128 experts of FFN 768, 8 used.
+    #[value(name = "qwen3-30b-a3b")]
+    Qwen3_30bA3b,
+    /// A tiny qwen3moe for tests: 2 layers, n_embd 256, 8 experts of FFN 256, 2 used.
+    #[value(name = "qwen3moe-tiny")]
+    Qwen3MoeTiny,
 }
 
 /// Quantization mixes: llama.cpp's `llama-quantize` presets as it applies them without an
@@ -148,6 +155,8 @@ pub struct Hparams {
     pub post_norms: bool,
     /// The tokenizer's specials and chat template (default: the architecture's).
     pub tok: Tok,
+    /// A mixture-of-experts FFN in every layer instead of the dense one.
+    pub moe: Option<moe::MoeParams>,
 }
 
 impl Hparams {
@@ -202,6 +211,7 @@ pub fn hparams(p: Preset) -> Hparams {
             rope_freqs: true,
             ..Default::default()
         },
+        Preset::Qwen3_30bA3b | Preset::Qwen3MoeTiny => moe::hparams(p),
     }
 }
 
@@ -227,13 +237,19 @@ pub enum Kind {
     FfnGate,
     FfnUp,
     FfnDown,
+    /// `ffn_gate_inp`, a MoE router: llama.cpp's quantizer never quantizes it; it keeps
+    /// the converter's F32.
+    Router,
 }
 
 /// The type llama.cpp's `llama_tensor_get_type` gives a tensor of kind `kind` in layer
 /// `i` of `h`'s model for the mix, before [`fallback`]. Read from llama.cpp's
 /// src/llama-quant.cpp (`llama_tensor_get_type_impl`, commit 007dbbf), for what the
 /// presets are: no importance matrix, no `--tensor-type` / `--output-tensor-type`
-/// overrides, a dense model (no experts), not Falcon. Its counters
+/// overrides, not Falcon. With experts, the `_exps` tensors sort as their
+/// dense names do (`ffn_down_exps` is `ffn_down`, its layer read from the name, out of
+/// `n_layer`), the router stays F32, and a model of exactly 8 experts moves attn_k and
+/// attn_v to Q8_0 and attn_output to Q5_K. Its counters
 /// `i_attention_wv` and `i_ffn_down` count the tensors in the quantizer's order, which
 /// sorts by layer, so for these models they equal the layer index `i`; `n_gqa` is
 /// `n_head / n_head_kv`. The one size rule that applies: a Llama 70B's `attn_v` is
@@ -273,10 +289,19 @@ fn pick_mix(mix: Quant, kind: Kind, i: u64, h: &Hparams) -> GgmlType {
     use Kind::*;
     let n = h.n_layer;
     match kind {
-        Vector => return F32,
+        Vector | Router => return F32,
         Output => return lm_head(h),
         TokenEmbd if h.tied => return lm_head(h),
         _ => {}
+    }
+    // llama.cpp's rules for a model of exactly 8 experts (Mixtral's): attn_k and attn_v
+    // Q8_0 in every mix, attn_output Q5_K in these four.
+    if h.moe.is_some_and(|m| m.n_expert == 8) {
+        match kind {
+            AttnK | AttnV => return Q8_0,
+            AttnOutput => return Q5_K,
+            _ => {}
+        }
     }
     match mix {
         Quant::Q4KM => match kind {
@@ -374,9 +399,19 @@ pub fn plan(h: &Hparams, mix: Quant) -> Vec<Planned> {
             add(b("post_attention_norm"), Vector, i, &[e]);
         }
         add(b("ffn_norm"), Vector, i, &[e]);
-        add(b("ffn_gate"), FfnGate, i, &[e, h.n_ff]);
-        add(b("ffn_up"), FfnUp, i, &[e, h.n_ff]);
-        add(b("ffn_down"), FfnDown, i, &[h.n_ff, e]);
+        match h.moe {
+            None => {
+                add(b("ffn_gate"), FfnGate, i, &[e, h.n_ff]);
+                add(b("ffn_up"), FfnUp, i, &[e, h.n_ff]);
+                add(b("ffn_down"), FfnDown, i, &[h.n_ff, e]);
+            }
+            Some(m) => {
+                add(b("ffn_gate_inp"), Router, i, &[e, m.n_expert]);
+                add(b("ffn_gate_exps"), FfnGate, i, &[e, m.n_ff, m.n_expert]);
+                add(b("ffn_up_exps"), FfnUp, i, &[e, m.n_ff, m.n_expert]);
+                add(b("ffn_down_exps"), FfnDown, i, &[m.n_ff, e, m.n_expert]);
+            }
+        }
         if h.post_norms {
             add(b("post_ffw_norm"), Vector, i, &[e]);
         }
@@ -434,6 +469,9 @@ pub fn metadata(h: &Hparams, mix: Quant) -> Vec<(String, MetaValue)> {
         (format!("{a}.rope.freq_base"), MetaValue::F32(h.rope_base)),
         (format!("{a}.rope.dimension_count"), u32v(h.head_dim)),
     ];
+    if let Some(x) = h.moe {
+        m.extend(moe::metadata(a, &x));
+    }
     if h.sliding_window > 0 {
         m.push((format!("{a}.attention.sliding_window"), u32v(h.sliding_window)));
     }

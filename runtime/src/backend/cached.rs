@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crate::backend::memory::MemoryTarget;
-use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, Result, Rope};
+use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, MoeFfn, MoeScratch, Result, Rope};
 use crate::gguf::{GgufFile, TensorView};
 use crate::weights::host::HostMaterializer;
 use crate::weights::layout::{self, DeviceClass};
@@ -117,7 +117,8 @@ fn capped<'c, 'w: 'c>(cache: &'c mut WeightCache<HostMaterializer>, cap: Option<
     if let Some(cap) = cap {
         let layout = layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), DeviceClass::Cpu);
         if cache.entry(w, layout).is_none() {
-            let (used, bytes) = (weight_bytes(cache) + held, w.data().len() as u64);
+            // The whole tensor: an expert's view still makes the one copy of its 3-D tensor.
+            let (used, bytes) = (weight_bytes(cache) + held, w.view.data.len() as u64);
             if used.saturating_add(bytes) > cap {
                 return Err(crate::weights::WeightError::Alloc {
                     weight: w.name().into(),
@@ -142,16 +143,28 @@ macro_rules! weight {
     }};
 }
 
-/// `w` with its bytes replaced by the cache's resident copy (or the mapping, in place).
+/// `w` with its bytes replaced by the cache's resident copy (or the mapping, in place):
+/// the whole tensor's copy, of which an expert's `WeightRef` reads its own matrix.
 fn resident<'c, 'w: 'c>(cache: &'c mut WeightCache<HostMaterializer>, w: &WeightRef<'w>) -> Result<WeightRef<'c>> {
+    let layout = make_resident(cache, w)?;
+    view_in(cache, w, layout)
+}
+
+/// Materializes `w` (on first use) in its canonical layout; returns that layout.
+fn make_resident(cache: &mut WeightCache<HostMaterializer>, w: &WeightRef) -> Result<layout::Layout> {
     let layout = layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), DeviceClass::Cpu);
     cache.get(w, layout)?;
+    Ok(layout)
+}
+
+/// `w` over its resident bytes (after [`make_resident`]).
+fn view_in<'c, 'w: 'c>(cache: &'c WeightCache<HostMaterializer>, w: &WeightRef<'w>, layout: layout::Layout) -> Result<WeightRef<'c>> {
     let e = cache.entry(w, layout).ok_or_else(|| BackendError::Invalid { op: "weight", msg: format!("`{}` missing after materializing", w.name()) })?;
     let data = match &e.buf {
         Some(b) => b.bytes(),
-        None => w.data(),
+        None => w.view.data,
     };
-    Ok(WeightRef { id: w.id, view: TensorView { info: w.view.info, data, file_offset: w.view.file_offset } })
+    Ok(WeightRef { id: w.id, view: TensorView { info: w.view.info, data, file_offset: w.view.file_offset }, matrix: w.matrix })
 }
 
 impl Backend for CachedBackend {
@@ -287,6 +300,23 @@ impl Backend for CachedBackend {
     }
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         self.inner.attention(q, kv, layer, pos, p, out)
+    }
+    fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
+        // Each 3-D expert tensor through the cache whole (one region, one copy); the inner
+        // backend reads its experts' matrices out of that copy.
+        let ws = [p.router, p.gate, p.up, p.down];
+        let mut layouts = Vec::with_capacity(4);
+        for w in ws {
+            // Under `--device-memory`, refused before anything is made if it does not fit.
+            let held = self.held();
+            capped(&mut self.cache, self.capacity, held, &mut self.peak, w)?;
+            layouts.push(make_resident(&mut self.cache, w)?);
+        }
+        let c = &self.cache;
+        let [router, gate, up, down] = [0, 1, 2, 3].map(|i| view_in(c, ws[i], layouts[i]));
+        let (router, gate, up, down) = (router?, gate?, up?, down?);
+        let r = MoeFfn { router: &router, gate: &gate, up: &up, down: &down, ..*p };
+        self.inner.moe_ffn(x, n_tok, &r, out, tmp)
     }
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {

@@ -21,9 +21,11 @@ pub mod cached;
 pub mod memory;
 pub mod cpu;
 pub mod gpu;
+pub mod moe;
 
 use crate::quant::{GgmlType, QuantError};
 use crate::weights::WeightRef;
+pub use moe::{MoeFfn, MoeScratch};
 
 /// Handle to an f32 activation buffer owned by a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -382,6 +384,15 @@ pub trait Backend: Send {
     fn rope_kv_attention(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], prep: &QkvPrep, attn: &Attention, out: Buf) -> Result<()> {
         self.rope_kv_write(q, k, v, kv, layer, pos, prep)?;
         self.attention(q, kv, layer, pos, attn, out)
+    }
+
+    /// A mixture-of-experts feed-forward: `out` `[n_tok, n_embd]` = for each token of `x`
+    /// `[n_tok, n_embd]`, the weighted sum of its routed experts' gated FFNs ([`moe`] has
+    /// the arithmetic). `tmp` is the default's working space. The default
+    /// ([`moe::moe_ffn_unfused`]) reads the router's logits back to the host for the
+    /// top-k; a device-side top-k and expert-indexed matvecs are the GPU's next step.
+    fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
+        moe::moe_ffn_unfused(self, x, n_tok, p, out, tmp)
     }
 
     /// Causal attention of `q` `[n_tok, n_head*head_dim_k]` (token `t` at `pos[t]`) over

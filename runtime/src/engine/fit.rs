@@ -193,7 +193,9 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
     };
     let scratch = |ctx: usize| -> u64 {
         let n = shape.batch.min(ctx).max(shape.n_seq).max(1);
-        let bufs = [
+        // A MoE model has no dense FFN buffers but the experts' (`backend::MoeScratch`).
+        let ff = if c.experts.is_some() { 1 } else { c.n_ff };
+        let mut bufs = vec![
             n * c.n_embd,
             n * c.n_embd,
             n * c.n_embd,
@@ -201,19 +203,23 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
             n * c.n_head_kv * c.head_dim_k,
             n * c.n_head_kv * c.head_dim_v,
             n * c.n_head * c.head_dim_v,
-            n * c.n_ff,
-            n * c.n_ff,
+            n * ff,
+            n * ff,
             16 * c.n_embd,
             16 * c.n_vocab,
         ];
+        if let Some(x) = c.experts {
+            bufs.extend([n * x.n_expert, n * c.n_embd, n * x.n_ff, n * x.n_ff, n * c.n_embd, c.n_embd, x.n_used * n * c.n_embd]);
+        }
         if !gpu {
             return bufs.iter().map(|&v| v as u64 * 4).sum();
         }
         let act: u64 = bufs.iter().map(|&v| round_up(v as u64 * 4, GPU_PAGE)).sum();
         // The q8_1 copy of the widest activation (36 bytes per 32 values), grown to a
         // power of two, and what launching costs.
-        let q8 = ((n * c.n_embd.max(c.n_ff)).div_ceil(32) as u64 * 36).next_power_of_two();
-        let widest = c.n_embd.max(c.n_ff).max(c.n_head * c.head_dim_v);
+        let n_ff = c.experts.map_or(c.n_ff, |x| x.n_ff);
+        let q8 = ((n * c.n_embd.max(n_ff)).div_ceil(32) as u64 * 36).next_power_of_two();
+        let widest = c.n_embd.max(n_ff).max(c.n_head * c.head_dim_v);
         act + round_up(q8, GPU_PAGE) + prefill_scratch(n, widest, max_slab, tuning) + GPU_LAUNCH_OVERHEAD
     };
     let need = weights + kv(ctx) + scratch(ctx);

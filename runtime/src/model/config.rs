@@ -6,7 +6,7 @@ use crate::gguf::{GgufFile, MetaValue};
 use super::ModelError;
 
 /// The architectures lode runs (`general.architecture` values).
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -14,6 +14,8 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    /// Qwen3's mixture-of-experts models (Qwen3-30B-A3B, Qwen3-235B-A22B).
+    Qwen3Moe,
     Gemma3,
 }
 
@@ -23,6 +25,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
         }
     }
@@ -61,6 +64,22 @@ pub struct Config {
     /// Multiplier of the token embeddings (gemma3: √n_embd).
     pub embd_scale: Option<f32>,
     pub act: Glu,
+    /// A mixture-of-experts FFN in every layer (`{arch}.expert_count`); `None`: dense.
+    pub experts: Option<Experts>,
+}
+
+/// The routed experts of a mixture-of-experts model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Experts {
+    /// `{arch}.expert_count`.
+    pub n_expert: usize,
+    /// Experts per token (`{arch}.expert_used_count`).
+    pub n_used: usize,
+    /// Rows of each expert's gate and up (`{arch}.expert_feed_forward_length`).
+    pub n_ff: usize,
+    /// Divide the selected experts' probabilities by their sum (qwen3moe: always, as
+    /// llama.cpp's graph for it does).
+    pub norm_top_k: bool,
 }
 
 impl Config {
@@ -73,6 +92,7 @@ impl Config {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
+            "qwen3moe" => Arch::Qwen3Moe,
             "gemma3" => Arch::Gemma3,
             other => {
                 return Err(ModelError::UnsupportedArch {
@@ -94,7 +114,9 @@ impl Config {
 
         let n_embd = req("embedding_length")?;
         let n_layer = req("block_count")?;
-        let n_ff = req("feed_forward_length")?;
+        let experts = experts(&opt, a)?;
+        // A MoE model's dense `feed_forward_length` is informational (no dense FFN reads it).
+        let n_ff = if experts.is_some() { opt("feed_forward_length")?.unwrap_or(0) } else { req("feed_forward_length")? };
         let n_head = req("attention.head_count")?;
         let n_head_kv = opt("attention.head_count_kv")?.unwrap_or(n_head);
         if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 || n_layer == 0 || n_embd == 0 {
@@ -149,6 +171,7 @@ impl Config {
             q_scale,
             embd_scale,
             act: if gemma { Glu::GeluTanh } else { Glu::Silu },
+            experts,
         })
     }
 
@@ -160,6 +183,22 @@ impl Config {
             (self.rope_base, self.rope_freq_scale)
         }
     }
+}
+
+/// The experts' keys: all three or none (`expert_count` 0 or absent: a dense model).
+fn experts(opt: &dyn Fn(&str) -> Result<Option<usize>, ModelError>, a: &str) -> Result<Option<Experts>, ModelError> {
+    let n_expert = opt("expert_count")?.unwrap_or(0);
+    if n_expert == 0 {
+        return Ok(None);
+    }
+    let need = |k: &str| opt(k)?.ok_or_else(|| ModelError::MissingKey(format!("{a}.{k}")));
+    let (n_used, n_ff) = (need("expert_used_count")?, need("expert_feed_forward_length")?);
+    if n_used == 0 || n_used > n_expert || n_ff == 0 {
+        return Err(ModelError::BadConfig(format!(
+            "{a}: {n_used} experts used of {n_expert}, expert FFN length {n_ff}: need 1 ≤ used ≤ count and a positive length"
+        )));
+    }
+    Ok(Some(Experts { n_expert, n_used, n_ff, norm_top_k: true }))
 }
 
 /// `1/factor` for linear scaling; 1 for none. Other scaling types are refused.

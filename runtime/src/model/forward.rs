@@ -1,8 +1,8 @@
-//! The forward pass of all four architectures, as one sequence of backend ops
+//! The forward pass of every architecture, as one sequence of backend ops
 //! (reference §5). Architecture differences are data in [`Config`] and optional
 //! weights in [`Layer`], not branches on the architecture name.
 
-use crate::backend::{Attention, Backend, Buf, KvCache, NormIn, QkvPrep, Rope};
+use crate::backend::{norm_in, Attention, Backend, Buf, KvCache, MoeFfn, MoeScratch, NormIn, QkvPrep, Rope};
 
 use super::{Model, ModelError};
 
@@ -43,6 +43,8 @@ pub struct Scratch {
     att: Buf,    // [n, n_head * head_dim_v]
     hb: Buf,     // [n, n_ff]
     hb2: Buf,    // [n, n_ff]
+    /// The mixture-of-experts op's working space (MoE models only).
+    moe: Option<MoeScratch>,
     out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
     logits: Buf, // [OUT_ROWS_MAX, n_vocab]
     /// Host copy of `logits`, kept between calls (a fresh 1 MiB per decode step showed
@@ -54,6 +56,12 @@ impl Scratch {
     pub fn new(be: &mut dyn Backend, model: &Model, n_max: usize) -> Result<Scratch, ModelError> {
         let c = &model.cfg;
         let n = n_max.max(1);
+        // A MoE model has no dense FFN: its gate/up rows live in `moe`.
+        let n_ff = if c.experts.is_some() { 1 } else { c.n_ff };
+        let moe = match c.experts {
+            Some(x) => Some(MoeScratch::new(be, n, c.n_embd, x.n_expert, x.n_ff, x.n_used)?),
+            None => None,
+        };
         Ok(Scratch {
             n_max: n,
             x: be.alloc(n * c.n_embd)?,
@@ -63,8 +71,9 @@ impl Scratch {
             k: be.alloc(n * c.n_head_kv * c.head_dim_k)?,
             v: be.alloc(n * c.n_head_kv * c.head_dim_v)?,
             att: be.alloc(n * c.n_head * c.head_dim_v)?,
-            hb: be.alloc(n * c.n_ff)?,
-            hb2: be.alloc(n * c.n_ff)?,
+            hb: be.alloc(n * n_ff)?,
+            hb2: be.alloc(n * n_ff)?,
+            moe,
             out_x: be.alloc(OUT_ROWS_MAX * c.n_embd)?,
             logits: be.alloc_readback(OUT_ROWS_MAX * c.n_vocab)?,
             host: Default::default(),
@@ -76,7 +85,10 @@ impl Scratch {
         for b in [
             self.x, self.xb, self.xb2, self.q, self.k, self.v, self.att, self.hb, self.hb2, self.out_x,
             self.logits,
-        ] {
+        ]
+        .into_iter()
+        .chain(self.moe.iter().flat_map(|m| m.bufs()))
+        {
             be.free(b)?;
         }
         Ok(())
@@ -183,8 +195,27 @@ impl Model {
             // Feed-forward block.
             let ffn_norm = self.w(ly.ffn_norm);
             let norm = NormIn { x: s.x, add: attn_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&ffn_norm), eps: c.eps };
-            be.norm_matmul_glu(&norm, n, &self.w(ly.gate), &self.w(ly.up), s.hb, s.hb2, c.act)?;
-            pending_add = self.project(be, ly.down, ly.post_ffw_norm, s.hb, n, s)?;
+            let (gate, up) = (self.w(ly.gate), self.w(ly.up));
+            match ly.router {
+                Some(r) => {
+                    // Routed experts: their weighted sum goes to `s.xb2`, added by the next norm.
+                    let (Some(x), Some(tmp)) = (c.experts, &s.moe) else {
+                        return Err(ModelError::BadConfig(format!("layer {l} has a router but the model has no experts")));
+                    };
+                    norm_in(be, &norm, n)?;
+                    let (router, down) = (self.w(r), self.w(ly.down));
+                    let p = MoeFfn { router: &router, gate: &gate, up: &up, down: &down, n_used: x.n_used, norm_top_k: x.norm_top_k, act: c.act };
+                    be.moe_ffn(s.xb, n, &p, s.xb2, tmp)?;
+                    if let Some(pn) = ly.post_ffw_norm {
+                        be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
+                    }
+                    pending_add = true;
+                }
+                None => {
+                    be.norm_matmul_glu(&norm, n, &gate, &up, s.hb, s.hb2, c.act)?;
+                    pending_add = self.project(be, ly.down, ly.post_ffw_norm, s.hb, n, s)?;
+                }
+            }
         }
         let (norm, head) = (self.w(self.output_norm), self.w(self.output));
         if n == 1 && matches!(rows, OutputRows::Last | OutputRows::All) {

@@ -11,7 +11,7 @@ mod forward;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use config::{Arch, Config, SUPPORTED_ARCHS};
+pub use config::{Arch, Config, Experts, SUPPORTED_ARCHS};
 pub use forward::{KvRows, OutputRows, Scratch};
 
 use crate::gguf::{GgufError, GgufFile};
@@ -58,9 +58,13 @@ pub struct Layer {
     pub wo: WeightId,
     pub post_attn_norm: Option<WeightId>,
     pub ffn_norm: WeightId,
+    /// The FFN's gate, up and down matrices; in a mixture-of-experts layer the 3-D
+    /// `ffn_{gate,up,down}_exps` tensors (one matrix per expert), routed by `router`.
     pub gate: WeightId,
     pub up: WeightId,
     pub down: WeightId,
+    /// `ffn_gate_inp`: the router of a mixture-of-experts layer (`[n_embd → n_expert]`).
+    pub router: Option<WeightId>,
     pub post_ffw_norm: Option<WeightId>,
 }
 
@@ -125,7 +129,7 @@ impl Model {
                 "fused `attn_qkv` weights are not supported; lode needs separate attn_q/attn_k/attn_v".into(),
             ));
         }
-        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Gemma3);
+        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3);
         let gemma = c.arch == Arch::Gemma3;
         let mut layers = Vec::with_capacity(c.n_layer);
         for l in 0..c.n_layer {
@@ -133,24 +137,28 @@ impl Model {
             let req_if = |cond: bool, s: &str, shape: &[u64]| -> Result<Option<WeightId>, ModelError> {
                 if cond { get(&n(s), shape).map(Some) } else { opt(&n(s), shape) }
             };
-            layers.push(Layer {
-                attn_norm: get(&n("attn_norm.weight"), &[e])?,
-                wq: get(&n("attn_q.weight"), &[e, qd])?,
-                wk: get(&n("attn_k.weight"), &[e, kd])?,
-                wv: get(&n("attn_v.weight"), &[e, vd])?,
-                bq: req_if(c.arch == Arch::Qwen2, "attn_q.bias", &[qd])?,
-                bk: req_if(c.arch == Arch::Qwen2, "attn_k.bias", &[kd])?,
-                bv: req_if(c.arch == Arch::Qwen2, "attn_v.bias", &[vd])?,
-                q_norm: req_if(qk_norm, "attn_q_norm.weight", &[c.head_dim_k as u64])?,
-                k_norm: req_if(qk_norm, "attn_k_norm.weight", &[c.head_dim_k as u64])?,
-                wo: get(&n("attn_output.weight"), &[od, e])?,
-                post_attn_norm: req_if(gemma, "post_attention_norm.weight", &[e])?,
-                ffn_norm: get(&n("ffn_norm.weight"), &[e])?,
-                gate: get(&n("ffn_gate.weight"), &[e, ff])?,
-                up: get(&n("ffn_up.weight"), &[e, ff])?,
-                down: get(&n("ffn_down.weight"), &[ff, e])?,
-                post_ffw_norm: req_if(gemma, "post_ffw_norm.weight", &[e])?,
-            });
+            // In the order a file's tensors are looked up (the first missing one is named).
+            let attn_norm = get(&n("attn_norm.weight"), &[e])?;
+            let (wq, wk, wv) = (get(&n("attn_q.weight"), &[e, qd])?, get(&n("attn_k.weight"), &[e, kd])?, get(&n("attn_v.weight"), &[e, vd])?);
+            let bq = req_if(c.arch == Arch::Qwen2, "attn_q.bias", &[qd])?;
+            let bk = req_if(c.arch == Arch::Qwen2, "attn_k.bias", &[kd])?;
+            let bv = req_if(c.arch == Arch::Qwen2, "attn_v.bias", &[vd])?;
+            let q_norm = req_if(qk_norm, "attn_q_norm.weight", &[c.head_dim_k as u64])?;
+            let k_norm = req_if(qk_norm, "attn_k_norm.weight", &[c.head_dim_k as u64])?;
+            let wo = get(&n("attn_output.weight"), &[od, e])?;
+            let post_attn_norm = req_if(gemma, "post_attention_norm.weight", &[e])?;
+            let ffn_norm = get(&n("ffn_norm.weight"), &[e])?;
+            // Dense, or the experts' 3-D tensors and their router.
+            let (gate, up, down, router) = match c.experts {
+                None => (get(&n("ffn_gate.weight"), &[e, ff])?, get(&n("ffn_up.weight"), &[e, ff])?, get(&n("ffn_down.weight"), &[ff, e])?, None),
+                Some(x) => {
+                    let (f, ne) = (x.n_ff as u64, x.n_expert as u64);
+                    let router = get(&n("ffn_gate_inp.weight"), &[e, ne])?;
+                    (get(&n("ffn_gate_exps.weight"), &[e, f, ne])?, get(&n("ffn_up_exps.weight"), &[e, f, ne])?, get(&n("ffn_down_exps.weight"), &[f, e, ne])?, Some(router))
+                }
+            };
+            let post_ffw_norm = req_if(gemma, "post_ffw_norm.weight", &[e])?;
+            layers.push(Layer { attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, post_attn_norm, ffn_norm, gate, up, down, router, post_ffw_norm });
         }
         let model = Model { cfg, file, tok_embd, output_norm, output, rope_freqs, layers };
         model.check_types()?;
@@ -192,7 +200,7 @@ impl Model {
     pub fn w(&self, id: WeightId) -> WeightRef<'_> {
         // Ids come from this file's table at load, so the view always exists.
         let view = view_at(&self.file, id.0 as usize).expect("weight id from this model's file");
-        WeightRef { id, view }
+        WeightRef::new(id, view)
     }
 
     pub fn file(&self) -> &Arc<GgufFile> {
@@ -205,7 +213,7 @@ impl Model {
         v.extend(self.rope_freqs);
         for l in &self.layers {
             v.extend([l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.ffn_norm, l.gate, l.up, l.down]);
-            v.extend([l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm, l.post_ffw_norm].into_iter().flatten());
+            v.extend([l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm, l.post_ffw_norm, l.router].into_iter().flatten());
         }
         v.sort();
         v.dedup();

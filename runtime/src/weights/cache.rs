@@ -70,10 +70,22 @@ pub struct Region {
 }
 
 impl Region {
+    /// The whole tensor's region, also for one expert's matrix of a 3-D tensor.
     pub fn of(w: &WeightRef) -> Region {
-        let p = w.data().as_ptr() as usize;
-        Region { file: p.wrapping_sub(w.view.file_offset as usize), offset: w.view.file_offset, len: w.data().len() as u64 }
+        let p = w.view.data.as_ptr() as usize;
+        Region { file: p.wrapping_sub(w.view.file_offset as usize), offset: w.view.file_offset, len: w.view.data.len() as u64 }
     }
+}
+
+/// Where `w`'s matrix starts inside the whole tensor's copy in `layout` (0 for a whole
+/// tensor): matrix `e` of a 3-D tensor is the `e`-th of equal parts in every layout.
+fn part_offset(w: &WeightRef, layout: Layout) -> Result<u64, WeightError> {
+    let Some(e) = w.matrix else { return Ok(0) };
+    let (ty, lname) = (w.ty(), layout.name(w.ty()));
+    let one = layout
+        .bytes(ty, w.n_rows(), w.row_len(), w.data().len())
+        .map_err(|source| WeightError::Pack { weight: w.name().into(), layout: lname, source })?;
+    Ok(e as u64 * one as u64)
 }
 
 /// One resident (region, layout).
@@ -171,12 +183,14 @@ impl<M: Materializer> WeightCache<M> {
         self.stats.budget_bytes = bytes;
     }
 
-    /// The address of `(w, layout)` if it is resident (counts a hit).
+    /// The address of `(w, layout)` if it is resident (counts a hit); for one expert's
+    /// matrix, its address inside the tensor's copy.
     pub fn peek(&mut self, w: &WeightRef, layout: Layout) -> Option<u64> {
         let layout = super::layout::normalize(layout, w.ty());
         let e = self.entries.get(&(Region::of(w), layout))?;
+        let addr = e.addr + part_offset(w, layout).ok()?;
         self.stats.hits += 1;
-        Some(e.addr)
+        Some(addr)
     }
 
     /// The resident entry of `(w, layout)`, without counting anything.
@@ -192,13 +206,15 @@ impl<M: Materializer> WeightCache<M> {
         self.entries.is_empty()
     }
 
-    /// The address of `w` in `layout`, materializing it on first use.
+    /// The address of `w` in `layout`, materializing it on first use. One expert's matrix
+    /// materializes the whole tensor (one copy, one entry) and gets its address inside it.
     pub fn get(&mut self, w: &WeightRef, layout: Layout) -> Result<u64, WeightError> {
         if let Some(a) = self.peek(w, layout) {
             return Ok(a);
         }
         self.stats.misses += 1;
-        match self.materialize(w, layout) {
+        let layout = super::layout::normalize(layout, w.ty());
+        match part_offset(w, layout).and_then(|off| Ok(self.materialize(&w.whole(), layout)? + off)) {
             Ok(a) => Ok(a),
             Err(e) => {
                 self.stats.failures += 1;
@@ -216,7 +232,7 @@ impl<M: Materializer> WeightCache<M> {
             if self.entries.contains_key(&key) {
                 continue;
             }
-            if let Err(e) = self.get(&w, layout) {
+            if let Err(e) = self.get(&w.whole(), layout) {
                 for k in added {
                     self.remove(k);
                 }

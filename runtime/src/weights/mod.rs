@@ -74,13 +74,39 @@ pub fn device_memory_from_env() -> Result<Option<u64>, String> {
 pub struct WeightId(pub u32);
 
 /// One weight as the model hands it to a backend.
+///
+/// A mixture-of-experts tensor (`ffn_{gate,up,down}_exps`) is 3-D: `dims[2]` matrices of
+/// `dims[1]` rows each, one per expert. [`WeightRef::matrix`] names one of them: the
+/// accessors (`n_rows`, `data`, `row_bytes`) then describe that matrix alone, so every
+/// kernel and `matmul` reads it as an ordinary 2-D weight, while the weight cache keys on
+/// the whole tensor ([`cache::Region::of`]) and hands out an address inside its one copy.
+/// There is never a per-expert region or a second copy.
 #[derive(Clone, Copy, Debug)]
 pub struct WeightRef<'a> {
     pub id: WeightId,
+    /// The whole tensor.
     pub view: TensorView<'a>,
+    /// `Some(e)`: only matrix `e` of a 3-D tensor (expert `e`).
+    pub matrix: Option<u32>,
 }
 
 impl<'a> WeightRef<'a> {
+    /// The whole tensor `view`.
+    pub fn new(id: WeightId, view: TensorView<'a>) -> WeightRef<'a> {
+        WeightRef { id, view, matrix: None }
+    }
+    /// Matrix `e` of this 3-D tensor (expert `e` of an `_exps` tensor), or `None` when the
+    /// tensor is not 3-D or has no matrix `e`.
+    pub fn expert(&self, e: usize) -> Option<WeightRef<'a>> {
+        match self.view.info.dims.as_slice() {
+            [_, _, n] if (e as u64) < *n && self.matrix.is_none() => Some(WeightRef { matrix: Some(e as u32), ..*self }),
+            _ => None,
+        }
+    }
+    /// The same tensor, whole.
+    pub fn whole(&self) -> WeightRef<'a> {
+        WeightRef { matrix: None, ..*self }
+    }
     pub fn name(&self) -> &'a str {
         &self.view.info.name
     }
@@ -91,16 +117,34 @@ impl<'a> WeightRef<'a> {
     pub fn row_len(&self) -> usize {
         self.view.info.dims[0] as usize
     }
-    /// Number of rows (output features of a linear weight, vocabulary of an embedding).
+    /// Number of rows (output features of a linear weight, vocabulary of an embedding);
+    /// of the one matrix when [`Self::matrix`] is set.
     pub fn n_rows(&self) -> usize {
-        self.view.info.n_rows() as usize
+        match self.matrix {
+            Some(_) => self.view.info.dims[1] as usize,
+            None => self.view.info.n_rows() as usize,
+        }
     }
     /// Bytes of one stored row.
     pub fn row_bytes(&self) -> usize {
-        self.view.data.len() / self.n_rows().max(1)
+        self.view.data.len() / (self.view.info.n_rows() as usize).max(1)
     }
+    /// The stored bytes of this weight (of the one matrix when [`Self::matrix`] is set).
     pub fn data(&self) -> &'a [u8] {
-        self.view.data
+        // `expert` checks the index; a hand-made out-of-range one reads as empty (the
+        // kernels then refuse it by its length) rather than panicking.
+        let (off, len) = self.span();
+        self.view.data.get(off..off + len).unwrap_or(&[])
+    }
+    /// Which part of the whole tensor's stored bytes [`Self::data`] is: (offset, length).
+    pub fn span(&self) -> (usize, usize) {
+        match self.matrix {
+            Some(e) => {
+                let len = self.n_rows() * self.row_bytes();
+                (e as usize * len, len)
+            }
+            None => (0, self.view.data.len()),
+        }
     }
 }
 

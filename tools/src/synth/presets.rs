@@ -47,6 +47,7 @@ pub fn gemma3_27b() -> Hparams {
         rope_linear: 8.0,
         post_norms: true,
         tok: Tok::Gemma,
+        moe: None,
     }
 }
 
@@ -131,7 +132,7 @@ pub fn tokenizer(h: &Hparams) -> TokSpec {
             add_bos: true,
             template: MISTRAL,
         },
-        (Tok::Arch, "qwen3") => TokSpec {
+        (Tok::Arch, "qwen3" | "qwen3moe") => TokSpec {
             pre: "qwen2",
             specials: &[(151643, "<|endoftext|>"), (151644, "<|im_start|>"), (151645, "<|im_end|>")],
             bos: 151643,

@@ -11,6 +11,7 @@ mod attention;
 mod attn_ggml;
 mod attn_kernels;
 mod dump;
+mod moe;
 pub mod ops;
 mod team;
 mod vexp;
@@ -19,7 +20,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::backend::{
-    Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, Result, Rope,
+    Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope,
 };
 use crate::quant::{self, par_chunks, GgmlType, Isa, Parallel};
 use crate::weights::WeightRef;
@@ -500,6 +501,10 @@ impl Backend for CpuBackend {
         self.put(k, kt);
         self.put(v, vt);
         r
+    }
+
+    fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, _tmp: &MoeScratch) -> Result<()> {
+        self.moe_ffn_direct(x, n_tok, p, out)
     }
 
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {

@@ -4,11 +4,13 @@
 //! compositions — which is what the CPU backend runs — so none of the fast path's fused
 //! kernels is ever reached from here, and the fast path carries no exact branch.
 //! Copies, the K/V store (f32 → f16 to nearest even) and buffer traffic are bit
-//! operations and go to the fast backend as they are.
+//! operations and go to the fast backend as they are. A MoE router runs on the host
+//! (`moe_ffn`).
 
 use super::GpuBackend;
 use crate::backend::gpu::device::GpuDevice;
-use crate::backend::{Attention, Backend, Buf, Glu, KvCache, KvSpec, Result, Rope};
+use crate::backend::moe::{moe_experts, route_rows, router_logits_host};
+use crate::backend::{Attention, Backend, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope};
 use crate::weights::{WeightOptions, WeightRef, WeightStats};
 
 /// A GPU backend whose every op computes the CPU backend's exact sequence of f32
@@ -123,6 +125,18 @@ impl Backend for ExactBackend {
     }
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         self.0.exact_attention(q, kv, layer, pos, p, out)
+    }
+    /// The router (an F32 matrix in qwen3moe files, which the exact kernels lack) on the
+    /// host by the CPU backend's own kernels over the input read back, so the routing is
+    /// the CPU's; the experts through the exact ops, in the default's order, which sums as
+    /// the CPU's direct op does.
+    fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
+        let (e, n_exp, _) = p.dims()?;
+        let mut xs = vec![0f32; n_tok * e];
+        self.0.read(x, &mut xs)?;
+        let logits = router_logits_host(p.router, &xs, n_tok)?;
+        let routes = route_rows(&logits, n_exp, p.n_used, p.norm_top_k);
+        moe_experts(self, x, n_tok, p, &routes, out, tmp)
     }
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {

@@ -31,7 +31,7 @@ struct Files(Vec<Box<GgufFile>>);
 
 impl Files {
     fn get(&self, i: usize) -> WeightRef<'_> {
-        WeightRef { id: WeightId(i as u32), view: self.0[i].tensor("w").expect("the file has `w`") }
+        WeightRef::new(WeightId(i as u32), self.0[i].tensor("w").expect("the file has `w`"))
     }
 }
 

@@ -63,7 +63,7 @@ impl Files {
         Ok(self.0.len() - 1)
     }
     fn get(&self, i: usize) -> WeightRef<'_> {
-        WeightRef { id: WeightId(i as u32), view: self.0[i].0.tensor("w").expect("the file has `w`") }
+        WeightRef::new(WeightId(i as u32), self.0[i].0.tensor("w").expect("the file has `w`"))
     }
     fn values(&self, i: usize) -> &[f32] {
         &self.0[i].1

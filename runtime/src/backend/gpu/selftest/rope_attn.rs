@@ -161,7 +161,7 @@ fn case_data(rng: &mut Rng, c: &Case) -> Result<(GgufFile, Data), String> {
 }
 
 fn wref<'a>(f: &'a GgufFile, name: &str, id: u32) -> WeightRef<'a> {
-    WeightRef { id: WeightId(id), view: f.tensor(name).expect("the case file has the tensor") }
+    WeightRef::new(WeightId(id), f.tensor(name).expect("the case file has the tensor"))
 }
 
 /// Weight ids of case `i`'s `qn`, `kn`, `ff`, `w8`.

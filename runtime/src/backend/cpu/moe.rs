@@ -1,0 +1,83 @@
+//! The CPU's direct [`crate::backend::Backend::moe_ffn`]: the same arithmetic as the
+//! default ([`crate::backend::moe`]) on host slices, without the per-row copies. Per
+//! expert with tokens: its rows gathered and converted once for gate and up (one job over
+//! both matrices' rows, as `matmul_multi`), the GLU, the down projection, each output row
+//! times its weight into its slot; then the slots summed in the order of the selection,
+//! as llama.cpp adds its experts' views.
+
+use crate::backend::moe::{expert, group_by_expert, route_rows};
+use crate::backend::{Buf, MoeFfn, Result};
+use crate::quant::{self, par_chunks, BatchItem};
+
+use super::{invalid, ops, quant_err, span, span_mut, CpuBackend};
+
+impl CpuBackend {
+    pub(super) fn moe_ffn_direct(&mut self, x: Buf, n: usize, p: &MoeFfn, out: Buf) -> Result<()> {
+        if x == out {
+            return Err(invalid("moe_ffn", "input and output must be different buffers".into()));
+        }
+        let (e, n_exp, f) = p.dims()?;
+        let k = p.n_used;
+        let mut o = self.take(out)?;
+        let r = self.moe_into(x, n, p, (e, n_exp, f, k), &mut o);
+        self.put(out, o);
+        r?;
+        self.dump("moe_ffn", out, n * e);
+        Ok(())
+    }
+
+    fn moe_into(&self, x: Buf, n: usize, p: &MoeFfn, (e, n_exp, f, k): (usize, usize, usize, usize), o: &mut [f32]) -> Result<()> {
+        let (pool, isa) = (&*self.pool, self.isa);
+        let xs = span(self.buf(x)?, 0, n * e, "moe_ffn")?;
+        let o = span_mut(o, 0, n * e, "moe_ffn")?;
+
+        let router = p.router;
+        let xq = quant::quantize_rows_on(pool, router.ty(), xs, n, e).map_err(|er| quant_err("moe_ffn", router, er))?;
+        let mut logits = vec![0f32; n * n_exp];
+        quant::matmul_quantized_on(pool, router.data(), router.ty(), n_exp, &xq, &mut logits, isa).map_err(|er| quant_err("moe_ffn", router, er))?;
+        let routes = route_rows(&logits, n_exp, k, p.norm_top_k);
+
+        // [k, n, e]: slot s of token t at (s·n + t)·e.
+        let mut acc = vec![0f32; k * n * e];
+        for (ex, toks) in group_by_expert(&routes, n_exp, k).into_iter().enumerate() {
+            if toks.is_empty() {
+                continue;
+            }
+            let m = toks.len();
+            let (g, u, d) = (expert(p.gate, ex)?, expert(p.up, ex)?, expert(p.down, ex)?);
+            let mut xe = Vec::with_capacity(m * e);
+            for &(t, _) in &toks {
+                xe.extend_from_slice(&xs[t * e..][..e]);
+            }
+            let (mut hg, mut hu) = (vec![0f32; m * f], vec![0f32; m * f]);
+            if quant::vec_dot_type(g.ty()) == quant::vec_dot_type(u.ty()) {
+                let xq = quant::quantize_rows_on(pool, g.ty(), &xe, m, e).map_err(|er| quant_err("moe_ffn", &g, er))?;
+                let mut items = [
+                    BatchItem { w: g.data(), ty: g.ty(), rows: f, y: &mut hg },
+                    BatchItem { w: u.data(), ty: u.ty(), rows: f, y: &mut hu },
+                ];
+                quant::matmul_batch_on(pool, &mut items, &xq, isa).map_err(|er| quant_err("moe_ffn", &g, er))?;
+            } else {
+                for (w, y) in [(&g, &mut hg), (&u, &mut hu)] {
+                    let xq = quant::quantize_rows_on(pool, w.ty(), &xe, m, e).map_err(|er| quant_err("moe_ffn", w, er))?;
+                    quant::matmul_quantized_on(pool, w.data(), w.ty(), f, &xq, y, isa).map_err(|er| quant_err("moe_ffn", w, er))?;
+                }
+            }
+            let per = if hg.len() <= 1024 { hg.len() } else { hg.len().div_ceil(2 * pool.threads()).max(512) };
+            par_chunks(pool, &mut hg, per.max(1), &|i, h| ops::glu_inplace(h, &hu[i * per..][..h.len()], p.act));
+            let hq = quant::quantize_rows_on(pool, d.ty(), &hg, m, f).map_err(|er| quant_err("moe_ffn", &d, er))?;
+            let mut ye = vec![0f32; m * e];
+            quant::matmul_quantized_on(pool, d.data(), d.ty(), e, &hq, &mut ye, isa).map_err(|er| quant_err("moe_ffn", &d, er))?;
+            for (j, &(t, s)) in toks.iter().enumerate() {
+                let w = routes[t * k + s].1;
+                let dst = &mut acc[(s * n + t) * e..][..e];
+                dst.iter_mut().zip(&ye[j * e..][..e]).for_each(|(a, y)| *a = y * w);
+            }
+        }
+        o.copy_from_slice(&acc[..n * e]);
+        for s in 1..k {
+            o.iter_mut().zip(&acc[s * n * e..][..n * e]).for_each(|(a, b)| *a += b);
+        }
+        Ok(())
+    }
+}

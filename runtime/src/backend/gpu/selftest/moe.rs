@@ -1,0 +1,231 @@
+//! `moe_ffn_*` checks: [`Backend::moe_ffn`] on the GPU (today the trait's default: the
+//! router's matmul, its logits read back for the top-k, the selected experts' matmuls on
+//! views into the one copy of each 3-D tensor) against the CPU backend's direct op on the
+//! same weights and input.
+//!
+//! Each case: an F32 router, Q4_K gate/up experts and a Q4_K or Q6_K down, random
+//! input rows (or one row repeated, so that the selected experts receive every token and
+//! the others none), the output and every working buffer NaN before the op. Checked:
+//! - every output within 3e-2·max|CPU row| + 1e-5 of the CPU's, for each token whose
+//!   top-k is not a near tie on the CPU (k-th and (k+1)-th probabilities ≥ 2e-3 apart;
+//!   the GPU's router logits round differently). A wrong expert, a dropped
+//!   renormalisation or a missing slot is off by the size of the row;
+//! - on a device with a weight cache: the op made one resident entry per tensor (4 per
+//!   case, never one per expert) and no duplicate;
+//! - `moe_ffn_*_exact`: the exact backend (router on the host, experts by the exact ops)
+//!   gives the CPU's outputs bit for bit (3 resident entries: the router stays on the host).
+//!
+//! Shapes: 8 experts (2 used) to 64 (8 used), 1 to 100 tokens, n_embd 256 to 1024.
+
+use super::report::{Acc, CheckReport, Rng};
+use crate::backend::cpu::CpuBackend;
+use crate::backend::gpu::device::GpuDevice;
+use crate::backend::gpu::{ExactBackend, GpuBackend};
+use crate::backend::moe::{moe_ffn_unfused, route};
+use crate::backend::{Backend, Glu, MoeFfn, MoeScratch};
+use crate::gguf::{GgufFile, GgufWriter};
+use crate::quant::{self, GgmlType};
+use crate::weights::{WeightId, WeightRef};
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    e: usize,
+    f: usize,
+    n_exp: usize,
+    k: usize,
+    n_tok: usize,
+    down: GgmlType,
+    /// Every token the same row (the selected experts get all tokens, the rest none).
+    same_rows: bool,
+}
+
+fn cases() -> Vec<Case> {
+    let c = |e, f, n_exp, k, n_tok, down, same_rows| Case { e, f, n_exp, k, n_tok, down, same_rows };
+    use GgmlType::{Q4_K, Q6_K};
+    vec![
+        c(256, 256, 8, 2, 1, Q6_K, false),
+        c(256, 512, 8, 2, 64, Q4_K, false),
+        c(512, 256, 16, 4, 7, Q6_K, false),
+        c(256, 256, 8, 2, 33, Q4_K, true),
+        c(1024, 256, 64, 8, 1, Q6_K, false),
+        c(1024, 256, 64, 8, 100, Q4_K, false),
+    ]
+}
+
+fn name(c: &Case) -> String {
+    format!("moe_ffn_e{}_x{}k{}_t{}{}", c.e, c.n_exp, c.k, c.n_tok, if c.same_rows { "_same" } else { "" })
+}
+
+/// The case's weights as one file: `router` F32 [e, n_exp], `gate`/`up` Q4_K
+/// [e, f, n_exp], `down` [f, e, n_exp].
+fn weights(rng: &mut Rng, c: &Case) -> Result<GgufFile, String> {
+    let mut w = GgufWriter::new();
+    let mut add = |w: &mut GgufWriter, name: &str, ty: GgmlType, dims: &[u64], scale: f32| -> Result<(), String> {
+        let n: u64 = dims.iter().product();
+        let v = rng.vec(n as usize, scale);
+        let mut b = vec![0u8; ty.bytes_for(n).ok_or("partial block")? as usize];
+        quant::quantize(ty, &v, &mut b).map_err(|e| e.to_string())?;
+        w.add_tensor(name, ty, dims, b);
+        Ok(())
+    };
+    let (e, f, n) = (c.e as u64, c.f as u64, c.n_exp as u64);
+    add(&mut w, "router", GgmlType::F32, &[e, n], 0.2)?;
+    add(&mut w, "gate", GgmlType::Q4_K, &[e, f, n], 0.5)?;
+    add(&mut w, "up", GgmlType::Q4_K, &[e, f, n], 0.5)?;
+    add(&mut w, "down", c.down, &[f, e, n], 0.5)?;
+    GgufFile::from_bytes(w.to_bytes().map_err(|e| e.to_string())?).map_err(|e| e.to_string())
+}
+
+/// The case file's router, gate, up and down (ids unique to case `idx`).
+fn case_weights(f: &GgufFile, idx: usize) -> Result<[WeightRef<'_>; 4], String> {
+    let mut v = Vec::new();
+    for (i, n) in ["router", "gate", "up", "down"].into_iter().enumerate() {
+        v.push(WeightRef::new(WeightId(4 * idx as u32 + i as u32), f.tensor(n).ok_or("no tensor")?));
+    }
+    v.try_into().map_err(|_| "four weights".to_string())
+}
+
+/// The op on `be` (through the trait, or the default itself with `unfused`); the output.
+fn run<B: Backend + ?Sized>(be: &mut B, unfused: bool, c: &Case, x: &[f32], ws: [WeightRef; 4], norm_top_k: bool) -> crate::backend::Result<Vec<f32>> {
+    let (n, e) = (c.n_tok, c.e);
+    let xb = be.alloc(n * e)?;
+    be.write(xb, x)?;
+    let out = be.alloc(n * e)?;
+    be.write(out, &vec![f32::NAN; n * e])?;
+    let tmp = MoeScratch::new(be, n, e, c.n_exp, c.f, c.k)?;
+    let lens = [n * c.n_exp, n * e, n * c.f, n * c.f, n * e, e, c.k * n * e];
+    for (b, len) in tmp.bufs().into_iter().zip(lens) {
+        be.write(b, &vec![f32::NAN; len])?;
+    }
+    let p = MoeFfn { router: &ws[0], gate: &ws[1], up: &ws[2], down: &ws[3], n_used: c.k, norm_top_k, act: Glu::Silu };
+    let r = if unfused { moe_ffn_unfused(be, xb, n, &p, out, &tmp) } else { be.moe_ffn(xb, n, &p, out, &tmp) };
+    let mut y = vec![0f32; n * e];
+    let r = r.and_then(|_| be.read(out, &mut y));
+    for b in tmp.bufs().into_iter().chain([xb, out]) {
+        be.free(b)?;
+    }
+    r.map(|_| y)
+}
+
+/// How the backend under test runs and is judged.
+#[derive(Clone, Copy)]
+struct Mode {
+    /// Call the trait's default itself instead of the backend's `moe_ffn`.
+    unfused: bool,
+    /// What the backend is told about the renormalisation (false only in the test that
+    /// shows the check failing).
+    norm: bool,
+    /// Bit-identical to the CPU (exact numerics) instead of within the tolerance.
+    bits: bool,
+    /// Resident entries the op adds on a device with a weight cache (the exact backend
+    /// runs the router on the host: 3).
+    entries: u64,
+}
+
+/// Case `c` on `under` against the CPU's direct op.
+#[allow(clippy::too_many_arguments)]
+fn check_case<G: Backend + ?Sized>(under: &mut G, m: Mode, cpu: &mut CpuBackend, rng: &mut Rng, c: &Case, idx: usize, files: &mut Vec<GgufFile>, acc: &mut Acc) -> Result<(), String> {
+    files.push(weights(rng, c)?);
+    let f: &GgufFile = files.last().ok_or("no file")?;
+    let ws = |f| case_weights(f, idx);
+    let x: Vec<f32> = if c.same_rows { rng.vec(c.e, 1.0).repeat(c.n_tok) } else { rng.vec(c.n_tok * c.e, 1.0) };
+    // Resident entries (copies, or in place in `mapped` residency) and duplicates.
+    let copies = |b: &G| b.weight_stats().map(|s| (s.copies + s.mapped, s.duplicates));
+    let before = copies(under);
+    let got = run(under, m.unfused, c, &x, ws(f)?, m.norm).map_err(|e| format!("under test: {e}"))?;
+    let want = run(cpu, false, c, &x, ws(f)?, true).map_err(|e| format!("cpu: {e}"))?;
+    if let (Some(b), Some(a)) = (before, copies(under)) {
+        if a.0 - b.0 != m.entries || a.1 != b.1 {
+            acc.fail(format!("{}: {} new resident entries (want {}) and {} duplicates", name(c), a.0 - b.0, m.entries, a.1 - b.1));
+            return Ok(());
+        }
+    }
+    if m.bits {
+        acc.cmp_bits(&name(c), &got, &want);
+        return Ok(());
+    }
+    // The CPU's routing, to leave out near ties.
+    let router = ws(f)?[0];
+    let mut logits = vec![0f32; c.n_tok * c.n_exp];
+    quant::matmul(router.data(), GgmlType::F32, c.n_exp, c.e, &x, c.n_tok, &mut logits).map_err(|e| e.to_string())?;
+    let mut probs = Vec::new();
+    let mut checked = 0;
+    for t in 0..c.n_tok {
+        route(&logits[t * c.n_exp..][..c.n_exp], c.n_exp, false, &mut probs);
+        if c.k < c.n_exp && probs[c.k - 1].1 - probs[c.k].1 < 2e-3 {
+            continue;
+        }
+        checked += 1;
+        let (g, w) = (&got[t * c.e..][..c.e], &want[t * c.e..][..c.e]);
+        let wmax = w.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+        let wv: Vec<f64> = w.iter().map(|&v| v as f64).collect();
+        acc.cmp(&format!("{} token {t}", name(c)), g, &wv, |_| 3e-2 * wmax + 1e-5);
+    }
+    if checked == 0 {
+        acc.fail(format!("{}: every token was a near tie", name(c)));
+    }
+    Ok(())
+}
+
+/// Every `moe_ffn_*` check whose name contains `filter` (one per case), on the GPU backend.
+pub fn run_checks(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport> {
+    let named: Vec<(usize, Case)> = cases().into_iter().enumerate().filter(|(_, c)| filter.map(|f| name(c).contains(f)).unwrap_or(true)).collect();
+    if named.is_empty() {
+        return Vec::new();
+    }
+    let mut gpu = GpuBackend::new(dev.clone());
+    let mut exact = ExactBackend::new(dev.clone());
+    let mut cpu = match CpuBackend::new(4) {
+        Ok(c) => c,
+        Err(e) => return named.iter().map(|(_, c)| CheckReport { name: name(c), cases: 0, max_err: 0.0, worst_ratio: f64::INFINITY, skipped: false, failure: Some(e.to_string()) }).collect(),
+    };
+    let mut rng = Rng::new(seed ^ 0x3e0e_ff17);
+    // The files outlive the backends: their caches know a weight by its bytes' address.
+    let mut files = Vec::new();
+    let fast = Mode { unfused: false, norm: true, bits: false, entries: 4 };
+    let mut reports = Vec::new();
+    for (idx, c) in named {
+        let mut acc = Acc::new(&name(&c));
+        if let Err(e) = check_case(&mut gpu, fast, &mut cpu, &mut rng, &c, idx, &mut files, &mut acc) {
+            acc.fail(e);
+        }
+        reports.push(acc.finish());
+        // --numerics exact: the CPU's logits bit for bit.
+        let mut acc = Acc::new(&format!("{}_exact", name(&c)));
+        if let Err(e) = check_case(&mut exact, Mode { bits: true, entries: 3, ..fast }, &mut cpu, &mut rng, &c, idx + 1000, &mut files, &mut acc) {
+            acc.fail(e);
+        }
+        reports.push(acc.finish());
+    }
+    drop(exact);
+    drop(gpu);
+    drop(cpu);
+    drop(files);
+    reports
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The check's body on the host: the trait's default on the CPU equals the CPU's
+    /// direct op bit for bit on every case, and fails when it drops the renormalisation.
+    #[test]
+    fn default_op_passes_and_a_dropped_renormalisation_fails() {
+        let (mut a, mut cpu) = (CpuBackend::new(2).unwrap(), CpuBackend::new(2).unwrap());
+        let mut rng = Rng::new(7);
+        let mut files = Vec::new();
+        for (idx, c) in cases().into_iter().enumerate() {
+            let mut acc = Acc::new(&name(&c));
+            let m = Mode { unfused: true, norm: true, bits: true, entries: 0 };
+            check_case(&mut a, m, &mut cpu, &mut rng, &c, idx, &mut files, &mut acc).unwrap();
+            let r = acc.finish();
+            assert!(r.passed(), "{}", r.line());
+        }
+        let c = cases()[1];
+        let mut acc = Acc::new(&name(&c));
+        check_case(&mut a, Mode { unfused: true, norm: false, bits: false, entries: 0 }, &mut cpu, &mut rng, &c, 99, &mut files, &mut acc).unwrap();
+        let r = acc.finish();
+        assert!(!r.passed(), "{}", r.line());
+    }
+}
