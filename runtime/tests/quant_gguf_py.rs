@@ -26,8 +26,8 @@ fn reference() -> Value {
 fn new_types_dequantize_bit_exact_with_gguf_py() {
     let r = reference();
     let types = r["types"].as_object().unwrap();
-    assert_eq!(types.len(), GgmlType::LOWBIT_WEIGHTS.len());
-    for ty in GgmlType::LOWBIT_WEIGHTS {
+    assert_eq!(types.len(), GgmlType::LOWBIT_WEIGHTS.len() + GgmlType::GRID_WEIGHTS.len());
+    for ty in GgmlType::LOWBIT_WEIGHTS.into_iter().chain(GgmlType::GRID_WEIGHTS) {
         let w = &types[ty.name()];
         assert_eq!(w["block_bytes"].as_u64().unwrap() as usize, ty.block_bytes(), "{ty}");
         assert_eq!(w["block_elems"].as_u64().unwrap() as usize, ty.block_elems(), "{ty}");
@@ -81,6 +81,25 @@ fn bad_input_is_an_error_not_a_panic() {
             let e = quantize(ty, &x, &mut q).unwrap_err();
             assert!(matches!(e, QuantError::NonFiniteInput { index, .. } if index == be + 3), "{ty}: {e}");
         }
+    }
+}
+
+/// The grid types: partial blocks and wrong byte counts are errors; quantizing to them is
+/// an error naming the type (lode has no quantizer for them).
+#[test]
+fn grid_types_bad_input_and_no_quantizer() {
+    for ty in GgmlType::GRID_WEIGHTS {
+        let mut y = vec![0f32; 256 + 32];
+        let e = dequantize(ty, &vec![0u8; 2 * ty.block_bytes()], &mut y).unwrap_err();
+        assert!(matches!(e, QuantError::PartialBlock { .. }), "{ty}: {e}");
+        let mut y = vec![0f32; 256];
+        assert!(matches!(dequantize(ty, &[0u8; 3], &mut y), Err(QuantError::ByteLen { .. })), "{ty}");
+        let mut q = vec![0u8; ty.block_bytes()];
+        let e = quantize(ty, &[0.5; 256], &mut q).unwrap_err();
+        assert!(matches!(e, QuantError::NoQuantizer(t) if t == ty) && e.to_string().contains(ty.name()), "{ty}: {e}");
+        // All-zero blocks (d = 0) are zeros.
+        dequantize(ty, &vec![0u8; ty.block_bytes()], &mut y).unwrap();
+        assert!(y.iter().all(|&v| v == 0.0), "{ty}");
     }
 }
 

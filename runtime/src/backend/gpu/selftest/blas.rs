@@ -90,7 +90,7 @@ pub fn run_checks(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64
 /// `gemm_<type>` as [`gemm_cases`] names them.
 fn blas_cases() -> Vec<(String, GgmlType, Layout)> {
     let mut v = gemm_cases();
-    v.extend(GgmlType::LOWBIT_WEIGHTS.iter().map(|&ty| (format!("gemm_{}", ty.name().to_lowercase()), ty, Layout::Stored)));
+    v.extend(GgmlType::LOWBIT_WEIGHTS.iter().chain(&GgmlType::GRID_WEIGHTS).map(|&ty| (format!("gemm_{}", ty.name().to_lowercase()), ty, Layout::Stored)));
     v
 }
 
