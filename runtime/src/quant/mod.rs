@@ -21,6 +21,7 @@ mod dot;
 mod fit;
 mod float;
 mod grid;
+mod iq3s_quant;
 mod iq_grids;
 mod iq_grids_data;
 mod iq4;
@@ -73,7 +74,7 @@ pub enum QuantError {
         expected: usize,
         got: usize,
     },
-    #[error("{0} cannot be quantized to")]
+    #[error("{0} cannot be quantized to (lode has no quantizer for it; llama.cpp makes the IQ2 / IQ1 types with an importance matrix)")]
     NoQuantizer(GgmlType),
     #[error("{ty} is not supported: lode cannot convert it to or from f32 (supported: {})", GgmlType::names(&GgmlType::ALL), ty = .0)]
     Unsupported(GgmlType),
@@ -159,7 +160,7 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         GgmlType::Q5_K => kquant::quant_q5_k(src, dst),
         GgmlType::Q6_K => q6k::quant_q6_k(src, dst),
         GgmlType::Q8_K => q8k::quant_q8_k(src, dst),
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 => {
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 | GgmlType::IQ3_S => {
             // ggml's reference quantizers give meaningless codes for NaN/Inf input; these
             // types only ever hold weights, so say so instead.
             check::finite_input(ty, src)?;
@@ -168,6 +169,7 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
                 GgmlType::Q3_K => q23k::quant_q3_k(src, dst),
                 GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst),
                 GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst),
+                GgmlType::IQ3_S => iq3s_quant::quant_iq3_s(src, dst),
                 _ => iq4::quant_mxfp4(src, dst),
             }
         }

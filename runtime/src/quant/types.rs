@@ -101,14 +101,14 @@ impl GgmlType {
     };
 
     /// Every type lode converts to and from f32 (dequantize and quantize), in id order.
-    pub const ALL: [GgmlType; 18] = [
+    pub const ALL: [GgmlType; 19] = [
         F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL,
-        IQ4_XS, BF16, MXFP4,
+        IQ3_S, IQ4_XS, BF16, MXFP4,
     ];
 
     /// Every type a weight tensor may have: [`GgmlType::ALL`] without the activation-only
-    /// Q8_1 and Q8_K, and the [`Self::GRID_WEIGHTS`] (which lode dequantizes but does not
-    /// quantize to). The CPU backend and the GPU's fast numerics cover all of them;
+    /// Q8_1 and Q8_K, and the [`Self::GRID_WEIGHTS`] (which lode dequantizes; of them it
+    /// quantizes to IQ3_S only). The CPU backend and the GPU's fast numerics cover all of them;
     /// [`Self::BASE_WEIGHTS`] first, then [`Self::LOWBIT_WEIGHTS`], then the grid types.
     pub const WEIGHTS: [GgmlType; 23] = [
         F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_S, IQ3_XXS, IQ2_XXS,
@@ -125,8 +125,8 @@ impl GgmlType {
 
     /// The codebook ("grid") types (issue 23): 8-value groups as indices into a fixed grid
     /// of ggml's, with sign bits. Dequantized and computed with like the low-bit types
-    /// (scales checked at load) but not quantized to: llama.cpp makes most of them only
-    /// with an importance matrix.
+    /// (scales checked at load); only IQ3_S is quantized to (llama.cpp makes the IQ2 / IQ1
+    /// types only with an importance matrix).
     pub const GRID_WEIGHTS: [GgmlType; 7] = [IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M];
 
     /// The weight types the GPU's `--numerics exact` kernels reproduce the CPU's order
