@@ -203,8 +203,8 @@ pub trait Backend: Send {
     fn attach_weights(&mut self, _file: &std::sync::Arc<crate::gguf::GgufFile>, _weights: &[WeightRef]) -> Result<()> {
         Ok(())
     }
-    /// The matrix weight types this backend's kernels cover ([`GgmlType::WEIGHTS`], or
-    /// [`GgmlType::EXACT_WEIGHTS`] for the GPU's `--numerics exact`). The engine
+    /// The matrix weight types this backend's kernels cover ([`GgmlType::WEIGHTS`] on
+    /// every backend lode has). The engine
     /// refuses a model with other matrices ([`check_weight_types`]) before the first op.
     fn weight_types(&self) -> &'static [GgmlType] {
         &GgmlType::WEIGHTS

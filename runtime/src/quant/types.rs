@@ -129,18 +129,6 @@ impl GgmlType {
     /// types only with an importance matrix).
     pub const GRID_WEIGHTS: [GgmlType; 7] = [IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M];
 
-    /// The weight types the GPU's `--numerics exact` kernels reproduce the CPU's order
-    /// for: [`Self::WEIGHTS`] without the grid types.
-    pub const EXACT_WEIGHTS: [GgmlType; 16] = {
-        let mut out = [F32; 16];
-        let mut i = 0;
-        while i < 16 {
-            out[i] = Self::WEIGHTS[i];
-            i += 1;
-        }
-        out
-    };
-
     /// Whether a block of this type has scales that must be checked for NaN / Inf at load
     /// (the low-bit and grid types).
     pub fn checks_scales(self) -> bool {

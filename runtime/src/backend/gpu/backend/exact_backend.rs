@@ -54,9 +54,6 @@ impl Backend for ExactBackend {
     fn attach_weights(&mut self, file: &std::sync::Arc<crate::gguf::GgufFile>, weights: &[WeightRef]) -> Result<()> {
         self.0.attach_weights(file, weights)
     }
-    fn weight_types(&self) -> &'static [crate::quant::GgmlType] {
-        &crate::quant::GgmlType::EXACT_WEIGHTS
-    }
     fn weight_stats(&self) -> Option<WeightStats> {
         self.0.weight_stats()
     }
