@@ -138,11 +138,6 @@ pub(crate) fn sub(ty: GgmlType, b: &[u8], ib: usize) -> Sub {
     s
 }
 
-/// Bytes per block of each grid type.
-pub(crate) fn block_bytes(ty: GgmlType) -> usize {
-    ty.block_bytes()
-}
-
 /// The super-block scale `d` of a grid-type block.
 #[inline(always)]
 pub(crate) fn d_of(ty: GgmlType, b: &[u8]) -> f32 {
@@ -168,7 +163,7 @@ fn dequant_scale(ty: GgmlType, d: f32, s: &Sub, h: usize) -> f32 {
 
 /// Dequantize whole blocks of the grid type `ty`.
 pub(crate) fn dequant(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
-    let bb = block_bytes(ty);
+    let bb = ty.block_bytes();
     let iq1 = matches!(ty, GgmlType::IQ1_S | GgmlType::IQ1_M);
     for (b, y) in src.chunks_exact(bb).zip(dst.chunks_exact_mut(QK_K)) {
         let d = d_of(ty, b);
@@ -221,7 +216,7 @@ pub(crate) fn block_step(ty: GgmlType, b: &[u8], y: &[u8], isum: i32, dsum: i32)
 /// Grid type · Q8_K, scalar: per sub-block the exact integer sums of each 16-element half,
 /// scaled by its integer scale; then [`block_step`] per super-block, in block order.
 pub(crate) fn dot(ty: GgmlType, w: &[u8], x: &[u8], n: usize) -> f32 {
-    let bb = block_bytes(ty);
+    let bb = ty.block_bytes();
     let mut acc = 0f32;
     for (b, y) in w.chunks_exact(bb).zip(x.chunks_exact(Q8_K_BYTES)).take(n / QK_K) {
         let (mut isum, mut dsum) = (0i32, 0i32);
