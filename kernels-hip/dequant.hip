@@ -141,7 +141,19 @@ DEV void dq_elems(const u8* W, int row, int K, int k0, float* y) {
     for (int i = 0; i < 16; ++i) y[i] = F(r, k0 + i);
 }
 
-enum { D_Q4_0, D_Q4_1, D_Q5_0, D_Q5_1, D_Q8_0, D_Q4_K, D_Q5_K, D_Q6_K, D_Q4_K_R64, D_Q6_K_R64, D_Q2_K, D_Q3_K, D_IQ4_NL, D_IQ4_XS, D_MXFP4 };
+// The grid types: 16 elements of one sub-block half, the sub-block decoded once.
+template <int G>
+DEV void dq_grid16(const u8* W, int row, int K, int k0, float* y) {
+    const u8* b = W + ((u64)row * (K / 256) + k0 / 256) * grid_bb<G>::v;
+    const int i0 = k0 & 255;
+    gsub s;
+    grid_sub<G>(b, i0 >> 5, s);
+    const float d = grid_d<G>(b);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) y[i] = grid_value<G>(s, d, (i0 & 31) + i);
+}
+
+enum { D_Q4_0, D_Q4_1, D_Q5_0, D_Q5_1, D_Q8_0, D_Q4_K, D_Q5_K, D_Q6_K, D_Q4_K_R64, D_Q6_K_R64, D_Q2_K, D_Q3_K, D_IQ4_NL, D_IQ4_XS, D_MXFP4, D_GRID0 };
 
 template <int T>
 DEV void dq16(const u8* W, int row, int K, int k0, float* y) {
@@ -160,6 +172,7 @@ DEV void dq16(const u8* W, int row, int K, int k0, float* y) {
     if (T == D_IQ4_NL) dq_elems<dqe_iq4_nl, 18, 32>(W, row, K, k0, y);
     if (T == D_IQ4_XS) dq_elems<dqe_iq4_xs, 136, 256>(W, row, K, k0, y);
     if (T == D_MXFP4) dq_elems<dqe_mxfp4, 17, 32>(W, row, K, k0, y);
+    if (T >= D_GRID0) dq_grid16<(T >= D_GRID0 ? T - D_GRID0 : 0)>(W, row, K, k0, y);
 }
 
 struct __attribute__((aligned(16))) dq_u4 { u32 x, y, z, w; };
@@ -196,6 +209,13 @@ KERNEL LAUNCH_BOUNDS(256) void dequant_f16_q3_K(const u8* W, u16* Y, int row0, i
 KERNEL LAUNCH_BOUNDS(256) void dequant_f16_iq4_nl(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_IQ4_NL>(W, Y, row0, rows, K); }
 KERNEL LAUNCH_BOUNDS(256) void dequant_f16_iq4_xs(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_IQ4_XS>(W, Y, row0, rows, K); }
 KERNEL LAUNCH_BOUNDS(256) void dequant_f16_mxfp4(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_MXFP4>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_iq3_s(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_GRID0 + 0>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_iq3_xxs(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_GRID0 + 1>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_iq2_xxs(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_GRID0 + 2>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_iq2_xs(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_GRID0 + 3>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_iq2_s(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_GRID0 + 4>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_iq1_s(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_GRID0 + 5>(W, Y, row0, rows, K); }
+KERNEL LAUNCH_BOUNDS(256) void dequant_f16_iq1_m(const u8* W, u16* Y, int row0, int rows, int K) { dequant_body<D_GRID0 + 6>(W, Y, row0, rows, K); }
 
 // y = f16(the q8_1 form's value of x) = f2h(code x f16 d), as quantize_dq_q8_1 + the GEMM's
 // staging. x: [n_rows, k] f32; y: [n_rows, k] f16; k % 32 == 0. grid (ceil(k / 256), n_rows),

@@ -12,6 +12,7 @@
 // Activation blocks are written in the CPU's byte layouts (q8_0: 34 B, q8_1: 36 B,
 // q8_K: 292 B), so a check can compare them byte for byte.
 #include "common.h"
+#include "dequant_low.h"
 
 #ifdef LODE_AMD
 #pragma clang fp contract(off)
@@ -115,7 +116,8 @@ KERNEL void exact_quantize(const float* x, u8* y, int k, int kind) {
 
 // ---- weights × activations -----------------------------------------------------------
 // Weight type codes (the host's `ExactType`): 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0,
-// 5 Q4_K, 6 Q6_K, 7 Q2_K, 8 Q3_K, 9 IQ4_NL, 10 IQ4_XS, 11 MXFP4.
+// 5 Q4_K, 6 Q6_K, 7 Q2_K, 8 Q3_K, 9 IQ4_NL, 10 IQ4_XS, 11 MXFP4, 12 IQ3_S, 13 IQ3_XXS,
+// 14 IQ2_XXS, 15 IQ2_XS, 16 IQ2_S, 17 IQ1_S, 18 IQ1_M.
 
 // Code of element e (0..31) of a 32-element weight block, with its type's offset
 // removed (Q4_0: −8, Q5_0: −16); the `_1` types keep unsigned codes (min term apart).
@@ -347,6 +349,40 @@ DEV float dot_iq4xs(const u8* w, const u8* x, int nb) {
     return acc;
 }
 
+// The grid types · q8_K (`quant::grid::dot`): per super-block the exact Σ ls·Σ ±g·q (IQ1:
+// its signed grid, and Σ ls·(±1)·Σ q for the ±1/8 shift), then acc + (d·dx)·isum (IQ1:
+// (d·dx)·(isum + 1/8·dsum)) in block order, times the type's factor at the end (IQ2: 1/8,
+// IQ3_XXS: 1/4). Sub-blocks decoded by dequant_low.h's grid_sub. T: its type code.
+template <int T>
+DEV float dot_grid(const u8* w, const u8* x, int nb) {
+    float acc = 0.0f;
+    for (int i = 0; i < nb; ++i) {
+        const u8* b = w + (u64)i * grid_bb<T>::v;
+        const u8* y = x + (u64)i * 292;
+        int isum = 0, dsum = 0;
+        for (int ib = 0; ib < 8; ++ib) {
+            gsub s;
+            grid_sub<T>(b, ib, s);
+            int h[2] = {0, 0}, dh[2] = {0, 0};
+            for (int e = 0; e < 32; ++e) {
+                const int l = e >> 3, q = (int)(i8)y[4 + 32 * ib + e];
+                const int g = (int)((s.g[l] >> (8 * (e & 7))) & 0xff);
+                if (T >= 5) {
+                    h[e >> 4] += (int)(i8)(u8)g * q;
+                    dh[e >> 4] += ((s.nd >> l) & 1) ? -q : q;
+                } else {
+                    h[e >> 4] += ((s.signs >> e) & 1) ? -g * q : g * q;
+                }
+            }
+            isum += s.ls[0] * h[0] + s.ls[1] * h[1];
+            dsum += s.ls[0] * dh[0] + s.ls[1] * dh[1];
+        }
+        const float dd = xmul(grid_d<T>(b), rdf(y));
+        acc = xadd(acc, T >= 5 ? xmul(dd, xadd((float)isum, xmul(0.125f, (float)dsum))) : xmul(dd, (float)isum));
+    }
+    return xmul((T == 2 || T == 3 || T == 4) ? 0.125f : T == 1 ? 0.25f : 1.0f, acc);
+}
+
 // y[t][r] = W[r] · xq[t]. w: [rows, row_bytes] stored blocks; xq: [n_tok, k / block]
 // activation blocks of the type's vec_dot type; y: [n_tok, rows] f32.
 // `order`: Q4_K: tokens below it use the four-token order (4·⌊n_tok/4⌋); Q6_K: 1 = tiled.
@@ -371,6 +407,18 @@ KERNEL void exact_matmul(const u8* w, const u8* xq, float* y, int rows, int k, i
     } else if (ty == 9 || ty == 11) {
         const int nb = k / 32;
         v = dot_nl(w + (u64)r * nb * (ty == 11 ? 17 : 18), xq + (u64)t * nb * 34, nb, ty == 11);
+    } else if (ty >= 12) {
+        const int nb = k / 256;
+        const u8* xr = xq + (u64)t * nb * 292;
+        switch (ty) {
+        case 12: v = dot_grid<0>(w + (u64)r * nb * 110, xr, nb); break;
+        case 13: v = dot_grid<1>(w + (u64)r * nb * 98, xr, nb); break;
+        case 14: v = dot_grid<2>(w + (u64)r * nb * 66, xr, nb); break;
+        case 15: v = dot_grid<3>(w + (u64)r * nb * 74, xr, nb); break;
+        case 16: v = dot_grid<4>(w + (u64)r * nb * 82, xr, nb); break;
+        case 17: v = dot_grid<5>(w + (u64)r * nb * 50, xr, nb); break;
+        default: v = dot_grid<6>(w + (u64)r * nb * 56, xr, nb); break;
+        }
     } else {
         const int nb = k / 256;
         v = dot_q6k(w + (u64)r * nb * 210, xq + (u64)t * nb * 292, nb, order != 0);

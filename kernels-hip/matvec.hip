@@ -15,6 +15,7 @@
 
 #include "mv_dot.h"
 #include "mv_dot_b32.h"
+#include "dequant_low.h"
 #include "mv_dot_low.h"
 
 // ---- float weights x f32 activations ----
@@ -66,6 +67,13 @@ MV_K(matvec_q6_K, mv_q6_K, 210, 8)
 MV_K(matvec_q2_K, mv_q2_K, 84, 8)
 MV_K(matvec_q3_K, mv_q3_K, 110, 8)
 MV_K(matvec_iq4_xs, mv_iq4_xs, 136, 8)
+MV_K(matvec_iq3_s, mv_iq3_s, 110, 8)
+MV_K(matvec_iq3_xxs, mv_iq3_xxs, 98, 8)
+MV_K(matvec_iq2_xxs, mv_iq2_xxs, 66, 8)
+MV_K(matvec_iq2_xs, mv_iq2_xs, 74, 8)
+MV_K(matvec_iq2_s, mv_iq2_s, 82, 8)
+MV_K(matvec_iq1_s, mv_iq1_s, 50, 8)
+MV_K(matvec_iq1_m, mv_iq1_m, 56, 8)
 
 #define MV_B32(NAME, T, BB)                                                                        \
     template <int NC>                                                                              \
@@ -129,7 +137,8 @@ MV_F(matvec_bf16, 2, 2)
 // which dominate a decode step of a small model; a single decode matvec of Q4_K / Q6_K
 // is this kernel with one segment. Segment s owns blocks [sum_{j<s} ceil(rows_j / 4), …).
 // Type codes: 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0, 5 IQ4_NL, 6 MXFP4 (q8_1 form),
-// 10 Q4_K, 11 Q5_K, 12 Q6_K, 13 Q2_K, 14 Q3_K, 15 IQ4_XS (K form).
+// 10 Q4_K, 11 Q5_K, 12 Q6_K, 13 Q2_K, 14 Q3_K, 15 IQ4_XS, 16 IQ3_S, 17 IQ3_XXS, 18 IQ2_XXS,
+// 19 IQ2_XS, 20 IQ2_S, 21 IQ1_S, 22 IQ1_M (K form).
 // x: [k / 32] q8_1 form (for the 32-element types), xk: [k / 32] K form (for the
 // K-quants; either may be unused); y_s: [rows_s] f32.
 // (A variant staging x in shared memory, 8 rows per block, matched these bodies on rows
@@ -150,6 +159,13 @@ DEV void mv_any(int ty, const u8* W, const block_q8_1* x, const block_q8_1* xk, 
     case 13: mv_q2_K<1>(W + (u64)row * nsb * 84, xk, kb, nsb, 1, acc); break;
     case 14: mv_q3_K<1>(W + (u64)row * nsb * 110, xk, kb, nsb, 1, acc); break;
     case 15: mv_iq4_xs<1>(W + (u64)row * nsb * 136, xk, kb, nsb, 1, acc); break;
+    case 16: mv_iq3_s<1>(W + (u64)row * nsb * 110, xk, kb, nsb, 1, acc); break;
+    case 17: mv_iq3_xxs<1>(W + (u64)row * nsb * 98, xk, kb, nsb, 1, acc); break;
+    case 18: mv_iq2_xxs<1>(W + (u64)row * nsb * 66, xk, kb, nsb, 1, acc); break;
+    case 19: mv_iq2_xs<1>(W + (u64)row * nsb * 74, xk, kb, nsb, 1, acc); break;
+    case 20: mv_iq2_s<1>(W + (u64)row * nsb * 82, xk, kb, nsb, 1, acc); break;
+    case 21: mv_iq1_s<1>(W + (u64)row * nsb * 50, xk, kb, nsb, 1, acc); break;
+    case 22: mv_iq1_m<1>(W + (u64)row * nsb * 56, xk, kb, nsb, 1, acc); break;
     default: break;
     }
 }

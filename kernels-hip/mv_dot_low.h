@@ -1,8 +1,9 @@
 // Decode dot products of the low-bit and non-linear weight types, one warp per output
 // row, in mv_dot.h's `mv_*<NC>(W row, x, kb, nsb, ncols, acc)` shape: Q2_K, Q3_K and
 // IQ4_XS against the K form (the CPU pairs them with q8_K), IQ4_NL and MXFP4 against the
-// q8_1 form (the CPU's q8_0: same codes and d). Include after mv_dot.h and
-// mv_dot_b32.h (sub_bytes).
+// q8_1 form (the CPU's q8_0: same codes and d); the grid types (IQ3_S, IQ3_XXS, IQ2_XXS,
+// IQ2_XS, IQ2_S, IQ1_S, IQ1_M) against the K form. Include after mv_dot.h, mv_dot_b32.h
+// (sub_bytes) and dequant_low.h (grid_sub).
 //
 // The integer sums are exact, as the CPU's; only the order of the float terms differs
 // (per lane, then the warp sum), so the fast kernels match the CPU to rounding.
@@ -268,3 +269,69 @@ DEV void mv_iq4_xs(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols
         }
     }
 }
+
+// ---- the grid types: 8 lanes per super-block (one 32-element sub-block each), 4 a step ----
+//
+// Lane j = lane % 8 of super-block sb0 + lane / 8 decodes sub-block j (dequant_low.h's
+// grid_sub) against K-form block 8 sb + j. Products of a group word (4 + 4 unsigned grid
+// bytes, < 64) with the activation codes by dot4, the signs as Σ g·q − 2·Σ_neg g·q; IQ1's
+// grid is signed bytes, its ±1/8 shift Σ ±q. The CPU's final factor (IQ2: 1/8, IQ3_XXS: 1/4)
+// is applied per lane (a power of two: the same value).
+
+// 0xff in byte k where bit k (< 4) of `bits` is set.
+DEV u32 mask4(u32 bits) { return (((bits & 15u) * 0x00204081u) & 0x01010101u) * 0xffu; }
+
+template <int T, int NC>
+DEV void mv_grid(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
+    constexpr int BB = grid_bb<T>::v;
+    constexpr float FS = (T == 2 || T == 3 || T == 4) ? 0.125f : T == 1 ? 0.25f : 1.0f;
+    const int lane = tid_x() & 31, j = lane & 7;
+    for (int sb = (lane >> 3); sb < nsb; sb += 4) {
+        const u8* b = wr + (u64)sb * BB;
+        gsub s;
+        grid_sub<T>(b, j, s);
+        const float d = grid_d<T>(b);
+#pragma unroll
+        for (int col = 0; col < NC; ++col) {
+            if (col >= ncols) break;
+            const block_q8_1* xb = x + (u64)col * kb + sb * 8 + j;
+            const int* a = q8qs(xb);
+            int hs[2] = {0, 0}, hd[2] = {0, 0};
+#pragma unroll
+            for (int l = 0; l < 4; ++l) {
+                const u32 lo = (u32)s.g[l], hi = (u32)(s.g[l] >> 32);
+                const int a0 = a[2 * l], a1 = a[2 * l + 1];
+                int p = dot4((int)lo, a0, dot4((int)hi, a1, 0));
+                if (T >= 5) {
+                    const int q = dot4(0x01010101, a0, dot4(0x01010101, a1, 0));
+                    hd[l >> 1] += ((s.nd >> l) & 1) ? -q : q;
+                } else {
+                    const u32 sg = s.signs >> (8 * l);
+                    p -= 2 * dot4((int)(lo & mask4(sg)), a0, dot4((int)(hi & mask4(sg >> 4)), a1, 0));
+                }
+                hs[l >> 1] += p;
+            }
+            const int v = s.ls[0] * hs[0] + s.ls[1] * hs[1];
+            const float dd = d * q8k_scale(xb - j);
+            float t;
+            if (T >= 5) t = dd * ((float)v + 0.125f * (float)(s.ls[0] * hd[0] + s.ls[1] * hd[1]));
+            else t = dd * (float)v * FS;
+            acc_add<NC>(acc[col], t);
+        }
+    }
+}
+
+template <int NC>
+DEV void mv_iq3_s(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) { mv_grid<0, NC>(wr, x, kb, nsb, ncols, acc); }
+template <int NC>
+DEV void mv_iq3_xxs(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) { mv_grid<1, NC>(wr, x, kb, nsb, ncols, acc); }
+template <int NC>
+DEV void mv_iq2_xxs(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) { mv_grid<2, NC>(wr, x, kb, nsb, ncols, acc); }
+template <int NC>
+DEV void mv_iq2_xs(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) { mv_grid<3, NC>(wr, x, kb, nsb, ncols, acc); }
+template <int NC>
+DEV void mv_iq2_s(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) { mv_grid<4, NC>(wr, x, kb, nsb, ncols, acc); }
+template <int NC>
+DEV void mv_iq1_s(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) { mv_grid<5, NC>(wr, x, kb, nsb, ncols, acc); }
+template <int NC>
+DEV void mv_iq1_m(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) { mv_grid<6, NC>(wr, x, kb, nsb, ncols, acc); }

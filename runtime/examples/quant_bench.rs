@@ -62,6 +62,7 @@ fn parse() -> Opts {
                     .map(|t| {
                         *GgmlType::ALL
                             .iter()
+                            .chain(&GgmlType::GRID_WEIGHTS)
                             .find(|g| g.name().eq_ignore_ascii_case(t))
                             .unwrap_or_else(|| panic!("unknown type {t}"))
                     })
@@ -79,7 +80,14 @@ fn weights(ty: GgmlType, rows: usize, k: usize) -> Vec<u8> {
     let rb = ty.bytes_for(k as u64).unwrap() as usize;
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut base = vec![0u8; 16 * rb];
+    if GgmlType::GRID_WEIGHTS.contains(&ty) && ty != GgmlType::IQ3_S {
+        // No quantizer: random valid blocks.
+        base = lode_runtime::quant::grid_random_blocks(ty, 16 * k / 256, 1, 0.05);
+    }
     for r in 0..16 {
+        if GgmlType::GRID_WEIGHTS.contains(&ty) && ty != GgmlType::IQ3_S {
+            break;
+        }
         let x: Vec<f32> = (0..k)
             .map(|_| {
                 seed = seed

@@ -13,7 +13,14 @@ use proptest::prelude::*;
 
 const WEIGHT_TYPES: [GgmlType; GgmlType::WEIGHTS.len()] = GgmlType::WEIGHTS;
 
+/// `x` quantized to `ty`; for the grid types (no quantizer) random valid blocks of about
+/// `x`'s magnitude, seeded by `x`'s bits.
 fn quant(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    if GgmlType::GRID_WEIGHTS.contains(&ty) {
+        let seed = x.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| (h ^ v.to_bits() as u64).wrapping_mul(0x100_0000_01b3));
+        let amp = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        return lode_runtime::quant::grid_random_blocks(ty, x.len() / 256, seed, amp);
+    }
     let mut q = vec![0u8; ty.bytes_for(x.len() as u64).unwrap() as usize];
     quantize(ty, x, &mut q).unwrap();
     q
@@ -173,6 +180,7 @@ fn exact_scale_blocks(ty: GgmlType, n: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
         GgmlType::Q6_K | GgmlType::Q3_K => &[if ty == GgmlType::Q6_K { 208 } else { 108 }],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
+        GgmlType::IQ3_S | GgmlType::IQ3_XXS | GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ1_S => &[0],
         _ => &[],
     };
     if ty.is_quantized() {
@@ -398,7 +406,7 @@ fn cpu_only_types_avx2_equals_scalar_bit_for_bit() {
         return;
     }
     let mut rng = Lcg(23);
-    for ty in GgmlType::LOWBIT_WEIGHTS {
+    for ty in GgmlType::LOWBIT_WEIGHTS.into_iter().chain(GgmlType::GRID_WEIGHTS) {
         for (rows, k) in [(1usize, 256usize), (7, 1024), (33, 2560)] {
             let w: Vec<f32> = (0..rows * k).map(|_| rng.f32() * 3.0).collect();
             let x: Vec<f32> = (0..k).map(|_| rng.f32()).collect();

@@ -26,8 +26,8 @@ fn reference() -> Value {
 fn new_types_dequantize_bit_exact_with_gguf_py() {
     let r = reference();
     let types = r["types"].as_object().unwrap();
-    assert_eq!(types.len(), GgmlType::LOWBIT_WEIGHTS.len());
-    for ty in GgmlType::LOWBIT_WEIGHTS {
+    assert_eq!(types.len(), GgmlType::LOWBIT_WEIGHTS.len() + GgmlType::GRID_WEIGHTS.len());
+    for ty in GgmlType::LOWBIT_WEIGHTS.into_iter().chain(GgmlType::GRID_WEIGHTS) {
         let w = &types[ty.name()];
         assert_eq!(w["block_bytes"].as_u64().unwrap() as usize, ty.block_bytes(), "{ty}");
         assert_eq!(w["block_elems"].as_u64().unwrap() as usize, ty.block_elems(), "{ty}");
@@ -84,6 +84,27 @@ fn bad_input_is_an_error_not_a_panic() {
     }
 }
 
+/// The grid types: partial blocks and wrong byte counts are errors; quantizing to them is
+/// an error naming the type (lode has no quantizer for them).
+#[test]
+fn grid_types_bad_input_and_no_quantizer() {
+    for ty in GgmlType::GRID_WEIGHTS {
+        let mut y = vec![0f32; 256 + 32];
+        let e = dequantize(ty, &vec![0u8; 2 * ty.block_bytes()], &mut y).unwrap_err();
+        assert!(matches!(e, QuantError::PartialBlock { .. }), "{ty}: {e}");
+        let mut y = vec![0f32; 256];
+        assert!(matches!(dequantize(ty, &[0u8; 3], &mut y), Err(QuantError::ByteLen { .. })), "{ty}");
+        let mut q = vec![0u8; ty.block_bytes()];
+        if ty != GgmlType::IQ3_S {
+            let e = quantize(ty, &[0.5; 256], &mut q).unwrap_err();
+            assert!(matches!(e, QuantError::NoQuantizer(t) if t == ty) && e.to_string().contains(ty.name()), "{ty}: {e}");
+        }
+        // All-zero blocks (d = 0) are zeros.
+        dequantize(ty, &vec![0u8; ty.block_bytes()], &mut y).unwrap();
+        assert!(y.iter().all(|&v| v == 0.0), "{ty}");
+    }
+}
+
 /// Round trips: an all-zero row stays zero; random rows come back within a few code
 /// steps of each type, and the finer types closer than the coarser ones.
 #[test]
@@ -108,7 +129,8 @@ fn round_trip_error_orders_the_types() {
     for ty in GgmlType::LOWBIT_WEIGHTS {
         assert_eq!(rmse(ty, &vec![0.0; 256]), 0.0, "{ty}");
     }
-    let e: Vec<(GgmlType, f64)> = GgmlType::LOWBIT_WEIGHTS.iter().map(|&t| (t, rmse(t, &x))).collect();
+    assert_eq!(rmse(GgmlType::IQ3_S, &vec![0.0; 256]), 0.0);
+    let e: Vec<(GgmlType, f64)> = GgmlType::LOWBIT_WEIGHTS.iter().chain(&[GgmlType::IQ3_S]).map(|&t| (t, rmse(t, &x))).collect();
     eprintln!("rmse on uniform [-1, 1]: {e:?}");
     let get = |t: GgmlType| e.iter().find(|p| p.0 == t).unwrap().1;
     // Uniform data: rmse of a uniform quantizer with step h is h/sqrt(12).
@@ -116,4 +138,20 @@ fn round_trip_error_orders_the_types() {
     assert!(get(GgmlType::Q3_K) > get(GgmlType::IQ4_XS) && get(GgmlType::Q3_K) < 0.1);
     assert!(get(GgmlType::IQ4_NL) < 0.06 && get(GgmlType::IQ4_XS) < 0.06 && get(GgmlType::MXFP4) < 0.12);
     assert!(rmse(GgmlType::Q4_K, &x) < get(GgmlType::Q3_K));
+    // IQ3_S (3.44 bits) between Q2_K and IQ4_XS.
+    assert!(get(GgmlType::IQ3_S) < get(GgmlType::Q2_K) && get(GgmlType::IQ3_S) > get(GgmlType::IQ4_XS));
+}
+
+/// IQ3_S's quantizer writes the bytes llama.cpp's `quantize_iq3_s` writes (no importance
+/// matrix; `tests/data/quant-ref/llama-ref.json` from `ci/llama_quant_ref.sh`), on rows
+/// with zeros, a wide range of magnitudes and one all-zero sub-block.
+#[test]
+fn iq3_s_quantizer_matches_llama_cpp() {
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(dir().join("llama-ref.json")).unwrap()).unwrap();
+    let w = &r["types"]["IQ3_S"];
+    let raw = std::fs::read(dir().join(w["input"].as_str().unwrap())).unwrap();
+    let x: Vec<f32> = raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let mut q = vec![0u8; x.len() / 256 * 110];
+    quantize(GgmlType::IQ3_S, &x, &mut q).unwrap();
+    assert_eq!(sha(&q), w["quant_sha256"].as_str().unwrap());
 }

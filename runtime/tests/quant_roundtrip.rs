@@ -5,12 +5,12 @@ use lode_runtime::quant::{dequantize, quantize, GgmlType};
 use proptest::prelude::*;
 
 /// Every type that has a quantizer and a dequantizer.
-const TYPES: [GgmlType; 18] = GgmlType::ALL;
+const TYPES: [GgmlType; 19] = GgmlType::ALL;
 
 /// Those with a per-element error bound (the linear codes; the CPU-only types' bounds are
 /// in the RMSE test below and in `quant_gguf_py.rs`).
 fn bounded() -> impl Iterator<Item = GgmlType> {
-    TYPES.into_iter().filter(|t| !GgmlType::LOWBIT_WEIGHTS.contains(t))
+    TYPES.into_iter().filter(|t| !GgmlType::LOWBIT_WEIGHTS.contains(t) && !GgmlType::GRID_WEIGHTS.contains(t))
 }
 
 fn round_trip(ty: GgmlType, x: &[f32]) -> Vec<f32> {
@@ -114,9 +114,12 @@ fn zeros_and_constants_round_trip_exactly() {
         assert_eq!(round_trip(ty, &z), z, "{ty} zeros");
         let c = vec![0.5f32; 512];
         let y = round_trip(ty, &c);
+        // IQ3_S: a constant is not a point its search prefers; llama.cpp's quantizer (whose
+        // bytes lode's match) writes values 0.43 .. 0.62 for it.
+        let tol = if ty == GgmlType::IQ3_S { 0.13 } else { 0.5 / 256.0 };
         for v in y {
             assert!(
-                (v - 0.5).abs() <= 0.5 / 256.0,
+                (v - 0.5).abs() <= tol,
                 "{ty}: constant 0.5 became {v}"
             );
         }
@@ -153,6 +156,9 @@ fn cosine_pattern_rmse_like_llama_cpp() {
             GgmlType::IQ4_NL | GgmlType::IQ4_XS => 4.2 / 15.0 / 3.46,
             // E2M1: eight magnitudes 0..6, the step 2 of 12 (a sixth of the range) at the top.
             GgmlType::MXFP4 => 4.2 / 12.0 / 3.46 * 1.2,
+            // llama.cpp's test-quantize-fns allows its 3-bit IQ types 0.0050 of total error
+            // against Q3_K's 0.0040: Q3_K's bound times 1.25.
+            GgmlType::IQ3_S => 4.2 / 7.0 / 3.46 * 1.25,
             other => panic!("{other}: no limit"),
         };
         assert!(rmse <= limit * 1.05, "{ty}: rmse {rmse} > {limit}");

@@ -13,7 +13,7 @@ use weights_common::model_bytes_with;
 
 #[test]
 fn a_model_with_a_type_lode_cannot_compute_is_refused_by_name() {
-    for ty in [GgmlType::IQ2_XXS, GgmlType::IQ1_M, GgmlType::TQ2_0, GgmlType::I8] {
+    for ty in [GgmlType::TQ1_0, GgmlType::NVFP4, GgmlType::TQ2_0, GgmlType::I8] {
         let bytes = model_bytes_with(&|name| if name == "blk.1.ffn_up.weight" { ty } else { GgmlType::Q8_0 });
         // The file itself is valid: it opens.
         let f = Arc::new(GgufFile::from_bytes(bytes).unwrap());
@@ -51,7 +51,7 @@ fn f32_twin(f: &GgufFile) -> Arc<GgufFile> {
 fn models_of_each_cpu_only_type_run_on_the_cpu() {
     use lode_runtime::backend::cpu::CpuBackend;
     use weights_common::{engine_on, prompt, run};
-    for ty in GgmlType::LOWBIT_WEIGHTS.into_iter().chain([GgmlType::Q4_K, GgmlType::Q4_0, GgmlType::Q6_K]) {
+    for ty in GgmlType::LOWBIT_WEIGHTS.into_iter().chain(GgmlType::GRID_WEIGHTS).chain([GgmlType::Q4_K, GgmlType::Q4_0, GgmlType::Q6_K]) {
         let f = Arc::new(GgufFile::from_bytes(model_bytes_with(&|_| ty)).unwrap());
         let twin = f32_twin(&f);
         let p = prompt(37, 5);
@@ -65,7 +65,11 @@ fn models_of_each_cpu_only_type_run_on_the_cpu() {
         let diff: Vec<f32> = g.iter().zip(w).map(|(a, b)| a - b).collect();
         let rel = rms(&diff) / rms(w);
         eprintln!("{ty}: logits rms {:.4}, relative difference to the F32 twin {rel:.5}", rms(w));
-        assert!(rel < 0.05, "{ty}: logits differ from the F32 twin by {rel} (relative rms)");
+        // The grid types' weights are random valid blocks (lode has no quantizer for them):
+        // their logits are smaller (rms ~2.3 against ~5.7) against the same activation
+        // rounding, so their relative difference is larger; a wrong dot gives ~1.
+        let bound = if GgmlType::GRID_WEIGHTS.contains(&ty) { 0.08 } else { 0.05 };
+        assert!(rel < bound, "{ty}: logits differ from the F32 twin by {rel} (relative rms)");
         assert!(got[1..].iter().all(|l| l.iter().all(|v| v.is_finite())), "{ty}: decode");
     }
 }
@@ -83,4 +87,28 @@ fn non_finite_scales_are_refused_at_load() {
     let msg = e.to_string();
     assert!(matches!(e, ModelError::BadBlocks { .. }), "{msg}");
     assert!(msg.contains("blk.0.attn_k.weight") && msg.contains("block 5") && msg.contains("inf"), "{msg}");
+}
+
+/// The grid types too: a block whose scale is Inf (IQ1_M: spread over the top nibbles of
+/// its scale words) is refused at load, naming tensor and block.
+#[test]
+fn grid_types_non_finite_scales_are_refused_at_load() {
+    for ty in GgmlType::GRID_WEIGHTS {
+        let f = GgufFile::from_bytes(model_bytes_with(&|_| ty)).unwrap();
+        let t = f.tensor("blk.0.attn_k.weight").unwrap().info.clone();
+        let at = (f.data_offset() + t.offset) as usize + 5 * ty.block_bytes();
+        let mut bytes = f.bytes().to_vec();
+        if ty == GgmlType::IQ1_M {
+            // f16 0x7c00: nibbles 0, 0, 0xc, 0x7 from the low end.
+            for (k, nib) in [0u8, 0, 0xc, 0x7].into_iter().enumerate() {
+                bytes[at + 49 + 2 * k] = (bytes[at + 49 + 2 * k] & 0x0f) | (nib << 4);
+            }
+        } else {
+            bytes[at..at + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
+        }
+        let e = Model::load(Arc::new(GgufFile::from_bytes(bytes).unwrap())).err().expect("refused");
+        let msg = e.to_string();
+        assert!(matches!(e, ModelError::BadBlocks { .. }), "{ty}: {msg}");
+        assert!(msg.contains("blk.0.attn_k.weight") && msg.contains("block 5") && msg.contains(ty.name()), "{msg}");
+    }
 }

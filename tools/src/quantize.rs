@@ -51,7 +51,7 @@ fn parse_type(s: &str) -> anyhow::Result<GgmlType> {
 fn fallback(ty: GgmlType) -> GgmlType {
     use GgmlType::*;
     match ty {
-        Q2_K | Q3_K | IQ4_XS => IQ4_NL,
+        Q2_K | Q3_K | IQ4_XS | IQ3_S => IQ4_NL,
         Q4_K => Q5_0,
         Q5_K => Q5_1,
         Q6_K => Q8_0,

@@ -67,20 +67,24 @@ pub enum Quant {
     /// llama.cpp's IQ4_XS (`general.file_type` 30): IQ4_XS, Q5_K on some attn_v / ffn_down.
     #[value(name = "iq4_xs")]
     IQ4XS,
+    /// llama.cpp's IQ3_S (`general.file_type` 26): IQ3_S, Q4_K on attn_v where n_gqa ≥ 4.
+    #[value(name = "iq3_s")]
+    IQ3S,
 }
 
 impl Quant {
     /// Every mix.
-    pub const ALL: [Quant; 4] = [Quant::Q4KM, Quant::Q3KM, Quant::Q2K, Quant::IQ4XS];
+    pub const ALL: [Quant; 5] = [Quant::Q4KM, Quant::Q3KM, Quant::Q2K, Quant::IQ4XS, Quant::IQ3S];
 
     /// `general.file_type`: the mix's `llama_ftype` value in llama.h
-    /// (`LLAMA_FTYPE_MOSTLY_Q2_K` 10, `_Q3_K_M` 12, `_Q4_K_M` 15, `_IQ4_XS` 30).
+    /// (`LLAMA_FTYPE_MOSTLY_Q2_K` 10, `_Q3_K_M` 12, `_Q4_K_M` 15, `_IQ3_S` 26, `_IQ4_XS` 30).
     pub fn file_type(self) -> u32 {
         match self {
             Quant::Q2K => 10,
             Quant::Q3KM => 12,
             Quant::Q4KM => 15,
             Quant::IQ4XS => 30,
+            Quant::IQ3S => 26,
         }
     }
 
@@ -92,6 +96,7 @@ impl Quant {
             Quant::Q3KM => GgmlType::Q3_K,
             Quant::Q4KM => GgmlType::Q4_K,
             Quant::IQ4XS => GgmlType::IQ4_XS,
+            Quant::IQ3S => GgmlType::IQ3_S,
         }
     }
 
@@ -102,6 +107,7 @@ impl Quant {
             Quant::Q3KM => "q3_k_m",
             Quant::Q4KM => "q4_k_m",
             Quant::IQ4XS => "iq4_xs",
+            Quant::IQ3S => "iq3_s",
         }
     }
 }
@@ -112,7 +118,7 @@ pub struct Args {
     /// Architecture and size.
     #[arg(long)]
     pub preset: Preset,
-    /// Quantization type mix, one of llama.cpp's presets: q4_k_m, q3_k_m, q2_k, iq4_xs.
+    /// Quantization type mix, one of llama.cpp's presets: q4_k_m, q3_k_m, q2_k, iq4_xs, iq3_s.
     #[arg(long, default_value = "q4_k_m")]
     pub quant: Quant,
     /// Output file.
@@ -267,6 +273,8 @@ pub enum Kind {
 ///   `attn_q`, `attn_k`, `ffn_gate`, `ffn_up` Q2_K.
 /// - IQ4_XS: `attn_v` Q5_K if `n_gqa >= 4`; `ffn_down` Q5_K for `i < n_layer/8` (only
 ///   without an importance matrix); all else IQ4_XS.
+/// - IQ3_S: `attn_v` Q4_K if `n_gqa >= 4`; all else IQ3_S (no other rule names it for a
+///   dense model that is not a 70B).
 pub fn pick(mix: Quant, kind: Kind, i: u64, h: &Hparams) -> GgmlType {
     use GgmlType::*;
     use Kind::*;
@@ -324,6 +332,10 @@ fn pick_mix(mix: Quant, kind: Kind, i: u64, h: &Hparams) -> GgmlType {
             FfnDown if i < n / 8 => Q5_K,
             _ => IQ4_XS,
         },
+        Quant::IQ3S => match kind {
+            AttnV if h.n_gqa() >= 4 => Q4_K,
+            _ => IQ3_S,
+        },
     }
 }
 
@@ -338,7 +350,7 @@ fn lm_head(h: &Hparams) -> GgmlType {
 }
 
 /// llama.cpp's `tensor_type_fallback`: a type whose block does not divide the row length
-/// `ncols` becomes IQ4_XS → IQ4_NL, Q2_K / Q3_K → Q4_0, Q4_K → Q5_0, Q5_K → Q5_1,
+/// `ncols` becomes IQ4_XS / IQ3_S → IQ4_NL, Q2_K / Q3_K → Q4_0, Q4_K → Q5_0, Q5_K → Q5_1,
 /// Q6_K → Q8_0; F16 when even that 32-element block does not divide it (also for types
 /// llama.cpp has no fallback for and refuses). No preset has such a row.
 pub fn fallback(ty: GgmlType, ncols: u64) -> GgmlType {
@@ -348,7 +360,7 @@ pub fn fallback(ty: GgmlType, ncols: u64) -> GgmlType {
         return ty;
     }
     let alt = match ty {
-        IQ4_XS => IQ4_NL,
+        IQ4_XS | IQ3_S => IQ4_NL,
         Q2_K | Q3_K => Q4_0,
         Q4_K => Q5_0,
         Q5_K => Q5_1,

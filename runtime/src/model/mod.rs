@@ -177,7 +177,7 @@ impl Model {
             // The types new to lode are checked for NaN/Inf block scales here (one read
             // of each scale field) rather than giving NaN logits later; the older ones
             // are read as they are, as before.
-            if GgmlType::LOWBIT_WEIGHTS.contains(&w.ty()) {
+            if w.ty().checks_scales() {
                 crate::quant::check_scales(w.ty(), w.data()).map_err(|source| ModelError::BadBlocks { name: w.name().into(), source })?;
             }
         }

@@ -2,6 +2,7 @@
 //! non-finite values given to a quantizer.
 
 use super::float::{f16_at, f32_at};
+use super::grid::iq1m_d_bits;
 use super::types::GgmlType;
 use super::QuantError;
 
@@ -10,6 +11,7 @@ fn scale_fields(ty: GgmlType) -> &'static [(usize, &'static str, bool)] {
     use GgmlType::*;
     match ty {
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[(0, "d", false)],
+        IQ3_S | IQ3_XXS | IQ2_XXS | IQ2_XS | IQ2_S | IQ1_S => &[(0, "d", false)],
         Q4_1 | Q5_1 => &[(0, "d", false), (2, "m", false)],
         Q8_1 => &[(0, "d", false), (2, "s", false)],
         Q4_K | Q5_K => &[(0, "d", false), (2, "dmin", false)],
@@ -27,7 +29,7 @@ fn scale_fields(ty: GgmlType) -> &'static [(usize, &'static str, bool)] {
 /// block that does not, by index. Types without scale fields always pass.
 pub fn check_scales(ty: GgmlType, data: &[u8]) -> Result<(), QuantError> {
     let fields = scale_fields(ty);
-    if fields.is_empty() {
+    if fields.is_empty() && ty != GgmlType::IQ1_M {
         return Ok(());
     }
     let bb = ty.block_bytes();
@@ -36,6 +38,13 @@ pub fn check_scales(ty: GgmlType, data: &[u8]) -> Result<(), QuantError> {
         return Err(QuantError::ByteLen { ty, expected: n / ty.block_elems() * bb, got: data.len() });
     }
     for (block, b) in data.chunks_exact(bb).enumerate() {
+        if ty == GgmlType::IQ1_M {
+            // IQ1_M's f16 scale is spread over the top nibbles of its four scale words.
+            let value = half::f16::from_bits(iq1m_d_bits(b)).to_f32();
+            if !value.is_finite() {
+                return Err(QuantError::NonFiniteScale { ty, block, field: "d", value });
+            }
+        }
         for &(off, field, is_f32) in fields {
             let value = if is_f32 { f32_at(b, off) } else { f16_at(b, off) };
             if !value.is_finite() {
@@ -74,5 +83,20 @@ mod tests {
             assert!(check_scales(ty, &data[..bb + 1]).is_err());
         }
         assert!(check_scales(GgmlType::MXFP4, &[0xff; 17]).is_ok());
+        for ty in GgmlType::GRID_WEIGHTS {
+            let bb = ty.block_bytes();
+            let mut data = vec![0u8; 3 * bb];
+            assert!(check_scales(ty, &data).is_ok(), "{ty}");
+            // +Inf as f16 (0x7c00): IQ1_M holds its nibbles at the top of its scale words.
+            if ty == GgmlType::IQ1_M {
+                for (k, nib) in [0u8, 0, 0xc, 0x7].iter().enumerate() {
+                    data[2 * bb + 48 + 2 * k + 1] = nib << 4;
+                }
+            } else {
+                data[2 * bb..2 * bb + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
+            }
+            let e = check_scales(ty, &data).unwrap_err();
+            assert!(matches!(e, QuantError::NonFiniteScale { block: 2, .. }), "{ty}: {e}");
+        }
     }
 }

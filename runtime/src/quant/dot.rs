@@ -6,7 +6,7 @@
 //! scalar ones only in the order of the float additions.
 
 use super::types::GgmlType;
-use super::{float, iq4, kquant, q23k, q32, q6k, q8};
+use super::{float, grid, iq4, kquant, q23k, q32, q6k, q8};
 
 pub use super::{DotFn, RowsFn};
 pub(crate) use super::Tokens4Fn;
@@ -101,6 +101,13 @@ pub fn scalar_kernel(ty: GgmlType) -> Option<DotFn> {
         GgmlType::IQ4_NL => iq4::dot_iq4_nl,
         GgmlType::IQ4_XS => iq4::dot_iq4_xs,
         GgmlType::MXFP4 => iq4::dot_mxfp4,
+        GgmlType::IQ3_S => grid::dot_iq3_s,
+        GgmlType::IQ3_XXS => grid::dot_iq3_xxs,
+        GgmlType::IQ2_XXS => grid::dot_iq2_xxs,
+        GgmlType::IQ2_XS => grid::dot_iq2_xs,
+        GgmlType::IQ2_S => grid::dot_iq2_s,
+        GgmlType::IQ1_S => grid::dot_iq1_s,
+        GgmlType::IQ1_M => grid::dot_iq1_m,
         _ => return None,
     })
 }

@@ -12,13 +12,18 @@
 //!
 //! Files: `float` (F32/F16/BF16), `q8` (Q8_0/Q8_1), `q32` (Q4_0/Q4_1/Q5_0/Q5_1),
 //! `q23k` (Q2_K/Q3_K), `kquant` (Q4_K/Q5_K), `q6k`, `q8k`, `iq4` (IQ4_NL/IQ4_XS/MXFP4),
-//! `fit` (the K-quant scale searches), `dot` (kernel choice), `simd_avx2` (the only
+//! `grid` (IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M over the codebooks of
+//! `iq_grids`), `fit` (the K-quant scale searches), `dot` (kernel choice), `simd_avx2` (the only
 //! `unsafe` here), `matmul`, `row64`, `check` (non-finite scales and inputs).
 
 mod check;
 mod dot;
 mod fit;
 mod float;
+mod grid;
+mod iq3s_quant;
+mod iq_grids;
+mod iq_grids_data;
 mod iq4;
 mod kquant;
 mod matmul;
@@ -33,6 +38,7 @@ mod simd_avx2;
 mod types;
 
 pub use check::check_scales;
+pub use grid::random_blocks as grid_random_blocks;
 pub use dot::{kernel, rows_kernel, scalar_kernel, stream_kernel, Isa, Kernel};
 
 /// `Σ_k w[k]·x[k]` over `n` elements: `w` in the weight type, `x` in its activation type
@@ -68,7 +74,7 @@ pub enum QuantError {
         expected: usize,
         got: usize,
     },
-    #[error("{0} cannot be quantized to")]
+    #[error("{0} cannot be quantized to (lode has no quantizer for it; llama.cpp makes the IQ2 / IQ1 types with an importance matrix)")]
     NoQuantizer(GgmlType),
     #[error("{ty} is not supported: lode cannot convert it to or from f32 (supported: {})", GgmlType::names(&GgmlType::ALL), ty = .0)]
     Unsupported(GgmlType),
@@ -130,6 +136,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         GgmlType::IQ4_NL => iq4::dequant_iq4_nl(src, dst),
         GgmlType::IQ4_XS => iq4::dequant_iq4_xs(src, dst),
         GgmlType::MXFP4 => iq4::dequant_mxfp4(src, dst),
+        ty if GgmlType::GRID_WEIGHTS.contains(&ty) => grid::dequant(ty, src, dst),
         other => return Err(QuantError::Unsupported(other)),
     }
     Ok(())
@@ -153,7 +160,7 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         GgmlType::Q5_K => kquant::quant_q5_k(src, dst),
         GgmlType::Q6_K => q6k::quant_q6_k(src, dst),
         GgmlType::Q8_K => q8k::quant_q8_k(src, dst),
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 => {
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 | GgmlType::IQ3_S => {
             // ggml's reference quantizers give meaningless codes for NaN/Inf input; these
             // types only ever hold weights, so say so instead.
             check::finite_input(ty, src)?;
@@ -162,9 +169,11 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
                 GgmlType::Q3_K => q23k::quant_q3_k(src, dst),
                 GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst),
                 GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst),
+                GgmlType::IQ3_S => iq3s_quant::quant_iq3_s(src, dst),
                 _ => iq4::quant_mxfp4(src, dst),
             }
         }
+        ty if GgmlType::GRID_WEIGHTS.contains(&ty) => return Err(QuantError::NoQuantizer(ty)),
         other => return Err(QuantError::Unsupported(other)),
     }
     Ok(())
@@ -185,7 +194,14 @@ pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
         | GgmlType::Q5_K
         | GgmlType::Q6_K
         | GgmlType::Q8_K
-        | GgmlType::IQ4_XS => GgmlType::Q8_K,
+        | GgmlType::IQ4_XS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M => GgmlType::Q8_K,
         _ => GgmlType::F32,
     }
 }

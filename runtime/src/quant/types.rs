@@ -101,15 +101,19 @@ impl GgmlType {
     };
 
     /// Every type lode converts to and from f32 (dequantize and quantize), in id order.
-    pub const ALL: [GgmlType; 18] = [
+    pub const ALL: [GgmlType; 19] = [
         F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL,
-        IQ4_XS, BF16, MXFP4,
+        IQ3_S, IQ4_XS, BF16, MXFP4,
     ];
 
     /// Every type a weight tensor may have: [`GgmlType::ALL`] without the activation-only
-    /// Q8_1 and Q8_K. The CPU backend and the GPU's fast numerics cover all of them;
-    /// [`Self::BASE_WEIGHTS`] first, then [`Self::LOWBIT_WEIGHTS`].
-    pub const WEIGHTS: [GgmlType; 16] = [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4];
+    /// Q8_1 and Q8_K, and the [`Self::GRID_WEIGHTS`] (which lode dequantizes; of them it
+    /// quantizes to IQ3_S only). The CPU backend and the GPU's fast numerics cover all of them;
+    /// [`Self::BASE_WEIGHTS`] first, then [`Self::LOWBIT_WEIGHTS`], then the grid types.
+    pub const WEIGHTS: [GgmlType; 23] = [
+        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_S, IQ3_XXS, IQ2_XXS,
+        IQ2_XS, IQ2_S, IQ1_S, IQ1_M,
+    ];
 
     /// The eleven weight types lode read before the low-bit ones (the GPU selftest keeps
     /// their checks first, so their seeds stay).
@@ -118,6 +122,23 @@ impl GgmlType {
     /// The low-bit and non-linear types (issue 23): their blocks' scales are checked for
     /// NaN / Inf when a model loads.
     pub const LOWBIT_WEIGHTS: [GgmlType; 5] = [Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4];
+
+    /// The codebook ("grid") types (issue 23): 8-value groups as indices into a fixed grid
+    /// of ggml's, with sign bits. Dequantized and computed with like the low-bit types
+    /// (scales checked at load); only IQ3_S is quantized to (llama.cpp makes the IQ2 / IQ1
+    /// types only with an importance matrix).
+    pub const GRID_WEIGHTS: [GgmlType; 7] = [IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M];
+
+    /// Whether a block of this type has scales that must be checked for NaN / Inf at load
+    /// (the low-bit and grid types).
+    pub fn checks_scales(self) -> bool {
+        Self::LOWBIT_WEIGHTS.contains(&self) || Self::GRID_WEIGHTS.contains(&self)
+    }
+
+    /// Whether lode can dequantize this type ([`Self::ALL`] and the grid types).
+    pub fn can_dequantize(self) -> bool {
+        self.is_supported() || Self::GRID_WEIGHTS.contains(&self)
+    }
 
     /// The type with this GGUF id, or `None` for ids no ggml version lode knows
     /// defines (retired ids such as 4, 5, 31..=33, 36..=38 included).
@@ -214,7 +235,10 @@ mod tests {
             assert_eq!(t.entry().0, *t);
         }
         assert_eq!(&GgmlType::WEIGHTS[..11], &GgmlType::BASE_WEIGHTS[..]);
-        assert_eq!(&GgmlType::WEIGHTS[11..], &GgmlType::LOWBIT_WEIGHTS[..]);
+        assert_eq!(&GgmlType::WEIGHTS[11..16], &GgmlType::LOWBIT_WEIGHTS[..]);
+        assert_eq!(&GgmlType::WEIGHTS[16..], &GgmlType::GRID_WEIGHTS[..]);
+        assert_eq!((IQ3_S.block_bytes(), IQ3_XXS.block_bytes(), IQ2_XXS.block_bytes(), IQ2_XS.block_bytes()), (110, 98, 66, 74));
+        assert_eq!((IQ2_S.block_bytes(), IQ1_S.block_bytes(), IQ1_M.block_bytes()), (82, 50, 56));
         // Names and sizes of a few by hand (ggml-common.h's static_asserts).
         assert_eq!((Q3_K.name(), Q3_K.block_elems(), Q3_K.block_bytes()), ("Q3_K", 256, 110));
         assert_eq!((IQ4_XS.name(), IQ4_XS.block_bytes()), ("IQ4_XS", 136));

@@ -86,6 +86,9 @@ fn fix_blocks(ty: GgmlType, buf: &mut [u8], rng: &mut Rng) {
             // d (f16), scales_h (u16), scales_l[4], qs[128]: w = d·(ls − 32)·K[q] with
             // 6-bit ls and |K| ≤ 127 (kvalues_iq4nl), so |w| ≤ d·32·127 < 0.049.
             GgmlType::IQ4_XS => block[0..2].copy_from_slice(&f16_in(rng, 5e-6, 1.2e-5)),
+            // d (f16), qs[64], qh[8], signs[32], scales[4]: w = d·(2s + 1)·g with 4-bit s
+            // and grid values g ≤ 15, so |w| ≤ d·31·15 < 0.05.
+            GgmlType::IQ3_S => block[0..2].copy_from_slice(&f16_in(rng, 4e-5, 1.05e-4)),
             // d (f16), qs[16]: IQ4_NL w = d·K[q], |w| ≤ d·127; Q4_0 w = d·(q − 8), |w| ≤ d·8.
             GgmlType::IQ4_NL => block[0..2].copy_from_slice(&f16_in(rng, 1.5e-4, 3.9e-4)),
             GgmlType::Q4_0 => block[0..2].copy_from_slice(&f16_in(rng, 2.5e-3, 6e-3)),
@@ -109,7 +112,7 @@ fn fix_blocks(ty: GgmlType, buf: &mut [u8], rng: &mut Rng) {
 /// and their fallbacks for rows that are not whole super-blocks.
 pub fn supported(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ4_NL | Q4_0 | Q5_0 | Q5_1 | Q8_0 | F16 | F32)
+    matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ3_S | IQ4_NL | Q4_0 | Q5_0 | Q5_1 | Q8_0 | F16 | F32)
 }
 
 /// Write `n_bytes` of random valid `ty` data for tensor number `stream`.

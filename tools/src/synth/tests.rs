@@ -99,10 +99,21 @@ fn iq4_xs_census() {
     assert_eq!(ty_of(Preset::Qwen3_0_6b, Quant::IQ4XS, "blk.0.attn_v.weight"), IQ4_XS);
 }
 
+/// IQ3_S: attn_v Q4_K where n_gqa ≥ 4, IQ3_S otherwise; all else IQ3_S.
+/// qwen3-0.6b: IQ3_S 7·28 = 196, Q6_K 1 (tied head). qwen3-4b: IQ3_S 6·36 = 216, Q4_K 36,
+/// Q6_K 1. llama-8b: IQ3_S 6·32 + token_embd = 193, Q4_K 32, Q6_K 1.
+#[test]
+fn iq3_s_census() {
+    assert_eq!(census(Preset::Qwen3_0_6b, Quant::IQ3S), [(F32, 113), (Q6_K, 1), (IQ3_S, 196)]);
+    assert_eq!(census(Preset::Qwen3_4b, Quant::IQ3S), [(F32, 145), (Q4_K, 36), (Q6_K, 1), (IQ3_S, 216)]);
+    assert_eq!(census(Preset::Llama8b, Quant::IQ3S), [(F32, 66), (Q4_K, 32), (Q6_K, 1), (IQ3_S, 193)]);
+    assert_eq!(ty_of(Preset::Llama8b, Quant::IQ3S, "token_embd.weight"), IQ3_S);
+}
+
 #[test]
 fn file_types_are_llama_ftype_values() {
     let ft = |q: Quant| q.file_type();
-    assert_eq!(Quant::ALL.map(ft), [15, 12, 10, 30]);
+    assert_eq!(Quant::ALL.map(ft), [15, 12, 10, 30, 26]);
     let h = hparams(Preset::Qwen3_0_6b);
     for q in Quant::ALL {
         let m = metadata(&h, q);
@@ -123,7 +134,7 @@ fn quant_names_parse() {
 /// LM head's Q8_0.
 #[test]
 fn fallback_for_odd_rows() {
-    for (ty, alt) in [(IQ4_XS, IQ4_NL), (Q2_K, Q4_0), (Q3_K, Q4_0), (Q4_K, Q5_0), (Q5_K, Q5_1), (Q6_K, Q8_0)] {
+    for (ty, alt) in [(IQ4_XS, IQ4_NL), (IQ3_S, IQ4_NL), (Q2_K, Q4_0), (Q3_K, Q4_0), (Q4_K, Q5_0), (Q5_K, Q5_1), (Q6_K, Q8_0)] {
         assert_eq!(fallback(ty, 512), ty);
         assert_eq!(fallback(ty, 1056), alt, "{ty}");
         assert_eq!(fallback(ty, 1000), F16, "{ty}");
@@ -149,7 +160,7 @@ fn ty_of_h(h: &Hparams, mix: Quant, name: &str) -> GgmlType {
 /// dequantizers) to finite weights of roughly ±0.05 with some spread.
 #[test]
 fn blocks_decode_small_and_finite() {
-    for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL, Q4_0, Q5_0, Q5_1, Q8_0, F16] {
+    for ty in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ3_S, IQ4_NL, Q4_0, Q5_0, Q5_1, Q8_0, F16] {
         assert!(blocks::supported(ty));
         let n = 256 * 512;
         let mut bytes = Vec::new();

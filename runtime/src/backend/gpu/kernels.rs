@@ -66,13 +66,14 @@ pub fn source_fingerprint(parts: &[&[u8]]) -> u64 {
 /// (`build.rs` fingerprints the same list): common.h first, then those that follow it
 /// (mma.h; mv_dot.h, mv_dot_b32.h and mv_dot_low.h, the per-type decode dot products of
 /// matvec.hip and decode_mv.hip; dequant_low.h, the low-bit types' element dequantization).
-pub const HEADERS: [(&str, &str); 6] = [
+pub const HEADERS: [(&str, &str); 7] = [
     ("common.h", include_str!("../../../../kernels-hip/common.h")),
     ("mma.h", include_str!("../../../../kernels-hip/mma.h")),
     ("mv_dot.h", include_str!("../../../../kernels-hip/mv_dot.h")),
     ("mv_dot_b32.h", include_str!("../../../../kernels-hip/mv_dot_b32.h")),
     ("mv_dot_low.h", include_str!("../../../../kernels-hip/mv_dot_low.h")),
     ("dequant_low.h", include_str!("../../../../kernels-hip/dequant_low.h")),
+    ("iq_grids.h", include_str!("../../../../kernels-hip/iq_grids.h")),
 ];
 
 /// Each kernel family: its source and the kernels it must export (`family/`).

@@ -16,7 +16,7 @@ const Q80: usize = 34;
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_i32(v: __m256i) -> i32 {
+pub(super) fn hsum_i32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
@@ -26,7 +26,7 @@ fn hsum_i32(v: __m256i) -> i32 {
 /// The i16 `lo` in the low 128 bits, `hi` in the high 128 bits.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn halves16(lo: i16, hi: i16) -> __m256i {
+pub(super) fn halves16(lo: i16, hi: i16) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo))
 }
 

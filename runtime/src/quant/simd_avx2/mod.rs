@@ -11,6 +11,7 @@
 
 use std::arch::x86_64::*;
 
+mod grid;
 mod kquant;
 mod lowbit;
 mod q32;
@@ -58,6 +59,13 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<(DotFn, RowsFn)> {
         GgmlType::IQ4_NL => (dot_iq4_nl, rows_iq4_nl),
         GgmlType::IQ4_XS => (dot_iq4_xs, rows_iq4_xs),
         GgmlType::MXFP4 => (dot_mxfp4, rows_mxfp4),
+        GgmlType::IQ3_S => (dot_iq3_s, rows_iq3_s),
+        GgmlType::IQ3_XXS => (dot_iq3_xxs, rows_iq3_xxs),
+        GgmlType::IQ2_XXS => (dot_iq2_xxs, rows_iq2_xxs),
+        GgmlType::IQ2_XS => (dot_iq2_xs, rows_iq2_xs),
+        GgmlType::IQ2_S => (dot_iq2_s, rows_iq2_s),
+        GgmlType::IQ1_S => (dot_iq1_s, rows_iq1_s),
+        GgmlType::IQ1_M => (dot_iq1_m, rows_iq1_m),
         _ => return None,
     })
 }
@@ -109,6 +117,13 @@ row_entry! {
     dot_iq4_nl, rows_iq4_nl => lowbit::iq4_nl_body;
     dot_iq4_xs, rows_iq4_xs => lowbit::iq4_xs_body;
     dot_mxfp4, rows_mxfp4 => lowbit::mxfp4_body;
+    dot_iq3_s, rows_iq3_s => grid::iq3_s_body;
+    dot_iq3_xxs, rows_iq3_xxs => grid::iq3_xxs_body;
+    dot_iq2_xxs, rows_iq2_xxs => grid::iq2_xxs_body;
+    dot_iq2_xs, rows_iq2_xs => grid::iq2_xs_body;
+    dot_iq2_s, rows_iq2_s => grid::iq2_s_body;
+    dot_iq1_s, rows_iq1_s => grid::iq1_s_body;
+    dot_iq1_m, rows_iq1_m => grid::iq1_m_body;
 }
 
 rows_entry! {

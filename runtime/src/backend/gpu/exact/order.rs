@@ -19,6 +19,13 @@ pub enum ExactType {
     Iq4Nl = 9,
     Iq4Xs = 10,
     Mxfp4 = 11,
+    Iq3S = 12,
+    Iq3Xxs = 13,
+    Iq2Xxs = 14,
+    Iq2Xs = 15,
+    Iq2S = 16,
+    Iq1S = 17,
+    Iq1M = 18,
 }
 
 impl ExactType {
@@ -36,6 +43,13 @@ impl ExactType {
             GgmlType::IQ4_NL => ExactType::Iq4Nl,
             GgmlType::IQ4_XS => ExactType::Iq4Xs,
             GgmlType::MXFP4 => ExactType::Mxfp4,
+            GgmlType::IQ3_S => ExactType::Iq3S,
+            GgmlType::IQ3_XXS => ExactType::Iq3Xxs,
+            GgmlType::IQ2_XXS => ExactType::Iq2Xxs,
+            GgmlType::IQ2_XS => ExactType::Iq2Xs,
+            GgmlType::IQ2_S => ExactType::Iq2S,
+            GgmlType::IQ1_S => ExactType::Iq1S,
+            GgmlType::IQ1_M => ExactType::Iq1M,
             _ => return None,
         })
     }
@@ -46,7 +60,8 @@ impl ExactType {
         match self {
             ExactType::Q4_0 | ExactType::Q5_0 | ExactType::Q8_0 | ExactType::Iq4Nl | ExactType::Mxfp4 => (0, 32, 34),
             ExactType::Q4_1 | ExactType::Q5_1 => (1, 32, 36),
-            ExactType::Q4K | ExactType::Q6K | ExactType::Q2K | ExactType::Q3K | ExactType::Iq4Xs => (2, 256, 292),
+            // Q4_K, Q6_K, Q2_K, Q3_K, IQ4_XS and the grid types.
+            _ => (2, 256, 292),
         }
     }
 
@@ -58,8 +73,8 @@ impl ExactType {
     /// - Q6_K: from `BATCH_ORDER_MIN_TOKENS` (8) tokens on the tiled order (1), else the
     ///   vector-dot order (0).
     /// - The 32-element types sum alike in every path (one, four or expanded rows): 0.
-    /// - The low-bit types (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4) too: every CPU kernel of
-    ///   theirs is bit-equal to the scalar dot.
+    /// - The low-bit types (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4) and the grid types too:
+    ///   every CPU kernel of theirs is bit-equal to the scalar dot.
     pub fn order(self, n_tok: usize) -> i32 {
         match self {
             ExactType::Q4K => (n_tok / 4 * 4) as i32,

@@ -55,8 +55,15 @@ const DEQUANT: [(GgmlType, Layout, Kernel<Dequant>); N_DEQUANT] = [
     (GgmlType::IQ4_NL, Layout::Stored, Kernel::new("dequant_f16_iq4_nl")),
     (GgmlType::IQ4_XS, Layout::Stored, Kernel::new("dequant_f16_iq4_xs")),
     (GgmlType::MXFP4, Layout::Stored, Kernel::new("dequant_f16_mxfp4")),
+    (GgmlType::IQ3_S, Layout::Stored, Kernel::new("dequant_f16_iq3_s")),
+    (GgmlType::IQ3_XXS, Layout::Stored, Kernel::new("dequant_f16_iq3_xxs")),
+    (GgmlType::IQ2_XXS, Layout::Stored, Kernel::new("dequant_f16_iq2_xxs")),
+    (GgmlType::IQ2_XS, Layout::Stored, Kernel::new("dequant_f16_iq2_xs")),
+    (GgmlType::IQ2_S, Layout::Stored, Kernel::new("dequant_f16_iq2_s")),
+    (GgmlType::IQ1_S, Layout::Stored, Kernel::new("dequant_f16_iq1_s")),
+    (GgmlType::IQ1_M, Layout::Stored, Kernel::new("dequant_f16_iq1_m")),
 ];
-const N_DEQUANT: usize = 15;
+const N_DEQUANT: usize = 22;
 const ACT_Q8_1: Kernel<ActToF16> = Kernel::new("act_f16_q8_1");
 const ACT_Q8_K: Kernel<ActToF16> = Kernel::new("act_f16_q8_k");
 const ACT_F32: Kernel<ActToF16> = Kernel::new("act_f16_f32");

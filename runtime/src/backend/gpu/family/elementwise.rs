@@ -71,6 +71,13 @@ const GET_ROWS: [(GgmlType, Kernel<GetRows>); N_GET_ROWS] = [
     (GgmlType::IQ4_NL, Kernel::new("get_rows_iq4_nl")),
     (GgmlType::IQ4_XS, Kernel::new("get_rows_iq4_xs")),
     (GgmlType::MXFP4, Kernel::new("get_rows_mxfp4")),
+    (GgmlType::IQ3_S, Kernel::new("get_rows_iq3_s")),
+    (GgmlType::IQ3_XXS, Kernel::new("get_rows_iq3_xxs")),
+    (GgmlType::IQ2_XXS, Kernel::new("get_rows_iq2_xxs")),
+    (GgmlType::IQ2_XS, Kernel::new("get_rows_iq2_xs")),
+    (GgmlType::IQ2_S, Kernel::new("get_rows_iq2_s")),
+    (GgmlType::IQ1_S, Kernel::new("get_rows_iq1_s")),
+    (GgmlType::IQ1_M, Kernel::new("get_rows_iq1_m")),
 ];
 const N_GET_ROWS: usize = GgmlType::WEIGHTS.len();
 

@@ -54,6 +54,13 @@ const PLAIN: [(GgmlType, Kernel<Matvec>, Kernel<Matvec>); N_PLAIN] = [
     (GgmlType::IQ4_NL, Kernel::new("matvec_iq4_nl_n1"), Kernel::new("matvec_iq4_nl_n8")),
     (GgmlType::IQ4_XS, Kernel::new("matvec_iq4_xs_n1"), Kernel::new("matvec_iq4_xs_n8")),
     (GgmlType::MXFP4, Kernel::new("matvec_mxfp4_n1"), Kernel::new("matvec_mxfp4_n8")),
+    (GgmlType::IQ3_S, Kernel::new("matvec_iq3_s_n1"), Kernel::new("matvec_iq3_s_n8")),
+    (GgmlType::IQ3_XXS, Kernel::new("matvec_iq3_xxs_n1"), Kernel::new("matvec_iq3_xxs_n8")),
+    (GgmlType::IQ2_XXS, Kernel::new("matvec_iq2_xxs_n1"), Kernel::new("matvec_iq2_xxs_n8")),
+    (GgmlType::IQ2_XS, Kernel::new("matvec_iq2_xs_n1"), Kernel::new("matvec_iq2_xs_n8")),
+    (GgmlType::IQ2_S, Kernel::new("matvec_iq2_s_n1"), Kernel::new("matvec_iq2_s_n8")),
+    (GgmlType::IQ1_S, Kernel::new("matvec_iq1_s_n1"), Kernel::new("matvec_iq1_s_n8")),
+    (GgmlType::IQ1_M, Kernel::new("matvec_iq1_m_n1"), Kernel::new("matvec_iq1_m_n8")),
 ];
 const N_PLAIN: usize = GgmlType::WEIGHTS.len();
 const MULTI: Kernel<Multi> = Kernel::new("matvec_multi4_n1");
@@ -126,6 +133,13 @@ pub fn mv_type_code(ty: GgmlType) -> Option<i32> {
         GgmlType::Q2_K => 13,
         GgmlType::Q3_K => 14,
         GgmlType::IQ4_XS => 15,
+        GgmlType::IQ3_S => 16,
+        GgmlType::IQ3_XXS => 17,
+        GgmlType::IQ2_XXS => 18,
+        GgmlType::IQ2_XS => 19,
+        GgmlType::IQ2_S => 20,
+        GgmlType::IQ1_S => 21,
+        GgmlType::IQ1_M => 22,
         _ => return None,
     })
 }

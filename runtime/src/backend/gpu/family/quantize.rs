@@ -50,6 +50,7 @@ pub fn act_fmt(ty: GgmlType) -> Option<ActFmt> {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => Some(ActFmt::Q8_1),
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_XS => Some(ActFmt::K),
+        ty if GgmlType::GRID_WEIGHTS.contains(&ty) => Some(ActFmt::K),
         _ => None,
     }
 }

@@ -89,7 +89,7 @@ pub fn run_checks(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64
 /// `gemm_<type>` as [`gemm_cases`] names them.
 fn blas_cases() -> Vec<(String, GgmlType, Layout)> {
     let mut v = gemm_cases();
-    let only_blas = GgmlType::LOWBIT_WEIGHTS.iter().filter(|&&ty| !gemm::gemm_supports(ty, Layout::Stored));
+    let only_blas = GgmlType::LOWBIT_WEIGHTS.iter().chain(&GgmlType::GRID_WEIGHTS).filter(|&&ty| !gemm::gemm_supports(ty, Layout::Stored));
     v.extend(only_blas.map(|&ty| (format!("gemm_{}", ty.name().to_lowercase()), ty, Layout::Stored)));
     v
 }

@@ -43,7 +43,12 @@ impl Pair {
     fn weight(&mut self, rng: &mut Rng, ty: GgmlType, rows: usize, k: usize, scale: f32) -> Result<usize, String> {
         let vals = rng.vec(rows * k, scale);
         let mut bytes = vec![0u8; ty.bytes_for((rows * k) as u64).ok_or("partial block")? as usize];
-        quant::quantize(ty, &vals, &mut bytes).map_err(|e| e.to_string())?;
+        if GgmlType::GRID_WEIGHTS.contains(&ty) {
+            // No quantizer for most of them: random valid blocks.
+            bytes = quant::grid_random_blocks(ty, rows * k / 256, rng.range(1, 1 << 30) as u64, scale);
+        } else {
+            quant::quantize(ty, &vals, &mut bytes).map_err(|e| e.to_string())?;
+        }
         let mut g = GgufWriter::new();
         g.add_tensor("w", ty, &[k as u64, rows as u64], bytes);
         let f = GgufFile::from_bytes(g.to_bytes().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
@@ -307,7 +312,7 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport>
         names.push(n.into());
     }
     // The low-bit types last (the checks share one generator: the older ones keep their cases).
-    for ty in GgmlType::LOWBIT_WEIGHTS {
+    for ty in GgmlType::LOWBIT_WEIGHTS.iter().chain(&GgmlType::GRID_WEIGHTS) {
         names.push(format!("exact_matmul_{}", ty.name().to_lowercase()));
         names.push(format!("exact_get_rows_{}", ty.name().to_lowercase()));
     }
@@ -329,7 +334,10 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport>
             let suffix = ["exact_matmul_", "exact_get_rows_", "exact_dot_", "exact_quantize_"].iter().fold(name.as_str(), |n, p| n.trim_start_matches(p));
             let ty = |s: &str| {
                 use GgmlType::*;
-                [F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4].into_iter().find(|t| t.name().eq_ignore_ascii_case(s))
+                [F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4]
+                    .into_iter()
+                    .chain(GgmlType::GRID_WEIGHTS)
+                    .find(|t| t.name().eq_ignore_ascii_case(s))
             };
             let r = match name.as_str() {
                 n if n.starts_with("exact_matmul_") => ty(suffix).map_or(Err("unknown type".into()), |t| matmul(&mut p, &mut rng, t)),

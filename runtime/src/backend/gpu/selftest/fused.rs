@@ -107,16 +107,18 @@ pub(super) fn check(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng, acc
                 acc.cmp(&format!("{case} (cache)"), &got, &want, |i| tol[i]);
             }
         }
-        "matvec_multi" => {
+        "matvec_multi" | "matvec_multi_grid" => {
             let types = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
-            let low = GgmlType::LOWBIT_WEIGHTS;
+            // matvec_multi_grid (appended): a grid type in every case, each in turn.
+            let grid = name == "matvec_multi_grid";
+            let low: &[GgmlType] = if grid { &GgmlType::GRID_WEIGHTS } else { &GgmlType::LOWBIT_WEIGHTS };
             for c in 0..cases {
                 let nw0 = 1 + c % 3;
                 let mut tys: Vec<GgmlType> = (0..nw0).map(|_| types[rng.range(0, types.len() - 1)]).collect();
                 // Every other case a low-bit type in the last segment (added, or in place of
                 // the third), chosen after the older draws.
-                if c % 2 == 1 {
-                    let ty = low[(c / 2) % low.len()];
+                if c % 2 == 1 || grid {
+                    let ty = if grid { low[c % low.len()] } else { low[(c / 2) % low.len()] };
                     if tys.len() < 3 {
                         tys.push(ty);
                     } else {

@@ -127,7 +127,7 @@ pub enum Elt {
 /// Every weight type the matvec and get_rows kernels support: the first eleven, whose
 /// checks come first, then [`GgmlType::LOWBIT_WEIGHTS`], whose checks are appended at the
 /// end (so the older checks keep their seeds).
-pub const WEIGHT_TYPES: [GgmlType; 16] = GgmlType::WEIGHTS;
+pub const WEIGHT_TYPES: [GgmlType; 23] = GgmlType::WEIGHTS;
 
 /// Run every check whose name contains `filter`, `cases` random cases each.
 pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {
@@ -147,10 +147,11 @@ pub fn run_checks(t: &dyn Target, filter: Option<&str>, cases: usize, seed: u64)
     }
     // Appended (each check's seed follows its index: the older checks keep theirs).
     names.extend(act::CHECKS.iter().map(|s| s.to_string()));
-    for ty in GgmlType::LOWBIT_WEIGHTS {
+    for ty in GgmlType::LOWBIT_WEIGHTS.iter().chain(&GgmlType::GRID_WEIGHTS) {
         names.push(format!("matvec_{}", ty.name().to_lowercase()));
         names.push(format!("get_rows_{}", ty.name().to_lowercase()));
     }
+    names.push("matvec_multi_grid".into());
     let mut out = Vec::new();
     for (idx, name) in names.iter().enumerate() {
         if let Some(f) = filter {
@@ -405,7 +406,7 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
                 return Ok(None);
             }
         }
-        "add_rmsnorm_q8" | "rope_kv" | "matvec_multi" | "matvec_q4k_loop" | "matvec_split" | "attention_q8" => {
+        "add_rmsnorm_q8" | "rope_kv" | "matvec_multi" | "matvec_multi_grid" | "matvec_q4k_loop" | "matvec_split" | "attention_q8" => {
             if fused::check(t, name, cases, rng, &mut acc)?.is_none() {
                 return Ok(None);
             }

@@ -28,6 +28,7 @@ pub fn random_weights(rng: &mut Rng, ty: GgmlType, rows: usize, k: usize) -> Vec
     let mut w = rng.bytes(nb * bb);
     let f16_fields: &[usize] = match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
+        GgmlType::IQ3_S | GgmlType::IQ3_XXS | GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ1_S => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
         GgmlType::Q2_K => &[80, 82],
@@ -43,6 +44,14 @@ pub fn random_weights(rng: &mut Rng, ty: GgmlType, rows: usize, k: usize) -> Vec
         // the products finite and the sums of the magnitude of the other types').
         if ty == GgmlType::MXFP4 {
             w[b * bb] = 115 + (rng.bytes(1)[0] % 11);
+        }
+        // IQ1_M's f16 scale sits in the top nibbles of its four scale words.
+        if ty == GgmlType::IQ1_M {
+            let d = half::f16::from_f32(rng.f() * 0.05).to_bits();
+            for k in 0..4 {
+                let at = b * bb + 48 + 2 * k + 1;
+                w[at] = (w[at] & 0x0f) | (((d >> (4 * k)) & 15) as u8) << 4;
+            }
         }
     }
     w
