@@ -308,8 +308,10 @@ impl Backend for CachedBackend {
         let mut layouts = Vec::with_capacity(4);
         for w in ws {
             // Under `--device-memory`, refused before anything is made if it does not fit.
-            let held = self.held();
-            capped(&mut self.cache, self.capacity, held, &mut self.peak, w)?;
+            if self.capacity.is_some() {
+                let held = self.held();
+                capped(&mut self.cache, self.capacity, held, &mut self.peak, w)?;
+            }
             layouts.push(make_resident(&mut self.cache, w)?);
         }
         let c = &self.cache;
