@@ -59,40 +59,62 @@ impl MoeFfn<'_, '_> {
     }
 }
 
-/// Working buffers of [`moe_ffn_unfused`] for chunks of up to `n_max` tokens (a backend
-/// that overrides [`Backend::moe_ffn`] may ignore them).
+/// Working buffers of [`Backend::moe_ffn`] for chunks of up to `n_max` tokens. The default
+/// ([`moe_ffn_unfused`]) uses the first part of each; a backend that routes on the device
+/// (the GPU's `moe_ffn`) uses them per (token, expert) pair: `n_used · n_max` pairs.
 #[derive(Clone, Copy, Debug)]
 pub struct MoeScratch {
     /// `[n_max, n_expert]` router logits.
     pub logits: Buf,
-    /// `[n_max, n_embd]` the rows routed to one expert, gathered.
+    /// `[n_used · n_max, n_embd]`: the rows routed to one expert, gathered (the device
+    /// path: the pairs' quantized input rows grouped by expert).
     pub xe: Buf,
-    /// `[n_max, n_ff]` each: the expert's gate (then GLU) and up outputs.
+    /// `[n_used · n_max, n_ff]` each: the gate (then GLU) and up outputs of an expert's
+    /// rows, or of every pair.
     pub gate: Buf,
     pub up: Buf,
     /// `[n_max, n_embd]` the expert's down outputs (and a summand).
     pub ye: Buf,
     /// `[n_embd]` one weighted row.
     pub row: Buf,
-    /// `[n_used, n_max, n_embd]` each token's weighted expert outputs, slot-major.
+    /// `[n_used, n_max, n_embd]` each token's weighted expert outputs, slot-major (the
+    /// device path: every pair's down output).
     pub acc: Buf,
+    /// [`route_len`] 4-byte words: the device path's routing (expert ids, weights, the
+    /// grouping by expert).
+    pub route: Buf,
+}
+
+/// Values of the routing buffer for `n_pairs` (token, expert) pairs over `n_expert`
+/// experts: ids, weights, the grouped order and its inverse (`n_pairs` each), each
+/// expert's offset (`n_expert + 1`), the tile count, and two values per tile (at most
+/// `ceil(n_pairs / 8) + min(n_expert, n_pairs)` tiles of up to 8 pairs of one expert).
+pub fn route_len(n_pairs: usize, n_expert: usize) -> usize {
+    4 * n_pairs + n_expert + 2 + 2 * (n_pairs.div_ceil(8) + n_expert.min(n_pairs))
 }
 
 impl MoeScratch {
+    /// The length of each buffer, in [`Self::bufs`]'s order.
+    pub fn lens(n_max: usize, n_embd: usize, n_expert: usize, n_ff: usize, n_used: usize) -> [usize; 8] {
+        let pairs = n_used * n_max;
+        [n_max * n_expert, pairs * n_embd, pairs * n_ff, pairs * n_ff, n_max * n_embd, n_embd, pairs * n_embd, route_len(pairs, n_expert)]
+    }
     /// Allocates the buffers on `be`.
     pub fn new<B: Backend + ?Sized>(be: &mut B, n_max: usize, n_embd: usize, n_expert: usize, n_ff: usize, n_used: usize) -> Result<MoeScratch> {
+        let l = Self::lens(n_max, n_embd, n_expert, n_ff, n_used);
         Ok(MoeScratch {
-            logits: be.alloc(n_max * n_expert)?,
-            xe: be.alloc(n_max * n_embd)?,
-            gate: be.alloc(n_max * n_ff)?,
-            up: be.alloc(n_max * n_ff)?,
-            ye: be.alloc(n_max * n_embd)?,
-            row: be.alloc(n_embd)?,
-            acc: be.alloc(n_used * n_max * n_embd)?,
+            logits: be.alloc(l[0])?,
+            xe: be.alloc(l[1])?,
+            gate: be.alloc(l[2])?,
+            up: be.alloc(l[3])?,
+            ye: be.alloc(l[4])?,
+            row: be.alloc(l[5])?,
+            acc: be.alloc(l[6])?,
+            route: be.alloc(l[7])?,
         })
     }
-    pub fn bufs(&self) -> [Buf; 7] {
-        [self.logits, self.xe, self.gate, self.up, self.ye, self.row, self.acc]
+    pub fn bufs(&self) -> [Buf; 8] {
+        [self.logits, self.xe, self.gate, self.up, self.ye, self.row, self.acc, self.route]
     }
 }
 

@@ -209,7 +209,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
             16 * c.n_vocab,
         ];
         if let Some(x) = c.experts {
-            bufs.extend([n * x.n_expert, n * c.n_embd, n * x.n_ff, n * x.n_ff, n * c.n_embd, c.n_embd, x.n_used * n * c.n_embd]);
+            bufs.extend(crate::backend::MoeScratch::lens(n, c.n_embd, x.n_expert, x.n_ff, x.n_used));
         }
         if !gpu {
             return bufs.iter().map(|&v| v as u64 * 4).sum();

@@ -23,7 +23,7 @@ use super::{GpuError};
 use super::plan::{self, GluPlan, Matmul};
 use super::tuning::Tuning;
 use std::cell::RefCell;
-use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, NormIn, QkvPrep, Result, Rope, RopeMode};
+use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, MoeFfn, MoeScratch, NormIn, QkvPrep, Result, Rope, RopeMode};
 use crate::quant;
 use super::materialize::{GpuMaterializer, MappedFile};
 use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
@@ -36,6 +36,7 @@ mod exact;
 mod exact_backend;
 pub use exact_backend::ExactBackend;
 mod fused;
+mod moe;
 mod norm_mv;
 mod probe;
 use probe::Probe;
@@ -565,6 +566,10 @@ impl Backend for GpuBackend {
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         self.per_row_attention(q, k, v, kvs, layer, pos, p, out)
+    }
+
+    fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
+        self.moe_ffn_device(x, n_tok, p, out, tmp)
     }
 }
 

@@ -9,7 +9,7 @@
 //! The measured reasons for each threshold are in BENCHMARKS.md and `benchmarks/`; the
 //! numbers a user may override are in [`Tuning`].
 
-use crate::backend::gpu::family::{attn_decode, decode_mv, dequant, flash_attn, gemm, head_mv, matvec, quantize};
+use crate::backend::gpu::family::{attn_decode, decode_mv, dequant, flash_attn, gemm, head_mv, matvec, moe, quantize};
 use crate::backend::gpu::launch;
 use super::tuning::Tuning;
 use crate::quant::GgmlType;
@@ -454,3 +454,30 @@ pub fn attention(n_tok: usize, head_dim: usize, wants_k: bool, t: &Tuning) -> At
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;
+
+/// How a mixture-of-experts FFN runs (`GpuBackend::moe_ffn`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moe {
+    /// Device routing; expert matvecs one (token, expert) pair per read of the expert's
+    /// rows (`moe::mv_pairs`): decode.
+    Pairs,
+    /// Device routing; pairs grouped by expert, tiles of 8 pairs per read
+    /// (`moe::mv_grouped`): batched decode and prefill.
+    Grouped,
+    /// The trait's default (host routing, per-expert matmuls): expert types or shapes the
+    /// expert kernels do not take.
+    Unfused,
+}
+
+/// How a MoE FFN over `n_tok` tokens runs: `n_exp` experts, `k` used, `experts`: the
+/// gate, up and down expert tensors as (type, row length).
+pub fn moe_ffn(n_tok: usize, n_exp: usize, k: usize, experts: [(GgmlType, usize); 3], t: &Tuning) -> Moe {
+    let ok = n_exp <= moe::MAX_EXPERTS && k <= 32 && experts.iter().all(|&(ty, len)| moe::supports(ty, len));
+    if !ok {
+        Moe::Unfused
+    } else if n_tok * k >= t.moe_group_min {
+        Moe::Grouped
+    } else {
+        Moe::Pairs
+    }
+}

@@ -149,3 +149,18 @@ fn prefill_attention_is_flash_v2() {
     assert_eq!(attention(1, 128, true, &t), Attn::Decode { q8: false });
     assert!(add_rms_norm(1024, false, &t) && !add_rms_norm(1000, false, &t) && !add_rms_norm(1024, true, &t));
 }
+
+#[test]
+fn moe_routes_on_the_device_pairs_then_grouped() {
+    let t = Tuning::default();
+    let q4 = [(GgmlType::Q4_K, 2048), (GgmlType::Q4_K, 2048), (GgmlType::Q6_K, 768)];
+    assert_eq!(moe_ffn(1, 128, 8, q4, &t), Moe::Pairs);
+    assert_eq!(moe_ffn(2, 128, 8, q4, &t), Moe::Grouped);
+    assert_eq!(moe_ffn(512, 128, 8, q4, &t), Moe::Grouped);
+    assert_eq!(moe_ffn(2, 128, 8, q4, &Tuning { moe_group_min: 64, ..Tuning::default() }), Moe::Pairs);
+    // Experts the kernels do not take: float, rows not of the block size, too many experts.
+    assert_eq!(moe_ffn(1, 128, 8, [(GgmlType::F16, 2048), q4[1], q4[2]], &t), Moe::Unfused);
+    assert_eq!(moe_ffn(1, 128, 8, [q4[0], q4[1], (GgmlType::Q6_K, 2880)], &t), Moe::Unfused);
+    assert_eq!(moe_ffn(1, 2048, 8, q4, &t), Moe::Unfused);
+    assert_eq!(moe_ffn(1, 32, 4, [(GgmlType::MXFP4, 2880); 3], &t), Moe::Pairs);
+}

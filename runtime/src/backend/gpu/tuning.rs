@@ -65,6 +65,9 @@ pub struct Tuning {
     /// `gemm_min`: the fewest tokens sent to lode's matrix-core GEMM (32; below, the
     /// 8-column matvec reads the same copy).
     pub gemm_min_tokens: usize,
+    /// `moe_group_min`: the fewest (token, expert) pairs whose expert matvecs run grouped
+    /// by expert, 8 pairs per read of an expert's rows (below, one pair per read) (16).
+    pub moe_group_min: usize,
     /// `kernels`: `embedded` (default: the code objects in the binary, else a compile)
     /// or `rtc` (always compile at run time with NVRTC / hipRTC).
     pub kernels_rtc: bool,
@@ -106,6 +109,7 @@ impl Default for Tuning {
             blas_min_tokens: 16,
             blas_slab_bytes: 128 << 20,
             gemm_min_tokens: 32,
+            moe_group_min: 16,
             kernels_rtc: false,
             weight_arena: true,
             mapped_host: None,
@@ -141,6 +145,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("blas_min", "N: fewest tokens sent to the BLAS"),
     ("blas_slab", "BYTES: the BLAS path's f16 slab"),
     ("gemm_min", "N: fewest tokens sent to the matrix-core GEMM"),
+    ("moe_group_min", "N: fewest expert pairs whose matvecs run grouped by expert"),
     ("kernels", "embedded or rtc"),
     ("weight_arena", "0/1: weights in one growing virtual range"),
     ("mapped_host", "register or pinned"),
@@ -207,6 +212,7 @@ impl Tuning {
             "blas_min" => self.blas_min_tokens = num()?.max(2),
             "blas_slab" => self.blas_slab_bytes = bytes()?.max(1 << 20),
             "gemm_min" => self.gemm_min_tokens = num()?.max(1),
+            "moe_group_min" => self.moe_group_min = num()?.max(1),
             "kernels" => {
                 self.kernels_rtc = match v {
                     "rtc" => true,

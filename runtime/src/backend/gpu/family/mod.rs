@@ -19,6 +19,7 @@ pub mod flash_attn;
 pub mod gemm;
 pub mod head_mv;
 pub mod matvec;
+pub mod moe;
 pub mod norm_rope;
 pub mod quantize;
 
@@ -37,4 +38,5 @@ pub const ALL: &[Family] = &[
     dequant::FAMILY,
     exact_matmul::FAMILY,
     exact_ops::FAMILY,
+    moe::FAMILY,
 ];

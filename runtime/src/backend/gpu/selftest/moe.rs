@@ -1,9 +1,8 @@
-//! `moe_ffn_*` checks: [`Backend::moe_ffn`] on the GPU (today the trait's default: the
-//! router's matmul, its logits read back for the top-k, the selected experts' matmuls on
-//! views into the one copy of each 3-D tensor) against the CPU backend's direct op on the
-//! same weights and input.
+//! `moe_ffn_*` checks: [`Backend::moe_ffn`] on the GPU (the device path: top-k on the
+//! device, expert-indexed matvecs per pair or grouped by expert, `backend/moe.rs`)
+//! against the CPU backend's direct op on the same weights and input.
 //!
-//! Each case: an F32 router, Q4_K gate/up experts and a Q4_K or Q6_K down, random
+//! Each case: an F32 router, gate/up experts of one type and a down of another, random
 //! input rows (or one row repeated, so that the selected experts receive every token and
 //! the others none), the output and every working buffer NaN before the op. Checked:
 //! - every output within 3e-2·max|CPU row| + 1e-5 of the CPU's, for each token whose
@@ -15,7 +14,8 @@
 //! - `moe_ffn_*_exact`: the exact backend (router on the host, experts by the exact ops)
 //!   gives the CPU's outputs bit for bit (3 resident entries: the router stays on the host).
 //!
-//! Shapes: 8 experts (2 used) to 64 (8 used), 1 to 100 tokens, n_embd 256 to 1024.
+//! Shapes: 8 experts (2 used) to 128 (8 used), 1 to 2048 tokens, n_embd 256 to 1024;
+//! gate/up Q4_K, Q8_0, MXFP4 or IQ4_XS, down Q4_K, Q6_K, Q8_0 or MXFP4.
 
 use super::report::{Acc, CheckReport, Rng};
 use crate::backend::cpu::CpuBackend;
@@ -35,13 +35,16 @@ struct Case {
     k: usize,
     n_tok: usize,
     down: GgmlType,
+    /// The gate and up experts' type.
+    gu: GgmlType,
     /// Every token the same row (the selected experts get all tokens, the rest none).
     same_rows: bool,
 }
 
 fn cases() -> Vec<Case> {
-    let c = |e, f, n_exp, k, n_tok, down, same_rows| Case { e, f, n_exp, k, n_tok, down, same_rows };
-    use GgmlType::{Q4_K, Q6_K};
+    let c = |e, f, n_exp, k, n_tok, down, same_rows| Case { e, f, n_exp, k, n_tok, down, gu: GgmlType::Q4_K, same_rows };
+    let g = |gu, down, n_tok| Case { e: 512, f: 256, n_exp: 16, k: 4, n_tok, down, gu, same_rows: false };
+    use GgmlType::{IQ4_XS, MXFP4, Q4_K, Q6_K, Q8_0};
     vec![
         c(256, 256, 8, 2, 1, Q6_K, false),
         c(256, 512, 8, 2, 64, Q4_K, false),
@@ -49,11 +52,24 @@ fn cases() -> Vec<Case> {
         c(256, 256, 8, 2, 33, Q4_K, true),
         c(1024, 256, 64, 8, 1, Q6_K, false),
         c(1024, 256, 64, 8, 100, Q4_K, false),
+        // The device path's shapes: decode pairs (1-3 tokens), grouped tiles up to 2048
+        // tokens, qwen3moe's 128 experts of 8, every token to the same experts.
+        c(512, 256, 128, 8, 2, Q6_K, false),
+        c(512, 256, 128, 8, 512, Q6_K, false),
+        c(256, 256, 32, 4, 2048, Q4_K, false),
+        c(256, 256, 128, 8, 300, Q4_K, true),
+        // Other expert types: 32-element blocks (the q8_1 form) beside K-form downs.
+        g(Q8_0, Q6_K, 3),
+        g(Q8_0, Q4_K, 40),
+        g(MXFP4, MXFP4, 1),
+        g(MXFP4, MXFP4, 64),
+        g(IQ4_XS, Q8_0, 24),
     ]
 }
 
 fn name(c: &Case) -> String {
-    format!("moe_ffn_e{}_x{}k{}_t{}{}", c.e, c.n_exp, c.k, c.n_tok, if c.same_rows { "_same" } else { "" })
+    let ty = |t: GgmlType| t.to_string().to_lowercase();
+    format!("moe_ffn_e{}_x{}k{}_t{}_{}_{}{}", c.e, c.n_exp, c.k, c.n_tok, ty(c.gu), ty(c.down), if c.same_rows { "_same" } else { "" })
 }
 
 /// The case's weights as one file: `router` F32 [e, n_exp], `gate`/`up` Q4_K
@@ -70,8 +86,8 @@ fn weights(rng: &mut Rng, c: &Case) -> Result<GgufFile, String> {
     };
     let (e, f, n) = (c.e as u64, c.f as u64, c.n_exp as u64);
     add(&mut w, "router", GgmlType::F32, &[e, n], 0.2)?;
-    add(&mut w, "gate", GgmlType::Q4_K, &[e, f, n], 0.5)?;
-    add(&mut w, "up", GgmlType::Q4_K, &[e, f, n], 0.5)?;
+    add(&mut w, "gate", c.gu, &[e, f, n], 0.5)?;
+    add(&mut w, "up", c.gu, &[e, f, n], 0.5)?;
     add(&mut w, "down", c.down, &[f, e, n], 0.5)?;
     GgufFile::from_bytes(w.to_bytes().map_err(|e| e.to_string())?).map_err(|e| e.to_string())
 }
@@ -93,7 +109,7 @@ fn run<B: Backend + ?Sized>(be: &mut B, unfused: bool, c: &Case, x: &[f32], ws: 
     let out = be.alloc(n * e)?;
     be.write(out, &vec![f32::NAN; n * e])?;
     let tmp = MoeScratch::new(be, n, e, c.n_exp, c.f, c.k)?;
-    let lens = [n * c.n_exp, n * e, n * c.f, n * c.f, n * e, e, c.k * n * e];
+    let lens = MoeScratch::lens(n, e, c.n_exp, c.f, c.k);
     for (b, len) in tmp.bufs().into_iter().zip(lens) {
         be.write(b, &vec![f32::NAN; len])?;
     }

@@ -1,0 +1,104 @@
+//! [`Backend::moe_ffn`] on the GPU: the router's top-k on the device and the selected
+//! experts' rows read inside the one copy of each 3-D expert tensor by expert-indexed
+//! matvecs (`family/moe.rs`), with no host round trip, so a step with MoE layers is
+//! replayed as a graph like any other.
+//!
+//! `plan::moe_ffn` chooses: `Pairs` (decode: each (token, expert) pair reads its expert's
+//! rows), `Grouped` (batched decode and prefill: pairs grouped by expert on the device, 8
+//! per read of an expert's rows) or `Unfused` (the trait's default, for expert types the
+//! kernels do not take).
+//!
+//! The arithmetic is the default's: router logits by `matmul`, softmax, top-k, the
+//! renormalised weights, each pair's gated FFN with its activations quantized as the
+//! matvecs of its types read them, and the weighted sum in slot order.
+//! Selection ties and near-ties may resolve differently from the CPU (the device's
+//! exponentials round differently); `lode selftest`'s `moe_ffn_*` checks the rest.
+
+use super::{err, GpuBackend};
+use crate::backend::gpu::family::moe::{self as fam, ExpSeg, RouteBufs};
+use crate::backend::gpu::family::quantize;
+use crate::backend::gpu::plan::{self, Moe};
+use crate::backend::moe::{moe_ffn_unfused, route_len, MoeFfn, MoeScratch};
+use crate::backend::{Backend, BackendError, Buf, Result};
+use crate::weights::WeightRef;
+
+const OP: &str = "moe_ffn";
+
+/// Bytes of one expert's matrix of the 3-D tensor `w` (its rows in the stored layout).
+fn expert_bytes(w: &WeightRef) -> usize {
+    w.expert(0).map(|m| m.row_bytes() * m.n_rows()).unwrap_or(0)
+}
+
+impl GpuBackend {
+    pub(super) fn moe_ffn_device(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
+        let (e, n_exp, f) = p.dims()?;
+        let k = p.n_used;
+        let types = [(p.gate.ty(), e), (p.up.ty(), e), (p.down.ty(), f)];
+        let choice = plan::moe_ffn(n_tok, n_exp, k, types, &self.tuning);
+        if choice == Moe::Unfused || n_tok == 0 {
+            return moe_ffn_unfused(self, x, n_tok, p, out, tmp);
+        }
+        let pairs = n_tok * k;
+        for (b, need) in [(x, n_tok * e), (out, n_tok * e), (tmp.logits, n_tok * n_exp), (tmp.xe, pairs * e), (tmp.gate, pairs * f), (tmp.up, pairs * f), (tmp.acc, pairs * e), (tmp.route, route_len(pairs, n_exp))] {
+            let (_, have) = self.buf(b)?;
+            Self::check_len(OP, b, have, need)?;
+        }
+        let fmt = |w: &WeightRef| quantize::act_fmt(w.ty()).ok_or_else(|| BackendError::Invalid { op: OP, msg: format!("`{}`: {} experts take no quantized activations", w.name(), w.ty()) });
+        let (fg, fu, fd) = (fmt(p.gate)?, fmt(p.up)?, fmt(p.down)?);
+
+        // Router logits and the top-k, on the device.
+        self.matmul(p.router, x, n_tok, tmp.logits)?;
+        let (rp, _) = self.buf(tmp.route)?;
+        let r = RouteBufs::carve(rp, pairs, n_exp);
+        let (lp, _) = self.buf(tmp.logits)?;
+        fam::route(&self.rec(), lp, &r, n_tok, n_exp, k, p.norm_top_k).map_err(err(OP))?;
+        self.touch(tmp.route);
+
+        let (wg, wu, wd) = (self.weight(p.gate)?, self.weight(p.up)?, self.weight(p.down)?);
+        let (gp, _) = self.buf(tmp.gate)?;
+        let (up, _) = self.buf(tmp.up)?;
+        let (ap, _) = self.buf(tmp.acc)?;
+        let (op, _) = self.buf(out)?;
+        let seg = |w, wr: &WeightRef, rows, x, y| ExpSeg { w, ty: wr.ty(), rows, ebytes: expert_bytes(wr), x, y };
+        let grouped = choice == Moe::Grouped;
+
+        // Gate and up of every pair.
+        let xg = self.act_blocks(x, fg, e, n_tok, OP)?;
+        let xu = if fu == fg { xg } else { self.act_blocks(x, fu, e, n_tok, OP)? };
+        let (sg, su) = (seg(wg, p.gate, f, xg, gp), seg(wu, p.up, f, xu, up));
+        if grouped {
+            fam::sort(&self.rec(), &r, pairs, n_exp).map_err(err(OP))?;
+            let (xe, _) = self.buf(tmp.xe)?;
+            let row = quantize::q8_1_bytes(e, 1);
+            if fu == fg && p.gate.ty() == p.up.ty() {
+                fam::gather(&self.rec(), xg, &r, xe, row, k, pairs).map_err(err(OP))?;
+                fam::mv_grouped(&self.rec(), &r, n_exp, e, xe, pairs, &[sg, su]).map_err(err(OP))?;
+            } else {
+                for s in [sg, su] {
+                    fam::gather(&self.rec(), s.x, &r, xe, row, k, pairs).map_err(err(OP))?;
+                    fam::mv_grouped(&self.rec(), &r, n_exp, e, xe, pairs, &[s]).map_err(err(OP))?;
+                }
+            }
+            self.touch(tmp.xe);
+        } else {
+            fam::mv_pairs(&self.rec(), &r, n_exp, e, k, pairs, &[sg, su]).map_err(err(OP))?;
+        }
+        self.touch(tmp.gate);
+        self.touch(tmp.up);
+        self.glu(tmp.gate, tmp.up, tmp.gate, pairs * f, p.act)?;
+
+        // Down of every pair (rows already in the pairs' order: grouped or not), then the
+        // weighted sum per token.
+        let xd = self.act_blocks(tmp.gate, fd, f, pairs, OP)?;
+        let sd = seg(wd, p.down, e, xd, ap);
+        if grouped {
+            fam::mv_grouped(&self.rec(), &r, n_exp, f, xd, pairs, &[sd]).map_err(err(OP))?;
+        } else {
+            fam::mv_pairs(&self.rec(), &r, n_exp, f, 1, pairs, &[sd]).map_err(err(OP))?;
+        }
+        self.touch(tmp.acc);
+        fam::wsum(&self.rec(), ap, &r, grouped, op, n_tok, k, e).map_err(err(OP))?;
+        self.touch(out);
+        Ok(())
+    }
+}
