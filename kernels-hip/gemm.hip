@@ -414,7 +414,7 @@ DEV void store_x(const XRaw<SEG>& x, u16* sX) {
 }
 
 template <int TYPE, int BM, int BN, bool GLU>
-DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, int N, int K, int act) {
+DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, int N, int K, int act, int n0) {
     constexpr int NT = 2 * BM, NWARP = NT / 32;       // two threads per weight row
     constexpr int WN = BN >= 32 ? BN / 32 : 1;         // warps along N
     constexpr int WM = NWARP / WN;                     // warps along M
@@ -425,7 +425,7 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
     __shared__ __attribute__((aligned(16))) u16 sX[BN * GB_LD];
     const int t = tid_x(), lane = t & 31, warp = t >> 5;
     const int wm = warp % WM, wn = warp / WM;
-    const int m0 = bid_x() * BM, n0 = bid_y() * BN;
+    const int m0 = bid_x() * BM;
     const int r = t >> 1, c = t & 1, row = m0 + r;
     const bool live = row < M;
     // K steps [kb0, nks) of this block: all of them.
@@ -516,14 +516,14 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
 
 #define GEMM_KERNELS(NAME, T)                                                                                    \
     KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n64(const u8* W, const float* X, float* Y, int M, int N, int K) { \
-        gemm_body<T, 128, 64, false>(W, W, X, Y, M, N, K, 0);                                                    \
+        gemm_body<T, 128, 64, false>(W, W, X, Y, M, N, K, 0, bid_y() * 64);                                      \
     }                                                                                                            \
     KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_n16(const u8* W, const float* X, float* Y, int M, int N, int K) { \
-        gemm_body<T, 128, 16, false>(W, W, X, Y, M, N, K, 0);                                                    \
+        gemm_body<T, 128, 16, false>(W, W, X, Y, M, N, K, 0, bid_y() * 16);                                      \
     }                                                                                                            \
     KERNEL LAUNCH_BOUNDS_2(256) void gemm_glu_##NAME##_n64(const u8* G, const u8* U, const float* X, float* Y,   \
                                                            int M, int N, int K, int act) {                       \
-        gemm_body<T, 128, 64, true>(G, U, X, Y, M, N, K, act);                                                   \
+        gemm_body<T, 128, 64, true>(G, U, X, Y, M, N, K, act, bid_y() * 64);                                     \
     }
 
 GEMM_KERNELS(q4_0, T_Q4_0)
@@ -541,3 +541,53 @@ GEMM_KERNELS(q3_K, T_Q3_K)
 GEMM_KERNELS(iq4_nl, T_IQ4_NL)
 GEMM_KERNELS(iq4_xs, T_IQ4_XS)
 GEMM_KERNELS(mxfp4, T_MXFP4)
+
+// ---- mixture-of-experts: one launch over every expert (grouped GEMM) ----
+//
+// The (token, expert) pairs grouped by expert (moe.hip's moe_sort with tiles of 16): tile
+// t (grid.y) covers up to 16 pairs of expert tile_e[t] at grouped positions tile_s[t] …,
+// whose rows of X [n_pairs, K] f32 (grouped order) it multiplies by that expert's matrix,
+// the eb bytes at W + e·eb of the 3-D tensor's one copy, into Y [n_pairs, M] (grouped
+// order). Tiles past ntiles[0] return at once (the grid is sized for the most there can
+// be). The paired form: gate and up experts with the GLU in the epilogue.
+DEV bool moe_tile16(const int* offs, const int* ntiles, const int* tile_e, const int* tile_s, int n_exp, int* e, int* s, int* n) {
+    const int t = bid_y();
+    if (t >= ntiles[0]) return false;
+    const int ee = tile_e[t];
+    *e = ee < 0 ? 0 : ee >= n_exp ? n_exp - 1 : ee;
+    *s = tile_s[t];
+    const int left = offs[*e + 1] - *s;
+    *n = left < 16 ? left : 16;
+    return *n > 0;
+}
+
+#define GEMM_MOE_KERNELS(NAME, T)                                                                                      \
+    KERNEL LAUNCH_BOUNDS(256) void gemm_moe_##NAME##_n16(const int* offs, const int* ntiles, const int* tile_e,       \
+                                                         const int* tile_s, int n_exp, const u8* W, int eb,            \
+                                                         const float* X, float* Y, int M, int K) {                     \
+        int e, s, n;                                                                                                   \
+        if (!moe_tile16(offs, ntiles, tile_e, tile_s, n_exp, &e, &s, &n)) return;                                      \
+        const u8* We = W + (u64)e * eb;                                                                                \
+        gemm_body<T, 128, 16, false>(We, We, X + (u64)s * K, Y + (u64)s * M, M, n, K, 0, 0);                           \
+    }                                                                                                                  \
+    KERNEL LAUNCH_BOUNDS(256) void gemm_moe_glu_##NAME##_n16(const int* offs, const int* ntiles, const int* tile_e,   \
+                                                             const int* tile_s, int n_exp, const u8* G, const u8* U,   \
+                                                             int eb, const float* X, float* Y, int M, int K, int act) { \
+        int e, s, n;                                                                                                   \
+        if (!moe_tile16(offs, ntiles, tile_e, tile_s, n_exp, &e, &s, &n)) return;                                      \
+        gemm_body<T, 128, 16, true>(G + (u64)e * eb, U + (u64)e * eb, X + (u64)s * K, Y + (u64)s * M, M, n, K, act, 0); \
+    }
+
+GEMM_MOE_KERNELS(q4_0, T_Q4_0)
+GEMM_MOE_KERNELS(q4_1, T_Q4_1)
+GEMM_MOE_KERNELS(q5_0, T_Q5_0)
+GEMM_MOE_KERNELS(q5_1, T_Q5_1)
+GEMM_MOE_KERNELS(q8_0, T_Q8_0)
+GEMM_MOE_KERNELS(q4_K, T_Q4_K)
+GEMM_MOE_KERNELS(q5_K, T_Q5_K)
+GEMM_MOE_KERNELS(q6_K, T_Q6_K)
+GEMM_MOE_KERNELS(q2_K, T_Q2_K)
+GEMM_MOE_KERNELS(q3_K, T_Q3_K)
+GEMM_MOE_KERNELS(iq4_nl, T_IQ4_NL)
+GEMM_MOE_KERNELS(iq4_xs, T_IQ4_XS)
+GEMM_MOE_KERNELS(mxfp4, T_MXFP4)

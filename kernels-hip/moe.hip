@@ -78,11 +78,12 @@ KERNEL LAUNCH_BOUNDS(128) void moe_route(const float* logits, int* ids, float* w
 
 // Pairs grouped by expert. ids: [n_pairs]; perm: [n_pairs] grouped position → pair;
 // pos: [n_pairs] pair → grouped position; offs: [n_exp + 1] each expert's first grouped
-// position; ntiles: [1] the tile count; tile_e, tile_s: [ceil(n_pairs / 8) + n_exp] each
-// tile's expert and first grouped position (a tile holds up to 8 pairs of its expert).
+// position; ntiles: [1] the tile count; tile_e, tile_s: [ceil(n_pairs / tile) + n_exp]
+// each tile's expert and first grouped position (a tile holds up to `tile` pairs of its
+// expert: 8 for the grouped matvecs, 16 for gemm.hip's grouped GEMM).
 // The order of pairs inside an expert is the atomics' (each pair's output depends on its
 // own column only). One block of 1024 threads.
-KERNEL LAUNCH_BOUNDS(1024) void moe_sort(const int* ids, int* perm, int* pos, int* offs, int* ntiles, int* tile_e, int* tile_s, int n_pairs, int n_exp) { pdl_entry();
+KERNEL LAUNCH_BOUNDS(1024) void moe_sort(const int* ids, int* perm, int* pos, int* offs, int* ntiles, int* tile_e, int* tile_s, int n_pairs, int n_exp, int tile) { pdl_entry();
     __shared__ int cnt[MOE_MAX_EXPERTS];
     __shared__ int fill[MOE_MAX_EXPERTS];
     __shared__ int tfirst[MOE_MAX_EXPERTS];
@@ -100,15 +101,15 @@ KERNEL LAUNCH_BOUNDS(1024) void moe_sort(const int* ids, int* perm, int* pos, in
             offs[e] = o;
             tfirst[e] = tl;
             o += cnt[e];
-            tl += (cnt[e] + MOE_TILE - 1) / MOE_TILE;
+            tl += (cnt[e] + tile - 1) / tile;
         }
         offs[n_exp] = o;
         ntiles[0] = tl;
     }
     sync();
     for (int e = tid; e < n_exp; e += 1024) {
-        const int n = (cnt[e] + MOE_TILE - 1) / MOE_TILE, o = offs[e];
-        for (int j = 0; j < n; ++j) tile_e[tfirst[e] + j] = e, tile_s[tfirst[e] + j] = o + j * MOE_TILE;
+        const int n = (cnt[e] + tile - 1) / tile, o = offs[e];
+        for (int j = 0; j < n; ++j) tile_e[tfirst[e] + j] = e, tile_s[tfirst[e] + j] = o + j * tile;
     }
     for (int p = tid; p < n_pairs; p += 1024) {
         const int e = ids[p];

@@ -462,8 +462,11 @@ pub enum Moe {
     /// rows (`moe::mv_pairs`): decode.
     Pairs,
     /// Device routing; pairs grouped by expert, tiles of 8 pairs per read
-    /// (`moe::mv_grouped`): batched decode and prefill.
+    /// (`moe::mv_grouped`): batched decode, and prefill of types the GEMM does not read.
     Grouped,
+    /// Device routing; pairs grouped by expert, one matrix-core GEMM launch per projection
+    /// over every expert, tiles of 16 pairs (`gemm::gemm_moe`): prefill.
+    Gemm,
     /// The trait's default (host routing, per-expert matmuls): expert types or shapes the
     /// expert kernels do not take.
     Unfused,
@@ -475,6 +478,8 @@ pub fn moe_ffn(n_tok: usize, n_exp: usize, k: usize, experts: [(GgmlType, usize)
     let ok = n_exp <= moe::MAX_EXPERTS && k <= 32 && experts.iter().all(|&(ty, len)| moe::supports(ty, len));
     if !ok {
         Moe::Unfused
+    } else if n_tok * k >= t.moe_gemm_min * n_exp && experts.iter().all(|&(ty, len)| gemm::moe_supports(ty, len)) {
+        Moe::Gemm
     } else if n_tok * k >= t.moe_group_min {
         Moe::Grouped
     } else {

@@ -156,7 +156,11 @@ fn moe_routes_on_the_device_pairs_then_grouped() {
     let q4 = [(GgmlType::Q4_K, 2048), (GgmlType::Q4_K, 2048), (GgmlType::Q6_K, 768)];
     assert_eq!(moe_ffn(1, 128, 8, q4, &t), Moe::Pairs);
     assert_eq!(moe_ffn(2, 128, 8, q4, &t), Moe::Grouped);
-    assert_eq!(moe_ffn(512, 128, 8, q4, &t), Moe::Grouped);
+    assert_eq!(moe_ffn(32, 128, 8, q4, &t), Moe::Grouped);
+    assert_eq!(moe_ffn(64, 128, 8, q4, &t), Moe::Gemm);
+    assert_eq!(moe_ffn(512, 128, 8, q4, &t), Moe::Gemm);
+    // The grid types have no GEMM: grouped matvecs.
+    assert_eq!(moe_ffn(512, 128, 8, [(GgmlType::IQ3_S, 2048), (GgmlType::IQ3_S, 2048), q4[2]], &t), Moe::Grouped);
     assert_eq!(moe_ffn(2, 128, 8, q4, &Tuning { moe_group_min: 64, ..Tuning::default() }), Moe::Pairs);
     // Experts the kernels do not take: float, rows not of the block size, too many experts.
     assert_eq!(moe_ffn(1, 128, 8, [(GgmlType::F16, 2048), q4[1], q4[2]], &t), Moe::Unfused);

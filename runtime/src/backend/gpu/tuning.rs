@@ -68,6 +68,9 @@ pub struct Tuning {
     /// `moe_group_min`: the fewest (token, expert) pairs whose expert matvecs run grouped
     /// by expert, 8 pairs per read of an expert's rows (below, one pair per read) (16).
     pub moe_group_min: usize,
+    /// `moe_gemm_min`: the fewest pairs per expert (on average) whose expert products run
+    /// as one grouped matrix-core GEMM per projection (4).
+    pub moe_gemm_min: usize,
     /// `kernels`: `embedded` (default: the code objects in the binary, else a compile)
     /// or `rtc` (always compile at run time with NVRTC / hipRTC).
     pub kernels_rtc: bool,
@@ -110,6 +113,7 @@ impl Default for Tuning {
             blas_slab_bytes: 128 << 20,
             gemm_min_tokens: 32,
             moe_group_min: 16,
+            moe_gemm_min: 4,
             kernels_rtc: false,
             weight_arena: true,
             mapped_host: None,
@@ -146,6 +150,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("blas_slab", "BYTES: the BLAS path's f16 slab"),
     ("gemm_min", "N: fewest tokens sent to the matrix-core GEMM"),
     ("moe_group_min", "N: fewest expert pairs whose matvecs run grouped by expert"),
+    ("moe_gemm_min", "N: fewest pairs per expert (mean) for the grouped GEMM"),
     ("kernels", "embedded or rtc"),
     ("weight_arena", "0/1: weights in one growing virtual range"),
     ("mapped_host", "register or pinned"),
@@ -213,6 +218,7 @@ impl Tuning {
             "blas_slab" => self.blas_slab_bytes = bytes()?.max(1 << 20),
             "gemm_min" => self.gemm_min_tokens = num()?.max(1),
             "moe_group_min" => self.moe_group_min = num()?.max(1),
+            "moe_gemm_min" => self.moe_gemm_min = num()?.max(1),
             "kernels" => {
                 self.kernels_rtc = match v {
                     "rtc" => true,

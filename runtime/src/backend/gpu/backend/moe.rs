@@ -16,7 +16,7 @@
 
 use super::{err, GpuBackend};
 use crate::backend::gpu::family::moe::{self as fam, ExpSeg, RouteBufs};
-use crate::backend::gpu::family::quantize;
+use crate::backend::gpu::family::{gemm, quantize};
 use crate::backend::gpu::plan::{self, Moe};
 use crate::backend::moe::{moe_ffn_unfused, route_len, MoeFfn, MoeScratch};
 use crate::backend::{Backend, BackendError, Buf, Result};
@@ -60,6 +60,9 @@ impl GpuBackend {
         let (ap, _) = self.buf(tmp.acc)?;
         let (op, _) = self.buf(out)?;
         let seg = |w, wr: &WeightRef, rows, x, y| ExpSeg { w, ty: wr.ty(), rows, ebytes: expert_bytes(wr), x, y };
+        if choice == Moe::Gemm {
+            return self.moe_experts_gemm(x, n_tok, p, out, tmp, &r, [wg, wu, wd]);
+        }
         let grouped = choice == Moe::Grouped;
 
         // Gate and up of every pair.
@@ -67,7 +70,7 @@ impl GpuBackend {
         let xu = if fu == fg { xg } else { self.act_blocks(x, fu, e, n_tok, OP)? };
         let (sg, su) = (seg(wg, p.gate, f, xg, gp), seg(wu, p.up, f, xu, up));
         if grouped {
-            fam::sort(&self.rec(), &r, pairs, n_exp).map_err(err(OP))?;
+            fam::sort(&self.rec(), &r, pairs, n_exp, fam::TILE).map_err(err(OP))?;
             let (xe, _) = self.buf(tmp.xe)?;
             let row = quantize::q8_1_bytes(e, 1);
             if fu == fg && p.gate.ty() == p.up.ty() {
@@ -98,6 +101,48 @@ impl GpuBackend {
         }
         self.touch(tmp.acc);
         fam::wsum(&self.rec(), ap, &r, grouped, op, n_tok, k, e).map_err(err(OP))?;
+        self.touch(out);
+        Ok(())
+    }
+
+    /// The experts as grouped GEMMs (`plan::Moe::Gemm`), after the routing: pairs grouped
+    /// by expert in tiles of 16, the input rows (their quantized values as f32, as the GEMM
+    /// reads activations) gathered in that order, gate/up as one paired launch (two and the
+    /// GLU when their types differ), down as one, the weighted sum through the inverse order.
+    #[allow(clippy::too_many_arguments)]
+    fn moe_experts_gemm(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch, r: &RouteBufs, w: [crate::backend::gpu::driver::DevPtr; 3]) -> Result<()> {
+        let (e, n_exp, f) = p.dims()?;
+        let (k, pairs) = (p.n_used, n_tok * p.n_used);
+        let [wg, wu, wd] = w;
+        let fmt = |w: &WeightRef| quantize::act_fmt(w.ty()).ok_or_else(|| BackendError::Invalid { op: OP, msg: format!("`{}`: no activation form", w.name()) });
+        let (fg, fu, fd) = (fmt(p.gate)?, fmt(p.up)?, fmt(p.down)?);
+        fam::sort(&self.rec(), r, pairs, n_exp, gemm::MOE_TILE).map_err(err(OP))?;
+        let (xe, _) = self.buf(tmp.xe)?;
+        let (gp, _) = self.buf(tmp.gate)?;
+        let (up, _) = self.buf(tmp.up)?;
+        let (ap, _) = self.buf(tmp.acc)?;
+        let (op, _) = self.buf(out)?;
+        let gelu = p.act == crate::backend::Glu::GeluTanh;
+        let map = |e: crate::backend::gpu::GpuError| BackendError::Invalid { op: OP, msg: format!("{} / {} / {}: {e}", p.gate.name(), p.up.name(), p.down.name()) };
+        let xg = self.act_values(x, fg, e, n_tok, OP)?;
+        fam::gather(&self.rec(), xg, r, xe, e * 4, k, pairs).map_err(err(OP))?;
+        if p.gate.ty() == p.up.ty() && fg == fu {
+            gemm::gemm_moe(&self.rec(), r, n_exp, wg, Some(wu), p.gate.ty(), expert_bytes(p.gate), f, e, xe, gp, pairs, gelu).map_err(map)?;
+            self.touch(tmp.gate);
+        } else {
+            gemm::gemm_moe(&self.rec(), r, n_exp, wg, None, p.gate.ty(), expert_bytes(p.gate), f, e, xe, gp, pairs, false).map_err(map)?;
+            let xu = self.act_values(x, fu, e, n_tok, OP)?;
+            fam::gather(&self.rec(), xu, r, xe, e * 4, k, pairs).map_err(err(OP))?;
+            gemm::gemm_moe(&self.rec(), r, n_exp, wu, None, p.up.ty(), expert_bytes(p.up), f, e, xe, up, pairs, false).map_err(map)?;
+            self.touch(tmp.gate);
+            self.touch(tmp.up);
+            self.glu(tmp.gate, tmp.up, tmp.gate, pairs * f, p.act)?;
+        }
+        self.touch(tmp.xe);
+        let xd = self.act_values(tmp.gate, fd, f, pairs, OP)?;
+        gemm::gemm_moe(&self.rec(), r, n_exp, wd, None, p.down.ty(), expert_bytes(p.down), e, f, xd, ap, pairs, false).map_err(map)?;
+        self.touch(tmp.acc);
+        fam::wsum(&self.rec(), ap, r, true, op, n_tok, k, e).map_err(err(OP))?;
         self.touch(out);
         Ok(())
     }

@@ -84,7 +84,69 @@ const fn sigs() -> [KernelSig; 45] {
 }
 const SIGS: [KernelSig; 45] = sigs();
 
-pub const FAMILY: Family = Family { name: "gemm", source: include_str!("../../../../../kernels-hip/gemm.hip"), kernels: &[&SIGS] };
+kernel_args! {
+    /// `gemm_moe_<type>_n16(offs, ntiles, tile_e, tile_s, n_exp, W, eb, X, Y, M, K)`.
+    pub struct MoeGemm { offs: DevPtr, ntiles: DevPtr, tile_e: DevPtr, tile_s: DevPtr, n_exp: usize, w: DevPtr, eb: usize, x: DevPtr, y: DevPtr, m: usize, k: usize }
+}
+kernel_args! {
+    /// `gemm_moe_glu_<type>_n16(offs, ntiles, tile_e, tile_s, n_exp, G, U, eb, X, Y, M, K, act)`.
+    pub struct MoeGemmGlu { offs: DevPtr, ntiles: DevPtr, tile_e: DevPtr, tile_s: DevPtr, n_exp: usize, g: DevPtr, u: DevPtr, eb: usize, x: DevPtr, y: DevPtr, m: usize, k: usize, gelu: bool }
+}
+
+/// The grouped (mixture-of-experts) kernels of one type, stored layout: plain and paired,
+/// 128 x 16 tiles of one expert's pairs.
+const MOE: [(GgmlType, Kernel<MoeGemm>, Kernel<MoeGemmGlu>); 13] = {
+    macro_rules! m {
+        ($ty:ident, $n:literal) => {
+            (GgmlType::$ty, Kernel::new(concat!("gemm_moe_", $n, "_n16")), Kernel::new(concat!("gemm_moe_glu_", $n, "_n16")))
+        };
+    }
+    [
+        m!(Q4_0, "q4_0"), m!(Q4_1, "q4_1"), m!(Q5_0, "q5_0"), m!(Q5_1, "q5_1"), m!(Q8_0, "q8_0"),
+        m!(Q4_K, "q4_K"), m!(Q5_K, "q5_K"), m!(Q6_K, "q6_K"), m!(Q2_K, "q2_K"), m!(Q3_K, "q3_K"),
+        m!(IQ4_NL, "iq4_nl"), m!(IQ4_XS, "iq4_xs"), m!(MXFP4, "mxfp4"),
+    ]
+};
+const fn moe_sigs() -> [KernelSig; 26] {
+    let mut out = [SETS[0].n64.sig(); 26];
+    let mut i = 0;
+    while i < MOE.len() {
+        out[2 * i] = MOE[i].1.sig();
+        out[2 * i + 1] = MOE[i].2.sig();
+        i += 1;
+    }
+    out
+}
+const MOE_SIGS: [KernelSig; 26] = moe_sigs();
+
+pub const FAMILY: Family = Family { name: "gemm", source: include_str!("../../../../../kernels-hip/gemm.hip"), kernels: &[&SIGS, &MOE_SIGS] };
+
+/// Pairs per tile of the grouped GEMM (`moe::sort`'s tile for it).
+pub const MOE_TILE: usize = 16;
+
+/// Whether the grouped GEMM reads experts of `ty` with rows of `k` (stored layout).
+pub fn moe_supports(ty: GgmlType, k: usize) -> bool {
+    MOE.iter().any(|m| m.0 == ty) && k > 0 && k % ty.block_elems() == 0
+}
+
+/// Every expert's pairs in one launch: per tile of up to 16 pairs of one expert (`r`'s
+/// tiles, sorted with [`MOE_TILE`]), y = W[e] · x over the grouped rows; with `up`, the
+/// paired form y = act(G[e]·x) · U[e]·x (GELU-tanh when `gelu`, else SiLU). w (and up):
+/// the whole 3-D tensor, `eb` bytes per expert of `m` rows of `k`; x: [n_pairs, k] f32 and
+/// y: [n_pairs, m] f32, both in grouped order.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_moe(d: &dyn Launch, r: &super::moe::RouteBufs, n_exp: usize, w: DevPtr, up: Option<DevPtr>, ty: GgmlType, eb: usize, m: usize, k: usize, x: DevPtr, y: DevPtr, n_pairs: usize, gelu: bool) -> R {
+    let (_, plain, glu) = MOE.iter().find(|s| s.0 == ty).filter(|_| moe_supports(ty, k)).ok_or_else(|| GpuError::Unsupported(format!("grouped gemm of {ty} experts with rows of {k}")))?;
+    if m == 0 || n_pairs == 0 {
+        return Ok(());
+    }
+    let grid = [m.div_ceil(TILE_M) as u32, (n_pairs.div_ceil(MOE_TILE) + n_exp.min(n_pairs)) as u32, 1];
+    let (offs, ntiles, tile_e, tile_s) = (r.offs, r.ntiles, r.tile_e, r.tile_s);
+    match up {
+        None => plain.launch(d, grid, [256, 1, 1], &MoeGemm { offs, ntiles, tile_e, tile_s, n_exp, w, eb, x, y, m, k }),
+        Some(u) => glu.launch(d, grid, [256, 1, 1], &MoeGemmGlu { offs, ntiles, tile_e, tile_s, n_exp, g: w, u, eb, x, y, m, k, gelu }),
+    }
+}
 
 /// The (type, layout) pairs the GEMM reads, in the order of `dequant.rs`'s table too.
 pub fn type_layouts() -> impl Iterator<Item = (GgmlType, Layout)> {

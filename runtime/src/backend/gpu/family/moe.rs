@@ -25,8 +25,8 @@ kernel_args! {
     pub struct Route { logits: DevPtr, ids: DevPtr, wts: DevPtr, n_tok: usize, n_exp: usize, k: usize, norm: bool }
 }
 kernel_args! {
-    /// `moe_sort(ids, perm, pos, offs, ntiles, tile_e, tile_s, n_pairs, n_exp)`.
-    pub struct Sort { ids: DevPtr, perm: DevPtr, pos: DevPtr, offs: DevPtr, ntiles: DevPtr, tile_e: DevPtr, tile_s: DevPtr, n_pairs: usize, n_exp: usize }
+    /// `moe_sort(ids, perm, pos, offs, ntiles, tile_e, tile_s, n_pairs, n_exp, tile)`.
+    pub struct Sort { ids: DevPtr, perm: DevPtr, pos: DevPtr, offs: DevPtr, ntiles: DevPtr, tile_e: DevPtr, tile_s: DevPtr, n_pairs: usize, n_exp: usize, tile: usize }
 }
 kernel_args! {
     /// `moe_gather(src, perm, dst, words, div)`.
@@ -162,10 +162,15 @@ pub fn route(d: &dyn Launch, logits: DevPtr, r: &RouteBufs, n_tok: usize, n_exp:
     ROUTE.launch(d, [n_tok.div_ceil(4) as u32, 1, 1], [128, 1, 1], &args)
 }
 
-/// Groups the `n_pairs` routed pairs by expert (perm, pos, offs, tiles).
-pub fn sort(d: &dyn Launch, r: &RouteBufs, n_pairs: usize, n_exp: usize) -> R {
+/// Groups the `n_pairs` routed pairs by expert (perm, pos, offs) in tiles of up to `tile`
+/// pairs of one expert ([`TILE`] for the grouped matvecs, 16 for the grouped GEMM; at
+/// least [`TILE`], which the buffers are sized for).
+pub fn sort(d: &dyn Launch, r: &RouteBufs, n_pairs: usize, n_exp: usize, tile: usize) -> R {
     check_experts(n_exp, 1)?;
-    let args = Sort { ids: r.ids, perm: r.perm, pos: r.pos, offs: r.offs, ntiles: r.ntiles, tile_e: r.tile_e, tile_s: r.tile_s, n_pairs, n_exp };
+    if tile < TILE {
+        return Err(unsupported(format!("moe_sort: tiles of {tile} pairs (at least {TILE})")));
+    }
+    let args = Sort { ids: r.ids, perm: r.perm, pos: r.pos, offs: r.offs, ntiles: r.ntiles, tile_e: r.tile_e, tile_s: r.tile_s, n_pairs, n_exp, tile };
     SORT.launch(d, [1, 1, 1], [1024, 1, 1], &args)
 }
 

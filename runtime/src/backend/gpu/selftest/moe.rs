@@ -15,7 +15,8 @@
 //!   gives the CPU's outputs bit for bit (3 resident entries: the router stays on the host).
 //!
 //! Shapes: 8 experts (2 used) to 128 (8 used), 1 to 2048 tokens, n_embd 256 to 1024;
-//! gate/up Q4_K, Q8_0, MXFP4 or IQ4_XS, down Q4_K, Q6_K, Q8_0 or MXFP4.
+//! gate/up Q4_K, Q8_0, MXFP4, IQ4_XS or IQ3_S, down Q4_K, Q6_K, Q8_0 or MXFP4. Every plan
+//! is reached: pairs (decode), grouped matvecs, the grouped GEMM.
 
 use super::report::{Acc, CheckReport, Rng};
 use crate::backend::cpu::CpuBackend;
@@ -44,7 +45,7 @@ struct Case {
 fn cases() -> Vec<Case> {
     let c = |e, f, n_exp, k, n_tok, down, same_rows| Case { e, f, n_exp, k, n_tok, down, gu: GgmlType::Q4_K, same_rows };
     let g = |gu, down, n_tok| Case { e: 512, f: 256, n_exp: 16, k: 4, n_tok, down, gu, same_rows: false };
-    use GgmlType::{IQ4_XS, MXFP4, Q4_K, Q6_K, Q8_0};
+    use GgmlType::{IQ3_S, IQ4_XS, MXFP4, Q4_K, Q6_K, Q8_0};
     vec![
         c(256, 256, 8, 2, 1, Q6_K, false),
         c(256, 512, 8, 2, 64, Q4_K, false),
@@ -64,6 +65,8 @@ fn cases() -> Vec<Case> {
         g(MXFP4, MXFP4, 1),
         g(MXFP4, MXFP4, 64),
         g(IQ4_XS, Q8_0, 24),
+        // Grid-type experts have no GEMM: grouped matvecs at prefill sizes.
+        g(IQ3_S, Q6_K, 200),
     ]
 }
 
