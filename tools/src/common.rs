@@ -74,6 +74,11 @@ pub struct WeightArgs {
     /// duplicates, hits/misses, time materializing, peak device memory) as JSON on stderr.
     #[arg(long = "memory-report")]
     pub memory_report: bool,
+    /// Keep the expert tensors (`ffn_*_exps`) of the first N layers in host memory (the
+    /// file mapping) and compute those layers' experts on the CPU, as llama.cpp's
+    /// `--n-cpu-moe`: a mixture-of-experts model larger than the GPU then runs. GPU only.
+    #[arg(long = "n-cpu-moe", value_name = "N", default_value_t = 0)]
+    pub n_cpu_moe: usize,
 }
 
 impl WeightArgs {
@@ -83,6 +88,7 @@ impl WeightArgs {
         o.residency = self.residency;
         o.budget = self.weight_budget.map(|b| b.0);
         o.report_at_exit = self.memory_report;
+        o.n_cpu_moe = self.n_cpu_moe;
         o.device_memory = device_memory()?;
         Ok(o)
     }

@@ -52,6 +52,10 @@ pub struct Args {
     /// Weight residency to plan for (default: the device's, as a run would pick).
     #[arg(long, value_name = "MODE")]
     pub residency: Option<Residency>,
+    /// Keep the expert tensors of the first N layers in host memory, computed by the CPU
+    /// (llama.cpp's `--n-cpu-moe`): they are not counted on the device.
+    #[arg(long = "n-cpu-moe", value_name = "N", default_value_t = 0)]
+    pub n_cpu_moe: usize,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -61,7 +65,7 @@ pub fn run(args: Args) -> Result<()> {
     let path = common::resolve_model(args.model.as_deref())?;
     let file = std::sync::Arc::new(common::open_gguf_plain(&path, "cannot open model")?);
     let model = Model::load(file.clone()).with_context(|| format!("cannot read model {}", path.display()))?;
-    let target = target(args.device, args.residency)?;
+    let target = target(args.device, args.residency, args.n_cpu_moe)?;
     let c = &model.cfg;
     let ctx = args.ctx.unwrap_or_else(|| c.n_ctx_train.min(lode_runtime::engine::DEFAULT_CTX_CAP)).max(1);
     let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq: args.parallel.max(1), kv_type: KvType::F16 };
@@ -146,7 +150,7 @@ fn verdict(e: &fit::Estimate) -> Result<()> {
 
 /// The device `--device` names and its memory, opened as a run opens it (tuning, context
 /// limits, kernel modules, `--device-memory`).
-fn target(kind: DeviceKind, residency: Option<Residency>) -> Result<MemoryTarget> {
+fn target(kind: DeviceKind, residency: Option<Residency>, n_cpu_moe: usize) -> Result<MemoryTarget> {
     let ordinal = lode_runtime::backend::gpu::device_ordinal();
     let cap = common::device_memory()?;
     let apis: &[Api] = match kind {
@@ -171,6 +175,7 @@ fn target(kind: DeviceKind, residency: Option<Residency>) -> Result<MemoryTarget
                     arena: d.driver().vmm_granularity().is_some() && d.tuning().weight_arena,
                     tuning: Some(d.tuning().clone()),
                     cap,
+                    host_expert_layers: n_cpu_moe,
                 });
             }
             Err(e) if kind != DeviceKind::Auto => return Err(e).with_context(|| format!("cannot open {api} device {ordinal}")),
@@ -191,6 +196,7 @@ fn target(kind: DeviceKind, residency: Option<Residency>) -> Result<MemoryTarget
         arena: false,
         tuning: None,
         cap,
+        host_expert_layers: 0,
     })
 }
 

@@ -209,6 +209,7 @@ impl Backend for CachedBackend {
             arena: false,
             tuning: None,
             cap: Some(cap),
+            host_expert_layers: 0,
         })
     }
     fn alloc(&mut self, len: usize) -> Result<Buf> {

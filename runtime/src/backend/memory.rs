@@ -27,4 +27,6 @@ pub struct MemoryTarget {
     pub tuning: Option<Tuning>,
     /// `--device-memory`, if set.
     pub cap: Option<u64>,
+    /// `--n-cpu-moe`: the expert tensors of layers below this stay in host memory.
+    pub host_expert_layers: usize,
 }

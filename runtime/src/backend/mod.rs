@@ -536,7 +536,11 @@ pub fn open_with(kind: DeviceKind, threads: usize, opts: &crate::weights::Weight
     };
     match gpu::open_device(kind, &gpu_opts.tuning()) {
         Ok(Ok(dev)) => Ok(match gpu_opts.numerics {
-            Numerics::Fast => (Box::new(GpuBackend::with_options(dev, opts)?), None),
+            Numerics::Fast => {
+                let mut be = GpuBackend::with_options(dev, opts)?;
+                be.set_host_experts(opts.n_cpu_moe, threads)?;
+                (Box::new(be), None)
+            }
             Numerics::Exact => (Box::new(ExactBackend::with_options(dev, opts)?), None),
         }),
         Ok(Err(note)) => cpu(Some(note)),

@@ -167,6 +167,17 @@ pub fn group_by_expert(routes: &[(u32, f32)], n_expert: usize, n_used: usize) ->
     groups
 }
 
+/// The layer of an expert tensor (`blk.N.ffn_{gate,up,down}_exps.weight`), `None` for any
+/// other name.
+pub fn expert_tensor_layer(name: &str) -> Option<usize> {
+    let rest = name.strip_prefix("blk.")?;
+    let (n, tail) = rest.split_once('.')?;
+    if !tail.starts_with("ffn_") || !tail.contains("_exps") {
+        return None;
+    }
+    n.parse().ok()
+}
+
 /// Matrix `e` of the 3-D tensor `w`, or an error naming it.
 pub fn expert<'w>(w: &WeightRef<'w>, e: usize) -> Result<WeightRef<'w>> {
     w.expert(e).ok_or_else(|| BackendError::Invalid { op: "moe_ffn", msg: format!("`{}` has no expert {e}", w.name()) })
@@ -272,6 +283,16 @@ mod tests {
         route(&[1.0, 1.0, 1.0], 2, true, &mut r);
         assert_eq!((r[0].0, r[1].0), (0, 1));
         assert_eq!((r[0].1, r[1].1), (0.5, 0.5));
+    }
+
+    #[test]
+    fn expert_tensors_are_known_by_name() {
+        assert_eq!(expert_tensor_layer("blk.3.ffn_gate_exps.weight"), Some(3));
+        assert_eq!(expert_tensor_layer("blk.47.ffn_down_exps.weight"), Some(47));
+        assert_eq!(expert_tensor_layer("blk.3.ffn_gate.weight"), None);
+        assert_eq!(expert_tensor_layer("blk.3.ffn_gate_inp.weight"), None);
+        assert_eq!(expert_tensor_layer("blk.x.ffn_up_exps.weight"), None);
+        assert_eq!(expert_tensor_layer("output.weight"), None);
     }
 
     #[test]

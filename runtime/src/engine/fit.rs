@@ -168,7 +168,8 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         if gpu && w.n_rows() > 1 && dequant::supports(w.ty(), l) {
             max_slab = max_slab.max(dequant::slab_bytes_for(w.n_rows(), w.row_len(), tuning.blas_slab_bytes) as u64);
         }
-        if gpu && target.residency == Residency::Mapped && l == Layout::Stored {
+        let host_expert = crate::backend::moe::expert_tensor_layer(w.name()).is_some_and(|l| l < target.host_expert_layers);
+        if gpu && (host_expert || (target.residency == Residency::Mapped && l == Layout::Stored)) {
             in_place += bytes;
             continue;
         }

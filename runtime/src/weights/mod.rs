@@ -52,6 +52,10 @@ pub struct WeightOptions {
     /// `--memory-report`: the cache prints its accounting as one JSON line on stderr when
     /// it is dropped (with the model, at exit).
     pub report_at_exit: bool,
+    /// `--n-cpu-moe N` (llama.cpp's flag): the expert tensors (`ffn_*_exps`) of the first N
+    /// layers stay in the file mapping and the CPU computes those layers' experts; a GPU
+    /// backend never copies them (`backend::gpu`'s `moe_ffn`).
+    pub n_cpu_moe: usize,
 }
 
 impl WeightOptions {

@@ -11,7 +11,7 @@ mod attention;
 mod attn_ggml;
 mod attn_kernels;
 mod dump;
-mod moe;
+pub(crate) mod moe;
 pub mod ops;
 mod team;
 mod vexp;

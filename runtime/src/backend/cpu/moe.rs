@@ -7,9 +7,9 @@
 
 use crate::backend::moe::{expert, group_by_expert, route_rows};
 use crate::backend::{Buf, MoeFfn, Result};
-use crate::quant::{self, par_chunks, BatchItem};
+use crate::quant::{self, par_chunks, BatchItem, Isa};
 
-use super::{invalid, ops, quant_err, span, span_mut, CpuBackend};
+use super::{invalid, ops, quant_err, span, span_mut, CpuBackend, Team};
 
 impl CpuBackend {
     pub(super) fn moe_ffn_direct(&mut self, x: Buf, n: usize, p: &MoeFfn, out: Buf) -> Result<()> {
@@ -19,16 +19,21 @@ impl CpuBackend {
         let (e, n_exp, f) = p.dims()?;
         let k = p.n_used;
         let mut o = self.take(out)?;
-        let r = self.moe_into(x, n, p, (e, n_exp, f, k), &mut o);
+        let r = span(self.buf(x)?, 0, n * e, "moe_ffn").and_then(|xs| moe_host(&self.pool, self.isa, xs, n, p, (e, n_exp, f, k), &mut o));
         self.put(out, o);
         r?;
         self.dump("moe_ffn", out, n * e);
         Ok(())
     }
 
-    fn moe_into(&self, x: Buf, n: usize, p: &MoeFfn, (e, n_exp, f, k): (usize, usize, usize, usize), o: &mut [f32]) -> Result<()> {
-        let (pool, isa) = (&*self.pool, self.isa);
-        let xs = span(self.buf(x)?, 0, n * e, "moe_ffn")?;
+}
+
+/// The MoE FFN of `n` host rows `xs` into `o` on `pool`: the CPU backend's arithmetic,
+/// also run by a GPU backend for the layers whose experts stay in host memory
+/// (`--n-cpu-moe`). (e, n_exp, f, k): [`MoeFfn::dims`] and the experts used.
+pub fn moe_host(pool: &Team, isa: Isa, xs: &[f32], n: usize, p: &MoeFfn, (e, n_exp, f, k): (usize, usize, usize, usize), o: &mut [f32]) -> Result<()> {
+    {
+        let xs = span(xs, 0, n * e, "moe_ffn")?;
         let o = span_mut(o, 0, n * e, "moe_ffn")?;
 
         let router = p.router;

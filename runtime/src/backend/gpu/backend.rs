@@ -109,6 +109,9 @@ pub struct GpuBackend {
     blas: blas::BlasPrefill,
     /// The exact kernels' device state (used only through [`ExactBackend`]).
     exact: exact::ExactState,
+    /// `--n-cpu-moe`: the layers below this keep their experts in host memory, computed
+    /// on this CPU team (`moe.rs`).
+    cpu_experts: Option<(usize, std::sync::Arc<crate::backend::cpu::Team>)>,
 }
 
 impl GpuBackend {

@@ -33,6 +33,18 @@ impl GpuBackend {
     pub(super) fn moe_ffn_device(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
         let (e, n_exp, f) = p.dims()?;
         let k = p.n_used;
+        if let Some((layers, pool)) = &self.cpu_experts {
+            if crate::backend::moe::expert_tensor_layer(p.gate.name()).is_some_and(|l| l < *layers) {
+                // `--n-cpu-moe`: this layer's experts live in the file mapping; the CPU
+                // computes them on the rows read back (a sync point, as llama.cpp's copy).
+                let pool = pool.clone();
+                let mut xs = vec![0f32; n_tok * e];
+                self.read(x, &mut xs)?;
+                let mut o = vec![0f32; n_tok * e];
+                crate::backend::cpu::moe::moe_host(&pool, crate::quant::Isa::best(), &xs, n_tok, p, (e, n_exp, f, k), &mut o)?;
+                return self.write(out, &o);
+            }
+        }
         let types = [(p.gate.ty(), e), (p.up.ty(), e), (p.down.ty(), f)];
         let choice = plan::moe_ffn(n_tok, n_exp, k, types, &self.tuning);
         if choice == Moe::Unfused || n_tok == 0 {

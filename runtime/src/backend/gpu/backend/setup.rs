@@ -62,8 +62,19 @@ impl GpuBackend {
             blas: blas::BlasPrefill::default(),
             tuning,
             exact: Default::default(),
+            cpu_experts: None,
         };
         be
+    }
+
+    /// `--n-cpu-moe`: the expert tensors of the first `layers` layers stay in host memory
+    /// (never copied to the device) and `threads` CPU threads compute those experts.
+    pub fn set_host_experts(&mut self, layers: usize, threads: usize) -> Result<()> {
+        self.cpu_experts = match layers {
+            0 => None,
+            n => Some((n, crate::backend::cpu::CpuBackend::build_pool(threads)?)),
+        };
+        Ok(())
     }
 
     pub fn device(&self) -> &GpuDevice {
@@ -85,6 +96,7 @@ impl GpuBackend {
             arena: self.dev.driver().vmm_granularity().is_some() && self.tuning.weight_arena,
             tuning: Some(self.tuning.clone()),
             cap: self.dev.memory_cap(),
+            host_expert_layers: self.cpu_experts.as_ref().map_or(0, |c| c.0),
         })
     }
 
