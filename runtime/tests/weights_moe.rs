@@ -310,3 +310,42 @@ fn bad_expert_metadata_or_tensors_are_clear_errors() {
     let e = err(rewrite(&same, &reshaped));
     assert!(e.contains("blk.0.ffn_up_exps.weight") && e.contains("shape"), "{e}");
 }
+
+/// `--n-cpu-moe`: on a GPU-class target too small for every expert, the estimate names the
+/// fewest layers whose experts must stay in host memory; with that many they are not
+/// counted on the device and the run fits, with one fewer it does not.
+#[test]
+fn fit_names_the_fewest_host_expert_layers() {
+    use lode_runtime::backend::memory::MemoryTarget;
+    use lode_runtime::backend::KvType;
+    use lode_runtime::engine::fit::{estimate, fewest_host_expert_layers, RunShape};
+    use lode_runtime::weights::layout::DeviceClass;
+    let m = Model::load(file()).unwrap();
+    let shape = RunShape { ctx: 64, batch: 32, n_seq: 1, kv_type: KvType::F16 };
+    let target = |free: u64, host: usize| MemoryTarget {
+        name: "test gpu".into(),
+        class: DeviceClass::Gpu,
+        residency: Residency::Device,
+        free,
+        total: free,
+        used_at_open: 0,
+        arena: true,
+        tuning: None,
+        cap: None,
+        host_expert_layers: host,
+    };
+    let all = estimate(&m, &target(u64::MAX / 4, 0), shape).unwrap();
+    let host = estimate(&m, &target(u64::MAX / 4, L), shape).unwrap();
+    let experts: u64 = m.weight_ids().into_iter().map(|id| m.w(id)).filter(|w| moe::expert_tensor_layer(w.name()).is_some()).map(|w| w.data().len() as u64).sum();
+    assert!(experts > 0 && host.in_place >= experts && host.weights < all.weights, "{} {} {experts}", host.weights, all.weights);
+    // Room for all but one layer's experts: one layer must stay in host memory.
+    let free = all.need - experts / L as u64 / 2;
+    assert!(!estimate(&m, &target(free, 0), shape).unwrap().fits());
+    let n = fewest_host_expert_layers(&m, &target(free, 0), shape).expect("a count that fits");
+    assert!(n >= 1 && n <= L, "{n}");
+    assert!(estimate(&m, &target(free, n), shape).unwrap().fits());
+    assert!(!estimate(&m, &target(free, n - 1), shape).unwrap().fits());
+    // It fits already, or nothing helps: no hint.
+    assert_eq!(fewest_host_expert_layers(&m, &target(u64::MAX / 4, 0), shape), None);
+    assert_eq!(fewest_host_expert_layers(&m, &target(1 << 10, 0), shape), None);
+}

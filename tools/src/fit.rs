@@ -137,6 +137,9 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         println!("fits: no ({} short); the largest context that fits is {max_ctx}{trained}", human(e.need - e.free));
     }
+    if let Some(n) = fit::fewest_host_expert_layers(&model, &target, shape) {
+        println!("      with --n-cpu-moe {n} it fits: the first {n} layers' experts stay in host memory, computed by the CPU");
+    }
     verdict(&e)
 }
 

@@ -53,7 +53,10 @@ impl BatchEngine {
         if let Some(target) = be.memory_target() {
             let shape = super::fit::RunShape { ctx: n_ctx, batch: opts.batch_size, n_seq, kv_type: opts.kv_type };
             let est = super::fit::estimate(&model, &target, shape).map_err(|e| EngineError::InvalidArg(e.to_string()))?;
-            if let Some(why) = est.refusal() {
+            if let Some(mut why) = est.refusal() {
+                if let Some(n) = super::fit::fewest_host_expert_layers(&model, &target, shape) {
+                    why += &format!("; with --n-cpu-moe {n} (the first {n} layers' experts in host memory, computed by the CPU) it fits");
+                }
                 return Err(EngineError::DoesNotFit(why));
             }
         }

@@ -146,6 +146,35 @@ impl Estimate {
     }
 }
 
+/// For a mixture-of-experts model that does not fit a GPU: the fewest layers whose
+/// experts must stay in host memory (`--n-cpu-moe`) for the run to fit, if any number does.
+pub fn fewest_host_expert_layers(model: &Model, target: &MemoryTarget, shape: RunShape) -> Option<usize> {
+    if model.cfg.experts.is_none() || target.class != DeviceClass::Gpu {
+        return None;
+    }
+    let fits = |n: usize| {
+        let t = MemoryTarget { host_expert_layers: n, ..target.clone() };
+        estimate(model, &t, shape).is_ok_and(|e| e.fits())
+    };
+    if fits(target.host_expert_layers) {
+        return None;
+    }
+    // Fitting only gets easier with more host layers: the first that fits.
+    let (mut lo, mut hi) = (target.host_expert_layers, model.cfg.n_layer);
+    if !fits(hi) {
+        return None;
+    }
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if fits(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(hi)
+}
+
 /// The bytes `model` needs on `target` for a run of `shape`.
 pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result<Estimate, crate::quant::QuantError> {
     let c = &model.cfg;
