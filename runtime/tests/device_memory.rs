@@ -25,7 +25,7 @@ fn need(ctx: usize, cap: u64) -> fit::Estimate {
     let f = file();
     let m = Model::load(f).unwrap();
     let t = capped(Residency::Mapped, cap).memory_target().unwrap();
-    fit::estimate(&m, &t, RunShape { ctx, batch: 512, n_seq: 1, kv_type: KvType::F16 }).unwrap()
+    fit::estimate(&m, &t, RunShape { ctx, batch: 512, n_seq: 1, kv_type: KvType::F16.into() }).unwrap()
 }
 
 /// The context the refusal names (`-c N`).
@@ -96,7 +96,7 @@ fn allocations_past_the_capacity_fail_and_the_backend_stays_usable() {
     assert_eq!(be.used(), 800_000, "a refused allocation holds nothing");
     // 2 layers × 64 slots × (8 + 8) values × 2 bytes = 4,096 bytes of f16 KV: fits; a
     // 1 << 20-slot cache does not.
-    let spec = KvSpec { n_layer: 2, n_ctx: 64, n_kv_head: 1, head_dim_k: 8, head_dim_v: 8, ty: KvType::F16 };
+    let spec = KvSpec { n_layer: 2, n_ctx: 64, n_kv_head: 1, head_dim_k: 8, head_dim_v: 8, ty: KvType::F16.into() };
     let kv = be.alloc_kv(&spec).unwrap();
     assert_eq!(be.used(), 804_096);
     assert!(matches!(be.alloc_kv(&KvSpec { n_ctx: 1 << 20, ..spec }), Err(BackendError::OutOfMemory { what: "KV cache", .. })));
@@ -137,7 +137,7 @@ fn gpu_estimate_rounds_as_the_driver_allocates() {
         tuning: Some(Default::default()),
         cap: None,
     };
-    let est = |t: &MemoryTarget, ctx, n_seq| fit::estimate(&m, t, RunShape { ctx, batch: 512, n_seq, kv_type: KvType::F16 }).unwrap();
+    let est = |t: &MemoryTarget, ctx, n_seq| fit::estimate(&m, t, RunShape { ctx, batch: 512, n_seq, kv_type: KvType::F16.into() }).unwrap();
     let big = target(Residency::Device, 64 << 30);
     let e = est(&big, 1000, 1);
     assert_eq!(e.weights % PAGE, 0);

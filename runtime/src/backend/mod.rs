@@ -22,10 +22,12 @@ pub mod memory;
 pub mod cpu;
 pub mod gpu;
 pub mod moe;
+pub mod kv;
 
 use crate::quant::{GgmlType, QuantError};
 use crate::weights::WeightRef;
 pub use moe::{MoeFfn, MoeScratch};
+pub use kv::{KvSpec, KvType, KvTypes};
 
 /// Handle to an f32 activation buffer owned by a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -34,38 +36,6 @@ pub struct Buf(pub u32);
 /// Handle to a KV cache owned by a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KvCache(pub u32);
-
-/// Element type of the KV cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum KvType {
-    /// llama.cpp's default, and what the GPU backends use.
-    #[default]
-    F16,
-    F32,
-}
-
-impl std::str::FromStr for KvType {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "f16" => Ok(KvType::F16),
-            "f32" => Ok(KvType::F32),
-            _ => Err(format!("unknown KV cache type `{s}` (expected f16 or f32)")),
-        }
-    }
-}
-
-/// Shape of a KV cache: per layer, `n_ctx` slots of `n_kv_head * head_dim` values for K
-/// and the same for V.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KvSpec {
-    pub n_layer: usize,
-    pub n_ctx: usize,
-    pub n_kv_head: usize,
-    pub head_dim_k: usize,
-    pub head_dim_v: usize,
-    pub ty: KvType,
-}
 
 /// Which pairs of a head vector RoPE rotates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -273,8 +273,11 @@ impl Backend for GpuBackend {
 
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
         self.barrier()?;
-        if spec.ty != KvType::F16 {
-            return Err(BackendError::Invalid { op: "alloc_kv", msg: "the GPU backends keep the KV cache in f16 (use --kv-type f16)".into() });
+        if spec.ty != KvType::F16.into() {
+            return Err(BackendError::Invalid {
+                op: "alloc_kv",
+                msg: format!("the GPU backends keep the KV cache in f16 for now, not {} (use -ctk f16 -ctv f16, or --device cpu)", spec.ty),
+            });
         }
         if spec.head_dim_k != spec.head_dim_v {
             return Err(BackendError::Invalid { op: "alloc_kv", msg: format!("head_dim_k {} != head_dim_v {}", spec.head_dim_k, spec.head_dim_v) });
