@@ -381,6 +381,50 @@ mod tests {
         }
     }
 
+    /// K and V of every pair of types among f16, q8_0, q4_0: the attention of 3 rows
+    /// (prompt) and 1 row (decode) stays within the types' rounding of the f32 cache's,
+    /// and a copied prefix attends exactly as the source.
+    #[test]
+    fn quantized_caches_attend_like_the_f32_cache_and_copy() {
+        let (n_ctx, nkv, d) = (40, 2, 32);
+        let shape = |ty: KvTypes| KvSpec { n_layer: 1, n_ctx, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, ty };
+        let a = Attention { n_head: 4, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, scale: 0.2, window: Some(30) };
+        let val = |i: usize, s: usize| ((i * s % 29) as f32 - 14.0) * 0.07;
+        let (k, v): (Vec<f32>, Vec<f32>) = ((0..n_ctx * nkv * d).map(|i| val(i, 7)).collect(), (0..n_ctx * nkv * d).map(|i| val(i, 11)).collect());
+        let q: Vec<f32> = (0..3 * 4 * d).map(|i| val(i, 5)).collect();
+        let pos: Vec<u32> = (0..n_ctx as u32).collect();
+        let run = |ty: KvTypes, rows: &[u32]| {
+            let mut kv = Kv::new(shape(ty)).unwrap();
+            kv.write(0, &k, &v, &pos).unwrap();
+            let mut out = vec![0f32; rows.len() * 4 * d];
+            kv.attend(&crate::quant::RayonPool, 0, &q[..rows.len() * 4 * d], rows, &a, &mut out).unwrap();
+            (kv, out)
+        };
+        let types = [KvType::F16, KvType::Q8_0, KvType::Q4_0];
+        for rows in [&[20u32, 33, 39][..], &[39]] {
+            let (_, want) = run(KvType::F32.into(), rows);
+            for tk in types {
+                for tv in types {
+                    let ty = KvTypes { k: tk, v: tv };
+                    let (kv, got) = run(ty, rows);
+                    let tol = if ty.k == KvType::Q4_0 || ty.v == KvType::Q4_0 { 0.08 } else { 0.01 };
+                    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                    assert!(err < tol, "{ty} rows {rows:?}: max error {err}");
+                    // A prefix of 36 slots copied into a fresh cache attends as the source.
+                    let mut dst = Kv::new(shape(ty)).unwrap();
+                    dst.copy_from(&kv, 36).unwrap();
+                    let (mut o1, mut o2) = (vec![0f32; 4 * d], vec![0f32; 4 * d]);
+                    kv.attend(&crate::quant::RayonPool, 0, &q[..4 * d], &[35], &a, &mut o1).unwrap();
+                    dst.attend(&crate::quant::RayonPool, 0, &q[..4 * d], &[35], &a, &mut o2).unwrap();
+                    assert_eq!(o1, o2, "{ty}: copied prefix");
+                }
+            }
+        }
+        // Heads that are not whole blocks are refused by name.
+        let odd = KvSpec { head_dim_k: 8, head_dim_v: 8, ..shape(KvType::Q8_0.into()) };
+        assert!(matches!(Kv::new(odd), Err(BackendError::Invalid { .. })));
+    }
+
     #[test]
     fn out_of_range_position_is_an_error() {
         let mut kv = Kv::new(spec(KvType::F32)).unwrap();

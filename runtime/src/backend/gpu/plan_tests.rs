@@ -128,7 +128,7 @@ fn norm_and_matvecs_of_one_token() {
 fn decode_attention_fused_and_split_in_one_wave() {
     let t = Tuning::default();
     let o = &mut Sm90::default();
-    let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8 };
+    let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: true };
     let a = rope_kv_attention(&s, 1, (128, 128, 16, 8), 4096, &t, o).expect("fused");
     assert!(a.parts >= 1 && a.parts <= attn_decode::MAX_PARTS);
     assert!(rope_kv_attention(&s, 2, (128, 128, 16, 8), 4096, &t, o).is_none());
