@@ -160,3 +160,37 @@ fn gpu_estimate_rounds_as_the_driver_allocates() {
     assert_eq!(e.max_ctx(), m.cfg.n_ctx_train as u64);
     assert!(e.max_ctx_memory > m.cfg.n_ctx_train as u64);
 }
+
+/// `-ctk` / `-ctv`: the estimate counts K and V in their own types (Q8_0 34 bytes, Q4_0 18
+/// bytes per 32 values), the largest context grows with them, a refusal at f16 names the
+/// KV type that holds the asked context, and a q8_0 run of that context fits the capacity.
+#[test]
+fn quantized_kv_types_are_counted_and_suggested() {
+    use lode_runtime::backend::KvTypes;
+    use lode_runtime::engine::{Engine, EngineOptions};
+    let f = file();
+    let m = Model::load(f.clone()).unwrap();
+    let est = |ty: KvTypes, cap: u64| {
+        let t = capped(Residency::Mapped, cap).memory_target().unwrap();
+        fit::estimate(&m, &t, RunShape { ctx: 4096, batch: 512, n_seq: 1, kv_type: ty }).unwrap()
+    };
+    let per = (L * HKV as usize * D as usize) as u64; // K (or V) values per token
+    assert_eq!(est(KvType::F16.into(), u64::MAX).kv_per_token, per * 2 * 2);
+    let q8 = est(KvType::Q8_0.into(), u64::MAX);
+    assert_eq!(q8.kv_per_token, per / 32 * 34 * 2);
+    assert_eq!(est(KvTypes { k: KvType::Q4_0, v: KvType::F16 }, u64::MAX).kv_per_token, per / 32 * 18 + per * 2);
+    // Room for 4096 tokens at q8_0, not at f16.
+    let cap = q8.need + (1 << 16);
+    let e = est(KvType::F16.into(), cap);
+    let msg = e.refusal().expect("4096 tokens of f16 KV do not fit");
+    assert!(msg.contains("-ctk q8_0 -ctv q8_0"), "{msg}");
+    let max = |t: KvType| e.max_ctx_by_kv.iter().find(|(k, _)| *k == t).unwrap().1;
+    assert!(max(KvType::F16) < 4096 && max(KvType::Q8_0) >= 4096 && max(KvType::Q4_0) > max(KvType::Q8_0), "{:?}", e.max_ctx_by_kv);
+    assert_eq!(max(KvType::F16), e.max_ctx_memory);
+    let opts = EngineOptions { ctx_size: Some(4096), batch_size: 512, kv_type: KvType::Q8_0.into() };
+    let mut eng = Engine::new(Model::load(f.clone()).unwrap(), Box::new(capped(Residency::Mapped, cap)), opts).unwrap();
+    let logits = run(&mut eng, &prompt(600, 3), 4).unwrap();
+    assert!(logits.iter().flatten().all(|x| x.is_finite()));
+    let peak = eng.weight_stats().unwrap().device.unwrap().driver_peak_used_bytes.unwrap();
+    assert!(peak <= cap, "peak {peak} over the capacity {cap}");
+}
