@@ -275,10 +275,8 @@ impl Backend for GpuBackend {
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
         self.barrier()?;
         if attention::kv_code(spec.ty.k).is_none() || attention::kv_code(spec.ty.v).is_none() {
-            return Err(BackendError::Invalid {
-                op: "alloc_kv",
-                msg: format!("the GPU backends keep K and V in f16, q8_0 or q4_0, not {} (f32 is the CPU's precise variant)", spec.ty),
-            });
+            let msg = format!("the GPU backends keep K and V in f16, q8_0 or q4_0, not {} (f32 is the CPU's precise variant)", spec.ty);
+            return Err(BackendError::Invalid { op: "alloc_kv", msg });
         }
         if let Some(why) = spec.ty.unsupported(spec.head_dim_k, spec.head_dim_v) {
             return Err(BackendError::Invalid { op: "alloc_kv", msg: why });
