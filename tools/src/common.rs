@@ -479,3 +479,23 @@ pub fn speed_line(out: &lode_runtime::engine::GenOutput) -> String {
         out.gen_tps()
     )
 }
+
+#[cfg(test)]
+mod kv_flag_tests {
+    use super::*;
+
+    /// llama.cpp's `-ctk` / `-ctv` (and `=` forms) become the long flags; nothing else moves;
+    /// `--kv-type` sets both, the per-half flags win.
+    #[test]
+    fn ctk_ctv_are_rewritten_and_resolved() {
+        let args = ["lode", "bench", "-ctk", "q8_0", "-ctv=q4_0", "-c", "512", "-ctkx"];
+        let got: Vec<String> = llama_flags(args.iter().map(std::ffi::OsString::from)).into_iter().map(|a| a.into_string().unwrap()).collect();
+        assert_eq!(got, ["lode", "bench", "--cache-type-k", "q8_0", "--cache-type-v=q4_0", "-c", "512", "-ctkx"]);
+        let kv = KvArgs { kv_type: Some(KvType::F32), cache_type_k: None, cache_type_v: None };
+        assert_eq!(kv.types(), KvTypes { k: KvType::F32, v: KvType::F32 });
+        let kv = KvArgs { kv_type: Some(KvType::Q4_0), cache_type_k: Some(KvType::Q8_0), cache_type_v: None };
+        assert_eq!(kv.types(), KvTypes { k: KvType::Q8_0, v: KvType::Q4_0 });
+        assert_eq!(kv.to_args(), ["--kv-type", "q4_0", "--cache-type-k", "q8_0"]);
+        assert_eq!(KvArgs::default().types(), KvTypes::default());
+    }
+}
