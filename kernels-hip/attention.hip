@@ -1,5 +1,6 @@
-// Attention over an f16 KV cache: decode (one query per head) and simple prefill (a chunk
-// of causal queries), GQA and sliding window. Online softmax, f32 accumulation.
+// Attention over the KV cache: decode (one query per head) and simple prefill (a chunk
+// of causal queries), GQA and sliding window, over an f16 cache (attn_f16*) or a cache of
+// Q8_0 / Q4_0 blocks (attn_kvq, with its store kv_store_q). Online softmax, f32 accumulation.
 #include "common.h"
 
 #define ATT_WARPS 16
@@ -200,4 +201,164 @@ KERNEL LAUNCH_BOUNDS(512) void attn_f16_rows(const float* q, const u64* kv, floa
     const int tok = bid_y();
     attn_f16_block(q, (const u16*)kv[2 * tok], (const u16*)kv[2 * tok + 1], out, n_head, n_kv_head, head_dim, pos, window, scale,
                    (block_q8_1*)0, bid_x(), tok);
+}
+
+// ---- Quantized caches ------------------------------------------------------------------
+// A K or V plane of type ty (KVQ_F16, KVQ_Q8_0, KVQ_Q4_0): element e of the plane (row p,
+// head h, index i at e = p * n_kv_head * head_dim + h * head_dim + i) is f16 e, or value
+// e % 32 of GGUF block e / 32 (Q8_0: f16 d then 32 i8, 34 bytes; Q4_0: f16 d then 16 bytes
+// whose low nibbles are values 0..15 and high nibbles 16..31, value (nibble - 8) * d, 18
+// bytes). Rows are whole blocks (n_kv_head * head_dim % 32 == 0).
+#define KVQ_F16 0
+#define KVQ_Q8_0 1
+#define KVQ_Q4_0 2
+
+DEV float kvq_at(const u8* plane, int ty, u64 e) {
+    if (ty == KVQ_F16) return h2f(ld_u16(plane + 2 * e));
+    const int i = (int)(e & 31);
+    if (ty == KVQ_Q8_0) {
+        const u8* b = plane + (e >> 5) * 34;
+        return (float)(signed char)b[2 + i] * h2f(ld_u16(b));
+    }
+    const u8* b = plane + (e >> 5) * 18;
+    const int nib = i < 16 ? (b[2 + i] & 15) : (b[2 + i - 16] >> 4);
+    return (float)(nib - 8) * h2f(ld_u16(b));
+}
+
+// One warp quantizes the 32 values x (one per lane) into block b of type ty, rounding as
+// the CPU backend's quantizers (quant/q8.rs: llama.cpp's x86 quantize_row_q8_0, d =
+// amax/127, codes rint(x·127/amax); quant/q32.rs: quantize_row_q4_0_ref, d = -max/8 of
+// the signed value of largest magnitude, first on ties, codes min(15, (int)(x/d + 8.5))).
+DEV void kvq_block_store(u8* b, int ty, float x) {
+    const int lane = tid_x() & 31;
+    if (ty == KVQ_Q8_0) {
+        const float amax = warp_max(fabs_f(x));
+        const float d = amax / 127.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        b[2 + lane] = (u8)(signed char)(int)rint_f(mul_rn(x, id));
+        if (lane == 0) *(u16*)b = f2h(d);
+        return;
+    }
+    // Q4_0: the signed value of largest magnitude, the lowest lane on ties.
+    float av = fabs_f(x), mv = x;
+    int at = lane;
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+        const float ao = shfl_xor(av, m), mo = shfl_xor(mv, m);
+        const int lo = shfl_xor_i(at, m);
+        if (ao > av || (ao == av && lo < at)) {
+            av = ao;
+            mv = mo;
+            at = lo;
+        }
+    }
+    const float d = mv / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int c = (int)add_rn(mul_rn(x, id), 8.5f);
+    c = c < 15 ? c : 15;
+    const int hi = shfl_xor_i(c, 16);
+    if (lane < 16) b[2 + lane] = (u8)((c & 15) | ((hi & 15) << 4));
+    if (lane == 0) *(u16*)b = f2h(d);
+}
+
+// K and V rows of the new tokens into quantized (or f16) caches: kc / vc rows of nk / nv
+// values of types ty_k / ty_v at slots rows[r]. One warp per 32 values.
+// grid (ceil(max(nk, nv) / 256), n_rows), block 256.
+KERNEL LAUNCH_BOUNDS(256) void kv_store_q(const float* k, const float* v, u8* kc, u8* vc, int nk, int nv, const int* rows, int ty_k,
+                                          int ty_v) { pdl_entry();
+    const int i = bid_x() * 256 + tid_x(), r = bid_y();
+    const u64 p = (u64)rows[r];
+    // Warps are whole blocks (nk, nv multiples of 32): a warp is either inside or outside.
+    if (i < nk) {
+        const float x = k[(u64)r * nk + i];
+        if (ty_k == KVQ_F16) ((u16*)kc)[p * nk + i] = f2h(x);
+        else kvq_block_store(kc + (p * nk + i) / 32 * (ty_k == KVQ_Q8_0 ? 34 : 18), ty_k, x);
+    }
+    if (i < nv) {
+        const float x = v[(u64)r * nv + i];
+        if (ty_v == KVQ_F16) ((u16*)vc)[p * nv + i] = f2h(x);
+        else kvq_block_store(vc + (p * nv + i) / 32 * (ty_v == KVQ_Q8_0 ? 34 : 18), ty_v, x);
+    }
+}
+
+// attn_f16's arithmetic over caches of types ty_k / ty_v, each element dequantized as it
+// is loaded (kvq_at): the same 16 warps × 4 key streams, online softmax and merges.
+// q, out, pos, window, scale, q8 as attn_f16; grid (n_head, n_tok), block 512.
+KERNEL LAUNCH_BOUNDS(512) void attn_kvq(const float* q, const u8* kc, const u8* vc, float* out, int n_head, int n_kv_head, int head_dim,
+                                        const int* pos, int window, float scale, int ty_k, int ty_v, block_q8_1* q8) { pdl_entry();
+    __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
+    __shared__ float s_acc[ATT_WARPS][256];
+    const int head = bid_x(), tok = bid_y();
+    const int lane = tid_x() & 31, warp = tid_x() >> 5;
+    const int grp = lane >> 3, sub = lane & 7;
+    const int epl = head_dim / 8;
+    const int kvh = head / (n_head / n_kv_head);
+    const u64 kv_stride = (u64)n_kv_head * head_dim;
+    const float* qv = q + ((u64)tok * n_head + head) * head_dim + sub * epl;
+    float qr[ATT_MAXE], acc[ATT_MAXE];
+#pragma unroll
+    for (int e = 0; e < ATT_MAXE; ++e) {
+        qr[e] = e < epl ? qv[e] * scale : 0.0f;
+        acc[e] = 0.0f;
+    }
+    const int P = pos[tok];
+    const int k0 = window > 0 ? (P - window + 1 > 0 ? P - window + 1 : 0) : 0;
+    float m = -3.0e38f, l = 0.0f;
+    for (int base = k0 + warp * ATT_GROUPS; base <= P; base += ATT_STREAMS) {
+        const int p = base + grp;
+        const bool live = p <= P;
+        const u64 row = (u64)(live ? p : P) * kv_stride + (u64)kvh * head_dim + sub * epl;
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < ATT_MAXE; ++e)
+            if (e < epl) dot += qr[e] * kvq_at(kc, ty_k, row + e);
+        dot += shfl_xor(dot, 1);
+        dot += shfl_xor(dot, 2);
+        dot += shfl_xor(dot, 4);
+        if (live) {
+            const float mn = fmax_f(m, dot);
+            const float corr = exp_fast(m - mn), pw = exp_fast(dot - mn);
+            l = l * corr + pw;
+#pragma unroll
+            for (int e = 0; e < ATT_MAXE; ++e)
+                if (e < epl) acc[e] = acc[e] * corr + pw * kvq_at(vc, ty_v, row + e);
+            m = mn;
+        }
+    }
+#pragma unroll
+    for (int off = 8; off <= 16; off <<= 1) {
+        const float mo = shfl_xor(m, off), lo = shfl_xor(l, off);
+        const float mm = fmax_f(m, mo);
+        const float a = l > 0.0f ? exp_fast(m - mm) : 0.0f;
+        const float b = lo > 0.0f ? exp_fast(mo - mm) : 0.0f;
+#pragma unroll
+        for (int e = 0; e < ATT_MAXE; ++e)
+            if (e < epl) acc[e] = acc[e] * a + shfl_xor(acc[e], off) * b;
+        l = l * a + lo * b;
+        m = mm;
+    }
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
+    }
+    if (grp == 0) {
+#pragma unroll
+        for (int e = 0; e < ATT_MAXE; ++e)
+            if (e < epl) s_acc[warp][sub * epl + e] = acc[e];
+    }
+    sync();
+    float M = -3.0e38f;
+    for (int w = 0; w < ATT_WARPS; ++w)
+        if (s_l[w] > 0.0f) M = fmax_f(M, s_m[w]);
+    float L = 0.0f;
+    for (int w = 0; w < ATT_WARPS; ++w) L += s_l[w] > 0.0f ? s_l[w] * exp_fast(s_m[w] - M) : 0.0f;
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    float* o = out + ((u64)tok * n_head + head) * head_dim;
+    for (int i = tid_x(); i < head_dim; i += 32 * ATT_WARPS) {
+        float v = 0.0f;
+        for (int w = 0; w < ATT_WARPS; ++w)
+            if (s_l[w] > 0.0f) v += s_acc[w][i] * exp_fast(s_m[w] - M);
+        o[i] = v * inv;
+        if (q8) q8_block_store(q8 + (((u64)tok * n_head + head) * head_dim + i) / 32, v * inv);
+    }
 }

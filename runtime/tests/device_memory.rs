@@ -25,7 +25,7 @@ fn need(ctx: usize, cap: u64) -> fit::Estimate {
     let f = file();
     let m = Model::load(f).unwrap();
     let t = capped(Residency::Mapped, cap).memory_target().unwrap();
-    fit::estimate(&m, &t, RunShape { ctx, batch: 512, n_seq: 1, kv_type: KvType::F16 }).unwrap()
+    fit::estimate(&m, &t, RunShape { ctx, batch: 512, n_seq: 1, kv_type: KvType::F16.into() }).unwrap()
 }
 
 /// The context the refusal names (`-c N`).
@@ -96,7 +96,7 @@ fn allocations_past_the_capacity_fail_and_the_backend_stays_usable() {
     assert_eq!(be.used(), 800_000, "a refused allocation holds nothing");
     // 2 layers × 64 slots × (8 + 8) values × 2 bytes = 4,096 bytes of f16 KV: fits; a
     // 1 << 20-slot cache does not.
-    let spec = KvSpec { n_layer: 2, n_ctx: 64, n_kv_head: 1, head_dim_k: 8, head_dim_v: 8, ty: KvType::F16 };
+    let spec = KvSpec { n_layer: 2, n_ctx: 64, n_kv_head: 1, head_dim_k: 8, head_dim_v: 8, ty: KvType::F16.into() };
     let kv = be.alloc_kv(&spec).unwrap();
     assert_eq!(be.used(), 804_096);
     assert!(matches!(be.alloc_kv(&KvSpec { n_ctx: 1 << 20, ..spec }), Err(BackendError::OutOfMemory { what: "KV cache", .. })));
@@ -137,7 +137,7 @@ fn gpu_estimate_rounds_as_the_driver_allocates() {
         tuning: Some(Default::default()),
         cap: None,
     };
-    let est = |t: &MemoryTarget, ctx, n_seq| fit::estimate(&m, t, RunShape { ctx, batch: 512, n_seq, kv_type: KvType::F16 }).unwrap();
+    let est = |t: &MemoryTarget, ctx, n_seq| fit::estimate(&m, t, RunShape { ctx, batch: 512, n_seq, kv_type: KvType::F16.into() }).unwrap();
     let big = target(Residency::Device, 64 << 30);
     let e = est(&big, 1000, 1);
     assert_eq!(e.weights % PAGE, 0);
@@ -159,4 +159,38 @@ fn gpu_estimate_rounds_as_the_driver_allocates() {
     // Past the training context, the largest context is capped there.
     assert_eq!(e.max_ctx(), m.cfg.n_ctx_train as u64);
     assert!(e.max_ctx_memory > m.cfg.n_ctx_train as u64);
+}
+
+/// `-ctk` / `-ctv`: the estimate counts K and V in their own types (Q8_0 34 bytes, Q4_0 18
+/// bytes per 32 values), the largest context grows with them, a refusal at f16 names the
+/// KV type that holds the asked context, and a q8_0 run of that context fits the capacity.
+#[test]
+fn quantized_kv_types_are_counted_and_suggested() {
+    use lode_runtime::backend::KvTypes;
+    use lode_runtime::engine::{Engine, EngineOptions};
+    let f = file();
+    let m = Model::load(f.clone()).unwrap();
+    let est = |ty: KvTypes, cap: u64| {
+        let t = capped(Residency::Mapped, cap).memory_target().unwrap();
+        fit::estimate(&m, &t, RunShape { ctx: 4096, batch: 512, n_seq: 1, kv_type: ty }).unwrap()
+    };
+    let per = (L * HKV as usize * D as usize) as u64; // K (or V) values per token
+    assert_eq!(est(KvType::F16.into(), u64::MAX).kv_per_token, per * 2 * 2);
+    let q8 = est(KvType::Q8_0.into(), u64::MAX);
+    assert_eq!(q8.kv_per_token, per / 32 * 34 * 2);
+    assert_eq!(est(KvTypes { k: KvType::Q4_0, v: KvType::F16 }, u64::MAX).kv_per_token, per / 32 * 18 + per * 2);
+    // Room for 4096 tokens at q8_0, not at f16.
+    let cap = q8.need + (1 << 16);
+    let e = est(KvType::F16.into(), cap);
+    let msg = e.refusal().expect("4096 tokens of f16 KV do not fit");
+    assert!(msg.contains("-ctk q8_0 -ctv q8_0"), "{msg}");
+    let max = |t: KvType| e.max_ctx_by_kv.iter().find(|(k, _)| *k == t).unwrap().1;
+    assert!(max(KvType::F16) < 4096 && max(KvType::Q8_0) >= 4096 && max(KvType::Q4_0) > max(KvType::Q8_0), "{:?}", e.max_ctx_by_kv);
+    assert_eq!(max(KvType::F16), e.max_ctx_memory);
+    let opts = EngineOptions { ctx_size: Some(4096), batch_size: 512, kv_type: KvType::Q8_0.into() };
+    let mut eng = Engine::new(Model::load(f.clone()).unwrap(), Box::new(capped(Residency::Mapped, cap)), opts).unwrap();
+    let logits = run(&mut eng, &prompt(600, 3), 4).unwrap();
+    assert!(logits.iter().flatten().all(|x| x.is_finite()));
+    let peak = eng.weight_stats().unwrap().device.unwrap().driver_peak_used_bytes.unwrap();
+    assert!(peak <= cap, "peak {peak} over the capacity {cap}");
 }

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use lode_runtime::backend::{self, DeviceKind, KvType};
+use lode_runtime::backend::{self, DeviceKind, KvType, KvTypes};
 use lode_runtime::engine::{BatchEngine, Engine, EngineOptions};
 use lode_runtime::gguf::GgufFile;
 use lode_runtime::model::Model;
@@ -51,11 +51,62 @@ pub struct ModelArgs {
     /// Prompt tokens per forward chunk.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
-    /// KV cache precision: f16 (llama.cpp's default) or f32.
-    #[arg(long = "kv-type", default_value = "f16")]
-    pub kv_type: KvType,
+    #[command(flatten)]
+    pub kv: KvArgs,
     #[command(flatten)]
     pub weights: WeightArgs,
+}
+
+/// The KV cache's element types, as llama.cpp's `-ctk` / `-ctv` (flattened into every
+/// model-running subcommand and `lode fit`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct KvArgs {
+    /// K cache type (also -ctk): f16 (default), q8_0, q4_0; f32 only with an f32 V.
+    #[arg(long = "cache-type-k", value_name = "TYPE")]
+    pub cache_type_k: Option<KvType>,
+    /// V cache type (also -ctv): f16 (default), q8_0, q4_0; f32 only with an f32 K.
+    #[arg(long = "cache-type-v", value_name = "TYPE")]
+    pub cache_type_v: Option<KvType>,
+    /// Both K and V at once (-ctk / -ctv override it); f32 is lode's precise variant.
+    #[arg(long = "kv-type", value_name = "TYPE")]
+    pub kv_type: Option<KvType>,
+}
+
+impl KvArgs {
+    pub fn types(&self) -> KvTypes {
+        let both = self.kv_type.unwrap_or_default();
+        KvTypes { k: self.cache_type_k.unwrap_or(both), v: self.cache_type_v.unwrap_or(both) }
+    }
+    /// The flags given, for a child process.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = Vec::new();
+        for (flag, t) in [("--kv-type", self.kv_type), ("--cache-type-k", self.cache_type_k), ("--cache-type-v", self.cache_type_v)] {
+            if let Some(t) = t {
+                a.extend([flag.to_string(), t.to_string()]);
+            }
+        }
+        a
+    }
+}
+
+/// llama.cpp's multi-letter single-dash flags (`-ctk q8_0`, `-ctv=q4_0`) rewritten as
+/// the long flags clap knows; everything else as given.
+pub fn llama_flags(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    const MAP: [(&str, &str); 2] = [("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")];
+    args.into_iter()
+        .map(|a| {
+            let Some(s) = a.to_str() else { return a };
+            for (short, long) in MAP {
+                if s == short {
+                    return long.into();
+                }
+                if let Some(v) = s.strip_prefix(short).and_then(|r| r.strip_prefix('=')) {
+                    return format!("{long}={v}").into();
+                }
+            }
+            a
+        })
+        .collect()
 }
 
 /// How weights are held (flattened into every model-running subcommand).
@@ -355,7 +406,7 @@ fn open_parts(args: &ModelArgs) -> Result<Parts> {
     if let Some(note) = note {
         eprintln!("lode: {note}");
     }
-    let opts = EngineOptions { ctx_size: args.ctx_size, batch_size: args.batch_size, kv_type: args.kv_type };
+    let opts = EngineOptions { ctx_size: args.ctx_size, batch_size: args.batch_size, kv_type: args.kv.types() };
     Ok((model, be, opts, file, path))
 }
 
@@ -433,4 +484,24 @@ pub fn speed_line(out: &lode_runtime::engine::GenOutput) -> String {
         out.gen_secs,
         out.gen_tps()
     )
+}
+
+#[cfg(test)]
+mod kv_flag_tests {
+    use super::*;
+
+    /// llama.cpp's `-ctk` / `-ctv` (and `=` forms) become the long flags; nothing else moves;
+    /// `--kv-type` sets both, the per-half flags win.
+    #[test]
+    fn ctk_ctv_are_rewritten_and_resolved() {
+        let args = ["lode", "bench", "-ctk", "q8_0", "-ctv=q4_0", "-c", "512", "-ctkx"];
+        let got: Vec<String> = llama_flags(args.iter().map(std::ffi::OsString::from)).into_iter().map(|a| a.into_string().unwrap()).collect();
+        assert_eq!(got, ["lode", "bench", "--cache-type-k", "q8_0", "--cache-type-v=q4_0", "-c", "512", "-ctkx"]);
+        let kv = KvArgs { kv_type: Some(KvType::F32), cache_type_k: None, cache_type_v: None };
+        assert_eq!(kv.types(), KvTypes { k: KvType::F32, v: KvType::F32 });
+        let kv = KvArgs { kv_type: Some(KvType::Q4_0), cache_type_k: Some(KvType::Q8_0), cache_type_v: None };
+        assert_eq!(kv.types(), KvTypes { k: KvType::Q8_0, v: KvType::Q4_0 });
+        assert_eq!(kv.to_args(), ["--kv-type", "q4_0", "--cache-type-k", "q8_0"]);
+        assert_eq!(KvArgs::default().types(), KvTypes::default());
+    }
 }

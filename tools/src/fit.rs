@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 use lode_runtime::backend::gpu::driver::{Api, DevAttr};
 use lode_runtime::backend::gpu::GpuDevice;
 use lode_runtime::backend::memory::MemoryTarget;
-use lode_runtime::backend::{DeviceKind, KvType};
+use lode_runtime::backend::DeviceKind;
 use lode_runtime::engine::fit::{self, RunShape};
 use lode_runtime::model::Model;
 use lode_runtime::weights::budget::human;
@@ -56,6 +56,8 @@ pub struct Args {
     /// (llama.cpp's `--n-cpu-moe`): they are not counted on the device.
     #[arg(long = "n-cpu-moe", value_name = "N", default_value_t = 0)]
     pub n_cpu_moe: usize,
+    #[command(flatten)]
+    pub kv: common::KvArgs,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -68,7 +70,7 @@ pub fn run(args: Args) -> Result<()> {
     let target = target(args.device, args.residency, args.n_cpu_moe)?;
     let c = &model.cfg;
     let ctx = args.ctx.unwrap_or_else(|| c.n_ctx_train.min(lode_runtime::engine::DEFAULT_CTX_CAP)).max(1);
-    let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq: args.parallel.max(1), kv_type: KvType::F16 };
+    let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq: args.parallel.max(1), kv_type: args.kv.types() };
     let e = fit::estimate(&model, &target, shape).context("cannot size the weights")?;
     let (fits, max_ctx) = (e.fits(), e.max_ctx());
     let gpu = target.class == DeviceClass::Gpu;
@@ -97,6 +99,9 @@ pub fn run(args: Args) -> Result<()> {
             "fits": fits,
             "max_ctx": max_ctx,
             "max_ctx_memory": e.max_ctx_memory,
+            "cache_type_k": shape.kv_type.k.name(),
+            "cache_type_v": shape.kv_type.v.name(),
+            "max_ctx_by_kv_type": e.max_ctx_by_kv.iter().map(|(t, m)| (t.name(), (*m).min(c.n_ctx_train as u64))).collect::<std::collections::BTreeMap<_, _>>(),
             "n_ctx_train": c.n_ctx_train,
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
@@ -113,7 +118,15 @@ pub fn run(args: Args) -> Result<()> {
     }
     let swa = if c.n_swa > 0 { format!("; the {}-token sliding-window layers get the full context too (not yet window-sized)", c.n_swa) } else { String::new() };
     let seqs = if shape.n_seq > 1 { format!("{} sequences × ", shape.n_seq) } else { String::new() };
-    println!("  KV cache  {:>11}  (f16: {seqs}{} layers × {ctx} × {} kv heads × {}{swa})", human(e.kv), c.n_layer, c.n_head_kv, c.head_dim_k + c.head_dim_v);
+    println!(
+        "  KV cache  {:>11}  ({}: {seqs}{} layers × {ctx} × {} kv heads × {} + {}{swa})",
+        human(e.kv),
+        shape.kv_type,
+        c.n_layer,
+        c.n_head_kv,
+        c.head_dim_k,
+        c.head_dim_v
+    );
     println!("  scratch   {:>11}  (estimate: activations of {}-token chunks{})", human(e.scratch), args.batch_size.min(ctx), if gpu { ", one allocation each, q8_1 copy, prefill operands and BLAS slab, launch overhead" } else { "" });
     println!("  needed    {:>11}", human(e.need));
     let cap = e.cap.map(|b| format!(" (--device-memory {})", human(b))).unwrap_or_default();
@@ -130,6 +143,10 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         String::new()
     };
+    let by_kv: Vec<String> = e.max_ctx_by_kv.iter().map(|(t, m)| format!("{t} {}", (*m).min(c.n_ctx_train as u64))).collect();
+    if !by_kv.is_empty() {
+        println!("  largest context by KV type (-ctk/-ctv, K and V alike): {}", by_kv.join(", "));
+    }
     if fits {
         println!("fits: yes; the largest context that fits is {max_ctx}{trained}");
     } else if max_ctx == 0 {

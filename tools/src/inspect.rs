@@ -33,12 +33,15 @@ pub struct Args {
     /// With `--plan`: the GPU's multiprocessors (an H200 has 132).
     #[arg(long, default_value_t = 132)]
     pub sms: usize,
+    /// With `--plan`: the KV cache's types (`-ctk` / `-ctv`).
+    #[command(flatten)]
+    pub kv: crate::common::KvArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let f = crate::common::open_gguf_plain(&args.file, "cannot inspect")?;
     let out = if args.plan {
-        crate::inspect_plan::run(&args.file, std::sync::Arc::new(f), args.tokens, args.sms)?
+        crate::inspect_plan::run(&args.file, std::sync::Arc::new(f), args.tokens, args.sms, args.kv.types())?
     } else if args.json {
         serde_json::to_string_pretty(&to_json(&args.file, &f))? + "\n"
     } else {

@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use lode_runtime::backend::gpu::plan_trace::{Log, PlanTrace, Step};
-use lode_runtime::backend::KvType;
+use lode_runtime::backend::KvTypes;
 use lode_runtime::engine::{Engine, EngineOptions};
 use lode_runtime::gguf::GgufFile;
 use lode_runtime::model::Model;
 
 /// The plan of `tokens` prompt tokens (one chunk) and one decode step after them.
-pub fn run(path: &Path, file: Arc<GgufFile>, tokens: usize, sms: usize) -> Result<String> {
+pub fn run(path: &Path, file: Arc<GgufFile>, tokens: usize, sms: usize, kv_type: KvTypes) -> Result<String> {
     let model = Model::load(file).with_context(|| format!("cannot load model {}", path.display()))?;
     let n_vocab = model.cfg.n_vocab.max(1);
     let experts = model.cfg.experts;
@@ -26,7 +26,7 @@ pub fn run(path: &Path, file: Arc<GgufFile>, tokens: usize, sms: usize) -> Resul
     let blas = tuning.blas;
     let be = PlanTrace::new(tuning, sms, log.clone());
     let tokens = tokens.max(1);
-    let opts = EngineOptions { ctx_size: Some(tokens + 8), batch_size: tokens, kv_type: KvType::F16 };
+    let opts = EngineOptions { ctx_size: Some(tokens + 8), batch_size: tokens, kv_type };
     let mut e = Engine::new(model, Box::new(be), opts)?;
     let ids: Vec<u32> = (0..tokens).map(|i| (i % n_vocab) as u32).collect();
     e.eval(&ids)?;

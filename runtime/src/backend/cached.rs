@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crate::backend::memory::MemoryTarget;
-use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, MoeFfn, MoeScratch, Result, Rope};
+use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope};
 use crate::gguf::{GgufFile, TensorView};
 use crate::weights::host::HostMaterializer;
 use crate::weights::layout::{self, DeviceClass};
@@ -241,8 +241,7 @@ impl Backend for CachedBackend {
         self.inner.read_with(buf, n, host, f)
     }
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
-        let elt = if spec.ty == KvType::F16 { 2 } else { 4 };
-        let bytes = (spec.n_layer * spec.n_ctx * spec.n_kv_head * (spec.head_dim_k + spec.head_dim_v) * elt) as u64;
+        let bytes = spec.bytes_per_token() * spec.n_ctx as u64;
         self.admit("KV cache", bytes)?;
         let kv = self.inner.alloc_kv(spec)?;
         self.kvs.insert(kv.0, bytes);

@@ -22,10 +22,12 @@ pub mod memory;
 pub mod cpu;
 pub mod gpu;
 pub mod moe;
+pub mod kv;
 
 use crate::quant::{GgmlType, QuantError};
 use crate::weights::WeightRef;
 pub use moe::{MoeFfn, MoeScratch};
+pub use kv::{KvSpec, KvType, KvTypes};
 
 /// Handle to an f32 activation buffer owned by a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -34,38 +36,6 @@ pub struct Buf(pub u32);
 /// Handle to a KV cache owned by a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KvCache(pub u32);
-
-/// Element type of the KV cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum KvType {
-    /// llama.cpp's default, and what the GPU backends use.
-    #[default]
-    F16,
-    F32,
-}
-
-impl std::str::FromStr for KvType {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "f16" => Ok(KvType::F16),
-            "f32" => Ok(KvType::F32),
-            _ => Err(format!("unknown KV cache type `{s}` (expected f16 or f32)")),
-        }
-    }
-}
-
-/// Shape of a KV cache: per layer, `n_ctx` slots of `n_kv_head * head_dim` values for K
-/// and the same for V.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KvSpec {
-    pub n_layer: usize,
-    pub n_ctx: usize,
-    pub n_kv_head: usize,
-    pub head_dim_k: usize,
-    pub head_dim_v: usize,
-    pub ty: KvType,
-}
 
 /// Which pairs of a head vector RoPE rotates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -424,34 +394,41 @@ pub trait Backend: Send {
         p: &Attention,
         out: Buf,
     ) -> Result<()> {
-        if kvs.len() != pos.len() {
-            return Err(BackendError::Invalid { op: "attention_rows", msg: format!("{} caches for {} rows", kvs.len(), pos.len()) });
-        }
-        let (qd, kd) = (p.n_head * p.head_dim_k, p.n_kv_head * p.head_dim_k);
-        let (vd, ad) = (p.n_kv_head * p.head_dim_v, p.n_head * p.head_dim_v);
-        let mut tmp = Vec::with_capacity(4);
-        let run = |be: &mut Self, tmp: &mut Vec<Buf>| -> Result<()> {
-            for len in [qd, kd, vd, ad] {
-                tmp.push(be.alloc(len)?);
-            }
-            let (q1, k1, v1, a1) = (tmp[0], tmp[1], tmp[2], tmp[3]);
-            for (t, &kv) in kvs.iter().enumerate() {
-                let p1 = &pos[t..t + 1];
-                be.copy(k, t * kd, k1, 0, kd)?;
-                be.copy(v, t * vd, v1, 0, vd)?;
-                be.kv_write(kv, layer, k1, v1, p1)?;
-                be.copy(q, t * qd, q1, 0, qd)?;
-                be.attention(q1, kv, layer, p1, p, a1)?;
-                be.copy(a1, 0, out, t * ad, ad)?;
-            }
-            Ok(())
-        };
-        let r = run(self, &mut tmp);
-        for b in tmp {
-            let _ = self.free(b);
-        }
-        r
+        attention_rows_unfused(self, q, k, v, kvs, layer, pos, p, out)
     }
+}
+
+/// [`Backend::attention_rows`] row by row through one-row buffers (the default, and a
+/// backend's fallback).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_rows_unfused<B: Backend + ?Sized>(be: &mut B, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+    if kvs.len() != pos.len() {
+        return Err(BackendError::Invalid { op: "attention_rows", msg: format!("{} caches for {} rows", kvs.len(), pos.len()) });
+    }
+    let (qd, kd) = (p.n_head * p.head_dim_k, p.n_kv_head * p.head_dim_k);
+    let (vd, ad) = (p.n_kv_head * p.head_dim_v, p.n_head * p.head_dim_v);
+    let mut tmp = Vec::with_capacity(4);
+    let run = |be: &mut B, tmp: &mut Vec<Buf>| -> Result<()> {
+        for len in [qd, kd, vd, ad] {
+            tmp.push(be.alloc(len)?);
+        }
+        let (q1, k1, v1, a1) = (tmp[0], tmp[1], tmp[2], tmp[3]);
+        for (t, &kv) in kvs.iter().enumerate() {
+            let p1 = &pos[t..t + 1];
+            be.copy(k, t * kd, k1, 0, kd)?;
+            be.copy(v, t * vd, v1, 0, vd)?;
+            be.kv_write(kv, layer, k1, v1, p1)?;
+            be.copy(q, t * qd, q1, 0, qd)?;
+            be.attention(q1, kv, layer, p1, p, a1)?;
+            be.copy(a1, 0, out, t * ad, ad)?;
+        }
+        Ok(())
+    };
+    let r = run(be, &mut tmp);
+    for b in tmp {
+        let _ = be.free(b);
+    }
+    r
 }
 
 /// The norm in front of a fused matmul ([`Backend::norm_matmul_multi`],

@@ -8,9 +8,11 @@
 //!   rounded once to 2 MiB (else a driver page each); none for `mapped` weights a GPU
 //!   reads in place. On the CPU the mapping itself occupies memory, so it counts.
 //! - KV cache: exactly what `alloc_kv` takes: every layer a full-context cache (the
-//!   sliding-window layers too: window-sized caches are not built yet), f16 on the GPU
-//!   (one allocation per sequence, each K/V plane 256-byte rounded), the `--kv-type` on
-//!   the CPU.
+//!   sliding-window layers too: window-sized caches are not built yet), K and V each in
+//!   its `-ctk` / `-ctv` type (f16, f32, or Q8_0 / Q4_0 blocks: 34 / 18 bytes per 32
+//!   values); on the GPU one allocation per sequence, each K/V plane 256-byte rounded.
+//!   Beside the chosen types, the largest context for f16, q8_0 and q4_0 K and V
+//!   ([`Estimate::max_ctx_by_kv`]), which the refusal names when a smaller type fits.
 //! - Scratch: the model's activation buffers (`model::Scratch`), and on a GPU the q8_1
 //!   activation copy, prefill's operands (through the vendor BLAS for chunks of
 //!   `blas_min` tokens or more: the f16 activations, the transient f16 weight slab, the
@@ -26,7 +28,8 @@ use crate::backend::gpu::family::dequant;
 use crate::backend::gpu::plan;
 use crate::backend::gpu::tuning::Tuning;
 use crate::backend::memory::MemoryTarget;
-use crate::backend::KvType;
+use crate::backend::kv::kv_bytes_per_token;
+use crate::backend::{KvType, KvTypes};
 use crate::model::Model;
 use crate::quant::GgmlType;
 use crate::weights::budget::human;
@@ -51,13 +54,13 @@ fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
 }
 
-/// A run's shape: context per sequence, prompt chunk, sequences, KV type.
+/// A run's shape: context per sequence, prompt chunk, sequences, KV types.
 #[derive(Clone, Copy, Debug)]
 pub struct RunShape {
     pub ctx: usize,
     pub batch: usize,
     pub n_seq: usize,
-    pub kv_type: KvType,
+    pub kv_type: KvTypes,
 }
 
 /// The bytes a run needs on a device.
@@ -87,6 +90,8 @@ pub struct Estimate {
     pub gpu: bool,
     /// Largest context whose need fits the free memory (before the training-context cap).
     pub max_ctx_memory: u64,
+    /// The same for K and V both f16, q8_0 and q4_0 (before the training-context cap).
+    pub max_ctx_by_kv: Vec<(KvType, u64)>,
     pub n_ctx_train: usize,
 }
 
@@ -127,6 +132,13 @@ impl Estimate {
             human(self.total)
         );
         let max = self.max_ctx();
+        // A smaller KV type that holds the asked context.
+        let smaller = self.max_ctx_by_kv.iter().find(|&&(t, m)| {
+            t.bytes(32) < s.kv_type.k.bytes(32).max(s.kv_type.v.bytes(32)) && m >= s.ctx as u64
+        });
+        if let Some(&(t, _)) = smaller {
+            msg += &format!("; -ctk {t} -ctv {t} holds this context");
+        }
         if max >= 1 {
             msg += &format!("; the largest context that fits is -c {max}");
         } else {
@@ -211,16 +223,17 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
 
     let n_seq = shape.n_seq.max(1) as u64;
     let ctx = shape.ctx.max(1);
-    let elt = if gpu || shape.kv_type == KvType::F16 { 2 } else { 4 };
-    let kv_per_token = (c.n_layer * c.n_head_kv * (c.head_dim_k + c.head_dim_v) * elt) as u64 * n_seq;
-    let kv = |ctx: usize| -> u64 {
+    let per_token = |ty: KvTypes| kv_bytes_per_token(ty, c.n_layer, c.n_head_kv, c.head_dim_k, c.head_dim_v) * n_seq;
+    let kv_per_token = per_token(shape.kv_type);
+    let kv_of = |ty: KvTypes, ctx: usize| -> u64 {
         if gpu {
-            let plane = |d: usize| round_up((ctx * c.n_head_kv * d * 2) as u64, 256);
-            n_seq * round_up(c.n_layer as u64 * (plane(c.head_dim_k) + plane(c.head_dim_v)), GPU_PAGE)
+            let plane = |t: KvType, d: usize| round_up((ctx * t.bytes(c.n_head_kv * d)) as u64, 256);
+            n_seq * round_up(c.n_layer as u64 * (plane(ty.k, c.head_dim_k) + plane(ty.v, c.head_dim_v)), GPU_PAGE)
         } else {
-            kv_per_token * ctx as u64
+            per_token(ty) * ctx as u64
         }
     };
+    let kv = |ctx: usize| kv_of(shape.kv_type, ctx);
     let scratch = |ctx: usize| -> u64 {
         let n = shape.batch.min(ctx).max(shape.n_seq).max(1);
         // A MoE model has no dense FFN buffers but the experts' (`backend::MoeScratch`).
@@ -257,16 +270,24 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
     let fixed = weights + scratch(shape.batch.max(1));
     // The bound without rounding, then the largest context whose rounded KV fits below it
     // (the GPU rounds each sequence's cache to the driver's page).
-    let (mut lo, mut hi) = (0u64, target.free.saturating_sub(fixed) / kv_per_token.max(1));
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if fixed + kv(mid as usize) <= target.free {
-            lo = mid;
-        } else {
-            hi = mid - 1;
+    let largest = |ty: KvTypes| -> u64 {
+        let (mut lo, mut hi) = (0u64, target.free.saturating_sub(fixed) / per_token(ty).max(1));
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fixed + kv_of(ty, mid as usize) <= target.free {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
         }
-    }
-    let max_ctx_memory = lo;
+        lo
+    };
+    let max_ctx_memory = largest(shape.kv_type);
+    let max_ctx_by_kv = [KvType::F16, KvType::Q8_0, KvType::Q4_0]
+        .into_iter()
+        .filter(|t| KvTypes::from(*t).unsupported(c.head_dim_k, c.head_dim_v).is_none())
+        .map(|t| (t, largest(t.into())))
+        .collect();
     Ok(Estimate {
         shape: RunShape { ctx, ..shape },
         weights,
@@ -284,6 +305,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         cap: target.cap,
         gpu,
         max_ctx_memory,
+        max_ctx_by_kv,
         n_ctx_train: c.n_ctx_train,
     })
 }

@@ -15,7 +15,7 @@ pub use constraint::{Constraint, TokenMask};
 pub use sampler::{argmax_logits, Sampler, SamplerParams};
 pub use stop::StopStrings;
 
-use crate::backend::{Backend, BackendError, KvType};
+use crate::backend::{Backend, BackendError, KvType, KvTypes};
 use crate::model::{Model, ModelError, OutputRows};
 
 /// Default upper bound of the context when `--ctx-size` is not given.
@@ -45,12 +45,13 @@ pub struct EngineOptions {
     pub ctx_size: Option<usize>,
     /// Tokens per prefill chunk.
     pub batch_size: usize,
-    pub kv_type: KvType,
+    /// The K and V cache types (`-ctk` / `-ctv`).
+    pub kv_type: KvTypes,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { ctx_size: None, batch_size: 512, kv_type: KvType::F16 }
+        EngineOptions { ctx_size: None, batch_size: 512, kv_type: KvTypes::from(KvType::F16) }
     }
 }
 

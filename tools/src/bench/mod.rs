@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use lode_runtime::backend::{DeviceKind, KvType};
+use lode_runtime::backend::DeviceKind;
 use lode_runtime::tokenizer::Tokenizer;
 
 use crate::common::{self, ModelArgs};
@@ -49,9 +49,8 @@ pub struct Args {
     /// Tokens per forward chunk of a prompt.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
-    /// KV cache precision: f16 or f32.
-    #[arg(long = "kv-type", default_value = "f16")]
-    pub kv_type: String,
+    #[command(flatten)]
+    pub kv: common::KvArgs,
     /// Device: cpu, cuda, hip or auto.
     #[arg(long, default_value = "auto")]
     pub device: String,
@@ -73,7 +72,7 @@ pub struct Args {
     #[arg(long, value_name = "NAME=A,B", conflicts_with = "pair_arg")]
     pub pair_env: Option<String>,
     /// Compare two sets of extra arguments; give it twice (A, then B), e.g.
-    /// `--pair-arg "--kv-type f32" --pair-arg "--kv-type f16"`.
+    /// `--pair-arg "-ctk q8_0" --pair-arg "-ctk f16"`.
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true, num_args = 1, action = clap::ArgAction::Append)]
     pub pair_arg: Vec<String>,
     #[command(flatten)]
@@ -124,7 +123,6 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         bail!("nothing to measure: every -p and -n value is 0");
     }
     let device: DeviceKind = args.device.parse().map_err(anyhow::Error::msg)?;
-    let kv_type: KvType = args.kv_type.parse().map_err(anyhow::Error::msg)?;
     let ctx = tests.iter().map(TestSpec::ctx_needed).max().unwrap_or(1);
     let threads = args.threads.unwrap_or_else(common::physical_cores);
     let margs = ModelArgs {
@@ -133,7 +131,7 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         threads: Some(threads),
         ctx_size: Some(ctx),
         batch_size: args.batch_size,
-        kv_type,
+        kv: args.kv.clone(),
         weights: args.weights.clone(),
     };
     let n_seq = tests.iter().map(|t| t.seqs).max().unwrap_or(1);
@@ -143,7 +141,7 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
     let filename = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
     let info = ModelInfo::new(filename, &file, engine.model());
     let backend = backend_label(&engine.backend_name());
-    let kv_name = args.kv_type.clone();
+    let kv_types = args.kv.types();
     let mut runner = Runner::new(&mut engine, args.seed, bos);
     let mut rows = Vec::new();
     for t in &tests {
@@ -168,8 +166,8 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
             n_batch: args.batch_size,
             n_ubatch: args.batch_size,
             n_threads: threads,
-            type_k: kv_name.clone(),
-            type_v: kv_name.clone(),
+            type_k: kv_types.k.to_string(),
+            type_v: kv_types.v.to_string(),
             n_prompt: if t.kind == Kind::Prompt { t.n } else { 0 },
             n_gen: if t.kind == Kind::Gen { t.n } else { 0 },
             n_seq: t.seqs,

@@ -52,7 +52,8 @@ fn child_args(args: &Args, extra: &[String]) -> Vec<String> {
     }
     a.extend(["-p".into(), list(&args.n_prompt), "-n".into(), list(&args.n_gen), "-d".into(), list(&args.n_depth)]);
     a.extend(["-r".into(), "1".into(), "-o".into(), "json".into()]);
-    a.extend(["-b".into(), args.batch_size.to_string(), "--kv-type".into(), args.kv_type.clone()]);
+    a.extend(["-b".into(), args.batch_size.to_string()]);
+    a.extend(args.kv.to_args());
     a.extend(["--device".into(), args.device.clone(), "--seed".into(), args.seed.to_string()]);
     if let Some(t) = args.threads {
         a.extend(["--threads".into(), t.to_string()]);

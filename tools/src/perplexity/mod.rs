@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use lode_runtime::backend::{DeviceKind, KvType};
+use lode_runtime::backend::DeviceKind;
 use lode_runtime::tokenizer::Tokenizer;
 
 use crate::common::{self, ModelArgs};
@@ -48,9 +48,8 @@ pub struct Args {
     /// Tokens per forward chunk (default: the whole chunk).
     #[arg(short = 'b', long = "batch-size")]
     pub batch_size: Option<usize>,
-    /// KV cache precision: f16 (llama.cpp's default) or f32.
-    #[arg(long = "kv-type", default_value = "f16")]
-    pub kv_type: KvType,
+    #[command(flatten)]
+    pub kv: common::KvArgs,
     /// Device: cpu, cuda, hip or auto.
     #[arg(long, default_value = "auto")]
     pub device: DeviceKind,
@@ -94,7 +93,7 @@ pub fn run(args: Args) -> Result<()> {
         threads: args.threads,
         ctx_size: Some(args.ctx),
         batch_size: args.batch_size.unwrap_or(args.ctx),
-        kv_type: args.kv_type,
+        kv: args.kv.clone(),
         weights: args.weights.clone(),
     };
     let (mut engine, file, path) = common::open_engine(&margs)?;

@@ -1,18 +1,21 @@
 //! KV cache storage and attention over it, on the CPU.
 //!
-//! Layout per layer: K is stored transposed, `[n_kv_head, head_dim_k, n_ctx]`, so the
-//! scores of consecutive keys are computed side by side in SIMD lanes (see
-//! `attn_kernels`); V is `[n_ctx, n_kv_head * head_dim_v]`, slot = position. Every path
-//! rounds as the llama.cpp CPU path it corresponds to ([`Mode`]): an f16 cache as its
-//! default flash attention, an f32 cache as its precise variant without it, so each of
-//! our runs is comparable with one of its fixtures.
+//! Layout per layer: an f16/f32 K is stored transposed, `[n_kv_head, head_dim_k, n_ctx]`,
+//! so the scores of consecutive keys are computed side by side in SIMD lanes (see
+//! `attn_kernels`); V, and a quantized K, are slot-major, `[n_ctx, n_kv_head * head_dim]`
+//! (a quantized row as GGUF blocks), slot = position. Every path rounds as the llama.cpp
+//! CPU path it corresponds to ([`Mode`]): an f16 cache as its default flash attention, an
+//! f32 cache as its precise variant without it, a quantized K or V as its flash
+//! attention's one-pass kernel (`attn_quant`), so each of our runs is comparable with
+//! one of llama.cpp's.
 
 use half::f16;
 
 use super::attn_ggml;
 use super::attn_kernels::{self as kern, KeysT, Rows};
-use crate::backend::{Attention, BackendError, KvSpec, KvType, Result};
-use crate::quant::{par_chunks, Parallel};
+use super::attn_quant::{self, QRows};
+use crate::backend::{Attention, BackendError, KvSpec, KvType, KvTypes, Result};
+use crate::quant::{par_chunks, GgmlType, Parallel};
 
 /// Query rows from which llama.cpp's CPU flash attention switches to its tiled kernel.
 pub const TILED_MIN_ROWS: usize = 64;
@@ -29,14 +32,20 @@ enum Mode {
     /// `K·Q` as `ggml_vec_dot_f32`, softmax and `p·V` as [`attn_ggml::no_fa`] (16 lanes
     /// for a prompt's matrix product, 64 for one row's dot product).
     Plain { lanes_v: usize },
+    /// A quantized K or V: flash attention's one pass per query row, at any batch size
+    /// and depth (see [`attn_quant`]).
+    OnePass,
 }
 
 impl Mode {
-    fn of(ty: KvType, rows: usize) -> Mode {
-        match ty {
+    fn of(ty: KvTypes, rows: usize) -> Mode {
+        if ty.any_quantized() {
+            return Mode::OnePass;
+        }
+        match ty.k {
             KvType::F16 if rows < TILED_MIN_ROWS => Mode::FlashRows,
             KvType::F16 => Mode::FlashTiled,
-            KvType::F32 => Mode::Plain { lanes_v: if rows > 1 { 16 } else { 64 } },
+            _ => Mode::Plain { lanes_v: if rows > 1 { 16 } else { 64 } },
         }
     }
 }
@@ -45,47 +54,87 @@ impl Mode {
 pub enum KvData {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    /// GGUF blocks, slot-major: slot `p` at `p * row_bytes`.
+    Q { ty: GgmlType, row_bytes: usize, data: Vec<u8> },
 }
 
 impl KvData {
-    fn zeros(ty: KvType, n: usize) -> Result<KvData> {
-        let bytes = n as u64 * if ty == KvType::F16 { 2 } else { 4 };
+    /// `n_ctx` slots of `width` values.
+    fn zeros(ty: KvType, n_ctx: usize, width: usize) -> Result<KvData> {
+        let n = n_ctx * width;
+        let bytes = ty.bytes(width) as u64 * n_ctx as u64;
         let oom = || BackendError::OutOfMemory { what: "KV cache", bytes };
+        fn filled<T: Clone>(n: usize, x: T, oom: impl Fn() -> BackendError) -> Result<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).map_err(|_| oom())?;
+            v.resize(n, x);
+            Ok(v)
+        }
         Ok(match ty {
-            KvType::F32 => {
-                let mut v = Vec::new();
-                v.try_reserve_exact(n).map_err(|_| oom())?;
-                v.resize(n, 0.0);
-                KvData::F32(v)
-            }
-            KvType::F16 => {
-                let mut v = Vec::new();
-                v.try_reserve_exact(n).map_err(|_| oom())?;
-                v.resize(n, f16::ZERO);
-                KvData::F16(v)
+            KvType::F32 => KvData::F32(filled(n, 0.0, oom)?),
+            KvType::F16 => KvData::F16(filled(n, f16::ZERO, oom)?),
+            KvType::Q8_0 | KvType::Q4_0 => {
+                let row_bytes = ty.bytes(width);
+                KvData::Q { ty: ty.ggml(), row_bytes, data: filled(n_ctx * row_bytes, 0u8, oom)? }
             }
         })
     }
 
-    /// `src[i]` to element `at + i * step`.
-    fn store(&mut self, at: usize, step: usize, src: &[f32]) {
+    /// Slot `p`'s row `src`: down column `p` of a transposed plane (`n_ctx` slots per
+    /// row), else at row `p`.
+    fn put(&mut self, p: usize, n_ctx: usize, transposed: bool, src: &[f32]) -> Result<()> {
+        let (at, step) = if transposed { (p, n_ctx) } else { (p * src.len(), 1) };
         match self {
             KvData::F32(d) => src.iter().enumerate().for_each(|(i, &x)| d[at + i * step] = x),
             KvData::F16(d) => src.iter().enumerate().for_each(|(i, &x)| d[at + i * step] = f16::from_f32(x)),
+            KvData::Q { ty, row_bytes, data } => {
+                crate::quant::quantize(*ty, src, &mut data[p * *row_bytes..][..*row_bytes])
+                    .map_err(|e| invalid(format!("KV store: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn keys(&self) -> Option<KeysT<'_>> {
+        match self {
+            KvData::F32(d) => Some(KeysT::F32(d)),
+            KvData::F16(d) => Some(KeysT::F16(d)),
+            KvData::Q { .. } => None,
         }
     }
 
-    fn keys(&self) -> KeysT<'_> {
+    fn rows(&self) -> Option<Rows<'_>> {
         match self {
-            KvData::F32(d) => KeysT::F32(d),
-            KvData::F16(d) => KeysT::F16(d),
+            KvData::F32(d) => Some(Rows::F32(d)),
+            KvData::F16(d) => Some(Rows::F16(d)),
+            KvData::Q { .. } => None,
         }
     }
 
-    fn rows(&self) -> Rows<'_> {
+    fn qrows(&self) -> Option<QRows<'_>> {
         match self {
-            KvData::F32(d) => Rows::F32(d),
-            KvData::F16(d) => Rows::F16(d),
+            KvData::Q { ty, row_bytes, data } => Some(QRows { ty: *ty, row_bytes: *row_bytes, data }),
+            _ => None,
+        }
+    }
+
+    /// Copies slots `0..n` from `src` (same type and shape); a transposed plane has
+    /// `rows` rows of `n_ctx` slots.
+    fn copy_slots(&mut self, src: &KvData, n: usize, n_ctx: usize, rows: usize, transposed: bool) {
+        fn part<T: Copy>(d: &mut [T], s: &[T], n: usize, n_ctx: usize, rows: usize, transposed: bool) {
+            if transposed {
+                for r in 0..rows {
+                    d[r * n_ctx..r * n_ctx + n].copy_from_slice(&s[r * n_ctx..r * n_ctx + n]);
+                }
+            } else {
+                d[..n * rows].copy_from_slice(&s[..n * rows]);
+            }
+        }
+        match (self, src) {
+            (KvData::F32(d), KvData::F32(s)) => part(d, s, n, n_ctx, rows, transposed),
+            (KvData::F16(d), KvData::F16(s)) => part(d, s, n, n_ctx, rows, transposed),
+            (KvData::Q { row_bytes, data: d, .. }, KvData::Q { data: s, .. }) => part(d, s, n, n_ctx, *row_bytes, false),
+            _ => unreachable!("one spec, one element type"),
         }
     }
 }
@@ -99,12 +148,20 @@ pub struct Kv {
 
 impl Kv {
     pub fn new(spec: KvSpec) -> Result<Kv> {
+        if let Some(why) = spec.ty.unsupported(spec.head_dim_k, spec.head_dim_v) {
+            return Err(BackendError::Invalid { op: "alloc_kv", msg: why });
+        }
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for _ in 0..spec.n_layer {
-            k.push(KvData::zeros(spec.ty, spec.n_ctx * spec.n_kv_head * spec.head_dim_k)?);
-            v.push(KvData::zeros(spec.ty, spec.n_ctx * spec.n_kv_head * spec.head_dim_v)?);
+            k.push(KvData::zeros(spec.ty.k, spec.n_ctx, spec.n_kv_head * spec.head_dim_k)?);
+            v.push(KvData::zeros(spec.ty.v, spec.n_ctx, spec.n_kv_head * spec.head_dim_v)?);
         }
         Ok(Kv { spec, k, v })
+    }
+
+    /// Whether K is stored transposed (f16 / f32) rather than slot-major (quantized).
+    fn k_transposed(&self) -> bool {
+        !self.spec.ty.k.is_quantized()
     }
 
     /// Copies slots `0..n` of `src` (same spec) into this cache.
@@ -113,20 +170,11 @@ impl Kv {
         if src.spec != s || n > s.n_ctx {
             return Err(invalid(format!("copy of {n} slots between caches {:?} and {s:?}", src.spec)));
         }
-        fn part(d: &mut KvData, s: &KvData, range: std::ops::Range<usize>) {
-            match (d, s) {
-                (KvData::F32(d), KvData::F32(s)) => d[range.clone()].copy_from_slice(&s[range]),
-                (KvData::F16(d), KvData::F16(s)) => d[range.clone()].copy_from_slice(&s[range]),
-                _ => unreachable!("one spec, one element type"),
-            }
-        }
         let (wk, wv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
+        let kt = self.k_transposed();
         for l in 0..s.n_layer {
-            // K is transposed: each of its `wk` rows holds `n_ctx` slots.
-            for r in 0..wk {
-                part(&mut self.k[l], &src.k[l], r * s.n_ctx..r * s.n_ctx + n);
-            }
-            part(&mut self.v[l], &src.v[l], 0..n * wv);
+            self.k[l].copy_slots(&src.k[l], n, s.n_ctx, wk, kt);
+            self.v[l].copy_slots(&src.v[l], n, s.n_ctx, wv, false);
         }
         Ok(())
     }
@@ -147,9 +195,10 @@ impl Kv {
             if p >= s.n_ctx {
                 return Err(invalid(format!("position {p} outside the cache ({} slots)", s.n_ctx)));
             }
-            // K row (all heads: [n_kv_head * head_dim_k]) goes down column `p`.
-            self.k[layer].store(p, s.n_ctx, &k[t * wk..(t + 1) * wk]);
-            self.v[layer].store(p * wv, 1, &v[t * wv..(t + 1) * wv]);
+            // K row (all heads: [n_kv_head * head_dim_k]) goes down column `p` (f16/f32).
+            let kt = self.k_transposed();
+            self.k[layer].put(p, s.n_ctx, kt, &k[t * wk..(t + 1) * wk])?;
+            self.v[layer].put(p, s.n_ctx, false, &v[t * wv..(t + 1) * wv])?;
         }
         Ok(())
     }
@@ -183,7 +232,7 @@ impl Kv {
         }
         let group = p.n_head / p.n_kv_head;
         let (n_ctx, wv) = (s.n_ctx, s.n_kv_head * dv);
-        let (kc, vc) = (self.k[layer].keys(), self.v[layer].rows());
+        let (kd, vd) = (&self.k[layer], &self.v[layer]);
         let mode = Mode::of(s.ty, pos.len());
         // Query rows (token, head) per task: one each for decode, a few dozen for a
         // prompt so the scratch vectors below are made once per task, not per row.
@@ -191,6 +240,7 @@ impl Kv {
         let per = (n_rows / (8 * par.threads().max(1))).clamp(1, 64);
         par_chunks(par, &mut out[..n_rows * dv], per * dv, &|task, os| {
             let (mut qh, mut scores, mut row, mut acc) = (vec![0.0f32; dk], Vec::new(), vec![0.0f32; dv], Vec::new());
+            let mut q8 = Vec::new();
             for (r, o) in os.chunks_exact_mut(dv).enumerate() {
                 let i = task * per + r;
                 let (t, h) = (i / p.n_head, i % p.n_head);
@@ -202,14 +252,32 @@ impl Kv {
                 };
                 qh.copy_from_slice(&q[(t * p.n_head + h) * dk..][..dk]);
                 // This head's transposed K: element (d, key) at d * n_ctx + key.
-                let kh = match kc {
+                let kh = kd.keys().map(|kc| match kc {
                     KeysT::F32(d) => KeysT::F32(&d[kvh * dk * n_ctx..(kvh + 1) * dk * n_ctx]),
                     KeysT::F16(d) => KeysT::F16(&d[kvh * dk * n_ctx..(kvh + 1) * dk * n_ctx]),
-                };
+                });
                 scores.clear();
                 scores.resize(pq + 1 - lo, 0.0);
                 let voff = kvh * dv;
+                if let Mode::OnePass = mode {
+                    match (kh, kd.qrows()) {
+                        (Some(kh), _) => {
+                            qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
+                            kern::scores_tree(&qh, kh, n_ctx, lo, p.scale, 64, &mut scores);
+                        }
+                        (None, Some(kq)) => attn_quant::scores(&qh, kq, kvh, lo, p.scale, &mut q8, &mut scores),
+                        (None, None) => unreachable!("a K plane is floats or blocks"),
+                    }
+                    match (vd.rows(), vd.qrows()) {
+                        (Some(vc), _) => kern::online_f16(&scores, vc, wv, voff, lo, &mut row, o),
+                        (None, Some(vq)) => attn_quant::online_f32(&scores, vq, kvh, lo, &mut row, o),
+                        (None, None) => unreachable!("a V plane is floats or blocks"),
+                    }
+                    continue;
+                }
+                let (kh, vc) = (kh.expect("float K"), vd.rows().expect("float V"));
                 match mode {
+                    Mode::OnePass => unreachable!("handled above"),
                     Mode::FlashRows => {
                         qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
                         kern::scores_tree(&qh, kh, n_ctx, lo, p.scale, 64, &mut scores);
@@ -286,7 +354,7 @@ mod tests {
     use super::*;
 
     fn spec(ty: KvType) -> KvSpec {
-        KvSpec { n_layer: 1, n_ctx: 8, n_kv_head: 1, head_dim_k: 2, head_dim_v: 2, ty }
+        KvSpec { n_layer: 1, n_ctx: 8, n_kv_head: 1, head_dim_k: 2, head_dim_v: 2, ty: ty.into() }
     }
 
     fn attn(window: Option<usize>) -> Attention {
@@ -311,6 +379,50 @@ mod tests {
             // head 0 favours key 2 (score 10) over keys 0,1 (score 5).
             assert!(out[0] > 1.9 && out[0] < 2.0, "{out:?}");
         }
+    }
+
+    /// K and V of every pair of types among f16, q8_0, q4_0: the attention of 3 rows
+    /// (prompt) and 1 row (decode) stays within the types' rounding of the f32 cache's,
+    /// and a copied prefix attends exactly as the source.
+    #[test]
+    fn quantized_caches_attend_like_the_f32_cache_and_copy() {
+        let (n_ctx, nkv, d) = (40, 2, 32);
+        let shape = |ty: KvTypes| KvSpec { n_layer: 1, n_ctx, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, ty };
+        let a = Attention { n_head: 4, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, scale: 0.2, window: Some(30) };
+        let val = |i: usize, s: usize| ((i * s % 29) as f32 - 14.0) * 0.07;
+        let (k, v): (Vec<f32>, Vec<f32>) = ((0..n_ctx * nkv * d).map(|i| val(i, 7)).collect(), (0..n_ctx * nkv * d).map(|i| val(i, 11)).collect());
+        let q: Vec<f32> = (0..3 * 4 * d).map(|i| val(i, 5)).collect();
+        let pos: Vec<u32> = (0..n_ctx as u32).collect();
+        let run = |ty: KvTypes, rows: &[u32]| {
+            let mut kv = Kv::new(shape(ty)).unwrap();
+            kv.write(0, &k, &v, &pos).unwrap();
+            let mut out = vec![0f32; rows.len() * 4 * d];
+            kv.attend(&crate::quant::RayonPool, 0, &q[..rows.len() * 4 * d], rows, &a, &mut out).unwrap();
+            (kv, out)
+        };
+        let types = [KvType::F16, KvType::Q8_0, KvType::Q4_0];
+        for rows in [&[20u32, 33, 39][..], &[39]] {
+            let (_, want) = run(KvType::F32.into(), rows);
+            for tk in types {
+                for tv in types {
+                    let ty = KvTypes { k: tk, v: tv };
+                    let (kv, got) = run(ty, rows);
+                    let tol = if ty.k == KvType::Q4_0 || ty.v == KvType::Q4_0 { 0.08 } else { 0.01 };
+                    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                    assert!(err < tol, "{ty} rows {rows:?}: max error {err}");
+                    // A prefix of 36 slots copied into a fresh cache attends as the source.
+                    let mut dst = Kv::new(shape(ty)).unwrap();
+                    dst.copy_from(&kv, 36).unwrap();
+                    let (mut o1, mut o2) = (vec![0f32; 4 * d], vec![0f32; 4 * d]);
+                    kv.attend(&crate::quant::RayonPool, 0, &q[..4 * d], &[35], &a, &mut o1).unwrap();
+                    dst.attend(&crate::quant::RayonPool, 0, &q[..4 * d], &[35], &a, &mut o2).unwrap();
+                    assert_eq!(o1, o2, "{ty}: copied prefix");
+                }
+            }
+        }
+        // Heads that are not whole blocks are refused by name.
+        let odd = KvSpec { head_dim_k: 8, head_dim_v: 8, ..shape(KvType::Q8_0.into()) };
+        assert!(matches!(Kv::new(odd), Err(BackendError::Invalid { .. })));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 mod attention;
 mod attn_ggml;
 mod attn_kernels;
+mod attn_quant;
 mod dump;
 pub(crate) mod moe;
 pub mod ops;

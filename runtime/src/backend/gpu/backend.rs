@@ -12,7 +12,8 @@
 //! identical position list is staged once per step); kernels read positions on the device.
 //! Steps (the work between two read-backs) are recorded and, once two consecutive steps
 //! are identical, replayed as one device graph (`replay.rs`; `Tuning::graphs`).
-//! KV cache: f16 only (`KvType::F32` is refused with a clear error).
+//! KV cache: K and V each f16, Q8_0 or Q4_0 blocks (`-ctk` / `-ctv`; `KvType::F32` is
+//! refused with a clear error).
 
 use crate::backend::gpu::family::{attention, elementwise, flash_attn, gemm, matvec, norm_rope, quantize};
 use crate::backend::gpu::launch;
@@ -23,7 +24,7 @@ use super::{GpuError};
 use super::plan::{self, GluPlan, Matmul};
 use super::tuning::Tuning;
 use std::cell::RefCell;
-use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, KvType, MoeFfn, MoeScratch, NormIn, QkvPrep, Result, Rope, RopeMode};
+use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, NormIn, QkvPrep, Result, Rope, RopeMode};
 use crate::quant;
 use super::materialize::{GpuMaterializer, MappedFile};
 use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
@@ -277,14 +278,19 @@ impl Backend for GpuBackend {
 
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
         self.barrier()?;
-        if spec.ty != KvType::F16 {
-            return Err(BackendError::Invalid { op: "alloc_kv", msg: "the GPU backends keep the KV cache in f16 (use --kv-type f16)".into() });
+        if attention::kv_code(spec.ty.k).is_none() || attention::kv_code(spec.ty.v).is_none() {
+            let msg = format!("the GPU backends keep K and V in f16, q8_0 or q4_0, not {} (f32 is the CPU's precise variant)", spec.ty);
+            return Err(BackendError::Invalid { op: "alloc_kv", msg });
+        }
+        if let Some(why) = spec.ty.unsupported(spec.head_dim_k, spec.head_dim_v) {
+            return Err(BackendError::Invalid { op: "alloc_kv", msg: why });
         }
         if spec.head_dim_k != spec.head_dim_v {
             return Err(BackendError::Invalid { op: "alloc_kv", msg: format!("head_dim_k {} != head_dim_v {}", spec.head_dim_k, spec.head_dim_v) });
         }
-        let kb = (spec.n_ctx * spec.n_kv_head * spec.head_dim_k * 2).div_ceil(256) * 256;
-        let vb = (spec.n_ctx * spec.n_kv_head * spec.head_dim_v * 2).div_ceil(256) * 256;
+        // Each plane slot-major: n_ctx rows of n_kv_head·head_dim values (f16, or blocks).
+        let kb = (spec.n_ctx * spec.ty.k.bytes(spec.n_kv_head * spec.head_dim_k)).div_ceil(256) * 256;
+        let vb = (spec.n_ctx * spec.ty.v.bytes(spec.n_kv_head * spec.head_dim_v)).div_ceil(256) * 256;
         let total = spec.n_layer * (kb + vb);
         let mem = self.dev.alloc(total).map_err(|_| BackendError::OutOfMemory { what: "KV cache", bytes: total as u64 })?;
         let layers = (0..spec.n_layer).map(|l| (mem.at(l * (kb + vb)), mem.at(l * (kb + vb) + kb))).collect();
@@ -306,8 +312,8 @@ impl Backend for GpuBackend {
         if s.spec != d.spec || n > s.spec.n_ctx {
             return Err(BackendError::Invalid { op: "copy_kv", msg: format!("{n} slots from {:?} to {:?}", s.spec, d.spec) });
         }
-        // Each layer's K and V are [n_ctx, n_kv_head * head_dim] f16: a prefix is contiguous.
-        let (bk, bv) = (n * s.spec.n_kv_head * s.spec.head_dim_k * 2, n * s.spec.n_kv_head * s.spec.head_dim_v * 2);
+        // Each layer's K and V are slot-major rows (f16 or whole blocks): a prefix is contiguous.
+        let (bk, bv) = (n * s.spec.ty.k.bytes(s.spec.n_kv_head * s.spec.head_dim_k), n * s.spec.ty.v.bytes(s.spec.n_kv_head * s.spec.head_dim_v));
         for (&(sk, sv), &(dk, dv)) in s.layers.iter().zip(&d.layers) {
             self.dev.copy(dk, sk, bk).map_err(derr("copy_kv"))?;
             self.dev.copy(dv, sv, bv).map_err(derr("copy_kv"))?;
@@ -503,7 +509,10 @@ impl Backend for GpuBackend {
         }
         let pp = self.positions(pos)?;
         let f = err("kv_write");
-        elementwise::kv_store(&self.rec(), kp, vp, kc, vc, rk, rv, pp, pos.len()).map_err(&f)?;
+        match plan::kv_store(s.ty) {
+            plan::KvStore::F16 => elementwise::kv_store(&self.rec(), kp, vp, kc, vc, rk, rv, pp, pos.len()).map_err(&f)?,
+            plan::KvStore::Quant => attention::kv_store_q(&self.rec(), kp, vp, kc, vc, rk, rv, pp, pos.len(), s.ty).map_err(&f)?,
+        }
         Ok(())
     }
 
@@ -522,16 +531,21 @@ impl Backend for GpuBackend {
         // Decode: the output projection's q8_1 input, written by the attention kernel
         // itself where the plan says (it writes per head, so not the K form a K-quant
         // projection reads).
-        let q8 = match plan::attention(pos.len(), p.head_dim_k, self.act_wants_k(out), &self.tuning) {
+        let plan = plan::attention(pos.len(), p.head_dim_k, self.act_wants_k(out), spec.ty, &self.tuning);
+        let q8 = match plan {
             plan::Attn::Flash { .. } => {
                 self.touch(out);
                 return flash_attn::flash_attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"));
             }
-            plan::Attn::Decode { q8: true } => Some(self.act_producer(out, Some(32), values, "attention")?.2),
-            plan::Attn::Decode { q8: false } => None,
+            plan::Attn::Decode { q8: true } | plan::Attn::Quant { q8: true } => Some(self.act_producer(out, Some(32), values, "attention")?.2),
+            plan::Attn::Decode { q8: false } | plan::Attn::Quant { q8: false } => None,
         };
         self.touch(out);
-        attention::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
+        if let plan::Attn::Quant { .. } = plan {
+            attention::attention_kvq(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale, spec.ty).map_err(err("attention"))?;
+        } else {
+            attention::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
+        }
         if q8.is_some() {
             self.act_produced(out, launch::ActFmt::Q8_1, 32, values);
         }

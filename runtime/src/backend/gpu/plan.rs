@@ -377,6 +377,8 @@ pub struct QkvShape {
     /// The cache's head size (K and V) and KV heads.
     pub cache_head_dim: (usize, usize),
     pub cache_kv_heads: usize,
+    /// The cache holds f16 K and V (the fused store kernels write f16 only).
+    pub cache_f16: bool,
 }
 
 impl QkvShape {
@@ -390,11 +392,12 @@ impl QkvShape {
             buffers_ok,
             cache_head_dim: (spec.head_dim_k, spec.head_dim_v),
             cache_kv_heads: spec.n_kv_head,
+            cache_f16: spec.ty == crate::backend::KvType::F16.into(),
         }
     }
 
     fn matches_cache(&self) -> bool {
-        self.cache_head_dim == (self.head_dim, self.head_dim) && self.cache_kv_heads == self.n_kv_head && self.n_rot <= self.head_dim && self.n_rot % 2 == 0
+        self.cache_f16 && self.cache_head_dim == (self.head_dim, self.head_dim) && self.cache_kv_heads == self.n_kv_head && self.n_rot <= self.head_dim && self.n_rot % 2 == 0
     }
 }
 
@@ -440,15 +443,43 @@ pub enum Attn {
     Flash { kernel: &'static str },
     /// Per query, one block per head; `q8`: it also writes the output projection's q8_1 input.
     Decode { q8: bool },
+    /// A cache with a Q8_0 / Q4_0 K or V: `attn_kvq` for prefill and decode (one block per
+    /// query and head, every element dequantized as it is loaded); `q8` as `Decode`.
+    Quant { q8: bool },
 }
 
-/// How `attention` of `n_tok` queries runs; `wants_k`: the output projection reads the K
-/// form (which the per-head kernel cannot write).
-pub fn attention(n_tok: usize, head_dim: usize, wants_k: bool, t: &Tuning) -> Attn {
+/// How `attention` of `n_tok` queries runs over a cache of `kv` types; `wants_k`: the
+/// output projection reads the K form (which the per-head kernel cannot write).
+pub fn attention(n_tok: usize, head_dim: usize, wants_k: bool, kv: crate::backend::KvTypes, t: &Tuning) -> Attn {
+    if kv.any_quantized() {
+        return Attn::Quant { q8: t.fuse && n_tok == 1 && head_dim % 32 == 0 && !wants_k };
+    }
     if n_tok >= 2 && flash_attn::flash_supports(head_dim) {
         return Attn::Flash { kernel: flash_attn::kernel_for(head_dim) };
     }
     Attn::Decode { q8: t.fuse && head_dim % 32 == 0 && !wants_k }
+}
+
+/// How new K/V rows are stored: converted to f16 (`kv_store_f16`) or, with a Q8_0 / Q4_0
+/// K or V, quantized block by block (`kv_store_q`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvStore {
+    F16,
+    Quant,
+}
+
+pub fn kv_store(kv: crate::backend::KvTypes) -> KvStore {
+    if kv.any_quantized() {
+        KvStore::Quant
+    } else {
+        KvStore::F16
+    }
+}
+
+/// Whether a batched decode step's rows store and attend in one launch each
+/// (`kv_store_f16_rows`, `attn_f16_rows`: f16 caches), else row by row.
+pub fn attention_rows_batched(kv: crate::backend::KvTypes) -> bool {
+    !kv.any_quantized()
 }
 
 #[cfg(test)]

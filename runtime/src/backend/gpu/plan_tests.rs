@@ -128,7 +128,7 @@ fn norm_and_matvecs_of_one_token() {
 fn decode_attention_fused_and_split_in_one_wave() {
     let t = Tuning::default();
     let o = &mut Sm90::default();
-    let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8 };
+    let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: true };
     let a = rope_kv_attention(&s, 1, (128, 128, 16, 8), 4096, &t, o).expect("fused");
     assert!(a.parts >= 1 && a.parts <= attn_decode::MAX_PARTS);
     assert!(rope_kv_attention(&s, 2, (128, 128, 16, 8), 4096, &t, o).is_none());
@@ -143,10 +143,11 @@ fn decode_attention_fused_and_split_in_one_wave() {
 #[test]
 fn prefill_attention_is_flash_v2() {
     let t = Tuning::default();
-    assert_eq!(attention(512, 128, false, &t), Attn::Flash { kernel: "flash_attn2_f16_d128" });
-    assert_eq!(attention(512, 256, false, &t), Attn::Flash { kernel: "flash_attn2_f16_d256" });
-    assert_eq!(attention(1, 128, false, &t), Attn::Decode { q8: true });
-    assert_eq!(attention(1, 128, true, &t), Attn::Decode { q8: false });
+    let f16 = crate::backend::KvType::F16.into();
+    assert_eq!(attention(512, 128, false, f16, &t), Attn::Flash { kernel: "flash_attn2_f16_d128" });
+    assert_eq!(attention(512, 256, false, f16, &t), Attn::Flash { kernel: "flash_attn2_f16_d256" });
+    assert_eq!(attention(1, 128, false, f16, &t), Attn::Decode { q8: true });
+    assert_eq!(attention(1, 128, true, f16, &t), Attn::Decode { q8: false });
     assert!(add_rms_norm(1024, false, &t) && !add_rms_norm(1000, false, &t) && !add_rms_norm(1024, true, &t));
 }
 
@@ -167,4 +168,26 @@ fn moe_routes_on_the_device_pairs_then_grouped() {
     assert_eq!(moe_ffn(1, 128, 8, [q4[0], q4[1], (GgmlType::Q6_K, 2880)], &t), Moe::Unfused);
     assert_eq!(moe_ffn(1, 2048, 8, q4, &t), Moe::Unfused);
     assert_eq!(moe_ffn(1, 32, 4, [(GgmlType::MXFP4, 2880); 3], &t), Moe::Pairs);
+}
+
+/// A Q8_0 / Q4_0 K or V: every attention (prefill chunk or decode row) is `attn_kvq`, the
+/// store quantizes, the fused f16-storing kernels (`rope_kv`, `attn_decode`) and the
+/// batched rows kernels are not taken.
+#[test]
+fn quantized_kv_caches_take_the_block_kernels() {
+    use crate::backend::{KvType, KvTypes};
+    let t = Tuning::default();
+    let o = &mut Sm90::default();
+    for ty in [KvTypes::from(KvType::Q8_0), KvTypes { k: KvType::F16, v: KvType::Q4_0 }, KvTypes { k: KvType::Q4_0, v: KvType::F16 }] {
+        assert_eq!(attention(512, 128, false, ty, &t), Attn::Quant { q8: false });
+        assert_eq!(attention(1, 128, false, ty, &t), Attn::Quant { q8: true });
+        assert_eq!(attention(1, 128, true, ty, &t), Attn::Quant { q8: false });
+        assert_eq!(kv_store(ty), KvStore::Quant);
+        assert!(!attention_rows_batched(ty));
+        let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: false };
+        assert!(rope_kv_attention(&s, 1, (128, 128, 16, 8), 4096, &t, o).is_none());
+        assert!(!rope_kv(&s, &t));
+    }
+    assert_eq!(kv_store(KvType::F16.into()), KvStore::F16);
+    assert!(attention_rows_batched(KvType::F16.into()));
 }

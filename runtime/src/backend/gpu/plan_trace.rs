@@ -234,26 +234,30 @@ impl Backend for PlanTrace {
         self.touch(dst);
         Ok(())
     }
-    fn kv_write(&mut self, _kv: KvCache, _layer: usize, _k: Buf, _v: Buf, pos: &[u32]) -> Result<()> {
-        self.push("kv_write", format!("{} tok", pos.len()), "kv_store_f16");
+    fn kv_write(&mut self, kv: KvCache, _layer: usize, _k: Buf, _v: Buf, pos: &[u32]) -> Result<()> {
+        let spec = *self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
+        let kernel = if spec.ty.any_quantized() { format!("kv_store_q ({})", spec.ty) } else { "kv_store_f16".into() };
+        self.push("kv_write", format!("{} tok", pos.len()), kernel);
         Ok(())
     }
 
-    fn attention(&mut self, _q: Buf, _kv: KvCache, _layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+    fn attention(&mut self, _q: Buf, kv: KvCache, _layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        let spec = *self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
         let values = pos.len() * p.n_head * p.head_dim_v;
         let what = format!("{} tok × {} heads ({} kv) × {}", pos.len(), p.n_head, p.n_kv_head, p.head_dim_k);
-        match plan::attention(pos.len(), p.head_dim_k, self.book.wants_k(out.0), &self.tuning) {
+        match plan::attention(pos.len(), p.head_dim_k, self.book.wants_k(out.0), spec.ty, &self.tuning) {
             Attn::Flash { kernel } => {
                 self.push("attention", what, kernel);
                 self.touch(out);
             }
-            Attn::Decode { q8 } => {
+            Attn::Decode { q8 } | Attn::Quant { q8 } => {
                 self.touch(out);
                 if q8 {
                     let key = FormBook::key(out.0, self.version(out), ActFmt::Q8_1, 32, 1);
                     self.book.holds(ActFmt::Q8_1, (key.0, key.1, key.2, values));
                 }
-                self.push("attention", what, if q8 { "attn_f16 (writes q8_1)" } else { "attn_f16" });
+                let kernel = if spec.ty.any_quantized() { format!("attn_kvq ({})", spec.ty) } else { "attn_f16".into() };
+                self.push("attention", what, if q8 { format!("{kernel} (writes q8_1)") } else { kernel });
             }
         }
         Ok(())

@@ -10,7 +10,7 @@
 use super::GpuBackend;
 use crate::backend::gpu::device::GpuDevice;
 use crate::backend::moe::{moe_experts, route_rows, router_logits_host};
-use crate::backend::{Attention, Backend, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope};
+use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope};
 use crate::weights::{WeightOptions, WeightRef, WeightStats};
 
 /// A GPU backend whose every op computes the CPU backend's exact sequence of f32
@@ -81,6 +81,12 @@ impl Backend for ExactBackend {
         self.0.read_with(buf, n, host, f)
     }
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
+        if spec.ty.any_quantized() {
+            return Err(BackendError::Invalid {
+                op: "alloc_kv",
+                msg: format!("--numerics exact keeps the KV cache in f16, not {} (a quantized KV cache runs in fast numerics, or on the CPU)", spec.ty),
+            });
+        }
         self.0.alloc_kv(spec)
     }
     fn free_kv(&mut self, kv: KvCache) -> Result<()> {

@@ -132,4 +132,17 @@ impl GpuBackend {
         self.dev.read(vc, bytemuck::cast_slice_mut(&mut v)).map_err(derr("read_kv"))?;
         Ok((k, v))
     }
+
+    /// The bytes of `layer`'s K and V planes in `kv` (slot-major rows in the cache's types:
+    /// f16, or GGUF blocks), read back after the queued work (the `kvq` selftest's view).
+    pub fn read_kv_bytes(&mut self, kv: KvCache, layer: usize) -> Result<(Vec<u8>, Vec<u8>)> {
+        let (kc, vc, s) = self.kv_layer("read_kv_bytes", kv, layer)?;
+        self.end_step()?;
+        self.retired.clear();
+        let mut k = vec![0u8; s.n_ctx * s.ty.k.bytes(s.n_kv_head * s.head_dim_k)];
+        let mut v = vec![0u8; s.n_ctx * s.ty.v.bytes(s.n_kv_head * s.head_dim_v)];
+        self.dev.read(kc, &mut k).map_err(derr("read_kv_bytes"))?;
+        self.dev.read(vc, &mut v).map_err(derr("read_kv_bytes"))?;
+        Ok((k, v))
+    }
 }

@@ -6,6 +6,7 @@
 
 use crate::backend::gpu::family::{attention, elementwise};
 use super::{err, GpuBackend};
+use crate::backend::gpu::plan;
 use crate::backend::{Attention, BackendError, Buf, KvCache, Result};
 
 /// A batched step's buffers, checked against the row count and the attention shape:
@@ -46,6 +47,12 @@ impl GpuBackend {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn per_row_attention(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         let n = pos.len();
+        if let Some(kv) = kvs.first() {
+            let (_, _, s) = self.kv_layer("attention_rows", *kv, layer)?;
+            if !plan::attention_rows_batched(s.ty) {
+                return crate::backend::attention_rows_unfused(self, q, k, v, kvs, layer, pos, p, out);
+            }
+        }
         let RowsOperands { qp, kp, vp, op, rk, rv, .. } = self.rows_operands(q, k, v, out, kvs, n, p)?;
         let mut caches = Vec::with_capacity(n);
         for (t, kv) in kvs.iter().enumerate() {
