@@ -202,11 +202,9 @@ impl Sequence for Engine {
     fn n_ctx(&self) -> usize {
         Engine::n_ctx(self)
     }
-    /// One forward chunk for all of `tokens`, the path a prompt chunk takes.
+    /// One forward chunk for all of `tokens` ([`BatchEngine::eval_verify`]).
     fn eval_each(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
-        let mut rows = Vec::with_capacity(tokens.len());
-        self.inner.eval_rows(0, tokens, OutputRows::All, &mut |_, l| rows.push(l.to_vec()))?;
-        Ok(rows)
+        self.inner.eval_verify(0, tokens)
     }
 }
 
