@@ -25,7 +25,8 @@
 
 use std::time::Instant;
 
-use super::{EngineError, Flow, GenOutput, GenParams, Sampler, Sequence, StopReason};
+use super::{BatchEngine, EngineError, Flow, GenOutput, GenParams, Sampler, Sequence, StopReason};
+use crate::model::OutputRows;
 
 /// Proposes tokens to follow a context.
 pub trait Drafter {
@@ -120,6 +121,32 @@ pub fn accept_draft(p: &[(u32, f64)], q: &[(u32, f64)], x: u32, u_accept: f64, u
     }
     let t = super::sampler::pick_at(&residual, u_resample * total);
     (t, false)
+}
+
+/// One sequence of a [`BatchEngine`] as a [`Sequence`] (what `lode bench` verifies on).
+pub struct BatchSequence<'a> {
+    pub engine: &'a mut BatchEngine,
+    pub seq: usize,
+}
+
+impl Sequence for BatchSequence<'_> {
+    fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let mut last = Vec::new();
+        self.engine.eval_rows(self.seq, tokens, OutputRows::Last, &mut |_, l| last = l.to_vec())?;
+        Ok(last)
+    }
+    fn history(&self) -> &[u32] {
+        self.engine.history(self.seq)
+    }
+    fn truncate(&mut self, n: usize) {
+        self.engine.truncate(self.seq, n)
+    }
+    fn n_ctx(&self) -> usize {
+        self.engine.n_ctx()
+    }
+    fn eval_each(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
+        self.engine.eval_verify(self.seq, tokens)
+    }
 }
 
 /// The result of [`generate_speculative`].
