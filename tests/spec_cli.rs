@@ -67,3 +67,30 @@ fn bench_prints_speculative_rows() {
     assert_eq!(rows[3]["spec_acceptance"], 1.0, "the oracle's drafts are the plain run's tokens");
     assert!(rows.iter().all(|r| r["avg_ts"].as_f64().unwrap() > 0.0));
 }
+
+/// The synthetic presets (random weights of real shapes): a dense Q4_K_M model and the
+/// tiny mixture of experts, each drafting for itself and with n-gram lookup.
+#[test]
+fn synthetic_presets_greedy_is_unchanged_by_speculation() {
+    let dir = std::env::temp_dir().join(format!("lode-spec-synth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (preset, quant) in [("qwen3moe-tiny", None), ("qwen3-0.6b", Some("q4_k_m"))] {
+        let path = dir.join(format!("{preset}.gguf"));
+        let p = path.to_str().unwrap();
+        let mut synth = vec!["synth", "--preset", preset, "-o", p, "--seed", "11"];
+        if let Some(q) = quant {
+            synth.extend(["--quant", q]);
+        }
+        assert!(common::lode(&synth).status.success(), "synth {preset}");
+        let base = ["generate", "--device", "cpu", "-t", "2", "-m", p, "-p", "one two three one two three one two", "-n", "16", "-c", "256", "--temp", "0", "--json"];
+        let want = json_run(&base)["generated_ids"].clone();
+        let ngram = json_run(&[&base[..], &["--spec-type", "ngram-simple", "--spec-ngram-size-n", "3", "--draft-max", "4"]].concat());
+        assert_eq!(ngram["generated_ids"], want, "{preset}: n-gram lookup changed the greedy output");
+        let draft = json_run(&[&base[..], &["--model-draft", p, "--draft-max", "5", "--draft-p-min", "0"]].concat());
+        assert_eq!(draft["generated_ids"], want, "{preset}: self-drafting changed the greedy output");
+        let s = &draft["speculative"];
+        assert!(s["drafted"].as_u64().unwrap() > 0 && s["accepted"] == s["drafted"], "{preset}: {s}");
+        let _ = std::fs::remove_file(&path);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

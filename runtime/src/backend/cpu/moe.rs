@@ -28,13 +28,15 @@ impl CpuBackend {
 
     fn moe_into(&self, x: Buf, n: usize, p: &MoeFfn, (e, n_exp, f, k): (usize, usize, usize, usize), o: &mut [f32]) -> Result<()> {
         let (pool, isa) = (&*self.pool, self.isa);
+        // Under `round_rows_as_decode`, every token's rows sum as a one-token product.
+        let mm = if self.rowwise { quant::matmul_quantized_rowwise_on } else { quant::matmul_quantized_on };
         let xs = span(self.buf(x)?, 0, n * e, "moe_ffn")?;
         let o = span_mut(o, 0, n * e, "moe_ffn")?;
 
         let router = p.router;
         let xq = quant::quantize_rows_on(pool, router.ty(), xs, n, e).map_err(|er| quant_err("moe_ffn", router, er))?;
         let mut logits = vec![0f32; n * n_exp];
-        quant::matmul_quantized_on(pool, router.data(), router.ty(), n_exp, &xq, &mut logits, isa).map_err(|er| quant_err("moe_ffn", router, er))?;
+        mm(pool, router.data(), router.ty(), n_exp, &xq, &mut logits, isa).map_err(|er| quant_err("moe_ffn", router, er))?;
         let routes = route_rows(&logits, n_exp, k, p.norm_top_k);
 
         // [k, n, e]: slot s of token t at (s·n + t)·e.
@@ -50,7 +52,7 @@ impl CpuBackend {
                 xe.extend_from_slice(&xs[t * e..][..e]);
             }
             let (mut hg, mut hu) = (vec![0f32; m * f], vec![0f32; m * f]);
-            if quant::vec_dot_type(g.ty()) == quant::vec_dot_type(u.ty()) {
+            if quant::vec_dot_type(g.ty()) == quant::vec_dot_type(u.ty()) && !(self.rowwise && m > 1) {
                 let xq = quant::quantize_rows_on(pool, g.ty(), &xe, m, e).map_err(|er| quant_err("moe_ffn", &g, er))?;
                 let mut items = [
                     BatchItem { w: g.data(), ty: g.ty(), rows: f, y: &mut hg },
@@ -60,14 +62,14 @@ impl CpuBackend {
             } else {
                 for (w, y) in [(&g, &mut hg), (&u, &mut hu)] {
                     let xq = quant::quantize_rows_on(pool, w.ty(), &xe, m, e).map_err(|er| quant_err("moe_ffn", w, er))?;
-                    quant::matmul_quantized_on(pool, w.data(), w.ty(), f, &xq, y, isa).map_err(|er| quant_err("moe_ffn", w, er))?;
+                    mm(pool, w.data(), w.ty(), f, &xq, y, isa).map_err(|er| quant_err("moe_ffn", w, er))?;
                 }
             }
             let per = if hg.len() <= 1024 { hg.len() } else { hg.len().div_ceil(2 * pool.threads()).max(512) };
             par_chunks(pool, &mut hg, per.max(1), &|i, h| ops::glu_inplace(h, &hu[i * per..][..h.len()], p.act));
             let hq = quant::quantize_rows_on(pool, d.ty(), &hg, m, f).map_err(|er| quant_err("moe_ffn", &d, er))?;
             let mut ye = vec![0f32; m * e];
-            quant::matmul_quantized_on(pool, d.data(), d.ty(), e, &hq, &mut ye, isa).map_err(|er| quant_err("moe_ffn", &d, er))?;
+            mm(pool, d.data(), d.ty(), e, &hq, &mut ye, isa).map_err(|er| quant_err("moe_ffn", &d, er))?;
             for (j, &(t, s)) in toks.iter().enumerate() {
                 let w = routes[t * k + s].1;
                 let dst = &mut acc[(s * n + t) * e..][..e];
