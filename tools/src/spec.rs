@@ -98,6 +98,21 @@ impl SpecArgs {
     }
 }
 
+impl SpecArgs {
+    /// `lode serve`'s per-slot drafter: n-gram lookup only (no draft model yet).
+    pub fn serve_drafter(&self) -> Result<Option<(NgramDrafter, SpecParams)>> {
+        if !self.enabled() {
+            return Ok(None);
+        }
+        self.check()?;
+        if self.model_draft.is_some() {
+            bail!("lode serve does not run a draft model yet (--model-draft); --spec-type ngram-simple works per slot");
+        }
+        let n = self.ngram_size_n;
+        Ok(Some((NgramDrafter::new(n, n.min(2))?, self.params())))
+    }
+}
+
 /// The draft model's engine: its own backend of the target's kind and weight options.
 fn open_draft(margs: &ModelArgs, path: &std::path::Path, n_ctx: usize) -> Result<Engine> {
     let file = common::open_gguf(path).map_err(|e| anyhow::anyhow!("draft model: {e:#}"))?;

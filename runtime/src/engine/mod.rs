@@ -16,7 +16,7 @@ pub use batch::BatchEngine;
 pub use constraint::{Constraint, TokenMask};
 pub use drafters::{check_same_vocab, ModelDrafter, NgramDrafter};
 pub use sampler::{argmax_logits, Sampler, SamplerParams};
-pub use speculative::{generate_speculative, BatchSequence, Draft, Drafter, SpecOutput, SpecParams, SpecStats};
+pub use speculative::{generate_speculative, generate_speculative_with_logits, BatchSequence, Draft, Drafter, SpecOutput, SpecParams, SpecStats};
 pub use stop::StopStrings;
 
 use crate::backend::{Backend, BackendError, KvType};

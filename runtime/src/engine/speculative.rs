@@ -168,6 +168,21 @@ pub fn generate_speculative(
     sampler: &mut Sampler,
     on_token: &mut dyn FnMut(u32) -> Flow,
 ) -> Result<SpecOutput, EngineError> {
+    generate_speculative_with_logits(seq, drafter, spec, prompt, params, sampler, &mut |t, _| on_token(t))
+}
+
+/// [`generate_speculative`], with `on_token` also seeing the logits the token was
+/// chosen from (its verify row; for log-probabilities), as
+/// [`super::generate_with_logits`].
+pub fn generate_speculative_with_logits(
+    seq: &mut dyn Sequence,
+    drafter: &mut dyn Drafter,
+    spec: &SpecParams,
+    prompt: &[u32],
+    params: &GenParams,
+    sampler: &mut Sampler,
+    on_token: &mut dyn FnMut(u32, &[f32]) -> Flow,
+) -> Result<SpecOutput, EngineError> {
     if params.max_tokens == 0 {
         return Err(EngineError::InvalidArg("the number of tokens to generate must be at least 1".into()));
     }
@@ -201,7 +216,7 @@ pub fn generate_speculative(
             stats.accepted += accepted as usize;
             let stop = if params.eog.contains(&tok) {
                 Some(StopReason::Eog)
-            } else if on_token(tok) == Flow::Stop {
+            } else if on_token(tok, row) == Flow::Stop {
                 Some(StopReason::Caller)
             } else if tokens.len() >= params.max_tokens {
                 Some(StopReason::MaxTokens)
