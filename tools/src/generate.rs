@@ -128,5 +128,6 @@ pub fn run(args: Args) -> Result<()> {
     if let Some((name, s)) = spec_stats {
         eprintln!("lode: {}", spec::stats_line(name, &s));
     }
+    spec::draft_report(&args.model, drafter.as_deref());
     Ok(())
 }

@@ -118,7 +118,10 @@ fn open_draft(margs: &ModelArgs, path: &std::path::Path, n_ctx: usize) -> Result
     let file = common::open_gguf(path).map_err(|e| anyhow::anyhow!("draft model: {e:#}"))?;
     let model = Model::load(file).with_context(|| format!("cannot load the draft model {}", path.display()))?;
     let threads = margs.threads.unwrap_or_else(common::physical_cores);
-    let (be, _note) = backend::open_with(margs.device, threads, &margs.weights.options()?, &common::gpu_options())?;
+    // Its memory report is printed by the caller (`draft_report`), labelled, not at exit.
+    let mut wopts = margs.weights.options()?;
+    wopts.report_at_exit = false;
+    let (be, _note) = backend::open_with(margs.device, threads, &wopts, &common::gpu_options())?;
     let opts = EngineOptions { ctx_size: Some(n_ctx), batch_size: margs.batch_size, kv_type: margs.kv_type };
     let e = Engine::new(model, be, opts).with_context(|| format!("cannot open the draft model {}", path.display()))?;
     tracing::info!("draft model {} on {}", path.display(), e.backend_name());
@@ -135,4 +138,12 @@ pub fn stats_line(name: &str, s: &SpecStats) -> String {
         s.passes,
         s.draft_secs
     )
+}
+
+/// With `--memory-report`: the draft model's weight counters, on stderr (the target's
+/// JSON report follows at exit).
+pub fn draft_report(margs: &ModelArgs, drafter: Option<&dyn Drafter>) {
+    if let (true, Some(s)) = (margs.weights.memory_report, drafter.and_then(|d| d.weight_stats())) {
+        eprintln!("lode: draft model {}", s.summary());
+    }
 }

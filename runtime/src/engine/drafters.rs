@@ -138,6 +138,10 @@ impl Drafter for ModelDrafter {
         "draft-model"
     }
 
+    fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
+        self.engine.weight_stats()
+    }
+
     fn begin(&mut self, context: &[u32]) -> Result<(), EngineError> {
         if !context.is_empty() && context.len() <= self.engine.n_ctx() {
             self.catch_up(context)?;

@@ -40,6 +40,10 @@ pub trait Drafter {
     /// Appends up to `max` tokens to `out` that might follow `context` (every token so
     /// far, the last being the one about to be evaluated). Proposing none is fine.
     fn draft(&mut self, context: &[u32], max: usize, out: &mut Draft) -> Result<(), EngineError>;
+    /// The weight-residency counters of the drafter's own backend (a draft model's).
+    fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
+        None
+    }
 }
 
 /// Drafted tokens and, where the drafter sampled them, the distribution each was drawn
