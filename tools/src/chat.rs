@@ -6,10 +6,11 @@
 use std::io::{BufRead, Write};
 
 use anyhow::{bail, Context, Result};
-use lode_runtime::engine::{EngineError, Flow, GenParams, Sampler, StopReason, StopStrings};
+use lode_runtime::engine::{generate_speculative, EngineError, Flow, GenParams, Sampler, StopReason, StopStrings};
 use lode_runtime::tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer};
 
 use crate::common::{self, ModelArgs, SamplingArgs};
+use crate::spec::{self, SpecArgs};
 
 /// Arguments of `lode chat`.
 #[derive(clap::Args, Debug)]
@@ -18,6 +19,8 @@ pub struct Args {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// System prompt (first turn).
     #[arg(long)]
     pub system: Option<String>,
@@ -39,7 +42,9 @@ pub fn run(args: Args) -> Result<()> {
     let (mut engine, file, path) = common::open_engine(&model_args)?;
     let tok = Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?;
     let tmpl = ChatTemplate::for_tokenizer(&tok)?;
-    let mut sampler = Sampler::new(args.sampling.params());
+    let params = args.sampling.params();
+    let mut drafter = args.spec.drafter(&model_args, engine.model(), engine.n_ctx(), &params)?;
+    let mut sampler = Sampler::new(params);
     let gen = GenParams { max_tokens: args.n_predict, eog: tok.eog_ids() };
     let base: Vec<ChatMessage> = args.system.iter().map(|s| ChatMessage::new("system", s.as_str())).collect();
     let mut messages = base.clone();
@@ -80,13 +85,18 @@ pub fn run(args: Args) -> Result<()> {
         let mut stops = StopStrings::new(args.sampling.stop.clone());
         let mut reply = String::new();
         let mut stdout = std::io::stdout();
-        let res = engine.generate(&prompt[keep..], &gen, &mut sampler, &mut |id| {
+        let mut on_token = |id| {
             let (piece, hit) = stops.push(&decoder.push(&tok, id));
             reply.push_str(&piece);
             let _ = stdout.write_all(piece.as_bytes()).and_then(|_| stdout.flush());
             if hit { Flow::Stop } else { Flow::Continue }
-        });
-        let out = match res {
+        };
+        let res = match drafter.as_deref_mut() {
+            Some(d) => generate_speculative(&mut engine, d, &args.spec.params(), &prompt[keep..], &gen, &mut sampler, &mut on_token)
+                .map(|r| (r.out, Some((d.name(), r.stats)))),
+            None => engine.generate(&prompt[keep..], &gen, &mut sampler, &mut on_token).map(|o| (o, None)),
+        };
+        let (out, spec_stats) = match res {
             Ok(out) => out,
             Err(e @ EngineError::PromptTooLong { .. }) => {
                 messages.pop();
@@ -107,6 +117,9 @@ pub fn run(args: Args) -> Result<()> {
         }
         if args.verbose {
             eprintln!("lode: {}", common::speed_line(&out));
+            if let Some((name, s)) = spec_stats {
+                eprintln!("lode: {}", spec::stats_line(name, &s));
+            }
         }
     }
     Ok(())

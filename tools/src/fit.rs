@@ -58,6 +58,10 @@ pub struct Args {
     pub n_cpu_moe: usize,
     #[command(flatten)]
     pub kv: common::KvArgs,
+    /// Draft model for speculative decoding (as `lode generate --model-draft`): its
+    /// weights, KV cache and scratch at the same context are counted as taken first.
+    #[arg(long = "model-draft", value_name = "FILE")]
+    pub model_draft: Option<PathBuf>,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -67,10 +71,22 @@ pub fn run(args: Args) -> Result<()> {
     let path = common::resolve_model(args.model.as_deref())?;
     let file = std::sync::Arc::new(common::open_gguf_plain(&path, "cannot open model")?);
     let model = Model::load(file.clone()).with_context(|| format!("cannot read model {}", path.display()))?;
-    let target = target(args.device, args.residency, args.n_cpu_moe)?;
+    let mut target = target(args.device, args.residency, args.n_cpu_moe)?;
     let c = &model.cfg;
     let ctx = args.ctx.unwrap_or_else(|| c.n_ctx_train.min(lode_runtime::engine::DEFAULT_CTX_CAP)).max(1);
     let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq: args.parallel.max(1), kv_type: args.kv.types() };
+    // The draft model's engine (one sequence at the same context) takes its share first.
+    let draft = match &args.model_draft {
+        Some(p) => {
+            let f = std::sync::Arc::new(common::open_gguf_plain(p, "cannot open draft model")?);
+            let dm = Model::load(f).with_context(|| format!("cannot read draft model {}", p.display()))?;
+            let de = fit::estimate(&dm, &target, RunShape { n_seq: 1, ..shape }).context("cannot size the draft model")?;
+            target.free = target.free.saturating_sub(de.need);
+            target.used_at_open += de.need;
+            Some((p.clone(), de.need))
+        }
+        None => None,
+    };
     let e = fit::estimate(&model, &target, shape).context("cannot size the weights")?;
     let (fits, max_ctx) = (e.fits(), e.max_ctx());
     let gpu = target.class == DeviceClass::Gpu;
@@ -103,6 +119,8 @@ pub fn run(args: Args) -> Result<()> {
             "cache_type_v": shape.kv_type.v.name(),
             "max_ctx_by_kv_type": e.max_ctx_by_kv.iter().map(|(t, m)| (t.name(), (*m).min(c.n_ctx_train as u64))).collect::<std::collections::BTreeMap<_, _>>(),
             "n_ctx_train": c.n_ctx_train,
+            "draft_model": draft.as_ref().map(|d| d.0.display().to_string()),
+            "draft_need_bytes": draft.as_ref().map(|d| d.1),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
         return verdict(&e);
@@ -129,6 +147,10 @@ pub fn run(args: Args) -> Result<()> {
     );
     println!("  scratch   {:>11}  (estimate: activations of {}-token chunks{})", human(e.scratch), args.batch_size.min(ctx), if gpu { ", one allocation each, q8_1 copy, prefill operands and BLAS slab, launch overhead" } else { "" });
     println!("  needed    {:>11}", human(e.need));
+    if let Some((p, need)) = &draft {
+        let n = p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        println!("  draft     {:>11}  ({n}: weights, KV cache and scratch, counted as taken before the above)", human(*need));
+    }
     let cap = e.cap.map(|b| format!(" (--device-memory {})", human(b))).unwrap_or_default();
     println!("  free      {:>11}  of {}{cap}", human(e.free), human(e.total));
     if let Some(p) = e.predicted_device_used() {

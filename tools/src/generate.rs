@@ -4,10 +4,11 @@
 use std::io::Write;
 
 use anyhow::{bail, Context, Result};
-use lode_runtime::engine::{Flow, GenParams, Sampler, StopReason, StopStrings};
+use lode_runtime::engine::{generate_speculative, Flow, GenParams, Sampler, StopReason, StopStrings};
 use lode_runtime::tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer};
 
 use crate::common::{self, ModelArgs, SamplingArgs};
+use crate::spec::{self, SpecArgs};
 
 /// Arguments of `lode generate`.
 #[derive(clap::Args, Debug)]
@@ -16,6 +17,8 @@ pub struct Args {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// The prompt (default: read all of stdin).
     #[arg(short = 'p', long)]
     pub prompt: Option<String>,
@@ -49,6 +52,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let params = args.sampling.params();
     let seed = params.seed;
+    let mut drafter = args.spec.drafter(&args.model, engine.model(), engine.n_ctx(), &params)?;
     let mut sampler = Sampler::new(params);
     let gen = GenParams { max_tokens: args.n_predict, eog: tok.eog_ids() };
 
@@ -57,7 +61,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut text_out = String::new();
     let stdout = std::io::stdout();
     let mut io_err = None;
-    let out = engine.generate(&prompt_ids, &gen, &mut sampler, &mut |id| {
+    let mut on_token = |id| {
         let (piece, hit) = stops.push(&decoder.push(&tok, id));
         text_out.push_str(&piece);
         if !args.json && !piece.is_empty() {
@@ -68,7 +72,14 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
         if hit { Flow::Stop } else { Flow::Continue }
-    })?;
+    };
+    let (out, spec_stats) = match drafter.as_deref_mut() {
+        Some(d) => {
+            let r = generate_speculative(&mut engine, d, &args.spec.params(), &prompt_ids, &gen, &mut sampler, &mut on_token)?;
+            (r.out, Some((d.name(), r.stats)))
+        }
+        None => (engine.generate(&prompt_ids, &gen, &mut sampler, &mut on_token)?, None),
+    };
     if let Some(e) = io_err {
         return Err(e).context("cannot write to stdout");
     }
@@ -94,6 +105,14 @@ pub fn run(args: Args) -> Result<()> {
                 "gen_secs": out.gen_secs,
                 "gen_tps": out.gen_tps(),
             },
+            "speculative": spec_stats.map(|(name, s)| serde_json::json!({
+                "drafter": name,
+                "drafted": s.drafted,
+                "accepted": s.accepted,
+                "acceptance": s.acceptance(),
+                "passes": s.passes,
+                "draft_secs": s.draft_secs,
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
@@ -106,5 +125,9 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     eprintln!("lode: {}", common::speed_line(&out));
+    if let Some((name, s)) = spec_stats {
+        eprintln!("lode: {}", spec::stats_line(name, &s));
+    }
+    spec::draft_report(&args.model, drafter.as_deref());
     Ok(())
 }

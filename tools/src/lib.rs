@@ -15,5 +15,6 @@ pub mod selftest_bench;
 pub mod selftest_model;
 pub mod selftest_residency;
 pub mod serve;
+pub mod spec;
 pub mod synth;
 pub mod tokenize;

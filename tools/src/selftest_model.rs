@@ -147,11 +147,40 @@ pub fn compare(dev: &GpuDevice, path: &Path, gen: usize, n_text: usize, threads:
     if toks_g.len() > 1 {
         println!("  gpu decode (engine, unbatched host loop): {:.1} tok/s", (toks_g.len() - 1) as f64 / decode_s.max(1e-9));
     }
+    let verify_ok = verify_rows(&mut gpu, &ids)?;
     drop(gpu);
     let kv_ok = kv_copy(dev, &file, &ids, opts)?;
-    let ok = tokens_ok && kld <= 1e-3 && top1 >= 98.0 && kv_ok;
-    println!("  {} (KLD ≤ 1e-3, top-1 ≥ 98 %, tokens equal or near-tie, KV copy)", if ok { "PASS" } else { "FAIL" });
+    let ok = tokens_ok && kld <= 1e-3 && top1 >= 98.0 && kv_ok && verify_ok;
+    println!("  {} (KLD ≤ 1e-3, top-1 ≥ 98 %, tokens equal or near-tie, KV copy, exact: verify rows)", if ok { "PASS" } else { "FAIL" });
     Ok(ok)
+}
+
+/// A speculative verify chunk (`Engine`'s `eval_each`, 9 rows) against the same tokens
+/// decoded one at a time on the same engine: greedy speculation is plain greedy decoding
+/// exactly when the rows are bit-identical. Required of `--numerics exact` (which honours
+/// `round_rows_as_decode`); reported for the fast kernels, whose small-batch and decode
+/// kernels round differently.
+fn verify_rows(gpu: &mut Engine, ids: &[u32]) -> Result<bool> {
+    use lode_runtime::engine::Sequence;
+    let n = 9.min(ids.len().saturating_sub(1));
+    if n < 2 {
+        return Ok(true);
+    }
+    let k = ids.len() - n;
+    gpu.clear();
+    gpu.eval(&ids[..k])?;
+    let rows = gpu.eval_each(&ids[k..])?;
+    gpu.truncate(k);
+    let (mut bits, mut same, mut max) = (0, 0, 0f32);
+    for (i, row) in rows.iter().enumerate() {
+        let one = gpu.eval(&ids[k + i..k + i + 1])?;
+        bits += one.iter().zip(row).all(|(a, b)| a.to_bits() == b.to_bits()) as usize;
+        same += (argmax_logits(&one) == argmax_logits(row)) as usize;
+        max = one.iter().zip(row).map(|(a, b)| (a - b).abs()).fold(max, f32::max);
+    }
+    println!("  speculative verify chunk of {n} rows vs {n} decode steps: {bits} rows bit-identical, {same} same top-1, max |diff| {max:.3e}");
+    let exact = crate::common::gpu_options().numerics == Numerics::Exact;
+    Ok(!exact || bits == n)
 }
 
 /// `Backend::copy_kv` on the GPU (the server's shared prompts): a sequence given another's

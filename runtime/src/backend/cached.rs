@@ -171,6 +171,9 @@ impl Backend for CachedBackend {
     fn name(&self) -> String {
         format!("{} (weights: {})", self.inner.name(), self.cache.residency())
     }
+    fn round_rows_as_decode(&mut self, on: bool) {
+        self.inner.round_rows_as_decode(on)
+    }
     fn weight_stats(&self) -> Option<WeightStats> {
         let mut s = self.cache.stats();
         if self.capacity.is_some() {

@@ -194,6 +194,12 @@ pub trait Backend: Send {
         None
     }
 
+    /// While on, a chunk of several tokens rounds each row as a one-token step would
+    /// (a speculative verify chunk, whose rows must give the logits decoding gives).
+    /// The CPU backend honours it (dense matmuls and attention); the default ignores
+    /// it, and there a chunk's rows may differ from decode steps in the last bits.
+    fn round_rows_as_decode(&mut self, _on: bool) {}
+
     /// A zeroed f32 buffer of `len` elements.
     fn alloc(&mut self, len: usize) -> Result<Buf>;
     /// A zeroed f32 buffer of `len` elements that the host reads back after steps (the

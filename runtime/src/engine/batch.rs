@@ -92,7 +92,10 @@ impl BatchEngine {
     pub fn history(&self, seq: usize) -> &[u32] {
         &self.seqs[seq].history
     }
-    /// Keeps the first `n` cached tokens of `seq` (a shared prompt prefix).
+    /// Keeps the first `n` cached tokens of `seq` (a shared prompt prefix, or a
+    /// rejected speculative draft rolled back). The K/V rows past `n` stay in the cache
+    /// unread: attention reads only positions below the query's, and the next
+    /// evaluation overwrites them.
     pub fn truncate(&mut self, seq: usize, n: usize) {
         self.seqs[seq].history.truncate(n);
     }
@@ -173,6 +176,18 @@ impl BatchEngine {
             done += part.len();
         }
         Ok(())
+    }
+
+    /// Speculative verification: evaluates `tokens` after `seq`'s cached ones as one
+    /// chunk and returns every row's logits, each rounded as a one-token step would
+    /// round it where the backend can ([`Backend::round_rows_as_decode`]). A rejected
+    /// tail is rolled back with [`Self::truncate`].
+    pub fn eval_verify(&mut self, seq: usize, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
+        let mut rows = Vec::with_capacity(tokens.len());
+        self.be.round_rows_as_decode(true);
+        let r = self.eval_rows(seq, tokens, OutputRows::All, &mut |_, l| rows.push(l.to_vec()));
+        self.be.round_rows_as_decode(false);
+        r.map(|_| rows)
     }
 
     /// One decode step of several sequences at once: `steps[i] = (seq, token)` appends

@@ -4,15 +4,19 @@
 
 mod batch;
 mod constraint;
+mod drafters;
 pub mod fit;
 mod sampler;
+pub mod speculative;
 mod stop;
 
 use std::time::Instant;
 
 pub use batch::BatchEngine;
 pub use constraint::{Constraint, TokenMask};
+pub use drafters::{check_same_vocab, ModelDrafter, NgramDrafter};
 pub use sampler::{argmax_logits, Sampler, SamplerParams};
+pub use speculative::{generate_speculative, generate_speculative_with_logits, BatchSequence, Draft, Drafter, SpecOutput, SpecParams, SpecStats};
 pub use stop::StopStrings;
 
 use crate::backend::{Backend, BackendError, KvType, KvTypes};
@@ -115,6 +119,11 @@ pub trait Sequence {
     /// Keeps the first `n` cached tokens and forgets the rest.
     fn truncate(&mut self, n: usize);
     fn n_ctx(&self) -> usize;
+    /// Evaluates `tokens` after the cached ones and returns every position's logits
+    /// (a speculative verify chunk). The default evaluates them one at a time.
+    fn eval_each(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
+        tokens.iter().map(|&t| self.eval(&[t])).collect()
+    }
 }
 
 /// A model bound to a backend with a KV cache for one sequence.
@@ -193,6 +202,10 @@ impl Sequence for Engine {
     }
     fn n_ctx(&self) -> usize {
         Engine::n_ctx(self)
+    }
+    /// One forward chunk for all of `tokens` ([`BatchEngine::eval_verify`]).
+    fn eval_each(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
+        self.inner.eval_verify(0, tokens)
     }
 }
 

@@ -94,14 +94,49 @@ impl Sampler {
     }
 
     fn draw(&mut self, logits: &[f32], mask: Option<&TokenMask>) -> u32 {
-        let p = self.params.clone();
+        match self.dist(logits, mask) {
+            Dist::Greedy(t) => t,
+            Dist::Probs(d) => self.pick(&d),
+        }
+    }
+
+    /// Whether a [`Constraint`] limits the draws (speculative decoding refuses one: a
+    /// constraint cannot be rolled back past a rejected draft).
+    pub fn has_constraint(&self) -> bool {
+        self.constraint.is_some()
+    }
+
+    /// The distribution [`Self::sample`] would draw the next token from, without a
+    /// constraint: `(token, probability)` after the penalties, top-k, top-p, min-p and
+    /// temperature, most likely first; greedy is one token of probability 1.
+    pub fn distribution(&self, logits: &[f32]) -> Vec<(u32, f64)> {
+        match self.dist(logits, None) {
+            Dist::Greedy(t) => vec![(t, 1.0)],
+            Dist::Probs(d) => d,
+        }
+    }
+
+    /// Draws from `dist` (as made by [`Self::distribution`]) with this sampler's random
+    /// state: one uniform number, as [`Self::sample`] uses.
+    pub fn pick(&mut self, dist: &[(u32, f64)]) -> u32 {
+        let u = self.rng.next_f64();
+        pick_at(dist, u)
+    }
+
+    /// A uniform number in [0, 1) from this sampler's random state.
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.next_f64()
+    }
+
+    fn dist(&self, logits: &[f32], mask: Option<&TokenMask>) -> Dist {
+        let p = &self.params;
         let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect();
         self.apply_penalties(&mut cand);
         if let Some(m) = mask {
             mask_candidates(&mut cand, m);
         }
         if p.temp <= 0.0 {
-            return argmax(&cand);
+            return Dist::Greedy(argmax(&cand));
         }
         // Sort descending (top-k first narrows the sort when set).
         let desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
@@ -134,15 +169,7 @@ impl Sampler {
             c.1 /= p.temp;
         }
         let probs = softmax(&cand);
-        let u = self.rng.next_f64();
-        let mut cum = 0.0;
-        for (c, pr) in cand.iter().zip(&probs) {
-            cum += pr;
-            if u < cum {
-                return c.0;
-            }
-        }
-        cand.last().map_or(0, |c| c.0)
+        Dist::Probs(cand.iter().zip(probs).map(|(c, pr)| (c.0, pr)).collect())
     }
 
     fn apply_penalties(&self, cand: &mut [(u32, f32)]) {
@@ -177,6 +204,25 @@ fn mask_candidates(cand: &mut Vec<(u32, f32)>, mask: &TokenMask) {
     }
 }
 
+/// What a draw picks from: one token (greedy) or a distribution, most likely first.
+enum Dist {
+    Greedy(u32),
+    Probs(Vec<(u32, f64)>),
+}
+
+/// The token of `dist` where the cumulative probability first exceeds `u` (the last one
+/// should rounding leave `u` past the total).
+pub(crate) fn pick_at(dist: &[(u32, f64)], u: f64) -> u32 {
+    let mut cum = 0.0;
+    for &(t, pr) in dist {
+        cum += pr;
+        if u < cum {
+            return t;
+        }
+    }
+    dist.last().map_or(0, |c| c.0)
+}
+
 /// Index of the largest logit, ties to the lowest id.
 pub fn argmax_logits(logits: &[f32]) -> u32 {
     let mut best = 0;
@@ -206,10 +252,10 @@ fn softmax(cand: &[(u32, f32)]) -> Vec<f64> {
 }
 
 /// xoshiro256** seeded through splitmix64: small, fast, reproducible everywhere.
-struct Xoshiro([u64; 4]);
+pub(crate) struct Xoshiro([u64; 4]);
 
 impl Xoshiro {
-    fn seeded(seed: u64) -> Xoshiro {
+    pub(crate) fn seeded(seed: u64) -> Xoshiro {
         let mut z = seed;
         let mut next = || {
             z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -235,7 +281,7 @@ impl Xoshiro {
     }
 
     /// Uniform in [0, 1).
-    fn next_f64(&mut self) -> f64 {
+    pub(crate) fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }

@@ -185,6 +185,35 @@ pub fn matmul_quantized_on(
     y: &mut [f32],
     isa: Isa,
 ) -> Result<(), QuantError> {
+    matmul_quantized_impl(par, w, ty, rows, xq, y, isa, false)
+}
+
+/// [`matmul_quantized_on`] with every token's row summed as a one-token product sums
+/// it (no four-token or batch-order kernels, no expanded bands): a speculative verify
+/// chunk's rows then equal the decode steps' bit for bit.
+pub fn matmul_quantized_rowwise_on(
+    par: &dyn Parallel,
+    w: &[u8],
+    ty: GgmlType,
+    rows: usize,
+    xq: &QuantizedRows,
+    y: &mut [f32],
+    isa: Isa,
+) -> Result<(), QuantError> {
+    matmul_quantized_impl(par, w, ty, rows, xq, y, isa, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul_quantized_impl(
+    par: &dyn Parallel,
+    w: &[u8],
+    ty: GgmlType,
+    rows: usize,
+    xq: &QuantizedRows,
+    y: &mut [f32],
+    isa: Isa,
+    rowwise: bool,
+) -> Result<(), QuantError> {
     let k_len = xq.k_len;
     let wrb = row_bytes(ty, k_len)?;
     check_len("weight bytes (rows × row bytes)", rows * wrb, w.len())?;
@@ -213,13 +242,14 @@ pub fn matmul_quantized_on(
     // Each chunk writes its block of outputs as [n_tok, chunk rows]; scattered after.
     // [n_chunks, n_tok, chunk] f32 (the last chunk may be short)
     let mut tmp = vec![0f32; n_tok * rows];
-    let expanded = if n_tok >= EXPAND_MIN_TOKENS {
+    let expanded = if n_tok >= EXPAND_MIN_TOKENS && !rowwise {
         expanded_kernel(ty, isa)
     } else {
         None
     };
     // llama.cpp sums some types in another order for a larger batch; follow it.
     let (kern, quad) = match batch_order(ty, isa) {
+        _ if rowwise => (kern, None),
         Some((k, q)) if n_tok >= BATCH_ORDER_MIN_TOKENS => (k, Some(q)),
         _ => (kern, tokens4(ty, isa)),
     };

@@ -54,7 +54,7 @@ pub type RowsFn = fn(w: &[u8], x: &[u8], n: usize, out: &mut [f32]);
 /// `[4, rows]` (token-major).
 pub(crate) type Tokens4Fn = fn(w: &[u8], xs: [&[u8]; 4], n: usize, out: &mut [f32]);
 pub use matmul::{
-    matmul_batch, matmul_batch_on, matmul_quantized, matmul_quantized_on, matmul_with, par_chunks,
+    matmul_batch, matmul_batch_on, matmul_quantized, matmul_quantized_on, matmul_quantized_rowwise_on, matmul_with, par_chunks,
     quantize_rows, quantize_rows_on, BatchItem, Parallel, QuantizedRows, RayonPool,
 };
 pub use types::GgmlType;

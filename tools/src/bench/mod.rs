@@ -6,6 +6,7 @@
 mod measure;
 mod pair;
 pub mod report;
+mod spec_rows;
 pub mod stats;
 
 use std::io::Write;
@@ -77,6 +78,14 @@ pub struct Args {
     pub pair_arg: Vec<String>,
     #[command(flatten)]
     pub weights: common::WeightArgs,
+    /// Speculative rows (with --model-draft or --spec-type): greedy generation from a
+    /// fixed passage, plain and with the drafter, acceptance in the row.
+    #[command(flatten)]
+    pub spec: crate::spec::SpecArgs,
+    /// Also a speculative row whose drafter knows the plain continuation: every draft is
+    /// accepted, the ceiling of verifying `--draft-max` tokens per pass.
+    #[arg(long = "spec-oracle")]
+    pub spec_oracle: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -123,7 +132,10 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         bail!("nothing to measure: every -p and -n value is 0");
     }
     let device: DeviceKind = args.device.parse().map_err(anyhow::Error::msg)?;
-    let ctx = tests.iter().map(TestSpec::ctx_needed).max().unwrap_or(1);
+    let mut ctx = tests.iter().map(TestSpec::ctx_needed).max().unwrap_or(1);
+    if spec_rows::wanted(args) {
+        ctx = ctx.max(spec_rows::ctx_needed(args));
+    }
     let threads = args.threads.unwrap_or_else(common::physical_cores);
     let margs = ModelArgs {
         model: args.model.clone(),
@@ -141,7 +153,6 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
     let filename = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
     let info = ModelInfo::new(filename, &file, engine.model());
     let backend = backend_label(&engine.backend_name());
-    let kv_types = args.kv.types();
     let mut runner = Runner::new(&mut engine, args.seed, bos);
     let mut rows = Vec::new();
     for t in &tests {
@@ -157,36 +168,8 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         }
         let wall: Vec<u64> = samples.iter().map(|s| s.wall_ns).collect();
         let cpu: Option<Vec<u64>> = samples.iter().map(|s| s.cpu_ns).collect();
-        let mut row = Row {
-            model_filename: info.filename.clone(),
-            model_type: info.desc.clone(),
-            model_size: info.size,
-            model_n_params: info.n_params,
-            backends: backend.clone(),
-            n_batch: args.batch_size,
-            n_ubatch: args.batch_size,
-            n_threads: threads,
-            type_k: kv_types.k.to_string(),
-            type_v: kv_types.v.to_string(),
-            n_prompt: if t.kind == Kind::Prompt { t.n } else { 0 },
-            n_gen: if t.kind == Kind::Gen { t.n } else { 0 },
-            n_seq: t.seqs,
-            n_depth: t.depth,
-            test_time: report::now_rfc3339(),
-            test: t.name(),
-            avg_ns: 0,
-            stddev_ns: 0,
-            avg_ts: 0.0,
-            stddev_ts: 0.0,
-            samples_ns: Vec::new(),
-            samples_ts: Vec::new(),
-            weight_bytes_per_token: info.weight_bytes_per_token,
-            samples_cpu_ns: Vec::new(),
-            cpu_util: None,
-            cpu_norm_ts: None,
-            roofline_frac: None,
-            graphs: runner.engine.weight_stats().and_then(|s| s.graphs),
-        };
+        let mut row = new_row(args, &info, &backend, threads, t);
+        row.graphs = runner.engine.weight_stats().and_then(|s| s.graphs);
         row.set_samples(wall, t.tokens());
         row.set_cpu(cpu.unwrap_or_default());
         if let (Some(bw), Kind::Gen) = (args.mem_bw, t.kind) {
@@ -202,7 +185,46 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         eprintln!("bench: {} {:.2} ± {:.2} t/s{util}{mem}", row.test, row.avg_ts, row.stddev_ts);
         rows.push(row);
     }
+    if spec_rows::wanted(args) {
+        let ctx = spec_rows::Ctx { args, margs: &margs, tok: &tok, bos, info: &info, backend: &backend, threads };
+        rows.extend(spec_rows::measure(&ctx, runner.engine, &tests)?);
+    }
     Ok(rows)
+}
+
+/// A row for test `t` before its samples are set.
+pub(crate) fn new_row(args: &Args, info: &ModelInfo, backend: &str, threads: usize, t: &TestSpec) -> Row {
+    Row {
+        model_filename: info.filename.clone(),
+        model_type: info.desc.clone(),
+        model_size: info.size,
+        model_n_params: info.n_params,
+        backends: backend.to_string(),
+        n_batch: args.batch_size,
+        n_ubatch: args.batch_size,
+        n_threads: threads,
+        type_k: args.kv.types().k.to_string(),
+        type_v: args.kv.types().v.to_string(),
+        n_prompt: if t.kind == Kind::Prompt { t.n } else { 0 },
+        n_gen: if t.kind == Kind::Gen { t.n } else { 0 },
+        n_seq: t.seqs,
+        n_depth: t.depth,
+        test_time: report::now_rfc3339(),
+        test: t.name(),
+        avg_ns: 0,
+        stddev_ns: 0,
+        avg_ts: 0.0,
+        stddev_ts: 0.0,
+        samples_ns: Vec::new(),
+        samples_ts: Vec::new(),
+        weight_bytes_per_token: info.weight_bytes_per_token,
+        samples_cpu_ns: Vec::new(),
+        cpu_util: None,
+        cpu_norm_ts: None,
+        roofline_frac: None,
+        graphs: None,
+        spec_acceptance: None,
+    }
 }
 
 /// llama-bench's backend names: `cpu (2 threads)` → `CPU`, `cuda:0 (NVIDIA H200)` → `CUDA`.

@@ -122,6 +122,9 @@ pub struct Row {
     /// rebuilds, fallbacks, eager steps), after this test.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub graphs: Option<lode_runtime::backend::gpu::replay::ReplayStats>,
+    /// Speculative rows: drafted tokens the target accepted, over all samples.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub spec_acceptance: Option<f64>,
 }
 
 fn one() -> usize {
@@ -181,7 +184,10 @@ pub fn markdown(rows: &[Row]) -> String {
             format!("{:.2} M", r.model_n_params as f64 / 1e6),
             r.backends,
             r.n_threads,
-            r.test,
+            match r.spec_acceptance {
+                Some(a) => format!("{} (acc {:.1} %)", r.test, a * 100.0),
+                None => r.test.clone(),
+            },
             format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
         );
         if roof {

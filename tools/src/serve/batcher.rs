@@ -37,6 +37,9 @@ enum Msg {
     Eval { seq: usize, tokens: Vec<u32>, reply: Reply },
     /// The next token of a decoding sequence.
     Step { seq: usize, token: u32, reply: Reply },
+    /// A speculative verify chunk (the last token and the drafted ones), evaluated alone;
+    /// every row's logits come back.
+    Verify { seq: usize, tokens: Vec<u32>, reply: SyncSender<Result<Vec<Vec<f32>>, String>> },
     /// Keep the first `n` cached tokens.
     Truncate { seq: usize, n: usize },
     /// The sequence's request is over: steps no longer wait for it.
@@ -127,6 +130,19 @@ impl Sequence for SeqHandle {
     }
     fn n_ctx(&self) -> usize {
         self.n_ctx
+    }
+    fn eval_each(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
+        let free = self.n_ctx - self.history.len();
+        if tokens.len() > free {
+            return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), free, n_ctx: self.n_ctx });
+        }
+        let (reply, rx) = mpsc::sync_channel(1);
+        let gone = || EngineError::InvalidArg("the engine thread has stopped".into());
+        let msg = Msg::Verify { seq: self.seq, tokens: tokens.to_vec(), reply };
+        self.tx.send(msg).map_err(|_| gone())?;
+        let rows = rx.recv().map_err(|_| gone())?.map_err(EngineError::InvalidArg)?;
+        self.history.extend_from_slice(tokens);
+        Ok(rows)
     }
 }
 
@@ -244,6 +260,12 @@ fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>, n_
                     deadline = Instant::now() + STEP_WINDOW;
                 }
                 pending.push((seq, token, reply));
+            }
+            Msg::Verify { seq, tokens, reply } => {
+                decoding[seq] = true;
+                m.spec_passes.fetch_add(1, Relaxed);
+                m.spec_drafted.fetch_add(tokens.len().saturating_sub(1) as u64, Relaxed);
+                let _ = reply.send(guarded(&mut engine, |e| e.eval_verify(seq, &tokens)));
             }
             Msg::Truncate { seq, n } => engine.truncate(seq, n),
             Msg::Idle { seq } => decoding[seq] = false,

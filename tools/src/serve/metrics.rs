@@ -38,6 +38,9 @@ pub struct Metrics {
     /// mean batch size).
     pub batch_steps: AtomicU64,
     pub batch_rows: AtomicU64,
+    /// Speculative verify chunks run (`--spec-type`), and the drafted tokens they checked.
+    pub spec_passes: AtomicU64,
+    pub spec_drafted: AtomicU64,
     /// Token masks of structured output (`response_format`, `json_schema`, `grammar`).
     pub grammar: std::sync::Arc<super::structured::GrammarStats>,
     /// Generated tokens per second of uptime, for the last [`RATE_WINDOW_S`] seconds.
@@ -65,6 +68,8 @@ impl Metrics {
             weight_copies: AtomicU64::new(0),
             batch_steps: AtomicU64::new(0),
             batch_rows: AtomicU64::new(0),
+            spec_passes: AtomicU64::new(0),
+            spec_drafted: AtomicU64::new(0),
             grammar: Default::default(),
             recent: Mutex::new(VecDeque::new()),
         }
@@ -128,6 +133,8 @@ impl Metrics {
             self.shared_prompt_tokens.load(Relaxed).to_string(),
         );
         metric("lode_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens.load(Relaxed).to_string());
+        metric("lode_spec_verify_passes_total", "counter", "Speculative verify chunks run.", self.spec_passes.load(Relaxed).to_string());
+        metric("lode_spec_drafted_tokens_total", "counter", "Drafted tokens checked by verify chunks.", self.spec_drafted.load(Relaxed).to_string());
         metric("lode_prompt_seconds_total", "counter", "Time spent evaluating prompts.", secs(&self.prompt_us));
         metric("lode_decode_seconds_total", "counter", "Time spent generating.", secs(&self.decode_us));
         metric(

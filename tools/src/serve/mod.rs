@@ -77,6 +77,12 @@ pub struct Args {
     /// their preflight requests (off by default).
     #[arg(long, value_name = "ORIGIN")]
     pub cors: Option<String>,
+    /// Speculative decoding per slot: `--spec-type ngram-simple` (requests without a
+    /// grammar or schema), `--draft-max`, `--draft-min`, `--spec-ngram-size-n`; a verify
+    /// chunk runs alone, not batched with the other slots' steps. `--model-draft` is not
+    /// served yet.
+    #[command(flatten)]
+    pub spec: crate::spec::SpecArgs,
 }
 
 /// Most slots one server runs.
@@ -93,6 +99,7 @@ pub fn run(args: Args) -> Result<()> {
     let threads = args.model.threads.unwrap_or_else(common::physical_cores);
     let opts = EngineOptions { ctx_size: args.model.ctx_size, batch_size: args.model.batch_size, kv_type: args.model.kv.types() };
 
+    let spec = args.spec.serve_drafter()?;
     // One backend and one copy of the weights; a KV cache per slot.
     let (be, note) = backend::open_with(args.model.device, threads, &args.model.weights.options()?, &common::gpu_options())?;
     if let Some(note) = note {
@@ -108,7 +115,11 @@ pub fn run(args: Args) -> Result<()> {
     let runners: Vec<Box<dyn SlotRunner>> =
         handles
         .into_iter()
-        .map(|h| Box::new(EngineSlot::new(h, tok.clone(), metrics.grammar.clone())) as Box<dyn SlotRunner>)
+        .map(|h| {
+            let mut slot = EngineSlot::new(h, tok.clone(), metrics.grammar.clone());
+            slot.spec = spec;
+            Box::new(slot) as Box<dyn SlotRunner>
+        })
         .collect();
     // Built in the background (seconds for a 262k vocabulary); the first request with a
     // grammar waits for it.

@@ -7,7 +7,10 @@
 
 use std::sync::Arc;
 
-use lode_runtime::engine::{generate_with_logits, Engine, EngineError, Flow, GenParams, Sampler, Sequence, StopReason, StopStrings};
+use lode_runtime::engine::{
+    generate_speculative_with_logits, generate_with_logits, Engine, EngineError, Flow, GenParams, NgramDrafter, Sampler, Sequence,
+    SpecParams, StopReason, StopStrings,
+};
 use lode_runtime::tokenizer::Tokenizer;
 
 use super::api::{Timings, Usage};
@@ -31,12 +34,14 @@ pub struct EngineSlot<S: SlotSequence> {
     pub eog: Vec<u32>,
     /// Where structured output's masks are counted.
     pub grammar_stats: Arc<GrammarStats>,
+    /// `--spec-type ngram-simple`: prompt lookup for requests without a constraint.
+    pub spec: Option<(NgramDrafter, SpecParams)>,
 }
 
 impl<S: SlotSequence> EngineSlot<S> {
     pub fn new(engine: S, tok: Arc<Tokenizer>, grammar_stats: Arc<GrammarStats>) -> EngineSlot<S> {
         let eog = tok.eog_ids();
-        EngineSlot { engine, tok, eog, grammar_stats }
+        EngineSlot { engine, tok, eog, grammar_stats, spec: None }
     }
 }
 
@@ -62,7 +67,7 @@ impl<S: SlotSequence> SlotRunner for EngineSlot<S> {
 
 impl<S: SlotSequence> EngineSlot<S> {
     fn generate(&mut self, job: &Job, emit: &mut dyn FnMut(Piece) -> bool) -> Result<Finish, ApiError> {
-        let EngineSlot { engine, tok, eog, grammar_stats } = self;
+        let EngineSlot { engine, tok, eog, grammar_stats, spec } = self;
         let prompt = &job.prompt;
         let cached = reusable_prefix(engine.history(), prompt);
         engine.truncate(cached);
@@ -82,7 +87,7 @@ impl<S: SlotSequence> EngineSlot<S> {
         let (mut cancelled, mut stop_hit) = (false, false);
         let params = GenParams { max_tokens: job.max_tokens, eog: eog.clone() };
         let tk: &Tokenizer = tok;
-        let result = generate_with_logits(engine, &prompt[cached..], &params, &mut sampler, &mut |id, logits| {
+        let mut on_token = |id, logits: &[f32]| {
             let piece = dec.push(tk, id);
             let (text, hit) = stops.push(&piece);
             let logprobs = job.logprobs.map(|k| vec![token_logprob(tk, logits, id, k)]).unwrap_or_default();
@@ -95,7 +100,14 @@ impl<S: SlotSequence> EngineSlot<S> {
                 return Flow::Stop;
             }
             Flow::Continue
-        });
+        };
+        let result = match spec {
+            // A constraint cannot be rolled back past a rejected draft: plain decoding.
+            Some((ngram, sp)) if job.grammar.is_none() => {
+                generate_speculative_with_logits(engine, ngram, sp, &prompt[cached..], &params, &mut sampler, &mut on_token).map(|r| r.out)
+            }
+            _ => generate_with_logits(engine, &prompt[cached..], &params, &mut sampler, &mut on_token),
+        };
         let out = match result {
             Ok(out) => out,
             Err(e) => {

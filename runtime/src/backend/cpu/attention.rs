@@ -204,7 +204,19 @@ impl Kv {
     }
 
     /// Causal (optionally windowed) GQA attention; `out` `[pos.len(), n_head*head_dim_v]`.
-    pub fn attend(
+    pub fn attend(&self, par: &dyn Parallel, layer: usize, q: &[f32], pos: &[u32], p: &Attention, out: &mut [f32]) -> Result<()> {
+        self.attend_as(par, layer, q, pos, p, out, pos.len())
+    }
+
+    /// [`Self::attend`] with every query row rounded as a one-row (decode) call rounds
+    /// it: a speculative verify chunk.
+    pub fn attend_rowwise(&self, par: &dyn Parallel, layer: usize, q: &[f32], pos: &[u32], p: &Attention, out: &mut [f32]) -> Result<()> {
+        self.attend_as(par, layer, q, pos, p, out, 1)
+    }
+
+    /// `rows`: the query count whose rounding the call follows (`pos.len()`, or 1).
+    #[allow(clippy::too_many_arguments)]
+    fn attend_as(
         &self,
         par: &dyn Parallel,
         layer: usize,
@@ -212,6 +224,7 @@ impl Kv {
         pos: &[u32],
         p: &Attention,
         out: &mut [f32],
+        rows: usize,
     ) -> Result<()> {
         let s = self.spec;
         let (dk, dv) = (p.head_dim_k, p.head_dim_v);
@@ -233,7 +246,7 @@ impl Kv {
         let group = p.n_head / p.n_kv_head;
         let (n_ctx, wv) = (s.n_ctx, s.n_kv_head * dv);
         let (kd, vd) = (&self.k[layer], &self.v[layer]);
-        let mode = Mode::of(s.ty, pos.len());
+        let mode = Mode::of(s.ty, rows);
         // Query rows (token, head) per task: one each for decode, a few dozen for a
         // prompt so the scratch vectors below are made once per task, not per row.
         let n_rows = pos.len() * p.n_head;
@@ -281,7 +294,7 @@ impl Kv {
                     Mode::FlashRows => {
                         qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
                         kern::scores_tree(&qh, kh, n_ctx, lo, p.scale, 64, &mut scores);
-                        match split_keys(pos.len(), pq, par.threads()) {
+                        match split_keys(rows, pq, par.threads()) {
                             Some(chunk) => split_rows(&scores, vc, wv, voff, lo, chunk, &mut row, &mut acc, o),
                             None => kern::online_f16(&scores, vc, wv, voff, lo, &mut row, o),
                         }

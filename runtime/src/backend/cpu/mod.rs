@@ -54,6 +54,8 @@ pub struct CpuBackend {
     /// The last single position's rope table (q and k of a layer, and the layers with
     /// the same base, rotate by the same angles): key, cos, sin.
     rope_memo: Option<(RopeKey, Vec<f32>, Vec<f32>)>,
+    /// [`Backend::round_rows_as_decode`].
+    rowwise: bool,
 }
 
 /// What a rope table depends on: position, `n_rot`, base and scale bits, the frequency
@@ -70,7 +72,7 @@ impl CpuBackend {
     /// (Backends sharing a team run their ops in turn, each op on every thread.)
     pub fn with_pool(pool: Arc<Team>) -> CpuBackend {
         let threads = pool.threads();
-        CpuBackend { pool, threads, isa: Isa::best(), bufs: Vec::new(), kvs: Vec::new(), rope_memo: None }
+        CpuBackend { pool, threads, isa: Isa::best(), bufs: Vec::new(), kvs: Vec::new(), rope_memo: None, rowwise: false }
     }
 
     /// The team `new(threads)` would build (0: one thread per available core), for
@@ -183,6 +185,11 @@ impl Backend for CpuBackend {
     fn name(&self) -> String {
         format!("cpu ({} threads)", self.threads)
     }
+
+    fn round_rows_as_decode(&mut self, on: bool) {
+        self.rowwise = on;
+    }
+
     fn weight_types(&self) -> &'static [GgmlType] {
         &GgmlType::WEIGHTS
     }
@@ -257,12 +264,13 @@ impl Backend for CpuBackend {
         if x == y {
             return Err(invalid("matmul", "input and output must be different buffers".into()));
         }
-        let (k, rows, isa) = (w.row_len(), w.n_rows(), self.isa);
+        let (k, rows, isa, rowwise) = (w.row_len(), w.n_rows(), self.isa, self.rowwise);
         self.with_io(x, y, |xv, yv, pool| {
             let xs = span(xv.unwrap_or(&[]), 0, n_tok * k, "matmul")?;
             let ys = span_mut(yv, 0, n_tok * rows, "matmul")?;
             let xq = quant::quantize_rows_on(pool, w.ty(), xs, n_tok, k).map_err(|e| quant_err("matmul", w, e))?;
-            quant::matmul_quantized_on(pool, w.data(), w.ty(), rows, &xq, ys, isa).map_err(|e| quant_err("matmul", w, e))
+            let mm = if rowwise { quant::matmul_quantized_rowwise_on } else { quant::matmul_quantized_on };
+            mm(pool, w.data(), w.ty(), rows, &xq, ys, isa).map_err(|e| quant_err("matmul", w, e))
         })?;
         self.dump("matmul", y, n_tok * rows);
         Ok(())
@@ -275,7 +283,7 @@ impl Backend for CpuBackend {
         let k = ws.first().map_or(0, |w| w.row_len());
         let same_input = ws.iter().all(|w| w.row_len() == k && quant::vec_dot_type(w.ty()) == quant::vec_dot_type(ws[0].ty()));
         let distinct = ys.iter().enumerate().all(|(i, y)| *y != x && !ys[..i].contains(y));
-        if ws.len() != ys.len() || ws.len() < 2 || !same_input || !distinct {
+        if ws.len() != ys.len() || ws.len() < 2 || !same_input || !distinct || (self.rowwise && n_tok > 1) {
             for (w, &y) in ws.iter().zip(ys) {
                 self.matmul(w, x, n_tok, y)?;
             }
@@ -516,7 +524,11 @@ impl Backend for CpuBackend {
         let r = (|| {
             let qv = self.bufs.get(q.0 as usize).and_then(|x| x.as_ref()).ok_or(BackendError::BadHandle(q))?;
             let c = self.kvs.get(kv.0 as usize).and_then(|x| x.as_ref()).ok_or(BackendError::BadKvHandle(kv))?;
-            c.attend(&*self.pool, layer, qv, pos, p, &mut o)
+            if self.rowwise {
+                c.attend_rowwise(&*self.pool, layer, qv, pos, p, &mut o)
+            } else {
+                c.attend(&*self.pool, layer, qv, pos, p, &mut o)
+            }
         })();
         self.put(out, o);
         self.dump("attention", out, pos.len() * p.n_head * p.head_dim_v);

@@ -19,7 +19,7 @@ impl CpuBackend {
         let (e, n_exp, f) = p.dims()?;
         let k = p.n_used;
         let mut o = self.take(out)?;
-        let r = span(self.buf(x)?, 0, n * e, "moe_ffn").and_then(|xs| moe_host(&self.pool, self.isa, xs, n, p, (e, n_exp, f, k), &mut o));
+        let r = span(self.buf(x)?, 0, n * e, "moe_ffn").and_then(|xs| moe_host(&self.pool, self.isa, self.rowwise, xs, n, p, (e, n_exp, f, k), &mut o));
         self.put(out, o);
         r?;
         self.dump("moe_ffn", out, n * e);
@@ -30,16 +30,19 @@ impl CpuBackend {
 
 /// The MoE FFN of `n` host rows `xs` into `o` on `pool`: the CPU backend's arithmetic,
 /// also run by a GPU backend for the layers whose experts stay in host memory
-/// (`--n-cpu-moe`). (e, n_exp, f, k): [`MoeFfn::dims`] and the experts used.
-pub fn moe_host(pool: &Team, isa: Isa, xs: &[f32], n: usize, p: &MoeFfn, (e, n_exp, f, k): (usize, usize, usize, usize), o: &mut [f32]) -> Result<()> {
+/// (`--n-cpu-moe`). (e, n_exp, f, k): [`MoeFfn::dims`] and the experts used; `rowwise`:
+/// every token's rows sum as a one-token product (`round_rows_as_decode`).
+#[allow(clippy::too_many_arguments)]
+pub fn moe_host(pool: &Team, isa: Isa, rowwise: bool, xs: &[f32], n: usize, p: &MoeFfn, (e, n_exp, f, k): (usize, usize, usize, usize), o: &mut [f32]) -> Result<()> {
     {
+        let mm = if rowwise { quant::matmul_quantized_rowwise_on } else { quant::matmul_quantized_on };
         let xs = span(xs, 0, n * e, "moe_ffn")?;
         let o = span_mut(o, 0, n * e, "moe_ffn")?;
 
         let router = p.router;
         let xq = quant::quantize_rows_on(pool, router.ty(), xs, n, e).map_err(|er| quant_err("moe_ffn", router, er))?;
         let mut logits = vec![0f32; n * n_exp];
-        quant::matmul_quantized_on(pool, router.data(), router.ty(), n_exp, &xq, &mut logits, isa).map_err(|er| quant_err("moe_ffn", router, er))?;
+        mm(pool, router.data(), router.ty(), n_exp, &xq, &mut logits, isa).map_err(|er| quant_err("moe_ffn", router, er))?;
         let routes = route_rows(&logits, n_exp, k, p.norm_top_k);
 
         // [k, n, e]: slot s of token t at (s·n + t)·e.
@@ -55,7 +58,7 @@ pub fn moe_host(pool: &Team, isa: Isa, xs: &[f32], n: usize, p: &MoeFfn, (e, n_e
                 xe.extend_from_slice(&xs[t * e..][..e]);
             }
             let (mut hg, mut hu) = (vec![0f32; m * f], vec![0f32; m * f]);
-            if quant::vec_dot_type(g.ty()) == quant::vec_dot_type(u.ty()) {
+            if quant::vec_dot_type(g.ty()) == quant::vec_dot_type(u.ty()) && !(rowwise && m > 1) {
                 let xq = quant::quantize_rows_on(pool, g.ty(), &xe, m, e).map_err(|er| quant_err("moe_ffn", &g, er))?;
                 let mut items = [
                     BatchItem { w: g.data(), ty: g.ty(), rows: f, y: &mut hg },
@@ -65,14 +68,14 @@ pub fn moe_host(pool: &Team, isa: Isa, xs: &[f32], n: usize, p: &MoeFfn, (e, n_e
             } else {
                 for (w, y) in [(&g, &mut hg), (&u, &mut hu)] {
                     let xq = quant::quantize_rows_on(pool, w.ty(), &xe, m, e).map_err(|er| quant_err("moe_ffn", w, er))?;
-                    quant::matmul_quantized_on(pool, w.data(), w.ty(), f, &xq, y, isa).map_err(|er| quant_err("moe_ffn", w, er))?;
+                    mm(pool, w.data(), w.ty(), f, &xq, y, isa).map_err(|er| quant_err("moe_ffn", w, er))?;
                 }
             }
             let per = if hg.len() <= 1024 { hg.len() } else { hg.len().div_ceil(2 * pool.threads()).max(512) };
             par_chunks(pool, &mut hg, per.max(1), &|i, h| ops::glu_inplace(h, &hu[i * per..][..h.len()], p.act));
             let hq = quant::quantize_rows_on(pool, d.ty(), &hg, m, f).map_err(|er| quant_err("moe_ffn", &d, er))?;
             let mut ye = vec![0f32; m * e];
-            quant::matmul_quantized_on(pool, d.data(), d.ty(), e, &hq, &mut ye, isa).map_err(|er| quant_err("moe_ffn", &d, er))?;
+            mm(pool, d.data(), d.ty(), e, &hq, &mut ye, isa).map_err(|er| quant_err("moe_ffn", &d, er))?;
             for (j, &(t, s)) in toks.iter().enumerate() {
                 let w = routes[t * k + s].1;
                 let dst = &mut acc[(s * n + t) * e..][..e];

@@ -24,6 +24,9 @@ pub(super) struct ExactState {
     /// RoPE tables by parameters: (key, rows of positions it covers, device table).
     rope: Vec<(exact::tables::RopeKey, usize, DeviceBuffer)>,
     threads: usize,
+    /// [`crate::backend::Backend::round_rows_as_decode`]: every row of a chunk in the
+    /// one-token orders (matmul order of one token, one-row attention).
+    rowwise: bool,
 }
 
 fn invalid(op: &'static str, msg: String) -> BackendError {
@@ -31,6 +34,10 @@ fn invalid(op: &'static str, msg: String) -> BackendError {
 }
 
 impl GpuBackend {
+    pub(super) fn set_exact_rowwise(&mut self, on: bool) {
+        self.exact.rowwise = on;
+    }
+
     /// A scratch region of at least `bytes` (the old one retired until the step ends).
     fn exact_scratch(&mut self, which: u8, bytes: usize) -> Result<DevPtr> {
         let s = if which == 0 { &self.exact.act } else { &self.exact.scores };
@@ -98,7 +105,8 @@ impl GpuBackend {
         let q = self.exact_scratch(0, exact_matmul::act_bytes(ty, k, n_tok))?;
         let map = |e| invalid("matmul", format!("{}: {e}", w.name()));
         exact_matmul::quantize(&self.rec(), ty, xp, q, k, n_tok).map_err(map)?;
-        let r = exact_matmul::matmul(&self.rec(), ty, wp, q, yp, rows, k, n_tok).map_err(map);
+        let order = ty.order(if self.exact.rowwise { 1 } else { n_tok });
+        let r = exact_matmul::matmul_in_order(&self.rec(), ty, wp, q, yp, rows, k, n_tok, order).map_err(map);
         self.touch(y);
         r
     }
@@ -263,7 +271,16 @@ impl GpuBackend {
         Self::check_len("attention", q, qn, pos.len() * p.n_head * p.head_dim_k)?;
         Self::check_len("attention", out, on, pos.len() * p.n_head * p.head_dim_v)?;
         let pp = self.positions(pos)?;
-        let r = self.exact_attend(qp, kv, layer, pos, pp, p, op);
+        let r = if self.exact.rowwise && pos.len() > 1 {
+            // Each row as a one-row call (the decode step's mode and key split).
+            let (qd, ad) = ((p.n_head * p.head_dim_k) as u64 * 4, (p.n_head * p.head_dim_v) as u64 * 4);
+            (0..pos.len()).try_for_each(|t| {
+                let t64 = t as u64;
+                self.exact_attend(qp + t64 * qd, kv, layer, &pos[t..t + 1], pp + t64 * 4, p, op + t64 * ad)
+            })
+        } else {
+            self.exact_attend(qp, kv, layer, pos, pp, p, op)
+        };
         self.touch(out);
         r
     }

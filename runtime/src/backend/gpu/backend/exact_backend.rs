@@ -53,6 +53,9 @@ impl Backend for ExactBackend {
     fn name(&self) -> String {
         format!("{} exact", self.0.name())
     }
+    fn round_rows_as_decode(&mut self, on: bool) {
+        self.0.set_exact_rowwise(on)
+    }
     fn attach_weights(&mut self, file: &std::sync::Arc<crate::gguf::GgufFile>, weights: &[WeightRef]) -> Result<()> {
         self.0.attach_weights(file, weights)
     }

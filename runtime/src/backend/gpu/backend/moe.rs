@@ -41,7 +41,7 @@ impl GpuBackend {
                 let mut xs = vec![0f32; n_tok * e];
                 self.read(x, &mut xs)?;
                 let mut o = vec![0f32; n_tok * e];
-                crate::backend::cpu::moe::moe_host(&pool, crate::quant::Isa::best(), &xs, n_tok, p, (e, n_exp, f, k), &mut o)?;
+                crate::backend::cpu::moe::moe_host(&pool, crate::quant::Isa::best(), false, &xs, n_tok, p, (e, n_exp, f, k), &mut o)?;
                 return self.write(out, &o);
             }
         }

@@ -64,6 +64,13 @@ pub fn quantize(d: &dyn Launch, ty: ExactType, x: DevPtr, xq: DevPtr, k: usize, 
 /// backend uses for `n_tok` tokens.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(d: &dyn Launch, ty: ExactType, w: DevPtr, xq: DevPtr, y: DevPtr, rows: usize, k: usize, n_tok: usize) -> R {
+    matmul_in_order(d, ty, w, xq, y, rows, k, n_tok, ty.order(n_tok))
+}
+
+/// [`matmul`] with the kernel's `order` argument given ([`ExactType::order`] of another
+/// token count: `order(1)` sums every row as one decode token).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_in_order(d: &dyn Launch, ty: ExactType, w: DevPtr, xq: DevPtr, y: DevPtr, rows: usize, k: usize, n_tok: usize, order: i32) -> R {
     let (_, qk, _) = ty.act();
     if k % qk != 0 {
         return Err(unsupported(format!("{ty:?} rows of {k} values are not whole {qk}-value blocks")));
@@ -71,7 +78,7 @@ pub fn matmul(d: &dyn Launch, ty: ExactType, w: DevPtr, xq: DevPtr, y: DevPtr, r
     if rows == 0 || n_tok == 0 {
         return Ok(());
     }
-    let args = Matmul { w, xq, y, rows, k, ty: ty as i32, order: ty.order(n_tok) };
+    let args = Matmul { w, xq, y, rows, k, ty: ty as i32, order };
     if !matches!(ty, ExactType::Q4_0 | ExactType::Q4_1 | ExactType::Q5_0 | ExactType::Q5_1 | ExactType::Q8_0 | ExactType::Q6K) {
         // One thread per output (Q4_K's and the low-bit types' chains have no lane
         // structure to spread).

@@ -1,0 +1,209 @@
+//! The two [`Drafter`]s: n-gram lookup in the context itself (no model; llama.cpp's
+//! `--spec-type ngram-simple`, "prompt lookup decoding") and a separate, smaller draft
+//! model sharing the target's tokenizer (llama.cpp's `-md/--model-draft`).
+
+use super::speculative::{Draft, Drafter};
+use super::{argmax_logits, Engine, EngineError, Sampler, SamplerParams};
+use crate::model::Model;
+
+/// Prompt lookup: finds the most recent earlier occurrence of the context's last `n`
+/// tokens, for `n` from `n_max` down to `n_min`, and proposes the tokens that followed
+/// it. Strong on text that repeats its input (code edits, summaries, quotes), free
+/// otherwise.
+#[derive(Clone, Copy, Debug)]
+pub struct NgramDrafter {
+    pub n_max: usize,
+    pub n_min: usize,
+}
+
+impl NgramDrafter {
+    pub fn new(n_max: usize, n_min: usize) -> Result<NgramDrafter, EngineError> {
+        if n_min == 0 || n_max < n_min {
+            return Err(EngineError::InvalidArg(format!(
+                "n-gram lookup sizes must satisfy 1 <= min ({n_min}) <= max ({n_max})"
+            )));
+        }
+        Ok(NgramDrafter { n_max, n_min })
+    }
+}
+
+/// The start of the most recent earlier occurrence of `ctx`'s last `n` tokens.
+fn last_match(ctx: &[u32], n: usize) -> Option<usize> {
+    if ctx.len() <= n {
+        return None;
+    }
+    let tail = &ctx[ctx.len() - n..];
+    (0..ctx.len() - n).rev().find(|&j| &ctx[j..j + n] == tail)
+}
+
+impl Drafter for NgramDrafter {
+    fn name(&self) -> &'static str {
+        "ngram"
+    }
+
+    fn draft(&mut self, context: &[u32], max: usize, out: &mut Draft) -> Result<(), EngineError> {
+        for n in (self.n_min..=self.n_max).rev() {
+            if let Some(j) = last_match(context, n) {
+                let from = j + n;
+                let to = (from + max).min(context.len());
+                if to > from {
+                    out.tokens.extend_from_slice(&context[from..to]);
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a draft model whose vocabulary differs from the target's: the token ids it
+/// proposes must mean the same text.
+pub fn check_same_vocab(target: &Model, draft: &Model) -> Result<(), EngineError> {
+    let (nt, nd) = (target.cfg.n_vocab, draft.cfg.n_vocab);
+    if nt != nd {
+        return Err(EngineError::InvalidArg(format!(
+            "the draft model's vocabulary has {nd} tokens but the target's has {nt}: the draft must share the target's tokenizer"
+        )));
+    }
+    let key = "tokenizer.ggml.tokens";
+    fn tokens<'a>(m: &'a Model, key: &str) -> Option<Vec<&'a str>> {
+        m.file().get_str_array(key).ok().flatten()
+    }
+    if let (Some(a), Some(b)) = (tokens(target, key), tokens(draft, key)) {
+        if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+            return Err(EngineError::InvalidArg(format!(
+                "the draft model's token {i} is {:?} but the target's is {:?} ({key}): the draft must share the target's tokenizer",
+                b.get(i).copied().unwrap_or("<none>"),
+                a.get(i).copied().unwrap_or("<none>"),
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A smaller model of the same tokenizer, with its own engine (KV cache and backend),
+/// drafting one token per forward pass. Greedy targets get its argmax (point masses);
+/// sampled ones get draws from its own distribution under the target's sampler settings
+/// (without penalties), handed over as `q` for the exact acceptance rule. Drafting stops
+/// at a token whose draft probability is below `p_min` (llama.cpp's `--draft-p-min`).
+pub struct ModelDrafter {
+    engine: Engine,
+    sampler: Option<Sampler>,
+    p_min: f32,
+}
+
+impl ModelDrafter {
+    /// `params`: the target's sampler settings (greedy when its temperature is ≤ 0).
+    pub fn new(engine: Engine, target: &Model, params: &SamplerParams, p_min: f32) -> Result<ModelDrafter, EngineError> {
+        check_same_vocab(target, engine.model())?;
+        let sampler = (params.temp > 0.0).then(|| {
+            let own = SamplerParams {
+                repeat_penalty: 1.0,
+                presence_penalty: 0.0,
+                frequency_penalty: 0.0,
+                seed: params.seed ^ 0x5eed_d4af_7000_0001,
+                ..params.clone()
+            };
+            Sampler::new(own)
+        });
+        Ok(ModelDrafter { engine, sampler, p_min })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Brings the draft's cache to `context` (keeping the common prefix) and returns the
+    /// logits after it.
+    fn catch_up(&mut self, context: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let have = self.engine.history();
+        let mut common = have.iter().zip(context).take_while(|(a, b)| a == b).count();
+        if common == context.len() {
+            common -= 1; // re-evaluate the last token for its logits
+        }
+        self.engine.truncate(common);
+        self.engine.eval(&context[common..])
+    }
+}
+
+/// The softmax probability of `tok` under `logits`.
+fn softmax_prob(logits: &[f32], tok: u32) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    (logits[tok as usize] as f64 - max).exp() / sum
+}
+
+impl Drafter for ModelDrafter {
+    fn name(&self) -> &'static str {
+        "draft-model"
+    }
+
+    fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
+        self.engine.weight_stats()
+    }
+
+    fn begin(&mut self, context: &[u32]) -> Result<(), EngineError> {
+        if !context.is_empty() && context.len() <= self.engine.n_ctx() {
+            self.catch_up(context)?;
+        }
+        Ok(())
+    }
+
+    fn draft(&mut self, context: &[u32], max: usize, out: &mut Draft) -> Result<(), EngineError> {
+        // The draft's cache holds the context and all but the last drafted token.
+        let max = max.min((self.engine.n_ctx() + 1).saturating_sub(context.len()));
+        if max == 0 || context.is_empty() {
+            return Ok(());
+        }
+        let mut logits = self.catch_up(context)?;
+        for j in 0..max {
+            let (tok, prob) = match self.sampler.as_mut() {
+                None => {
+                    let t = argmax_logits(&logits);
+                    (t, softmax_prob(&logits, t))
+                }
+                Some(s) => {
+                    let q = s.distribution(&logits);
+                    let t = s.pick(&q);
+                    let pr = q.iter().find(|e| e.0 == t).map_or(0.0, |e| e.1);
+                    out.q.push(q);
+                    (t, pr)
+                }
+            };
+            if prob < self.p_min as f64 {
+                out.q.truncate(out.tokens.len());
+                break;
+            }
+            out.tokens.push(tok);
+            if j + 1 < max {
+                logits = self.engine.eval(&[tok])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ngram(ctx: &[u32], max: usize) -> Vec<u32> {
+        let mut d = Draft::default();
+        NgramDrafter::new(4, 1).unwrap().draft(ctx, max, &mut d).unwrap();
+        d.tokens
+    }
+
+    #[test]
+    fn ngram_proposes_what_followed_the_longest_recent_match() {
+        // Tail [7, 8]: the 2-gram occurs at 1 (followed by 9, 4) and at 5 (followed by 1).
+        // Longest first: the 3-gram [6, 7, 8] occurs only at 4, followed by 1, 2.
+        assert_eq!(ngram(&[5, 7, 8, 9, 6, 7, 8, 1, 2, 6, 7, 8], 2), vec![1, 2]);
+        // Most recent of equal length: [3] last seen at 4, followed by 8.
+        assert_eq!(ngram(&[3, 1, 2, 0, 3, 8, 3], 1), vec![8]);
+        // Capped at `max` and at the context's end (the match may run into the tail).
+        assert_eq!(ngram(&[1, 2, 1, 2, 1, 2], 10), vec![1, 2]);
+        assert!(ngram(&[1, 2, 3, 4], 5).is_empty());
+        assert!(ngram(&[], 5).is_empty());
+        assert!(NgramDrafter::new(2, 0).is_err() && NgramDrafter::new(1, 3).is_err());
+    }
+}
