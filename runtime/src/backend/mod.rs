@@ -22,10 +22,12 @@ pub mod memory;
 pub mod cpu;
 pub mod gpu;
 pub mod moe;
+pub mod recurrent;
 
 use crate::quant::{GgmlType, QuantError};
 use crate::weights::WeightRef;
 pub use moe::{MoeFfn, MoeScratch};
+pub use recurrent::{DeltaDims, DeltaIn, DeltaNet, DeltaState};
 
 /// Handle to an f32 activation buffer owned by a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -393,6 +395,24 @@ pub trait Backend: Send {
     /// top-k; a device-side top-k and expert-indexed matvecs are the GPU's next step.
     fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
         moe::moe_ffn_unfused(self, x, n_tok, p, out, tmp)
+    }
+
+    /// A gated delta net layer's recurrent core ([`recurrent`] has the arithmetic): from
+    /// its projections `x` of `n_tok` rows to `out` `[n_tok, value_dim]` (normed and gated,
+    /// ready for `ssm_out`), updating the conv and delta-rule states in `states` (one for
+    /// a sequence's chunk, or one per row of a batched step). The default reads the
+    /// operands back to the host; the CPU runs it directly; fused GPU kernels are next.
+    fn gated_delta_net(&mut self, p: &DeltaNet, x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> {
+        recurrent::gated_delta_net_host(self, p, x, n_tok, states, out)
+    }
+    /// Row `r` of `src` (`2·half` values) into row `r` of `a` (first half) and `b`
+    /// (second): qwen35's query and output gate, interleaved per head. Default: host.
+    fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
+        recurrent::split_halves_host(self, src, n_rows, half, a, b)
+    }
+    /// `x[i] *= sigmoid(gate[i])` over `n` elements (qwen35's attention output gate).
+    fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n: usize) -> Result<()> {
+        recurrent::mul_sigmoid_host(self, x, gate, n)
     }
 
     /// Causal attention of `q` `[n_tok, n_head*head_dim_k]` (token `t` at `pos[t]`) over
