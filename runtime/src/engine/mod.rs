@@ -10,7 +10,7 @@ mod stop;
 
 use std::time::Instant;
 
-pub use batch::BatchEngine;
+pub use batch::{kept_after_truncate, BatchEngine};
 pub use constraint::{Constraint, TokenMask};
 pub use sampler::{argmax_logits, Sampler, SamplerParams};
 pub use stop::StopStrings;
