@@ -1,0 +1,155 @@
+//! qwen35 (gated delta net + gated attention) against an independent reference: `lode
+//! synth --preset qwen35-tiny` (4 layers: 3 gated delta net, then 1 gated attention;
+//! 4 value heads over 2 key heads), then a NumPy forward pass over gguf-py 0.19.0's
+//! dequantized tensors (`tests/data/qwen35_reference.py`, which does not call lode), and
+//! lode's CPU logits at every position of a 256-token sequence: as one prefill chunk, in
+//! uneven chunks (the recurrent state carried across chunk boundaries), token by token,
+//! and as batched decode steps of two sequences at once (each row its own state).
+//!
+//! Tolerance: at every position max |lode − reference| ≤ `EVERY`, and at no fewer than
+//! 3/4 of the positions ≤ `MOST` (the reference rounds activations to Q8_K as the CPU
+//! does; a 1e-7 difference that lands an activation on the other side of a rounding
+//! boundary moves a position further). The same comparison against the reference run with
+//! the convolution dropped, or with beta fixed at 1, must fail (checked below), so the
+//! bounds are tight enough to see either mistake.
+//!
+//! Needs python3 with `gguf==0.19.0` and numpy (CI installs them: `.ci/run`).
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use lode_runtime::backend::cpu::CpuBackend;
+use lode_runtime::backend::KvType;
+use lode_runtime::engine::{BatchEngine, Engine, EngineOptions};
+use lode_runtime::gguf::GgufFile;
+use lode_runtime::model::Model;
+
+const N: usize = 256;
+/// Bound at every position.
+const EVERY: f32 = 2e-2;
+/// Bound at 3/4 of the positions.
+const MOST: f32 = 1e-4;
+
+fn lode(args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_lode")).args(args).output().unwrap();
+    assert!(out.status.success(), "lode {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn reference(model: &Path, ids: &[u32], out: &Path, drop: Option<&str>) -> Vec<f32> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/qwen35_reference.py");
+    let ids: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+    let mut cmd = Command::new("python3");
+    cmd.arg(&script).arg(model).arg(ids.join(",")).arg(out);
+    if let Some(d) = drop {
+        cmd.arg(d);
+    }
+    let r = cmd.output().expect("python3 must be installed for this test (python3 -m pip install gguf==0.19.0 numpy)");
+    assert!(
+        r.status.success(),
+        "the NumPy reference failed (needs python3 -m pip install gguf==0.19.0 numpy): {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    eprintln!("reference: {}", String::from_utf8_lossy(&r.stdout).trim());
+    std::fs::read(out).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+}
+
+/// Per position, the largest |Δ| of the logits (NaN counts as infinite).
+fn deltas(got: &[Vec<f32>], want: &[f32], n_vocab: usize) -> Vec<f32> {
+    assert_eq!(got.len(), N, "positions");
+    got.iter()
+        .enumerate()
+        .map(|(p, row)| {
+            assert_eq!(row.len(), n_vocab);
+            let w = &want[p * n_vocab..(p + 1) * n_vocab];
+            row.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) })
+        })
+        .collect()
+}
+
+/// Whether every position is within `EVERY` and 3/4 of them within `MOST`.
+fn within(d: &[f32]) -> bool {
+    d.iter().all(|&x| x <= EVERY) && 4 * d.iter().filter(|&&x| x <= MOST).count() >= 3 * N
+}
+
+fn compare(what: &str, got: &[Vec<f32>], want: &[f32], n_vocab: usize) -> f32 {
+    let d = deltas(got, want, n_vocab);
+    let worst = d.iter().fold(0f32, |m, &x| m.max(x));
+    let close = d.iter().filter(|&&x| x <= MOST).count();
+    eprintln!("{what}: max |lode - reference| = {worst:.2e}; {close} of {N} positions within {MOST:e}");
+    assert!(within(&d), "{what}: outside the bounds: {d:?}");
+    worst
+}
+
+fn engine(file: &Arc<GgufFile>, batch: usize, n_seq: usize) -> BatchEngine {
+    let m = Model::load(file.clone()).unwrap();
+    let opts = EngineOptions { ctx_size: Some(2 * N), batch_size: batch, kv_type: KvType::F32 };
+    BatchEngine::new(m, Box::new(CpuBackend::new(2).unwrap()), opts, n_seq).unwrap()
+}
+
+fn eval_all(e: &mut BatchEngine, seq: usize, ids: &[u32]) -> Vec<Vec<f32>> {
+    let mut rows = vec![Vec::new(); ids.len()];
+    e.eval_rows(seq, ids, lode_runtime::model::OutputRows::All, &mut |i, l| rows[i] = l.to_vec()).unwrap();
+    rows
+}
+
+#[test]
+fn qwen35_tiny_matches_a_numpy_forward_pass() {
+    let dir = std::env::temp_dir().join(format!("lode-hybrid-ref-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("qwen35-tiny.gguf");
+    lode(&["synth", "--preset", "qwen35-tiny", "-o", path.to_str().unwrap(), "--seed", "3"]);
+    // Ids spread over the vocabulary, below the special tokens.
+    let ids: Vec<u32> = (0..N as u64).map(|i| ((i * 2654435761) >> 7) as u32 % 151643).collect();
+    let want = reference(&path, &ids, &dir.join("ref.f32"), None);
+
+    let file = Arc::new(GgufFile::open(&path).unwrap());
+    let m = Model::load(file.clone()).unwrap();
+    let c = &m.cfg;
+    assert_eq!(c.recurrent_layers, [true, true, true, false]);
+    let d = c.recurrent.expect("qwen35 has recurrent layers");
+    assert_eq!((d.d_conv, d.n_k_heads, d.n_v_heads, d.head_k_dim, d.head_v_dim), (4, 2, 4, 64, 64));
+    assert_eq!((c.n_rot, c.attn_out_gate), (16, true));
+    let n_vocab = c.n_vocab;
+    assert_eq!(want.len(), N * n_vocab);
+
+    // One prefill chunk of 256 rows.
+    let prefill = eval_all(&mut engine(&file, N, 1), 0, &ids);
+    let worst = compare("prefill", &prefill, &want, n_vocab);
+    // Uneven chunks: 100, 100, 56 (the state crosses two chunk boundaries).
+    let chunks = eval_all(&mut engine(&file, 100, 1), 0, &ids);
+    compare("chunks of 100", &chunks, &want, n_vocab);
+    // One token at a time (the decode path).
+    let mut e = Engine::new(Model::load(file.clone()).unwrap(), Box::new(CpuBackend::new(2).unwrap()), EngineOptions { ctx_size: Some(2 * N), batch_size: N, kv_type: KvType::F32 }).unwrap();
+    let steps: Vec<Vec<f32>> = ids.iter().map(|&t| e.eval(&[t]).unwrap()).collect();
+    compare("decode", &steps, &want, n_vocab);
+    // Prompt as one chunk against token by token: the same model twice, so closer still.
+    let dd = deltas(&steps, &prefill.concat(), n_vocab);
+    eprintln!("prefill vs decode: max |Δ| = {:.2e}", dd.iter().fold(0f32, |m, &x| m.max(x)));
+    assert!(within(&dd), "prefill and decode differ: {dd:?}");
+    // Two sequences stepped together (per-row states): sequence 1 runs the ids shifted by
+    // one position's worth of history, sequence 0 the ids themselves.
+    let mut b = engine(&file, N, 2);
+    b.eval_rows(1, &ids[..1], lode_runtime::model::OutputRows::Last, &mut |_, _| {}).unwrap();
+    let mut batched = Vec::with_capacity(N);
+    for t in 0..N {
+        let seq1 = ids[(t + 1) % N];
+        let out = b.step(&[(0, ids[t]), (1, seq1)]).unwrap();
+        batched.push(out[0].clone());
+        if t + 2 > N {
+            break;
+        }
+    }
+    compare("batched steps", &batched, &want, n_vocab);
+    assert!(worst > 0.0, "bit-equal to a float64 reference would be suspicious");
+
+    // The bounds can fail: lode against a reference without the convolution, and one
+    // with beta fixed at 1.
+    for drop in ["--drop-conv", "--drop-beta"] {
+        let bad = reference(&path, &ids, &dir.join("bad.f32"), Some(drop));
+        let d = deltas(&prefill, &bad, n_vocab);
+        eprintln!("against the reference with {drop}: max |Δ| = {:.2e}", d.iter().fold(0f32, |m, &x| m.max(x)));
+        assert!(!within(&d), "lode also matches a reference with {drop}: the bounds see nothing");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,158 @@
+//! The `qwen35` presets of `lode synth` (Qwen3.5 / 3.6 dense: gated delta net layers
+//! interleaved with gated attention), their tensors and their metadata keys, as llama.cpp's
+//! loader reads them (`src/models/qwen35.cpp`, `LLM_KV_SSM_*`,
+//! `LLM_KV_FULL_ATTENTION_INTERVAL`, `LLM_KV_ROPE_DIMENSION_SECTIONS`; the names in
+//! gguf-py's `MODEL_TENSORS[QWEN35]`).
+//!
+//! Types: norms, `ssm_a`, `ssm_dt.bias` and `ssm_conv1d` are F32 (llama.cpp quantizes
+//! only 2-D tensors and never `ssm_conv1d`); the delta net's matrices take the mix's rule
+//! of the attention matrix they stand in for (`attn_qkv`, `attn_gate`, `ssm_beta`,
+//! `ssm_alpha` as `attn_q`, `ssm_out` as `attn_output`), which is this tool's choice, not
+//! a reading of llama.cpp's per-tensor rules for them.
+
+use lode_runtime::gguf::{MetaValue, ValueType};
+
+use super::{Hparams, Kind, Preset};
+
+/// The gated delta net of a hybrid preset (llama.cpp's `ssm.*` keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HybridParams {
+    /// `ssm.conv_kernel`.
+    pub d_conv: u64,
+    /// `ssm.group_count`: q/k heads.
+    pub n_k_heads: u64,
+    /// `ssm.time_step_rank`: value heads.
+    pub n_v_heads: u64,
+    /// `ssm.state_size`: the head width of q, k and v.
+    pub head_dim: u64,
+    /// `full_attention_interval`: every n-th layer is attention.
+    pub interval: u64,
+    /// Rotated dimensions of the attention heads (`rope.dimension_count`).
+    pub n_rot: u64,
+    /// `rope.dimension_sections` (text positions: plain NeoX over `n_rot`).
+    pub sections: [i32; 4],
+}
+
+impl HybridParams {
+    pub fn key_dim(&self) -> u64 {
+        self.n_k_heads * self.head_dim
+    }
+    pub fn value_dim(&self) -> u64 {
+        self.n_v_heads * self.head_dim
+    }
+    pub fn channels(&self) -> u64 {
+        2 * self.key_dim() + self.value_dim()
+    }
+    pub fn is_recurrent(&self, layer: u64) -> bool {
+        (layer + 1) % self.interval != 0
+    }
+}
+
+/// Qwen3.5-27B / Qwen3.6-27B (same text decoder, `model_type` qwen3_5), from the model
+/// card (Qwen/Qwen3.6-27B: hidden 5120, 64 layers as 16 × (3 × Gated DeltaNet + 1 ×
+/// gated attention), DeltaNet 48 V heads and 16 QK heads of 128, attention 24 Q and 4 KV
+/// heads of 256, rotary dimension 64, FFN 17408, vocabulary and LM output 248320 padded,
+/// context 262144) and its `config.json` (`rope_theta` 1e7, `mrope_section` [11, 11, 10],
+/// `linear_conv_kernel_dim` 4, `rms_norm_eps` 1e-6, untied head). llama.cpp's converter
+/// writes `rope.dimension_sections` as four values, the fourth 0.
+pub fn qwen35_27b() -> Hparams {
+    Hparams {
+        name: "qwen35-27b",
+        arch: "qwen35",
+        n_embd: 5120,
+        n_layer: 64,
+        n_head: 24,
+        n_head_kv: 4,
+        head_dim: 256,
+        n_ff: 17408,
+        n_vocab: 248320,
+        context_length: 262144,
+        rope_base: 1e7,
+        rms_eps: 1e-6,
+        tied: false,
+        qk_norm: true,
+        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 48, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0] }),
+        ..Default::default()
+    }
+}
+
+/// A tiny qwen35 for tests: 4 layers (3 recurrent, then attention), n_embd 256; 2 q/k
+/// heads shared by 4 value heads of 64 (so value head h reads key head h mod 2), kernel 4;
+/// attention 4 q / 2 KV heads of 64 with 16 rotated dimensions; Qwen3's vocabulary size.
+pub fn qwen35_tiny() -> Hparams {
+    Hparams {
+        name: "qwen35-tiny",
+        n_embd: 256,
+        n_layer: 4,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_ff: 512,
+        n_vocab: 151936,
+        context_length: 4096,
+        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 2, n_v_heads: 4, head_dim: 64, interval: 4, n_rot: 16, sections: [3, 3, 2, 0] }),
+        ..qwen35_27b()
+    }
+}
+
+pub fn hparams(p: Preset) -> Hparams {
+    match p {
+        Preset::Qwen35Tiny => qwen35_tiny(),
+        _ => qwen35_27b(),
+    }
+}
+
+/// One block's tensors in the order llama.cpp's loader asks for them: `(name, kind,
+/// dims)`.
+pub fn layer_tensors(h: &Hparams, x: &HybridParams, i: u64) -> Vec<(String, Kind, Vec<u64>)> {
+    use Kind::*;
+    let b = |s: &str| format!("blk.{i}.{s}.weight");
+    let e = h.n_embd;
+    let mut v = vec![(b("attn_norm"), Vector, vec![e]), (b("post_attention_norm"), Vector, vec![e])];
+    if x.is_recurrent(i) {
+        let (ch, vd, nv) = (x.channels(), x.value_dim(), x.n_v_heads);
+        v.extend([
+            (b("attn_qkv"), AttnQ, vec![e, ch]),
+            (b("attn_gate"), AttnQ, vec![e, vd]),
+            (b("ssm_conv1d"), Vector, vec![x.d_conv, ch]),
+            (format!("blk.{i}.ssm_dt.bias"), Vector, vec![nv]),
+            (format!("blk.{i}.ssm_a"), Vector, vec![nv]),
+            (b("ssm_beta"), AttnQ, vec![e, nv]),
+            (b("ssm_alpha"), AttnQ, vec![e, nv]),
+            (b("ssm_norm"), Vector, vec![x.head_dim]),
+            (b("ssm_out"), AttnOutput, vec![vd, e]),
+        ]);
+    } else {
+        let (q, kv) = (h.n_head * h.head_dim, h.n_head_kv * h.head_dim);
+        v.extend([
+            (b("attn_q"), AttnQ, vec![e, 2 * q]),
+            (b("attn_k"), AttnK, vec![e, kv]),
+            (b("attn_v"), AttnV, vec![e, kv]),
+            (b("attn_output"), AttnOutput, vec![q, e]),
+            (b("attn_q_norm"), Vector, vec![h.head_dim]),
+            (b("attn_k_norm"), Vector, vec![h.head_dim]),
+        ]);
+    }
+    v.extend([(b("ffn_gate"), FfnGate, vec![e, h.n_ff]), (b("ffn_down"), FfnDown, vec![h.n_ff, e]), (b("ffn_up"), FfnUp, vec![e, h.n_ff])]);
+    v
+}
+
+/// The keys llama.cpp's qwen35 loader reads beyond the common ones.
+pub fn metadata(a: &str, x: &HybridParams) -> Vec<(String, MetaValue)> {
+    let u = |v: u64| MetaValue::U32(v as u32);
+    vec![
+        (format!("{a}.ssm.conv_kernel"), u(x.d_conv)),
+        (format!("{a}.ssm.inner_size"), u(x.value_dim())),
+        (format!("{a}.ssm.state_size"), u(x.head_dim)),
+        (format!("{a}.ssm.time_step_rank"), u(x.n_v_heads)),
+        (format!("{a}.ssm.group_count"), u(x.n_k_heads)),
+        (format!("{a}.full_attention_interval"), u(x.interval)),
+        (format!("{a}.rope.dimension_sections"), MetaValue::Array(ValueType::I32, x.sections.iter().map(|&s| MetaValue::I32(s)).collect())),
+    ]
+}
+
+/// Values for the F32 tensors whose meaning needs a sign or a range the default fill
+/// ([0.9, 1.1)) does not give: `ssm_a` is `−exp(A_log)`, so negative (decays below 1).
+pub fn negate(name: &str) -> bool {
+    name.ends_with(".ssm_a")
+}
