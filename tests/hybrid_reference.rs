@@ -153,3 +153,53 @@ fn qwen35_tiny_matches_a_numpy_forward_pass() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The recurrent state beside the KV cache: a sequence cut back to fewer tokens than it
+/// holds starts over (and then gives the fresh logits again: its state was reset); a
+/// prefix copy takes a source's whole history with its state (the copy continues exactly
+/// as the source) and refuses a shorter prefix; `lode fit` counts the state and the
+/// attention layers' KV only; `lode inspect --plan` shows the delta net op.
+#[test]
+fn qwen35_state_follows_the_sequence() {
+    let dir = std::env::temp_dir().join(format!("lode-hybrid-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("qwen35-tiny.gguf");
+    let p = path.to_str().unwrap();
+    lode(&["synth", "--preset", "qwen35-tiny", "-o", p, "--seed", "4"]);
+    let file = Arc::new(GgufFile::open(&path).unwrap());
+    let ids: Vec<u32> = (0..12u32).map(|i| 1000 + 37 * i).collect();
+    let last = |e: &mut BatchEngine, seq: usize, toks: &[u32]| {
+        let mut l = Vec::new();
+        e.eval_rows(seq, toks, lode_runtime::model::OutputRows::Last, &mut |_, x| l = x.to_vec()).unwrap();
+        l
+    };
+    let mut e = engine(&file, 16, 2);
+    assert!(e.is_recurrent());
+    let fresh = last(&mut e, 0, &ids[..8]);
+    e.truncate(0, 5);
+    assert_eq!(e.history(0).len(), 0, "a recurrent sequence keeps all or nothing");
+    assert!(last(&mut e, 0, &ids[..8]) == fresh, "after starting over, the state was reset");
+    e.truncate(0, 8);
+    assert_eq!(e.history(0).len(), 8, "keeping everything is allowed");
+    assert!(e.copy_prefix(0, 1, 4).is_err(), "a shorter prefix cannot be copied");
+    e.copy_prefix(0, 1, 8).unwrap();
+    let (a, b) = (last(&mut e, 0, &ids[8..]), last(&mut e, 1, &ids[8..]));
+    assert!(a == b, "the copy continues exactly as its source");
+    // As one chunk of 12 (attention over other chunk shapes rounds differently).
+    let mut f = engine(&file, 16, 1);
+    let whole = last(&mut f, 0, &ids);
+    let d = whole.iter().zip(&a).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(d < 1e-3, "8 + 4 tokens against 12 at once: max |Δ| {d}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_lode")).args(["fit", "-m", p, "--device", "cpu", "--json", "-c", "1024"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j = String::from_utf8_lossy(&out.stdout);
+    // One attention layer of 2 KV heads × (64 + 64) f16 per token; 3 recurrent layers of
+    // 3 × 512 conv values and 4 × 64 × 64 delta-rule values, f32.
+    assert!(j.contains(&format!("\"kv_bytes_per_token\": {}", 2 * 128 * 2)), "{j}");
+    assert!(j.contains(&format!("\"recurrent_state_bytes\": {}", 3 * (3 * 512 + 4 * 64 * 64) * 4)), "{j}");
+    let out = Command::new(env!("CARGO_BIN_EXE_lode")).args(["inspect", "--plan", p, "--tokens", "16"]).output().unwrap();
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && plan.contains("gated_delta_net") && plan.contains("ssm_out") && plan.contains("mul_sigmoid"), "{plan}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -58,7 +58,7 @@ impl BatchEngine {
             tracing::warn!("context {n_ctx} exceeds the model's training context {}", c.n_ctx_train);
         }
         let spec = KvSpec {
-            n_layer: c.n_layer,
+            n_layer: c.kv_layers(),
             n_ctx,
             n_kv_head: c.n_head_kv,
             head_dim_k: c.head_dim_k,

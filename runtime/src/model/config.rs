@@ -201,6 +201,21 @@ impl Config {
         })
     }
 
+    /// Layers with a KV cache (all but the recurrent ones).
+    pub fn kv_layers(&self) -> usize {
+        self.recurrent_layers.iter().filter(|&&r| !r).count()
+    }
+    /// Layer `l`'s place in the KV cache (the attention layers before it).
+    pub fn kv_slot(&self, l: usize) -> usize {
+        self.recurrent_layers[..l].iter().filter(|&&r| !r).count()
+    }
+    /// f32 values of one sequence's recurrent state (every recurrent layer's conv and
+    /// delta-rule state).
+    pub fn recurrent_state_len(&self) -> usize {
+        let n = self.recurrent_layers.iter().filter(|&&r| r).count();
+        self.recurrent.map_or(0, |d| n * (d.conv_state_len() + d.ssm_state_len()))
+    }
+
     /// RoPE base and frequency scale of layer `l`.
     pub fn rope_for_layer(&self, l: usize) -> (f32, f32) {
         if self.swa_layers[l] {

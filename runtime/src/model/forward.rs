@@ -203,9 +203,11 @@ impl Model {
                 scale: c.attn_scale,
                 window: c.swa_layers[l].then_some(c.n_swa),
             };
+            // The cache holds the attention layers only.
+            let kl = c.kv_slot(l);
             match kv {
                 // One cache: q/k norms, RoPE, the K/V store and attention in one (fused) op.
-                KvRows::One(cache) => be.rope_kv_attention(s.q, s.k, s.v, cache, l, pos, &prep, &attn, s.att)?,
+                KvRows::One(cache) => be.rope_kv_attention(s.q, s.k, s.v, cache, kl, pos, &prep, &attn, s.att)?,
                 // Per-row caches: the K/V store happens in `attention_rows`.
                 KvRows::PerRow(caches) => {
                     if let Some(qn) = &prep.q_norm {
@@ -219,7 +221,7 @@ impl Model {
                     if let Some(qs) = c.q_scale {
                         be.scale(s.q, n * c.n_head * c.head_dim_k, qs)?;
                     }
-                    be.attention_rows(s.q, s.k, s.v, caches, l, pos, &attn, s.att)?;
+                    be.attention_rows(s.q, s.k, s.v, caches, kl, pos, &attn, s.att)?;
                 }
             }
             if let Some(h) = gated {

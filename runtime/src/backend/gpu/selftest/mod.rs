@@ -18,6 +18,7 @@ pub mod prefill;
 pub mod replay;
 pub mod exact;
 mod fused;
+pub mod delta;
 pub mod moe;
 pub mod norm_mv;
 mod reference;
