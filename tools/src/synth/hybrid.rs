@@ -156,3 +156,47 @@ pub fn metadata(a: &str, x: &HybridParams) -> Vec<(String, MetaValue)> {
 pub fn negate(name: &str) -> bool {
     name.ends_with(".ssm_a")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{metadata as all_metadata, plan, Quant};
+    use super::*;
+    use lode_runtime::quant::GgmlType::*;
+
+    /// Qwen3.5-27B's tensor list: 48 recurrent layers of 14 tensors (two norms, nine of
+    /// the delta net, three of the FFN), 16 attention layers of 11, and token_embd,
+    /// output_norm, output; with the shapes llama.cpp's loader asks for.
+    #[test]
+    fn qwen35_27b_tensors_and_keys() {
+        let h = hparams(Preset::Qwen35_27b);
+        let p = plan(&h, Quant::Q4KM);
+        assert_eq!(p.len(), 48 * 14 + 16 * 11 + 3);
+        let get = |n: &str| p.iter().find(|t| t.name == n).map(|t| (t.ty, t.dims.clone())).unwrap_or_else(|| panic!("no {n}"));
+        // 2·16·128 + 48·128 channels; z and ssm_out 6144 wide; 48 value heads.
+        assert_eq!(get("blk.0.attn_qkv.weight").1, [5120, 10240]);
+        assert_eq!(get("blk.0.ssm_conv1d.weight"), (F32, vec![4, 10240]));
+        assert_eq!(get("blk.2.ssm_a"), (F32, vec![48]));
+        assert_eq!(get("blk.2.ssm_dt.bias"), (F32, vec![48]));
+        assert_eq!(get("blk.1.ssm_out.weight").1, [6144, 5120]);
+        assert_eq!(get("blk.1.ssm_norm.weight"), (F32, vec![128]));
+        // Layer 3 is attention: q with its gate (2 · 24 · 256), 4 KV heads of 256.
+        assert_eq!(get("blk.3.attn_q.weight").1, [5120, 12288]);
+        assert_eq!(get("blk.3.attn_k.weight").1, [5120, 1024]);
+        assert_eq!(get("blk.3.attn_output.weight").1, [6144, 5120]);
+        assert_eq!(get("blk.3.post_attention_norm.weight"), (F32, vec![5120]));
+        assert!(!p.iter().any(|t| t.name == "blk.3.attn_qkv.weight" || t.name == "blk.4.attn_q.weight" || t.name.contains("ffn_norm")));
+        assert_eq!(get("output.weight"), (Q6_K, vec![5120, 248320]));
+        let m = all_metadata(&h, Quant::Q4KM);
+        let key = |k: &str| m.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no {k}"));
+        assert_eq!(key("general.architecture"), MetaValue::String("qwen35".into()));
+        assert_eq!(key("qwen35.ssm.inner_size"), MetaValue::U32(6144));
+        assert_eq!(key("qwen35.ssm.time_step_rank"), MetaValue::U32(48));
+        assert_eq!(key("qwen35.ssm.group_count"), MetaValue::U32(16));
+        assert_eq!(key("qwen35.ssm.state_size"), MetaValue::U32(128));
+        assert_eq!(key("qwen35.ssm.conv_kernel"), MetaValue::U32(4));
+        assert_eq!(key("qwen35.rope.dimension_count"), MetaValue::U32(64));
+        assert_eq!(key("qwen35.full_attention_interval"), MetaValue::U32(4));
+        assert_eq!(key("qwen35.attention.key_length"), MetaValue::U32(256));
+        assert!(matches!(key("qwen35.rope.dimension_sections"), MetaValue::Array(ValueType::I32, ref v) if v.len() == 4));
+    }
+}
