@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""An independent qwen35 (Qwen3.5 / 3.6 dense) forward pass in NumPy, for
+"""An independent qwen35 / qwen35moe (Qwen3.5 / 3.6) forward pass in NumPy, for
 `tests/hybrid_reference.rs`.
 
-    python3 tests/data/qwen35_reference.py MODEL.gguf ID,ID,... OUT.f32 [--drop-conv|--drop-beta]
+    python3 tests/data/qwen35_reference.py MODEL.gguf ID,ID,... OUT.f32 [--drop-conv|--drop-beta|--drop-shared-gate]
 
 Reads the tensors with gguf-py (0.19.0) and dequantizes them with `gguf.quants`; it does
 not call lode. Writes the logits of every position ([n_tokens, n_vocab] little-endian
 f32) to OUT. `--drop-conv` / `--drop-beta` compute a deliberately wrong model (no
-convolution: each channel is its current input; beta fixed at 1), which the test uses to
+convolution: each channel is its current input; beta fixed at 1; the shared expert
+ungated), which the test uses to
 show its bounds can fail.
 
 The arithmetic is llama.cpp's qwen35 graph, written from its math:
@@ -23,7 +24,11 @@ The arithmetic is llama.cpp's qwen35 graph, written from its math:
   silu(z); then ssm_out;
 - an attention layer: attn_q gives each head's query then its gate; q/k per-head RMS
   norms, NeoX RoPE over the first rope.dimension_count dimensions, causal GQA
-  attention (f32 K/V), times sigmoid(gate), then attn_output.
+  attention (f32 K/V), times sigmoid(gate), then attn_output;
+- qwen35moe's FFN: router logits (ffn_gate_inp), softmax over all experts, the
+  expert_used_count most probable, their probabilities divided by their sum (clamped
+  below at 2^-14), each selected expert's SwiGLU FFN weighted and summed, plus the shared
+  expert's SwiGLU FFN times sigmoid(ffn_gate_inp_shexp . x).
 Like llama.cpp's CPU backend (and lode's), each matrix product first rounds its
 activations to the weight's dot type (Q8_K for the K-quants); everything else is float64.
 """
@@ -60,8 +65,10 @@ class Model:
             w = t.data if t.tensor_type == T.F32 else dequantize(t.data, t.tensor_type)
             self.t[t.name] = (np.asarray(w, dtype=np.float64), t.tensor_type)
 
+        self.arch = self.meta["general.architecture"]
+
     def kv(self, k, default=None):
-        return self.meta.get(f"qwen35.{k}", default)
+        return self.meta.get(f"{self.arch}.{k}", default)
 
 
 def matmul(w, x):
@@ -157,6 +164,34 @@ def attention(m, b, h, eps, pos):
     return matmul(b("attn_output.weight"), att.reshape(n, H * D) * sigmoid(gate))
 
 
+def swiglu(b, h, suffix):
+    g, u = matmul(b(f"ffn_gate{suffix}.weight"), h), matmul(b(f"ffn_up{suffix}.weight"), h)
+    return matmul(b(f"ffn_down{suffix}.weight"), silu(g) * u)
+
+
+def moe(m, b, h, drop):
+    n_used = m.kv("expert_used_count")
+    logits = matmul(b("ffn_gate_inp.weight"), h)
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    gate, up, down = b("ffn_gate_exps.weight"), b("ffn_up_exps.weight"), b("ffn_down_exps.weight")
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        sel = np.argsort(-probs[t], kind="stable")[:n_used]
+        wsel = probs[t, sel] / max(probs[t, sel].sum(), 6.103515625e-5)
+        ht = h[t : t + 1]
+        for ex, wt in zip(sel, wsel):
+            g = matmul((gate[0][ex], gate[1]), ht)
+            u = matmul((up[0][ex], up[1]), ht)
+            out[t] += wt * matmul((down[0][ex], down[1]), silu(g) * u)[0]
+    try:
+        gi = b("ffn_gate_inp_shexp.weight")
+    except KeyError:
+        return out
+    gate = 1.0 if drop == "--drop-shared-gate" else sigmoid(matmul((gi[0][None, :], gi[1]), h))
+    return out + swiglu(b, h, "_shexp") * gate
+
+
 def forward(m, ids, drop):
     n = len(ids)
     L, eps = m.kv("block_count"), m.kv("attention.layer_norm_rms_epsilon")
@@ -172,8 +207,7 @@ def forward(m, ids, drop):
         else:
             x = x + attention(m, b, h, eps, pos)
         h = rms_norm(x, b("post_attention_norm.weight")[0], eps)
-        g, u = matmul(b("ffn_gate.weight"), h), matmul(b("ffn_up.weight"), h)
-        x = x + matmul(b("ffn_down.weight"), silu(g) * u)
+        x = x + (moe(m, b, h, drop) if m.arch == "qwen35moe" else swiglu(b, h, ""))
     h = rms_norm(x, w("output_norm.weight")[0], eps)
     head = m.t.get("output.weight", m.t["token_embd.weight"])
     return matmul(head, h)

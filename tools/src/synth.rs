@@ -57,6 +57,13 @@ pub enum Preset {
     /// A tiny qwen35 for tests: 4 layers (3 gated delta net, 1 gated attention), n_embd 256.
     #[value(name = "qwen35-tiny")]
     Qwen35Tiny,
+    /// Qwen3.6-35B-A3B (qwen35moe): 40 layers (30 gated delta net, 10 gated attention),
+    /// n_embd 2048, 256 experts of FFN 512 (8 used) and a shared expert.
+    #[value(name = "qwen35-35b-a3b")]
+    Qwen35_35bA3b,
+    /// A tiny qwen35moe for tests: qwen35-tiny's layers, 16 experts of 256 (4 used), shared 256.
+    #[value(name = "qwen35moe-tiny")]
+    Qwen35MoeTiny,
 }
 
 /// Quantization mixes: llama.cpp's `llama-quantize` presets as it applies them without an
@@ -228,7 +235,7 @@ pub fn hparams(p: Preset) -> Hparams {
             ..Default::default()
         },
         Preset::Qwen3_30bA3b | Preset::Qwen3MoeTiny => moe::hparams(p),
-        Preset::Qwen35_27b | Preset::Qwen35Tiny => hybrid::hparams(p),
+        Preset::Qwen35_27b | Preset::Qwen35Tiny | Preset::Qwen35_35bA3b | Preset::Qwen35MoeTiny => hybrid::hparams(p),
     }
 }
 
@@ -556,10 +563,10 @@ fn synth_with(h: &Hparams, mix: Quant, path: &std::path::Path, seed: u64, progre
             let bytes: Vec<u8> = rope.iter().flat_map(|f| f.to_le_bytes()).collect();
             return dst.write_all(&bytes);
         }
-        if hybrid::negate(&info.name) {
+        if let Some(f) = hybrid::f32_map(&info.name).filter(|_| info.ty == GgmlType::F32) {
             let mut v = Vec::with_capacity(info.n_bytes as usize);
             blocks::fill_tensor(info.ty, info.n_bytes, seed, i as u64, &mut v)?;
-            let bytes: Vec<u8> = v.chunks_exact(4).flat_map(|b| (-f32::from_le_bytes([b[0], b[1], b[2], b[3]])).to_le_bytes()).collect();
+            let bytes: Vec<u8> = v.chunks_exact(4).flat_map(|b| f(f32::from_le_bytes([b[0], b[1], b[2], b[3]])).to_le_bytes()).collect();
             return dst.write_all(&bytes);
         }
         blocks::fill_tensor(info.ty, info.n_bytes, seed, i as u64, &mut dst)

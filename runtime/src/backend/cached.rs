@@ -340,8 +340,8 @@ impl Backend for CachedBackend {
     fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
         self.inner.split_halves(src, n_rows, half, a, b)
     }
-    fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n: usize) -> Result<()> {
-        self.inner.mul_sigmoid(x, gate, n)
+    fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
+        self.inner.mul_sigmoid(x, gate, n_rows, row_len, per_row)
     }
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {

@@ -410,9 +410,11 @@ pub trait Backend: Send {
     fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
         recurrent::split_halves_host(self, src, n_rows, half, a, b)
     }
-    /// `x[i] *= sigmoid(gate[i])` over `n` elements (qwen35's attention output gate).
-    fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n: usize) -> Result<()> {
-        recurrent::mul_sigmoid_host(self, x, gate, n)
+    /// `x *= sigmoid(gate)` over `x` `[n_rows, row_len]`, `gate` of the same shape or, with
+    /// `per_row`, one value per row (qwen35's attention output gate; qwen35moe's shared
+    /// expert gate). Default: host.
+    fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
+        recurrent::mul_sigmoid_host(self, x, gate, n_rows, row_len, per_row)
     }
 
     /// Causal attention of `q` `[n_tok, n_head*head_dim_k]` (token `t` at `pos[t]`) over

@@ -313,17 +313,25 @@ pub fn split_halves_host<B: Backend + ?Sized>(be: &mut B, src: Buf, n_rows: usiz
     be.write(b, &vb)
 }
 
-/// [`Backend::mul_sigmoid`] on the host slices: `x[i] *= σ(gate[i])`.
-pub fn mul_sigmoid_slice(x: &mut [f32], gate: &[f32]) {
-    x.iter_mut().zip(gate).for_each(|(v, &g)| *v *= sigmoid(g));
+/// [`Backend::mul_sigmoid`] on the host slices: `x[i] *= σ(gate[i])`, or with `per_row`
+/// `x[r][j] *= σ(gate[r])` over rows of `row_len`.
+pub fn mul_sigmoid_slice(x: &mut [f32], gate: &[f32], row_len: usize, per_row: bool) {
+    if per_row {
+        x.chunks_mut(row_len.max(1)).zip(gate).for_each(|(row, &g)| {
+            let s = sigmoid(g);
+            row.iter_mut().for_each(|v| *v *= s);
+        });
+    } else {
+        x.iter_mut().zip(gate).for_each(|(v, &g)| *v *= sigmoid(g));
+    }
 }
 
 /// [`Backend::mul_sigmoid`] through host read-back.
-pub fn mul_sigmoid_host<B: Backend + ?Sized>(be: &mut B, x: Buf, gate: Buf, n: usize) -> Result<()> {
-    let (mut xv, mut gv) = (vec![0f32; n], vec![0f32; n]);
+pub fn mul_sigmoid_host<B: Backend + ?Sized>(be: &mut B, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
+    let (mut xv, mut gv) = (vec![0f32; n_rows * row_len], vec![0f32; if per_row { n_rows } else { n_rows * row_len }]);
     be.read(x, &mut xv)?;
     be.read(gate, &mut gv)?;
-    mul_sigmoid_slice(&mut xv, &gv);
+    mul_sigmoid_slice(&mut xv, &gv, row_len, per_row);
     be.write(x, &xv)
 }
 

@@ -220,6 +220,9 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         if let Some(d) = c.recurrent {
             bufs.extend([n * d.channels(), n * d.value_dim(), n * d.n_v_heads, n * d.n_v_heads, n * d.value_dim()]);
         }
+        if model.layers.iter().any(|l| l.shared.is_some()) {
+            bufs.extend([n * c.n_ff_shared, n * c.n_ff_shared, n * c.n_embd, n]);
+        }
         if let Some(x) = c.experts {
             bufs.extend([n * x.n_expert, n * c.n_embd, n * x.n_ff, n * x.n_ff, n * c.n_embd, c.n_embd, x.n_used * n * c.n_embd]);
         }

@@ -6,7 +6,7 @@ use crate::gguf::{GgufFile, MetaValue};
 use super::ModelError;
 
 /// The architectures lode runs (`general.architecture` values).
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35", "qwen35moe"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -19,6 +19,9 @@ pub enum Arch {
     Gemma3,
     /// Qwen3.5 / 3.6 dense: gated delta net layers interleaved with gated attention.
     Qwen35,
+    /// Qwen3.5 / 3.6 mixture of experts (35B-A3B): qwen35's layers with routed experts and
+    /// a gated shared expert.
+    Qwen35Moe,
 }
 
 impl Arch {
@@ -30,6 +33,7 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
             Arch::Qwen35 => "qwen35",
+            Arch::Qwen35Moe => "qwen35moe",
         }
     }
 }
@@ -80,6 +84,9 @@ pub struct Config {
     /// The name of the FFN's input norm (`ffn_norm`; qwen35 calls it
     /// `post_attention_norm`).
     pub ffn_norm_name: &'static str,
+    /// Rows of a shared expert's gate and up (`{arch}.expert_shared_feed_forward_length`;
+    /// llama.cpp's default: `feed_forward_length`), used where a layer has one.
+    pub n_ff_shared: usize,
 }
 
 /// The routed experts of a mixture-of-experts model.
@@ -109,6 +116,7 @@ impl Config {
             "qwen3moe" => Arch::Qwen3Moe,
             "gemma3" => Arch::Gemma3,
             "qwen35" => Arch::Qwen35,
+            "qwen35moe" => Arch::Qwen35Moe,
             other => {
                 return Err(ModelError::UnsupportedArch {
                     arch: other.to_string(),
@@ -155,7 +163,12 @@ impl Config {
         let rope_freq_scale = rope_scale(file, a)?;
 
         let gemma = arch == Arch::Gemma3;
-        let hybrid = arch == Arch::Qwen35;
+        let hybrid = matches!(arch, Arch::Qwen35 | Arch::Qwen35Moe);
+        if let Some(sc) = optf("expert_weights_scale")? {
+            if sc != 0.0 && sc != 1.0 {
+                return Err(ModelError::BadConfig(format!("{a}.expert_weights_scale {sc} is not supported (0 or 1)")));
+            }
+        }
         let (recurrent, recurrent_layers) = if hybrid { delta_net(&req, &opt, a, n_layer)? } else { (None, vec![false; n_layer]) };
         if hybrid {
             rope_sections_plain(file, a, n_rot)?;
@@ -198,6 +211,7 @@ impl Config {
             recurrent_layers,
             attn_out_gate: hybrid,
             ffn_norm_name: if hybrid { "post_attention_norm" } else { "ffn_norm" },
+            n_ff_shared: opt("expert_shared_feed_forward_length")?.unwrap_or(n_ff),
         })
     }
 

@@ -225,7 +225,7 @@ impl Model {
                 }
             }
             if let Some(h) = gated {
-                be.mul_sigmoid(s.att, h.gate, n * c.n_head * c.head_dim_v)?;
+                be.mul_sigmoid(s.att, h.gate, n, c.n_head * c.head_dim_v, false)?;
             }
             let attn_add = self.project(be, aw.wo, ly.post_attn_norm, s.att, n, s)?;
             pending_add = self.ffn_block(be, l, ly, attn_add, n, s)?;
@@ -297,6 +297,9 @@ impl Model {
                 let (router, down) = (self.w(r), self.w(ly.down));
                 let p = MoeFfn { router: &router, gate: &gate, up: &up, down: &down, n_used: x.n_used, norm_top_k: x.norm_top_k, act: c.act };
                 be.moe_ffn(s.xb, n, &p, s.xb2, tmp)?;
+                if let (Some(sh), Some(hs)) = (&ly.shared, &s.hybrid) {
+                    self.shared_expert(be, sh, hs, s.xb, n, s.xb2)?;
+                }
                 if let Some(pn) = ly.post_ffw_norm {
                     be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
                 }

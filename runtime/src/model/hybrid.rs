@@ -86,12 +86,15 @@ pub struct HybridScratch {
     /// The delta net's projections and output (`[n, channels]`, `[n, value_dim]`,
     /// `[n, n_v_heads]` twice, `[n, value_dim]`); absent without recurrent layers.
     pub delta: Option<[Buf; 5]>,
+    /// A shared expert's gate and up `[n, n_ff_shared]`, its output `[n, n_embd]` and its
+    /// gate logits `[n]` (qwen35moe).
+    pub shared: Option<[Buf; 4]>,
 }
 
 impl HybridScratch {
     pub fn new(be: &mut dyn Backend, model: &Model, n: usize) -> Result<Option<HybridScratch>, ModelError> {
         let c = &model.cfg;
-        if !c.attn_out_gate && c.recurrent.is_none() {
+        if !c.attn_out_gate && c.recurrent.is_none() && model.layers.iter().all(|l| l.shared.is_none()) {
             return Ok(None);
         }
         let qd = c.n_head * c.head_dim_k;
@@ -106,12 +109,20 @@ impl HybridScratch {
             ]),
             None => None,
         };
-        Ok(Some(HybridScratch { qg, gate, delta }))
+        let shared = match c.experts {
+            Some(_) if model.layers.iter().any(|l| l.shared.is_some()) => {
+                let fs = c.n_ff_shared;
+                Some([be.alloc(n * fs)?, be.alloc(n * fs)?, be.alloc(n * c.n_embd)?, be.alloc(n)?])
+            }
+            _ => None,
+        };
+        Ok(Some(HybridScratch { qg, gate, delta, shared }))
     }
 
     pub fn bufs(&self) -> Vec<Buf> {
         let mut v = vec![self.qg, self.gate];
         v.extend(self.delta.iter().flatten());
+        v.extend(self.shared.iter().flatten());
         v
     }
 }
@@ -121,6 +132,21 @@ impl Model {
     /// add) and the four projections, the recurrent core over `states` (one for the
     /// chunk's sequence, or one per row). Returns the buffer `ssm_out` projects.
     #[allow(clippy::too_many_arguments)]
+    /// A shared expert (qwen35moe) on the FFN's normed input `x`, gated by
+    /// `sigmoid(gate_inp · x)` and added to the routed experts' sum in `acc`.
+    pub(super) fn shared_expert(&self, be: &mut dyn Backend, sh: &super::SharedExpert, hs: &HybridScratch, x: Buf, n: usize, acc: Buf) -> Result<(), ModelError> {
+        let Some([g, u, y, logit]) = hs.shared else {
+            return Err(ModelError::BadConfig("a shared expert without its buffers".into()));
+        };
+        let (wg, wu, wd, wi) = (self.w(sh.gate), self.w(sh.up), self.w(sh.down), self.w(sh.gate_inp));
+        be.matmul_glu(&wg, &wu, x, n, g, u, self.cfg.act)?;
+        be.matmul(&wd, g, n, y)?;
+        be.matmul(&wi, x, n, logit)?;
+        be.mul_sigmoid(y, logit, n, self.cfg.n_embd, true)?;
+        be.add(acc, y, acc, n * self.cfg.n_embd)?;
+        Ok(())
+    }
+
     pub(super) fn delta_block(&self, be: &mut dyn Backend, norm: &NormIn, n: usize, l: usize, dw: &DeltaWeights, hs: &HybridScratch, states: &[&RecurrentState]) -> Result<Buf, ModelError> {
         let (Some(d), Some([qkv, z, beta, alpha, core])) = (self.cfg.recurrent, hs.delta) else {
             return Err(ModelError::BadConfig(format!("layer {l} is recurrent but the model has no delta net dimensions")));

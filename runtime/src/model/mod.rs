@@ -63,7 +63,19 @@ pub struct Layer {
     pub down: WeightId,
     /// `ffn_gate_inp`: the router of a mixture-of-experts layer (`[n_embd → n_expert]`).
     pub router: Option<WeightId>,
+    /// A shared expert beside the routed ones (qwen35moe).
+    pub shared: Option<SharedExpert>,
     pub post_ffw_norm: Option<WeightId>,
+}
+
+/// A shared expert: a gated FFN every token takes, times `sigmoid(gate_inp · x)`.
+#[derive(Clone, Debug)]
+pub struct SharedExpert {
+    /// `ffn_gate_inp_shexp` `[n_embd]`: one gate logit per token.
+    pub gate_inp: WeightId,
+    pub gate: WeightId,
+    pub up: WeightId,
+    pub down: WeightId,
 }
 
 /// An attention block's weights.
@@ -158,7 +170,7 @@ impl Model {
         let output_norm = get("output_norm.weight", &[e])?;
         let output = opt("output.weight", &[e, n_vocab])?.unwrap_or(tok_embd);
         let rope_freqs = opt("rope_freqs.weight", &[(c.n_rot / 2) as u64])?;
-        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 | Arch::Qwen35);
+        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 | Arch::Qwen35 | Arch::Qwen35Moe);
         let gemma = c.arch == Arch::Gemma3;
         // With an output gate, attn_q holds each head's query then its gate.
         let qd_w = if c.attn_out_gate { 2 * qd } else { qd };
@@ -200,8 +212,20 @@ impl Model {
                     (get(&n("ffn_gate_exps.weight"), &[e, f, ne])?, get(&n("ffn_up_exps.weight"), &[e, f, ne])?, get(&n("ffn_down_exps.weight"), &[f, e, ne])?, Some(router))
                 }
             };
+            let shared = match (c.experts, find(&n("ffn_gate_inp_shexp.weight"))) {
+                (Some(_), Some(_)) => {
+                    let fs = c.n_ff_shared as u64;
+                    Some(SharedExpert {
+                        gate_inp: get(&n("ffn_gate_inp_shexp.weight"), &[e])?,
+                        gate: get(&n("ffn_gate_shexp.weight"), &[e, fs])?,
+                        up: get(&n("ffn_up_shexp.weight"), &[e, fs])?,
+                        down: get(&n("ffn_down_shexp.weight"), &[fs, e])?,
+                    })
+                }
+                _ => None,
+            };
             let post_ffw_norm = req_if(gemma, "post_ffw_norm.weight", &[e])?;
-            layers.push(Layer { attn_norm, attn, delta, post_attn_norm, ffn_norm, gate, up, down, router, post_ffw_norm });
+            layers.push(Layer { attn_norm, attn, delta, post_attn_norm, ffn_norm, gate, up, down, router, shared, post_ffw_norm });
         }
         let model = Model { cfg, file, tok_embd, output_norm, output, rope_freqs, layers };
         model.check_types()?;
@@ -234,6 +258,9 @@ impl Model {
             }
             if let Some(d) = &l.delta {
                 vecs.extend([d.conv, d.dt_bias, d.a, d.norm]);
+            }
+            if let Some(sh) = &l.shared {
+                vecs.push(sh.gate_inp);
             }
         }
         for id in vecs {
@@ -269,6 +296,9 @@ impl Model {
             }
             if let Some(d) = &l.delta {
                 v.extend([d.qkv, d.z, d.beta, d.alpha, d.conv, d.dt_bias, d.a, d.norm, d.out]);
+            }
+            if let Some(sh) = &l.shared {
+                v.extend([sh.gate_inp, sh.gate, sh.up, sh.down]);
             }
         }
         v.sort();

@@ -31,6 +31,9 @@ pub struct HybridParams {
     pub n_rot: u64,
     /// `rope.dimension_sections` (text positions: plain NeoX over `n_rot`).
     pub sections: [i32; 4],
+    /// With experts (`Hparams::moe`): the shared expert's FFN rows
+    /// (`expert_shared_feed_forward_length`; 0: no shared expert).
+    pub n_ff_shared: u64,
 }
 
 impl HybridParams {
@@ -71,8 +74,44 @@ pub fn qwen35_27b() -> Hparams {
         rms_eps: 1e-6,
         tied: false,
         qk_norm: true,
-        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 48, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0] }),
+        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 48, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0], n_ff_shared: 0 }),
         ..Default::default()
+    }
+}
+
+/// Qwen3.6-35B-A3B (arch `qwen35moe`; Qwen3.5-35B-A3B has the same shapes), from the model
+/// card (Qwen/Qwen3.6-35B-A3B: hidden 2048, 40 layers as 10 × (3 × Gated DeltaNet + 1 ×
+/// gated attention), each with a MoE; DeltaNet 32 V heads and 16 QK heads of 128;
+/// attention 16 Q and 2 KV heads of 256, rotary dimension 64; 256 experts, 8 routed and
+/// 1 shared, expert intermediate 512; vocabulary 248320 padded; context 262144). The shared
+/// expert's intermediate size (512, `shared_expert_intermediate_size`) and the family's
+/// `rope_theta` 1e7, `rms_norm_eps` 1e-6 and conv kernel 4 are as in the 27B's config.
+pub fn qwen35_35b_a3b() -> Hparams {
+    Hparams {
+        name: "qwen35-35b-a3b",
+        arch: "qwen35moe",
+        n_embd: 2048,
+        n_layer: 40,
+        n_head: 16,
+        n_head_kv: 2,
+        n_ff: 0,
+        moe: Some(super::moe::MoeParams { n_expert: 256, n_used: 8, n_ff: 512 }),
+        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 32, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0], n_ff_shared: 512 }),
+        ..qwen35_27b()
+    }
+}
+
+/// A tiny qwen35moe for tests: [`qwen35_tiny`]'s layers with 16 experts of 256 (4 used) and
+/// a shared expert of 256 instead of the dense FFN.
+pub fn qwen35moe_tiny() -> Hparams {
+    let t = qwen35_tiny();
+    Hparams {
+        name: "qwen35moe-tiny",
+        arch: "qwen35moe",
+        n_ff: 0,
+        moe: Some(super::moe::MoeParams { n_expert: 16, n_used: 4, n_ff: 256 }),
+        hybrid: t.hybrid.map(|x| HybridParams { n_ff_shared: 256, ..x }),
+        ..t
     }
 }
 
@@ -90,7 +129,7 @@ pub fn qwen35_tiny() -> Hparams {
         n_ff: 512,
         n_vocab: 151936,
         context_length: 4096,
-        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 2, n_v_heads: 4, head_dim: 64, interval: 4, n_rot: 16, sections: [3, 3, 2, 0] }),
+        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 2, n_v_heads: 4, head_dim: 64, interval: 4, n_rot: 16, sections: [3, 3, 2, 0], n_ff_shared: 0 }),
         ..qwen35_27b()
     }
 }
@@ -98,6 +137,8 @@ pub fn qwen35_tiny() -> Hparams {
 pub fn hparams(p: Preset) -> Hparams {
     match p {
         Preset::Qwen35Tiny => qwen35_tiny(),
+        Preset::Qwen35MoeTiny => qwen35moe_tiny(),
+        Preset::Qwen35_35bA3b => qwen35_35b_a3b(),
         _ => qwen35_27b(),
     }
 }
@@ -133,7 +174,26 @@ pub fn layer_tensors(h: &Hparams, x: &HybridParams, i: u64) -> Vec<(String, Kind
             (b("attn_k_norm"), Vector, vec![h.head_dim]),
         ]);
     }
-    v.extend([(b("ffn_gate"), FfnGate, vec![e, h.n_ff]), (b("ffn_down"), FfnDown, vec![h.n_ff, e]), (b("ffn_up"), FfnUp, vec![e, h.n_ff])]);
+    match h.moe {
+        None => v.extend([(b("ffn_gate"), FfnGate, vec![e, h.n_ff]), (b("ffn_down"), FfnDown, vec![h.n_ff, e]), (b("ffn_up"), FfnUp, vec![e, h.n_ff])]),
+        Some(m) => {
+            v.extend([
+                (b("ffn_gate_inp"), Router, vec![e, m.n_expert]),
+                (b("ffn_down_exps"), FfnDown, vec![m.n_ff, e, m.n_expert]),
+                (b("ffn_gate_exps"), FfnGate, vec![e, m.n_ff, m.n_expert]),
+                (b("ffn_up_exps"), FfnUp, vec![e, m.n_ff, m.n_expert]),
+            ]);
+            let fs = x.n_ff_shared;
+            if fs > 0 {
+                v.extend([
+                    (b("ffn_gate_inp_shexp"), Vector, vec![e]),
+                    (b("ffn_gate_shexp"), FfnGate, vec![e, fs]),
+                    (b("ffn_up_shexp"), FfnUp, vec![e, fs]),
+                    (b("ffn_down_shexp"), FfnDown, vec![fs, e]),
+                ]);
+            }
+        }
+    }
     v
 }
 
@@ -149,12 +209,22 @@ pub fn metadata(a: &str, x: &HybridParams) -> Vec<(String, MetaValue)> {
         (format!("{a}.full_attention_interval"), u(x.interval)),
         (format!("{a}.rope.dimension_sections"), MetaValue::Array(ValueType::I32, x.sections.iter().map(|&s| MetaValue::I32(s)).collect())),
     ]
+    .into_iter()
+    .chain((x.n_ff_shared > 0).then(|| (format!("{a}.expert_shared_feed_forward_length"), u(x.n_ff_shared))))
+    .collect()
 }
 
-/// Values for the F32 tensors whose meaning needs a sign or a range the default fill
-/// ([0.9, 1.1)) does not give: `ssm_a` is `−exp(A_log)`, so negative (decays below 1).
-pub fn negate(name: &str) -> bool {
-    name.ends_with(".ssm_a")
+/// A map of the default F32 fill ([0.9, 1.1), a norm's range) for the vectors whose meaning
+/// needs another: `ssm_a` is `−exp(A_log)`, so negative (decays below 1); the shared
+/// expert's gate row is centred on 0 ([−0.1, 0.1)), so its sigmoid does not saturate.
+pub fn f32_map(name: &str) -> Option<fn(f32) -> f32> {
+    if name.ends_with(".ssm_a") {
+        Some(|v| -v)
+    } else if name.ends_with(".ffn_gate_inp_shexp.weight") {
+        Some(|v| v - 1.0)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -198,5 +268,30 @@ mod tests {
         assert_eq!(key("qwen35.full_attention_interval"), MetaValue::U32(4));
         assert_eq!(key("qwen35.attention.key_length"), MetaValue::U32(256));
         assert!(matches!(key("qwen35.rope.dimension_sections"), MetaValue::Array(ValueType::I32, ref v) if v.len() == 4));
+    }
+
+    /// Qwen3.6-35B-A3B: 30 recurrent layers of 19 tensors (two norms, the delta net's nine,
+    /// the router, three expert tensors, the shared expert's four) and 10 attention layers
+    /// of 16, and the expert keys llama.cpp's qwen35moe loader reads.
+    #[test]
+    fn qwen35_35b_a3b_tensors_and_keys() {
+        let h = hparams(Preset::Qwen35_35bA3b);
+        let p = plan(&h, Quant::Q4KM);
+        assert_eq!(p.len(), 30 * 19 + 10 * 16 + 3);
+        let get = |n: &str| p.iter().find(|t| t.name == n).map(|t| (t.ty, t.dims.clone())).unwrap_or_else(|| panic!("no {n}"));
+        assert_eq!(get("blk.0.attn_qkv.weight").1, [2048, 8192]);
+        assert_eq!(get("blk.0.ffn_gate_inp.weight"), (F32, vec![2048, 256]));
+        assert_eq!(get("blk.0.ffn_down_exps.weight").1, [512, 2048, 256]);
+        assert_eq!(get("blk.3.ffn_gate_inp_shexp.weight"), (F32, vec![2048]));
+        assert_eq!(get("blk.3.ffn_down_shexp.weight").1, [512, 2048]);
+        assert_eq!(get("blk.3.attn_q.weight").1, [2048, 8192]);
+        let m = all_metadata(&h, Quant::Q4KM);
+        let key = |k: &str| m.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no {k}"));
+        assert_eq!(key("general.architecture"), MetaValue::String("qwen35moe".into()));
+        assert_eq!(key("qwen35moe.expert_count"), MetaValue::U32(256));
+        assert_eq!(key("qwen35moe.expert_used_count"), MetaValue::U32(8));
+        assert_eq!(key("qwen35moe.expert_feed_forward_length"), MetaValue::U32(512));
+        assert_eq!(key("qwen35moe.expert_shared_feed_forward_length"), MetaValue::U32(512));
+        assert_eq!(key("qwen35moe.ssm.time_step_rank"), MetaValue::U32(32));
     }
 }

@@ -156,7 +156,9 @@ pub fn tokenizer(h: &Hparams) -> TokSpec {
             add_bos: true,
             template: MISTRAL,
         },
-        (Tok::Arch, "qwen3" | "qwen3moe" | "qwen35") => TokSpec {
+        // qwen35 files stand in with Qwen3's ChatML specials (ids inside their larger
+        // vocabulary); Qwen3.5's own tokenizer places them elsewhere.
+        (Tok::Arch, "qwen3" | "qwen3moe" | "qwen35" | "qwen35moe") => TokSpec {
             pre: "qwen2",
             specials: &[(151643, "<|endoftext|>"), (151644, "<|im_start|>"), (151645, "<|im_end|>")],
             bos: 151643,

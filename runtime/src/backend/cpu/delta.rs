@@ -74,13 +74,14 @@ impl CpuBackend {
         r
     }
 
-    pub(super) fn mul_sigmoid_direct(&mut self, x: Buf, gate: Buf, n: usize) -> Result<()> {
+    pub(super) fn mul_sigmoid_direct(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
+        let (n, ng) = (n_rows * row_len, if per_row { n_rows } else { n_rows * row_len });
         if x == gate {
             return Err(invalid("mul_sigmoid", "x and gate must be different buffers".into()));
         }
         self.with_io(gate, x, |g, xv, _| {
-            let g = span(g.unwrap_or(&[]), 0, n, "mul_sigmoid")?;
-            mul_sigmoid_slice(span_mut(xv, 0, n, "mul_sigmoid")?, g);
+            let g = span(g.unwrap_or(&[]), 0, ng, "mul_sigmoid")?;
+            mul_sigmoid_slice(span_mut(xv, 0, n, "mul_sigmoid")?, g, row_len, per_row);
             Ok(())
         })
     }

@@ -513,8 +513,8 @@ impl Backend for CpuBackend {
     fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
         self.split_halves_direct(src, n_rows, half, a, b)
     }
-    fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n: usize) -> Result<()> {
-        self.mul_sigmoid_direct(x, gate, n)
+    fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
+        self.mul_sigmoid_direct(x, gate, n_rows, row_len, per_row)
     }
 
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {

@@ -151,8 +151,8 @@ impl Backend for PlanTrace {
         self.touch(b);
         Ok(())
     }
-    fn mul_sigmoid(&mut self, x: Buf, _gate: Buf, n: usize) -> Result<()> {
-        self.push("mul_sigmoid", format!("{n}"), "host: read back, written again");
+    fn mul_sigmoid(&mut self, x: Buf, _gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
+        self.push("mul_sigmoid", format!("{n_rows}×{row_len}{}", if per_row { " (a gate per row)" } else { "" }), "host: read back, written again");
         self.touch(x);
         Ok(())
     }

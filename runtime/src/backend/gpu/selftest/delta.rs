@@ -155,7 +155,9 @@ fn check_small<G: Backend>(under: &mut G, cpu: &mut CpuBackend, rng: &mut Rng, a
         be.write(b, &vec![f32::NAN; rows * half])?;
         be.write(xb, &x)?;
         be.split_halves(s, rows, half, a, b)?;
-        be.mul_sigmoid(xb, b, rows * half)?;
+        be.mul_sigmoid(xb, b, rows, half, false)?;
+        // One gate per row (the first `rows` values of `a`) over the gated rows.
+        be.mul_sigmoid(xb, a, rows, half, true)?;
         let mut out = vec![0f32; 3 * rows * half];
         be.read(a, &mut out[..rows * half])?;
         be.read(b, &mut out[rows * half..2 * rows * half])?;
