@@ -240,3 +240,54 @@ fn qwen35moe_tiny_matches_a_numpy_forward_pass() {
     assert!(!within(&d), "lode also matches a reference without the shared expert's gate");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A qwen35 file written again with one key changed or dropped (or one tensor dropped):
+/// `Model::load` refuses it with an error naming the key or tensor, never a panic.
+#[test]
+fn malformed_qwen35_files_are_refused_by_name() {
+    use lode_runtime::gguf::{GgufWriter, MetaValue, ValueType};
+    let dir = std::env::temp_dir().join(format!("lode-hybrid-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("qwen35-tiny.gguf");
+    lode(&["synth", "--preset", "qwen35-tiny", "-o", path.to_str().unwrap(), "--seed", "6"]);
+    let src = GgufFile::open(&path).unwrap();
+    // The file again, with `key` set to `val` (None: dropped) and tensor `skip` left out.
+    let rewrite = |key: &str, val: Option<MetaValue>, skip: &str| -> Result<Model, String> {
+        let mut w = GgufWriter::new();
+        for (k, v) in src.metadata() {
+            match (k == key, &val) {
+                (true, Some(nv)) => {
+                    w.add_kv(k.clone(), nv.clone());
+                }
+                (true, None) => {}
+                (false, _) => {
+                    w.add_kv(k.clone(), v.clone());
+                }
+            }
+        }
+        for t in src.views().filter(|t| t.info.name != skip) {
+            w.add_tensor(&t.info.name, t.info.ty, &t.info.dims, t.data.to_vec());
+        }
+        let f = GgufFile::from_bytes(w.to_bytes().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        Model::load(Arc::new(f)).map_err(|e| e.to_string())
+    };
+    assert!(rewrite("", None, "").is_ok(), "the file as written loads");
+    let err = |key: &str, val: Option<MetaValue>, skip: &str| rewrite(key, val, skip).err().unwrap_or_else(|| panic!("{key}/{skip} loaded"));
+    let e = err("qwen35.ssm.conv_kernel", None, "");
+    assert!(e.contains("qwen35.ssm.conv_kernel"), "{e}");
+    // 3 value heads over 2 key heads (not a multiple), and inner_size ≠ heads × state.
+    let e = err("qwen35.ssm.time_step_rank", Some(MetaValue::U32(3)), "");
+    assert!(e.contains("ssm.time_step_rank 3"), "{e}");
+    let e = err("qwen35.ssm.inner_size", Some(MetaValue::U32(200)), "");
+    assert!(e.contains("ssm.inner_size 200"), "{e}");
+    // Sections that leave rotated pairs to the fourth (position 0) section.
+    let e = err("qwen35.rope.dimension_sections", Some(MetaValue::Array(ValueType::I32, [1, 1, 1, 5].map(MetaValue::I32).to_vec())), "");
+    assert!(e.contains("rope.dimension_sections"), "{e}");
+    let e = err("qwen35.full_attention_interval", Some(MetaValue::U32(0)), "");
+    assert!(e.contains("full_attention_interval"), "{e}");
+    let e = err("", None, "blk.1.ssm_a");
+    assert!(e.contains("blk.1.ssm_a"), "{e}");
+    let e = err("", None, "blk.3.attn_q_norm.weight");
+    assert!(e.contains("blk.3.attn_q_norm.weight"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
