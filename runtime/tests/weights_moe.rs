@@ -125,7 +125,7 @@ fn loads_as_moe_with_whole_expert_tensors() {
     let e3 = g.expert(3).unwrap();
     assert_eq!((e3.n_rows(), e3.row_len(), e3.data().len()), (FE as usize, E as usize, g.data().len() / 8));
     assert_eq!(e3.data().as_ptr() as usize - g.data().as_ptr() as usize, 3 * g.data().len() / 8);
-    assert!(g.expert(8).is_none() && e3.expert(0).is_none() && m.w(m.layers[0].wq).expert(0).is_none());
+    assert!(g.expert(8).is_none() && e3.expert(0).is_none() && m.w(m.layers[0].attn.as_ref().unwrap().wq).expert(0).is_none());
 }
 
 /// An expert's address is inside its tensor's one copy: no new region, no new copy.

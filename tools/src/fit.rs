@@ -105,6 +105,7 @@ pub fn run(args: Args) -> Result<()> {
             "kv_bytes": e.kv,
             "kv_bytes_per_token": e.kv_per_token,
             "kv_sliding_window_full_context": c.n_swa > 0,
+            "recurrent_state_bytes": e.recurrent,
             "scratch_bytes": e.scratch,
             "need_bytes": e.need,
             "free_bytes": e.free,
@@ -140,11 +141,15 @@ pub fn run(args: Args) -> Result<()> {
         "  KV cache  {:>11}  ({}: {seqs}{} layers × {ctx} × {} kv heads × {} + {}{swa})",
         human(e.kv),
         shape.kv_type,
-        c.n_layer,
+        c.kv_layers(),
         c.n_head_kv,
         c.head_dim_k,
         c.head_dim_v
     );
+    if e.recurrent > 0 {
+        let n_rec = c.n_layer - c.kv_layers();
+        println!("  recurrent {:>11}  (f32: {seqs}{n_rec} gated delta net layers' conv and delta-rule state, whatever the context)", human(e.recurrent));
+    }
     println!("  scratch   {:>11}  (estimate: activations of {}-token chunks{})", human(e.scratch), args.batch_size.min(ctx), if gpu { ", one allocation each, q8_1 copy, prefill operands and BLAS slab, launch overhead" } else { "" });
     println!("  needed    {:>11}", human(e.need));
     if let Some((p, need)) = &draft {

@@ -4,6 +4,7 @@
 //! of that size can be fetched; such a file loads in lode and in llama.cpp alike.
 
 mod blocks;
+pub mod hybrid;
 mod presets;
 pub mod moe;
 mod vocab;
@@ -49,6 +50,20 @@ pub enum Preset {
     /// A tiny qwen3moe for tests: 2 layers, n_embd 256, 8 experts of FFN 256, 2 used.
     #[value(name = "qwen3moe-tiny")]
     Qwen3MoeTiny,
+    /// Qwen3.5-27B / Qwen3.6-27B (qwen35): 64 layers (48 gated delta net, 16 gated
+    /// attention), n_embd 5120, FFN 17408.
+    #[value(name = "qwen35-27b")]
+    Qwen35_27b,
+    /// A tiny qwen35 for tests: 4 layers (3 gated delta net, 1 gated attention), n_embd 256.
+    #[value(name = "qwen35-tiny")]
+    Qwen35Tiny,
+    /// Qwen3.6-35B-A3B (qwen35moe): 40 layers (30 gated delta net, 10 gated attention),
+    /// n_embd 2048, 256 experts of FFN 512 (8 used) and a shared expert.
+    #[value(name = "qwen35-35b-a3b")]
+    Qwen35_35bA3b,
+    /// A tiny qwen35moe for tests: qwen35-tiny's layers, 16 experts of 256 (4 used), shared 256.
+    #[value(name = "qwen35moe-tiny")]
+    Qwen35MoeTiny,
 }
 
 /// Quantization mixes: llama.cpp's `llama-quantize` presets as it applies them without an
@@ -163,6 +178,8 @@ pub struct Hparams {
     pub tok: Tok,
     /// A mixture-of-experts FFN in every layer instead of the dense one.
     pub moe: Option<moe::MoeParams>,
+    /// qwen35's gated delta net layers (and gated attention in the others).
+    pub hybrid: Option<hybrid::HybridParams>,
 }
 
 impl Hparams {
@@ -218,6 +235,7 @@ pub fn hparams(p: Preset) -> Hparams {
             ..Default::default()
         },
         Preset::Qwen3_30bA3b | Preset::Qwen3MoeTiny => moe::hparams(p),
+        Preset::Qwen35_27b | Preset::Qwen35Tiny | Preset::Qwen35_35bA3b | Preset::Qwen35MoeTiny => hybrid::hparams(p),
     }
 }
 
@@ -397,6 +415,12 @@ pub fn plan(h: &Hparams, mix: Quant) -> Vec<Planned> {
         add("rope_freqs.weight".into(), Vector, 0, &[h.head_dim / 2]);
     }
     for i in 0..h.n_layer {
+        if let Some(x) = &h.hybrid {
+            for (name, kind, dims) in hybrid::layer_tensors(h, x, i) {
+                add(name, kind, i, &dims);
+            }
+            continue;
+        }
         let b = |s: &str| format!("blk.{i}.{s}.weight");
         add(b("attn_norm"), Vector, i, &[e]);
         add(b("attn_q"), AttnQ, i, &[e, q]);
@@ -435,29 +459,6 @@ pub fn plan(h: &Hparams, mix: Quant) -> Vec<Planned> {
     out
 }
 
-/// Llama-3.1's RoPE frequency factors ("llama3" scaling: factor 8, low/high frequency
-/// factors 1 and 4, original context 8192): 1 for short wavelengths, 8 for long ones,
-/// a smooth blend between. ggml divides each rotation frequency by its factor.
-fn llama3_rope_factors(h: &Hparams) -> Vec<f32> {
-    let (factor, low, high, orig_ctx) = (8.0f64, 1.0f64, 4.0f64, 8192.0f64);
-    let (low_wavelen, high_wavelen) = (orig_ctx / low, orig_ctx / high);
-    (0..h.head_dim / 2)
-        .map(|i| {
-            let freq = 1.0 / f64::from(h.rope_base).powf(2.0 * i as f64 / h.head_dim as f64);
-            let wavelen = 2.0 * std::f64::consts::PI / freq;
-            let f = if wavelen < high_wavelen {
-                1.0
-            } else if wavelen > low_wavelen {
-                factor
-            } else {
-                let smooth = (orig_ctx / wavelen - low) / (high - low);
-                1.0 / ((1.0 - smooth) / factor + smooth)
-            };
-            f as f32
-        })
-        .collect()
-}
-
 /// The metadata llama.cpp reads for this architecture, plus the tokenizer.
 pub fn metadata(h: &Hparams, mix: Quant) -> Vec<(String, MetaValue)> {
     let a = h.arch;
@@ -479,8 +480,11 @@ pub fn metadata(h: &Hparams, mix: Quant) -> Vec<(String, MetaValue)> {
         (format!("{a}.attention.value_length"), u32v(h.head_dim)),
         (format!("{a}.attention.layer_norm_rms_epsilon"), MetaValue::F32(h.rms_eps)),
         (format!("{a}.rope.freq_base"), MetaValue::F32(h.rope_base)),
-        (format!("{a}.rope.dimension_count"), u32v(h.head_dim)),
+        (format!("{a}.rope.dimension_count"), u32v(h.hybrid.map_or(h.head_dim, |x| x.n_rot))),
     ];
+    if let Some(x) = &h.hybrid {
+        m.extend(hybrid::metadata(a, x));
+    }
     if let Some(x) = h.moe {
         m.extend(moe::metadata(a, &x));
     }
@@ -550,13 +554,19 @@ fn synth_with(h: &Hparams, mix: Quant, path: &std::path::Path, seed: u64, progre
         indicatif::ProgressStyle::with_template("writing {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta} left)")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let rope = if h.rope_freqs { llama3_rope_factors(h) } else { Vec::new() };
+    let rope = if h.rope_freqs { presets::llama3_rope_factors(h) } else { Vec::new() };
     let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut out = std::io::BufWriter::with_capacity(8 << 20, file);
     w.write_stream(&mut out, &path.display().to_string(), |i, info, dst| {
         let mut dst = bar.wrap_write(dst);
         if info.name == "rope_freqs.weight" {
             let bytes: Vec<u8> = rope.iter().flat_map(|f| f.to_le_bytes()).collect();
+            return dst.write_all(&bytes);
+        }
+        if let Some(f) = hybrid::f32_map(&info.name).filter(|_| info.ty == GgmlType::F32) {
+            let mut v = Vec::with_capacity(info.n_bytes as usize);
+            blocks::fill_tensor(info.ty, info.n_bytes, seed, i as u64, &mut v)?;
+            let bytes: Vec<u8> = v.chunks_exact(4).flat_map(|b| f(f32::from_le_bytes([b[0], b[1], b[2], b[3]])).to_le_bytes()).collect();
             return dst.write_all(&bytes);
         }
         blocks::fill_tensor(info.ty, info.n_bytes, seed, i as u64, &mut dst)

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crate::backend::memory::MemoryTarget;
-use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope};
+use crate::backend::{Attention, Backend, BackendError, Buf, DeltaIn, DeltaNet, DeltaState, Glu, KvCache, KvSpec, KvType, MoeFfn, MoeScratch, Result, Rope};
 use crate::gguf::{GgufFile, TensorView};
 use crate::weights::host::HostMaterializer;
 use crate::weights::layout::{self, DeviceClass};
@@ -322,6 +322,29 @@ impl Backend for CachedBackend {
         let (router, gate, up, down) = (router?, gate?, up?, down?);
         let r = MoeFfn { router: &router, gate: &gate, up: &up, down: &down, ..*p };
         self.inner.moe_ffn(x, n_tok, &r, out, tmp)
+    }
+    fn gated_delta_net(&mut self, p: &DeltaNet, x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> {
+        // The four vectors through the cache (as moe_ffn's tensors), then read from it.
+        let ws = [p.conv, p.dt_bias, p.a, p.norm];
+        let mut layouts = Vec::with_capacity(4);
+        for w in ws {
+            if self.capacity.is_some() {
+                let held = self.held();
+                capped(&mut self.cache, self.capacity, held, &mut self.peak, w)?;
+            }
+            layouts.push(make_resident(&mut self.cache, w)?);
+        }
+        let c = &self.cache;
+        let [conv, dt_bias, a, norm] = [0, 1, 2, 3].map(|i| view_in(c, ws[i], layouts[i]));
+        let (conv, dt_bias, a, norm) = (conv?, dt_bias?, a?, norm?);
+        let r = DeltaNet { conv: &conv, dt_bias: &dt_bias, a: &a, norm: &norm, ..*p };
+        self.inner.gated_delta_net(&r, x, n_tok, states, out)
+    }
+    fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
+        self.inner.split_halves(src, n_rows, half, a, b)
+    }
+    fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
+        self.inner.mul_sigmoid(x, gate, n_rows, row_len, per_row)
     }
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {

@@ -23,11 +23,13 @@ pub mod cpu;
 pub mod gpu;
 pub mod moe;
 pub mod kv;
+pub mod recurrent;
 
 use crate::quant::{GgmlType, QuantError};
 use crate::weights::WeightRef;
 pub use moe::{MoeFfn, MoeScratch};
 pub use kv::{KvSpec, KvType, KvTypes};
+pub use recurrent::{DeltaDims, DeltaIn, DeltaNet, DeltaState};
 
 /// Handle to an f32 activation buffer owned by a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -369,6 +371,26 @@ pub trait Backend: Send {
     /// top-k; a device-side top-k and expert-indexed matvecs are the GPU's next step.
     fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
         moe::moe_ffn_unfused(self, x, n_tok, p, out, tmp)
+    }
+
+    /// A gated delta net layer's recurrent core ([`recurrent`] has the arithmetic): from
+    /// its projections `x` of `n_tok` rows to `out` `[n_tok, value_dim]` (normed and gated,
+    /// ready for `ssm_out`), updating the conv and delta-rule states in `states` (one for
+    /// a sequence's chunk, or one per row of a batched step). The default reads the
+    /// operands back to the host; the CPU runs it directly; fused GPU kernels are next.
+    fn gated_delta_net(&mut self, p: &DeltaNet, x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> {
+        recurrent::gated_delta_net_host(self, p, x, n_tok, states, out)
+    }
+    /// Row `r` of `src` (`2·half` values) into row `r` of `a` (first half) and `b`
+    /// (second): qwen35's query and output gate, interleaved per head. Default: host.
+    fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
+        recurrent::split_halves_host(self, src, n_rows, half, a, b)
+    }
+    /// `x *= sigmoid(gate)` over `x` `[n_rows, row_len]`, `gate` of the same shape or, with
+    /// `per_row`, one value per row (qwen35's attention output gate; qwen35moe's shared
+    /// expert gate). Default: host.
+    fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
+        recurrent::mul_sigmoid_host(self, x, gate, n_rows, row_len, per_row)
     }
 
     /// Causal attention of `q` `[n_tok, n_head*head_dim_k]` (token `t` at `pos[t]`) over

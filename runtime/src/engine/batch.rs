@@ -4,9 +4,15 @@
 //! pass, so every weight is read once per step however many sequences are decoding
 //! (continuous batching, as a server needs it). [`super::Engine`] is this with one
 //! sequence.
+//!
+//! A model with recurrent layers (qwen35) also keeps a [`RecurrentState`] per sequence
+//! beside its KV cache. That state exists only at the sequence's last position, so such a
+//! sequence cannot be cut back: [`BatchEngine::truncate`] to fewer tokens than it holds
+//! empties it (see [`kept_after_truncate`]), and [`BatchEngine::copy_prefix`] copies only a
+//! source's whole history (its KV and its state), never a shorter prefix.
 
 use crate::backend::{Backend, KvCache, KvSpec};
-use crate::model::{KvRows, Model, OutputRows, Scratch};
+use crate::model::{KvRows, Model, OutputRows, RecurrentState, Scratch};
 
 use super::{EngineError, EngineOptions, DEFAULT_CTX_CAP};
 
@@ -14,6 +20,18 @@ use super::{EngineError, EngineOptions, DEFAULT_CTX_CAP};
 struct Seq {
     kv: KvCache,
     history: Vec<u32>,
+    /// The recurrent layers' state after `history` (zeroed when `history` is empty).
+    rec: RecurrentState,
+}
+
+/// The tokens a sequence keeps when cut to `n` of its `len`: `n` (at most `len`), or 0
+/// for a model with recurrent layers unless `n` is all of them (its state is not kept at
+/// earlier positions).
+pub fn kept_after_truncate(recurrent: bool, len: usize, n: usize) -> usize {
+    match n.min(len) {
+        k if recurrent && k < len => 0,
+        k => k,
+    }
 }
 
 pub struct BatchEngine {
@@ -40,7 +58,7 @@ impl BatchEngine {
             tracing::warn!("context {n_ctx} exceeds the model's training context {}", c.n_ctx_train);
         }
         let spec = KvSpec {
-            n_layer: c.n_layer,
+            n_layer: c.kv_layers(),
             n_ctx,
             n_kv_head: c.n_head_kv,
             head_dim_k: c.head_dim_k,
@@ -65,7 +83,14 @@ impl BatchEngine {
         // Built step by step so that Drop releases whatever was allocated if one fails.
         for _ in 0..n_seq {
             let kv = e.be.alloc_kv(&spec)?;
-            e.seqs.push(Seq { kv, history: Vec::new() });
+            let rec = match RecurrentState::new(e.be.as_mut(), &e.model) {
+                Ok(r) => r,
+                Err(err) => {
+                    let _ = e.be.free_kv(kv);
+                    return Err(err.into());
+                }
+            };
+            e.seqs.push(Seq { kv, history: Vec::new(), rec });
         }
         let rows = opts.batch_size.min(n_ctx).max(n_seq);
         e.scratch = Some(Scratch::new(e.be.as_mut(), &e.model, rows)?);
@@ -92,12 +117,28 @@ impl BatchEngine {
     pub fn history(&self, seq: usize) -> &[u32] {
         &self.seqs[seq].history
     }
+    /// Whether the model has recurrent layers (whose sequences cannot be cut back).
+    pub fn is_recurrent(&self) -> bool {
+        self.model.cfg.recurrent.is_some()
+    }
     /// Keeps the first `n` cached tokens of `seq` (a shared prompt prefix, or a
-    /// rejected speculative draft rolled back). The K/V rows past `n` stay in the cache
-    /// unread: attention reads only positions below the query's, and the next
-    /// evaluation overwrites them.
+    /// rejected speculative draft rolled back); with recurrent layers, all or none
+    /// ([`kept_after_truncate`]). The K/V rows past `n` stay in the cache unread:
+    /// attention reads only positions below the query's, and the next evaluation
+    /// overwrites them.
     pub fn truncate(&mut self, seq: usize, n: usize) {
-        self.seqs[seq].history.truncate(n);
+        let s = &mut self.seqs[seq];
+        let k = kept_after_truncate(self.model.cfg.recurrent.is_some(), s.history.len(), n);
+        s.history.truncate(k);
+    }
+
+    /// A sequence about to evaluate from position 0 starts from the zero state.
+    fn reset_if_empty(&mut self, seq: usize) -> Result<(), EngineError> {
+        let s = &self.seqs[seq];
+        if s.history.is_empty() && !s.rec.is_empty() {
+            s.rec.reset(self.be.as_mut(), &self.model)?;
+        }
+        Ok(())
     }
 
     /// Makes `dst` hold `src`'s first `n` cached tokens, their K/V copied rather than
@@ -110,12 +151,22 @@ impl BatchEngine {
             return Err(EngineError::InvalidArg(format!("sequence {src} holds {have} tokens, not {n}")));
         }
         if src == dst {
-            self.seqs[dst].history.truncate(n);
+            self.truncate(dst, n);
             return Ok(());
         }
-        // On failure `dst` claims nothing: its K/V may be half copied.
+        let recurrent = self.is_recurrent();
+        if recurrent && n != have {
+            return Err(EngineError::InvalidArg(format!(
+                "sequence {src} holds {have} tokens: a model with recurrent layers can copy only all of them, not {n} (its state is kept at its last position only)"
+            )));
+        }
+        // On failure `dst` claims nothing: its K/V (and state) may be half copied.
         self.seqs[dst].history.clear();
         self.be.copy_kv(self.seqs[src].kv, self.seqs[dst].kv, n)?;
+        if recurrent {
+            let (s, d) = (&self.seqs[src].rec, &self.seqs[dst].rec);
+            d.copy_from(self.be.as_mut(), &self.model, s)?;
+        }
         let h = self.seqs[src].history[..n].to_vec();
         self.seqs[dst].history = h;
         Ok(())
@@ -154,6 +205,7 @@ impl BatchEngine {
             return Err(EngineError::PromptTooLong { n_prompt: tokens.len(), free, n_ctx: self.n_ctx });
         }
         self.check_tokens(tokens)?;
+        self.reset_if_empty(seq)?;
         let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
         let s = &mut self.seqs[seq];
         let mut done = 0;
@@ -169,9 +221,17 @@ impl BatchEngine {
             };
             let base = done;
             // On error the chunk's K/V may be half written; the history does not claim it.
-            self.model.forward(self.be.as_mut(), scratch, KvRows::One(s.kv), part, &pos, r, &mut |i, l| {
+            // On error the recurrent state may be half advanced: the sequence starts over.
+            let states: &[&RecurrentState] = if s.rec.is_empty() { &[] } else { &[&s.rec] };
+            let res = self.model.forward(self.be.as_mut(), scratch, KvRows::One(s.kv), states, part, &pos, r, &mut |i, l| {
                 on_logits(base + i, l)
-            })?;
+            });
+            if let Err(err) = res {
+                if !s.rec.is_empty() {
+                    s.history.clear();
+                }
+                return Err(err.into());
+            }
             s.history.extend_from_slice(part);
             done += part.len();
         }
@@ -195,9 +255,9 @@ impl BatchEngine {
     /// sequence appears at most once.
     pub fn step(&mut self, steps: &[(usize, u32)]) -> Result<Vec<Vec<f32>>, EngineError> {
         let n = steps.len();
-        let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
-        if n == 0 || n > scratch.n_max {
-            return Err(EngineError::InvalidArg(format!("a step of {n} sequences (1..={} allowed)", scratch.n_max)));
+        let n_max = self.scratch.as_ref().expect("scratch lives as long as the engine").n_max;
+        if n == 0 || n > n_max {
+            return Err(EngineError::InvalidArg(format!("a step of {n} sequences (1..={n_max} allowed)")));
         }
         let mut caches = Vec::with_capacity(n);
         let mut pos = Vec::with_capacity(n);
@@ -216,12 +276,26 @@ impl BatchEngine {
             tokens.push(tok);
         }
         self.check_tokens(&tokens)?;
+        for &(seq, _) in steps {
+            self.reset_if_empty(seq)?;
+        }
+        let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
+        let states: Vec<&RecurrentState> = steps.iter().map(|&(seq, _)| &self.seqs[seq].rec).filter(|r| !r.is_empty()).collect();
         let mut out = vec![Vec::new(); n];
         // One sequence: the single-sequence path (no per-row copies), bit-identical to `eval`.
         let kv = if n == 1 { KvRows::One(caches[0]) } else { KvRows::PerRow(&caches) };
-        self.model.forward(self.be.as_mut(), scratch, kv, &tokens, &pos, OutputRows::All, &mut |i, l| {
+        let res = self.model.forward(self.be.as_mut(), scratch, kv, &states, &tokens, &pos, OutputRows::All, &mut |i, l| {
             out[i] = l.to_vec()
-        })?;
+        });
+        if let Err(err) = res {
+            // The stepped sequences' recurrent states may be half advanced: they start over.
+            if !states.is_empty() {
+                for &(seq, _) in steps {
+                    self.seqs[seq].history.clear();
+                }
+            }
+            return Err(err.into());
+        }
         for &(seq, tok) in steps {
             self.seqs[seq].history.push(tok);
         }
@@ -234,8 +308,9 @@ impl Drop for BatchEngine {
         if let Some(s) = self.scratch.take() {
             let _ = s.free(self.be.as_mut());
         }
-        for s in self.seqs.drain(..) {
+        for mut s in self.seqs.drain(..) {
             let _ = self.be.free_kv(s.kv);
+            let _ = s.rec.free(self.be.as_mut());
         }
     }
 }

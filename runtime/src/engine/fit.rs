@@ -13,6 +13,9 @@
 //!   values); on the GPU one allocation per sequence, each K/V plane 256-byte rounded.
 //!   Beside the chosen types, the largest context for f16, q8_0 and q4_0 K and V
 //!   ([`Estimate::max_ctx_by_kv`]), which the refusal names when a smaller type fits.
+//! - Recurrent state (qwen35): every sequence's conv and delta-rule state of each recurrent
+//!   layer (f32, one allocation per layer and state), which no context size changes; the
+//!   KV cache then counts the attention layers only.
 //! - Scratch: the model's activation buffers (`model::Scratch`), and on a GPU the q8_1
 //!   activation copy, prefill's operands (through the vendor BLAS for chunks of
 //!   `blas_min` tokens or more: the f16 activations, the transient f16 weight slab, the
@@ -78,8 +81,10 @@ pub struct Estimate {
     pub kv: u64,
     /// KV bytes per token of context (all sequences).
     pub kv_per_token: u64,
+    /// Recurrent state of every sequence (qwen35; 0 for other models).
+    pub recurrent: u64,
     pub scratch: u64,
-    /// weights + kv + scratch.
+    /// weights + kv + recurrent + scratch.
     pub need: u64,
     /// The device: free and total (a cap's where set), used at open, name.
     pub free: u64,
@@ -223,12 +228,13 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
 
     let n_seq = shape.n_seq.max(1) as u64;
     let ctx = shape.ctx.max(1);
-    let per_token = |ty: KvTypes| kv_bytes_per_token(ty, c.n_layer, c.n_head_kv, c.head_dim_k, c.head_dim_v) * n_seq;
+    let kv_layers = c.kv_layers();
+    let per_token = |ty: KvTypes| kv_bytes_per_token(ty, kv_layers, c.n_head_kv, c.head_dim_k, c.head_dim_v) * n_seq;
     let kv_per_token = per_token(shape.kv_type);
     let kv_of = |ty: KvTypes, ctx: usize| -> u64 {
         if gpu {
             let plane = |t: KvType, d: usize| round_up((ctx * t.bytes(c.n_head_kv * d)) as u64, 256);
-            n_seq * round_up(c.n_layer as u64 * (plane(ty.k, c.head_dim_k) + plane(ty.v, c.head_dim_v)), GPU_PAGE)
+            n_seq * round_up(kv_layers as u64 * (plane(ty.k, c.head_dim_k) + plane(ty.v, c.head_dim_v)), GPU_PAGE)
         } else {
             per_token(ty) * ctx as u64
         }
@@ -251,6 +257,15 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
             16 * c.n_embd,
             16 * c.n_vocab,
         ];
+        if c.attn_out_gate {
+            bufs.extend([2 * n * c.n_head * c.head_dim_k, n * c.n_head * c.head_dim_k]);
+        }
+        if let Some(d) = c.recurrent {
+            bufs.extend([n * d.channels(), n * d.value_dim(), n * d.n_v_heads, n * d.n_v_heads, n * d.value_dim()]);
+        }
+        if model.layers.iter().any(|l| l.shared.is_some()) {
+            bufs.extend([n * c.n_ff_shared, n * c.n_ff_shared, n * c.n_embd, n]);
+        }
         if let Some(x) = c.experts {
             bufs.extend(crate::backend::MoeScratch::lens(n, c.n_embd, x.n_expert, x.n_ff, x.n_used));
         }
@@ -265,9 +280,17 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         let widest = c.n_embd.max(n_ff).max(c.n_head * c.head_dim_v);
         act + round_up(q8, GPU_PAGE) + prefill_scratch(n, widest, max_slab, tuning) + GPU_LAUNCH_OVERHEAD
     };
-    let need = weights + kv(ctx) + scratch(ctx);
+    // Each recurrent layer's two states, per sequence (one allocation each on a GPU).
+    let recurrent = match c.recurrent {
+        Some(d) if gpu => {
+            let n_rec = (c.n_layer - kv_layers) as u64;
+            n_seq * n_rec * (round_up(d.conv_state_len() as u64 * 4, GPU_PAGE) + round_up(d.ssm_state_len() as u64 * 4, GPU_PAGE))
+        }
+        _ => n_seq * c.recurrent_state_len() as u64 * 4,
+    };
+    let need = weights + kv(ctx) + recurrent + scratch(ctx);
     // Largest context: scratch grows with the chunk only up to the batch size.
-    let fixed = weights + scratch(shape.batch.max(1));
+    let fixed = weights + recurrent + scratch(shape.batch.max(1));
     // The bound without rounding, then the largest context whose rounded KV fits below it
     // (the GPU rounds each sequence's cache to the driver's page).
     let largest = |ty: KvTypes| -> u64 {
@@ -296,6 +319,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         n_tensors,
         kv: kv(ctx),
         kv_per_token,
+        recurrent,
         scratch: scratch(ctx),
         need,
         free: target.free,

@@ -12,7 +12,7 @@ mod stop;
 
 use std::time::Instant;
 
-pub use batch::BatchEngine;
+pub use batch::{kept_after_truncate, BatchEngine};
 pub use constraint::{Constraint, TokenMask};
 pub use drafters::{check_same_vocab, ModelDrafter, NgramDrafter};
 pub use sampler::{argmax_logits, Sampler, SamplerParams};

@@ -1,12 +1,12 @@
 //! Hyper-parameters of a model, read from GGUF metadata (reference §1.6, §5).
 
-use crate::backend::{Glu, RopeMode};
+use crate::backend::{DeltaDims, Glu, RopeMode};
 use crate::gguf::{GgufFile, MetaValue};
 
 use super::ModelError;
 
 /// The architectures lode runs (`general.architecture` values).
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35", "qwen35moe"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -17,6 +17,11 @@ pub enum Arch {
     /// Qwen3's mixture-of-experts models (Qwen3-30B-A3B, Qwen3-235B-A22B).
     Qwen3Moe,
     Gemma3,
+    /// Qwen3.5 / 3.6 dense: gated delta net layers interleaved with gated attention.
+    Qwen35,
+    /// Qwen3.5 / 3.6 mixture of experts (35B-A3B): qwen35's layers with routed experts and
+    /// a gated shared expert.
+    Qwen35Moe,
 }
 
 impl Arch {
@@ -27,6 +32,8 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
+            Arch::Qwen35 => "qwen35",
+            Arch::Qwen35Moe => "qwen35moe",
         }
     }
 }
@@ -66,6 +73,20 @@ pub struct Config {
     pub act: Glu,
     /// A mixture-of-experts FFN in every layer (`{arch}.expert_count`); `None`: dense.
     pub experts: Option<Experts>,
+    /// The gated delta net of the recurrent layers (qwen35: the `ssm.*` keys); `None`: no
+    /// recurrent layer.
+    pub recurrent: Option<DeltaDims>,
+    /// Per layer: a gated delta net instead of softmax attention.
+    pub recurrent_layers: Vec<bool>,
+    /// The q projection carries a per-head output gate after each head's query
+    /// (`attn_q` is `2·n_head·head_dim` wide; qwen35): attention × sigmoid(gate).
+    pub attn_out_gate: bool,
+    /// The name of the FFN's input norm (`ffn_norm`; qwen35 calls it
+    /// `post_attention_norm`).
+    pub ffn_norm_name: &'static str,
+    /// Rows of a shared expert's gate and up (`{arch}.expert_shared_feed_forward_length`;
+    /// llama.cpp's default: `feed_forward_length`), used where a layer has one.
+    pub n_ff_shared: usize,
 }
 
 /// The routed experts of a mixture-of-experts model.
@@ -94,6 +115,8 @@ impl Config {
             "qwen3" => Arch::Qwen3,
             "qwen3moe" => Arch::Qwen3Moe,
             "gemma3" => Arch::Gemma3,
+            "qwen35" => Arch::Qwen35,
+            "qwen35moe" => Arch::Qwen35Moe,
             other => {
                 return Err(ModelError::UnsupportedArch {
                     arch: other.to_string(),
@@ -113,7 +136,9 @@ impl Config {
         let optf = |k: &str| -> Result<Option<f32>, ModelError> { Ok(file.get_f32(&format!("{a}.{k}"))?) };
 
         let n_embd = req("embedding_length")?;
-        let n_layer = req("block_count")?;
+        // Blocks past `block_count - nextn_predict_layers` are multi-token-prediction heads
+        // (qwen35), which the forward pass does not run.
+        let n_layer = req("block_count")?.saturating_sub(opt("nextn_predict_layers")?.unwrap_or(0));
         let experts = experts(&opt, a)?;
         // A MoE model's dense `feed_forward_length` is informational (no dense FFN reads it).
         let n_ff = if experts.is_some() { opt("feed_forward_length")?.unwrap_or(0) } else { req("feed_forward_length")? };
@@ -138,6 +163,16 @@ impl Config {
         let rope_freq_scale = rope_scale(file, a)?;
 
         let gemma = arch == Arch::Gemma3;
+        let hybrid = matches!(arch, Arch::Qwen35 | Arch::Qwen35Moe);
+        if let Some(sc) = optf("expert_weights_scale")? {
+            if sc != 0.0 && sc != 1.0 {
+                return Err(ModelError::BadConfig(format!("{a}.expert_weights_scale {sc} is not supported (0 or 1)")));
+            }
+        }
+        let (recurrent, recurrent_layers) = if hybrid { delta_net(&req, &opt, a, n_layer)? } else { (None, vec![false; n_layer]) };
+        if hybrid {
+            rope_sections_plain(file, a, n_rot)?;
+        }
         let n_swa = if gemma { opt("attention.sliding_window")?.unwrap_or(0) } else { 0 };
         let swa_layers = if gemma && n_swa > 0 { swa_pattern(file, a, n_layer)? } else { vec![false; n_layer] };
         let explicit_scale = if gemma { None } else { optf("attention.scale")? };
@@ -172,7 +207,27 @@ impl Config {
             embd_scale,
             act: if gemma { Glu::GeluTanh } else { Glu::Silu },
             experts,
+            recurrent,
+            recurrent_layers,
+            attn_out_gate: hybrid,
+            ffn_norm_name: if hybrid { "post_attention_norm" } else { "ffn_norm" },
+            n_ff_shared: opt("expert_shared_feed_forward_length")?.unwrap_or(n_ff),
         })
+    }
+
+    /// Layers with a KV cache (all but the recurrent ones).
+    pub fn kv_layers(&self) -> usize {
+        self.recurrent_layers.iter().filter(|&&r| !r).count()
+    }
+    /// Layer `l`'s place in the KV cache (the attention layers before it).
+    pub fn kv_slot(&self, l: usize) -> usize {
+        self.recurrent_layers[..l].iter().filter(|&&r| !r).count()
+    }
+    /// f32 values of one sequence's recurrent state (every recurrent layer's conv and
+    /// delta-rule state).
+    pub fn recurrent_state_len(&self) -> usize {
+        let n = self.recurrent_layers.iter().filter(|&&r| r).count();
+        self.recurrent.map_or(0, |d| n * (d.conv_state_len() + d.ssm_state_len()))
     }
 
     /// RoPE base and frequency scale of layer `l`.
@@ -199,6 +254,58 @@ fn experts(opt: &dyn Fn(&str) -> Result<Option<usize>, ModelError>, a: &str) -> 
         )));
     }
     Ok(Some(Experts { n_expert, n_used, n_ff, norm_top_k: true }))
+}
+
+/// qwen35's gated delta net: its dimensions from the `ssm.*` keys, and which layers are
+/// recurrent: all but every `full_attention_interval`-th (default 4, as llama.cpp).
+#[allow(clippy::type_complexity)]
+fn delta_net(
+    req: &dyn Fn(&str) -> Result<usize, ModelError>,
+    opt: &dyn Fn(&str) -> Result<Option<usize>, ModelError>,
+    a: &str,
+    n_layer: usize,
+) -> Result<(Option<DeltaDims>, Vec<bool>), ModelError> {
+    let (d_conv, inner, state) = (req("ssm.conv_kernel")?, req("ssm.inner_size")?, req("ssm.state_size")?);
+    let (n_v_heads, n_k_heads) = (req("ssm.time_step_rank")?, req("ssm.group_count")?);
+    let ok = d_conv >= 1 && n_k_heads > 0 && n_v_heads > 0 && n_v_heads % n_k_heads == 0 && state > 0 && inner == n_v_heads * state;
+    if !ok {
+        return Err(ModelError::BadConfig(format!(
+            "{a}: ssm.conv_kernel {d_conv}, ssm.inner_size {inner}, ssm.state_size {state}, ssm.time_step_rank {n_v_heads}, \
+             ssm.group_count {n_k_heads}: need a kernel of at least 1, value heads a multiple of the key heads and \
+             inner_size = time_step_rank × state_size (square states)"
+        )));
+    }
+    let interval = opt("full_attention_interval")?.unwrap_or(4);
+    if interval == 0 {
+        return Err(ModelError::BadConfig(format!("{a}.full_attention_interval is 0")));
+    }
+    let layers = (0..n_layer).map(|i| (i + 1) % interval != 0).collect();
+    Ok((Some(DeltaDims { d_conv, n_k_heads, n_v_heads, head_k_dim: state, head_v_dim: inner / n_v_heads }), layers))
+}
+
+/// qwen35's multi-section RoPE (`rope.dimension_sections`, interleaved as ggml's IMROPE):
+/// for text every section's position is the token's, so it is plain NeoX RoPE over
+/// `n_rot` dimensions exactly when every rotated pair falls in one of the first three
+/// sections (none in the fourth, whose position is 0). Refused otherwise.
+fn rope_sections_plain(file: &GgufFile, a: &str, n_rot: usize) -> Result<(), ModelError> {
+    let key = format!("{a}.rope.dimension_sections");
+    let Some(MetaValue::Array(_, items)) = file.get(&key) else {
+        return Ok(());
+    };
+    let s: Vec<usize> = items.iter().filter_map(meta_int).map(|v| v as usize).collect();
+    if s.len() != items.len() || s.len() < 3 {
+        return Err(ModelError::BadConfig(format!("{key}: expected 3 or 4 integers")));
+    }
+    let total: usize = s.iter().sum();
+    let covered = |sector: usize| {
+        (sector % 3 == 0 && sector < 3 * s[0]) || (sector % 3 == 1 && sector < 3 * s[1]) || (sector % 3 == 2 && sector < 3 * s[2])
+    };
+    if total == 0 || !(0..n_rot / 2).all(|i| covered(i % total)) {
+        return Err(ModelError::BadConfig(format!(
+            "{key} {s:?} with {n_rot} rotated dimensions: some pairs take the fourth section's position; not supported"
+        )));
+    }
+    Ok(())
 }
 
 /// `1/factor` for linear scaling; 1 for none. Other scaling types are refused.

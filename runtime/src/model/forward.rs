@@ -4,6 +4,7 @@
 
 use crate::backend::{norm_in, Attention, Backend, Buf, KvCache, MoeFfn, MoeScratch, NormIn, QkvPrep, Rope};
 
+use super::hybrid::{HybridScratch, RecurrentState};
 use super::{Model, ModelError};
 
 /// Rows of the LM head computed at once when every position's logits are wanted
@@ -45,6 +46,8 @@ pub struct Scratch {
     hb2: Buf,    // [n, n_ff]
     /// The mixture-of-experts op's working space (MoE models only).
     moe: Option<MoeScratch>,
+    /// qwen35's gated attention and delta net buffers.
+    hybrid: Option<HybridScratch>,
     out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
     logits: Buf, // [OUT_ROWS_MAX, n_vocab]
     /// Host copy of `logits`, kept between calls (a fresh 1 MiB per decode step showed
@@ -74,6 +77,7 @@ impl Scratch {
             hb: be.alloc(n * n_ff)?,
             hb2: be.alloc(n * n_ff)?,
             moe,
+            hybrid: HybridScratch::new(be, model, n)?,
             out_x: be.alloc(OUT_ROWS_MAX * c.n_embd)?,
             logits: be.alloc_readback(OUT_ROWS_MAX * c.n_vocab)?,
             host: Default::default(),
@@ -88,6 +92,7 @@ impl Scratch {
         ]
         .into_iter()
         .chain(self.moe.iter().flat_map(|m| m.bufs()))
+        .chain(self.hybrid.iter().flat_map(|h| h.bufs()))
         {
             be.free(b)?;
         }
@@ -97,7 +102,8 @@ impl Scratch {
 
 impl Model {
     /// Runs `tokens` (at positions `pos`, one chunk of at most `s.n_max`) through the
-    /// model, writing their K/V into `kv` (per row for a batched step), and hands the logits of the requested rows to
+    /// model, writing their K/V into `kv` (per row for a batched step) and advancing the
+    /// recurrent `states` (qwen35; one per sequence as `kv`, empty for other models), and hands the logits of the requested rows to
     /// `on_logits(row_in_chunk, logits)` (`[n_vocab]` f32; with [`OutputRows::Hidden`], the
     /// normed hidden state `[n_embd]` instead).
     #[allow(clippy::too_many_arguments)]
@@ -106,6 +112,7 @@ impl Model {
         be: &mut dyn Backend,
         s: &Scratch,
         kv: KvRows<'_>,
+        states: &[&RecurrentState],
         tokens: &[u32],
         pos: &[u32],
         rows: OutputRows,
@@ -117,11 +124,17 @@ impl Model {
             KvRows::One(_) => true,
             KvRows::PerRow(caches) => caches.len() == n,
         };
-        if n == 0 || n > s.n_max || pos.len() != n || !per_row_ok {
+        let n_states = match kv {
+            KvRows::One(_) => 1,
+            KvRows::PerRow(caches) => caches.len(),
+        };
+        let states_ok = if c.recurrent.is_some() { states.len() == n_states } else { states.is_empty() };
+        if n == 0 || n > s.n_max || pos.len() != n || !per_row_ok || !states_ok {
             return Err(ModelError::BadConfig(format!(
-                "forward: {n} tokens, {} positions, chunk limit {}, {kv:?}",
+                "forward: {n} tokens, {} positions, chunk limit {}, {kv:?}, {} recurrent states",
                 pos.len(),
-                s.n_max
+                s.n_max,
+                states.len()
             )));
         }
         let e = c.n_embd;
@@ -135,12 +148,31 @@ impl Model {
         // the next norm (one fused op on backends that have it).
         let mut pending_add = false;
         for (l, ly) in self.layers.iter().enumerate() {
-            // Attention block.
+            // Attention block (or the gated delta net of a recurrent layer).
             let attn_norm = self.w(ly.attn_norm);
             let norm = NormIn { x: s.x, add: pending_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&attn_norm), eps: c.eps };
-            let (wq, wk, wv) = (self.w(ly.wq), self.w(ly.wk), self.w(ly.wv));
-            be.norm_matmul_multi(&norm, n, &[(&wq, s.q), (&wk, s.k), (&wv, s.v)])?;
-            for (b, dst) in [(ly.bq, s.q), (ly.bk, s.k), (ly.bv, s.v)] {
+            let (aw, hs) = match (&ly.attn, &ly.delta, &s.hybrid) {
+                (_, Some(dw), Some(hs)) => {
+                    let core = self.delta_block(be, &norm, n, l, dw, hs, states)?;
+                    let attn_add = self.project(be, dw.out, ly.post_attn_norm, core, n, s)?;
+                    pending_add = self.ffn_block(be, l, ly, attn_add, n, s)?;
+                    continue;
+                }
+                (Some(aw), _, hs) => (aw, hs),
+                _ => return Err(ModelError::BadConfig(format!("layer {l} has neither attention nor a delta net"))),
+            };
+            let (wq, wk, wv) = (self.w(aw.wq), self.w(aw.wk), self.w(aw.wv));
+            // A gated attention's q projection holds each head's query then its gate.
+            let gated = match hs {
+                Some(h) if c.attn_out_gate => Some(h),
+                _ => None,
+            };
+            let q_dst = gated.map_or(s.q, |h| h.qg);
+            be.norm_matmul_multi(&norm, n, &[(&wq, q_dst), (&wk, s.k), (&wv, s.v)])?;
+            if let Some(h) = gated {
+                be.split_halves(h.qg, n * c.n_head, c.head_dim_k, s.q, h.gate)?;
+            }
+            for (b, dst) in [(aw.bq, s.q), (aw.bk, s.k), (aw.bv, s.v)] {
                 if let Some(b) = b {
                     be.add_bias(dst, n, &self.w(b))?;
                 }
@@ -157,8 +189,8 @@ impl Model {
                 n_head: c.n_head,
                 n_kv_head: c.n_head_kv,
                 head_dim: c.head_dim_k,
-                q_norm: ly.q_norm.map(|id| self.w(id)),
-                k_norm: ly.k_norm.map(|id| self.w(id)),
+                q_norm: aw.q_norm.map(|id| self.w(id)),
+                k_norm: aw.k_norm.map(|id| self.w(id)),
                 eps: c.eps,
                 rope,
                 q_scale: c.q_scale,
@@ -171,9 +203,11 @@ impl Model {
                 scale: c.attn_scale,
                 window: c.swa_layers[l].then_some(c.n_swa),
             };
+            // The cache holds the attention layers only.
+            let kl = c.kv_slot(l);
             match kv {
                 // One cache: q/k norms, RoPE, the K/V store and attention in one (fused) op.
-                KvRows::One(cache) => be.rope_kv_attention(s.q, s.k, s.v, cache, l, pos, &prep, &attn, s.att)?,
+                KvRows::One(cache) => be.rope_kv_attention(s.q, s.k, s.v, cache, kl, pos, &prep, &attn, s.att)?,
                 // Per-row caches: the K/V store happens in `attention_rows`.
                 KvRows::PerRow(caches) => {
                     if let Some(qn) = &prep.q_norm {
@@ -187,35 +221,14 @@ impl Model {
                     if let Some(qs) = c.q_scale {
                         be.scale(s.q, n * c.n_head * c.head_dim_k, qs)?;
                     }
-                    be.attention_rows(s.q, s.k, s.v, caches, l, pos, &attn, s.att)?;
+                    be.attention_rows(s.q, s.k, s.v, caches, kl, pos, &attn, s.att)?;
                 }
             }
-            let attn_add = self.project(be, ly.wo, ly.post_attn_norm, s.att, n, s)?;
-
-            // Feed-forward block.
-            let ffn_norm = self.w(ly.ffn_norm);
-            let norm = NormIn { x: s.x, add: attn_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&ffn_norm), eps: c.eps };
-            let (gate, up) = (self.w(ly.gate), self.w(ly.up));
-            match ly.router {
-                Some(r) => {
-                    // Routed experts: their weighted sum goes to `s.xb2`, added by the next norm.
-                    let (Some(x), Some(tmp)) = (c.experts, &s.moe) else {
-                        return Err(ModelError::BadConfig(format!("layer {l} has a router but the model has no experts")));
-                    };
-                    norm_in(be, &norm, n)?;
-                    let (router, down) = (self.w(r), self.w(ly.down));
-                    let p = MoeFfn { router: &router, gate: &gate, up: &up, down: &down, n_used: x.n_used, norm_top_k: x.norm_top_k, act: c.act };
-                    be.moe_ffn(s.xb, n, &p, s.xb2, tmp)?;
-                    if let Some(pn) = ly.post_ffw_norm {
-                        be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
-                    }
-                    pending_add = true;
-                }
-                None => {
-                    be.norm_matmul_glu(&norm, n, &gate, &up, s.hb, s.hb2, c.act)?;
-                    pending_add = self.project(be, ly.down, ly.post_ffw_norm, s.hb, n, s)?;
-                }
+            if let Some(h) = gated {
+                be.mul_sigmoid(s.att, h.gate, n, c.n_head * c.head_dim_v, false)?;
             }
+            let attn_add = self.project(be, aw.wo, ly.post_attn_norm, s.att, n, s)?;
+            pending_add = self.ffn_block(be, l, ly, attn_add, n, s)?;
         }
         let (norm, head) = (self.w(self.output_norm), self.w(self.output));
         if n == 1 && matches!(rows, OutputRows::Last | OutputRows::All) {
@@ -264,6 +277,39 @@ impl Model {
             r0 += m;
         }
         Ok(())
+    }
+
+    /// The feed-forward block of layer `l` (after its attention or delta net, whose output
+    /// `s.xb2` is still to be added when `attn_add`). Returns whether `s.xb2` (the FFN's
+    /// output) is still to be added (by the next norm).
+    fn ffn_block(&self, be: &mut dyn Backend, l: usize, ly: &super::Layer, attn_add: bool, n: usize, s: &Scratch) -> Result<bool, ModelError> {
+        let (c, e) = (&self.cfg, self.cfg.n_embd);
+        let ffn_norm = self.w(ly.ffn_norm);
+        let norm = NormIn { x: s.x, add: attn_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&ffn_norm), eps: c.eps };
+        let (gate, up) = (self.w(ly.gate), self.w(ly.up));
+        match ly.router {
+            Some(r) => {
+                // Routed experts: their weighted sum goes to `s.xb2`, added by the next norm.
+                let (Some(x), Some(tmp)) = (c.experts, &s.moe) else {
+                    return Err(ModelError::BadConfig(format!("layer {l} has a router but the model has no experts")));
+                };
+                norm_in(be, &norm, n)?;
+                let (router, down) = (self.w(r), self.w(ly.down));
+                let p = MoeFfn { router: &router, gate: &gate, up: &up, down: &down, n_used: x.n_used, norm_top_k: x.norm_top_k, act: c.act };
+                be.moe_ffn(s.xb, n, &p, s.xb2, tmp)?;
+                if let (Some(sh), Some(hs)) = (&ly.shared, &s.hybrid) {
+                    self.shared_expert(be, sh, hs, s.xb, n, s.xb2)?;
+                }
+                if let Some(pn) = ly.post_ffw_norm {
+                    be.rms_norm(s.xb2, s.xb2, n, e, Some(&self.w(pn)), c.eps)?;
+                }
+                Ok(true)
+            }
+            None => {
+                be.norm_matmul_glu(&norm, n, &gate, &up, s.hb, s.hb2, c.act)?;
+                self.project(be, ly.down, ly.post_ffw_norm, s.hb, n, s)
+            }
+        }
     }
 
     /// The projection closing a block (`w` of `input`) on its way into the residual `s.x`:

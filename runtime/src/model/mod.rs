@@ -7,12 +7,14 @@
 
 mod config;
 mod forward;
+mod hybrid;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use config::{Arch, Config, Experts, SUPPORTED_ARCHS};
 pub use forward::{KvRows, OutputRows, Scratch};
+pub use hybrid::RecurrentState;
 
 use crate::gguf::{GgufError, GgufFile};
 use crate::quant::GgmlType;
@@ -47,6 +49,39 @@ pub enum ModelError {
 #[derive(Clone, Debug)]
 pub struct Layer {
     pub attn_norm: WeightId,
+    /// Softmax attention's weights; `None` in a recurrent layer.
+    pub attn: Option<AttnWeights>,
+    /// A gated delta net's weights (qwen35's recurrent layers); `None` elsewhere.
+    pub delta: Option<DeltaWeights>,
+    pub post_attn_norm: Option<WeightId>,
+    /// The FFN's input norm (`ffn_norm`, or qwen35's `post_attention_norm`).
+    pub ffn_norm: WeightId,
+    /// The FFN's gate, up and down matrices; in a mixture-of-experts layer the 3-D
+    /// `ffn_{gate,up,down}_exps` tensors (one matrix per expert), routed by `router`.
+    pub gate: WeightId,
+    pub up: WeightId,
+    pub down: WeightId,
+    /// `ffn_gate_inp`: the router of a mixture-of-experts layer (`[n_embd → n_expert]`).
+    pub router: Option<WeightId>,
+    /// A shared expert beside the routed ones (qwen35moe).
+    pub shared: Option<SharedExpert>,
+    pub post_ffw_norm: Option<WeightId>,
+}
+
+/// A shared expert: a gated FFN every token takes, times `sigmoid(gate_inp · x)`.
+#[derive(Clone, Debug)]
+pub struct SharedExpert {
+    /// `ffn_gate_inp_shexp` `[n_embd]`: one gate logit per token.
+    pub gate_inp: WeightId,
+    pub gate: WeightId,
+    pub up: WeightId,
+    pub down: WeightId,
+}
+
+/// An attention block's weights.
+#[derive(Clone, Debug)]
+pub struct AttnWeights {
+    /// With [`Config::attn_out_gate`], each head's query is followed by its output gate.
     pub wq: WeightId,
     pub wk: WeightId,
     pub wv: WeightId,
@@ -56,16 +91,27 @@ pub struct Layer {
     pub q_norm: Option<WeightId>,
     pub k_norm: Option<WeightId>,
     pub wo: WeightId,
-    pub post_attn_norm: Option<WeightId>,
-    pub ffn_norm: WeightId,
-    /// The FFN's gate, up and down matrices; in a mixture-of-experts layer the 3-D
-    /// `ffn_{gate,up,down}_exps` tensors (one matrix per expert), routed by `router`.
-    pub gate: WeightId,
-    pub up: WeightId,
-    pub down: WeightId,
-    /// `ffn_gate_inp`: the router of a mixture-of-experts layer (`[n_embd → n_expert]`).
-    pub router: Option<WeightId>,
-    pub post_ffw_norm: Option<WeightId>,
+}
+
+/// A gated delta net block's weights (llama.cpp's names; [`crate::backend::recurrent`]
+/// has the arithmetic).
+#[derive(Clone, Debug)]
+pub struct DeltaWeights {
+    /// `attn_qkv` `[n_embd → channels]`: the convolution's input.
+    pub qkv: WeightId,
+    /// `attn_gate` `[n_embd → value_dim]`: z, the output gate.
+    pub z: WeightId,
+    /// `ssm_beta`, `ssm_alpha` `[n_embd → n_v_heads]`.
+    pub beta: WeightId,
+    pub alpha: WeightId,
+    /// `ssm_conv1d` `[d_conv, channels]`, `ssm_dt.bias`, `ssm_a` `[n_v_heads]`,
+    /// `ssm_norm` `[head_v_dim]`.
+    pub conv: WeightId,
+    pub dt_bias: WeightId,
+    pub a: WeightId,
+    pub norm: WeightId,
+    /// `ssm_out` `[value_dim → n_embd]`.
+    pub out: WeightId,
 }
 
 /// A loaded model: configuration plus weight ids into the mapped file.
@@ -124,13 +170,10 @@ impl Model {
         let output_norm = get("output_norm.weight", &[e])?;
         let output = opt("output.weight", &[e, n_vocab])?.unwrap_or(tok_embd);
         let rope_freqs = opt("rope_freqs.weight", &[(c.n_rot / 2) as u64])?;
-        if find("blk.0.attn_qkv.weight").is_some() {
-            return Err(ModelError::BadConfig(
-                "fused `attn_qkv` weights are not supported; lode needs separate attn_q/attn_k/attn_v".into(),
-            ));
-        }
-        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3);
+        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 | Arch::Qwen35 | Arch::Qwen35Moe);
         let gemma = c.arch == Arch::Gemma3;
+        // With an output gate, attn_q holds each head's query then its gate.
+        let qd_w = if c.attn_out_gate { 2 * qd } else { qd };
         let mut layers = Vec::with_capacity(c.n_layer);
         for l in 0..c.n_layer {
             let n = |s: &str| format!("blk.{l}.{s}");
@@ -139,15 +182,27 @@ impl Model {
             };
             // In the order a file's tensors are looked up (the first missing one is named).
             let attn_norm = get(&n("attn_norm.weight"), &[e])?;
-            let (wq, wk, wv) = (get(&n("attn_q.weight"), &[e, qd])?, get(&n("attn_k.weight"), &[e, kd])?, get(&n("attn_v.weight"), &[e, vd])?);
-            let bq = req_if(c.arch == Arch::Qwen2, "attn_q.bias", &[qd])?;
-            let bk = req_if(c.arch == Arch::Qwen2, "attn_k.bias", &[kd])?;
-            let bv = req_if(c.arch == Arch::Qwen2, "attn_v.bias", &[vd])?;
-            let q_norm = req_if(qk_norm, "attn_q_norm.weight", &[c.head_dim_k as u64])?;
-            let k_norm = req_if(qk_norm, "attn_k_norm.weight", &[c.head_dim_k as u64])?;
-            let wo = get(&n("attn_output.weight"), &[od, e])?;
-            let post_attn_norm = req_if(gemma, "post_attention_norm.weight", &[e])?;
-            let ffn_norm = get(&n("ffn_norm.weight"), &[e])?;
+            let (attn, delta) = match (c.recurrent_layers[l], c.recurrent) {
+                (true, Some(d)) => (None, Some(delta_weights(&get, l, e, &d)?)),
+                _ => {
+                    if find(&n("attn_q.weight")).is_none() && find(&n("attn_qkv.weight")).is_some() {
+                        return Err(ModelError::BadConfig(
+                            "fused `attn_qkv` weights are not supported; lode needs separate attn_q/attn_k/attn_v".into(),
+                        ));
+                    }
+                    let (wq, wk, wv) = (get(&n("attn_q.weight"), &[e, qd_w])?, get(&n("attn_k.weight"), &[e, kd])?, get(&n("attn_v.weight"), &[e, vd])?);
+                    let bq = req_if(c.arch == Arch::Qwen2, "attn_q.bias", &[qd])?;
+                    let bk = req_if(c.arch == Arch::Qwen2, "attn_k.bias", &[kd])?;
+                    let bv = req_if(c.arch == Arch::Qwen2, "attn_v.bias", &[vd])?;
+                    let q_norm = req_if(qk_norm, "attn_q_norm.weight", &[c.head_dim_k as u64])?;
+                    let k_norm = req_if(qk_norm, "attn_k_norm.weight", &[c.head_dim_k as u64])?;
+                    let wo = get(&n("attn_output.weight"), &[od, e])?;
+                    (Some(AttnWeights { wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo }), None)
+                }
+            };
+            // Gemma's norm after attention (qwen35's tensor of that name is its FFN norm).
+            let post_attn_norm = if c.ffn_norm_name == "post_attention_norm" { None } else { req_if(gemma, "post_attention_norm.weight", &[e])? };
+            let ffn_norm = get(&n(&format!("{}.weight", c.ffn_norm_name)), &[e])?;
             // Dense, or the experts' 3-D tensors and their router.
             let (gate, up, down, router) = match c.experts {
                 None => (get(&n("ffn_gate.weight"), &[e, ff])?, get(&n("ffn_up.weight"), &[e, ff])?, get(&n("ffn_down.weight"), &[ff, e])?, None),
@@ -157,8 +212,20 @@ impl Model {
                     (get(&n("ffn_gate_exps.weight"), &[e, f, ne])?, get(&n("ffn_up_exps.weight"), &[e, f, ne])?, get(&n("ffn_down_exps.weight"), &[f, e, ne])?, Some(router))
                 }
             };
+            let shared = match (c.experts, find(&n("ffn_gate_inp_shexp.weight"))) {
+                (Some(_), Some(_)) => {
+                    let fs = c.n_ff_shared as u64;
+                    Some(SharedExpert {
+                        gate_inp: get(&n("ffn_gate_inp_shexp.weight"), &[e])?,
+                        gate: get(&n("ffn_gate_shexp.weight"), &[e, fs])?,
+                        up: get(&n("ffn_up_shexp.weight"), &[e, fs])?,
+                        down: get(&n("ffn_down_shexp.weight"), &[fs, e])?,
+                    })
+                }
+                _ => None,
+            };
             let post_ffw_norm = req_if(gemma, "post_ffw_norm.weight", &[e])?;
-            layers.push(Layer { attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, post_attn_norm, ffn_norm, gate, up, down, router, post_ffw_norm });
+            layers.push(Layer { attn_norm, attn, delta, post_attn_norm, ffn_norm, gate, up, down, router, shared, post_ffw_norm });
         }
         let model = Model { cfg, file, tok_embd, output_norm, output, rope_freqs, layers };
         model.check_types()?;
@@ -185,7 +252,16 @@ impl Model {
         vecs.extend(self.rope_freqs);
         for l in &self.layers {
             vecs.extend([l.attn_norm, l.ffn_norm]);
-            vecs.extend([l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm, l.post_ffw_norm].into_iter().flatten());
+            vecs.extend([l.post_attn_norm, l.post_ffw_norm].into_iter().flatten());
+            if let Some(a) = &l.attn {
+                vecs.extend([a.bq, a.bk, a.bv, a.q_norm, a.k_norm].into_iter().flatten());
+            }
+            if let Some(d) = &l.delta {
+                vecs.extend([d.conv, d.dt_bias, d.a, d.norm]);
+            }
+            if let Some(sh) = &l.shared {
+                vecs.push(sh.gate_inp);
+            }
         }
         for id in vecs {
             let w = self.w(id);
@@ -212,13 +288,40 @@ impl Model {
         let mut v = vec![self.tok_embd, self.output_norm, self.output];
         v.extend(self.rope_freqs);
         for l in &self.layers {
-            v.extend([l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.ffn_norm, l.gate, l.up, l.down]);
-            v.extend([l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.post_attn_norm, l.post_ffw_norm, l.router].into_iter().flatten());
+            v.extend([l.attn_norm, l.ffn_norm, l.gate, l.up, l.down]);
+            v.extend([l.post_attn_norm, l.post_ffw_norm, l.router].into_iter().flatten());
+            if let Some(a) = &l.attn {
+                v.extend([a.wq, a.wk, a.wv, a.wo]);
+                v.extend([a.bq, a.bk, a.bv, a.q_norm, a.k_norm].into_iter().flatten());
+            }
+            if let Some(d) = &l.delta {
+                v.extend([d.qkv, d.z, d.beta, d.alpha, d.conv, d.dt_bias, d.a, d.norm, d.out]);
+            }
+            if let Some(sh) = &l.shared {
+                v.extend([sh.gate_inp, sh.gate, sh.up, sh.down]);
+            }
         }
         v.sort();
         v.dedup();
         v
     }
+}
+
+/// A recurrent layer's tensors, shape-checked (llama.cpp's `qwen35` names and shapes).
+fn delta_weights(get: &dyn Fn(&str, &[u64]) -> Result<WeightId, ModelError>, l: usize, e: u64, d: &crate::backend::DeltaDims) -> Result<DeltaWeights, ModelError> {
+    let n = |s: &str| format!("blk.{l}.{s}");
+    let (ch, vd, nv) = (d.channels() as u64, d.value_dim() as u64, d.n_v_heads as u64);
+    Ok(DeltaWeights {
+        qkv: get(&n("attn_qkv.weight"), &[e, ch])?,
+        z: get(&n("attn_gate.weight"), &[e, vd])?,
+        conv: get(&n("ssm_conv1d.weight"), &[d.d_conv as u64, ch])?,
+        dt_bias: get(&n("ssm_dt.bias"), &[nv])?,
+        a: get(&n("ssm_a"), &[nv])?,
+        beta: get(&n("ssm_beta.weight"), &[e, nv])?,
+        alpha: get(&n("ssm_alpha.weight"), &[e, nv])?,
+        norm: get(&n("ssm_norm.weight"), &[d.head_v_dim as u64])?,
+        out: get(&n("ssm_out.weight"), &[vd, e])?,
+    })
 }
 
 fn check_shape(name: &str, got: &[u64], expected: &[u64]) -> Result<(), ModelError> {

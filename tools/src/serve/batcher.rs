@@ -74,7 +74,7 @@ pub fn start(engine: BatchEngine, metrics: Arc<Metrics>, embeddings: bool) -> st
     let n_ctx = engine.n_ctx();
     let n_slots = engine.n_seq() - usize::from(embeddings);
     let handles = (0..n_slots)
-        .map(|seq| SeqHandle { seq, tx: tx.clone(), history: engine.history(seq).to_vec(), n_ctx })
+        .map(|seq| SeqHandle { seq, tx: tx.clone(), history: engine.history(seq).to_vec(), n_ctx, recurrent: engine.is_recurrent() })
         .collect();
     let embed = embeddings.then(|| EmbedHandle { seq: n_slots, tx: tx.clone(), n_ctx });
     std::thread::Builder::new().name("lode-engine".into()).spawn(move || engine_thread(engine, rx, metrics, n_slots))?;
@@ -88,6 +88,8 @@ pub struct SeqHandle {
     tx: Sender<Msg>,
     history: Vec<u32>,
     n_ctx: usize,
+    /// The model has recurrent layers: a truncation keeps all or nothing, as the engine's.
+    recurrent: bool,
 }
 
 impl SeqHandle {
@@ -125,6 +127,7 @@ impl Sequence for SeqHandle {
         &self.history
     }
     fn truncate(&mut self, n: usize) {
+        let n = lode_runtime::engine::kept_after_truncate(self.recurrent, self.history.len(), n);
         self.history.truncate(n);
         let _ = self.tx.send(Msg::Truncate { seq: self.seq, n });
     }

@@ -69,8 +69,9 @@ impl<S: SlotSequence> EngineSlot<S> {
     fn generate(&mut self, job: &Job, emit: &mut dyn FnMut(Piece) -> bool) -> Result<Finish, ApiError> {
         let EngineSlot { engine, tok, eog, grammar_stats, spec } = self;
         let prompt = &job.prompt;
-        let cached = reusable_prefix(engine.history(), prompt);
-        engine.truncate(cached);
+        engine.truncate(reusable_prefix(engine.history(), prompt));
+        // What the sequence kept (a recurrent model keeps all of its history or none).
+        let cached = engine.history().len();
         let mut sampler = Sampler::new(job.sampling.clone());
         let grammar_error = ErrorCell::default();
         if let Some(m) = &job.grammar {

@@ -48,6 +48,7 @@ pub fn gemma3_27b() -> Hparams {
         post_norms: true,
         tok: Tok::Gemma,
         moe: None,
+        hybrid: None,
     }
 }
 
@@ -100,6 +101,29 @@ pub fn llama_70b() -> Hparams {
     }
 }
 
+/// Llama-3.1's RoPE frequency factors ("llama3" scaling: factor 8, low/high frequency
+/// factors 1 and 4, original context 8192): 1 for short wavelengths, 8 for long ones,
+/// a smooth blend between. ggml divides each rotation frequency by its factor.
+pub fn llama3_rope_factors(h: &Hparams) -> Vec<f32> {
+    let (factor, low, high, orig_ctx) = (8.0f64, 1.0f64, 4.0f64, 8192.0f64);
+    let (low_wavelen, high_wavelen) = (orig_ctx / low, orig_ctx / high);
+    (0..h.head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / f64::from(h.rope_base).powf(2.0 * i as f64 / h.head_dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let f = if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                factor
+            } else {
+                let smooth = (orig_ctx / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            };
+            f as f32
+        })
+        .collect()
+}
+
 /// A file's tokenizer: pre-tokenizer name, special tokens at their real ids, and the
 /// ids and template llama.cpp reads.
 pub struct TokSpec {
@@ -132,7 +156,9 @@ pub fn tokenizer(h: &Hparams) -> TokSpec {
             add_bos: true,
             template: MISTRAL,
         },
-        (Tok::Arch, "qwen3" | "qwen3moe") => TokSpec {
+        // qwen35 files stand in with Qwen3's ChatML specials (ids inside their larger
+        // vocabulary); Qwen3.5's own tokenizer places them elsewhere.
+        (Tok::Arch, "qwen3" | "qwen3moe" | "qwen35" | "qwen35moe") => TokSpec {
             pre: "qwen2",
             specials: &[(151643, "<|endoftext|>"), (151644, "<|im_start|>"), (151645, "<|im_end|>")],
             bos: 151643,

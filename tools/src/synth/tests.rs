@@ -213,7 +213,7 @@ fn every_mix_writes_qwen3_0_6b() {
 
 #[test]
 fn llama3_rope_factors_span_1_to_8() {
-    let f = llama3_rope_factors(&hparams(Preset::Llama8b));
+    let f = super::presets::llama3_rope_factors(&hparams(Preset::Llama8b));
     assert_eq!(f.len(), 64);
     assert_eq!(f[0], 1.0);
     assert_eq!(f[63], 8.0);

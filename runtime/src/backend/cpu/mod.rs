@@ -11,6 +11,7 @@ mod attention;
 mod attn_ggml;
 mod attn_kernels;
 mod attn_quant;
+mod delta;
 mod dump;
 pub(crate) mod moe;
 pub mod ops;
@@ -21,7 +22,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::backend::{
-    Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope,
+    Attention, Backend, BackendError, Buf, DeltaIn, DeltaNet, DeltaState, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope,
 };
 use crate::quant::{self, par_chunks, GgmlType, Isa, Parallel};
 use crate::weights::WeightRef;
@@ -514,6 +515,15 @@ impl Backend for CpuBackend {
 
     fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, _tmp: &MoeScratch) -> Result<()> {
         self.moe_ffn_direct(x, n_tok, p, out)
+    }
+    fn gated_delta_net(&mut self, p: &DeltaNet, x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> {
+        self.delta_net_direct(p, x, n_tok, states, out)
+    }
+    fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
+        self.split_halves_direct(src, n_rows, half, a, b)
+    }
+    fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
+        self.mul_sigmoid_direct(x, gate, n_rows, row_len, per_row)
     }
 
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {

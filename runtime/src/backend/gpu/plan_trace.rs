@@ -12,7 +12,7 @@ use crate::backend::gpu::launch::ActFmt;
 use super::act_forms::FormBook;
 use super::plan::{self, Attn, GluPlan, Matmul, Multi, NormMv, Sm90};
 use super::tuning::Tuning;
-use crate::backend::{norm_in, rope_kv_write_unfused, Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, NormIn, QkvPrep, Result, Rope};
+use crate::backend::{norm_in, rope_kv_write_unfused, Attention, Backend, BackendError, Buf, DeltaIn, DeltaNet, DeltaState, Glu, KvCache, KvSpec, NormIn, QkvPrep, Result, Rope};
 use crate::weights::layout::{self, Consumer, DeviceClass};
 use crate::weights::WeightRef;
 use std::collections::HashMap;
@@ -134,6 +134,26 @@ impl Backend for PlanTrace {
     }
     fn read(&mut self, _buf: Buf, dst: &mut [f32]) -> Result<()> {
         dst.fill(0.0);
+        Ok(())
+    }
+    // qwen35's ops have no GPU kernel yet: the trait's defaults read their operands back
+    // and compute on the host (`backend::recurrent`).
+    fn gated_delta_net(&mut self, p: &DeltaNet, _x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> {
+        let d = p.dims;
+        let what = format!("{n_tok} tok × {}/{} heads × {}, {} state(s), conv {}", d.n_v_heads, d.n_k_heads, d.head_v_dim, states.len(), d.d_conv);
+        self.push("gated_delta_net", what, "host: operands and states read back, written again");
+        self.touch(out);
+        Ok(())
+    }
+    fn split_halves(&mut self, _src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
+        self.push("split_halves", format!("{n_rows}×2×{half}"), "host: read back, written again");
+        self.touch(a);
+        self.touch(b);
+        Ok(())
+    }
+    fn mul_sigmoid(&mut self, x: Buf, _gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
+        self.push("mul_sigmoid", format!("{n_rows}×{row_len}{}", if per_row { " (a gate per row)" } else { "" }), "host: read back, written again");
+        self.touch(x);
         Ok(())
     }
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {

@@ -1,0 +1,165 @@
+//! qwen35's hybrid layers in the forward pass: the gated delta net block (its
+//! projections, [`Backend::gated_delta_net`] and `ssm_out`), the buffers it and the gated
+//! attention need ([`HybridScratch`]), and the recurrent state a sequence carries beside
+//! its KV cache ([`RecurrentState`]).
+
+use crate::backend::{Backend, Buf, DeltaIn, DeltaNet, DeltaState, NormIn};
+
+use super::{DeltaWeights, Model, ModelError};
+
+/// One sequence's recurrent state: per layer, the conv and delta-rule state of a gated
+/// delta net layer (`None` for attention layers). Zero for an empty sequence; it holds
+/// the state after the sequence's last evaluated token only, so (unlike the KV cache) it
+/// cannot be cut back to an earlier position.
+pub struct RecurrentState {
+    pub layers: Vec<Option<DeltaState>>,
+}
+
+impl RecurrentState {
+    /// Zeroed states for every recurrent layer of `model` (none without one).
+    pub fn new(be: &mut dyn Backend, model: &Model) -> Result<RecurrentState, ModelError> {
+        let c = &model.cfg;
+        let mut s = RecurrentState { layers: Vec::with_capacity(c.n_layer) };
+        for l in 0..c.n_layer {
+            let st = match c.recurrent.filter(|_| c.recurrent_layers[l]) {
+                Some(d) => {
+                    let conv = be.alloc(d.conv_state_len())?;
+                    match be.alloc(d.ssm_state_len()) {
+                        Ok(ssm) => Some(DeltaState { conv, ssm }),
+                        Err(e) => {
+                            let _ = be.free(conv);
+                            let _ = s.free(be);
+                            return Err(e.into());
+                        }
+                    }
+                }
+                None => None,
+            };
+            s.layers.push(st);
+        }
+        Ok(s)
+    }
+
+    /// Whether there is any state (a model with recurrent layers).
+    pub fn is_empty(&self) -> bool {
+        self.layers.iter().all(Option::is_none)
+    }
+
+    /// Back to the state of an empty sequence.
+    pub fn reset(&self, be: &mut dyn Backend, model: &Model) -> Result<(), ModelError> {
+        let Some(d) = model.cfg.recurrent else { return Ok(()) };
+        let (zc, zs) = (vec![0f32; d.conv_state_len()], vec![0f32; d.ssm_state_len()]);
+        for st in self.layers.iter().flatten() {
+            be.write(st.conv, &zc)?;
+            be.write(st.ssm, &zs)?;
+        }
+        Ok(())
+    }
+
+    /// Makes this state a copy of `src` (another sequence's, of the same model).
+    pub fn copy_from(&self, be: &mut dyn Backend, model: &Model, src: &RecurrentState) -> Result<(), ModelError> {
+        let Some(d) = model.cfg.recurrent else { return Ok(()) };
+        for (a, b) in self.layers.iter().zip(&src.layers) {
+            if let (Some(a), Some(b)) = (a, b) {
+                be.copy(b.conv, 0, a.conv, 0, d.conv_state_len())?;
+                be.copy(b.ssm, 0, a.ssm, 0, d.ssm_state_len())?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn free(&mut self, be: &mut dyn Backend) -> Result<(), ModelError> {
+        for st in self.layers.drain(..).flatten() {
+            be.free(st.conv)?;
+            be.free(st.ssm)?;
+        }
+        Ok(())
+    }
+}
+
+/// The hybrid layers' activation buffers for chunks of up to `n` tokens.
+pub struct HybridScratch {
+    /// `[n, 2·n_head·head_dim]`: a gated attention's query and gate, interleaved per head.
+    pub qg: Buf,
+    /// `[n, n_head·head_dim]`: the gate, split out.
+    pub gate: Buf,
+    /// The delta net's projections and output (`[n, channels]`, `[n, value_dim]`,
+    /// `[n, n_v_heads]` twice, `[n, value_dim]`); absent without recurrent layers.
+    pub delta: Option<[Buf; 5]>,
+    /// A shared expert's gate and up `[n, n_ff_shared]`, its output `[n, n_embd]` and its
+    /// gate logits `[n]` (qwen35moe).
+    pub shared: Option<[Buf; 4]>,
+}
+
+impl HybridScratch {
+    pub fn new(be: &mut dyn Backend, model: &Model, n: usize) -> Result<Option<HybridScratch>, ModelError> {
+        let c = &model.cfg;
+        if !c.attn_out_gate && c.recurrent.is_none() && model.layers.iter().all(|l| l.shared.is_none()) {
+            return Ok(None);
+        }
+        let qd = c.n_head * c.head_dim_k;
+        let (qg, gate) = if c.attn_out_gate { (be.alloc(n * 2 * qd)?, be.alloc(n * qd)?) } else { (be.alloc(1)?, be.alloc(1)?) };
+        let delta = match c.recurrent {
+            Some(d) => Some([
+                be.alloc(n * d.channels())?,
+                be.alloc(n * d.value_dim())?,
+                be.alloc(n * d.n_v_heads)?,
+                be.alloc(n * d.n_v_heads)?,
+                be.alloc(n * d.value_dim())?,
+            ]),
+            None => None,
+        };
+        let shared = match c.experts {
+            Some(_) if model.layers.iter().any(|l| l.shared.is_some()) => {
+                let fs = c.n_ff_shared;
+                Some([be.alloc(n * fs)?, be.alloc(n * fs)?, be.alloc(n * c.n_embd)?, be.alloc(n)?])
+            }
+            _ => None,
+        };
+        Ok(Some(HybridScratch { qg, gate, delta, shared }))
+    }
+
+    pub fn bufs(&self) -> Vec<Buf> {
+        let mut v = vec![self.qg, self.gate];
+        v.extend(self.delta.iter().flatten());
+        v.extend(self.shared.iter().flatten());
+        v
+    }
+}
+
+impl Model {
+    /// A gated delta net block: `norm` (the attention norm, with the pending residual
+    /// add) and the four projections, the recurrent core over `states` (one for the
+    /// chunk's sequence, or one per row). Returns the buffer `ssm_out` projects.
+    #[allow(clippy::too_many_arguments)]
+    /// A shared expert (qwen35moe) on the FFN's normed input `x`, gated by
+    /// `sigmoid(gate_inp · x)` and added to the routed experts' sum in `acc`.
+    pub(super) fn shared_expert(&self, be: &mut dyn Backend, sh: &super::SharedExpert, hs: &HybridScratch, x: Buf, n: usize, acc: Buf) -> Result<(), ModelError> {
+        let Some([g, u, y, logit]) = hs.shared else {
+            return Err(ModelError::BadConfig("a shared expert without its buffers".into()));
+        };
+        let (wg, wu, wd, wi) = (self.w(sh.gate), self.w(sh.up), self.w(sh.down), self.w(sh.gate_inp));
+        be.matmul_glu(&wg, &wu, x, n, g, u, self.cfg.act)?;
+        be.matmul(&wd, g, n, y)?;
+        be.matmul(&wi, x, n, logit)?;
+        be.mul_sigmoid(y, logit, n, self.cfg.n_embd, true)?;
+        be.add(acc, y, acc, n * self.cfg.n_embd)?;
+        Ok(())
+    }
+
+    pub(super) fn delta_block(&self, be: &mut dyn Backend, norm: &NormIn, n: usize, l: usize, dw: &DeltaWeights, hs: &HybridScratch, states: &[&RecurrentState]) -> Result<Buf, ModelError> {
+        let (Some(d), Some([qkv, z, beta, alpha, core])) = (self.cfg.recurrent, hs.delta) else {
+            return Err(ModelError::BadConfig(format!("layer {l} is recurrent but the model has no delta net dimensions")));
+        };
+        let st: Vec<DeltaState> = states.iter().filter_map(|s| s.layers.get(l).copied().flatten()).collect();
+        if st.len() != states.len() || st.is_empty() {
+            return Err(ModelError::BadConfig(format!("layer {l}: {} recurrent states for {} sequences", st.len(), states.len())));
+        }
+        let (wqkv, wz, wb, wa) = (self.w(dw.qkv), self.w(dw.z), self.w(dw.beta), self.w(dw.alpha));
+        be.norm_matmul_multi(norm, n, &[(&wqkv, qkv), (&wz, z), (&wb, beta), (&wa, alpha)])?;
+        let (conv, dt_bias, a, nw) = (self.w(dw.conv), self.w(dw.dt_bias), self.w(dw.a), self.w(dw.norm));
+        let p = DeltaNet { conv: &conv, dt_bias: &dt_bias, a: &a, norm: &nw, dims: d, eps: self.cfg.eps };
+        be.gated_delta_net(&p, &DeltaIn { qkv, z, beta, alpha }, n, &st, core)?;
+        Ok(core)
+    }
+}
