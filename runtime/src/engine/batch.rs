@@ -241,8 +241,14 @@ impl BatchEngine {
     /// Speculative verification: evaluates `tokens` after `seq`'s cached ones as one
     /// chunk and returns every row's logits, each rounded as a one-token step would
     /// round it where the backend can ([`Backend::round_rows_as_decode`]). A rejected
-    /// tail is rolled back with [`Self::truncate`].
+    /// tail is rolled back with [`Self::truncate`]. Refused for a model with recurrent
+    /// layers: their state cannot be rolled back past a rejected draft.
     pub fn eval_verify(&mut self, seq: usize, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
+        if self.is_recurrent() {
+            return Err(EngineError::InvalidArg(
+                "speculative decoding is not supported on models with recurrent layers (qwen35): their state cannot be rolled back past a rejected draft".into(),
+            ));
+        }
         let mut rows = Vec::with_capacity(tokens.len());
         self.be.round_rows_as_decode(true);
         let r = self.eval_rows(seq, tokens, OutputRows::All, &mut |_, l| rows.push(l.to_vec()));
