@@ -179,6 +179,14 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
     Ok(())
 }
 
+/// [`quantize`] with llama.cpp's per-column importance weights (`quant_weights`, one per
+/// element of a row; `src` is whole rows of that length). Returns whether the weights were
+/// used: `false` when given to a type whose lode quantizer has no weighted form.
+pub fn quantize_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], weights: Option<&[f32]>) -> Result<bool, QuantError> {
+    quantize(ty, src, dst)?;
+    Ok(weights.is_none())
+}
+
 /// The activation type llama.cpp's CPU dot product pairs with weights of type `ty`
 /// (F32 for the types lode has no dot product for: their kernel lookup fails).
 pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
