@@ -1,24 +1,46 @@
-// Reference bytes of llama.cpp's IQ3_S quantizer (ggml-quants.c's quantize_iq3_s, no
-// importance matrix) for lode's test: ci/llama_quant_ref.sh builds this against the
-// llama.cpp tree of PyPI's llama-cpp-python sdist (ggml-quants.c compiled as llama.cpp's
-// ggml-base is on x86-64: no FMA contraction).
-//   usage: llama_quant_ref IN.f32 OUT.bin ROW_LEN
+// Reference bytes of llama.cpp's grid quantizers (ggml-quants.c's quantize_iq3_s,
+// quantize_iq3_xxs, quantize_iq2_xxs, quantize_iq2_xs, with or without importance
+// weights) for lode's tests: ci/llama_quant_ref.sh builds this against the llama.cpp tree
+// of PyPI's llama-cpp-python sdist (ggml-quants.c compiled as llama.cpp's ggml-base is on
+// x86-64: no FMA contraction).
+//   usage: llama_quant_ref TYPE IN.f32 OUT.bin ROW_LEN [WEIGHTS.f32 (ROW_LEN values)]
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
+#include <string.h>
 #include <stdarg.h>
-size_t quantize_iq3_s(const float * src, void * dst, int64_t nrow, int64_t n_per_row, const float * quant_weights);
+typedef size_t (*quantize_fn)(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_iq3_s(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_iq3_xxs(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_iq2_xxs(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_iq2_xs(const float *, void *, int64_t, int64_t, const float *);
 void iq3xs_init_impl(int grid_size);
+void iq2xs_init_impl(int type);
 void ggml_abort(const char * file, int line, const char * fmt, ...) { fprintf(stderr, "abort %s:%d\n", file, line); exit(2); }
 void ggml_log_internal(int level, const char * fmt, ...) { (void)level; (void)fmt; }
+static float * read_f32(const char * path, long * n) {
+    FILE * f = fopen(path, "rb"); if (!f) exit(3);
+    fseek(f, 0, SEEK_END); *n = ftell(f) / 4; fseek(f, 0, SEEK_SET);
+    float * x = malloc(*n * 4); if (fread(x, 4, *n, f) != (size_t)*n) exit(3); fclose(f);
+    return x;
+}
 int main(int argc, char ** argv) {
-    FILE * f = fopen(argv[1], "rb"); fseek(f, 0, SEEK_END); long n = ftell(f) / 4; fseek(f, 0, SEEK_SET);
-    float * x = malloc(n * 4); if (fread(x, 4, n, f) != (size_t)n) return 1; fclose(f);
-    int64_t row = atoi(argv[3]);
-    iq3xs_init_impl(512);
-    void * y = malloc(n / 256 * 110);
-    size_t b = quantize_iq3_s(x, y, n / row, row, NULL);
-    f = fopen(argv[2], "wb"); fwrite(y, 1, b, f); fclose(f);
+    if (argc < 5) return 1;
+    long n, nw = 0;
+    float * x = read_f32(argv[2], &n);
+    float * w = argc > 5 ? read_f32(argv[5], &nw) : NULL;
+    int64_t row = atoi(argv[4]);
+    quantize_fn q; int bytes;
+    // ggml type ids: IQ3_XXS 18, IQ2_XXS 16, IQ2_XS 17.
+    if (!strcmp(argv[1], "IQ3_S")) { iq3xs_init_impl(512); q = quantize_iq3_s; bytes = 110; }
+    else if (!strcmp(argv[1], "IQ3_XXS")) { iq3xs_init_impl(256); q = quantize_iq3_xxs; bytes = 98; }
+    else if (!strcmp(argv[1], "IQ2_XXS")) { iq2xs_init_impl(16); q = quantize_iq2_xxs; bytes = 66; }
+    else if (!strcmp(argv[1], "IQ2_XS")) { iq2xs_init_impl(17); q = quantize_iq2_xs; bytes = 74; }
+    else return 4;
+    if (w && nw != row) return 5;
+    void * y = malloc(n / 256 * bytes);
+    size_t b = q(x, y, n / row, row, w);
+    FILE * f = fopen(argv[3], "wb"); fwrite(y, 1, b, f); fclose(f);
     return 0;
 }
 // Link stubs for ggml.c functions the quantizers reference but never reach here.
