@@ -1,5 +1,6 @@
 // Reference bytes of llama.cpp's grid quantizers (ggml-quants.c's quantize_iq3_s,
-// quantize_iq3_xxs, quantize_iq2_xxs, quantize_iq2_xs, with or without importance
+// quantize_iq3_xxs, quantize_iq2_xxs, quantize_iq2_xs, quantize_iq2_s, quantize_iq1_s,
+// quantize_iq1_m, with or without importance
 // weights) for lode's tests: ci/llama_quant_ref.sh builds this against the llama.cpp tree
 // of PyPI's llama-cpp-python sdist (ggml-quants.c compiled as llama.cpp's ggml-base is on
 // x86-64: no FMA contraction).
@@ -14,6 +15,9 @@ size_t quantize_iq3_s(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_iq3_xxs(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_iq2_xxs(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_iq2_xs(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_iq2_s(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_iq1_s(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_iq1_m(const float *, void *, int64_t, int64_t, const float *);
 void iq3xs_init_impl(int grid_size);
 void iq2xs_init_impl(int type);
 void ggml_abort(const char * file, int line, const char * fmt, ...) { fprintf(stderr, "abort %s:%d\n", file, line); exit(2); }
@@ -31,11 +35,14 @@ int main(int argc, char ** argv) {
     float * w = argc > 5 ? read_f32(argv[5], &nw) : NULL;
     int64_t row = atoi(argv[4]);
     quantize_fn q; int bytes;
-    // ggml type ids: IQ3_XXS 18, IQ2_XXS 16, IQ2_XS 17.
+    // ggml type ids: IQ2_XXS 16, IQ2_XS 17, IQ1_S 19, IQ2_S 22, IQ1_M 29.
     if (!strcmp(argv[1], "IQ3_S")) { iq3xs_init_impl(512); q = quantize_iq3_s; bytes = 110; }
     else if (!strcmp(argv[1], "IQ3_XXS")) { iq3xs_init_impl(256); q = quantize_iq3_xxs; bytes = 98; }
     else if (!strcmp(argv[1], "IQ2_XXS")) { iq2xs_init_impl(16); q = quantize_iq2_xxs; bytes = 66; }
     else if (!strcmp(argv[1], "IQ2_XS")) { iq2xs_init_impl(17); q = quantize_iq2_xs; bytes = 74; }
+    else if (!strcmp(argv[1], "IQ2_S")) { iq2xs_init_impl(22); q = quantize_iq2_s; bytes = 82; }
+    else if (!strcmp(argv[1], "IQ1_S")) { iq2xs_init_impl(19); q = quantize_iq1_s; bytes = 50; }
+    else if (!strcmp(argv[1], "IQ1_M")) { iq2xs_init_impl(29); q = quantize_iq1_m; bytes = 56; }
     else return 4;
     if (w && nw != row) return 5;
     void * y = malloc(n / 256 * bytes);

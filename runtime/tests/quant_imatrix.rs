@@ -1,5 +1,5 @@
-//! The importance-weighted grid quantizers (IQ3_XXS, IQ2_XXS, IQ2_XS): byte-identical with
-//! llama.cpp's `quantize_iq3_xxs` / `quantize_iq2_xxs` / `quantize_iq2_xs` on the rows and
+//! The importance-weighted grid quantizers (IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M):
+//! byte-identical with llama.cpp's `quantize_iq3_xxs` / `quantize_iq2_xxs` / … on the rows and
 //! weights of `tests/data/quant-ref/` (`ci/llama_quant_ref.sh` wrote the reference hashes),
 //! a round trip whose error the weights shape, and the refusals.
 
@@ -37,7 +37,7 @@ fn grid_quantizers_match_llama_cpp() {
         assert_eq!(got, e["quant_sha256"].as_str().unwrap(), "{key}");
         checked += 1;
     }
-    assert_eq!(checked, 5);
+    assert_eq!(checked, 10);
 }
 
 /// Relative RMS error of the round trip, weighted by `w` per column.
@@ -68,7 +68,7 @@ fn weighted_round_trip_error() {
     let x: Vec<f32> = (0..256 * 64).map(|_| ((-2.0 * next().max(1e-12).ln()).sqrt() * (6.283185307 * next()).cos()) as f32).collect();
     let w: Vec<f32> = (0..1024).map(|i| if i % 8 == 0 { 100.0 } else { 0.01 }).collect();
     let flat = vec![1f32; 1024];
-    for (ty, lo, hi) in [(GgmlType::IQ3_XXS, 0.12, 0.22), (GgmlType::IQ2_XS, 0.2, 0.36), (GgmlType::IQ2_XXS, 0.24, 0.42)] {
+    for (ty, lo, hi) in [(GgmlType::IQ3_XXS, 0.12, 0.22), (GgmlType::IQ2_S, 0.18, 0.33), (GgmlType::IQ2_XS, 0.2, 0.36), (GgmlType::IQ2_XXS, 0.24, 0.42), (GgmlType::IQ1_M, 0.3, 0.55), (GgmlType::IQ1_S, 0.33, 0.6)] {
         let plain = werr(ty, &x, Some(&flat), &flat);
         assert!(plain > lo && plain < hi, "{ty}: relative error {plain}");
         let (weighted, unweighted) = (werr(ty, &x, Some(&w), &w), werr(ty, &x, Some(&flat), &w));
@@ -81,12 +81,14 @@ fn refusals_are_errors() {
     let x = vec![0.5f32; 256];
     let mut q = vec![0u8; 66];
     assert!(matches!(quantize(GgmlType::IQ2_XXS, &x, &mut q), Err(QuantError::NeedsImatrix(GgmlType::IQ2_XXS))));
+    assert!(matches!(quantize(GgmlType::IQ1_S, &x, &mut [0u8; 50]), Err(QuantError::NeedsImatrix(GgmlType::IQ1_S))));
     let short = vec![1f32; 100];
     assert!(matches!(quantize_weighted(GgmlType::IQ2_XXS, &x, &mut q, Some(&short)), Err(QuantError::ImatrixLen { .. })));
     let mut bad = x.clone();
     bad[7] = f32::NAN;
     assert!(matches!(quantize_weighted(GgmlType::IQ2_XXS, &bad, &mut q, Some(&x)), Err(QuantError::NonFiniteInput { .. })));
-    // IQ3_XXS works without weights, as llama.cpp's reference quantizer does.
-    let mut q3 = vec![0u8; 98];
-    quantize(GgmlType::IQ3_XXS, &x, &mut q3).unwrap();
+    // IQ3_XXS, IQ2_S and IQ1_M work without weights, as llama.cpp's quantizers do.
+    for ty in [GgmlType::IQ3_XXS, GgmlType::IQ2_S, GgmlType::IQ1_M] {
+        quantize(ty, &x, &mut vec![0u8; ty.block_bytes()]).unwrap();
+    }
 }

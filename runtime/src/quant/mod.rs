@@ -21,7 +21,9 @@ mod dot;
 mod fit;
 mod float;
 mod grid;
+mod iq1_quant;
 mod iq2_quant;
+mod iq2s_quant;
 mod iq3s_quant;
 mod iq3xxs_quant;
 mod iq_grids;
@@ -166,7 +168,7 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         GgmlType::Q5_K => kquant::quant_q5_k(src, dst),
         GgmlType::Q6_K => q6k::quant_q6_k(src, dst),
         GgmlType::Q8_K => q8k::quant_q8_k(src, dst),
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 | GgmlType::IQ3_S | GgmlType::IQ3_XXS => {
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 | GgmlType::IQ3_S | GgmlType::IQ3_XXS | GgmlType::IQ2_S | GgmlType::IQ1_M => {
             // ggml's reference quantizers give meaningless codes for NaN/Inf input; these
             // types only ever hold weights, so say so instead.
             check::finite_input(ty, src)?;
@@ -177,10 +179,12 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
                 GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst),
                 GgmlType::IQ3_S => iq3s_quant::quant_iq3_s(src, dst),
                 GgmlType::IQ3_XXS => iq3xxs_quant::quant_iq3_xxs(src, dst, None),
+                GgmlType::IQ2_S => iq2s_quant::quant_iq2_s(src, dst, None),
+                GgmlType::IQ1_M => iq1_quant::quant_iq1_m(src, dst, None),
                 _ => iq4::quant_mxfp4(src, dst),
             }
         }
-        GgmlType::IQ2_XXS | GgmlType::IQ2_XS => return Err(QuantError::NeedsImatrix(ty)),
+        GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ1_S => return Err(QuantError::NeedsImatrix(ty)),
         ty if GgmlType::GRID_WEIGHTS.contains(&ty) => return Err(QuantError::NoQuantizer(ty)),
         other => return Err(QuantError::Unsupported(other)),
     }
@@ -195,7 +199,7 @@ pub fn quantize_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], weights: Opt
         quantize(ty, src, dst)?;
         return Ok(true);
     };
-    if !matches!(ty, GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ3_XXS) {
+    if !GgmlType::GRID_WEIGHTS.contains(&ty) || ty == GgmlType::IQ3_S {
         quantize(ty, src, dst)?;
         return Ok(false);
     }
@@ -208,6 +212,9 @@ pub fn quantize_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], weights: Opt
     match ty {
         GgmlType::IQ2_XXS => iq2_quant::quant_iq2_xxs(src, dst, qw),
         GgmlType::IQ2_XS => iq2_quant::quant_iq2_xs(src, dst, qw),
+        GgmlType::IQ2_S => iq2s_quant::quant_iq2_s(src, dst, Some(qw)),
+        GgmlType::IQ1_S => iq1_quant::quant_iq1_s(src, dst, qw),
+        GgmlType::IQ1_M => iq1_quant::quant_iq1_m(src, dst, Some(qw)),
         _ => iq3xxs_quant::quant_iq3_xxs(src, dst, Some(qw)),
     }
     Ok(true)
