@@ -1,6 +1,6 @@
 // Reference bytes of llama.cpp's grid quantizers (ggml-quants.c's quantize_iq3_s,
 // quantize_iq3_xxs, quantize_iq2_xxs, quantize_iq2_xs, quantize_iq2_s, quantize_iq1_s,
-// quantize_iq1_m, with or without importance
+// quantize_iq1_m, quantize_iq4_nl, quantize_iq4_xs, quantize_q8_0, with or without importance
 // weights) for lode's tests: ci/llama_quant_ref.sh builds this against the llama.cpp tree
 // of PyPI's llama-cpp-python sdist (ggml-quants.c compiled as llama.cpp's ggml-base is on
 // x86-64: no FMA contraction).
@@ -18,6 +18,11 @@ size_t quantize_iq2_xs(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_iq2_s(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_iq1_s(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_iq1_m(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_iq4_nl(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_iq4_xs(const float *, void *, int64_t, int64_t, const float *);
+void quantize_row_q8_0_ref(const float *, void *, int64_t);
+// quantize_q8_0 sizes its result with ggml.c's ggml_row_size: call the row function it runs.
+static size_t q8_0(const float * x, void * y, int64_t nrow, int64_t n, const float * w) { (void)w; quantize_row_q8_0_ref(x, y, nrow * n); return nrow * n / 32 * 34; }
 void iq3xs_init_impl(int grid_size);
 void iq2xs_init_impl(int type);
 void ggml_abort(const char * file, int line, const char * fmt, ...) { fprintf(stderr, "abort %s:%d\n", file, line); exit(2); }
@@ -43,6 +48,9 @@ int main(int argc, char ** argv) {
     else if (!strcmp(argv[1], "IQ2_S")) { iq2xs_init_impl(22); q = quantize_iq2_s; bytes = 82; }
     else if (!strcmp(argv[1], "IQ1_S")) { iq2xs_init_impl(19); q = quantize_iq1_s; bytes = 50; }
     else if (!strcmp(argv[1], "IQ1_M")) { iq2xs_init_impl(29); q = quantize_iq1_m; bytes = 56; }
+    else if (!strcmp(argv[1], "IQ4_NL")) { q = quantize_iq4_nl; bytes = 8 * 18; }
+    else if (!strcmp(argv[1], "IQ4_XS")) { q = quantize_iq4_xs; bytes = 136; }
+    else if (!strcmp(argv[1], "Q8_0")) { q = q8_0; bytes = 8 * 34; }
     else return 4;
     if (w && nw != row) return 5;
     void * y = malloc(n / 256 * bytes);

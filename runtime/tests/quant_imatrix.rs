@@ -1,5 +1,6 @@
-//! The importance-weighted grid quantizers (IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M):
-//! byte-identical with llama.cpp's `quantize_iq3_xxs` / `quantize_iq2_xxs` / … on the rows and
+//! The importance-weighted quantizers (IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, IQ4_NL,
+//! IQ4_XS) and Q8_0's weight quantizer: byte-identical with llama.cpp's `quantize_iq3_xxs` /
+//! `quantize_iq2_xxs` / … on the rows and
 //! weights of `tests/data/quant-ref/` (`ci/llama_quant_ref.sh` wrote the reference hashes),
 //! a round trip whose error the weights shape, and the refusals.
 
@@ -18,7 +19,7 @@ fn f32s(name: &str) -> Vec<f32> {
 }
 
 fn quant(ty: GgmlType, x: &[f32], w: Option<&[f32]>) -> Vec<u8> {
-    let mut q = vec![0u8; x.len() / 256 * ty.block_bytes()];
+    let mut q = vec![0u8; x.len() / ty.block_elems() * ty.block_bytes()];
     assert!(quantize_weighted(ty, x, &mut q, w).unwrap());
     q
 }
@@ -37,7 +38,7 @@ fn grid_quantizers_match_llama_cpp() {
         assert_eq!(got, e["quant_sha256"].as_str().unwrap(), "{key}");
         checked += 1;
     }
-    assert_eq!(checked, 10);
+    assert_eq!(checked, 15);
 }
 
 /// Relative RMS error of the round trip, weighted by `w` per column.

@@ -175,8 +175,8 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
             match ty {
                 GgmlType::Q2_K => q23k::quant_q2_k(src, dst),
                 GgmlType::Q3_K => q23k::quant_q3_k(src, dst),
-                GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst),
-                GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst),
+                GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst, None),
+                GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst, None),
                 GgmlType::IQ3_S => iq3s_quant::quant_iq3_s(src, dst),
                 GgmlType::IQ3_XXS => iq3xxs_quant::quant_iq3_xxs(src, dst, None),
                 GgmlType::IQ2_S => iq2s_quant::quant_iq2_s(src, dst, None),
@@ -191,15 +191,23 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
     Ok(())
 }
 
-/// [`quantize`] with llama.cpp's per-column importance weights (`quant_weights`, one per
-/// element of a row; `src` is whole rows of that length). Returns whether the weights were
-/// used: `false` when given to a type whose lode quantizer has no weighted form.
+/// Quantize weights as `llama-quantize` does (`ggml_quantize_chunk`): [`quantize`], except
+/// Q8_0's reference rounding, with llama.cpp's per-column importance weights
+/// (`quant_weights`, one per element of a row; `src` is whole rows of that length).
+/// Returns whether the weights were used: `false` when given to a type whose lode
+/// quantizer has no weighted form.
 pub fn quantize_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], weights: Option<&[f32]>) -> Result<bool, QuantError> {
+    if ty == GgmlType::Q8_0 {
+        // llama.cpp's Q8_0 weight quantizer takes no importance weights.
+        check_blocks(ty, src.len(), dst.len())?;
+        q8::quant_q8_0_ref(src, dst);
+        return Ok(true);
+    }
     let Some(qw) = weights else {
         quantize(ty, src, dst)?;
         return Ok(true);
     };
-    if !GgmlType::GRID_WEIGHTS.contains(&ty) || ty == GgmlType::IQ3_S {
+    if !(GgmlType::GRID_WEIGHTS.contains(&ty) || matches!(ty, GgmlType::IQ4_NL | GgmlType::IQ4_XS)) || ty == GgmlType::IQ3_S {
         quantize(ty, src, dst)?;
         return Ok(false);
     }
@@ -213,6 +221,8 @@ pub fn quantize_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], weights: Opt
         GgmlType::IQ2_XXS => iq2_quant::quant_iq2_xxs(src, dst, qw),
         GgmlType::IQ2_XS => iq2_quant::quant_iq2_xs(src, dst, qw),
         GgmlType::IQ2_S => iq2s_quant::quant_iq2_s(src, dst, Some(qw)),
+        GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst, Some(qw)),
+        GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst, Some(qw)),
         GgmlType::IQ1_S => iq1_quant::quant_iq1_s(src, dst, qw),
         GgmlType::IQ1_M => iq1_quant::quant_iq1_m(src, dst, Some(qw)),
         _ => iq3xxs_quant::quant_iq3_xxs(src, dst, Some(qw)),
