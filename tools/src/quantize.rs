@@ -51,14 +51,19 @@ pub struct Args {
     pub threads: Option<usize>,
 }
 
+/// Whether lode can write weights of type `t` (the activation-only Q8_1 / Q8_K excluded).
+fn writable(t: GgmlType) -> bool {
+    (t.is_supported() || GgmlType::GRID_WEIGHTS.contains(&t)) && !matches!(t, GgmlType::Q8_1 | GgmlType::Q8_K)
+}
+
+fn writable_names() -> String {
+    GgmlType::names(&GgmlType::WEIGHTS.into_iter().filter(|&t| writable(t)).collect::<Vec<_>>())
+}
+
 fn parse_type(s: &str) -> anyhow::Result<GgmlType> {
-    let ok = |t: &GgmlType| t.is_supported() && !matches!(t, GgmlType::Q8_1 | GgmlType::Q8_K);
     match GgmlType::from_name(s) {
-        Some(t) if ok(&t) => Ok(t),
-        _ => {
-            let all: Vec<GgmlType> = GgmlType::ALL.into_iter().filter(ok).collect();
-            bail!("cannot quantize to `{s}` (types: {})", GgmlType::names(&all))
-        }
+        Some(t) if writable(t) => Ok(t),
+        _ => bail!("cannot quantize to `{s}` (types: {})", writable_names()),
     }
 }
 
@@ -105,8 +110,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Refuse before writing anything, as llama.cpp does.
     for &i in &order {
         let (t, c) = (&descs[i], choice[i]);
-        if c.ty != t.ty && !c.ty.is_supported() {
-            bail!("{}: lode cannot write {} (types: {})", t.name, c.ty, GgmlType::names(&GgmlType::ALL));
+        if c.ty != t.ty && !writable(c.ty) {
+            bail!("{}: lode cannot write {} (types: {})", t.name, c.ty, writable_names());
         }
         if c.ty != t.ty && c.needs_imatrix && im.as_ref().is_none_or(|m| !m.weights.contains_key(&t.name)) {
             bail!(
