@@ -1,6 +1,6 @@
 // Reference bytes of llama.cpp's grid quantizers (ggml-quants.c's quantize_iq3_s,
 // quantize_iq3_xxs, quantize_iq2_xxs, quantize_iq2_xs, quantize_iq2_s, quantize_iq1_s,
-// quantize_iq1_m, quantize_iq4_nl, quantize_iq4_xs, quantize_q8_0, with or without importance
+// quantize_iq1_m, quantize_iq4_nl, quantize_iq4_xs, quantize_q8_0, quantize_q4_0, quantize_q5_0, with or without importance
 // weights) for lode's tests: ci/llama_quant_ref.sh builds this against the llama.cpp tree
 // of PyPI's llama-cpp-python sdist (ggml-quants.c compiled as llama.cpp's ggml-base is on
 // x86-64: no FMA contraction).
@@ -19,6 +19,8 @@ size_t quantize_iq2_s(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_iq1_s(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_iq1_m(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_iq4_nl(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_q4_0(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_q5_0(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_iq4_xs(const float *, void *, int64_t, int64_t, const float *);
 void quantize_row_q8_0_ref(const float *, void *, int64_t);
 // quantize_q8_0 sizes its result with ggml.c's ggml_row_size: call the row function it runs.
@@ -51,6 +53,8 @@ int main(int argc, char ** argv) {
     else if (!strcmp(argv[1], "IQ4_NL")) { q = quantize_iq4_nl; bytes = 8 * 18; }
     else if (!strcmp(argv[1], "IQ4_XS")) { q = quantize_iq4_xs; bytes = 136; }
     else if (!strcmp(argv[1], "Q8_0")) { q = q8_0; bytes = 8 * 34; }
+    else if (!strcmp(argv[1], "Q4_0")) { q = quantize_q4_0; bytes = 8 * 18; }
+    else if (!strcmp(argv[1], "Q5_0")) { q = quantize_q5_0; bytes = 8 * 22; }
     else return 4;
     if (w && nw != row) return 5;
     void * y = malloc(n / 256 * bytes);
@@ -59,6 +63,7 @@ int main(int argc, char ** argv) {
     return 0;
 }
 // Link stubs for ggml.c functions the quantizers reference but never reach here.
-size_t ggml_row_size(int type, int64_t ne) { (void)type; (void)ne; abort(); }
+// Q4_0 (type 2) and Q5_0 (type 6) size their rows with it.
+size_t ggml_row_size(int type, int64_t ne) { if (type == 2) return ne / 32 * 18; if (type == 6) return ne / 32 * 22; abort(); }
 size_t ggml_type_size(int type) { (void)type; abort(); }
 const char * ggml_type_name(int type) { (void)type; abort(); }

@@ -207,9 +207,12 @@ pub fn quantize_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], weights: Opt
         quantize(ty, src, dst)?;
         return Ok(true);
     };
-    if !(GgmlType::GRID_WEIGHTS.contains(&ty) || matches!(ty, GgmlType::IQ4_NL | GgmlType::IQ4_XS)) || ty == GgmlType::IQ3_S {
+    // The types whose lode quantizer takes importance weights (llama.cpp's K-quants, IQ3_S,
+    // Q4_1/Q5_1 and MXFP4 weight them too, or ignore them: lode quantizes those without).
+    use GgmlType::*;
+    if !matches!(ty, IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ1_S | IQ1_M | IQ4_NL | IQ4_XS | Q4_0 | Q5_0) {
         quantize(ty, src, dst)?;
-        return Ok(false);
+        return Ok(matches!(ty, F32 | F16 | BF16 | MXFP4));
     }
     check_blocks(ty, src.len(), dst.len())?;
     if qw.is_empty() || qw.len() % ty.block_elems() != 0 || src.len() % qw.len() != 0 {
@@ -222,6 +225,7 @@ pub fn quantize_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], weights: Opt
         GgmlType::IQ2_XS => iq2_quant::quant_iq2_xs(src, dst, qw),
         GgmlType::IQ2_S => iq2s_quant::quant_iq2_s(src, dst, Some(qw)),
         GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst, Some(qw)),
+        GgmlType::Q4_0 | GgmlType::Q5_0 => q32::quant_q4_5_0_weighted(ty, src, dst, qw),
         GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst, Some(qw)),
         GgmlType::IQ1_S => iq1_quant::quant_iq1_s(src, dst, qw),
         GgmlType::IQ1_M => iq1_quant::quant_iq1_m(src, dst, Some(qw)),
