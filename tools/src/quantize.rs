@@ -1,13 +1,16 @@
-//! `lode quantize IN OUT TYPE`: every matrix of a GGUF file re-encoded as TYPE with
-//! lode's reference quantizers (llama.cpp's `quantize_row_*_ref` algorithms, no
-//! importance matrix), multithreaded over rows, streamed to the output file.
+//! `lode quantize IN OUT TYPE`: llama-quantize's named mixes (`mix.rs`: the per-tensor
+//! type choice of llama.cpp's `llama-quant.cpp`) with lode's quantizers (llama.cpp's
+//! algorithms), multithreaded over rows, streamed to the output file.
 //!
-//! As llama.cpp does for its mixes, the LM head (`output.weight`, or `token_embd.weight`
-//! when the embeddings are tied) gets `--output-type` (default Q6_K); vectors (norms,
-//! biases) are copied as they are; a matrix whose rows are not whole 256-element blocks
-//! gets llama.cpp's substitute type (Q2_K, Q3_K, IQ4_XS → IQ4_NL; Q4_K → Q5_0; Q5_K →
-//! Q5_1; Q6_K → Q8_0). A quantized input is dequantized first: that adds its
-//! own error (a warning says so). llama.cpp's named mixes (Q3_K_M, …) are not built here.
+//! The file is laid out as `llama-quantize` writes it: the input's metadata, then
+//! `general.quantization_version` and `general.file_type` (and, with `--imatrix`, the
+//! `quantize.imatrix.*` keys), the tensors in llama.cpp's loader order. A tensor already
+//! of its target type is copied; a quantized input is dequantized first, which adds its
+//! own error (a warning says so). The IQ2 / IQ1 / IQ3_XXS types need `--imatrix FILE`
+//! (llama.cpp's importance matrix), as llama.cpp requires.
+
+pub mod imatrix;
+pub mod mix;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -15,6 +18,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use lode_runtime::gguf::{GgufFile, GgufWriter, MetaValue};
 use lode_runtime::quant::{self, GgmlType};
+use mix::{Ftype, ModelFacts, Options, TensorDesc};
 use rayon::prelude::*;
 
 /// Arguments of `lode quantize`.
@@ -24,58 +28,67 @@ pub struct Args {
     pub input: PathBuf,
     /// The GGUF file to write.
     pub output: PathBuf,
-    /// The type of the matrices, e.g. Q3_K, Q2_K, IQ4_XS, IQ4_NL, MXFP4, Q4_K, Q8_0.
+    /// llama-quantize's mix: Q4_K_M, Q4_K_S, Q5_K_M, Q6_K, Q8_0, Q3_K_M, Q3_K_S, Q3_K_L,
+    /// Q2_K, IQ4_XS, IQ4_NL, IQ3_S, IQ3_M, MXFP4_MOE, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S,
+    /// IQ2_M, IQ1_S, IQ1_M, Q4_0, Q5_0, F16, BF16, F32, ...
     #[arg(value_name = "TYPE")]
     pub ty: String,
-    /// The type of the LM head (`output.weight`, or the tied `token_embd.weight`); `same`
-    /// for TYPE.
-    #[arg(long = "output-type", default_value = "Q6_K")]
-    pub output_type: String,
+    /// llama.cpp's importance matrix (`llama-imatrix` output); required by the IQ2 / IQ1 /
+    /// IQ3_XXS mixes.
+    #[arg(long)]
+    pub imatrix: Option<PathBuf>,
+    /// Every quantized tensor in the mix's base type (no per-tensor rules).
+    #[arg(long)]
+    pub pure: bool,
+    /// The type of `output.weight` (the LM head).
+    #[arg(long = "output-tensor-type", alias = "output-type")]
+    pub output_type: Option<String>,
+    /// The type of `token_embd.weight`.
+    #[arg(long = "token-embedding-type")]
+    pub token_embd_type: Option<String>,
     /// Threads (default: all cores).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
 }
 
+/// Whether lode can write weights of type `t` (the activation-only Q8_1 / Q8_K excluded).
+fn writable(t: GgmlType) -> bool {
+    (t.is_supported() || GgmlType::GRID_WEIGHTS.contains(&t)) && !matches!(t, GgmlType::Q8_1 | GgmlType::Q8_K)
+}
+
+fn writable_names() -> String {
+    GgmlType::names(&GgmlType::WEIGHTS.into_iter().filter(|&t| writable(t)).collect::<Vec<_>>())
+}
+
 fn parse_type(s: &str) -> anyhow::Result<GgmlType> {
     match GgmlType::from_name(s) {
-        Some(t) if t.is_supported() && !matches!(t, GgmlType::Q8_1 | GgmlType::Q8_K) => Ok(t),
-        _ => {
-            let ok: Vec<GgmlType> = GgmlType::ALL.into_iter().filter(|t| !matches!(t, GgmlType::Q8_1 | GgmlType::Q8_K)).collect();
-            bail!("cannot quantize to `{s}` (types: {})", GgmlType::names(&ok))
-        }
+        Some(t) if writable(t) => Ok(t),
+        _ => bail!("cannot quantize to `{s}` (types: {})", writable_names()),
     }
 }
 
-/// llama.cpp's substitute (`llama_tensor_get_type`) for a 256-element type when a row is
-/// not a whole number of super-blocks.
-fn fallback(ty: GgmlType) -> GgmlType {
-    use GgmlType::*;
-    match ty {
-        Q2_K | Q3_K | IQ4_XS | IQ3_S => IQ4_NL,
-        Q4_K => Q5_0,
-        Q5_K => Q5_1,
-        Q6_K => Q8_0,
-        other => other,
-    }
-}
-
-/// The type tensor `name` (of shape `dims`, stored as `from`) gets.
-fn target(name: &str, dims: &[u64], from: GgmlType, ty: GgmlType, head: GgmlType, tied: bool) -> GgmlType {
-    let is_head = name == "output.weight" || (tied && name == "token_embd.weight");
-    let mut want = if is_head { head } else { ty };
-    let matrix = dims.len() >= 2 && name.ends_with(".weight");
-    if dims[0] % want.block_elems() as u64 != 0 {
-        want = fallback(want);
-    }
-    if !matrix || dims[0] % want.block_elems() as u64 != 0 || !from.is_supported() {
-        return from;
-    }
-    want
+/// The model facts the mix rules read, from the input's metadata.
+fn facts(f: &GgufFile) -> anyhow::Result<ModelFacts> {
+    let arch = f.get_str("general.architecture")?.unwrap_or("").to_string();
+    let first = |key: &str| -> anyhow::Result<u64> {
+        let k = format!("{arch}.{key}");
+        Ok(match f.get_u64(&k) {
+            Ok(v) => v.unwrap_or(0),
+            // Per-layer arrays (e.g. head_count_kv): llama.cpp's n_gqa() reads layer 0.
+            Err(_) => f.get_u64_array(&k)?.and_then(|v| v.first().copied()).unwrap_or(0),
+        })
+    };
+    Ok(ModelFacts {
+        n_layer: first("block_count")?,
+        n_head: first("attention.head_count")?,
+        n_head_kv: first("attention.head_count_kv")?,
+        n_expert: first("expert_count")?,
+        arch,
+    })
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let ty = parse_type(&args.ty)?;
-    let head = if args.output_type.eq_ignore_ascii_case("same") { ty } else { parse_type(&args.output_type)? };
+    let ftype = Ftype::from_name(&args.ty).with_context(|| format!("unknown quantization type `{}` (types: {})", args.ty, Ftype::all_names()))?;
     let f = GgufFile::open(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
     // Writing over the mapped input would pull the bytes from under the reads.
     if let (Ok(a), Ok(b)) = (std::fs::canonicalize(&args.input), std::fs::canonicalize(&args.output)) {
@@ -83,25 +96,69 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             bail!("the output {} is the input file; write to another path", args.output.display());
         }
     }
-    let tied = f.tensor("output.weight").is_none();
-    let mut w = GgufWriter::new();
-    for (k, v) in f.metadata() {
-        w.add_kv(k.clone(), v.clone());
-    }
-    w.add_kv("general.quantized_by", MetaValue::String(format!("lode {} quantize {}", env!("CARGO_PKG_VERSION"), ty.name())));
-    let mut plan = Vec::new();
-    let mut requant = Vec::new();
-    let mut substituted = 0;
-    for t in f.tensors() {
-        let to = target(&t.name, &t.dims, t.ty, ty, head, tied);
-        if t.dims.len() >= 2 && t.dims[0] % to.block_elems().max(1) as u64 == 0 && t.dims[0] % ty.block_elems() as u64 != 0 && to != t.ty {
-            substituted += 1;
+    let im = args.imatrix.as_deref().map(imatrix::load).transpose()?;
+    let opts = Options {
+        has_imatrix: im.is_some(),
+        pure: args.pure,
+        output_type: args.output_type.as_deref().map(parse_type).transpose()?,
+        token_embd_type: args.token_embd_type.as_deref().map(parse_type).transpose()?,
+    };
+    let descs: Vec<TensorDesc> = f.tensors().iter().map(|t| TensorDesc { name: t.name.clone(), dims: t.dims.clone(), ty: t.ty }).collect();
+    let choice = mix::assign(ftype, &facts(&f)?, &opts, &descs).map_err(anyhow::Error::msg)?;
+    let order = mix::llama_order(&descs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>());
+
+    // Refuse before writing anything, as llama.cpp does.
+    for &i in &order {
+        let (t, c) = (&descs[i], choice[i]);
+        if c.ty != t.ty && !writable(c.ty) {
+            bail!("{}: lode cannot write {} (types: {})", t.name, c.ty, writable_names());
         }
-        if to != t.ty && t.ty.is_quantized() {
+        if c.ty != t.ty && c.needs_imatrix && im.as_ref().is_none_or(|m| !m.weights.contains_key(&t.name)) {
+            bail!(
+                "{}: the {} mix makes it {}, which needs an importance matrix{} (llama.cpp refuses too); \
+                 make one with llama.cpp's llama-imatrix and pass --imatrix FILE",
+                t.name,
+                ftype.name(),
+                c.ty,
+                if im.is_some() { ", and the given one has no entry for it" } else { "" }
+            );
+        }
+        if let Some(w) = im.as_ref().and_then(|m| m.weights.get(&t.name)) {
+            let want = t.dims[0] * t.dims.get(2).copied().unwrap_or(1);
+            if c.ty != t.ty && w.len() as u64 != want && t.name != "token_embd.weight" {
+                bail!("importance matrix entry {} has {} values, the tensor needs {want}", t.name, w.len());
+            }
+        }
+    }
+
+    let mut w = GgufWriter::new();
+    let appended = ["general.quantization_version", "general.file_type", "split.no", "split.count", "split.tensors.count"];
+    for (k, v) in f.metadata() {
+        if !appended.contains(&k.as_str()) {
+            w.add_kv(k.clone(), v.clone());
+        }
+    }
+    w.add_kv("general.quantization_version", MetaValue::U32(2));
+    w.add_kv("general.file_type", MetaValue::U32(ftype as u32));
+    if let (Some(m), Some(p)) = (&im, &args.imatrix) {
+        w.add_kv("quantize.imatrix.file", MetaValue::String(p.display().to_string().chars().take(127).collect()));
+        if let Some(d) = m.datasets.first() {
+            w.add_kv("quantize.imatrix.dataset", MetaValue::String(d.chars().take(127).collect()));
+        }
+        w.add_kv("quantize.imatrix.entries_count", MetaValue::U32(m.weights.len() as u32));
+        if m.chunk_count > 0 {
+            w.add_kv("quantize.imatrix.chunks_count", MetaValue::U32(m.chunk_count));
+        }
+    }
+    let mut requant = Vec::new();
+    let (mut fell_back, mut unweighted) = (0, Vec::new());
+    for &i in &order {
+        let (t, c) = (&f.tensors()[i], choice[i]);
+        if c.ty != t.ty && t.ty.is_quantized() {
             requant.push(format!("{} ({})", t.name, t.ty));
         }
-        w.add_tensor_info(t.name.clone(), to, &t.dims);
-        plan.push(to);
+        fell_back += usize::from(c.fell_back);
+        w.add_tensor_info(t.name.clone(), c.ty, &t.dims);
     }
     if !requant.is_empty() {
         eprintln!(
@@ -111,41 +168,56 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             requant[0]
         );
     }
-    if substituted > 0 {
-        eprintln!(
-            "note: {substituted} matrices have rows that are not whole {}-element blocks: they get llama.cpp's \
-             substitute ({}) or keep their type",
-            ty.block_elems(),
-            fallback(ty)
-        );
+    if fell_back > 0 {
+        eprintln!("note: {fell_back} matrices have rows that are not whole blocks of their type: they get llama.cpp's substitute");
     }
     let pool = rayon::ThreadPoolBuilder::new().num_threads(args.threads.unwrap_or(0)).build()?;
-    let n = f.tensors().len();
+    let n = order.len();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&args.output).with_context(|| format!("creating {}", args.output.display()))?);
     let label = args.output.display().to_string();
-    w.write_stream(&mut out, &label, |i, info, dst| {
+    w.write_stream(&mut out, &label, |k, info, dst| {
+        let i = order[k];
         let t = &f.tensors()[i];
-        let src = f.tensor(&t.name).expect("tensor of this file").data;
-        let to = plan[i];
+        let src = f.tensor(&t.name).map(|v| v.data).unwrap_or_default();
+        let to = choice[i].ty;
+        eprint!("\r[{:>4}/{n}] {:<40} {} -> {}   ", k + 1, info.name, t.ty, to);
         if to == t.ty {
             return dst.write_all(src);
         }
         let row = t.dims[0] as usize;
         let rows = (t.n_elements() / t.dims[0]) as usize;
+        let rows_per_expert = t.dims.get(1).copied().unwrap_or(1).max(1) as usize;
+        let weights = im.as_ref().and_then(|m| m.weights.get(&t.name)).filter(|w| w.len() % row.max(1) == 0 && !w.is_empty());
         let (src_rb, dst_rb) = (t.ty.bytes_for(row as u64).unwrap_or(0) as usize, to.bytes_for(row as u64).unwrap_or(0) as usize);
         let mut bytes = vec![0u8; rows * dst_rb];
-        let r: Result<(), quant::QuantError> = pool.install(|| {
-            bytes.par_chunks_mut(dst_rb.max(1)).zip(src.par_chunks(src_rb.max(1))).try_for_each(|(d, s)| {
-                let mut x = vec![0f32; row];
-                quant::dequantize(t.ty, s, &mut x)?;
-                quant::quantize(to, &x, d)
-            })
+        let used: Result<Vec<bool>, quant::QuantError> = pool.install(|| {
+            bytes
+                .par_chunks_mut(dst_rb.max(1))
+                .zip(src.par_chunks(src_rb.max(1)))
+                .enumerate()
+                .map(|(r, (d, s))| {
+                    let mut x = vec![0f32; row];
+                    quant::dequantize(t.ty, s, &mut x)?;
+                    let e = r / rows_per_expert;
+                    let qw = weights.and_then(|w| w.get(e * row..(e + 1) * row));
+                    quant::quantize_weighted(to, &x, d, qw)
+                })
+                .collect()
         });
-        r.map_err(|e| std::io::Error::other(format!("{}: {e}", t.name)))?;
-        eprint!("\r[{:>4}/{n}] {:<40} {} -> {}   ", i + 1, info.name, t.ty, to);
+        let used = used.map_err(|e| std::io::Error::other(format!("{}: {e}", t.name)))?;
+        if weights.is_some() && used.iter().any(|u| !u) && !unweighted.contains(&to) {
+            unweighted.push(to);
+        }
         dst.write_all(&bytes)
     })?;
     out.flush()?;
     eprintln!("\nwrote {}", args.output.display());
+    if !unweighted.is_empty() {
+        eprintln!(
+            "note: lode's {} quantizers take no importance matrix yet: those tensors were quantized without it \
+             (llama.cpp weights them)",
+            GgmlType::names(&unweighted)
+        );
+    }
     Ok(())
 }

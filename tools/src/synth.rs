@@ -94,25 +94,13 @@ impl Quant {
     /// `general.file_type`: the mix's `llama_ftype` value in llama.h
     /// (`LLAMA_FTYPE_MOSTLY_Q2_K` 10, `_Q3_K_M` 12, `_Q4_K_M` 15, `_IQ3_S` 26, `_IQ4_XS` 30).
     pub fn file_type(self) -> u32 {
-        match self {
-            Quant::Q2K => 10,
-            Quant::Q3KM => 12,
-            Quant::Q4KM => 15,
-            Quant::IQ4XS => 30,
-            Quant::IQ3S => 26,
-        }
+        self.ftype() as u32
     }
 
-    /// The type of every matrix no rule of [`pick`] moves
+    /// The type of every matrix no rule of the mix moves
     /// (llama.cpp's `llama_ftype_get_default_type`).
     pub fn base(self) -> GgmlType {
-        match self {
-            Quant::Q2K => GgmlType::Q2_K,
-            Quant::Q3KM => GgmlType::Q3_K,
-            Quant::Q4KM => GgmlType::Q4_K,
-            Quant::IQ4XS => GgmlType::IQ4_XS,
-            Quant::IQ3S => GgmlType::IQ3_S,
-        }
+        self.ftype().default_type()
     }
 
     /// The name `--quant` takes.
@@ -239,156 +227,30 @@ pub fn hparams(p: Preset) -> Hparams {
     }
 }
 
-/// llama.cpp's `use_more_bits` (Q4_K_M's rule for which layers' `attn_v` and `ffn_down`
-/// get Q6_K): the first and last eighth of the layers, and every third layer in between.
-pub fn use_more_bits(i_layer: u64, n_layer: u64) -> bool {
-    let (i, n) = (i_layer as i64, n_layer as i64);
-    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
-}
+pub use crate::quantize::mix::{fallback, use_more_bits};
+use crate::quantize::mix::{self, Ftype};
 
-/// What a tensor is, as llama.cpp's quantizer sorts them (`tensor_get_category`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// 1-D tensors (norm weights, `rope_freqs`): llama.cpp quantizes only 2-D and up, so F32.
-    Vector,
-    TokenEmbd,
-    /// `output.weight`, the untied LM head.
-    Output,
-    AttnQ,
-    AttnK,
-    AttnV,
-    AttnOutput,
-    FfnGate,
-    FfnUp,
-    FfnDown,
-    /// `ffn_gate_inp`, a MoE router: llama.cpp's quantizer never quantizes it; it keeps
-    /// the converter's F32.
-    Router,
-}
-
-/// The type llama.cpp's `llama_tensor_get_type` gives a tensor of kind `kind` in layer
-/// `i` of `h`'s model for the mix, before [`fallback`]. Read from llama.cpp's
-/// src/llama-quant.cpp (`llama_tensor_get_type_impl`, commit 007dbbf), for what the
-/// presets are: no importance matrix, no `--tensor-type` / `--output-tensor-type`
-/// overrides, not Falcon. With experts, the `_exps` tensors sort as their
-/// dense names do (`ffn_down_exps` is `ffn_down`, its layer read from the name, out of
-/// `n_layer`), the router stays F32, and a model of exactly 8 experts moves attn_k and
-/// attn_v to Q8_0 and attn_output to Q5_K. Its counters
-/// `i_attention_wv` and `i_ffn_down` count the tensors in the quantizer's order, which
-/// sorts by layer, so for these models they equal the layer index `i`; `n_gqa` is
-/// `n_head / n_head_kv`. The one size rule that applies: a Llama 70B's `attn_v` is
-/// raised from Q3_K / Q4_K to Q5_K ([`is_llama_70b`]).
-///
-/// - LM head (`output`, or `token_embd` when tied — llama.cpp treats a tied embedding as
-///   the output): Q6_K for all four mixes; Q8_0 when `n_embd` is not a multiple of the
-///   mix's base block (256).
-/// - untied `token_embd`: the mix's base type.
-/// - Q4_K_M: `attn_v`, `ffn_down` Q6_K where [`use_more_bits`]; all else Q4_K.
-/// - Q3_K_M: `attn_v` Q5_K in layers 0 and 1 (`i_attention_wv < 2`), Q4_K after;
-///   `attn_output` Q4_K; `ffn_down` Q5_K for `i < n_layer/16`, Q4_K after (Q3_K only in
-///   Falcon's other layers); `attn_q`, `attn_k`, `ffn_gate`, `ffn_up` Q3_K.
-/// - Q2_K: `attn_v` Q4_K if `n_gqa >= 4`, else Q3_K; `attn_output`, `ffn_down` Q3_K;
-///   `attn_q`, `attn_k`, `ffn_gate`, `ffn_up` Q2_K.
-/// - IQ4_XS: `attn_v` Q5_K if `n_gqa >= 4`; `ffn_down` Q5_K for `i < n_layer/8` (only
-///   without an importance matrix); all else IQ4_XS.
-/// - IQ3_S: `attn_v` Q4_K if `n_gqa >= 4`; all else IQ3_S (no other rule names it for a
-///   dense model that is not a 70B).
-pub fn pick(mix: Quant, kind: Kind, i: u64, h: &Hparams) -> GgmlType {
-    use GgmlType::*;
-    use Kind::*;
-    let ty = pick_mix(mix, kind, i, h);
-    // llama.cpp's 70B rule: the attn_v of a Llama 70B (8 heads share each V head) gets
-    // Q5_K where the mix gave it Q3_K or Q4_K.
-    if kind == AttnV && is_llama_70b(h) && matches!(ty, Q3_K | Q4_K) {
-        return Q5_K;
-    }
-    ty
-}
-
-/// llama.cpp's `LLM_TYPE_70B`: a `llama` model of 80 layers with grouped-query attention.
-pub fn is_llama_70b(h: &Hparams) -> bool {
-    h.arch == "llama" && h.n_layer == 80 && h.n_head != h.n_head_kv
-}
-
-fn pick_mix(mix: Quant, kind: Kind, i: u64, h: &Hparams) -> GgmlType {
-    use GgmlType::*;
-    use Kind::*;
-    let n = h.n_layer;
-    match kind {
-        Vector | Router => return F32,
-        Output => return lm_head(h),
-        TokenEmbd if h.tied => return lm_head(h),
-        _ => {}
-    }
-    // llama.cpp's rules for a model of exactly 8 experts (Mixtral's): attn_k and attn_v
-    // Q8_0 in every mix, attn_output Q5_K in these four.
-    if h.moe.is_some_and(|m| m.n_expert == 8) {
-        match kind {
-            AttnK | AttnV => return Q8_0,
-            AttnOutput => return Q5_K,
-            _ => {}
+impl Quant {
+    /// The llama.cpp mix this preset names.
+    pub fn ftype(self) -> Ftype {
+        match self {
+            Quant::Q2K => Ftype::Q2_K,
+            Quant::Q3KM => Ftype::Q3_K_M,
+            Quant::Q4KM => Ftype::Q4_K_M,
+            Quant::IQ4XS => Ftype::IQ4_XS,
+            Quant::IQ3S => Ftype::IQ3_S,
         }
     }
-    match mix {
-        Quant::Q4KM => match kind {
-            AttnV | FfnDown if use_more_bits(i, n) => Q6_K,
-            _ => Q4_K,
-        },
-        Quant::Q3KM => match kind {
-            AttnV if i < 2 => Q5_K,
-            FfnDown if i < n / 16 => Q5_K,
-            AttnV | AttnOutput | FfnDown => Q4_K,
-            _ => Q3_K,
-        },
-        Quant::Q2K => match kind {
-            AttnV if h.n_gqa() >= 4 => Q4_K,
-            AttnV | AttnOutput | FfnDown => Q3_K,
-            _ => Q2_K,
-        },
-        Quant::IQ4XS => match kind {
-            AttnV if h.n_gqa() >= 4 => Q5_K,
-            FfnDown if i < n / 8 => Q5_K,
-            _ => IQ4_XS,
-        },
-        Quant::IQ3S => match kind {
-            AttnV if h.n_gqa() >= 4 => Q4_K,
-            _ => IQ3_S,
-        },
-    }
 }
 
-/// The LM head's type in every mix lode has: Q6_K, or Q8_0 when a row is not whole
-/// 256-element blocks of the mix's base type.
-fn lm_head(h: &Hparams) -> GgmlType {
-    if h.n_embd % 256 == 0 {
-        GgmlType::Q6_K
-    } else {
-        GgmlType::Q8_0
-    }
-}
-
-/// llama.cpp's `tensor_type_fallback`: a type whose block does not divide the row length
-/// `ncols` becomes IQ4_XS / IQ3_S → IQ4_NL, Q2_K / Q3_K → Q4_0, Q4_K → Q5_0, Q5_K → Q5_1,
-/// Q6_K → Q8_0; F16 when even that 32-element block does not divide it (also for types
-/// llama.cpp has no fallback for and refuses). No preset has such a row.
-pub fn fallback(ty: GgmlType, ncols: u64) -> GgmlType {
-    use GgmlType::*;
-    let fits = |t: GgmlType| ncols % t.block_elems() as u64 == 0;
-    if fits(ty) {
-        return ty;
-    }
-    let alt = match ty {
-        IQ4_XS | IQ3_S => IQ4_NL,
-        Q2_K | Q3_K => Q4_0,
-        Q4_K => Q5_0,
-        Q5_K => Q5_1,
-        Q6_K => Q8_0,
-        _ => F16,
-    };
-    if fits(alt) {
-        alt
-    } else {
-        F16
+/// The facts of `h` llama.cpp's type choice reads.
+pub fn facts(h: &Hparams) -> mix::ModelFacts {
+    mix::ModelFacts {
+        arch: h.arch.to_string(),
+        n_layer: h.n_layer,
+        n_head: h.n_head,
+        n_head_kv: h.n_head_kv,
+        n_expert: h.moe.map_or(0, |m| m.n_expert),
     }
 }
 
@@ -400,61 +262,64 @@ pub struct Planned {
     pub dims: Vec<u64>,
 }
 
-/// The tensor list in llama.cpp's order, each with the type [`pick`] gives it for the mix
-/// (after [`fallback`] on its row length).
-pub fn plan(h: &Hparams, mix: Quant) -> Vec<Planned> {
-    use Kind::*;
+/// The tensor list in the converter's order, each with the type llama.cpp's quantizer
+/// gives it under the mix (`quantize::mix::assign`, the code `lode quantize` runs) from
+/// the converter's F32: 1-D tensors and MoE routers stay F32.
+pub fn plan(h: &Hparams, q: Quant) -> Vec<Planned> {
     let mut out = Vec::new();
-    let mut add = |name: String, kind: Kind, i: u64, dims: &[u64]| {
-        let ty = fallback(pick(mix, kind, i, h), dims[0]);
-        out.push(Planned { name, ty, dims: dims.to_vec() });
-    };
-    let (e, q, kv) = (h.n_embd, h.n_head * h.head_dim, h.n_head_kv * h.head_dim);
-    add("token_embd.weight".into(), TokenEmbd, 0, &[e, h.n_vocab]);
+    let mut add = |name: String, dims: &[u64]| out.push(Planned { name, ty: GgmlType::F32, dims: dims.to_vec() });
+    let (e, qd, kv) = (h.n_embd, h.n_head * h.head_dim, h.n_head_kv * h.head_dim);
+    add("token_embd.weight".into(), &[e, h.n_vocab]);
     if h.rope_freqs {
-        add("rope_freqs.weight".into(), Vector, 0, &[h.head_dim / 2]);
+        add("rope_freqs.weight".into(), &[h.head_dim / 2]);
     }
     for i in 0..h.n_layer {
         if let Some(x) = &h.hybrid {
-            for (name, kind, dims) in hybrid::layer_tensors(h, x, i) {
-                add(name, kind, i, &dims);
+            for (name, dims) in hybrid::layer_tensors(h, x, i) {
+                add(name, &dims);
             }
             continue;
         }
         let b = |s: &str| format!("blk.{i}.{s}.weight");
-        add(b("attn_norm"), Vector, i, &[e]);
-        add(b("attn_q"), AttnQ, i, &[e, q]);
-        add(b("attn_k"), AttnK, i, &[e, kv]);
-        add(b("attn_v"), AttnV, i, &[e, kv]);
-        add(b("attn_output"), AttnOutput, i, &[q, e]);
+        add(b("attn_norm"), &[e]);
+        add(b("attn_q"), &[e, qd]);
+        add(b("attn_k"), &[e, kv]);
+        add(b("attn_v"), &[e, kv]);
+        add(b("attn_output"), &[qd, e]);
         if h.qk_norm {
-            add(b("attn_q_norm"), Vector, i, &[h.head_dim]);
-            add(b("attn_k_norm"), Vector, i, &[h.head_dim]);
+            add(b("attn_q_norm"), &[h.head_dim]);
+            add(b("attn_k_norm"), &[h.head_dim]);
         }
         if h.post_norms {
-            add(b("post_attention_norm"), Vector, i, &[e]);
+            add(b("post_attention_norm"), &[e]);
         }
-        add(b("ffn_norm"), Vector, i, &[e]);
+        add(b("ffn_norm"), &[e]);
         match h.moe {
             None => {
-                add(b("ffn_gate"), FfnGate, i, &[e, h.n_ff]);
-                add(b("ffn_up"), FfnUp, i, &[e, h.n_ff]);
-                add(b("ffn_down"), FfnDown, i, &[h.n_ff, e]);
+                add(b("ffn_gate"), &[e, h.n_ff]);
+                add(b("ffn_up"), &[e, h.n_ff]);
+                add(b("ffn_down"), &[h.n_ff, e]);
             }
             Some(m) => {
-                add(b("ffn_gate_inp"), Router, i, &[e, m.n_expert]);
-                add(b("ffn_gate_exps"), FfnGate, i, &[e, m.n_ff, m.n_expert]);
-                add(b("ffn_up_exps"), FfnUp, i, &[e, m.n_ff, m.n_expert]);
-                add(b("ffn_down_exps"), FfnDown, i, &[m.n_ff, e, m.n_expert]);
+                add(b("ffn_gate_inp"), &[e, m.n_expert]);
+                add(b("ffn_gate_exps"), &[e, m.n_ff, m.n_expert]);
+                add(b("ffn_up_exps"), &[e, m.n_ff, m.n_expert]);
+                add(b("ffn_down_exps"), &[m.n_ff, e, m.n_expert]);
             }
         }
         if h.post_norms {
-            add(b("post_ffw_norm"), Vector, i, &[e]);
+            add(b("post_ffw_norm"), &[e]);
         }
     }
-    add("output_norm.weight".into(), Vector, 0, &[e]);
+    add("output_norm.weight".into(), &[e]);
     if !h.tied {
-        add("output.weight".into(), Output, 0, &[e, h.n_vocab]);
+        add("output.weight".into(), &[e, h.n_vocab]);
+    }
+    let descs: Vec<mix::TensorDesc> = out.iter().map(|t| mix::TensorDesc { name: t.name.clone(), dims: t.dims.clone(), ty: t.ty }).collect();
+    // A preset's names always carry their layer, so the choice cannot fail.
+    let choice = mix::assign(q.ftype(), &facts(h), &mix::Options::default(), &descs).unwrap_or_default();
+    for (t, c) in out.iter_mut().zip(choice) {
+        t.ty = c.ty;
     }
     out
 }

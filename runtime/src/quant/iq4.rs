@@ -117,9 +117,26 @@ fn best_index(x: f32) -> u8 {
     }
 }
 
-/// One 32-element block's scale, by `quantize_row_iq4_nl_impl`'s search (weights `x²`,
+/// The weights of a 32-element block: `qw·√(σ² + x²)` with an importance matrix (σ² twice
+/// the mean square over `sup`, the super-block), else `x²`.
+fn block_weights(sup: &[f32], ib: usize, qw: Option<&[f32]>) -> [f32; 32] {
+    let x = &sup[32 * ib..32 * ib + 32];
+    match qw {
+        Some(q) => {
+            let mut sigma2 = 0f32;
+            for &v in sup {
+                sigma2 += v * v;
+            }
+            sigma2 *= 2.0 / sup.len() as f32;
+            std::array::from_fn(|j| q[32 * ib + j] * (sigma2 + x[j] * x[j]).sqrt())
+        }
+        None => std::array::from_fn(|j| x[j] * x[j]),
+    }
+}
+
+/// One 32-element block's scale, by `quantize_row_iq4_nl_impl`'s search (weights `w`,
 /// `ntry` trial scales either side), with its codes in `l`; 0 for an all-zero block.
-fn fit_block(x: &[f32], l: &mut [u8], ntry: i32) -> f32 {
+fn fit_block(x: &[f32], w: &[f32; 32], l: &mut [u8], ntry: i32) -> f32 {
     let k0 = K_IQ4[0] as f32;
     let (mut amax, mut max) = (0f32, 0f32);
     for &v in x {
@@ -138,20 +155,18 @@ fn fit_block(x: &[f32], l: &mut [u8], ntry: i32) -> f32 {
         let li = best_index(id * xj);
         l[j] = li;
         let q = K_IQ4[li as usize] as f32;
-        let w = xj * xj;
-        sumqx += w * q * xj;
-        sumq2 += w * q * q;
+        sumqx += w[j] * q * xj;
+        sumq2 += w[j] * q * q;
     }
-    d = sumqx / sumq2;
+    d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
     let mut best = d * sumqx;
     for itry in -ntry..=ntry {
         id = (itry + K_IQ4[0] as i32) as f32 / max;
         (sumqx, sumq2) = (0.0, 0.0);
-        for &xj in x {
+        for (j, &xj) in x.iter().enumerate() {
             let q = K_IQ4[best_index(id * xj) as usize] as f32;
-            let w = xj * xj;
-            sumqx += w * q * xj;
-            sumq2 += w * q * q;
+            sumqx += w[j] * q * xj;
+            sumq2 += w[j] * q * q;
         }
         if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
             d = sumqx / sumq2;
@@ -168,11 +183,13 @@ fn pack_nibbles(l: &[u8], qs: &mut [u8]) {
     }
 }
 
-/// `quantize_row_iq4_nl_ref` (`quantize_row_iq4_nl_impl(32, 32, …, ntry 3)`).
-pub(crate) fn quant_iq4_nl(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(IQ4_NL_BYTES)) {
+/// `quantize_iq4_nl`, what `llama-quantize` runs (`quantize_row_iq4_nl_impl(32, 32, …,
+/// ntry 7)`), with importance weights `qw` (one per element of a row) or without.
+pub(crate) fn quant_iq4_nl(src: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
+    for (ibl, (x, b)) in src.chunks_exact(32).zip(dst.chunks_exact_mut(IQ4_NL_BYTES)).enumerate() {
         let mut l = [0u8; 32];
-        let d = fit_block(x, &mut l, 3);
+        let w = block_weights(x, 0, qw.map(|q| &q[(ibl * 32) % q.len()..][..32]));
+        let d = fit_block(x, &w, &mut l, 7);
         b[0..2].copy_from_slice(&f16_bits(d));
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         for (l, &v) in l.iter_mut().zip(x) {
@@ -182,15 +199,18 @@ pub(crate) fn quant_iq4_nl(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-/// `quantize_iq4_xs` without importance weights (`quantize_row_iq4_nl_impl(256, 32, …,
-/// ntry 7)`): a scale per 32, then those to 6 bits against the largest in magnitude.
-pub(crate) fn quant_iq4_xs(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(IQ4_XS_BYTES)) {
+/// `quantize_iq4_xs` (`quantize_row_iq4_nl_impl(256, 32, …, ntry 7)`), with importance
+/// weights `qw` or without: a scale per 32, then those to 6 bits against the largest in
+/// magnitude.
+pub(crate) fn quant_iq4_xs(src: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
+    for (ibl, (x, b)) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(IQ4_XS_BYTES)).enumerate() {
+        let qwb = qw.map(|q| &q[(ibl * QK_K) % q.len()..][..QK_K]);
         let mut l = [0u8; QK_K];
         let mut scales = [0f32; 8];
         let (mut max_scale, mut amax_scale) = (0f32, 0f32);
         for ib in 0..8 {
-            scales[ib] = fit_block(&x[32 * ib..32 * ib + 32], &mut l[32 * ib..32 * ib + 32], 7);
+            let w = block_weights(x, ib, qwb);
+            scales[ib] = fit_block(&x[32 * ib..32 * ib + 32], &w, &mut l[32 * ib..32 * ib + 32], 7);
             if scales[ib].abs() > amax_scale {
                 amax_scale = scales[ib].abs();
                 max_scale = scales[ib];

@@ -21,7 +21,11 @@ mod dot;
 mod fit;
 mod float;
 mod grid;
+mod iq1_quant;
+mod iq2_quant;
+mod iq2s_quant;
 mod iq3s_quant;
+mod iq3xxs_quant;
 mod iq_grids;
 mod iq_grids_data;
 mod iq4;
@@ -74,8 +78,12 @@ pub enum QuantError {
         expected: usize,
         got: usize,
     },
-    #[error("{0} cannot be quantized to (lode has no quantizer for it; llama.cpp makes the IQ2 / IQ1 types with an importance matrix)")]
+    #[error("{0} cannot be quantized to (lode has no quantizer for it yet)")]
     NoQuantizer(GgmlType),
+    #[error("{0} needs an importance matrix to quantize to (llama.cpp refuses it without one too): pass --imatrix FILE")]
+    NeedsImatrix(GgmlType),
+    #[error("{ty}: {n} importance weights do not match rows of {row} elements")]
+    ImatrixLen { ty: GgmlType, n: usize, row: usize },
     #[error("{ty} is not supported: lode cannot convert it to or from f32 (supported: {})", GgmlType::names(&GgmlType::ALL), ty = .0)]
     Unsupported(GgmlType),
     #[error("{0} is an activation-only format: there is no dot product with it as weights")]
@@ -160,23 +168,70 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         GgmlType::Q5_K => kquant::quant_q5_k(src, dst),
         GgmlType::Q6_K => q6k::quant_q6_k(src, dst),
         GgmlType::Q8_K => q8k::quant_q8_k(src, dst),
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 | GgmlType::IQ3_S => {
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 | GgmlType::IQ3_S | GgmlType::IQ3_XXS | GgmlType::IQ2_S | GgmlType::IQ1_M => {
             // ggml's reference quantizers give meaningless codes for NaN/Inf input; these
             // types only ever hold weights, so say so instead.
             check::finite_input(ty, src)?;
             match ty {
                 GgmlType::Q2_K => q23k::quant_q2_k(src, dst),
                 GgmlType::Q3_K => q23k::quant_q3_k(src, dst),
-                GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst),
-                GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst),
+                GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst, None),
+                GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst, None),
                 GgmlType::IQ3_S => iq3s_quant::quant_iq3_s(src, dst),
+                GgmlType::IQ3_XXS => iq3xxs_quant::quant_iq3_xxs(src, dst, None),
+                GgmlType::IQ2_S => iq2s_quant::quant_iq2_s(src, dst, None),
+                GgmlType::IQ1_M => iq1_quant::quant_iq1_m(src, dst, None),
                 _ => iq4::quant_mxfp4(src, dst),
             }
         }
+        GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ1_S => return Err(QuantError::NeedsImatrix(ty)),
         ty if GgmlType::GRID_WEIGHTS.contains(&ty) => return Err(QuantError::NoQuantizer(ty)),
         other => return Err(QuantError::Unsupported(other)),
     }
     Ok(())
+}
+
+/// Quantize weights as `llama-quantize` does (`ggml_quantize_chunk`): [`quantize`], except
+/// Q8_0's reference rounding, with llama.cpp's per-column importance weights
+/// (`quant_weights`, one per element of a row; `src` is whole rows of that length).
+/// Returns whether the weights were used: `false` when given to a type whose lode
+/// quantizer has no weighted form.
+pub fn quantize_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], weights: Option<&[f32]>) -> Result<bool, QuantError> {
+    if ty == GgmlType::Q8_0 {
+        // llama.cpp's Q8_0 weight quantizer takes no importance weights.
+        check_blocks(ty, src.len(), dst.len())?;
+        q8::quant_q8_0_ref(src, dst);
+        return Ok(true);
+    }
+    let Some(qw) = weights else {
+        quantize(ty, src, dst)?;
+        return Ok(true);
+    };
+    // The types whose lode quantizer takes importance weights (llama.cpp's K-quants, IQ3_S,
+    // Q4_1/Q5_1 and MXFP4 weight them too, or ignore them: lode quantizes those without).
+    use GgmlType::*;
+    if !matches!(ty, IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ1_S | IQ1_M | IQ4_NL | IQ4_XS | Q4_0 | Q5_0) {
+        quantize(ty, src, dst)?;
+        return Ok(matches!(ty, F32 | F16 | BF16 | MXFP4));
+    }
+    check_blocks(ty, src.len(), dst.len())?;
+    if qw.is_empty() || qw.len() % ty.block_elems() != 0 || src.len() % qw.len() != 0 {
+        return Err(QuantError::ImatrixLen { ty, n: qw.len(), row: src.len() });
+    }
+    check::finite_input(ty, src)?;
+    check::finite_input(ty, qw)?;
+    match ty {
+        GgmlType::IQ2_XXS => iq2_quant::quant_iq2_xxs(src, dst, qw),
+        GgmlType::IQ2_XS => iq2_quant::quant_iq2_xs(src, dst, qw),
+        GgmlType::IQ2_S => iq2s_quant::quant_iq2_s(src, dst, Some(qw)),
+        GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst, Some(qw)),
+        GgmlType::Q4_0 | GgmlType::Q5_0 => q32::quant_q4_5_0_weighted(ty, src, dst, qw),
+        GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst, Some(qw)),
+        GgmlType::IQ1_S => iq1_quant::quant_iq1_s(src, dst, qw),
+        GgmlType::IQ1_M => iq1_quant::quant_iq1_m(src, dst, Some(qw)),
+        _ => iq3xxs_quant::quant_iq3_xxs(src, dst, Some(qw)),
+    }
+    Ok(true)
 }
 
 /// The activation type llama.cpp's CPU dot product pairs with weights of type `ty`

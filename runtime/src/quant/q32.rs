@@ -111,6 +111,37 @@ pub(crate) fn quant_q5_0(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// `quantize_q4_0` / `quantize_q5_0` with importance weights (`quantize_row_q4_0_impl`):
+/// per block, `make_qx_quants` (nmax 8 or 16) weighted by `qw·√(σ² + x²)`, σ² the row's
+/// mean square. `qw` holds one weight per element of a row; `src` is whole rows.
+pub(crate) fn quant_q4_5_0_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], qw: &[f32]) {
+    let (nmax, bytes) = if ty == GgmlType::Q5_0 { (16, Q5_0_BYTES) } else { (8, Q4_0_BYTES) };
+    let row = qw.len();
+    for (xr, br) in src.chunks_exact(row).zip(dst.chunks_exact_mut(row / QK * bytes)) {
+        let mut sum_x2 = 0f32;
+        for &v in xr {
+            sum_x2 += v * v;
+        }
+        let sigma2 = sum_x2 / row as f32;
+        for (ib, (x, b)) in xr.chunks_exact(QK).zip(br.chunks_exact_mut(bytes)).enumerate() {
+            let mut w = [0f32; QK];
+            for j in 0..QK {
+                w[j] = qw[QK * ib + j] * (sigma2 + x[j] * x[j]).sqrt();
+            }
+            let mut l = [0i8; QK];
+            let d = super::fit::make_qx_quants(nmax, x, &mut l, Some(&w));
+            let q: [u8; QK] = l.map(|v| v as u8);
+            b[0..2].copy_from_slice(&f16_bits(d));
+            if ty == GgmlType::Q5_0 {
+                b[2..6].copy_from_slice(&pack_high_bits(&q));
+                pack_nibbles(&q, &mut b[6..]);
+            } else {
+                pack_nibbles(&q, &mut b[2..]);
+            }
+        }
+    }
+}
+
 pub(crate) fn quant_q5_1(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q5_1_BYTES)) {
         let (min, max) = min_max(x);

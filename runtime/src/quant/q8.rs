@@ -35,6 +35,21 @@ pub(crate) fn quant_q8_0(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// ggml's `quantize_row_q8_0_ref`, the weight quantizer `llama-quantize` runs: `d = amax/127`,
+/// codes `roundf(x / d)` (half away from zero). The activation quantizer above follows
+/// llama.cpp's CPU path instead (`127/amax`, half to even), so the two differ on ties.
+pub(crate) fn quant_q8_0_ref(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q8_0_BYTES)) {
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b[0..2].copy_from_slice(&f16_bits(d));
+        for (o, &v) in b[2..].iter_mut().zip(x) {
+            *o = (v * id).round() as i8 as u8;
+        }
+    }
+}
+
 pub(crate) fn quant_q8_1(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q8_1_BYTES)) {
         let (d, q) = quant_block(x);

@@ -12,7 +12,7 @@
 
 use lode_runtime::gguf::{MetaValue, ValueType};
 
-use super::{Hparams, Kind, Preset};
+use super::{Hparams, Preset};
 
 /// The gated delta net of a hybrid preset (llama.cpp's `ssm.*` keys).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,53 +143,52 @@ pub fn hparams(p: Preset) -> Hparams {
     }
 }
 
-/// One block's tensors in the order llama.cpp's loader asks for them: `(name, kind,
-/// dims)`.
-pub fn layer_tensors(h: &Hparams, x: &HybridParams, i: u64) -> Vec<(String, Kind, Vec<u64>)> {
-    use Kind::*;
+/// One block's tensors in the order llama.cpp's loader asks for them: `(name, dims)`
+/// (their types are the mix's, `quantize::mix::assign`, by name).
+pub fn layer_tensors(h: &Hparams, x: &HybridParams, i: u64) -> Vec<(String, Vec<u64>)> {
     let b = |s: &str| format!("blk.{i}.{s}.weight");
     let e = h.n_embd;
-    let mut v = vec![(b("attn_norm"), Vector, vec![e]), (b("post_attention_norm"), Vector, vec![e])];
+    let mut v = vec![(b("attn_norm"), vec![e]), (b("post_attention_norm"), vec![e])];
     if x.is_recurrent(i) {
         let (ch, vd, nv) = (x.channels(), x.value_dim(), x.n_v_heads);
         v.extend([
-            (b("attn_qkv"), AttnQ, vec![e, ch]),
-            (b("attn_gate"), AttnQ, vec![e, vd]),
-            (b("ssm_conv1d"), Vector, vec![x.d_conv, ch]),
-            (format!("blk.{i}.ssm_dt.bias"), Vector, vec![nv]),
-            (format!("blk.{i}.ssm_a"), Vector, vec![nv]),
-            (b("ssm_beta"), AttnQ, vec![e, nv]),
-            (b("ssm_alpha"), AttnQ, vec![e, nv]),
-            (b("ssm_norm"), Vector, vec![x.head_dim]),
-            (b("ssm_out"), AttnOutput, vec![vd, e]),
+            (b("attn_qkv"), vec![e, ch]),
+            (b("attn_gate"), vec![e, vd]),
+            (b("ssm_conv1d"), vec![x.d_conv, ch]),
+            (format!("blk.{i}.ssm_dt.bias"), vec![nv]),
+            (format!("blk.{i}.ssm_a"), vec![nv]),
+            (b("ssm_beta"), vec![e, nv]),
+            (b("ssm_alpha"), vec![e, nv]),
+            (b("ssm_norm"), vec![x.head_dim]),
+            (b("ssm_out"), vec![vd, e]),
         ]);
     } else {
         let (q, kv) = (h.n_head * h.head_dim, h.n_head_kv * h.head_dim);
         v.extend([
-            (b("attn_q"), AttnQ, vec![e, 2 * q]),
-            (b("attn_k"), AttnK, vec![e, kv]),
-            (b("attn_v"), AttnV, vec![e, kv]),
-            (b("attn_output"), AttnOutput, vec![q, e]),
-            (b("attn_q_norm"), Vector, vec![h.head_dim]),
-            (b("attn_k_norm"), Vector, vec![h.head_dim]),
+            (b("attn_q"), vec![e, 2 * q]),
+            (b("attn_k"), vec![e, kv]),
+            (b("attn_v"), vec![e, kv]),
+            (b("attn_output"), vec![q, e]),
+            (b("attn_q_norm"), vec![h.head_dim]),
+            (b("attn_k_norm"), vec![h.head_dim]),
         ]);
     }
     match h.moe {
-        None => v.extend([(b("ffn_gate"), FfnGate, vec![e, h.n_ff]), (b("ffn_down"), FfnDown, vec![h.n_ff, e]), (b("ffn_up"), FfnUp, vec![e, h.n_ff])]),
+        None => v.extend([(b("ffn_gate"), vec![e, h.n_ff]), (b("ffn_down"), vec![h.n_ff, e]), (b("ffn_up"), vec![e, h.n_ff])]),
         Some(m) => {
             v.extend([
-                (b("ffn_gate_inp"), Router, vec![e, m.n_expert]),
-                (b("ffn_down_exps"), FfnDown, vec![m.n_ff, e, m.n_expert]),
-                (b("ffn_gate_exps"), FfnGate, vec![e, m.n_ff, m.n_expert]),
-                (b("ffn_up_exps"), FfnUp, vec![e, m.n_ff, m.n_expert]),
+                (b("ffn_gate_inp"), vec![e, m.n_expert]),
+                (b("ffn_down_exps"), vec![m.n_ff, e, m.n_expert]),
+                (b("ffn_gate_exps"), vec![e, m.n_ff, m.n_expert]),
+                (b("ffn_up_exps"), vec![e, m.n_ff, m.n_expert]),
             ]);
             let fs = x.n_ff_shared;
             if fs > 0 {
                 v.extend([
-                    (b("ffn_gate_inp_shexp"), Vector, vec![e]),
-                    (b("ffn_gate_shexp"), FfnGate, vec![e, fs]),
-                    (b("ffn_up_shexp"), FfnUp, vec![e, fs]),
-                    (b("ffn_down_shexp"), FfnDown, vec![fs, e]),
+                    (b("ffn_gate_inp_shexp"), vec![e]),
+                    (b("ffn_gate_shexp"), vec![e, fs]),
+                    (b("ffn_up_shexp"), vec![e, fs]),
+                    (b("ffn_down_shexp"), vec![fs, e]),
                 ]);
             }
         }
