@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crate::backend::memory::MemoryTarget;
-use crate::backend::{Attention, Backend, BackendError, Buf, DeltaIn, DeltaNet, DeltaState, Glu, KvCache, KvSpec, KvType, MoeFfn, MoeScratch, Result, Rope};
+use crate::backend::{Attention, Backend, BackendError, Buf, DeltaIn, DeltaNet, DeltaState, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope};
 use crate::gguf::{GgufFile, TensorView};
 use crate::weights::host::HostMaterializer;
 use crate::weights::layout::{self, DeviceClass};
