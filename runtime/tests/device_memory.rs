@@ -136,6 +136,7 @@ fn gpu_estimate_rounds_as_the_driver_allocates() {
         arena: true,
         tuning: Some(Default::default()),
         cap: None,
+        host_expert_layers: 0,
     };
     let est = |t: &MemoryTarget, ctx, n_seq| fit::estimate(&m, t, RunShape { ctx, batch: 512, n_seq, kv_type: KvType::F16.into() }).unwrap();
     let big = target(Residency::Device, 64 << 30);

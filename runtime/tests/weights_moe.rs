@@ -321,7 +321,7 @@ fn fit_names_the_fewest_host_expert_layers() {
     use lode_runtime::engine::fit::{estimate, fewest_host_expert_layers, RunShape};
     use lode_runtime::weights::layout::DeviceClass;
     let m = Model::load(file()).unwrap();
-    let shape = RunShape { ctx: 64, batch: 32, n_seq: 1, kv_type: KvType::F16 };
+    let shape = RunShape { ctx: 64, batch: 32, n_seq: 1, kv_type: KvType::F16.into() };
     let target = |free: u64, host: usize| MemoryTarget {
         name: "test gpu".into(),
         class: DeviceClass::Gpu,
