@@ -69,15 +69,25 @@ fn deltas(got: &[Vec<f32>], want: &[f32], n_vocab: usize) -> Vec<f32> {
 
 /// Whether every position is within `EVERY` and 3/4 of them within `MOST`.
 fn within(d: &[f32]) -> bool {
-    d.iter().all(|&x| x <= EVERY) && 4 * d.iter().filter(|&&x| x <= MOST).count() >= 3 * d.len()
+    within_most(d, (3, 4))
+}
+
+/// Whether every position is within `EVERY` and the fraction `most` (num, den) of them
+/// within `MOST`.
+fn within_most(d: &[f32], (num, den): (usize, usize)) -> bool {
+    d.iter().all(|&x| x <= EVERY) && den * d.iter().filter(|&&x| x <= MOST).count() >= num * d.len()
 }
 
 fn compare(what: &str, got: &[Vec<f32>], want: &[f32], n_vocab: usize) -> f32 {
+    compare_most(what, got, want, n_vocab, (3, 4))
+}
+
+fn compare_most(what: &str, got: &[Vec<f32>], want: &[f32], n_vocab: usize, most: (usize, usize)) -> f32 {
     let d = deltas(got, want, n_vocab);
     let worst = d.iter().fold(0f32, |m, &x| m.max(x));
     let close = d.iter().filter(|&&x| x <= MOST).count();
     eprintln!("{what}: max |lode - reference| = {worst:.2e}; {close} of {} positions within {MOST:e}", d.len());
-    assert!(within(&d), "{what}: outside the bounds: {d:?}");
+    assert!(within_most(&d, most), "{what}: outside the bounds: {d:?}");
     worst
 }
 
@@ -226,14 +236,19 @@ fn qwen35moe_tiny_matches_a_numpy_forward_pass() {
     assert_eq!(m.cfg.recurrent_layers, [true, true, true, false]);
     let n_vocab = m.cfg.n_vocab;
     let prefill = eval_all(&mut engine(&file, M, 1), 0, &ids);
-    compare("moe prefill", &prefill, &want, n_vocab);
+    // Half the positions within MOST, not 3/4: with llama.cpp's Q4_K_M mix (shared with
+    // `lode quantize` since the mixes landed; layer 2's attn_qkv is Q6_K) 44 of 64 prefill
+    // positions are (the rest ≤ 2.2e-3, where the shared gate's absence gives 8.8e-2), and
+    // lode's CPU logits on a given file are unchanged by that merge.
+    let moe_most = (1, 2);
+    compare_most("moe prefill", &prefill, &want, n_vocab, moe_most);
     let mut e = engine(&file, M, 1);
     let steps: Vec<Vec<f32>> = ids.iter().map(|&t| {
         let mut l = Vec::new();
         e.eval_rows(0, &[t], lode_runtime::model::OutputRows::Last, &mut |_, x| l = x.to_vec()).unwrap();
         l
     }).collect();
-    compare("moe decode", &steps, &want, n_vocab);
+    compare_most("moe decode", &steps, &want, n_vocab, moe_most);
     let bad = reference(&path, &ids, &dir.join("bad.f32"), Some("--drop-shared-gate"));
     let d = deltas(&prefill, &bad, n_vocab);
     eprintln!("against the reference without the shared expert's gate: max |Δ| = {:.2e}", d.iter().fold(0f32, |m, &x| m.max(x)));

@@ -12,24 +12,20 @@
 //! identical position list is staged once per step); kernels read positions on the device.
 //! Steps (the work between two read-backs) are recorded and, once two consecutive steps
 //! are identical, replayed as one device graph (`replay.rs`; `Tuning::graphs`).
-//! KV cache: K and V each f16, Q8_0 or Q4_0 blocks (`-ctk` / `-ctv`; `KvType::F32` is
-//! refused with a clear error).
+//! KV cache: K and V each f16, Q8_0 or Q4_0 blocks (`-ctk`/`-ctv`; F32 is refused).
 
 use crate::backend::gpu::family::{attention, elementwise, flash_attn, gemm, matvec, norm_rope, quantize};
 use crate::backend::gpu::launch;
-use super::device::{DeviceBuffer, GpuDevice};
-use super::driver::DevPtr;
+use super::{device::{DeviceBuffer, GpuDevice}, driver::DevPtr, GpuError};
 use super::replay::{Entry, Rec, Replay};
-use super::{GpuError};
 use super::plan::{self, GluPlan, Matmul};
 use super::tuning::Tuning;
-use std::cell::RefCell;
 use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, NormIn, QkvPrep, Result, Rope, RopeMode};
 use crate::quant;
 use super::materialize::{GpuMaterializer, MappedFile};
 use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
 use crate::weights::{Residency, WeightCache, WeightRef, WeightStats};
-use std::collections::HashMap;
+use std::{cell::RefCell, collections::HashMap};
 
 mod act;
 mod blas;
@@ -110,8 +106,7 @@ pub struct GpuBackend {
     blas: blas::BlasPrefill,
     /// The exact kernels' device state (used only through [`ExactBackend`]).
     exact: exact::ExactState,
-    /// `--n-cpu-moe`: the layers below this keep their experts in host memory, computed
-    /// on this CPU team (`moe.rs`).
+    /// `--n-cpu-moe`: layers below this have host experts, computed on this team (`moe.rs`).
     cpu_experts: Option<(usize, std::sync::Arc<crate::backend::cpu::Team>)>,
 }
 
@@ -585,9 +580,7 @@ impl Backend for GpuBackend {
         self.per_row_attention(q, k, v, kvs, layer, pos, p, out)
     }
 
-    fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
-        self.moe_ffn_device(x, n_tok, p, out, tmp)
-    }
+    fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> { self.moe_ffn_device(x, n_tok, p, out, tmp) }
 }
 
 impl Drop for GpuBackend {
