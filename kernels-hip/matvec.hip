@@ -130,6 +130,60 @@ MV_F(matvec_f32, 0, 4)
 MV_F(matvec_f16, 1, 2)
 MV_F(matvec_bf16, 2, 2)
 
+// ---- float weights x 2+ f32 columns: 32 rows x 32 columns per 256-thread block ----
+//
+// The n8 matvec above gives a 128-row router (MoE) 32 warps in all and reads its input
+// once per 8 columns; here W and x go through shared memory in 32-wide k steps, so every
+// column of a block shares one read of its rows. grid (ceil(rows / 32), ceil(ncols / 32)).
+template <int TYPE>
+DEV float float_at(const u8* W, u64 i) {
+    if (TYPE == 0) return ((const float*)W)[i];
+    if (TYPE == 1) return h2f(((const u16*)W)[i]);
+    return bf2f(((const u16*)W)[i]);
+}
+
+template <int TYPE>
+DEV void mv_float_tile(const u8* W, const float* x, float* y, int rows, int k, int ncols) {
+    __shared__ float ws[32][33];
+    __shared__ float xs[32][33];
+    const int tx = tid_x() & 31, ty = tid_x() >> 5;
+    const int r0 = bid_x() * 32, c0 = bid_y() * 32;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int k0 = 0; k0 < k; k0 += 32) {
+        const int kk = k0 + tx;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int r = r0 + ty + 8 * j, c = c0 + ty + 8 * j;
+            ws[ty + 8 * j][tx] = (r < rows && kk < k) ? float_at<TYPE>(W, (u64)r * k + kk) : 0.0f;
+            xs[ty + 8 * j][tx] = (c < ncols && kk < k) ? x[(u64)c * k + kk] : 0.0f;
+        }
+        sync();
+#pragma unroll 8
+        for (int i = 0; i < 32; ++i) {
+            const float wv = ws[tx][i];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[j] += wv * xs[ty + 8 * j][i];
+        }
+        sync();
+    }
+    const int r = r0 + tx;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int c = c0 + ty + 8 * j;
+        if (r < rows && c < ncols) y[(u64)c * rows + r] = acc[j];
+    }
+}
+
+#define MV_FT(NAME, T)                                                                            \
+    KERNEL LAUNCH_BOUNDS(256) void NAME(const u8* W, const float* x, float* y, int rows, int k, int ncols) { \
+        pdl_entry();                                                                              \
+        mv_float_tile<T>(W, x, y, rows, k, ncols);                                                \
+    }
+
+MV_FT(matvec_f32_tile, 0)
+MV_FT(matvec_f16_tile, 1)
+MV_FT(matvec_bf16_tile, 2)
+
 // ---- several decode matvecs over one q8_1 activation vector in one launch ----
 //
 // The q/k/v projections (and gate/up) read the same normalized input: one launch serves

@@ -355,13 +355,14 @@ impl Backend for GpuBackend {
                 };
                 gemm::gemm(&self.rec(), wp, ty, lay, rows, k, xa, yp, n_tok, tile).map_err(map)
             }
-            Matmul::Matvec => {
+            Matmul::Matvec | Matmul::FloatTile => {
                 let wp = self.weight(w)?;
                 let xa = match quantize::act_fmt(ty) {
                     Some(f) => self.act_blocks(x, f, k, n_tok, "matmul")?,
                     None => xp,
                 };
-                matvec::matvec(&self.rec(), wp, ty, rows, k, xa, yp, n_tok).map_err(map)
+                let mv = if choice == Matmul::FloatTile { matvec::float_tile } else { matvec::matvec };
+                mv(&self.rec(), wp, ty, rows, k, xa, yp, n_tok).map_err(map)
             }
         };
         self.touch(y);

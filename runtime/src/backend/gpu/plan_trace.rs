@@ -63,6 +63,7 @@ fn matmul_kernel(m: &Matmul, w: &plan::Weight) -> String {
         Matmul::SplitWalk { steps, blocks } => format!("decode_mv_split ({steps} warps/row, {blocks} blocks)"),
         Matmul::Gemm { tile } => format!("gemm_{ty}_n{tile}"),
         Matmul::Matvec => format!("matvec_{ty}"),
+        Matmul::FloatTile => format!("matvec_{ty}_tile"),
     }
 }
 

@@ -64,6 +64,12 @@ const PLAIN: [(GgmlType, Kernel<Matvec>, Kernel<Matvec>); N_PLAIN] = [
 ];
 const N_PLAIN: usize = GgmlType::WEIGHTS.len();
 const MULTI: Kernel<Multi> = Kernel::new("matvec_multi4_n1");
+/// Float weights over 2+ columns, 32 × 32 tiles through shared memory.
+const FLOAT_TILE: [(GgmlType, Kernel<Matvec>); 3] = [
+    (GgmlType::F32, Kernel::new("matvec_f32_tile")),
+    (GgmlType::F16, Kernel::new("matvec_f16_tile")),
+    (GgmlType::BF16, Kernel::new("matvec_bf16_tile")),
+];
 const Q4K_LOOP: Kernel<Q4kLoop> = Kernel::new("matvec_q4k_loop_n1");
 
 const fn plain_sigs() -> [KernelSig; 2 * N_PLAIN] {
@@ -81,7 +87,7 @@ const PLAIN_SIGS: [KernelSig; 2 * N_PLAIN] = plain_sigs();
 pub const FAMILY: Family = Family {
     name: "matvec",
     source: include_str!("../../../../../kernels-hip/matvec.hip"),
-    kernels: &[&PLAIN_SIGS, &[MULTI.sig(), Q4K_LOOP.sig()]],
+    kernels: &[&PLAIN_SIGS, &[MULTI.sig(), Q4K_LOOP.sig(), FLOAT_TILE[0].1.sig(), FLOAT_TILE[1].1.sig(), FLOAT_TILE[2].1.sig()]],
 };
 
 fn unsupported(what: String) -> GpuError {
@@ -113,6 +119,25 @@ pub fn matvec(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x:
         c += n;
     }
     Ok(())
+}
+
+/// True when [`float_tile`] takes weights of `ty`.
+pub fn float_tile_supports(ty: GgmlType) -> bool {
+    FLOAT_TILE.iter().any(|e| e.0 == ty)
+}
+
+/// y[c][r] = Σ_k W[r][k]·x[c][k] for float weights and any number of columns, one launch:
+/// each block holds 32 rows × 32 columns, so the weight is read once per 32 columns (the
+/// MoE router over a prefill chunk, where [`matvec`] gave 128 rows 32 warps per 8 columns).
+/// x: [ncols, k] f32; y: [ncols, rows] f32.
+#[allow(clippy::too_many_arguments)]
+pub fn float_tile(d: &dyn Launch, w: DevPtr, ty: GgmlType, rows: usize, k: usize, x: DevPtr, y: DevPtr, ncols: usize) -> R {
+    let &(_, kernel) = FLOAT_TILE.iter().find(|e| e.0 == ty).ok_or_else(|| unsupported(format!("float_tile of {ty} weights")))?;
+    if rows == 0 || ncols == 0 {
+        return Ok(());
+    }
+    let grid = [rows.div_ceil(32) as u32, ncols.div_ceil(32) as u32, 1];
+    kernel.launch(d, grid, [256, 1, 1], &Matvec { w, x, y, rows, k, ncols })
 }
 
 /// The weight type code `matvec_multi4_n1` switches on (matvec.hip's numbering; the fused

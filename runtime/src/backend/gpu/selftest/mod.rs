@@ -183,7 +183,7 @@ fn run_one(t: &dyn Target, name: &str, cases: usize, rng: &mut Rng) -> Result<Op
             let be = ty.block_elems();
             let k = if ty.is_quantized() { be * rng.range(1, 4096 / be) } else { rng.range(1, 1500) };
             let rows = if c % 3 == 0 { rng.range(1, 9) * 2 + 1 } else { rng.range(1, 300) };
-            let ncols = if c % 2 == 0 { 1 } else if c % 4 == 1 { rng.range(2, 11) } else { rng.range(9, 21) };
+            let ncols = if c % 2 == 0 { 1 } else if c % 4 == 1 { rng.range(2, 11) } else if ty.is_quantized() { rng.range(9, 21) } else { rng.range(9, 80) };
             let w = random_weights(rng, ty, rows, k);
             let x = rng.vec(ncols * k, 1.0);
             let Some((y, q8)) = t.matvec(&w, ty, rows, k, &x, ncols)? else { return Ok(None) };

@@ -66,7 +66,9 @@ impl Target for GpuTarget<'_> {
             let q = self.bytes(&qb)?;
             Some(q)
         } else {
-            matvec::matvec(d, wb.ptr(), ty, rows, k, xb.ptr(), yb.ptr(), ncols)?;
+            // Float weights over 2+ columns take the tiled kernel, as `plan::matmul` chooses.
+            let mv = if ncols >= 2 && matvec::float_tile_supports(ty) { matvec::float_tile } else { matvec::matvec };
+            mv(d, wb.ptr(), ty, rows, k, xb.ptr(), yb.ptr(), ncols)?;
             None
         };
         Ok(Some((d.read_f32(yb.ptr(), ncols * rows)?, q8)))
