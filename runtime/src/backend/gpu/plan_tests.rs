@@ -61,8 +61,10 @@ fn prefill_goes_to_the_blas_when_open_else_the_gemm() {
     // Few tokens: the 16-token tile; below gemm_min the matvec.
     assert_eq!(matmul(&mm(w(Q4_K, 4096, 4096), 40), &no_blas, o), Matmul::Gemm { tile: 16 });
     assert_eq!(matmul(&mm(w(Q4_K, 4096, 4096), 8), &t, o), Matmul::Matvec);
-    // A type the GEMM does not read (F16): the matvec.
-    assert_eq!(matmul(&mm(w(F16, 4096, 4096), 512), &no_blas, o), Matmul::Matvec);
+    // A type the GEMM does not read (F16, the F32 router): the float tiles from 2 tokens.
+    assert_eq!(matmul(&mm(w(F16, 4096, 4096), 512), &no_blas, o), Matmul::FloatTile);
+    assert_eq!(matmul(&mm(w(F32, 128, 2048), 2), &no_blas, o), Matmul::FloatTile);
+    assert!(matches!(matmul(&mm(w(F32, 128, 2048), 1), &no_blas, o), Matmul::Matvec | Matmul::QuantMv(_)));
     // blas_min moves the threshold.
     let late = Tuning { blas_min_tokens: 1024, ..Tuning::default() };
     assert_eq!(matmul(&q, &late, o), Matmul::Gemm { tile: 64 });
