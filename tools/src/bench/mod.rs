@@ -173,9 +173,10 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         row.set_samples(wall, t.tokens());
         row.set_cpu(cpu.unwrap_or_default());
         if let (Some(bw), Kind::Gen) = (args.mem_bw, t.kind) {
-            // Weights are read once per step, whatever the number of sequences.
+            // Weights are read once per step, whatever the number of sequences (the
+            // experts any of them selects).
             let steps_per_s = row.avg_ts / t.seqs.max(1) as f64;
-            row.roofline_frac = Some(info.weight_bytes_per_token as f64 * steps_per_s / (bw * 1e9));
+            row.roofline_frac = Some(info.bytes_per_step(t.seqs) as f64 * steps_per_s / (bw * 1e9));
         }
         let util = match (row.cpu_util, row.cpu_norm_ts) {
             (Some(u), Some(n)) => format!(" (process CPU {:.0} % of {threads} threads; {n:.2} t/s per {threads} CPU-s/s)", u * 100.0),

@@ -113,10 +113,12 @@ pub fn run(args: &Args) -> Result<()> {
                     let mut cpu = acc.samples_cpu_ns.clone();
                     cpu.extend(g.samples_cpu_ns);
                     let n = acc.n_prompt + acc.n_gen;
+                    let before = acc.avg_ts;
                     acc.set_samples(ns, n);
                     acc.set_cpu(cpu);
-                    if let (Some(_), Some(bw)) = (acc.roofline_frac, args.mem_bw) {
-                        acc.roofline_frac = Some(acc.weight_bytes_per_token as f64 * acc.avg_ts / (bw * 1e9));
+                    // The fraction scales with the speed (the bytes per step are the row's).
+                    if let Some(f) = acc.roofline_frac.filter(|_| before > 0.0) {
+                        acc.roofline_frac = Some(f * acc.avg_ts / before);
                     }
                 }
             }

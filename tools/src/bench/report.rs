@@ -18,9 +18,14 @@ pub struct ModelInfo {
     /// Bytes of all tensors.
     pub size: u64,
     pub n_params: u64,
-    /// Weight bytes one decode step reads: every tensor the forward pass uses, except
-    /// that an untied embedding table contributes one row.
+    /// Weight bytes one decode step of one sequence reads: every tensor the forward pass
+    /// uses, except that an untied embedding table contributes one row and a routed
+    /// expert tensor (`ffn_*_exps`) its used fraction (`expert_used_count / expert_count`).
     pub weight_bytes_per_token: u64,
+    /// Bytes of the routed expert tensors, all experts.
+    pub expert_bytes: u64,
+    /// Experts used per token over experts (0 without experts).
+    pub expert_used_frac: f64,
 }
 
 impl ModelInfo {
@@ -28,18 +33,35 @@ impl ModelInfo {
         let size = file.tensors().iter().map(|t| t.n_bytes).sum();
         let n_params: u64 = file.tensors().iter().map(|t| t.n_elements()).sum();
         let mut per_token = 0u64;
+        let mut expert_bytes = 0u64;
         for id in model.weight_ids() {
             let w = model.w(id);
             let bytes = w.data().len() as u64;
+            if lode_runtime::backend::moe::expert_tensor_layer(w.name()).is_some() {
+                expert_bytes += bytes;
+                continue;
+            }
             per_token += if id == model.tok_embd && model.tok_embd != model.output { w.row_bytes() as u64 } else { bytes };
         }
+        let expert_used_frac = model.cfg.experts.map_or(0.0, |e| e.n_used as f64 / e.n_expert.max(1) as f64);
+        per_token += (expert_bytes as f64 * expert_used_frac) as u64;
         let arch = model.cfg.arch.name();
         let label = match file.get_str("general.size_label").ok().flatten() {
             Some(l) if !l.is_empty() => l.to_string(),
             _ => params_label(n_params),
         };
         let ftype = file.get_u64("general.file_type").ok().flatten().map_or("?".to_string(), ftype_name);
-        ModelInfo { filename, desc: format!("{arch} {label} {ftype}"), size, n_params, weight_bytes_per_token: per_token }
+        ModelInfo { filename, desc: format!("{arch} {label} {ftype}"), size, n_params, weight_bytes_per_token: per_token, expert_bytes, expert_used_frac }
+    }
+
+    /// Weight bytes one step of `seqs` sequences reads: the dense weights once, and of the
+    /// experts those any of the sequences' tokens select (expected under uniform routing:
+    /// 1 − (1 − used/count)^seqs of them).
+    pub fn bytes_per_step(&self, seqs: usize) -> u64 {
+        let one = (self.expert_bytes as f64 * self.expert_used_frac) as u64;
+        let dense = self.weight_bytes_per_token - one;
+        let hit = 1.0 - (1.0 - self.expert_used_frac).powi(seqs.max(1) as i32);
+        dense + (self.expert_bytes as f64 * hit) as u64
     }
 }
 
@@ -235,5 +257,16 @@ mod tests {
         let t = now_rfc3339();
         assert_eq!(t.len(), 20);
         assert!(t.starts_with("20") && t.ends_with('Z'));
+    }
+
+    #[test]
+    fn a_step_reads_the_experts_its_tokens_select() {
+        // 100 dense bytes, 1000 expert bytes, 1 of 4 experts per token.
+        let m = ModelInfo { filename: String::new(), desc: String::new(), size: 1100, n_params: 0, weight_bytes_per_token: 350, expert_bytes: 1000, expert_used_frac: 0.25 };
+        assert_eq!(m.bytes_per_step(1), 350);
+        assert_eq!(m.bytes_per_step(2), 100 + 437);
+        assert!(m.bytes_per_step(64) >= 1099 && m.bytes_per_step(64) <= 1100);
+        let dense = ModelInfo { expert_bytes: 0, expert_used_frac: 0.0, weight_bytes_per_token: 100, ..m };
+        assert_eq!(dense.bytes_per_step(32), 100);
     }
 }
