@@ -414,7 +414,8 @@ DEV void store_x(const XRaw<SEG>& x, u16* sX) {
 }
 
 template <int TYPE, int BM, int BN, bool GLU>
-DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, int N, int K, int act, int n0) {
+DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, int N, int K, int act, int n0,
+                   int ks_begin = 0, int ks_end = 1 << 30) {
     constexpr int NT = 2 * BM, NWARP = NT / 32;       // two threads per weight row
     constexpr int WN = BN >= 32 ? BN / 32 : 1;         // warps along N
     constexpr int WM = NWARP / WN;                     // warps along M
@@ -428,8 +429,11 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
     const int m0 = bid_x() * BM;
     const int r = t >> 1, c = t & 1, row = m0 + r;
     const bool live = row < M;
-    // K steps [kb0, nks) of this block: all of them.
-    const int kb0 = 0, nks = (K + GB_K - 1) / GB_K;
+    // K steps [kb0, nks) of this block: all of them, or one split's range (none past K:
+    // the block then stores zeros, so a split sum stays whole).
+    const int all_steps = (K + GB_K - 1) / GB_K;
+    const int kb0 = ks_begin, nks = ks_end < all_steps ? ks_end : all_steps;
+    const bool any = kb0 < nks;
 
     FragC acc[FM][FN], acc2[GLU ? FM : 1][GLU ? FN : 1];
 #pragma unroll
@@ -442,11 +446,11 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
 
     typename RawOf<TYPE>::T raw, raw2;
     XRaw<SEG> xr;
-    if (live) {
+    if (live && any) {
         load_raw<TYPE>(raw, W, row, K, kb0, c);
         if (GLU) load_raw<TYPE>(raw2, W2, row, K, kb0, c);
     }
-    load_x<SEG>(xr, X, N, K, n0, kb0);
+    if (any) load_x<SEG>(xr, X, N, K, n0, kb0);
     for (int ks = kb0; ks < nks; ++ks) {
         u16* dst = sW + r * GB_LD;
         if (live) {
@@ -524,6 +528,11 @@ DEV void gemm_body(const u8* W, const u8* W2, const float* X, float* Y, int M, i
     KERNEL LAUNCH_BOUNDS_2(256) void gemm_glu_##NAME##_n64(const u8* G, const u8* U, const float* X, float* Y,   \
                                                            int M, int N, int K, int act) {                       \
         gemm_body<T, 128, 64, true>(G, U, X, Y, M, N, K, act, bid_y() * 64);                                     \
+    }                                                                                                            \
+    KERNEL LAUNCH_BOUNDS(256) void gemm_##NAME##_k64(const u8* W, const float* X, float* P, int M, int N, int K,  \
+                                                     int per) {                                                  \
+        const int z = bid_z();                                                                                   \
+        gemm_body<T, 128, 64, false>(W, W, X, P + (u64)z * N * M, M, N, K, 0, bid_y() * 64, z * per, z * per + per); \
     }
 
 GEMM_KERNELS(q4_0, T_Q4_0)
@@ -541,6 +550,20 @@ GEMM_KERNELS(q3_K, T_Q3_K)
 GEMM_KERNELS(iq4_nl, T_IQ4_NL)
 GEMM_KERNELS(iq4_xs, T_IQ4_XS)
 GEMM_KERNELS(mxfp4, T_MXFP4)
+
+// ---- split-K (decode batches): gemm_<type>_k64 above ----
+//
+// A batch of a few tokens gives a projection few 128-row tiles (a 2560-row one: 20 blocks
+// on 132 multiprocessors), each walking all of K alone. gemm_<type>_k64 splits the K steps
+// over grid.z: block z sums steps [z·per, z·per + per) into its slice P[z] [N, M]; this
+// sums the slices in order z = 0, 1, … (the same result every run, graph or not).
+KERNEL LAUNCH_BOUNDS(256) void gemm_ksum(const float* P, float* Y, int nsplit, int nm) {
+    const int i = bid_x() * 256 + tid_x();
+    if (i >= nm) return;
+    float v = 0.0f;
+    for (int z = 0; z < nsplit; ++z) v += P[(u64)z * nm + i];
+    Y[i] = v;
+}
 
 // ---- mixture-of-experts: one launch over every expert (grouped GEMM) ----
 //

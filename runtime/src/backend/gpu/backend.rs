@@ -14,11 +14,11 @@
 //! are identical, replayed as one device graph (`replay.rs`; `Tuning::graphs`).
 //! KV cache: K and V each f16, Q8_0 or Q4_0 blocks (`-ctk`/`-ctv`; F32 is refused).
 
-use crate::backend::gpu::family::{attention, elementwise, flash_attn, gemm, matvec, norm_rope, quantize};
+use crate::backend::gpu::family::{attention, elementwise, flash_attn, gemm, norm_rope, quantize};
 use crate::backend::gpu::launch;
 use super::{device::{DeviceBuffer, GpuDevice}, driver::DevPtr, GpuError};
 use super::replay::{Entry, Rec, Replay};
-use super::plan::{self, GluPlan, Matmul};
+use super::plan::{self, GluPlan};
 use super::tuning::Tuning;
 use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, NormIn, QkvPrep, Result, Rope, RopeMode};
 use crate::quant;
@@ -33,10 +33,10 @@ mod exact;
 mod exact_backend;
 pub use exact_backend::ExactBackend;
 mod fused;
+mod matmul;
 mod moe;
 mod norm_mv;
 mod probe;
-use probe::Probe;
 mod readback;
 mod rope_attn;
 mod rows;
@@ -334,39 +334,7 @@ impl Backend for GpuBackend {
     }
 
     fn matmul(&mut self, w: &WeightRef, x: Buf, n_tok: usize, y: Buf) -> Result<()> {
-        let (k, rows) = (w.row_len(), w.n_rows());
-        let (xp, xn) = self.buf(x)?;
-        let (yp, yn) = self.buf(y)?;
-        Self::check_len("matmul", x, xn, n_tok * k)?;
-        Self::check_len("matmul", y, yn, n_tok * rows)?;
-        let q = self.matmul_query(w, x, n_tok, y)?;
-        let choice = plan::matmul(&q, &self.tuning, &mut Probe { dev: &self.dev, cache: &mut self.occ });
-        let (ty, lay) = (q.w.ty, q.w.layout);
-        let map = |e: GpuError| BackendError::Invalid { op: "matmul", msg: format!("{}: {e}", w.name()) };
-        let r = match choice {
-            Matmul::Blas => return self.blas_matmul(w, x, n_tok, y),
-            Matmul::QuantMv(m) => return self.run_quant_mv(w, x, y, false, m),
-            Matmul::SplitWalk { blocks, .. } => return self.run_split_walk(w, x, y, blocks),
-            Matmul::Gemm { tile } => {
-                let wp = self.weight(w)?;
-                let xa = match quantize::act_fmt(ty) {
-                    Some(f) => self.act_values(x, f, k, n_tok, "matmul")?,
-                    None => xp,
-                };
-                gemm::gemm(&self.rec(), wp, ty, lay, rows, k, xa, yp, n_tok, tile).map_err(map)
-            }
-            Matmul::Matvec | Matmul::FloatTile => {
-                let wp = self.weight(w)?;
-                let xa = match quantize::act_fmt(ty) {
-                    Some(f) => self.act_blocks(x, f, k, n_tok, "matmul")?,
-                    None => xp,
-                };
-                let mv = if choice == Matmul::FloatTile { matvec::float_tile } else { matvec::matvec };
-                mv(&self.rec(), wp, ty, rows, k, xa, yp, n_tok).map_err(map)
-            }
-        };
-        self.touch(y);
-        r
+        self.planned_matmul(w, x, n_tok, y)
     }
 
     fn matmul_glu(&mut self, gate: &WeightRef, up: &WeightRef, x: Buf, n_tok: usize, out: Buf, tmp: Buf, act: Glu) -> Result<()> {

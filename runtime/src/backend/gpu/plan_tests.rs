@@ -56,7 +56,7 @@ fn prefill_goes_to_the_blas_when_open_else_the_gemm() {
     let q = mm(w(Q4_K, 4096, 4096), 512);
     assert_eq!(matmul(&q, &t, o), Matmul::Blas);
     assert_eq!(matmul(&MatmulIn { blas: false, ..q }, &t, o), Matmul::Gemm { tile: 64 });
-    let no_blas = Tuning { blas: false, ..Tuning::default() };
+    let no_blas = Tuning { blas: false, batch_gemm: None, ..Tuning::default() };
     assert_eq!(matmul(&q, &no_blas, o), Matmul::Gemm { tile: 64 });
     // Few tokens: the 16-token tile; below gemm_min the matvec.
     assert_eq!(matmul(&mm(w(Q4_K, 4096, 4096), 40), &no_blas, o), Matmul::Gemm { tile: 16 });
@@ -192,4 +192,33 @@ fn quantized_kv_caches_take_the_block_kernels() {
     }
     assert_eq!(kv_store(KvType::F16.into()), KvStore::F16);
     assert!(attention_rows_batched(KvType::F16.into()));
+}
+
+#[test]
+fn decode_batches_split_k_over_one_64_token_tile() {
+    let t = Tuning::default();
+    let o = &mut Sm90::default();
+    // qwen3-4b's output projection at 32 sequences: 20 row tiles, 40 K steps → 14 splits
+    // wanted, capped at 20 (2 steps each): 3 steps per split, 14 splits.
+    assert_eq!(matmul(&mm(w(Q4_K, 2560, 2560), 32), &t, o), Matmul::GemmSplit { splits: 14, per: 3 });
+    // A K/V projection (8 row tiles): as many splits as 2-step ranges allow.
+    assert_eq!(matmul(&mm(w(Q6_K, 1024, 2560), 64), &t, o), Matmul::GemmSplit { splits: 20, per: 2 });
+    // The LM head fills the device by its rows: one 64-token tile, no split.
+    assert_eq!(matmul(&mm(w(Q6_K, 151_936, 2560), 32), &t, o), Matmul::Gemm { tile: 64 });
+    // Outside the range: the 8-column matvec below, the BLAS above.
+    assert_eq!(matmul(&mm(w(Q4_K, 2560, 2560), 8), &t, o), Matmul::Matvec);
+    assert_eq!(matmul(&mm(w(Q4_K, 2560, 2560), 65), &t, o), Matmul::Blas);
+    // Off: the BLAS from 16 tokens, as before.
+    let off = Tuning { batch_gemm: None, ..Tuning::default() };
+    assert_eq!(matmul(&mm(w(Q4_K, 2560, 2560), 32), &off, o), Matmul::Blas);
+    // Gate and up of a decode batch run as separate split matmuls.
+    let g = w(Q4_K, 9728, 2560);
+    assert_eq!(matmul_glu(&g, &g, 32, true, &t), GluPlan::Separate);
+    // The tuning key.
+    let mut k = Tuning::default();
+    assert!(k.apply("batch_gemm=16-48").is_empty());
+    assert_eq!(k.batch_gemm, Some((16, 48)));
+    assert!(k.apply("batch_gemm=0").is_empty());
+    assert_eq!(k.batch_gemm, None);
+    assert_eq!(k.apply("batch_gemm=8-100").len(), 1);
 }

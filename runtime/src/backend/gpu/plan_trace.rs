@@ -64,6 +64,7 @@ fn matmul_kernel(m: &Matmul, w: &plan::Weight) -> String {
         Matmul::Gemm { tile } => format!("gemm_{ty}_n{tile}"),
         Matmul::Matvec => format!("matvec_{ty}"),
         Matmul::FloatTile => format!("matvec_{ty}_tile"),
+        Matmul::GemmSplit { splits, per } => format!("gemm_{ty}_k64 ({splits} splits of {per} K steps) + gemm_ksum"),
     }
 }
 

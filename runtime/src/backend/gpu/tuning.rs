@@ -65,6 +65,10 @@ pub struct Tuning {
     /// `gemm_min`: the fewest tokens sent to lode's matrix-core GEMM (32; below, the
     /// 8-column matvec reads the same copy).
     pub gemm_min_tokens: usize,
+    /// `batch_gemm`: `MIN-MAX` tokens (9-64; `0` off) whose matmuls run the GEMM with
+    /// one 64-token tile and split K (`plan::small_batch`: decode batches), ahead of the
+    /// BLAS and the 8-column matvec.
+    pub batch_gemm: Option<(usize, usize)>,
     /// `moe_group_min`: the fewest (token, expert) pairs whose expert matvecs run grouped
     /// by expert, 8 pairs per read of an expert's rows (below, one pair per read) (16).
     pub moe_group_min: usize,
@@ -112,6 +116,7 @@ impl Default for Tuning {
             blas_min_tokens: 16,
             blas_slab_bytes: 128 << 20,
             gemm_min_tokens: 32,
+            batch_gemm: Some((9, 64)),
             moe_group_min: 16,
             moe_gemm_min: 4,
             kernels_rtc: false,
@@ -149,6 +154,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("blas_min", "N: fewest tokens sent to the BLAS"),
     ("blas_slab", "BYTES: the BLAS path's f16 slab"),
     ("gemm_min", "N: fewest tokens sent to the matrix-core GEMM"),
+    ("batch_gemm", "MIN-MAX tokens (≤ 64) through the split-K GEMM, or 0"),
     ("moe_group_min", "N: fewest expert pairs whose matvecs run grouped by expert"),
     ("moe_gemm_min", "N: fewest pairs per expert (mean) for the grouped GEMM"),
     ("kernels", "embedded or rtc"),
@@ -217,6 +223,19 @@ impl Tuning {
             "blas_min" => self.blas_min_tokens = num()?.max(2),
             "blas_slab" => self.blas_slab_bytes = bytes()?.max(1 << 20),
             "gemm_min" => self.gemm_min_tokens = num()?.max(1),
+            "batch_gemm" => {
+                self.batch_gemm = match v.split_once('-') {
+                    None if v == "0" => None,
+                    Some((a, b)) => {
+                        let (a, b) = (a.trim().parse::<usize>(), b.trim().parse::<usize>());
+                        match (a, b) {
+                            (Ok(a), Ok(b)) if a >= 2 && a <= b && b <= 64 => Some((a, b)),
+                            _ => return Err(format!("`{v}`: expected MIN-MAX with 2 ≤ MIN ≤ MAX ≤ 64, or 0")),
+                        }
+                    }
+                    None => return Err(format!("`{v}`: expected MIN-MAX with 2 ≤ MIN ≤ MAX ≤ 64, or 0")),
+                }
+            }
             "moe_group_min" => self.moe_group_min = num()?.max(1),
             "moe_gemm_min" => self.moe_gemm_min = num()?.max(1),
             "kernels" => {

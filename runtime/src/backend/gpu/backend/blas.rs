@@ -71,6 +71,15 @@ impl GpuBackend {
         Some(b)
     }
 
+    /// The partial sums of a split-K GEMM (`Matmul::GemmSplit`, decode batches): the
+    /// slab's memory (a matmul takes one path or the other), grown outside the step record.
+    pub(super) fn split_part(&mut self, bytes: usize) -> Result<DevPtr> {
+        if self.blas.slab.buf.as_ref().map(|b| b.len() < bytes).unwrap_or(true) {
+            self.barrier()?;
+        }
+        self.blas.slab.get(&self.dev, bytes).map_err(derr("matmul"))
+    }
+
     /// The library in use for prefill, if one was opened.
     pub fn blas_library(&self) -> Option<&str> {
         self.blas.lib.as_ref().and_then(|l| l.as_ref()).map(|b| b.library.as_str())

@@ -27,6 +27,14 @@ kernel_args! {
     pub struct Gemm { w: DevPtr, x: DevPtr, y: DevPtr, m: usize, n: usize, k: usize }
 }
 kernel_args! {
+    /// `gemm_<type>_k64(W, X, P, M, N, K, per)`: split-K partial sums into P [splits, N, M].
+    pub struct GemmSplit { w: DevPtr, x: DevPtr, p: DevPtr, m: usize, n: usize, k: usize, per: usize }
+}
+kernel_args! {
+    /// `gemm_ksum(P, Y, nsplit, nm)`.
+    pub struct KSum { p: DevPtr, y: DevPtr, nsplit: usize, nm: usize }
+}
+kernel_args! {
     /// `gemm_glu_<type>_n64(G, U, X, Y, M, N, K, act)`.
     pub struct GemmGlu { g: DevPtr, u: DevPtr, x: DevPtr, y: DevPtr, m: usize, n: usize, k: usize, gelu: bool }
 }
@@ -39,6 +47,7 @@ struct Set {
     n64: Kernel<Gemm>,
     n16: Kernel<Gemm>,
     glu: Kernel<GemmGlu>,
+    k64: Kernel<GemmSplit>,
 }
 
 macro_rules! set {
@@ -49,6 +58,7 @@ macro_rules! set {
             n64: Kernel::new(concat!("gemm_", $n, "_n64")),
             n16: Kernel::new(concat!("gemm_", $n, "_n16")),
             glu: Kernel::new(concat!("gemm_glu_", $n, "_n64")),
+            k64: Kernel::new(concat!("gemm_", $n, "_k64")),
         }
     };
 }
@@ -71,18 +81,20 @@ const SETS: [Set; 15] = [
     set!(MXFP4, Stored, "mxfp4"),
 ];
 
-const fn sigs() -> [KernelSig; 45] {
-    let mut out = [SETS[0].n64.sig(); 45];
+const fn sigs() -> [KernelSig; 61] {
+    let mut out = [KSUM.sig(); 61];
     let mut i = 0;
     while i < SETS.len() {
-        out[3 * i] = SETS[i].n64.sig();
-        out[3 * i + 1] = SETS[i].n16.sig();
-        out[3 * i + 2] = SETS[i].glu.sig();
+        out[4 * i] = SETS[i].n64.sig();
+        out[4 * i + 1] = SETS[i].n16.sig();
+        out[4 * i + 2] = SETS[i].glu.sig();
+        out[4 * i + 3] = SETS[i].k64.sig();
         i += 1;
     }
     out
 }
-const SIGS: [KernelSig; 45] = sigs();
+const SIGS: [KernelSig; 61] = sigs();
+const KSUM: Kernel<KSum> = Kernel::new("gemm_ksum");
 
 kernel_args! {
     /// `gemm_moe_<type>_n16(offs, ntiles, tile_e, tile_s, n_exp, W, eb, X, Y, M, K)`.
@@ -187,6 +199,40 @@ pub fn gemm(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k
     kernel.launch(d, grid, [2 * TILE_M as u32, 1, 1], &Gemm { w, x, y, m, n, k })
 }
 
+/// `gemm` for a decode batch (n ≤ 64 tokens, one 64-token tile: each weight read once)
+/// with its K steps split over `splits` blocks per row tile, `per` steps each
+/// (`plan::small_batch`): partial sums into `part` ([splits, n, m] f32, at least
+/// [`split_bytes`]), then summed into y in a fixed order.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_split(d: &dyn Launch, w: DevPtr, ty: GgmlType, layout: Layout, m: usize, k: usize, x: DevPtr, part: DevPtr, y: DevPtr, n: usize, splits: usize, per: usize) -> R {
+    let s = check("gemm_split", ty, layout, k)?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if n > 64 || splits == 0 || per == 0 {
+        return Err(GpuError::Unsupported(format!("gemm_split of {n} tokens in {splits} splits of {per} steps (1–64 tokens)")));
+    }
+    let grid = [m.div_ceil(TILE_M) as u32, 1, splits as u32];
+    s.k64.launch(d, grid, [2 * TILE_M as u32, 1, 1], &GemmSplit { w, x, p: part, m, n, k, per })?;
+    let nm = n * m;
+    KSUM.launch(d, [nm.div_ceil(256) as u32, 1, 1], [256, 1, 1], &KSum { p: part, y, nsplit: splits, nm })
+}
+
+/// Bytes of [`gemm_split`]'s partial sums.
+pub fn split_bytes(m: usize, n: usize, splits: usize) -> usize {
+    splits * n * m * 4
+}
+
+/// K steps of the GEMM over rows of `k` (64 elements each).
+pub fn k_steps(k: usize) -> usize {
+    k.div_ceil(64)
+}
+
+/// Row tiles of the GEMM over `m` rows.
+pub fn row_tiles(m: usize) -> usize {
+    m.div_ceil(TILE_M)
+}
+
 /// Paired gate/up with the GLU in the epilogue: y[t][r] = act(G·x_t)[r] · (U·x_t)[r],
 /// act = GELU-tanh when `gelu`, else SiLU. g, u: [m, k] of `ty` in `layout`; x: [n, k] f32;
 /// y: [n, m] f32.
@@ -208,7 +254,7 @@ mod tests {
     fn every_type_has_its_three_kernels() {
         for s in &SETS {
             let t = s.ty.name().to_lowercase();
-            for n in [s.n64.name, s.n16.name, s.glu.name] {
+            for n in [s.n64.name, s.n16.name, s.glu.name, s.k64.name] {
                 assert!(n.to_lowercase().contains(&t), "{}: {n}", s.ty);
                 assert_eq!(n.contains("r64"), s.layout == Layout::Row64, "{n}");
             }

@@ -202,6 +202,15 @@ impl PrefillTarget for GpuPrefill<'_> {
         let yb = self.out_buf(n * rows * 4)?;
         // Both token tiles meet every token count (the plan alone would give each tile only
         // its own range of n).
+        // A third of the counts up to 64 take the split-K form (decode batches), with 1–5
+        // splits of ceil(steps / splits) steps: some splits then have no steps left.
+        if n <= 64 && (rows + 2 * n) % 3 == 0 {
+            let splits = 1 + rows % 5;
+            let per = gemm::k_steps(k).div_ceil(splits);
+            let part = self.out_buf(gemm::split_bytes(rows, n, splits))?;
+            gemm::gemm_split(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), part.ptr(), yb.ptr(), n, splits, per)?;
+            return Ok(Some(d.read_f32(yb.ptr(), n * rows)?));
+        }
         let tile = [16, 64][(rows + n) % 2];
         gemm::gemm(d, wb.ptr(), ty, layout, rows, k, xb.ptr(), yb.ptr(), n, tile)?;
         Ok(Some(d.read_f32(yb.ptr(), n * rows)?))
