@@ -1,20 +1,23 @@
 // qwen35's recurrent layers on the device (the gated delta net, `backend/recurrent.rs` has
 // the arithmetic and the CPU reference) and the two small ops of its gated attention.
 //
-// A layer's recurrent core is two launches, with no host round trip (a decode step stays
+// A layer's recurrent core is three launches, with no host round trip (a decode step stays
 // replayable as a graph), for one sequence's chunk of tokens or for a batched decode step
 // (one token per sequence):
 //   delta_conv_k4: the causal depthwise convolution of each channel over its conv state
 //     and the chunk's inputs, then SiLU, written in place over the projection (`qkv`), and
 //     the state shifted to the chunk's last three inputs;
-//   delta_rule_h<hk>: per value head, its state matrix held in registers over the chunk's
-//     tokens: the q/k L2 norms, the gates, the delta rule update, the output read and the
-//     gated RMS norm (`ssm_norm`, times silu(z)); the state written back once at the end.
+//   delta_rule_h<hk>: per value head and group of 16 state rows (each row evolves on its
+//     own: S_j <- g S_j + beta (v_j - g S_j.k) k), the rows held in registers over the
+//     chunk's tokens: the q/k L2 norms, the gates, the update and the output read
+//     o_j = S_j.q / sqrt(hk), written to `out`;
+//   delta_norm: per (token, value head), the gated RMS norm of the head's outputs in
+//     place (`ssm_norm`, times silu(z)).
 //
 // States: one sequence's (`conv0`, `ssm0`) or, with a non-null `table`, row s of a batched
 // step reads table[2 s] (its conv state) and table[2 s + 1] (its delta-rule state), device
 // addresses staged by the host. `per` tokens belong to each state (the whole chunk for one
-// sequence, 1 for a batched step); grid.y is the number of states.
+// sequence, 1 for a batched step); the states are the grid's last dimension.
 #include "common.h"
 
 DEV float sigmoid_f(float x) { return rcp(1.0f + exp_fast(-x)); }
@@ -42,41 +45,49 @@ KERNEL LAUNCH_BOUNDS(128) void delta_conv_k4(float* qkv, const float* w, float* 
     const float w0 = w[(u64)c * 4], w1 = w[(u64)c * 4 + 1], w2 = w[(u64)c * 4 + 2], w3 = w[(u64)c * 4 + 3];
     float h0 = st[0], h1 = st[1], h2 = st[2];
     float* x = qkv + (u64)s * per * ch + c;
-    for (int t = 0; t < per; ++t) {
-        const float h3 = x[(u64)t * ch];
-        float acc = h0 * w0;
-        acc += h1 * w1;
-        acc += h2 * w2;
-        acc += h3 * w3;
-        x[(u64)t * ch] = silu_f(acc);
-        h0 = h1, h1 = h2, h2 = h3;
+    // Eight inputs loaded before any is overwritten, so their loads are in flight together.
+    for (int t0 = 0; t0 < per; t0 += 8) {
+        float in[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) in[u] = t0 + u < per ? x[(u64)(t0 + u) * ch] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            if (t0 + u >= per) break;
+            const float h3 = in[u];
+            float acc = h0 * w0;
+            acc += h1 * w1;
+            acc += h2 * w2;
+            acc += h3 * w3;
+            x[(u64)(t0 + u) * ch] = silu_f(acc);
+            h0 = h1, h1 = h2, h2 = h3;
+        }
     }
     st[0] = h0, st[1] = h1, st[2] = h2;
 }
 
 // ---- the delta rule ----
 
-// Rows of a head's state per warp at most (8 warps: head_v_dim up to 128).
-#define DELTA_ROWS 16
-#define DELTA_WARPS 8
+// State rows per warp and warps per block: a block holds 16 rows of one value head.
+#define DELTA_ROWS 4
+#define DELTA_WARPS 4
 
-// One value head h (grid.x) of one state (grid.y), 8 warps. Lane l holds elements
-// l + 32 e (e < K, head_k_dim = 32 K) of rows j = warp + 8 r (r < DELTA_ROWS, j < hv).
+// Value head h (grid.x), rows 16 grid.y + 4 warp + r (r < DELTA_ROWS, below hv) of one
+// state (grid.z). Lane l holds elements l + 32 e (e < K, head_k_dim = 32 K) of its rows.
 // xc: [n, 2 kd + vd] after the convolution (q, k of each key head, then v of each value
-// head); z, out: [n, vd]; beta, alpha: [n, nv]; ssm: [nv][hv][hk].
+// head); out: [n, vd] (o before the norm); beta, alpha: [n, nv]; ssm: [nv][hv][hk].
 template <int K>
-DEV void delta_rule_run(const float* xc, const float* z, const float* beta, const float* alpha, const float* dt_bias, const float* a, const float* norm_w,
-                        float* out, float* ssm0, const u64* table, int per, int n_kh, int nv, int hv, float eps) {
-    __shared__ float o_s[DELTA_ROWS * DELTA_WARPS];
-    const int h = bid_x(), s = bid_y(), lane = tid_x() & 31, warp = tid_x() >> 5;
+DEV void delta_rule_run(const float* xc, const float* beta, const float* alpha, const float* dt_bias, const float* a, float* out, float* ssm0,
+                        const u64* table, int per, int n_kh, int nv, int hv, float eps) {
+    const int h = bid_x(), s = bid_z(), lane = tid_x() & 31, warp = tid_x() >> 5;
+    const int j0 = bid_y() * (DELTA_ROWS * DELTA_WARPS) + warp * DELTA_ROWS;
+    if (j0 >= hv) return;
     const int hk = 32 * K, kd = n_kh * hk, vd = nv * hv, ch = 2 * kd + vd, kh = h % n_kh;
     float* S = (table ? (float*)table[2 * s + 1] : ssm0) + (u64)h * hv * hk;
     float st[DELTA_ROWS][K];
 #pragma unroll
     for (int r = 0; r < DELTA_ROWS; ++r) {
-        const int j = warp + DELTA_WARPS * r;
 #pragma unroll
-        for (int e = 0; e < K; ++e) st[r][e] = j < hv ? S[(u64)j * hk + lane + 32 * e] : 0.0f;
+        for (int e = 0; e < K; ++e) st[r][e] = j0 + r < hv ? S[(u64)(j0 + r) * hk + lane + 32 * e] : 0.0f;
     }
     const float scale = rcp(sqrt_f((float)hk));
     const float bias = dt_bias[h], decay_a = a[h];
@@ -97,50 +108,53 @@ DEV void delta_rule_run(const float* xc, const float* z, const float* beta, cons
         const float b = sigmoid_f(beta[t * nv + h]);
         const float g = exp_fast(softplus_f(alpha[t * nv + h] + bias) * decay_a);
         const float* v = row + 2 * kd + h * hv;
+        float o_lane = 0.0f;
 #pragma unroll
         for (int r = 0; r < DELTA_ROWS; ++r) {
-            const int j = warp + DELTA_WARPS * r;
-            if (j >= hv) break;
+            if (j0 + r >= hv) break;
             float d = 0.0f;
 #pragma unroll
             for (int e = 0; e < K; ++e) st[r][e] *= g, d += st[r][e] * k[e];
-            d = (v[j] - warp_sum(d)) * b;
+            d = (v[j0 + r] - warp_sum(d)) * b;
             float o = 0.0f;
 #pragma unroll
             for (int e = 0; e < K; ++e) st[r][e] += d * k[e], o += st[r][e] * q[e];
             o = warp_sum(o);
-            if (lane == 0) o_s[j] = o;
+            if (lane == r) o_lane = o;
         }
-        sync();
-        // The gated RMS norm over the head's hv outputs (every warp sums them all).
-        float ss = 0.0f;
-        for (int j = lane; j < hv; j += 32) ss += o_s[j] * o_s[j];
-        const float rn = rcp(sqrt_f(warp_sum(ss) / (float)hv + eps));
-        for (int j = tid_x(); j < hv; j += 32 * DELTA_WARPS) {
-            const u64 at = t * vd + (u64)h * hv + j;
-            out[at] = o_s[j] * rn * norm_w[j] * silu_f(z[at]);
-        }
-        sync();
+        if (lane < DELTA_ROWS && j0 + lane < hv) out[t * vd + (u64)h * hv + j0 + lane] = o_lane;
     }
 #pragma unroll
     for (int r = 0; r < DELTA_ROWS; ++r) {
-        const int j = warp + DELTA_WARPS * r;
-        if (j < hv) {
+        if (j0 + r < hv) {
 #pragma unroll
-            for (int e = 0; e < K; ++e) S[(u64)j * hk + lane + 32 * e] = st[r][e];
+            for (int e = 0; e < K; ++e) S[(u64)(j0 + r) * hk + lane + 32 * e] = st[r][e];
         }
     }
 }
 
-// grid (nv, n_states), block 256.
-#define DELTA_RULE_KERNEL(HK)                                                                                                             \
-    KERNEL LAUNCH_BOUNDS(256) void delta_rule_h##HK(const float* xc, const float* z, const float* beta, const float* alpha, const float* dt_bias, \
-                                                    const float* a, const float* norm_w, float* out, float* ssm0, const u64* table, int per,       \
-                                                    int n_kh, int nv, int hv, float eps) {                                                          \
-        delta_rule_run<HK / 32>(xc, z, beta, alpha, dt_bias, a, norm_w, out, ssm0, table, per, n_kh, nv, hv, eps);                                  \
+// grid (nv, ceil(hv / 16), n_states), block 128.
+#define DELTA_RULE_KERNEL(HK)                                                                                                                    \
+    KERNEL LAUNCH_BOUNDS(128) void delta_rule_h##HK(const float* xc, const float* beta, const float* alpha, const float* dt_bias, const float* a, \
+                                                    float* out, float* ssm0, const u64* table, int per, int n_kh, int nv, int hv, float eps) {     \
+        delta_rule_run<HK / 32>(xc, beta, alpha, dt_bias, a, out, ssm0, table, per, n_kh, nv, hv, eps);                                          \
     }
 DELTA_RULE_KERNEL(64)
 DELTA_RULE_KERNEL(128)
+
+// The gated RMS norm in place: for each of the n_rows = n * nv rows of hv outputs,
+// o * rsqrt(mean(o^2) + eps) * norm_w * silu(z) (z: [n, vd], the same layout).
+// One warp per row; grid (ceil(n_rows / 4)), block 128.
+KERNEL LAUNCH_BOUNDS(128) void delta_norm(float* o, const float* z, const float* norm_w, int n_rows, int hv, float eps) {
+    const int r = bid_x() * 4 + (tid_x() >> 5), lane = tid_x() & 31;
+    if (r >= n_rows) return;
+    float* x = o + (u64)r * hv;
+    const float* zr = z + (u64)r * hv;
+    float ss = 0.0f;
+    for (int j = lane; j < hv; j += 32) ss += x[j] * x[j];
+    const float rn = rcp(sqrt_f(warp_sum(ss) / (float)hv + eps));
+    for (int j = lane; j < hv; j += 32) x[j] = x[j] * rn * norm_w[j] * silu_f(zr[j]);
+}
 
 // ---- the gated attention's small ops ----
 

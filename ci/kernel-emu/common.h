@@ -19,7 +19,7 @@ typedef unsigned int u32;
 #define LAUNCH_BOUNDS(n)
 #define __shared__ static
 #define __builtin_amdgcn_logf(x) log2f(x)
-struct Ctx { u32 tid, bx, by; };
+struct Ctx { u32 tid, bx, by, bz; };
 inline thread_local Ctx ctx;
 inline std::barrier<>* g_block_bar = nullptr;
 inline std::vector<std::barrier<>*> g_warp_bar;
@@ -27,6 +27,7 @@ inline float g_xchg[1024];
 DEV u32 tid_x() { return ctx.tid; }
 DEV u32 bid_x() { return ctx.bx; }
 DEV u32 bid_y() { return ctx.by; }
+DEV u32 bid_z() { return ctx.bz; }
 DEV void blk_sync() { g_block_bar->arrive_and_wait(); }
 #define sync blk_sync
 DEV float shfl_xor(float v, int m) {
@@ -44,13 +45,13 @@ DEV float fmax_f(float a, float b) { return fmaxf(a, b); }
 DEV float exp_fast(float x) { return expf(x); }
 DEV float silu_f(float x) { return x / (1.0f + expf(-x)); }
 // Runs f over a grid, block of nt threads (a multiple of 32).
-inline void launch(int gx, int gy, int nt, std::function<void()> f) {
-    for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {
+inline void launch(int gx, int gy, int gz, int nt, std::function<void()> f) {
+    for (int bz = 0; bz < gz; ++bz) for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {
         std::barrier<> bb(nt); g_block_bar = &bb;
         std::vector<std::barrier<>*> wb; for (int w = 0; w < nt / 32; ++w) wb.push_back(new std::barrier<>(32));
         g_warp_bar = wb;
         std::vector<std::thread> ts;
-        for (int t = 0; t < nt; ++t) ts.emplace_back([&, t] { ctx = Ctx{(u32)t, (u32)bx, (u32)by}; f(); });
+        for (int t = 0; t < nt; ++t) ts.emplace_back([&, t] { ctx = Ctx{(u32)t, (u32)bx, (u32)by, (u32)bz}; f(); });
         for (auto& t : ts) t.join();
         for (auto* p : wb) delete p;
     }

@@ -43,9 +43,10 @@ int main(int argc, char** argv) {
       const u64* tb = rows? table.data(): nullptr;
       float* c0 = rows? nullptr: conv_g[0].data(); float* s0 = rows? nullptr: ssm_g[0].data();
       std::vector<float> xq=qkv;
-      launch((ch+127)/128, ns, 128, [&]{ delta_conv_k4(xq.data(), w.data(), c0, tb, ch, per); });
-      launch(nv, ns, 256, [&]{ if (d.hk==128) delta_rule_h128(xq.data(), z.data(), beta.data(), alpha.data(), dtb.data(), a.data(), nw.data(), out_g.data(), s0, tb, per, d.nk, nv, d.hv, eps);
-                                 else delta_rule_h64(xq.data(), z.data(), beta.data(), alpha.data(), dtb.data(), a.data(), nw.data(), out_g.data(), s0, tb, per, d.nk, nv, d.hv, eps); });
+      launch((ch+127)/128, ns, 1, 128, [&]{ delta_conv_k4(xq.data(), w.data(), c0, tb, ch, per); });
+      launch(nv, (d.hv+15)/16, ns, 128, [&]{ if (d.hk==128) delta_rule_h128(xq.data(), beta.data(), alpha.data(), dtb.data(), a.data(), out_g.data(), s0, tb, per, d.nk, nv, d.hv, eps);
+                                 else delta_rule_h64(xq.data(), beta.data(), alpha.data(), dtb.data(), a.data(), out_g.data(), s0, tb, per, d.nk, nv, d.hv, eps); });
+      launch((n*nv+3)/4, 1, 1, 128, [&]{ delta_norm(out_g.data(), z.data(), nw.data(), n*nv, d.hv, eps); });
       auto cmp=[&](const char* what, const std::vector<float>& g, const std::vector<float>& r){ double m=0; size_t bad=0; for(size_t i=0;i<g.size();++i){double e=fabs((double)g[i]-r[i])/(1+fabs(r[i])); if(!(e<=1e-3))bad++; if(e>m||e!=e)m=e;} printf("chunk %d %s: max rel err %.3e, %zu bad of %zu\n",chunk,what,m,bad,g.size()); maxe=std::max(maxe,m); };
       cmp("out", out_g, out_r);
       for(int s=0;s<ns;++s){ cmp("conv", conv_g[s], conv[s]); cmp("ssm", ssm_g[s], ssm[s]); }

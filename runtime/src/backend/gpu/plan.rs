@@ -521,8 +521,9 @@ pub fn moe_ffn(n_tok: usize, n_exp: usize, k: usize, experts: [(GgmlType, usize)
 /// How qwen35's gated delta net runs (`Backend::gated_delta_net`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Delta {
-    /// `delta_conv_k4` then `delta_rule_h<head_k_dim>` (`family/delta.rs`): one launch of
-    /// each per layer for a chunk of one sequence or a batched step, the states on the device.
+    /// `delta_conv_k4`, `delta_rule_h<head_k_dim>` and `delta_norm` (`family/delta.rs`): one
+    /// launch of each per layer for a chunk of one sequence or a batched step, the states on
+    /// the device.
     Device,
     /// The trait's default (operands and states read back, the host's arithmetic):
     /// dimensions the kernels do not take, or a conv weight not stored as F32 (asking its

@@ -1,6 +1,6 @@
-//! qwen35's ops on the GPU: [`Backend::gated_delta_net`] as `family/delta.rs`'s two
-//! launches per layer (the conv in place over `qkv`, then the delta rule per value head)
-//! over states that stay in device memory, and `split_halves` / `mul_sigmoid` as one
+//! qwen35's ops on the GPU: [`Backend::gated_delta_net`] as `family/delta.rs`'s three
+//! launches per layer (the conv in place over `qkv`, the delta rule per value head and
+//! group of state rows, the gated norm) over states that stay in device memory, and `split_halves` / `mul_sigmoid` as one
 //! element-wise launch each. No host round trip, so a qwen35 decode step replays as a
 //! graph; `plan::gated_delta_net` sends the layers the kernels do not take to the
 //! trait's default (the host).
