@@ -91,23 +91,37 @@ DEV void delta_rule_run(const float* xc, const float* beta, const float* alpha, 
     }
     const float scale = rcp(sqrt_f((float)hk));
     const float bias = dt_bias[h], decay_a = a[h];
-    for (int i = 0; i < per; ++i) {
+    // Token i + 1's operands are loaded while token i is computed (they do not depend on
+    // the state), so each step waits on no global load of its own.
+    float nq[K], nk[K], nv_[DELTA_ROWS], nb = 0.0f, na = 0.0f;
+    auto fetch = [&](int i) {
         const u64 t = (u64)s * per + i;
         const float* row = xc + t * ch;
-        float q[K], k[K], sq = 0.0f, sk = 0.0f;
+#pragma unroll
+        for (int e = 0; e < K; ++e) nq[e] = row[kh * hk + lane + 32 * e], nk[e] = row[kd + kh * hk + lane + 32 * e];
+#pragma unroll
+        for (int r = 0; r < DELTA_ROWS; ++r) nv_[r] = j0 + r < hv ? row[2 * kd + h * hv + j0 + r] : 0.0f;
+        nb = beta[t * nv + h], na = alpha[t * nv + h];
+    };
+    fetch(0);
+    for (int i = 0; i < per; ++i) {
+        const u64 t = (u64)s * per + i;
+        float q[K], k[K], v[DELTA_ROWS], sq = 0.0f, sk = 0.0f;
+        const float b_in = nb, a_in = na;
 #pragma unroll
         for (int e = 0; e < K; ++e) {
-            q[e] = row[kh * hk + lane + 32 * e];
-            k[e] = row[kd + kh * hk + lane + 32 * e];
+            q[e] = nq[e], k[e] = nk[e];
             sq += q[e] * q[e];
             sk += k[e] * k[e];
         }
+#pragma unroll
+        for (int r = 0; r < DELTA_ROWS; ++r) v[r] = nv_[r];
+        if (i + 1 < per) fetch(i + 1);
         const float iq = scale * rcp(fmax_f(sqrt_f(warp_sum(sq)), eps)), ik = rcp(fmax_f(sqrt_f(warp_sum(sk)), eps));
 #pragma unroll
         for (int e = 0; e < K; ++e) q[e] *= iq, k[e] *= ik;
-        const float b = sigmoid_f(beta[t * nv + h]);
-        const float g = exp_fast(softplus_f(alpha[t * nv + h] + bias) * decay_a);
-        const float* v = row + 2 * kd + h * hv;
+        const float b = sigmoid_f(b_in);
+        const float g = exp_fast(softplus_f(a_in + bias) * decay_a);
         float o_lane = 0.0f;
 #pragma unroll
         for (int r = 0; r < DELTA_ROWS; ++r) {
@@ -115,7 +129,7 @@ DEV void delta_rule_run(const float* xc, const float* beta, const float* alpha, 
             float d = 0.0f;
 #pragma unroll
             for (int e = 0; e < K; ++e) st[r][e] *= g, d += st[r][e] * k[e];
-            d = (v[j0 + r] - warp_sum(d)) * b;
+            d = (v[r] - warp_sum(d)) * b;
             float o = 0.0f;
 #pragma unroll
             for (int e = 0; e < K; ++e) st[r][e] += d * k[e], o += st[r][e] * q[e];
