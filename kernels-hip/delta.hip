@@ -148,13 +148,14 @@ DEV void delta_rule_run(const float* xc, const float* beta, const float* alpha, 
 }
 
 // grid (nv, ceil(hv / 16), n_states), block 128.
-#define DELTA_RULE_KERNEL(HK)                                                                                                                    \
-    KERNEL LAUNCH_BOUNDS(128) void delta_rule_h##HK(const float* xc, const float* beta, const float* alpha, const float* dt_bias, const float* a, \
-                                                    float* out, float* ssm0, const u64* table, int per, int n_kh, int nv, int hv, float eps) {     \
-        delta_rule_run<HK / 32>(xc, beta, alpha, dt_bias, a, out, ssm0, table, per, n_kh, nv, hv, eps);                                          \
-    }
-DELTA_RULE_KERNEL(64)
-DELTA_RULE_KERNEL(128)
+KERNEL LAUNCH_BOUNDS(128) void delta_rule_h64(const float* xc, const float* beta, const float* alpha, const float* dt_bias, const float* a, float* out,
+                                              float* ssm0, const u64* table, int per, int n_kh, int nv, int hv, float eps) {
+    delta_rule_run<2>(xc, beta, alpha, dt_bias, a, out, ssm0, table, per, n_kh, nv, hv, eps);
+}
+KERNEL LAUNCH_BOUNDS(128) void delta_rule_h128(const float* xc, const float* beta, const float* alpha, const float* dt_bias, const float* a, float* out,
+                                               float* ssm0, const u64* table, int per, int n_kh, int nv, int hv, float eps) {
+    delta_rule_run<4>(xc, beta, alpha, dt_bias, a, out, ssm0, table, per, n_kh, nv, hv, eps);
+}
 
 // The gated RMS norm in place: for each of the n_rows = n * nv rows of hv outputs,
 // o * rsqrt(mean(o^2) + eps) * norm_w * silu(z) (z: [n, vd], the same layout).
