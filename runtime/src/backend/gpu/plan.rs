@@ -531,9 +531,10 @@ pub enum Delta {
     Host,
 }
 
-/// How a gated delta net layer of dimensions `d` with a conv weight of `conv_ty` runs.
-pub fn gated_delta_net(d: &crate::backend::DeltaDims, conv_ty: GgmlType) -> Delta {
-    if delta::supports(d) && conv_ty == GgmlType::F32 {
+/// How a gated delta net layer of dimensions `d` with a conv weight of `conv_ty` runs
+/// (`Tuning::delta` off: on the host).
+pub fn gated_delta_net(d: &crate::backend::DeltaDims, conv_ty: GgmlType, t: &Tuning) -> Delta {
+    if t.delta && delta::supports(d) && conv_ty == GgmlType::F32 {
         Delta::Device
     } else {
         Delta::Host

@@ -140,7 +140,7 @@ impl Backend for PlanTrace {
     fn gated_delta_net(&mut self, p: &DeltaNet, _x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> {
         let d = p.dims;
         let what = format!("{n_tok} tok × {}/{} heads × {}, {} state(s), conv {}", d.n_v_heads, d.n_k_heads, d.head_v_dim, states.len(), d.d_conv);
-        let how = match super::plan::gated_delta_net(&d, p.conv.ty()) {
+        let how = match super::plan::gated_delta_net(&d, p.conv.ty(), &self.tuning) {
             super::plan::Delta::Device => format!("delta_conv_k4 + delta_rule_h{} + delta_norm (states on the device)", d.head_k_dim),
             super::plan::Delta::Host => "host: operands and states read back, written again".into(),
         };

@@ -35,7 +35,7 @@ impl GpuBackend {
     pub(super) fn delta_net_device(&mut self, p: &DeltaNet, x: &DeltaIn, n: usize, states: &[DeltaState], out: Buf) -> Result<()> {
         check_states(states, n)?;
         let d = p.dims;
-        if plan::gated_delta_net(&d, p.conv.ty()) == Delta::Host {
+        if plan::gated_delta_net(&d, p.conv.ty(), &self.tuning) == Delta::Host {
             return gated_delta_net_host(self, p, x, n, states, out);
         }
         let ins = [x.qkv, x.z, x.beta, x.alpha, out];
