@@ -376,8 +376,9 @@ pub trait Backend: Send {
     /// A gated delta net layer's recurrent core ([`recurrent`] has the arithmetic): from
     /// its projections `x` of `n_tok` rows to `out` `[n_tok, value_dim]` (normed and gated,
     /// ready for `ssm_out`), updating the conv and delta-rule states in `states` (one for
-    /// a sequence's chunk, or one per row of a batched step). The default reads the
-    /// operands back to the host; the CPU runs it directly; fused GPU kernels are next.
+    /// a sequence's chunk, or one per row of a batched step). `x.qkv` is the op's to
+    /// clobber (the GPU writes the convolution's output over it). The default reads the
+    /// operands back to the host; the CPU runs it directly; the GPU in its own kernels.
     fn gated_delta_net(&mut self, p: &DeltaNet, x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> {
         recurrent::gated_delta_net_host(self, p, x, n_tok, states, out)
     }

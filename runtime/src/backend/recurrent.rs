@@ -2,8 +2,8 @@
 //! two small ops of its gated attention layers ([`Backend::split_halves`],
 //! [`Backend::mul_sigmoid`]): their parameters, the host arithmetic every backend shares
 //! ([`delta_net_seq`]), and defaults that read the operands back to the host, compute
-//! there and write the results (correct on every backend today; fused GPU kernels, a
-//! one-token update per layer and a chunked prefill, are the next step of issue 28).
+//! there and write the results (the CPU runs the arithmetic directly, `cpu/delta.rs`; the
+//! GPU its own kernels, `gpu/backend/delta.rs`).
 //!
 //! The arithmetic is llama.cpp's `qwen35` graph (`build_layer_attn_linear`, the
 //! `ssm_conv` and `gated_delta_net` ops), per token `t` of one sequence:
@@ -85,7 +85,8 @@ pub struct DeltaNet<'a, 'w> {
 }
 
 /// A layer's projections of a chunk: `qkv` `[n, channels]`, `z` `[n, value_dim]`,
-/// `beta` and `alpha` `[n, n_v_heads]` (before the sigmoid / softplus).
+/// `beta` and `alpha` `[n, n_v_heads]` (before the sigmoid / softplus). `qkv` may be
+/// overwritten by the op (the GPU convolves in place).
 #[derive(Clone, Copy, Debug)]
 pub struct DeltaIn {
     pub qkv: Buf,

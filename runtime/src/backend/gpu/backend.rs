@@ -20,14 +20,14 @@ use super::{device::{DeviceBuffer, GpuDevice}, driver::DevPtr, GpuError};
 use super::replay::{Entry, Rec, Replay};
 use super::plan::{self, GluPlan};
 use super::tuning::Tuning;
-use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, NormIn, QkvPrep, Result, Rope, RopeMode};
-use crate::quant;
+use crate::backend::{Attention, Backend, BackendError, Buf, DeltaIn, DeltaNet, DeltaState, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, NormIn, QkvPrep, Result, Rope, RopeMode};
 use super::materialize::{GpuMaterializer, MappedFile};
 use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
 use crate::weights::{Residency, WeightCache, WeightRef, WeightStats};
 use std::{cell::RefCell, collections::HashMap};
 
 mod act;
+mod delta;
 mod blas;
 mod exact;
 mod exact_backend;
@@ -171,26 +171,6 @@ impl GpuBackend {
         self.barrier()?;
         Ok(self.cache.get(w, layout)?)
     }
-
-    /// The rope's frequency divisors as a device f32 vector (uploaded once per weight).
-    fn rope_factors(&mut self, r: &Rope) -> Result<Option<DevPtr>> {
-        let Some(f) = r.freq_factors else { return Ok(None) };
-        let key = f.data().as_ptr() as usize;
-        if let Some(b) = self.inv_freq.get(&key) {
-            return Ok(Some(b.ptr()));
-        }
-        let mut v = vec![0f32; f.row_len() * f.n_rows()];
-        quant::dequantize(f.ty(), f.data(), &mut v).map_err(|source| BackendError::Quant { op: "rope", weight: f.name().into(), source })?;
-        if v.len() < r.n_rot / 2 {
-            return Err(BackendError::Invalid { op: "rope", msg: format!("`{}` has {} frequency factors, RoPE of {} dims needs {}", f.name(), v.len(), r.n_rot, r.n_rot / 2) });
-        }
-        self.barrier()?;
-        let b = self.dev.upload_f32(&v).map_err(derr("rope"))?;
-        let p = b.ptr();
-        self.inv_freq.insert(key, b);
-        Ok(Some(p))
-    }
-
 }
 
 impl Backend for GpuBackend {
@@ -550,6 +530,9 @@ impl Backend for GpuBackend {
     }
 
     fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> { self.moe_ffn_device(x, n_tok, p, out, tmp) }
+    fn gated_delta_net(&mut self, p: &DeltaNet, x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> { self.delta_net_device(p, x, n_tok, states, out) }
+    fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> { self.split_halves_device(src, n_rows, half, a, b) }
+    fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> { self.mul_sigmoid_device(x, gate, n_rows, row_len, per_row) }
 }
 
 impl Drop for GpuBackend {

@@ -9,7 +9,7 @@
 //! The measured reasons for each threshold are in BENCHMARKS.md and `benchmarks/`; the
 //! numbers a user may override are in [`Tuning`].
 
-use crate::backend::gpu::family::{attn_decode, decode_mv, dequant, flash_attn, gemm, head_mv, matvec, moe, quantize};
+use crate::backend::gpu::family::{attn_decode, decode_mv, delta, dequant, flash_attn, gemm, head_mv, matvec, moe, quantize};
 use crate::backend::gpu::launch;
 use super::tuning::Tuning;
 use crate::quant::GgmlType;
@@ -550,5 +550,28 @@ pub fn moe_ffn(n_tok: usize, n_exp: usize, k: usize, experts: [(GgmlType, usize)
         Moe::Grouped
     } else {
         Moe::Pairs
+    }
+}
+
+/// How qwen35's gated delta net runs (`Backend::gated_delta_net`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delta {
+    /// `delta_conv_k4`, `delta_rule_h<head_k_dim>` and `delta_norm` (`family/delta.rs`): one
+    /// launch of each per layer for a chunk of one sequence or a batched step, the states on
+    /// the device.
+    Device,
+    /// The trait's default (operands and states read back, the host's arithmetic):
+    /// dimensions the kernels do not take, or a conv weight not stored as F32 (asking its
+    /// f32 form would make a second copy of it).
+    Host,
+}
+
+/// How a gated delta net layer of dimensions `d` with a conv weight of `conv_ty` runs
+/// (`Tuning::delta` off: on the host).
+pub fn gated_delta_net(d: &crate::backend::DeltaDims, conv_ty: GgmlType, t: &Tuning) -> Delta {
+    if t.delta && delta::supports(d) && conv_ty == GgmlType::F32 {
+        Delta::Device
+    } else {
+        Delta::Host
     }
 }

@@ -222,3 +222,21 @@ fn decode_batches_split_k_over_one_64_token_tile() {
     assert_eq!(k.batch_gemm, None);
     assert_eq!(k.apply("batch_gemm=8-100").len(), 1);
 }
+
+/// qwen35's delta net: the device kernels for the shapes of every qwen35 file (4 taps, key
+/// heads of 128, the tiny preset's 64), the host default for what they do not take and
+/// under `LODE_TUNE=delta=0`.
+#[test]
+fn gated_delta_net_on_the_device_where_the_kernels_take_it() {
+    use crate::backend::DeltaDims;
+    let d = |d_conv, n_k_heads, n_v_heads, head_k_dim, head_v_dim| DeltaDims { d_conv, n_k_heads, n_v_heads, head_k_dim, head_v_dim };
+    for dims in [d(4, 16, 48, 128, 128), d(4, 16, 32, 128, 128), d(4, 2, 4, 64, 64), d(4, 1, 3, 64, 40)] {
+        assert_eq!(gated_delta_net(&dims, F32, &Tuning::default()), Delta::Device, "{dims:?}");
+        assert_eq!(gated_delta_net(&dims, F32, &Tuning { delta: false, ..Tuning::default() }), Delta::Host, "{dims:?}");
+    }
+    // Another conv width, key heads of 256, a conv weight in F16 (its f32 form would be a
+    // second copy), value heads not a multiple of the key heads.
+    for (dims, ty) in [(d(3, 16, 48, 128, 128), F32), (d(4, 16, 48, 256, 128), F32), (d(4, 16, 48, 128, 128), F16), (d(4, 16, 40, 128, 128), F32)] {
+        assert_eq!(gated_delta_net(&dims, ty, &Tuning::default()), Delta::Host, "{dims:?} {ty}");
+    }
+}

@@ -138,23 +138,26 @@ impl Backend for PlanTrace {
         dst.fill(0.0);
         Ok(())
     }
-    // qwen35's ops have no GPU kernel yet: the trait's defaults read their operands back
-    // and compute on the host (`backend::recurrent`).
+    // qwen35's ops: `plan::gated_delta_net` chooses the device kernels or the host default.
     fn gated_delta_net(&mut self, p: &DeltaNet, _x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> {
         let d = p.dims;
         let what = format!("{n_tok} tok × {}/{} heads × {}, {} state(s), conv {}", d.n_v_heads, d.n_k_heads, d.head_v_dim, states.len(), d.d_conv);
-        self.push("gated_delta_net", what, "host: operands and states read back, written again");
+        let how = match super::plan::gated_delta_net(&d, p.conv.ty(), &self.tuning) {
+            super::plan::Delta::Device => format!("delta_conv_k4 + delta_rule_h{} + delta_norm (states on the device)", d.head_k_dim),
+            super::plan::Delta::Host => "host: operands and states read back, written again".into(),
+        };
+        self.push("gated_delta_net", what, how);
         self.touch(out);
         Ok(())
     }
     fn split_halves(&mut self, _src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
-        self.push("split_halves", format!("{n_rows}×2×{half}"), "host: read back, written again");
+        self.push("split_halves", format!("{n_rows}×2×{half}"), "split_halves_f32");
         self.touch(a);
         self.touch(b);
         Ok(())
     }
     fn mul_sigmoid(&mut self, x: Buf, _gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
-        self.push("mul_sigmoid", format!("{n_rows}×{row_len}{}", if per_row { " (a gate per row)" } else { "" }), "host: read back, written again");
+        self.push("mul_sigmoid", format!("{n_rows}×{row_len}{}", if per_row { " (a gate per row)" } else { "" }), "mul_sigmoid_f32");
         self.touch(x);
         Ok(())
     }

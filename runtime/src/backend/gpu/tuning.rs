@@ -52,6 +52,9 @@ pub struct Tuning {
     pub fuse_mv: bool,
     /// `fuse_attn`: the fused one-token rope + KV store + attention launch.
     pub fuse_attn: bool,
+    /// `delta`: qwen35's gated delta net in its device kernels (`family/delta.rs`); off:
+    /// the trait's host default (operands and states read back), for A/B runs.
+    pub delta: bool,
     /// `attn_part_keys`: the fewest keys per part of the fused decode attention
     /// (None: one block iteration).
     pub attn_part_keys: Option<usize>,
@@ -111,6 +114,7 @@ impl Default for Tuning {
             fuse: true,
             fuse_mv: true,
             fuse_attn: true,
+            delta: true,
             attn_part_keys: None,
             blas: true,
             blas_min_tokens: 16,
@@ -149,6 +153,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("fuse", "0/1: the fused decode ops"),
     ("fuse_mv", "0/1: the fused one-token norm/matvec launches"),
     ("fuse_attn", "0/1: the fused one-token attention launch"),
+    ("delta", "0/1: qwen35's gated delta net in its device kernels (0: on the host)"),
     ("attn_part_keys", "N: fewest keys per decode attention part"),
     ("blas", "0/1: prefill matmuls through cuBLAS / hipBLAS"),
     ("blas_min", "N: fewest tokens sent to the BLAS"),
@@ -218,6 +223,7 @@ impl Tuning {
             "fuse" => self.fuse = flag()?,
             "fuse_mv" => self.fuse_mv = flag()?,
             "fuse_attn" => self.fuse_attn = flag()?,
+            "delta" => self.delta = flag()?,
             "attn_part_keys" => self.attn_part_keys = Some(num()?).filter(|&n| n > 0),
             "blas" => self.blas = flag()?,
             "blas_min" => self.blas_min_tokens = num()?.max(2),

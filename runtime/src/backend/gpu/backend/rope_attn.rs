@@ -25,7 +25,8 @@ use crate::backend::gpu::device::DeviceBuffer;
 use crate::backend::gpu::driver::DevPtr;
 use crate::backend::gpu::plan;
 use super::probe::Probe;
-use crate::backend::{Attention, Backend, BackendError, Buf, KvCache, QkvPrep, Result};
+use crate::backend::{Attention, Backend, BackendError, Buf, KvCache, QkvPrep, Result, Rope};
+use crate::quant;
 use crate::weights::WeightRef;
 
 /// The fused decode attention's scratch (arrival counters + partial states).
@@ -144,5 +145,26 @@ impl GpuBackend {
         self.dev.read(kc, &mut k).map_err(derr("read_kv_bytes"))?;
         self.dev.read(vc, &mut v).map_err(derr("read_kv_bytes"))?;
         Ok((k, v))
+    }
+}
+
+impl GpuBackend {
+    /// The rope's frequency divisors as a device f32 vector (uploaded once per weight).
+    pub(super) fn rope_factors(&mut self, r: &Rope) -> Result<Option<DevPtr>> {
+        let Some(f) = r.freq_factors else { return Ok(None) };
+        let key = f.data().as_ptr() as usize;
+        if let Some(b) = self.inv_freq.get(&key) {
+            return Ok(Some(b.ptr()));
+        }
+        let mut v = vec![0f32; f.row_len() * f.n_rows()];
+        quant::dequantize(f.ty(), f.data(), &mut v).map_err(|source| BackendError::Quant { op: "rope", weight: f.name().into(), source })?;
+        if v.len() < r.n_rot / 2 {
+            return Err(BackendError::Invalid { op: "rope", msg: format!("`{}` has {} frequency factors, RoPE of {} dims needs {}", f.name(), v.len(), r.n_rot, r.n_rot / 2) });
+        }
+        self.barrier()?;
+        let b = self.dev.upload_f32(&v).map_err(derr("rope"))?;
+        let p = b.ptr();
+        self.inv_freq.insert(key, b);
+        Ok(Some(p))
     }
 }

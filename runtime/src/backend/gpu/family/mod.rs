@@ -11,6 +11,7 @@ use super::launch::Family;
 pub mod attention;
 pub mod attn_decode;
 pub mod decode_mv;
+pub mod delta;
 pub mod dequant;
 pub mod elementwise;
 pub mod exact_matmul;
@@ -39,4 +40,5 @@ pub const ALL: &[Family] = &[
     exact_matmul::FAMILY,
     exact_ops::FAMILY,
     moe::FAMILY,
+    delta::FAMILY,
 ];

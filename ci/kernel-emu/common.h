@@ -1,0 +1,58 @@
+// A host stand-in for kernels-hip/common.h: a kernel source compiled with g++ (C++20) runs
+// on the CPU, one OS thread per GPU thread and one block at a time, with block barriers
+// (sync) and warp shuffles (shfl_xor through a shared slot array between two warp
+// barriers). Only what the emulated sources use is defined; exp/log are libm's. It checks
+// a kernel's indexing and algorithm without a GPU, not its speed or vendor behaviour.
+// Used by runtime/tests/delta_kernel_emulated.rs (copied beside the kernel source, so its
+// `#include "common.h"` finds this file).
+#pragma once
+#include <cmath>
+#include <barrier>
+#include <thread>
+#include <vector>
+#include <functional>
+#define LODE_AMD 1
+typedef unsigned long long u64;
+typedef unsigned int u32;
+#define DEV static inline
+#define KERNEL extern "C"
+#define LAUNCH_BOUNDS(n)
+#define __shared__ static
+#define __builtin_amdgcn_logf(x) log2f(x)
+struct Ctx { u32 tid, bx, by, bz; };
+inline thread_local Ctx ctx;
+inline std::barrier<>* g_block_bar = nullptr;
+inline std::vector<std::barrier<>*> g_warp_bar;
+inline float g_xchg[1024];
+DEV u32 tid_x() { return ctx.tid; }
+DEV u32 bid_x() { return ctx.bx; }
+DEV u32 bid_y() { return ctx.by; }
+DEV u32 bid_z() { return ctx.bz; }
+DEV void blk_sync() { g_block_bar->arrive_and_wait(); }
+#define sync blk_sync
+DEV float shfl_xor(float v, int m) {
+    int w = ctx.tid >> 5, l = ctx.tid & 31;
+    g_xchg[ctx.tid] = v;
+    g_warp_bar[w]->arrive_and_wait();
+    float r = g_xchg[w * 32 + (l ^ m)];
+    g_warp_bar[w]->arrive_and_wait();
+    return r;
+}
+DEV float warp_sum(float v) { for (int m = 16; m > 0; m >>= 1) v += shfl_xor(v, m); return v; }
+DEV float rcp(float x) { return 1.0f / x; }
+DEV float sqrt_f(float x) { return sqrtf(x); }
+DEV float fmax_f(float a, float b) { return fmaxf(a, b); }
+DEV float exp_fast(float x) { return expf(x); }
+DEV float silu_f(float x) { return x / (1.0f + expf(-x)); }
+// Runs f over a grid, block of nt threads (a multiple of 32).
+inline void launch(int gx, int gy, int gz, int nt, std::function<void()> f) {
+    for (int bz = 0; bz < gz; ++bz) for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {
+        std::barrier<> bb(nt); g_block_bar = &bb;
+        std::vector<std::barrier<>*> wb; for (int w = 0; w < nt / 32; ++w) wb.push_back(new std::barrier<>(32));
+        g_warp_bar = wb;
+        std::vector<std::thread> ts;
+        for (int t = 0; t < nt; ++t) ts.emplace_back([&, t] { ctx = Ctx{(u32)t, (u32)bx, (u32)by, (u32)bz}; f(); });
+        for (auto& t : ts) t.join();
+        for (auto* p : wb) delete p;
+    }
+}
