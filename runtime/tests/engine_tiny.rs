@@ -113,7 +113,7 @@ fn load(bytes: Vec<u8>) -> Result<Model, ModelError> {
 
 fn engine(arch: &str, ctx: usize, batch: usize, kv_type: KvType) -> Engine {
     let be = Box::new(CpuBackend::new(2).unwrap());
-    Engine::new(load(tiny(arch, &[])).unwrap(), be, EngineOptions { ctx_size: Some(ctx), batch_size: batch, kv_type: kv_type.into() })
+    Engine::new(load(tiny(arch, &[])).unwrap(), be, EngineOptions { ctx_size: Some(ctx), batch_size: batch, kv_type: kv_type.into(), swa_full: false })
         .unwrap()
 }
 
@@ -198,7 +198,7 @@ fn gemma3_sliding_window_hides_tokens_beyond_reach() {
         )];
         let model = load(tiny_with("gemma3", &[], extra)).unwrap();
         let be = Box::new(CpuBackend::new(2).unwrap());
-        let opts = EngineOptions { ctx_size: Some(32), batch_size: 512, kv_type: KvType::F32.into() };
+        let opts = EngineOptions { ctx_size: Some(32), batch_size: 512, kv_type: KvType::F32.into(), swa_full: false };
         let mut e = Engine::new(model, be, opts).unwrap();
         let mut p: Vec<u32> = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
         p[0] = first;
@@ -281,7 +281,7 @@ fn seeded_sampling_is_deterministic() {
 fn batched_steps_equal_each_sequence_decoded_alone() {
     for arch in ["llama", "qwen3", "gemma3"] {
         let prompts: Vec<Vec<u32>> = (0..3u32).map(|s| (0..5 + 3 * s).map(|i| (i * 11 + s * 5 + 1) % V as u32).collect()).collect();
-        let opts = EngineOptions { ctx_size: Some(32), batch_size: 8, kv_type: KvType::F32.into() };
+        let opts = EngineOptions { ctx_size: Some(32), batch_size: 8, kv_type: KvType::F32.into(), swa_full: false };
         let be = Box::new(CpuBackend::new(2).unwrap());
         let mut b = BatchEngine::new(load(tiny(arch, &[])).unwrap(), be, opts, 3).unwrap();
         let mut alone: Vec<Engine> = (0..3).map(|_| engine(arch, 32, 8, KvType::F32)).collect();
@@ -324,7 +324,7 @@ fn batched_steps_equal_each_sequence_decoded_alone() {
 fn a_copied_prompt_prefix_continues_like_an_evaluated_one() {
     for (arch, kv_type) in [("llama", KvType::F32), ("qwen3", KvType::F16), ("gemma3", KvType::F16)] {
         let prompt: Vec<u32> = (0..13u32).map(|i| (i * 7 + 2) % V as u32).collect();
-        let opts = EngineOptions { ctx_size: Some(32), batch_size: 8, kv_type: kv_type.into() };
+        let opts = EngineOptions { ctx_size: Some(32), batch_size: 8, kv_type: kv_type.into(), swa_full: false };
         let be = Box::new(CpuBackend::new(2).unwrap());
         let mut b = BatchEngine::new(load(tiny(arch, &[])).unwrap(), be, opts, 3).unwrap();
         let rows = lode_runtime::model::OutputRows::Last;

@@ -55,7 +55,7 @@ fn engine(model: &PathBuf, kv_type: KvType, ctx: usize) -> Engine {
     let file = Arc::new(GgufFile::open(model).expect("open model"));
     let model = Model::load(file).expect("load model");
     let be = Box::new(CpuBackend::new(2).expect("cpu backend"));
-    Engine::new(model, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: kv_type.into() }).expect("engine")
+    Engine::new(model, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: kv_type.into(), swa_full: false }).expect("engine")
 }
 
 /// Whether this CPU runs the kernels that reproduce llama.cpp's rounding (AVX2+FMA+F16C).

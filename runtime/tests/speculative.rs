@@ -68,7 +68,7 @@ fn tiny(vocab: u64, seed: u64) -> Model {
 
 fn engine_of(model: Model, ctx: usize) -> Engine {
     let be = Box::new(CpuBackend::new(2).unwrap());
-    Engine::new(model, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: KvType::F16.into() }).unwrap()
+    Engine::new(model, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: KvType::F16.into(), swa_full: false }).unwrap()
 }
 
 fn plain(e: &mut Engine, prompt: &[u32], params: &GenParams, sp: &SamplerParams) -> GenOutput {
@@ -280,7 +280,7 @@ fn verify_rows_equal_decode_steps_bit_for_bit() {
         for kv in [KvType::F16, KvType::F32] {
             let m = Model::load(file.clone()).unwrap();
             let be = Box::new(CpuBackend::new(2).unwrap());
-            let mut e = Engine::new(m, be, EngineOptions { ctx_size: Some(512), batch_size: 512, kv_type: kv.into() }).unwrap();
+            let mut e = Engine::new(m, be, EngineOptions { ctx_size: Some(512), batch_size: 512, kv_type: kv.into(), swa_full: false }).unwrap();
             let n = p.len();
             let chunk = 12;
             e.eval(&p[..n - chunk]).unwrap();

@@ -143,7 +143,7 @@ impl Sequence for BatchSequence<'_> {
         self.engine.history(self.seq)
     }
     fn truncate(&mut self, n: usize) {
-        self.engine.truncate(self.seq, n)
+        self.engine.truncate(self.seq, n);
     }
     fn n_ctx(&self) -> usize {
         self.engine.n_ctx()
