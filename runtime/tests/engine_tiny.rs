@@ -350,3 +350,47 @@ fn a_copied_prompt_prefix_continues_like_an_evaluated_one() {
         assert!(b.copy_prefix(0, 7, 3).is_err(), "no such sequence");
     }
 }
+
+/// Gemma 3's sliding-window layers (window 4) in a window-sized cache (chunks of 8: 76
+/// slots) against full-context ones (`swa_full`), past several base moves: the same
+/// logits bit for bit through a chunked prompt and decode steps; a cut to a position
+/// whose keys the cache dropped keeps nothing (and the sequence then starts again
+/// cleanly), a recent one keeps its tokens; a prefix copy follows the same rule.
+#[test]
+fn window_sized_cache_equals_the_full_context_and_cuts_back_safely() {
+    let prompt: Vec<u32> = (0..150u32).map(|i| (i * 7 + 3) % V as u32).collect();
+    for kv_type in [KvType::F16, KvType::F32] {
+        let open = |swa_full: bool, n_seq: usize| {
+            let opts = EngineOptions { ctx_size: Some(240), batch_size: 8, kv_type: kv_type.into(), swa_full };
+            BatchEngine::new(load(tiny("gemma3", &[])).unwrap(), Box::new(CpuBackend::new(2).unwrap()), opts, n_seq).unwrap()
+        };
+        let run = |b: &mut BatchEngine, seq: usize| {
+            let mut rows: Vec<Vec<f32>> = Vec::new();
+            b.eval_rows(seq, &prompt, lode_runtime::model::OutputRows::All, &mut |_, l| rows.push(l.to_vec())).unwrap();
+            for _ in 0..60 {
+                let t = lode_runtime::engine::argmax_logits(rows.last().unwrap());
+                rows.push(b.step(&[(seq, t)]).unwrap().remove(0));
+            }
+            rows
+        };
+        let (mut ring, mut full) = (open(false, 2), open(true, 1));
+        let w = ring.window_kv().expect("a window-sized cache");
+        assert!(w.slots == 4 + 8 + 64 && full.window_kv().is_none(), "{w:?}");
+        let want = run(&mut full, 0);
+        assert!(want == run(&mut ring, 0), "{kv_type:?}: logits differ from the full-context cache");
+        // 210 tokens held; the windowed layers hold positions from at least 64 on.
+        assert_eq!((ring.history(0).len(), ring.kept_if_truncated(0, 205)), (210, 205));
+        assert!(ring.copy_prefix(0, 1, 100).is_err(), "a prefix whose keys were dropped");
+        ring.copy_prefix(0, 1, 205).unwrap();
+        assert_eq!(ring.truncate(0, 100), 0, "a cut past what the window-sized layers hold keeps nothing");
+        // Sequence 1 (a copy) continues as the source would have; sequence 0 starts again.
+        let t = prompt[5];
+        let after_copy = ring.step(&[(1, t)]).unwrap().remove(0);
+        assert_eq!(full.truncate(0, 205), 205);
+        assert!(after_copy == full.step(&[(0, t)]).unwrap().remove(0), "{kv_type:?}: the step after a copied prefix");
+        assert_eq!(full.truncate(0, 100), 100);
+        ring.truncate(1, 0);
+        full.truncate(0, 0);
+        assert!(run(&mut ring, 0) == run(&mut full, 0), "{kv_type:?}: a sequence evaluated again from the start");
+    }
+}

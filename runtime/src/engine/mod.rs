@@ -152,6 +152,10 @@ impl Engine {
     pub fn n_ctx(&self) -> usize {
         self.inner.n_ctx()
     }
+    /// The sliding-window layers' window-sized cache, if they keep one.
+    pub fn window_kv(&self) -> Option<crate::backend::SwaKv> {
+        self.inner.window_kv()
+    }
     /// Tokens in the cache.
     pub fn n_past(&self) -> usize {
         self.inner.history(0).len()
