@@ -19,6 +19,7 @@ pub mod replay;
 pub mod exact;
 mod fused;
 pub mod kvq;
+pub mod swa;
 pub mod delta;
 pub mod moe;
 pub mod norm_mv;
