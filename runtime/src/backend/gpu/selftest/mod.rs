@@ -20,6 +20,7 @@ pub mod exact;
 mod fused;
 pub mod kvq;
 pub mod swa;
+pub mod upload;
 pub mod delta;
 pub mod moe;
 pub mod norm_mv;
