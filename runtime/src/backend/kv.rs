@@ -143,6 +143,12 @@ impl KvSpec {
         kv_bytes_per_token(self.ty, self.n_layer, self.n_kv_head, self.head_dim_k, self.head_dim_v)
     }
 
+    /// Bytes of the whole cache in the element types (no padding): every layer's slots.
+    pub fn bytes(&self) -> u64 {
+        let row = self.ty.k.bytes(self.n_kv_head * self.head_dim_k) + self.ty.v.bytes(self.n_kv_head * self.head_dim_v);
+        (0..self.n_layer).map(|l| (self.slots(l) * row) as u64).sum()
+    }
+
     /// Slots layer `layer` holds.
     pub fn slots(&self, layer: usize) -> usize {
         match self.swa {
@@ -287,5 +293,9 @@ mod tests {
         // A cache that would be no smaller than the full one is not made.
         assert!(SwaKv::new(4000, 512, 4096, &[true]).is_none());
         assert!(SwaKv::new(100, 16, 4096, &[false]).is_none());
+        // A spec's bytes count each layer's slots.
+        let spec = KvSpec { n_layer: 3, n_ctx: 4096, n_kv_head: 2, head_dim_k: 32, head_dim_v: 32, ty: KvType::F16.into(), swa: Some(w) };
+        assert_eq!(spec.bytes(), (2 * 180 + 4096) * 2 * 128);
+        assert_eq!(KvSpec { swa: None, ..spec }.bytes(), spec.bytes_per_token() * 4096);
     }
 }
