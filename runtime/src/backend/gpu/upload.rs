@@ -108,7 +108,7 @@ impl Drop for Stager {
 /// page faults more than by memory bandwidth.
 pub fn copy_parallel(dst: &mut [u8], src: &[u8]) {
     use rayon::prelude::*;
-    const PIECE: usize = 4 << 20;
+    const PIECE: usize = 2 << 20;
     if src.len() <= PIECE {
         dst.copy_from_slice(src);
         return;
