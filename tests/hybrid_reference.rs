@@ -93,7 +93,7 @@ fn compare_most(what: &str, got: &[Vec<f32>], want: &[f32], n_vocab: usize, most
 
 fn engine(file: &Arc<GgufFile>, batch: usize, n_seq: usize) -> BatchEngine {
     let m = Model::load(file.clone()).unwrap();
-    let opts = EngineOptions { ctx_size: Some(2 * N), batch_size: batch, kv_type: KvType::F32.into() };
+    let opts = EngineOptions { ctx_size: Some(2 * N), batch_size: batch, kv_type: KvType::F32.into(), swa_full: false };
     BatchEngine::new(m, Box::new(CpuBackend::new(2).unwrap()), opts, n_seq).unwrap()
 }
 
@@ -130,7 +130,7 @@ fn qwen35_tiny_matches_a_numpy_forward_pass() {
     let chunks = eval_all(&mut engine(&file, 100, 1), 0, &ids);
     compare("chunks of 100", &chunks, &want, n_vocab);
     // One token at a time (the decode path).
-    let mut e = Engine::new(Model::load(file.clone()).unwrap(), Box::new(CpuBackend::new(2).unwrap()), EngineOptions { ctx_size: Some(2 * N), batch_size: N, kv_type: KvType::F32.into() }).unwrap();
+    let mut e = Engine::new(Model::load(file.clone()).unwrap(), Box::new(CpuBackend::new(2).unwrap()), EngineOptions { ctx_size: Some(2 * N), batch_size: N, kv_type: KvType::F32.into(), swa_full: false }).unwrap();
     let steps: Vec<Vec<f32>> = ids.iter().map(|&t| e.eval(&[t]).unwrap()).collect();
     compare("decode", &steps, &want, n_vocab);
     // Prompt as one chunk against token by token: the same model twice, so closer still.

@@ -87,7 +87,7 @@ fn qwen3moe_tiny_matches_a_numpy_forward_pass() {
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let engine = || {
         let m = Model::load(file.clone()).unwrap();
-        let opts = EngineOptions { ctx_size: Some(2 * N), batch_size: N, kv_type: KvType::F32.into() };
+        let opts = EngineOptions { ctx_size: Some(2 * N), batch_size: N, kv_type: KvType::F32.into(), swa_full: false };
         Engine::new(m, Box::new(CpuBackend::new(2).unwrap()), opts).unwrap()
     };
     let mut e = engine();

@@ -25,7 +25,7 @@ fn need(ctx: usize, cap: u64) -> fit::Estimate {
     let f = file();
     let m = Model::load(f).unwrap();
     let t = capped(Residency::Mapped, cap).memory_target().unwrap();
-    fit::estimate(&m, &t, RunShape { ctx, batch: 512, n_seq: 1, kv_type: KvType::F16.into() }).unwrap()
+    fit::estimate(&m, &t, RunShape { ctx, batch: 512, n_seq: 1, kv_type: KvType::F16.into(), swa_full: false }).unwrap()
 }
 
 /// The context the refusal names (`-c N`).
@@ -96,7 +96,7 @@ fn allocations_past_the_capacity_fail_and_the_backend_stays_usable() {
     assert_eq!(be.used(), 800_000, "a refused allocation holds nothing");
     // 2 layers × 64 slots × (8 + 8) values × 2 bytes = 4,096 bytes of f16 KV: fits; a
     // 1 << 20-slot cache does not.
-    let spec = KvSpec { n_layer: 2, n_ctx: 64, n_kv_head: 1, head_dim_k: 8, head_dim_v: 8, ty: KvType::F16.into() };
+    let spec = KvSpec { n_layer: 2, n_ctx: 64, n_kv_head: 1, head_dim_k: 8, head_dim_v: 8, ty: KvType::F16.into(), swa: None };
     let kv = be.alloc_kv(&spec).unwrap();
     assert_eq!(be.used(), 804_096);
     assert!(matches!(be.alloc_kv(&KvSpec { n_ctx: 1 << 20, ..spec }), Err(BackendError::OutOfMemory { what: "KV cache", .. })));
@@ -138,7 +138,7 @@ fn gpu_estimate_rounds_as_the_driver_allocates() {
         cap: None,
         host_expert_layers: 0,
     };
-    let est = |t: &MemoryTarget, ctx, n_seq| fit::estimate(&m, t, RunShape { ctx, batch: 512, n_seq, kv_type: KvType::F16.into() }).unwrap();
+    let est = |t: &MemoryTarget, ctx, n_seq| fit::estimate(&m, t, RunShape { ctx, batch: 512, n_seq, kv_type: KvType::F16.into(), swa_full: false }).unwrap();
     let big = target(Residency::Device, 64 << 30);
     let e = est(&big, 1000, 1);
     assert_eq!(e.weights % PAGE, 0);
@@ -173,7 +173,7 @@ fn quantized_kv_types_are_counted_and_suggested() {
     let m = Model::load(f.clone()).unwrap();
     let est = |ty: KvTypes, cap: u64| {
         let t = capped(Residency::Mapped, cap).memory_target().unwrap();
-        fit::estimate(&m, &t, RunShape { ctx: 4096, batch: 512, n_seq: 1, kv_type: ty }).unwrap()
+        fit::estimate(&m, &t, RunShape { ctx: 4096, batch: 512, n_seq: 1, kv_type: ty, swa_full: false }).unwrap()
     };
     let per = (L * HKV as usize * D as usize) as u64; // K (or V) values per token
     assert_eq!(est(KvType::F16.into(), u64::MAX).kv_per_token, per * 2 * 2);
@@ -188,7 +188,7 @@ fn quantized_kv_types_are_counted_and_suggested() {
     let max = |t: KvType| e.max_ctx_by_kv.iter().find(|(k, _)| *k == t).unwrap().1;
     assert!(max(KvType::F16) < 4096 && max(KvType::Q8_0) >= 4096 && max(KvType::Q4_0) > max(KvType::Q8_0), "{:?}", e.max_ctx_by_kv);
     assert_eq!(max(KvType::F16), e.max_ctx_memory);
-    let opts = EngineOptions { ctx_size: Some(4096), batch_size: 512, kv_type: KvType::Q8_0.into() };
+    let opts = EngineOptions { ctx_size: Some(4096), batch_size: 512, kv_type: KvType::Q8_0.into(), swa_full: false };
     let mut eng = Engine::new(Model::load(f.clone()).unwrap(), Box::new(capped(Residency::Mapped, cap)), opts).unwrap();
     let logits = run(&mut eng, &prompt(600, 3), 4).unwrap();
     assert!(logits.iter().flatten().all(|x| x.is_finite()));

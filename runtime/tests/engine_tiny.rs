@@ -113,7 +113,7 @@ fn load(bytes: Vec<u8>) -> Result<Model, ModelError> {
 
 fn engine(arch: &str, ctx: usize, batch: usize, kv_type: KvType) -> Engine {
     let be = Box::new(CpuBackend::new(2).unwrap());
-    Engine::new(load(tiny(arch, &[])).unwrap(), be, EngineOptions { ctx_size: Some(ctx), batch_size: batch, kv_type: kv_type.into() })
+    Engine::new(load(tiny(arch, &[])).unwrap(), be, EngineOptions { ctx_size: Some(ctx), batch_size: batch, kv_type: kv_type.into(), swa_full: false })
         .unwrap()
 }
 
@@ -198,7 +198,7 @@ fn gemma3_sliding_window_hides_tokens_beyond_reach() {
         )];
         let model = load(tiny_with("gemma3", &[], extra)).unwrap();
         let be = Box::new(CpuBackend::new(2).unwrap());
-        let opts = EngineOptions { ctx_size: Some(32), batch_size: 512, kv_type: KvType::F32.into() };
+        let opts = EngineOptions { ctx_size: Some(32), batch_size: 512, kv_type: KvType::F32.into(), swa_full: false };
         let mut e = Engine::new(model, be, opts).unwrap();
         let mut p: Vec<u32> = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
         p[0] = first;
@@ -281,7 +281,7 @@ fn seeded_sampling_is_deterministic() {
 fn batched_steps_equal_each_sequence_decoded_alone() {
     for arch in ["llama", "qwen3", "gemma3"] {
         let prompts: Vec<Vec<u32>> = (0..3u32).map(|s| (0..5 + 3 * s).map(|i| (i * 11 + s * 5 + 1) % V as u32).collect()).collect();
-        let opts = EngineOptions { ctx_size: Some(32), batch_size: 8, kv_type: KvType::F32.into() };
+        let opts = EngineOptions { ctx_size: Some(32), batch_size: 8, kv_type: KvType::F32.into(), swa_full: false };
         let be = Box::new(CpuBackend::new(2).unwrap());
         let mut b = BatchEngine::new(load(tiny(arch, &[])).unwrap(), be, opts, 3).unwrap();
         let mut alone: Vec<Engine> = (0..3).map(|_| engine(arch, 32, 8, KvType::F32)).collect();
@@ -324,7 +324,7 @@ fn batched_steps_equal_each_sequence_decoded_alone() {
 fn a_copied_prompt_prefix_continues_like_an_evaluated_one() {
     for (arch, kv_type) in [("llama", KvType::F32), ("qwen3", KvType::F16), ("gemma3", KvType::F16)] {
         let prompt: Vec<u32> = (0..13u32).map(|i| (i * 7 + 2) % V as u32).collect();
-        let opts = EngineOptions { ctx_size: Some(32), batch_size: 8, kv_type: kv_type.into() };
+        let opts = EngineOptions { ctx_size: Some(32), batch_size: 8, kv_type: kv_type.into(), swa_full: false };
         let be = Box::new(CpuBackend::new(2).unwrap());
         let mut b = BatchEngine::new(load(tiny(arch, &[])).unwrap(), be, opts, 3).unwrap();
         let rows = lode_runtime::model::OutputRows::Last;
@@ -348,5 +348,49 @@ fn a_copied_prompt_prefix_continues_like_an_evaluated_one() {
         assert_eq!(got[0], got[1], "{arch}: the step after");
         assert!(b.copy_prefix(0, 1, 99).is_err(), "more tokens than the source holds");
         assert!(b.copy_prefix(0, 7, 3).is_err(), "no such sequence");
+    }
+}
+
+/// Gemma 3's sliding-window layers (window 4) in a window-sized cache (chunks of 8: 76
+/// slots) against full-context ones (`swa_full`), past several base moves: the same
+/// logits bit for bit through a chunked prompt and decode steps; a cut to a position
+/// whose keys the cache dropped keeps nothing (and the sequence then starts again
+/// cleanly), a recent one keeps its tokens; a prefix copy follows the same rule.
+#[test]
+fn window_sized_cache_equals_the_full_context_and_cuts_back_safely() {
+    let prompt: Vec<u32> = (0..150u32).map(|i| (i * 7 + 3) % V as u32).collect();
+    for kv_type in [KvType::F16, KvType::F32] {
+        let open = |swa_full: bool, n_seq: usize| {
+            let opts = EngineOptions { ctx_size: Some(240), batch_size: 8, kv_type: kv_type.into(), swa_full };
+            BatchEngine::new(load(tiny("gemma3", &[])).unwrap(), Box::new(CpuBackend::new(2).unwrap()), opts, n_seq).unwrap()
+        };
+        let run = |b: &mut BatchEngine, seq: usize| {
+            let mut rows: Vec<Vec<f32>> = Vec::new();
+            b.eval_rows(seq, &prompt, lode_runtime::model::OutputRows::All, &mut |_, l| rows.push(l.to_vec())).unwrap();
+            for _ in 0..60 {
+                let t = lode_runtime::engine::argmax_logits(rows.last().unwrap());
+                rows.push(b.step(&[(seq, t)]).unwrap().remove(0));
+            }
+            rows
+        };
+        let (mut ring, mut full) = (open(false, 2), open(true, 1));
+        let w = ring.window_kv().expect("a window-sized cache");
+        assert!(w.slots == 4 + 8 + 64 && full.window_kv().is_none(), "{w:?}");
+        let want = run(&mut full, 0);
+        assert!(want == run(&mut ring, 0), "{kv_type:?}: logits differ from the full-context cache");
+        // 210 tokens held; the windowed layers hold positions from at least 64 on.
+        assert_eq!((ring.history(0).len(), ring.kept_if_truncated(0, 205)), (210, 205));
+        assert!(ring.copy_prefix(0, 1, 100).is_err(), "a prefix whose keys were dropped");
+        ring.copy_prefix(0, 1, 205).unwrap();
+        assert_eq!(ring.truncate(0, 100), 0, "a cut past what the window-sized layers hold keeps nothing");
+        // Sequence 1 (a copy) continues as the source would have; sequence 0 starts again.
+        let t = prompt[5];
+        let after_copy = ring.step(&[(1, t)]).unwrap().remove(0);
+        assert_eq!(full.truncate(0, 205), 205);
+        assert!(after_copy == full.step(&[(0, t)]).unwrap().remove(0), "{kv_type:?}: the step after a copied prefix");
+        assert_eq!(full.truncate(0, 100), 100);
+        ring.truncate(1, 0);
+        full.truncate(0, 0);
+        assert!(run(&mut ring, 0) == run(&mut full, 0), "{kv_type:?}: a sequence evaluated again from the start");
     }
 }

@@ -49,7 +49,7 @@ fn logits(model: &PathBuf, prompts: &[Vec<u32>], ty: KvTypes) -> Vec<Vec<f32>> {
     let file = Arc::new(GgufFile::open(model).expect("open model"));
     let m = Model::load(file).expect("load model");
     let be = Box::new(CpuBackend::new(2).expect("cpu backend"));
-    let mut e = Engine::new(m, be, EngineOptions { ctx_size: Some(1024), batch_size: 512, kv_type: ty }).expect("engine");
+    let mut e = Engine::new(m, be, EngineOptions { ctx_size: Some(1024), batch_size: 512, kv_type: ty, swa_full: false }).expect("engine");
     let mut out = Vec::new();
     for p in prompts {
         e.clear();

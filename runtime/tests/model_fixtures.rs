@@ -55,7 +55,7 @@ fn engine(model: &PathBuf, kv_type: KvType, ctx: usize) -> Engine {
     let file = Arc::new(GgufFile::open(model).expect("open model"));
     let model = Model::load(file).expect("load model");
     let be = Box::new(CpuBackend::new(2).expect("cpu backend"));
-    Engine::new(model, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: kv_type.into() }).expect("engine")
+    Engine::new(model, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: kv_type.into(), swa_full: false }).expect("engine")
 }
 
 /// Whether this CPU runs the kernels that reproduce llama.cpp's rounding (AVX2+FMA+F16C).
@@ -224,4 +224,39 @@ fn logits_match_llama_cpp_f16_kv() {
 #[test]
 fn logits_match_llama_cpp_f32_kv() {
     check_logits("logits_f32kv_nofa.json", KvType::F32);
+}
+
+/// Gemma 3's sliding-window layers in a window-sized cache (chunks of 64 tokens: 640
+/// slots for the 512-token window) give the same logits, bit for bit, as full-context
+/// ones (`--swa-full`) over the 703-token prompt and 90 greedy steps past it (the base
+/// moves during the prompt and during decoding), and they meet the fixture's bars.
+#[test]
+fn window_sized_cache_matches_the_full_context_on_gemma3() {
+    let Some((model, fx)) = find(MODELS[0].0, MODELS[0].1) else { return };
+    let l = read_json(fx.join("logits.json"));
+    let p = l["prompts"].as_array().unwrap().iter().max_by_key(|p| p["prompt_ids"].as_array().unwrap().len()).unwrap();
+    let tokens = ids(&p["prompt_ids"]);
+    let open = |swa_full: bool| {
+        let file = Arc::new(GgufFile::open(&model).expect("open model"));
+        let m = Model::load(file).expect("load model");
+        let be = Box::new(CpuBackend::new(2).expect("cpu backend"));
+        Engine::new(m, be, EngineOptions { ctx_size: Some(1024), batch_size: 64, kv_type: KvType::F16.into(), swa_full }).expect("engine")
+    };
+    let run = |e: &mut Engine| {
+        let mut rows: Vec<Vec<f32>> = Vec::new();
+        e.eval_all(&tokens, &mut |_, l| rows.push(l.to_vec())).unwrap();
+        for _ in 0..90 {
+            let next = lode_runtime::engine::argmax_logits(rows.last().unwrap());
+            rows.push(e.eval(&[next]).unwrap());
+        }
+        rows
+    };
+    let (mut ring, mut full) = (open(false), open(true));
+    let w = ring.window_kv().expect("the window-sized cache is smaller here");
+    assert!(w.slots < tokens.len() && full.window_kv().is_none(), "{w:?}");
+    let (a, b) = (run(&mut ring), run(&mut full));
+    let first = a.iter().zip(&b).position(|(x, y)| x != y);
+    assert!(first.is_none(), "logits differ from position {first:?} ({} prompt tokens)", tokens.len());
+    let agree = compare_logits(&mut ring, p);
+    assert!(agree.confident_misses.is_empty() && agree.same_top1 * 100 >= 95 * agree.n, "{:?} of {}", agree.confident_misses, agree.n);
 }

@@ -68,7 +68,7 @@ fn tiny(vocab: u64, seed: u64) -> Model {
 
 fn engine_of(model: Model, ctx: usize) -> Engine {
     let be = Box::new(CpuBackend::new(2).unwrap());
-    Engine::new(model, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: KvType::F16.into() }).unwrap()
+    Engine::new(model, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: KvType::F16.into(), swa_full: false }).unwrap()
 }
 
 fn plain(e: &mut Engine, prompt: &[u32], params: &GenParams, sp: &SamplerParams) -> GenOutput {
@@ -268,6 +268,29 @@ fn gemma3_with_ngram_lookup_equals_plain_greedy() {
     assert!(accepted > 0, "n-gram lookup never hit, even on the repeated passage");
 }
 
+/// The same on a window-sized cache (chunks of 64: 640 slots for Gemma's 512-token
+/// window) past its base moves: a long repeated passage, so drafts are accepted while the
+/// cache drops old keys, and a rolled-back verify chunk keeps its prefix.
+#[test]
+fn gemma3_speculation_on_a_window_sized_cache_equals_plain_greedy() {
+    let Some(m) = real("gemma-3-270m-q4_k_m.gguf") else { return };
+    let one = real_prompts(&m).remove(2);
+    let p: Vec<u32> = one.iter().chain(one[1..].iter().cycle().take(720)).copied().collect();
+    let be = Box::new(CpuBackend::new(2).unwrap());
+    let opts = EngineOptions { ctx_size: Some(2048), batch_size: 64, kv_type: KvType::F16.into(), swa_full: false };
+    let mut target = Engine::new(m, be, opts).unwrap();
+    let w = target.window_kv().expect("a window-sized cache");
+    assert!(p.len() > w.slots, "{} tokens, {} slots", p.len(), w.slots);
+    let greedy = SamplerParams::greedy();
+    let params = GenParams { max_tokens: 40, eog: vec![] };
+    let want = plain(&mut target, &p, &params, &greedy);
+    let mut ng = NgramDrafter::new(8, 1).unwrap();
+    let got = spec(&mut target, &mut ng, 10, &p, &params, &greedy);
+    eprintln!("gemma3 window-sized: {:?}, acceptance {:.3}", got.stats, got.stats.acceptance());
+    assert_same(&want, &got, "gemma3 window-sized cache", target.history(), &p);
+    assert!(got.stats.accepted > 0, "{:?}: n-gram lookup never hit", got.stats);
+}
+
 /// The verify chunk's rows are the decode steps' logits bit for bit on the CPU, with
 /// either KV precision and with chunks long enough for the four-token and batch-order
 /// kernels a prompt uses (without `round_rows_as_decode` they differ on Gemma's Q4_K).
@@ -280,7 +303,7 @@ fn verify_rows_equal_decode_steps_bit_for_bit() {
         for kv in [KvType::F16, KvType::F32] {
             let m = Model::load(file.clone()).unwrap();
             let be = Box::new(CpuBackend::new(2).unwrap());
-            let mut e = Engine::new(m, be, EngineOptions { ctx_size: Some(512), batch_size: 512, kv_type: kv.into() }).unwrap();
+            let mut e = Engine::new(m, be, EngineOptions { ctx_size: Some(512), batch_size: 512, kv_type: kv.into(), swa_full: false }).unwrap();
             let n = p.len();
             let chunk = 12;
             e.eval(&p[..n - chunk]).unwrap();

@@ -96,7 +96,7 @@ fn file() -> Arc<GgufFile> {
 
 fn engine_on(f: &Arc<GgufFile>, be: Box<dyn Backend>, ctx: usize) -> Engine {
     let m = Model::load(f.clone()).unwrap();
-    Engine::new(m, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: Default::default() }).unwrap()
+    Engine::new(m, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: Default::default(), swa_full: false }).unwrap()
 }
 
 fn prompt(n: usize, seed: u32) -> Vec<u32> {
@@ -321,7 +321,7 @@ fn fit_names_the_fewest_host_expert_layers() {
     use lode_runtime::engine::fit::{estimate, fewest_host_expert_layers, RunShape};
     use lode_runtime::weights::layout::DeviceClass;
     let m = Model::load(file()).unwrap();
-    let shape = RunShape { ctx: 64, batch: 32, n_seq: 1, kv_type: KvType::F16.into() };
+    let shape = RunShape { ctx: 64, batch: 32, n_seq: 1, kv_type: KvType::F16.into(), swa_full: false };
     let target = |free: u64, host: usize| MemoryTarget {
         name: "test gpu".into(),
         class: DeviceClass::Gpu,

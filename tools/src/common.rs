@@ -70,6 +70,10 @@ pub struct KvArgs {
     /// Both K and V at once (-ctk / -ctv override it); f32 is lode's precise variant.
     #[arg(long = "kv-type", value_name = "TYPE")]
     pub kv_type: Option<KvType>,
+    /// Full-context K/V for sliding-window layers too (llama.cpp's --swa-full); by
+    /// default they keep a window-sized cache.
+    #[arg(long = "swa-full")]
+    pub swa_full: bool,
 }
 
 impl KvArgs {
@@ -84,6 +88,9 @@ impl KvArgs {
             if let Some(t) = t {
                 a.extend([flag.to_string(), t.to_string()]);
             }
+        }
+        if self.swa_full {
+            a.push("--swa-full".into());
         }
         a
     }
@@ -406,7 +413,7 @@ fn open_parts(args: &ModelArgs) -> Result<Parts> {
     if let Some(note) = note {
         eprintln!("lode: {note}");
     }
-    let opts = EngineOptions { ctx_size: args.ctx_size, batch_size: args.batch_size, kv_type: args.kv.types() };
+    let opts = EngineOptions { ctx_size: args.ctx_size, batch_size: args.batch_size, kv_type: args.kv.types(), swa_full: args.kv.swa_full };
     Ok((model, be, opts, file, path))
 }
 
@@ -497,9 +504,9 @@ mod kv_flag_tests {
         let args = ["lode", "bench", "-ctk", "q8_0", "-ctv=q4_0", "-c", "512", "-ctkx"];
         let got: Vec<String> = llama_flags(args.iter().map(std::ffi::OsString::from)).into_iter().map(|a| a.into_string().unwrap()).collect();
         assert_eq!(got, ["lode", "bench", "--cache-type-k", "q8_0", "--cache-type-v=q4_0", "-c", "512", "-ctkx"]);
-        let kv = KvArgs { kv_type: Some(KvType::F32), cache_type_k: None, cache_type_v: None };
+        let kv = KvArgs { kv_type: Some(KvType::F32), cache_type_k: None, cache_type_v: None, swa_full: false };
         assert_eq!(kv.types(), KvTypes { k: KvType::F32, v: KvType::F32 });
-        let kv = KvArgs { kv_type: Some(KvType::Q4_0), cache_type_k: Some(KvType::Q8_0), cache_type_v: None };
+        let kv = KvArgs { kv_type: Some(KvType::Q4_0), cache_type_k: Some(KvType::Q8_0), cache_type_v: None, swa_full: false };
         assert_eq!(kv.types(), KvTypes { k: KvType::Q8_0, v: KvType::Q4_0 });
         assert_eq!(kv.to_args(), ["--kv-type", "q4_0", "--cache-type-k", "q8_0"]);
         assert_eq!(KvArgs::default().types(), KvTypes::default());

@@ -74,7 +74,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut target = target(args.device, args.residency, args.n_cpu_moe)?;
     let c = &model.cfg;
     let ctx = args.ctx.unwrap_or_else(|| c.n_ctx_train.min(lode_runtime::engine::DEFAULT_CTX_CAP)).max(1);
-    let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq: args.parallel.max(1), kv_type: args.kv.types() };
+    let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq: args.parallel.max(1), kv_type: args.kv.types(), swa_full: args.kv.swa_full };
     // The draft model's engine (one sequence at the same context) takes its share first.
     let draft = match &args.model_draft {
         Some(p) => {
@@ -104,7 +104,9 @@ pub fn run(args: Args) -> Result<()> {
             "weight_tensors": e.n_tensors,
             "kv_bytes": e.kv,
             "kv_bytes_per_token": e.kv_per_token,
-            "kv_sliding_window_full_context": c.n_swa > 0,
+            "kv_sliding_window_full_context": c.n_swa > 0 && e.swa.is_none(),
+            "kv_sliding_window_slots": e.swa.map(|w| w.slots),
+            "kv_sliding_window_layers": e.swa.map(|w| w.n_windowed()),
             "recurrent_state_bytes": e.recurrent,
             "scratch_bytes": e.scratch,
             "need_bytes": e.need,
@@ -135,7 +137,12 @@ pub fn run(args: Args) -> Result<()> {
     if e.in_place > 0 {
         println!("  mapped    {:>11}  read in place from the file (pinned host memory, no device copy)", human(e.in_place));
     }
-    let swa = if c.n_swa > 0 { format!("; the {}-token sliding-window layers get the full context too (not yet window-sized)", c.n_swa) } else { String::new() };
+    let swa = match e.swa {
+        Some(w) => format!("; {} of them sliding-window layers of {} tokens, {} slots each (window + chunk + 64; --swa-full for the full context)", w.n_windowed(), w.window, w.slots),
+        None if c.n_swa > 0 && shape.swa_full => format!("; the {}-token sliding-window layers get the full context too (--swa-full)", c.n_swa),
+        None if c.n_swa > 0 => format!("; the {}-token sliding-window layers get the full context too (a window-sized cache would be no smaller)", c.n_swa),
+        None => String::new(),
+    };
     let seqs = if shape.n_seq > 1 { format!("{} sequences × ", shape.n_seq) } else { String::new() };
     println!(
         "  KV cache  {:>11}  ({}: {seqs}{} layers × {ctx} × {} kv heads × {} + {}{swa})",

@@ -26,7 +26,7 @@ pub fn run(path: &Path, file: Arc<GgufFile>, tokens: usize, sms: usize, kv_type:
     let blas = tuning.blas;
     let be = PlanTrace::new(tuning, sms, log.clone());
     let tokens = tokens.max(1);
-    let opts = EngineOptions { ctx_size: Some(tokens + 8), batch_size: tokens, kv_type };
+    let opts = EngineOptions { ctx_size: Some(tokens + 8), batch_size: tokens, kv_type, swa_full: false };
     let mut e = Engine::new(model, Box::new(be), opts)?;
     let ids: Vec<u32> = (0..tokens).map(|i| (i % n_vocab) as u32).collect();
     e.eval(&ids)?;

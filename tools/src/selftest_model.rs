@@ -59,7 +59,7 @@ fn top2_gap(l: &[f32]) -> f32 {
 /// only at a near-tie) and KLD ≤ 1e-3 with same-top-1 ≥ 98 %.
 pub fn compare(dev: &GpuDevice, path: &Path, gen: usize, n_text: usize, threads: usize, tg: usize, speed_only: bool) -> Result<bool> {
     let file = crate::common::open_gguf(path)?;
-    let opts = EngineOptions { ctx_size: Some((n_text + gen + tg + 8).max(128)), batch_size: 512, kv_type: KvType::F16.into() };
+    let opts = EngineOptions { ctx_size: Some((n_text + gen + tg + 8).max(128)), batch_size: 512, kv_type: KvType::F16.into(), swa_full: false };
     let mk = |gpu: bool| -> Result<Engine> {
         let model = Model::load(file.clone()).with_context(|| format!("cannot load {}", path.display()))?;
         let be: Box<dyn lode_runtime::backend::Backend> =
@@ -349,7 +349,7 @@ mod nudged_impl {
 /// (summation order, exp, rsqrt) can reach on this model — the GPU gate is judged against it.
 pub fn perturb_compare(path: &Path, n_text: usize, threads: usize) -> Result<()> {
     let file = crate::common::open_gguf(path)?;
-    let opts = EngineOptions { ctx_size: Some((n_text + 8).max(128)), batch_size: 512, kv_type: KvType::F16.into() };
+    let opts = EngineOptions { ctx_size: Some((n_text + 8).max(128)), batch_size: 512, kv_type: KvType::F16.into(), swa_full: false };
     let mk = |nudge: bool| -> Result<Engine> {
         let model = Model::load(file.clone()).with_context(|| format!("cannot load {}", path.display()))?;
         let cpu: Box<dyn lode_runtime::backend::Backend> = Box::new(CpuBackend::new(threads)?);

@@ -42,7 +42,7 @@ impl Setup {
     }
     fn engine(&self, be: GpuBackend) -> Result<Engine> {
         let m = Model::load(self.file.clone())?;
-        Ok(Engine::new(m, Box::new(be), EngineOptions { ctx_size: Some(CTX), batch_size: 512, kv_type: KvType::F16.into() })?)
+        Ok(Engine::new(m, Box::new(be), EngineOptions { ctx_size: Some(CTX), batch_size: 512, kv_type: KvType::F16.into(), swa_full: false })?)
     }
     fn prompt(&self, n: usize, seed: u32) -> Vec<u32> {
         let v = self.n_vocab.min(30000) as u32;

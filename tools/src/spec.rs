@@ -122,7 +122,7 @@ fn open_draft(margs: &ModelArgs, path: &std::path::Path, n_ctx: usize) -> Result
     let mut wopts = margs.weights.options()?;
     wopts.report_at_exit = false;
     let (be, _note) = backend::open_with(margs.device, threads, &wopts, &common::gpu_options())?;
-    let opts = EngineOptions { ctx_size: Some(n_ctx), batch_size: margs.batch_size, kv_type: margs.kv.types() };
+    let opts = EngineOptions { ctx_size: Some(n_ctx), batch_size: margs.batch_size, kv_type: margs.kv.types(), swa_full: margs.kv.swa_full };
     let e = Engine::new(model, be, opts).with_context(|| format!("cannot open the draft model {}", path.display()))?;
     tracing::info!("draft model {} on {}", path.display(), e.backend_name());
     Ok(e)

@@ -244,7 +244,7 @@ impl Backend for CachedBackend {
         self.inner.read_with(buf, n, host, f)
     }
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
-        let bytes = spec.bytes_per_token() * spec.n_ctx as u64;
+        let bytes = spec.bytes();
         self.admit("KV cache", bytes)?;
         let kv = self.inner.alloc_kv(spec)?;
         self.kvs.insert(kv.0, bytes);

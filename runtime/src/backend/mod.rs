@@ -28,7 +28,7 @@ pub mod recurrent;
 use crate::quant::{GgmlType, QuantError};
 use crate::weights::WeightRef;
 pub use moe::{MoeFfn, MoeScratch};
-pub use kv::{KvSpec, KvType, KvTypes};
+pub use kv::{KvSpec, KvType, KvTypes, SwaKv};
 pub use recurrent::{DeltaDims, DeltaIn, DeltaNet, DeltaState};
 
 /// Handle to an f32 activation buffer owned by a backend.
@@ -231,7 +231,9 @@ pub trait Backend: Send {
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache>;
     fn free_kv(&mut self, kv: KvCache) -> Result<()>;
     /// Copies positions `0..n` of `src`'s K and V into `dst` (a cache of the same spec),
-    /// so `dst` continues a prompt `src` evaluated without evaluating it again.
+    /// so `dst` continues a prompt `src` evaluated without evaluating it again. A
+    /// window-sized layer (`KvSpec::swa`) copies what it holds of them and `dst` takes its
+    /// base; refused when it no longer holds what position `n` sees.
     fn copy_kv(&mut self, src: KvCache, dst: KvCache, n: usize) -> Result<()> {
         let _ = (src, dst, n);
         Err(BackendError::Invalid { op: "copy_kv", msg: format!("the {} backend cannot copy a KV cache", self.name()) })
@@ -287,7 +289,8 @@ pub trait Backend: Send {
         -> Result<()>;
 
     /// Stores `k` `[n_tok, n_kv_head*head_dim_k]` and `v` `[n_tok, n_kv_head*head_dim_v]`
-    /// of `layer` at cache slots `pos[t]`.
+    /// of `layer` at positions `pos[t]` (a window-sized layer first moves its base as
+    /// `SwaKv::advance` says; an error names a position older than it holds).
     fn kv_write(
         &mut self,
         kv: KvCache,

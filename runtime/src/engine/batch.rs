@@ -11,7 +11,7 @@
 //! empties it (see [`kept_after_truncate`]), and [`BatchEngine::copy_prefix`] copies only a
 //! source's whole history (its KV and its state), never a shorter prefix.
 
-use crate::backend::{Backend, KvCache, KvSpec};
+use crate::backend::{Backend, KvCache, KvSpec, SwaKv};
 use crate::model::{KvRows, Model, OutputRows, RecurrentState, Scratch};
 
 use super::{EngineError, EngineOptions, DEFAULT_CTX_CAP};
@@ -22,6 +22,9 @@ struct Seq {
     history: Vec<u32>,
     /// The recurrent layers' state after `history` (zeroed when `history` is empty).
     rec: RecurrentState,
+    /// The oldest position the window-sized layers still hold (`SwaKv::advance`, as the
+    /// backend moves it).
+    floor: usize,
 }
 
 /// The tokens a sequence keeps when cut to `n` of its `len`: `n` (at most `len`), or 0
@@ -34,12 +37,25 @@ pub fn kept_after_truncate(recurrent: bool, len: usize, n: usize) -> usize {
     }
 }
 
+/// [`kept_after_truncate`] with window-sized caches whose oldest held position is
+/// `floor`: a cut to `k` tokens keeps them only if the next query (at `k`) sees no key
+/// older than `floor`; else nothing is kept and the sequence is evaluated again (as
+/// llama.cpp re-processes a prompt whose start its SWA cache dropped).
+pub fn kept_with_window(recurrent: bool, swa: Option<SwaKv>, floor: usize, len: usize, n: usize) -> usize {
+    match kept_after_truncate(recurrent, len, n) {
+        k if k < len && swa.is_some_and(|w| w.first_visible(k) < floor) => 0,
+        k => k,
+    }
+}
+
 pub struct BatchEngine {
     model: Model,
     be: Box<dyn Backend>,
     seqs: Vec<Seq>,
     scratch: Option<Scratch>,
     n_ctx: usize,
+    /// The sliding-window layers' window-sized cache (`None`: full-context layers only).
+    swa: Option<SwaKv>,
 }
 
 impl BatchEngine {
@@ -57,6 +73,7 @@ impl BatchEngine {
         if n_ctx > c.n_ctx_train {
             tracing::warn!("context {n_ctx} exceeds the model's training context {}", c.n_ctx_train);
         }
+        let rows = opts.batch_size.min(n_ctx).max(n_seq);
         let spec = KvSpec {
             n_layer: c.kv_layers(),
             n_ctx,
@@ -64,12 +81,13 @@ impl BatchEngine {
             head_dim_k: c.head_dim_k,
             head_dim_v: c.head_dim_v,
             ty: opts.kv_type,
+            swa: if opts.swa_full { None } else { super::fit::window_kv(c, n_ctx, rows) },
         };
         let weights: Vec<_> = model.weight_ids().into_iter().map(|id| model.w(id)).collect();
         crate::backend::check_weight_types(be.as_ref(), &weights)?;
         // A model that would not fit is refused here, before anything is allocated.
         if let Some(target) = be.memory_target() {
-            let shape = super::fit::RunShape { ctx: n_ctx, batch: opts.batch_size, n_seq, kv_type: opts.kv_type };
+            let shape = super::fit::RunShape { ctx: n_ctx, batch: opts.batch_size, n_seq, kv_type: opts.kv_type, swa_full: opts.swa_full };
             let est = super::fit::estimate(&model, &target, shape).map_err(|e| EngineError::InvalidArg(e.to_string()))?;
             if let Some(mut why) = est.refusal() {
                 if let Some(n) = super::fit::fewest_host_expert_layers(&model, &target, shape) {
@@ -79,7 +97,7 @@ impl BatchEngine {
             }
         }
         be.attach_weights(model.file(), &weights)?;
-        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx };
+        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa };
         // Built step by step so that Drop releases whatever was allocated if one fails.
         for _ in 0..n_seq {
             let kv = e.be.alloc_kv(&spec)?;
@@ -90,9 +108,8 @@ impl BatchEngine {
                     return Err(err.into());
                 }
             };
-            e.seqs.push(Seq { kv, history: Vec::new(), rec });
+            e.seqs.push(Seq { kv, history: Vec::new(), rec, floor: 0 });
         }
-        let rows = opts.batch_size.min(n_ctx).max(n_seq);
         e.scratch = Some(Scratch::new(e.be.as_mut(), &e.model, rows)?);
         Ok(e)
     }
@@ -121,15 +138,30 @@ impl BatchEngine {
     pub fn is_recurrent(&self) -> bool {
         self.model.cfg.recurrent.is_some()
     }
+    /// The sliding-window layers' window-sized cache, if they keep one (a sequence is
+    /// then cut back only as [`kept_with_window`] says).
+    pub fn window_kv(&self) -> Option<SwaKv> {
+        self.swa
+    }
+    /// The tokens `seq` would keep if cut to `n`.
+    pub fn kept_if_truncated(&self, seq: usize, n: usize) -> usize {
+        let s = &self.seqs[seq];
+        kept_with_window(self.is_recurrent(), self.swa, s.floor, s.history.len(), n)
+    }
     /// Keeps the first `n` cached tokens of `seq` (a shared prompt prefix, or a
     /// rejected speculative draft rolled back); with recurrent layers, all or none
-    /// ([`kept_after_truncate`]). The K/V rows past `n` stay in the cache unread:
-    /// attention reads only positions below the query's, and the next evaluation
-    /// overwrites them.
-    pub fn truncate(&mut self, seq: usize, n: usize) {
+    /// ([`kept_after_truncate`]); with window-sized caches, only if they still hold what
+    /// the next position sees, else nothing ([`kept_with_window`]). The K/V rows past `n`
+    /// stay in the cache unread: attention reads only positions below the query's, and
+    /// the next evaluation overwrites them. Returns the tokens kept.
+    pub fn truncate(&mut self, seq: usize, n: usize) -> usize {
+        let k = self.kept_if_truncated(seq, n);
         let s = &mut self.seqs[seq];
-        let k = kept_after_truncate(self.model.cfg.recurrent.is_some(), s.history.len(), n);
         s.history.truncate(k);
+        if k == 0 {
+            s.floor = 0;
+        }
+        k
     }
 
     /// A sequence about to evaluate from position 0 starts from the zero state.
@@ -150,6 +182,12 @@ impl BatchEngine {
         if n > have {
             return Err(EngineError::InvalidArg(format!("sequence {src} holds {have} tokens, not {n}")));
         }
+        if self.kept_if_truncated(src, n) != n {
+            return Err(EngineError::InvalidArg(format!(
+                "sequence {src}'s window-sized cache no longer holds what position {n} sees (it holds positions from {})",
+                self.seqs[src].floor
+            )));
+        }
         if src == dst {
             self.truncate(dst, n);
             return Ok(());
@@ -169,6 +207,7 @@ impl BatchEngine {
         }
         let h = self.seqs[src].history[..n].to_vec();
         self.seqs[dst].history = h;
+        self.seqs[dst].floor = self.seqs[src].floor;
         Ok(())
     }
 
@@ -220,6 +259,11 @@ impl BatchEngine {
                 _ => OutputRows::None,
             };
             let base = done;
+            // The window-sized layers' floor as the backend moves it (moved even if the
+            // chunk fails: some layers may have moved).
+            if let Some(w) = self.swa {
+                s.floor = w.advance(s.floor, p0 as usize, p0 as usize + part.len() - 1).map_err(EngineError::InvalidArg)?;
+            }
             // On error the chunk's K/V may be half written; the history does not claim it.
             // On error the recurrent state may be half advanced: the sequence starts over.
             let states: &[&RecurrentState] = if s.rec.is_empty() { &[] } else { &[&s.rec] };
@@ -284,6 +328,12 @@ impl BatchEngine {
         self.check_tokens(&tokens)?;
         for &(seq, _) in steps {
             self.reset_if_empty(seq)?;
+        }
+        if let Some(w) = self.swa {
+            for &(seq, _) in steps {
+                let s = &mut self.seqs[seq];
+                s.floor = w.advance(s.floor, s.history.len(), s.history.len()).map_err(EngineError::InvalidArg)?;
+            }
         }
         let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
         let states: Vec<&RecurrentState> = steps.iter().map(|&(seq, _)| &self.seqs[seq].rec).filter(|r| !r.is_empty()).collect();

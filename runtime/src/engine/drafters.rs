@@ -122,7 +122,9 @@ impl ModelDrafter {
             common -= 1; // re-evaluate the last token for its logits
         }
         self.engine.truncate(common);
-        self.engine.eval(&context[common..])
+        // A window-sized cache may keep less (nothing) of a cut: evaluate from what it kept.
+        let kept = self.engine.history().len();
+        self.engine.eval(&context[kept..])
     }
 }
 

@@ -7,9 +7,9 @@
 //!   read ([`layout::canonical`], the cache's own policy), 256-byte placed in one arena
 //!   rounded once to 2 MiB (else a driver page each); none for `mapped` weights a GPU
 //!   reads in place. On the CPU the mapping itself occupies memory, so it counts.
-//! - KV cache: exactly what `alloc_kv` takes: every layer a full-context cache (the
-//!   sliding-window layers too: window-sized caches are not built yet), K and V each in
-//!   its `-ctk` / `-ctv` type (f16, f32, or Q8_0 / Q4_0 blocks: 34 / 18 bytes per 32
+//! - KV cache: exactly what `alloc_kv` takes: every layer a full-context cache, but a
+//!   sliding-window layer a window-sized one ([`window_kv`]: window + chunk + 64 slots;
+//!   full-context with `--swa-full`), K and V each in its `-ctk` / `-ctv` type (f16, f32, or Q8_0 / Q4_0 blocks: 34 / 18 bytes per 32
 //!   values); on the GPU one allocation per sequence, each K/V plane 256-byte rounded.
 //!   Beside the chosen types, the largest context for f16, q8_0 and q4_0 K and V
 //!   ([`Estimate::max_ctx_by_kv`]), which the refusal names when a smaller type fits.
@@ -32,8 +32,8 @@ use crate::backend::gpu::plan;
 use crate::backend::gpu::tuning::Tuning;
 use crate::backend::memory::MemoryTarget;
 use crate::backend::kv::kv_bytes_per_token;
-use crate::backend::{KvType, KvTypes};
-use crate::model::Model;
+use crate::backend::{KvSpec, KvType, KvTypes, SwaKv};
+use crate::model::{Config, Model};
 use crate::quant::GgmlType;
 use crate::weights::budget::human;
 use crate::weights::layout::{self, DeviceClass, Layout};
@@ -64,6 +64,15 @@ pub struct RunShape {
     pub batch: usize,
     pub n_seq: usize,
     pub kv_type: KvTypes,
+    /// Full-context K/V for the sliding-window layers too (`--swa-full`).
+    pub swa_full: bool,
+}
+
+/// The sliding-window layers' window-sized cache for a context of `n_ctx` written in
+/// chunks of at most `chunk` positions (`None`: no such layer, or it would be no smaller).
+pub fn window_kv(c: &Config, n_ctx: usize, chunk: usize) -> Option<SwaKv> {
+    let windowed: Vec<bool> = (0..c.n_layer).filter(|&l| !c.recurrent_layers[l]).map(|l| c.swa_layers[l]).collect();
+    SwaKv::new(c.n_swa, chunk, n_ctx, &windowed)
 }
 
 /// The bytes a run needs on a device.
@@ -79,8 +88,11 @@ pub struct Estimate {
     pub n_tensors: usize,
     /// KV cache of every sequence.
     pub kv: u64,
-    /// KV bytes per token of context (all sequences).
+    /// KV bytes per token of context (all sequences; the full-context layers only where
+    /// the sliding-window layers keep a window-sized cache).
     pub kv_per_token: u64,
+    /// The sliding-window layers' window-sized cache at this context, if any.
+    pub swa: Option<SwaKv>,
     /// Recurrent state of every sequence (qwen35; 0 for other models).
     pub recurrent: u64,
     pub scratch: u64,
@@ -229,14 +241,22 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
     let n_seq = shape.n_seq.max(1) as u64;
     let ctx = shape.ctx.max(1);
     let kv_layers = c.kv_layers();
-    let per_token = |ty: KvTypes| kv_bytes_per_token(ty, kv_layers, c.n_head_kv, c.head_dim_k, c.head_dim_v) * n_seq;
-    let kv_per_token = per_token(shape.kv_type);
+    let swa_at = |ctx: usize| if shape.swa_full { None } else { window_kv(c, ctx, shape.batch.min(ctx).max(shape.n_seq).max(1)) };
+    // Per token of context: the layers whose cache grows with it.
+    let per_token = |ty: KvTypes, ctx: usize| {
+        let full = kv_layers - swa_at(ctx).map_or(0, |w| w.n_windowed());
+        kv_bytes_per_token(ty, full, c.n_head_kv, c.head_dim_k, c.head_dim_v) * n_seq
+    };
+    let kv_per_token = per_token(shape.kv_type, ctx);
     let kv_of = |ty: KvTypes, ctx: usize| -> u64 {
+        let spec = KvSpec { n_layer: kv_layers, n_ctx: ctx, n_kv_head: c.n_head_kv, head_dim_k: c.head_dim_k, head_dim_v: c.head_dim_v, ty, swa: swa_at(ctx) };
+        let row = |t: KvType, d: usize| t.bytes(c.n_head_kv * d) as u64;
         if gpu {
-            let plane = |t: KvType, d: usize| round_up((ctx * t.bytes(c.n_head_kv * d)) as u64, 256);
-            n_seq * round_up(kv_layers as u64 * (plane(ty.k, c.head_dim_k) + plane(ty.v, c.head_dim_v)), GPU_PAGE)
+            let plane = |t: KvType, d: usize, slots: usize| round_up(slots as u64 * row(t, d), 256);
+            let layers: u64 = (0..kv_layers).map(|l| plane(ty.k, c.head_dim_k, spec.slots(l)) + plane(ty.v, c.head_dim_v, spec.slots(l))).sum();
+            n_seq * round_up(layers, GPU_PAGE)
         } else {
-            per_token(ty) * ctx as u64
+            n_seq * (0..kv_layers).map(|l| spec.slots(l) as u64 * (row(ty.k, c.head_dim_k) + row(ty.v, c.head_dim_v))).sum::<u64>()
         }
     };
     let kv = |ctx: usize| kv_of(shape.kv_type, ctx);
@@ -294,7 +314,8 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
     // The bound without rounding, then the largest context whose rounded KV fits below it
     // (the GPU rounds each sequence's cache to the driver's page).
     let largest = |ty: KvTypes| -> u64 {
-        let (mut lo, mut hi) = (0u64, target.free.saturating_sub(fixed) / per_token(ty).max(1));
+        // Past the window-sized layers' size only the full layers grow (a large context's rate).
+        let (mut lo, mut hi) = (0u64, target.free.saturating_sub(fixed) / per_token(ty, 1 << 30).max(1));
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
             if fixed + kv_of(ty, mid as usize) <= target.free {
@@ -319,6 +340,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         n_tensors,
         kv: kv(ctx),
         kv_per_token,
+        swa: swa_at(ctx),
         recurrent,
         scratch: scratch(ctx),
         need,

@@ -12,7 +12,7 @@ mod stop;
 
 use std::time::Instant;
 
-pub use batch::{kept_after_truncate, BatchEngine};
+pub use batch::{kept_after_truncate, kept_with_window, BatchEngine};
 pub use constraint::{Constraint, TokenMask};
 pub use drafters::{check_same_vocab, ModelDrafter, NgramDrafter};
 pub use sampler::{argmax_logits, Sampler, SamplerParams};
@@ -51,11 +51,14 @@ pub struct EngineOptions {
     pub batch_size: usize,
     /// The K and V cache types (`-ctk` / `-ctv`).
     pub kv_type: KvTypes,
+    /// Full-context K/V for the sliding-window layers too (`--swa-full`); by default
+    /// they keep a window-sized cache ([`crate::backend::SwaKv`]).
+    pub swa_full: bool,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { ctx_size: None, batch_size: 512, kv_type: KvTypes::from(KvType::F16) }
+        EngineOptions { ctx_size: None, batch_size: 512, kv_type: KvTypes::from(KvType::F16), swa_full: false }
     }
 }
 
@@ -148,6 +151,10 @@ impl Engine {
     }
     pub fn n_ctx(&self) -> usize {
         self.inner.n_ctx()
+    }
+    /// The sliding-window layers' window-sized cache, if they keep one.
+    pub fn window_kv(&self) -> Option<crate::backend::SwaKv> {
+        self.inner.window_kv()
     }
     /// Tokens in the cache.
     pub fn n_past(&self) -> usize {

@@ -143,7 +143,7 @@ impl Sequence for BatchSequence<'_> {
         self.engine.history(self.seq)
     }
     fn truncate(&mut self, n: usize) {
-        self.engine.truncate(self.seq, n)
+        self.engine.truncate(self.seq, n);
     }
     fn n_ctx(&self) -> usize {
         self.engine.n_ctx()
@@ -231,6 +231,12 @@ pub fn generate_speculative_with_logits(
             };
             if (stop.is_some() || !accepted) && kept < n_hist {
                 seq.truncate(kept);
+                // A rollback within the last chunk keeps its prefix even with window-sized
+                // caches (they hold every key the chunk's first row saw); never go on from
+                // a history that is not the one assumed.
+                if seq.history().len() != kept {
+                    return Err(EngineError::InvalidArg(format!("a rolled-back sequence kept {} of {kept} tokens", seq.history().len())));
+                }
             }
             if let Some(s) = stop {
                 break 'outer s;

@@ -118,7 +118,7 @@ pub fn cached(residency: Residency) -> CachedBackend {
 
 pub fn engine_on(file: &Arc<GgufFile>, be: Box<dyn Backend>, ctx: usize) -> Result<Engine, lode_runtime::engine::EngineError> {
     let m = Model::load(file.clone()).unwrap();
-    Engine::new(m, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: KvType::F16.into() })
+    Engine::new(m, be, EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: KvType::F16.into(), swa_full: false })
 }
 
 /// A prompt of `n` ids.

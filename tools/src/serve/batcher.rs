@@ -41,7 +41,8 @@ enum Msg {
     /// every row's logits come back.
     Verify { seq: usize, tokens: Vec<u32>, reply: SyncSender<Result<Vec<Vec<f32>>, String>> },
     /// Keep the first `n` cached tokens.
-    Truncate { seq: usize, n: usize },
+    /// With `reply`, the tokens kept are sent back (window-sized caches decide it).
+    Truncate { seq: usize, n: usize, reply: Option<mpsc::SyncSender<usize>> },
     /// The sequence's request is over: steps no longer wait for it.
     Idle { seq: usize },
     /// The mean of the normed last hidden states of `tokens`, evaluated alone on `seq`
@@ -74,7 +75,14 @@ pub fn start(engine: BatchEngine, metrics: Arc<Metrics>, embeddings: bool) -> st
     let n_ctx = engine.n_ctx();
     let n_slots = engine.n_seq() - usize::from(embeddings);
     let handles = (0..n_slots)
-        .map(|seq| SeqHandle { seq, tx: tx.clone(), history: engine.history(seq).to_vec(), n_ctx, recurrent: engine.is_recurrent() })
+        .map(|seq| SeqHandle {
+            seq,
+            tx: tx.clone(),
+            history: engine.history(seq).to_vec(),
+            n_ctx,
+            recurrent: engine.is_recurrent(),
+            window: engine.window_kv().is_some(),
+        })
         .collect();
     let embed = embeddings.then(|| EmbedHandle { seq: n_slots, tx: tx.clone(), n_ctx });
     std::thread::Builder::new().name("lode-engine".into()).spawn(move || engine_thread(engine, rx, metrics, n_slots))?;
@@ -90,6 +98,9 @@ pub struct SeqHandle {
     n_ctx: usize,
     /// The model has recurrent layers: a truncation keeps all or nothing, as the engine's.
     recurrent: bool,
+    /// Window-sized caches: whether a cut keeps anything depends on what they still hold,
+    /// which only the engine knows (`BatchEngine::truncate`), so a cut asks it.
+    window: bool,
 }
 
 impl SeqHandle {
@@ -127,9 +138,18 @@ impl Sequence for SeqHandle {
         &self.history
     }
     fn truncate(&mut self, n: usize) {
-        let n = lode_runtime::engine::kept_after_truncate(self.recurrent, self.history.len(), n);
+        let mut n = lode_runtime::engine::kept_after_truncate(self.recurrent, self.history.len(), n);
+        if self.window && n < self.history.len() {
+            let (reply, rx) = mpsc::sync_channel(1);
+            // An engine that has stopped keeps nothing.
+            n = match self.tx.send(Msg::Truncate { seq: self.seq, n, reply: Some(reply) }) {
+                Ok(()) => rx.recv().unwrap_or(0),
+                Err(_) => 0,
+            };
+        } else {
+            let _ = self.tx.send(Msg::Truncate { seq: self.seq, n, reply: None });
+        }
         self.history.truncate(n);
-        let _ = self.tx.send(Msg::Truncate { seq: self.seq, n });
     }
     fn n_ctx(&self) -> usize {
         self.n_ctx
@@ -270,7 +290,12 @@ fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>, n_
                 m.spec_drafted.fetch_add(tokens.len().saturating_sub(1) as u64, Relaxed);
                 let _ = reply.send(guarded(&mut engine, |e| e.eval_verify(seq, &tokens)));
             }
-            Msg::Truncate { seq, n } => engine.truncate(seq, n),
+            Msg::Truncate { seq, n, reply } => {
+                let kept = engine.truncate(seq, n);
+                if let Some(r) = reply {
+                    let _ = r.send(kept);
+                }
+            }
             Msg::Idle { seq } => decoding[seq] = false,
             Msg::Embed { seq, tokens, reply } => {
                 let r = guarded(&mut engine, |e| {

@@ -97,7 +97,7 @@ pub fn run(args: Args) -> Result<()> {
     let tok = Arc::new(Tokenizer::from_gguf(&file).with_context(|| format!("cannot read the tokenizer of {}", path.display()))?);
     let template = Arc::new(ChatTemplate::for_tokenizer(&tok).context("cannot use the model's chat template")?);
     let threads = args.model.threads.unwrap_or_else(common::physical_cores);
-    let opts = EngineOptions { ctx_size: args.model.ctx_size, batch_size: args.model.batch_size, kv_type: args.model.kv.types() };
+    let opts = EngineOptions { ctx_size: args.model.ctx_size, batch_size: args.model.batch_size, kv_type: args.model.kv.types(), swa_full: args.model.kv.swa_full };
 
     let spec = args.spec.serve_drafter()?;
     // One backend and one copy of the weights; a KV cache per slot.

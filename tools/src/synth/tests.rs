@@ -348,6 +348,30 @@ fn large_layouts_load_at_toy_size() {
             assert_eq!(c.rope_freq_scale, 1.0 / 8.0);
             assert_eq!((c.rope_base, c.rope_base_swa), (1e6, 10000.0));
             assert!(m.layers.iter().all(|l| l.post_attn_norm.is_some() && l.post_ffw_norm.is_some()));
+            // `lode fit` counts the 10 windowed layers at 1024 + 512 + 64 slots, the 2
+            // others at the context; `--swa-full` all 12 at the context. GPU planes are
+            // 256-byte rounded rows of 2 heads × 64 f16 (256 bytes), the whole to 2 MiB.
+            use lode_runtime::engine::fit::{self, RunShape};
+            let w = fit::window_kv(c, 4096, 512).unwrap();
+            assert_eq!((w.slots, w.n_windowed()), (1600, 10));
+            let target = lode_runtime::backend::memory::MemoryTarget {
+                name: "gpu".into(),
+                class: lode_runtime::weights::layout::DeviceClass::Gpu,
+                residency: lode_runtime::weights::Residency::Device,
+                free: 64 << 30,
+                total: 80 << 30,
+                used_at_open: 0,
+                arena: true,
+                tuning: Some(Default::default()),
+                cap: None,
+                host_expert_layers: 0,
+            };
+            let kv = |swa_full| {
+                let shape = RunShape { ctx: 4096, batch: 512, n_seq: 1, kv_type: lode_runtime::backend::KvType::F16.into(), swa_full };
+                fit::estimate(&m, &target, shape).unwrap().kv
+            };
+            let mib = |x: u64| x.div_ceil(2 << 20) * (2 << 20);
+            assert_eq!((kv(false), kv(true)), (mib(2 * (2 * 4096 + 10 * 1600) * 256), mib(2 * 12 * 4096 * 256)));
         } else {
             assert_eq!((c.rope_base, c.n_swa, c.n_ctx_train), (1e9, 0, 131072));
             assert!(m.output != m.tok_embd, "untied");

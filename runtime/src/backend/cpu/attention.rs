@@ -118,6 +118,28 @@ impl KvData {
         }
     }
 
+    /// Moves slots `from..from + n` to `0..n` (a plane of `slots` slots of `width`
+    /// values; a transposed plane has `width` rows of `slots` slots).
+    fn shift(&mut self, from: usize, n: usize, slots: usize, width: usize, transposed: bool) {
+        fn part<T: Copy>(d: &mut [T], from: usize, n: usize, slots: usize, rows: usize, transposed: bool) {
+            if transposed {
+                for r in 0..rows {
+                    d.copy_within(r * slots + from..r * slots + from + n, r * slots);
+                }
+            } else {
+                d.copy_within(from * rows..(from + n) * rows, 0);
+            }
+        }
+        if n == 0 {
+            return;
+        }
+        match self {
+            KvData::F32(d) => part(d, from, n, slots, width, transposed),
+            KvData::F16(d) => part(d, from, n, slots, width, transposed),
+            KvData::Q { row_bytes, data, .. } => part(data, from, n, slots, *row_bytes, false),
+        }
+    }
+
     /// Copies slots `0..n` from `src` (same type and shape); a transposed plane has
     /// `rows` rows of `n_ctx` slots.
     fn copy_slots(&mut self, src: &KvData, n: usize, n_ctx: usize, rows: usize, transposed: bool) {
@@ -144,6 +166,9 @@ pub struct Kv {
     pub spec: KvSpec,
     k: Vec<KvData>,
     v: Vec<KvData>,
+    /// Per layer, the oldest position it holds (slot = position − base; 0 unless the
+    /// layer is window-sized, see [`crate::backend::SwaKv`]).
+    base: Vec<usize>,
 }
 
 impl Kv {
@@ -152,11 +177,37 @@ impl Kv {
             return Err(BackendError::Invalid { op: "alloc_kv", msg: why });
         }
         let (mut k, mut v) = (Vec::new(), Vec::new());
-        for _ in 0..spec.n_layer {
-            k.push(KvData::zeros(spec.ty.k, spec.n_ctx, spec.n_kv_head * spec.head_dim_k)?);
-            v.push(KvData::zeros(spec.ty.v, spec.n_ctx, spec.n_kv_head * spec.head_dim_v)?);
+        for l in 0..spec.n_layer {
+            k.push(KvData::zeros(spec.ty.k, spec.slots(l), spec.n_kv_head * spec.head_dim_k)?);
+            v.push(KvData::zeros(spec.ty.v, spec.slots(l), spec.n_kv_head * spec.head_dim_v)?);
         }
-        Ok(Kv { spec, k, v })
+        Ok(Kv { spec, k, v, base: vec![0; spec.n_layer] })
+    }
+
+    /// Layer `layer`'s oldest held position.
+    #[cfg(test)]
+    pub fn base(&self, layer: usize) -> usize {
+        self.base.get(layer).copied().unwrap_or(0)
+    }
+
+    /// Before positions `min..=max` are written to a window-sized layer: moves the rows
+    /// still visible to the front when the write would pass the last slot.
+    fn make_room(&mut self, layer: usize, min: usize, max: usize) -> Result<()> {
+        let Some(ring) = self.spec.ring(layer) else { return Ok(()) };
+        let old = self.base[layer];
+        let new = ring.advance(old, min, max).map_err(invalid)?;
+        self.base[layer] = new;
+        if new <= old {
+            return Ok(()); // unchanged, or the sequence starts again (nothing is kept)
+        }
+        let s = self.spec;
+        let (wk, wv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
+        let kt = self.k_transposed();
+        // Rows new..min are read again (at most the window); older ones are dropped.
+        let keep = min.saturating_sub(new).min(ring.slots - (new - old).min(ring.slots));
+        self.k[layer].shift(new - old, keep, ring.slots, wk, kt);
+        self.v[layer].shift(new - old, keep, ring.slots, wv, false);
+        Ok(())
     }
 
     /// Whether K is stored transposed (f16 / f32) rather than slot-major (quantized).
@@ -164,17 +215,29 @@ impl Kv {
         !self.spec.ty.k.is_quantized()
     }
 
-    /// Copies slots `0..n` of `src` (same spec) into this cache.
+    /// Copies positions `0..n` of `src` (same spec) into this cache; a window-sized
+    /// layer copies what it holds of them, and takes the source's base.
     pub fn copy_from(&mut self, src: &Kv, n: usize) -> Result<()> {
         let s = self.spec;
         if src.spec != s || n > s.n_ctx {
             return Err(invalid(format!("copy of {n} slots between caches {:?} and {s:?}", src.spec)));
         }
+        if let Some(ring) = s.swa {
+            if let Some(l) = (0..s.n_layer).find(|&l| ring.is_windowed(l) && ring.first_visible(n) < src.base[l]) {
+                return Err(invalid(format!(
+                    "a prefix of {n} tokens: the window-sized layer {l} holds positions from {} only",
+                    src.base[l]
+                )));
+            }
+        }
         let (wk, wv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
         let kt = self.k_transposed();
         for l in 0..s.n_layer {
-            self.k[l].copy_slots(&src.k[l], n, s.n_ctx, wk, kt);
-            self.v[l].copy_slots(&src.v[l], n, s.n_ctx, wv, false);
+            let (slots, b) = (s.slots(l), src.base[l]);
+            let m = n.saturating_sub(b).min(slots);
+            self.k[l].copy_slots(&src.k[l], m, slots, wk, kt);
+            self.v[l].copy_slots(&src.v[l], m, slots, wv, false);
+            self.base[l] = b;
         }
         Ok(())
     }
@@ -190,15 +253,19 @@ impl Kv {
                 pos.len()
             )));
         }
+        if let Some(&bad) = pos.iter().find(|&&p| p as usize >= s.n_ctx) {
+            return Err(invalid(format!("position {bad} outside the cache ({} slots)", s.n_ctx)));
+        }
+        if let (Some(&lo), Some(&hi)) = (pos.iter().min(), pos.iter().max()) {
+            self.make_room(layer, lo as usize, hi as usize)?;
+        }
+        let (base, slots) = (self.base[layer], s.slots(layer));
         for (t, &p) in pos.iter().enumerate() {
-            let p = p as usize;
-            if p >= s.n_ctx {
-                return Err(invalid(format!("position {p} outside the cache ({} slots)", s.n_ctx)));
-            }
-            // K row (all heads: [n_kv_head * head_dim_k]) goes down column `p` (f16/f32).
+            let at = p as usize - base;
+            // K row (all heads: [n_kv_head * head_dim_k]) goes down column `at` (f16/f32).
             let kt = self.k_transposed();
-            self.k[layer].put(p, s.n_ctx, kt, &k[t * wk..(t + 1) * wk])?;
-            self.v[layer].put(p, s.n_ctx, false, &v[t * wv..(t + 1) * wv])?;
+            self.k[layer].put(at, slots, kt, &k[t * wk..(t + 1) * wk])?;
+            self.v[layer].put(at, slots, false, &v[t * wv..(t + 1) * wv])?;
         }
         Ok(())
     }
@@ -243,8 +310,18 @@ impl Kv {
         if let Some(&bad) = pos.iter().find(|&&x| x as usize >= s.n_ctx) {
             return Err(invalid(format!("position {bad} outside the cache ({} slots)", s.n_ctx)));
         }
+        // A window-sized layer: every key a query sees must still be held (slot = key − base).
+        let (base, n_ctx) = (self.base[layer], s.slots(layer));
+        if let Some(ring) = s.ring(layer) {
+            if p.window != Some(ring.window) {
+                return Err(invalid(format!("layer {layer}: window {:?} on a cache made for window {}", p.window, ring.window)));
+            }
+            if let Some(&bad) = pos.iter().find(|&&x| ring.first_visible(x as usize) < base || x as usize >= base + n_ctx) {
+                return Err(invalid(format!("layer {layer}: position {bad} is outside the window-sized cache (positions {base}..{})", base + n_ctx)));
+            }
+        }
         let group = p.n_head / p.n_kv_head;
-        let (n_ctx, wv) = (s.n_ctx, s.n_kv_head * dv);
+        let wv = s.n_kv_head * dv;
         let (kd, vd) = (&self.k[layer], &self.v[layer]);
         let mode = Mode::of(s.ty, rows);
         // Query rows (token, head) per task: one each for decode, a few dozen for a
@@ -263,6 +340,9 @@ impl Kv {
                     Some(w) => (pq + 1).saturating_sub(w),
                     None => 0,
                 };
+                // The first visible key's slot (the kernels address slots; the split path
+                // below cuts keys by position, as with a full cache).
+                let la = lo - base;
                 qh.copy_from_slice(&q[(t * p.n_head + h) * dk..][..dk]);
                 // This head's transposed K: element (d, key) at d * n_ctx + key.
                 let kh = kd.keys().map(|kc| match kc {
@@ -276,14 +356,14 @@ impl Kv {
                     match (kh, kd.qrows()) {
                         (Some(kh), _) => {
                             qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
-                            kern::scores_tree(&qh, kh, n_ctx, lo, p.scale, 64, &mut scores);
+                            kern::scores_tree(&qh, kh, n_ctx, la, p.scale, 64, &mut scores);
                         }
-                        (None, Some(kq)) => attn_quant::scores(&qh, kq, kvh, lo, p.scale, &mut q8, &mut scores),
+                        (None, Some(kq)) => attn_quant::scores(&qh, kq, kvh, la, p.scale, &mut q8, &mut scores),
                         (None, None) => unreachable!("a K plane is floats or blocks"),
                     }
                     match (vd.rows(), vd.qrows()) {
-                        (Some(vc), _) => kern::online_f16(&scores, vc, wv, voff, lo, &mut row, o),
-                        (None, Some(vq)) => attn_quant::online_f32(&scores, vq, kvh, lo, &mut row, o),
+                        (Some(vc), _) => kern::online_f16(&scores, vc, wv, voff, la, &mut row, o),
+                        (None, Some(vq)) => attn_quant::online_f32(&scores, vq, kvh, la, &mut row, o),
                         (None, None) => unreachable!("a V plane is floats or blocks"),
                     }
                     continue;
@@ -293,19 +373,19 @@ impl Kv {
                     Mode::OnePass => unreachable!("handled above"),
                     Mode::FlashRows => {
                         qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
-                        kern::scores_tree(&qh, kh, n_ctx, lo, p.scale, 64, &mut scores);
+                        kern::scores_tree(&qh, kh, n_ctx, la, p.scale, 64, &mut scores);
                         match split_keys(rows, pq, par.threads()) {
-                            Some(chunk) => split_rows(&scores, vc, wv, voff, lo, chunk, &mut row, &mut acc, o),
-                            None => kern::online_f16(&scores, vc, wv, voff, lo, &mut row, o),
+                            Some(chunk) => split_rows(&scores, vc, wv, voff, lo, base, chunk, &mut row, &mut acc, o),
+                            None => kern::online_f16(&scores, vc, wv, voff, la, &mut row, o),
                         }
                     }
                     Mode::FlashTiled => {
-                        kern::scores(&qh, kh, n_ctx, lo, p.scale, &mut scores);
-                        attn_ggml::tiled(&scores, vc, wv, voff, lo, &mut row, o);
+                        kern::scores(&qh, kh, n_ctx, la, p.scale, &mut scores);
+                        attn_ggml::tiled(&scores, vc, wv, voff, la, &mut row, o);
                     }
                     Mode::Plain { lanes_v } => {
-                        kern::scores_tree(&qh, kh, n_ctx, lo, p.scale, 64, &mut scores);
-                        attn_ggml::no_fa(&mut scores, vc, wv, voff, lo, lanes_v, &mut acc, &mut row, o);
+                        kern::scores_tree(&qh, kh, n_ctx, la, p.scale, 64, &mut scores);
+                        attn_ggml::no_fa(&mut scores, vc, wv, voff, la, lanes_v, &mut acc, &mut row, o);
                     }
                 }
             }
@@ -326,11 +406,11 @@ fn split_keys(rows: usize, pq: usize, threads: usize) -> Option<usize> {
     (rows == 1 && n_kv >= 512).then(|| n_kv.div_ceil(threads.max(1)))
 }
 
-/// The split path's row: per chunk of keys the online softmax with its f16 accumulator
+/// The split path's row (keys `lo..`, at slot `key − base`): per chunk of keys the online softmax with its f16 accumulator
 /// (undivided), merged chunk by chunk as `v = fma(v, e^(M−M'), v_c·e^(M_c−M'))` (and the
 /// same for the sums), divided at the end.
 #[allow(clippy::too_many_arguments)]
-fn split_rows(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, chunk: usize, row: &mut [f32], part: &mut Vec<f32>, out: &mut [f32]) {
+fn split_rows(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, base: usize, chunk: usize, row: &mut [f32], part: &mut Vec<f32>, out: &mut [f32]) {
     let hi = lo + scores.len();
     let dv = out.len();
     part.clear();
@@ -344,7 +424,7 @@ fn split_rows(scores: &[f32], v: Rows, stride: usize, off: usize, lo: usize, chu
         if a >= b {
             continue;
         }
-        let (mc, sc) = kern::online_f16_part(&scores[a - lo..b - lo], v, stride, off, a, row, part);
+        let (mc, sc) = kern::online_f16_part(&scores[a - lo..b - lo], v, stride, off, a - base, row, part);
         if sc == 0.0 {
             continue;
         }
@@ -365,9 +445,10 @@ fn invalid(msg: String) -> BackendError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::SwaKv;
 
     fn spec(ty: KvType) -> KvSpec {
-        KvSpec { n_layer: 1, n_ctx: 8, n_kv_head: 1, head_dim_k: 2, head_dim_v: 2, ty: ty.into() }
+        KvSpec { n_layer: 1, n_ctx: 8, n_kv_head: 1, head_dim_k: 2, head_dim_v: 2, ty: ty.into(), swa: None }
     }
 
     fn attn(window: Option<usize>) -> Attention {
@@ -400,7 +481,7 @@ mod tests {
     #[test]
     fn quantized_caches_attend_like_the_f32_cache_and_copy() {
         let (n_ctx, nkv, d) = (40, 2, 32);
-        let shape = |ty: KvTypes| KvSpec { n_layer: 1, n_ctx, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, ty };
+        let shape = |ty: KvTypes| KvSpec { n_layer: 1, n_ctx, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, ty, swa: None };
         let a = Attention { n_head: 4, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, scale: 0.2, window: Some(30) };
         let val = |i: usize, s: usize| ((i * s % 29) as f32 - 14.0) * 0.07;
         let (k, v): (Vec<f32>, Vec<f32>) = ((0..n_ctx * nkv * d).map(|i| val(i, 7)).collect(), (0..n_ctx * nkv * d).map(|i| val(i, 11)).collect());
@@ -436,6 +517,42 @@ mod tests {
         // Heads that are not whole blocks are refused by name.
         let odd = KvSpec { head_dim_k: 8, head_dim_v: 8, ..shape(KvType::Q8_0.into()) };
         assert!(matches!(Kv::new(odd), Err(BackendError::Invalid { .. })));
+    }
+
+    /// A window-sized cache attends bit for bit as the full one through prompt chunks and
+    /// decode steps past several base moves, for every K/V type (the tiled, split and
+    /// one-pass paths), and refuses a query older than it holds.
+    #[test]
+    fn window_sized_cache_attends_as_the_full_cache() {
+        let (n_ctx, nkv, d, window, chunk) = (700, 2, 32, 90, 70);
+        let full = |ty: KvTypes| KvSpec { n_layer: 2, n_ctx, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, ty, swa: None };
+        let a = Attention { n_head: 4, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, scale: 0.2, window: Some(window) };
+        let val = |i: usize, s: usize| ((i * s % 29) as f32 - 14.0) * 0.07;
+        let (ty_f, ty_q) = (KvTypes::from(KvType::F16), KvTypes { k: KvType::Q8_0, v: KvType::Q4_0 });
+        for ty in [ty_f, ty_q, KvType::F32.into()] {
+            let ring = SwaKv::new(window, chunk, n_ctx, &[true, false]).unwrap();
+            let (mut f, mut r) = (Kv::new(full(ty)).unwrap(), Kv::new(KvSpec { swa: Some(ring), ..full(ty) }).unwrap());
+            let mut p0 = 0;
+            // Prompt chunks of up to `chunk` rows (tiled at ≥ 64), then decode steps (split keys).
+            for n in [70, 64, 3, 70, 41, 70, 70].into_iter().chain(std::iter::repeat(1).take(60)) {
+                let pos: Vec<u32> = (p0..p0 + n as u32).collect();
+                let k: Vec<f32> = (0..n * nkv * d).map(|i| val(i + 7 * p0 as usize, 7)).collect();
+                let v: Vec<f32> = (0..n * nkv * d).map(|i| val(i + 3 * p0 as usize, 11)).collect();
+                let q: Vec<f32> = (0..n * 4 * d).map(|i| val(i + p0 as usize, 5)).collect();
+                let (mut o1, mut o2) = (vec![0f32; n * 4 * d], vec![0f32; n * 4 * d]);
+                for c in [&mut f, &mut r] {
+                    c.write(0, &k, &v, &pos).unwrap();
+                }
+                f.attend(&crate::quant::RayonPool, 0, &q, &pos, &a, &mut o1).unwrap();
+                r.attend(&crate::quant::RayonPool, 0, &q, &pos, &a, &mut o2).unwrap();
+                assert_eq!(o1, o2, "{ty}: positions {p0}..{}", p0 as usize + n);
+                p0 += n as u32;
+            }
+            assert!(r.base(0) > 0 && r.base(1) == 0, "the base moved on the windowed layer only");
+            let old = r.base(0) as u32 - 1 + window as u32 - 1;
+            let mut out = vec![0f32; 4 * d];
+            assert!(r.attend(&crate::quant::RayonPool, 0, &vec![0.0; 4 * d], &[old], &a, &mut out).is_err());
+        }
     }
 
     #[test]

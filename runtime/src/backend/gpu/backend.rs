@@ -38,6 +38,8 @@ mod moe;
 mod norm_mv;
 mod probe;
 mod readback;
+mod ring;
+use ring::Kv;
 mod rope_attn;
 mod rows;
 mod setup;
@@ -50,15 +52,6 @@ fn err(op: &'static str) -> impl Fn(GpuError) -> BackendError {
 }
 fn derr(op: &'static str) -> impl Fn(super::DriverError) -> BackendError {
     move |e| BackendError::Invalid { op, msg: e.to_string() }
-}
-
-struct Kv {
-    spec: KvSpec,
-    /// Every layer's K and V in one allocation (one per array rounded each up to the
-    /// driver's 2 MiB page: 126 MiB on Qwen3-4B at 2,176 tokens).
-    _mem: DeviceBuffer,
-    /// Per layer: K then V, each [n_ctx, n_kv_head * head_dim] f16.
-    layers: Vec<(DevPtr, DevPtr)>,
 }
 
 
@@ -139,11 +132,11 @@ impl GpuBackend {
         self.bufs.get(&b.0).map(|e| e.2).unwrap_or(0)
     }
 
-    /// The K and V arrays of `layer` in cache `kv`, with the cache's shape.
+    /// The K and V addresses kernels index by position for `layer` of `kv` (`ring.rs`), with the cache's shape.
     fn kv_layer(&self, op: &'static str, kv: KvCache, layer: usize) -> Result<(DevPtr, DevPtr, KvSpec)> {
         let c = self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
-        let (k, v) = c.layers.get(layer).ok_or(BackendError::Invalid { op, msg: format!("layer {layer} of {}", c.spec.n_layer) })?;
-        Ok((*k, *v, c.spec))
+        let (k, v) = c.addrs(layer).ok_or(BackendError::Invalid { op, msg: format!("layer {layer} of {}", c.spec.n_layer) })?;
+        Ok((k, v, c.spec))
     }
 
     fn check_len(op: &'static str, b: Buf, have: usize, need: usize) -> Result<()> {
@@ -263,16 +256,13 @@ impl Backend for GpuBackend {
         if spec.head_dim_k != spec.head_dim_v {
             return Err(BackendError::Invalid { op: "alloc_kv", msg: format!("head_dim_k {} != head_dim_v {}", spec.head_dim_k, spec.head_dim_v) });
         }
-        // Each plane slot-major: n_ctx rows of n_kv_head·head_dim values (f16, or blocks).
-        let kb = (spec.n_ctx * spec.ty.k.bytes(spec.n_kv_head * spec.head_dim_k)).div_ceil(256) * 256;
-        let vb = (spec.n_ctx * spec.ty.v.bytes(spec.n_kv_head * spec.head_dim_v)).div_ceil(256) * 256;
-        let total = spec.n_layer * (kb + vb);
+        // Each plane slot-major: n_ctx (or a window-sized layer's) rows of n_kv_head·head_dim values (f16, or blocks).
+        let total = ring::layout(spec).1;
         let mem = self.dev.alloc(total).map_err(|_| BackendError::OutOfMemory { what: "KV cache", bytes: total as u64 })?;
-        let layers = (0..spec.n_layer).map(|l| (mem.at(l * (kb + vb)), mem.at(l * (kb + vb) + kb))).collect();
         self.dev.mem_mark(&format!("KV cache {} MiB", total >> 20));
         let h = self.next;
         self.next += 1;
-        self.kvs.insert(h, Kv { spec: *spec, _mem: mem, layers });
+        self.kvs.insert(h, Kv::new(*spec, mem));
         Ok(KvCache(h))
     }
 
@@ -283,17 +273,7 @@ impl Backend for GpuBackend {
 
     fn copy_kv(&mut self, src: KvCache, dst: KvCache, n: usize) -> Result<()> {
         self.barrier()?;
-        let (s, d) = (self.kvs.get(&src.0).ok_or(BackendError::BadKvHandle(src))?, self.kvs.get(&dst.0).ok_or(BackendError::BadKvHandle(dst))?);
-        if s.spec != d.spec || n > s.spec.n_ctx {
-            return Err(BackendError::Invalid { op: "copy_kv", msg: format!("{n} slots from {:?} to {:?}", s.spec, d.spec) });
-        }
-        // Each layer's K and V are slot-major rows (f16 or whole blocks): a prefix is contiguous.
-        let (bk, bv) = (n * s.spec.ty.k.bytes(s.spec.n_kv_head * s.spec.head_dim_k), n * s.spec.ty.v.bytes(s.spec.n_kv_head * s.spec.head_dim_v));
-        for (&(sk, sv), &(dk, dv)) in s.layers.iter().zip(&d.layers) {
-            self.dev.copy(dk, sk, bk).map_err(derr("copy_kv"))?;
-            self.dev.copy(dv, sv, bv).map_err(derr("copy_kv"))?;
-        }
-        Ok(())
+        self.copy_kv_rows(src, dst, n)
     }
 
     fn get_rows(&mut self, w: &WeightRef, ids: &[u32], out: Buf) -> Result<()> {
@@ -444,6 +424,7 @@ impl Backend for GpuBackend {
     fn kv_write(&mut self, kv: KvCache, layer: usize, k: Buf, v: Buf, pos: &[u32]) -> Result<()> {
         let (kp, kn) = self.buf(k)?;
         let (vp, vn) = self.buf(v)?;
+        self.kv_room("kv_write", kv, layer, pos)?;
         let (kc, vc, s) = self.kv_layer("kv_write", kv, layer)?;
         let (rk, rv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
         Self::check_len("kv_write", k, kn, pos.len() * rk)?;
@@ -465,6 +446,7 @@ impl Backend for GpuBackend {
         let (op, on) = self.buf(out)?;
         Self::check_len("attention", q, qn, pos.len() * p.n_head * p.head_dim_k)?;
         Self::check_len("attention", out, on, pos.len() * p.n_head * p.head_dim_v)?;
+        self.kv_visible("attention", kv, layer, pos, p.window)?;
         let (kc, vc, spec) = self.kv_layer("attention", kv, layer)?;
         if p.head_dim_k != p.head_dim_v || p.n_kv_head != spec.n_kv_head || p.head_dim_k != spec.head_dim_k {
             return Err(BackendError::Invalid { op: "attention", msg: "attention shape differs from the KV cache's".into() });

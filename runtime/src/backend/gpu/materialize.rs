@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::arena::Arena;
 use super::device::{DeviceBuffer, GpuDevice, PinnedHost};
+use super::upload::{copy_parallel, Stager};
 use super::driver::{DevPtr, DriverError};
 use crate::gguf::GgufFile;
 use crate::weights::{DeviceFault, DeviceMemory, Materializer, WeightError};
@@ -35,11 +36,26 @@ pub struct GpuMaterializer {
     arena: Option<Arena>,
     /// Whether making the arena was tried (it is made on the first allocation).
     arena_tried: bool,
+    /// Uploads overlapped with compute (`upload.rs`), made on the first upload where
+    /// `Tuning::upload_stage` is on; `Err` once making it failed (then plain copies).
+    stager: Option<Result<Stager, ()>>,
 }
 
 impl GpuMaterializer {
     pub fn new(dev: GpuDevice) -> GpuMaterializer {
-        GpuMaterializer { dev, arena: None, arena_tried: false }
+        GpuMaterializer { dev, arena: None, arena_tried: false, stager: None }
+    }
+
+    fn stager(&mut self) -> Option<&mut Stager> {
+        if self.stager.is_none() {
+            let s = if self.dev.tuning().upload_stage { Stager::new(&self.dev).map_err(|e| {
+                if weight_trace() {
+                    eprintln!("weight uploads: no staging ({e}); plain copies");
+                }
+            }) } else { Err(()) };
+            self.stager = Some(s);
+        }
+        self.stager.as_mut().and_then(|s| s.as_mut().ok())
     }
 
     /// Bytes of device memory behind the arena (0 without one).
@@ -80,12 +96,21 @@ impl Materializer for GpuMaterializer {
         self.dev.alloc(bytes).map(WeightBuf::Own).map_err(fault)
     }
     fn upload(&mut self, buf: &mut WeightBuf, data: &[u8]) -> Result<(), DeviceFault> {
-        self.dev.write(self.addr(buf), data).map_err(fault)?;
+        let dst = self.addr(buf);
+        if let Some(s) = self.stager() {
+            // Queued on the upload stream; the compute stream waits for it.
+            return s.upload(dst, data).map_err(fault);
+        }
+        self.dev.write(dst, data).map_err(fault)?;
         // `data` may be a packed copy the cache drops on return: wait for the copy (and
         // surface an asynchronous failure here, where the weight is known).
         self.dev.sync().map_err(fault)
     }
     fn free(&mut self, buf: WeightBuf) {
+        // An upload into it may still be in flight.
+        if let Some(Ok(s)) = &self.stager {
+            let _ = s.wait();
+        }
         match buf {
             WeightBuf::Arena { ptr, .. } => {
                 if let Some(a) = self.arena.as_mut() {
@@ -216,14 +241,6 @@ impl MappedFile {
         dev.mem_mark(&format!("file mapped ({how:?})"));
         Ok(MappedFile { dev: dev.clone(), file: file.clone(), host, device_ptr })
     }
-}
-
-/// Copy `src` into `dst` (same length) on every core: a multi-GB file copy is bound by
-/// page faults on the source mapping more than by memory bandwidth.
-fn copy_parallel(dst: &mut [u8], src: &[u8]) {
-    use rayon::prelude::*;
-    const PIECE: usize = 16 << 20;
-    dst.par_chunks_mut(PIECE).zip(src.par_chunks(PIECE)).for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 impl Drop for MappedFile {

@@ -28,6 +28,7 @@ pub mod plan_trace;
 pub mod replay;
 pub mod selftest;
 pub mod tuning;
+pub mod upload;
 
 pub use backend::{ExactBackend, GpuBackend};
 pub use exact::Numerics;

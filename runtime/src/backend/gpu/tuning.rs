@@ -84,6 +84,9 @@ pub struct Tuning {
     /// `weight_arena`: weights in one growing virtual range (where the driver has virtual
     /// memory management; off: one allocation per weight).
     pub weight_arena: bool,
+    /// `upload_stage`: weight uploads through page-locked staging on a second stream,
+    /// overlapped with the kernels already queued (off: a synchronous copy each).
+    pub upload_stage: bool,
     /// `mapped_host`: `register` or `pinned` (default: register on an integrated GPU,
     /// pinned on a discrete one).
     pub mapped_host: Option<MappedHost>,
@@ -125,6 +128,7 @@ impl Default for Tuning {
             moe_gemm_min: 4,
             kernels_rtc: false,
             weight_arena: true,
+            upload_stage: true,
             mapped_host: None,
             mapped_chunk: 256 << 20,
             mapped_out: true,
@@ -164,6 +168,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("moe_gemm_min", "N: fewest pairs per expert (mean) for the grouped GEMM"),
     ("kernels", "embedded or rtc"),
     ("weight_arena", "0/1: weights in one growing virtual range"),
+    ("upload_stage", "0/1: weight uploads staged on a second stream, overlapped with compute"),
     ("mapped_host", "register or pinned"),
     ("mapped_chunk", "BYTES: per registered chunk"),
     ("mapped_out", "0/1: read-back buffers in mapped host memory"),
@@ -252,6 +257,7 @@ impl Tuning {
                 }
             }
             "weight_arena" => self.weight_arena = flag()?,
+            "upload_stage" => self.upload_stage = flag()?,
             "mapped_host" => {
                 self.mapped_host = Some(match v {
                     "register" => MappedHost::Register,

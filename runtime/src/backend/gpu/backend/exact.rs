@@ -230,6 +230,7 @@ impl GpuBackend {
     /// cache, into the same rows of `out`.
     #[allow(clippy::too_many_arguments)]
     fn exact_attend(&mut self, q: DevPtr, kv: KvCache, layer: usize, pos: &[u32], pp: DevPtr, p: &Attention, out: DevPtr) -> Result<()> {
+        self.kv_visible("attention", kv, layer, pos, p.window)?;
         let (kc, vc, spec) = self.kv_layer("attention", kv, layer)?;
         if p.head_dim_k != p.head_dim_v || p.n_kv_head != spec.n_kv_head || p.head_dim_k != spec.head_dim_k {
             return Err(invalid("attention", "attention shape differs from the KV cache's".into()));
@@ -293,6 +294,7 @@ impl GpuBackend {
         let super::rows::RowsOperands { qp, kp, vp, op, qd, ad, rk, rv } = self.rows_operands(q, k, v, out, kvs, n, p)?;
         let pp = self.positions(pos)?;
         for (t, &kv) in kvs.iter().enumerate() {
+            self.kv_room("attention_rows", kv, layer, &pos[t..t + 1])?;
             let (kc, vc, s) = self.kv_layer("attention_rows", kv, layer)?;
             if pos[t] as usize >= s.n_ctx || s.n_kv_head * s.head_dim_k != rk {
                 return Err(invalid("attention_rows", format!("row {t}: position {} or shape does not fit its cache", pos[t])));

@@ -99,6 +99,7 @@ impl GpuBackend {
         if let Some(&bad) = pos.iter().find(|&&x| x as usize >= spec.n_ctx) {
             return Err(BackendError::Invalid { op: "rope_kv_write", msg: format!("position {bad} past the cache's {} slots", spec.n_ctx) });
         }
+        self.kv_room("rope_kv_write", kv, layer, pos)?;
         let (kc, vc, _) = self.kv_layer("rope_kv_write", kv, layer)?;
         let qw = p.q_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let kw = p.k_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;

@@ -72,10 +72,12 @@ impl GpuBackend {
         Self::check_len(OP, k, kn, n_kv * hd)?;
         Self::check_len(OP, v, vn, n_kv * hd)?;
         Self::check_len(OP, out, on, n_head * hd)?;
-        let (kc, vc, spec) = self.kv_layer(OP, kv, layer)?;
         if pos[0] as usize >= spec.n_ctx {
             return Err(BackendError::Invalid { op: OP, msg: format!("position {} past the cache's {} slots", pos[0], spec.n_ctx) });
         }
+        self.kv_room(OP, kv, layer, pos)?;
+        self.kv_visible(OP, kv, layer, pos, a.window)?;
+        let (kc, vc, spec) = self.kv_layer(OP, kv, layer)?;
         let q_norm = p.q_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let k_norm = p.k_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let freq_factors = self.rope_factors(&p.rope)?;
@@ -121,14 +123,15 @@ impl GpuBackend {
         Ok(ptr)
     }
 
-    /// The K and V arrays of `layer` in `kv` (`[n_ctx, n_kv_head·head_dim]` f16 bits each),
-    /// read back after the queued work (the selftest's view of the cache).
+    /// The K and V arrays of `layer` in `kv` (`[slots, n_kv_head·head_dim]` f16 bits each,
+    /// from the layer's first held position), read back after the queued work (the
+    /// selftest's view of the cache).
     pub fn read_kv(&mut self, kv: KvCache, layer: usize) -> Result<(Vec<u16>, Vec<u16>)> {
-        let (kc, vc, s) = self.kv_layer("read_kv", kv, layer)?;
+        let (kc, vc, s) = self.kv_arrays("read_kv", kv, layer)?;
         self.end_step()?;
         self.retired.clear();
-        let mut k = vec![0u16; s.n_ctx * s.n_kv_head * s.head_dim_k];
-        let mut v = vec![0u16; s.n_ctx * s.n_kv_head * s.head_dim_v];
+        let mut k = vec![0u16; s.slots(layer) * s.n_kv_head * s.head_dim_k];
+        let mut v = vec![0u16; s.slots(layer) * s.n_kv_head * s.head_dim_v];
         self.dev.read(kc, bytemuck::cast_slice_mut(&mut k)).map_err(derr("read_kv"))?;
         self.dev.read(vc, bytemuck::cast_slice_mut(&mut v)).map_err(derr("read_kv"))?;
         Ok((k, v))
@@ -137,11 +140,11 @@ impl GpuBackend {
     /// The bytes of `layer`'s K and V planes in `kv` (slot-major rows in the cache's types:
     /// f16, or GGUF blocks), read back after the queued work (the `kvq` selftest's view).
     pub fn read_kv_bytes(&mut self, kv: KvCache, layer: usize) -> Result<(Vec<u8>, Vec<u8>)> {
-        let (kc, vc, s) = self.kv_layer("read_kv_bytes", kv, layer)?;
+        let (kc, vc, s) = self.kv_arrays("read_kv_bytes", kv, layer)?;
         self.end_step()?;
         self.retired.clear();
-        let mut k = vec![0u8; s.n_ctx * s.ty.k.bytes(s.n_kv_head * s.head_dim_k)];
-        let mut v = vec![0u8; s.n_ctx * s.ty.v.bytes(s.n_kv_head * s.head_dim_v)];
+        let mut k = vec![0u8; s.slots(layer) * s.ty.k.bytes(s.n_kv_head * s.head_dim_k)];
+        let mut v = vec![0u8; s.slots(layer) * s.ty.v.bytes(s.n_kv_head * s.head_dim_v)];
         self.dev.read(kc, &mut k).map_err(derr("read_kv_bytes"))?;
         self.dev.read(vc, &mut v).map_err(derr("read_kv_bytes"))?;
         Ok((k, v))

@@ -56,6 +56,8 @@ impl GpuBackend {
         let RowsOperands { qp, kp, vp, op, rk, rv, .. } = self.rows_operands(q, k, v, out, kvs, n, p)?;
         let mut caches = Vec::with_capacity(n);
         for (t, kv) in kvs.iter().enumerate() {
+            self.kv_room("attention_rows", *kv, layer, &pos[t..t + 1])?;
+            self.kv_visible("attention_rows", *kv, layer, &pos[t..t + 1], p.window)?;
             let (kc, vc, s) = self.kv_layer("attention_rows", *kv, layer)?;
             if p.head_dim_k != p.head_dim_v || p.n_kv_head != s.n_kv_head || p.head_dim_k != s.head_dim_k {
                 return Err(BackendError::Invalid { op: "attention_rows", msg: "attention shape differs from the KV cache's".into() });

@@ -67,7 +67,7 @@ impl GpuBackend {
         let n = prev.len() as u32;
         let pred: Vec<u32> = prev.iter().map(|p| p + n).collect();
         let cap = self.kvs.values().map(|k| k.spec.n_ctx).min().unwrap_or(0);
-        if pred.iter().any(|&p| p as usize >= cap) {
+        if pred.iter().any(|&p| p as usize >= cap || !self.ring_room(p)) {
             return Ok(());
         }
         let in_stage = self.stage.buf.as_ref().map(|b| ptr >= b.ptr() && ptr + (pred.len() * 4) as u64 <= b.ptr() + b.len() as u64).unwrap_or(false);

@@ -298,6 +298,11 @@ impl Driver for HipDriver {
         // SAFETY: range inside a buffer of this device.
         self.check("hipMemsetD8Async", unsafe { (self.t.memset_d8_async)(p(dst), value, bytes, hd(stream)) })
     }
+    fn htod_pinned(&self, dst: DevPtr, src: &[u8], stream: RawHandle) -> Result<()> {
+        // SAFETY: `src` is page-locked host memory the caller keeps unchanged until the
+        // stream has passed the copy (the trait's contract).
+        unsafe { self.check("hipMemcpyHtoDAsync", (self.t.memcpy_htod_async)(p(dst), src.as_ptr().cast(), src.len(), hd(stream))) }
+    }
     fn htod(&self, dst: DevPtr, src: &[u8], stream: RawHandle) -> Result<()> {
         // SAFETY: `src` live for the call; HIP stages pageable sources before returning.
         // We synchronize anyway so `src` is free to reuse on every ROCm version.

@@ -121,6 +121,12 @@ pub trait Driver: Send + Sync {
     fn memset_d8(&self, dst: DevPtr, value: u8, bytes: usize, stream: RawHandle) -> Result<()>;
     /// Copy host → device. Returns once `src` may be reused.
     fn htod(&self, dst: DevPtr, src: &[u8], stream: RawHandle) -> Result<()>;
+    /// Copy host → device from page-locked memory (`host_alloc`), queued on `stream`
+    /// without waiting: the caller leaves `src` unchanged until the stream has passed the
+    /// copy (an event recorded after it). The default waits as `htod` does.
+    fn htod_pinned(&self, dst: DevPtr, src: &[u8], stream: RawHandle) -> Result<()> {
+        self.htod(dst, src, stream)
+    }
     /// Copy device → host and wait for it.
     fn dtoh(&self, dst: &mut [u8], src: DevPtr, stream: RawHandle) -> Result<()>;
     fn dtod(&self, dst: DevPtr, src: DevPtr, bytes: usize, stream: RawHandle) -> Result<()>;

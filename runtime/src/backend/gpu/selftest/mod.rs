@@ -19,6 +19,8 @@ pub mod replay;
 pub mod exact;
 mod fused;
 pub mod kvq;
+pub mod swa;
+pub mod upload;
 pub mod delta;
 pub mod moe;
 pub mod norm_mv;

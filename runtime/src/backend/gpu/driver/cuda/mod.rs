@@ -274,6 +274,11 @@ impl Driver for CudaDriver {
         // SAFETY: the caller's buffer covers [dst, dst+bytes) on this device.
         self.check("cuMemsetD8Async", unsafe { (self.t.memset_d8_async)(dst, value, bytes, h(stream)) })
     }
+    fn htod_pinned(&self, dst: DevPtr, src: &[u8], stream: RawHandle) -> Result<()> {
+        // From page-locked memory the copy is queued and returns at once (`htod`'s call);
+        // the caller keeps `src` unchanged until the stream has passed it.
+        self.htod(dst, src, stream)
+    }
     fn htod(&self, dst: DevPtr, src: &[u8], stream: RawHandle) -> Result<()> {
         self.cur()?;
         // SAFETY: `src` is a live slice; from pageable memory the call returns after the
