@@ -274,8 +274,8 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
             n * c.n_head * c.head_dim_v,
             n * ff,
             n * ff,
-            16 * c.n_embd,
-            16 * c.n_vocab,
+            crate::model::OUT_ROWS_MAX * c.n_embd,
+            crate::model::OUT_ROWS_MAX * c.n_vocab,
         ];
         if c.attn_out_gate {
             bufs.extend([2 * n * c.n_head * c.head_dim_k, n * c.n_head * c.head_dim_k]);

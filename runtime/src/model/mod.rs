@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use config::{Arch, Config, Experts, SUPPORTED_ARCHS};
-pub use forward::{KvRows, OutputRows, Scratch};
+pub use forward::{KvRows, OutputRows, Scratch, OUT_ROWS_MAX};
 pub use hybrid::RecurrentState;
 
 use crate::gguf::{GgufError, GgufFile};
