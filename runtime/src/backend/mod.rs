@@ -27,7 +27,7 @@ pub mod recurrent;
 
 use crate::quant::{GgmlType, QuantError};
 use crate::weights::WeightRef;
-pub use moe::{MoeFfn, MoeScratch};
+pub use moe::{Gating, MoeBiases, MoeFfn, MoeScratch};
 pub use kv::{KvSpec, KvType, KvTypes};
 pub use recurrent::{DeltaDims, DeltaIn, DeltaNet, DeltaState};
 
@@ -59,11 +59,26 @@ pub struct Rope<'a> {
     pub freq_scale: f32,
     /// Per-pair frequency divisors (`rope_freqs.weight`, length `n_rot/2`, f32).
     pub freq_factors: Option<WeightRef<'a>>,
+    /// YaRN (`rope.scaling.type = yarn`, gpt-oss); `None`: plain or linear scaling.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN's RoPE, as ggml computes it: pair `i`'s angle mixes the interpolated
+/// (`freq_scale`) and extrapolated angles by a ramp between the correction dimensions,
+/// and cos/sin are scaled by `attn_factor · (1 + 0.1·ln(1/freq_scale))`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    pub ext_factor: f32,
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// `rope.scaling.original_context_length`.
+    pub n_ctx_orig: usize,
 }
 
 /// Attention parameters of one layer.
 #[derive(Clone, Copy, Debug)]
-pub struct Attention {
+pub struct Attention<'a> {
     pub n_head: usize,
     pub n_kv_head: usize,
     pub head_dim_k: usize,
@@ -72,6 +87,9 @@ pub struct Attention {
     pub scale: f32,
     /// Sliding window: key at `pk` is visible to query at `pq` iff `pq - pk < window`.
     pub window: Option<usize>,
+    /// Attention sinks (gpt-oss's `attn_sinks`, `[n_head]` f32): one logit per head added
+    /// to the softmax's denominator (unscaled, no value).
+    pub sinks: Option<WeightRef<'a>>,
 }
 
 /// What [`Backend::rope_kv_write`] does to a layer's fresh q/k/v projections.

@@ -174,7 +174,7 @@ impl GpuBackend {
 
     /// The rope's frequency divisors as a device f32 vector (uploaded once per weight).
     fn rope_factors(&mut self, r: &Rope) -> Result<Option<DevPtr>> {
-        let Some(f) = r.freq_factors else { return Ok(None) };
+        let Some(f) = r.freq_factors else { return rope_attn::no_yarn(r).map(|_| None) };
         let key = f.data().as_ptr() as usize;
         if let Some(b) = self.inv_freq.get(&key) {
             return Ok(Some(b.ptr()));
@@ -517,8 +517,8 @@ impl Backend for GpuBackend {
         Self::check_len("attention", q, qn, pos.len() * p.n_head * p.head_dim_k)?;
         Self::check_len("attention", out, on, pos.len() * p.n_head * p.head_dim_v)?;
         let (kc, vc, spec) = self.kv_layer("attention", kv, layer)?;
-        if p.head_dim_k != p.head_dim_v || p.n_kv_head != spec.n_kv_head || p.head_dim_k != spec.head_dim_k {
-            return Err(BackendError::Invalid { op: "attention", msg: "attention shape differs from the KV cache's".into() });
+        if let Some(msg) = rope_attn::attn_unsupported(p, &spec) {
+            return Err(BackendError::Invalid { op: "attention", msg });
         }
         let window = p.window.unwrap_or(0);
         let pp = self.positions(pos)?;

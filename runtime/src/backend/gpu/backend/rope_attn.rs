@@ -49,6 +49,10 @@ impl GpuBackend {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fused_rope_kv_attention(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep, a: &Attention, out: Buf) -> Result<()> {
         let Some(spec) = self.kvs.get(&kv.0).map(|c| c.spec) else { return Err(BackendError::BadKvHandle(kv)) };
+        if let Some(msg) = attn_unsupported(a, &spec) {
+            return Err(BackendError::Invalid { op: "attention", msg });
+        }
+        no_yarn(&p.rope)?;
         let hd = p.head_dim;
         let norm_ok = |w: &Option<WeightRef>| w.as_ref().map(|w| w.row_len() * w.n_rows() == hd).unwrap_or(true);
         let bufs = [q, k, v, out];
@@ -144,5 +148,22 @@ impl GpuBackend {
         self.dev.read(kc, &mut k).map_err(derr("read_kv_bytes"))?;
         self.dev.read(vc, &mut v).map_err(derr("read_kv_bytes"))?;
         Ok((k, v))
+    }
+}
+
+/// Why the GPU's attention kernels cannot run `p` over a cache of `spec`: a shape that
+/// differs from the cache's, or attention sinks (gpt-oss), which they do not add yet.
+pub(super) fn attn_unsupported(p: &Attention, spec: &crate::backend::KvSpec) -> Option<String> {
+    if p.head_dim_k != p.head_dim_v || p.n_kv_head != spec.n_kv_head || p.head_dim_k != spec.head_dim_k {
+        return Some("attention shape differs from the KV cache's".into());
+    }
+    p.sinks.as_ref().map(|s| format!("attention sinks (`{}`) are not supported by the GPU's attention kernels yet; run with --device cpu", s.name()))
+}
+
+/// The GPU's RoPE kernels do not compute YaRN yet: refused by name.
+pub(super) fn no_yarn(r: &crate::backend::Rope) -> Result<()> {
+    match r.yarn {
+        Some(_) => Err(BackendError::Invalid { op: "rope", msg: "YaRN RoPE (gpt-oss) is not supported by the GPU's RoPE kernels yet; run with --device cpu".into() }),
+        None => Ok(()),
     }
 }

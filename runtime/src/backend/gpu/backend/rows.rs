@@ -49,6 +49,9 @@ impl GpuBackend {
         let n = pos.len();
         if let Some(kv) = kvs.first() {
             let (_, _, s) = self.kv_layer("attention_rows", *kv, layer)?;
+            if let Some(msg) = super::rope_attn::attn_unsupported(p, &s) {
+                return Err(crate::backend::BackendError::Invalid { op: "attention_rows", msg });
+            }
             if !plan::attention_rows_batched(s.ty) {
                 return crate::backend::attention_rows_unfused(self, q, k, v, kvs, layer, pos, p, out);
             }

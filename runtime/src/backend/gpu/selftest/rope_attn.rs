@@ -176,9 +176,9 @@ fn run_steps<B: Backend + ?Sized>(be: &mut B, c: &Case, d: &Data, f: &GgufFile, 
     let row = c.n_kv * c.hd;
     let spec = KvSpec { n_layer: 1, n_ctx: c.n_ctx, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: KvType::F16.into() };
     let (qn, kn, ff, w8) = (wref(f, "qn", id[0]), wref(f, "kn", id[1]), wref(f, "ff", id[2]), wref(f, "w8", id[3]));
-    let rope = Rope { mode: c.mode, n_rot: c.n_rot, freq_base: 1_000_000.0, freq_scale: c.freq_scale, freq_factors: c.freq_factors.then_some(ff) };
+    let rope = Rope { mode: c.mode, n_rot: c.n_rot, freq_base: 1_000_000.0, freq_scale: c.freq_scale, freq_factors: c.freq_factors.then_some(ff), yarn: None };
     let prep = QkvPrep { n_head: c.n_head, n_kv_head: c.n_kv, head_dim: c.hd, q_norm: c.norms.then_some(qn), k_norm: c.norms.then_some(kn), eps: 1e-6, rope, q_scale: c.q_scale };
-    let attn = Attention { n_head: c.n_head, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, scale: c.scale, window: c.window };
+    let attn = Attention { n_head: c.n_head, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, scale: c.scale, window: c.window, sinks: None };
     let input = |be: &mut B, v: &[f32]| -> crate::backend::Result<Buf> {
         let b = be.alloc(v.len().max(1))?;
         be.write(b, v)?;
