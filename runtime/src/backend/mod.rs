@@ -63,17 +63,33 @@ pub struct Rope<'a> {
     pub yarn: Option<Yarn>,
 }
 
-/// YaRN's RoPE, as ggml computes it: pair `i`'s angle mixes the interpolated
-/// (`freq_scale`) and extrapolated angles by a ramp between the correction dimensions,
-/// and cos/sin are scaled by `attn_factor · (1 + 0.1·ln(1/freq_scale))`.
+/// YaRN's RoPE angles, as ggml computes them: pair `i`'s angle mixes the interpolated
+/// (`freq_scale`) and extrapolated angles by a ramp between the correction dimensions.
+/// ggml also scales cos/sin by `1 + 0.1·ln(1/freq_scale)`; with every dimension rotated
+/// that is the same as scaling `q·k` by its square, which the model folds into
+/// [`Attention::scale`] (`model::Config::attn_scale`), so no backend scales here.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Yarn {
     pub ext_factor: f32,
-    pub attn_factor: f32,
     pub beta_fast: f32,
     pub beta_slow: f32,
     /// `rope.scaling.original_context_length`.
     pub n_ctx_orig: usize,
+}
+
+impl Yarn {
+    /// Per rotated pair, the multiplier of the extrapolated angle `pos·base^(−2i/n_rot)`:
+    /// `freq_scale·(1 − mix_i) + mix_i`, `mix_i` the ramp times `ext_factor`.
+    pub fn angle_factors(&self, n_rot: usize, base: f32, freq_scale: f32) -> Vec<f32> {
+        let [lo, hi] = cpu::ops::yarn_corr_dims(n_rot, self.n_ctx_orig, base, self.beta_fast, self.beta_slow);
+        (0..n_rot / 2)
+            .map(|i| {
+                let y = (i as f32 - lo) / (hi - lo).max(0.001);
+                let mix = (1.0 - y.clamp(0.0, 1.0)) * self.ext_factor;
+                freq_scale * (1.0 - mix) + mix
+            })
+            .collect()
+    }
 }
 
 /// Attention parameters of one layer.

@@ -174,7 +174,10 @@ impl Config {
         let rope_base = optf("rope.freq_base")?.unwrap_or(10000.0);
         // gpt-oss's sliding-window layers share the global base and scale (llama.cpp).
         let rope_base_swa = optf("rope.freq_base_swa")?.unwrap_or(if oss { rope_base } else { 10000.0 });
-        let (rope_freq_scale, yarn) = rope_scale(file, a, opt("context_length")?.unwrap_or(4096))?;
+        let (rope_freq_scale, yarn, yarn_mag) = rope_scale(file, a, opt("context_length")?.unwrap_or(4096))?;
+        if yarn.is_some() && n_rot != head_dim_k {
+            return Err(ModelError::BadConfig(format!("{a}: YaRN RoPE over {n_rot} of {head_dim_k} dimensions is not supported (lode folds its magnitude into the attention scale)")));
+        }
 
         let gemma = arch == Arch::Gemma3;
         let hybrid = matches!(arch, Arch::Qwen35 | Arch::Qwen35Moe);
@@ -200,7 +203,8 @@ impl Config {
             let s = if n_layer == 62 { 1.0 / ((n_embd / n_head) as f32).sqrt() } else { 1.0 / (head_dim_k as f32).sqrt() };
             (1.0, Some(s), Some((n_embd as f32).sqrt()))
         } else {
-            (explicit_scale.unwrap_or(1.0 / (head_dim_k as f32).sqrt()), None, None)
+            // YaRN's cos/sin magnitude on q and k, as one factor on q·k.
+            (explicit_scale.unwrap_or(1.0 / (head_dim_k as f32).sqrt()) * yarn_mag * yarn_mag, None, None)
         };
         Ok(Config {
             arch,
@@ -329,17 +333,18 @@ fn rope_sections_plain(file: &GgufFile, a: &str, n_rot: usize) -> Result<(), Mod
     Ok(())
 }
 
-/// The frequency scale (`1/factor` for linear and YaRN scaling; 1 for none) and YaRN's
-/// parameters, as llama.cpp derives them: `ext_factor` 1, `beta_fast` 32, `beta_slow` 1,
-/// the original context `rope.scaling.original_context_length` (default: the training
-/// context), and an `attn_factor` of `mscale(factor) / (1 + 0.1·ln factor)` (so that
-/// ggml's own factor leaves cos/sin scaled by `1 + 0.1·ln factor`). Other types are refused.
-fn rope_scale(file: &GgufFile, a: &str, n_ctx_train: usize) -> Result<(f32, Option<Yarn>), ModelError> {
+/// The frequency scale (`1/factor` for linear and YaRN scaling; 1 for none), YaRN's
+/// parameters as llama.cpp derives them (`ext_factor` 1, `beta_fast` 32, `beta_slow` 1,
+/// the original context `rope.scaling.original_context_length`, default the training
+/// context) and YaRN's magnitude factor (1 without YaRN): llama.cpp's `attn_factor`
+/// `mscale(factor) / (1 + 0.1·ln factor)` times ggml's own `1 + 0.1·ln factor`, in f32
+/// as they compute it. Other scaling types are refused.
+fn rope_scale(file: &GgufFile, a: &str, n_ctx_train: usize) -> Result<(f32, Option<Yarn>, f32), ModelError> {
     let ty = file.get_str(&format!("{a}.rope.scaling.type"))?.unwrap_or("none");
     let factor = file.get_f32(&format!("{a}.rope.scaling.factor"))?.unwrap_or(1.0);
     match ty {
-        "none" => Ok((1.0, None)),
-        "linear" if factor > 0.0 => Ok((1.0 / factor, None)),
+        "none" => Ok((1.0, None, 1.0)),
+        "linear" if factor > 0.0 => Ok((1.0 / factor, None, 1.0)),
         "yarn" if factor > 0.0 => {
             if file.get_f32(&format!("{a}.rope.scaling.yarn_log_multiplier"))?.is_some_and(|m| m != 0.0) {
                 return Err(ModelError::BadConfig(format!("{a}.rope.scaling.yarn_log_multiplier is not supported")));
@@ -349,7 +354,8 @@ fn rope_scale(file: &GgufFile, a: &str, n_ctx_train: usize) -> Result<(f32, Opti
             let f = 1.0 / freq_scale;
             let mscale = if f <= 1.0 { 1.0 } else { 0.1 * f.ln() + 1.0 };
             let attn_factor = mscale * (1.0 / (1.0 + 0.1 * f.ln()));
-            Ok((freq_scale, Some(Yarn { ext_factor: 1.0, attn_factor, beta_fast: 32.0, beta_slow: 1.0, n_ctx_orig })))
+            let magnitude = attn_factor * (1.0 + 0.1 * (1.0 / freq_scale).ln());
+            Ok((freq_scale, Some(Yarn { ext_factor: 1.0, beta_fast: 32.0, beta_slow: 1.0, n_ctx_orig }), magnitude))
         }
         // llama-3 style scaling ships as `rope_freqs.weight` and says `linear`/`none`
         // or omits the type; LongRoPE needs extra math lode does not have.

@@ -61,7 +61,7 @@ pub struct CpuBackend {
 
 /// What a rope table depends on: position, `n_rot`, base and scale bits, the frequency
 /// factors' bits.
-type RopeKey = (u32, usize, u32, u32, Option<Vec<u32>>, Option<[u32; 5]>);
+type RopeKey = (u32, usize, u32, u32, Option<Vec<u32>>, Option<[u32; 4]>);
 
 impl CpuBackend {
     /// A backend running on `threads` threads (0: rayon's default).
@@ -380,7 +380,7 @@ impl Backend for CpuBackend {
         let mut v = self.take(x)?;
         let width = n_head * head_dim;
         if let [p] = *pos {
-            let key = (p, rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff.map(|f| f[..rope.n_rot / 2].iter().map(|x| x.to_bits()).collect()), rope.yarn.map(|y| [y.ext_factor, y.attn_factor, y.beta_fast, y.beta_slow, y.n_ctx_orig as f32].map(f32::to_bits)));
+            let key = (p, rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff.map(|f| f[..rope.n_rot / 2].iter().map(|x| x.to_bits()).collect()), rope.yarn.map(|y| [y.ext_factor, y.beta_fast, y.beta_slow, y.n_ctx_orig as f32].map(f32::to_bits)));
             let half = rope.n_rot / 2;
             let memo = match self.rope_memo.take() {
                 Some(m) if m.0 == key => m,

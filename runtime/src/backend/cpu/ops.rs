@@ -39,8 +39,8 @@ fn rms_scale(x: &[f32], eps: f32) -> f32 {
 }
 
 /// The cos/sin table of one position: `n_rot/2` pairs, ggml's iterative f32 theta (with
-/// YaRN: ggml's `rope_yarn`, the ramp between the correction dimensions and the
-/// magnitude factor).
+/// YaRN: ggml's `rope_yarn` angle, the ramp between the correction dimensions; its
+/// magnitude factor is the model's, in the attention scale).
 #[allow(clippy::too_many_arguments)]
 pub fn rope_table(
     pos: u32,
@@ -53,10 +53,9 @@ pub fn rope_table(
     sin: &mut [f32],
 ) {
     let theta_scale = base.powf(-2.0 / n_rot as f32);
-    let (ext, corr, mscale) = match yarn {
-        Some(y) if y.ext_factor != 0.0 => (y.ext_factor, yarn_corr_dims(n_rot, y.n_ctx_orig, base, y.beta_fast, y.beta_slow), y.attn_factor * (1.0 + 0.1 * (1.0 / freq_scale).ln())),
-        Some(y) => (0.0, [0.0; 2], y.attn_factor),
-        None => (0.0, [0.0; 2], 1.0),
+    let (ext, corr) = match yarn {
+        Some(y) if y.ext_factor != 0.0 => (y.ext_factor, yarn_corr_dims(n_rot, y.n_ctx_orig, base, y.beta_fast, y.beta_slow)),
+        _ => (0.0, [0.0; 2]),
     };
     let mut theta = pos as f32;
     for i in 0..n_rot / 2 {
@@ -68,8 +67,8 @@ pub fn rope_table(
             let mix = (1.0 - y.clamp(0.0, 1.0)) * ext;
             t = t * (1.0 - mix) + extrap * mix;
         }
-        cos[i] = t.cos() * mscale;
-        sin[i] = t.sin() * mscale;
+        cos[i] = t.cos();
+        sin[i] = t.sin();
         theta *= theta_scale;
     }
 }

@@ -21,7 +21,6 @@ use super::replay::{Entry, Rec, Replay};
 use super::plan::{self, GluPlan, Matmul};
 use super::tuning::Tuning;
 use crate::backend::{Attention, Backend, BackendError, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, NormIn, QkvPrep, Result, Rope, RopeMode};
-use crate::quant;
 use super::materialize::{GpuMaterializer, MappedFile};
 use crate::weights::layout::{self, Consumer, DeviceClass, Layout};
 use crate::weights::{Residency, WeightCache, WeightRef, WeightStats};
@@ -32,6 +31,7 @@ mod blas;
 mod exact;
 mod exact_backend;
 pub use exact_backend::ExactBackend;
+pub(crate) use rope_attn::kernel_freq_scale;
 mod fused;
 mod moe;
 mod norm_mv;
@@ -172,18 +172,17 @@ impl GpuBackend {
         Ok(self.cache.get(w, layout)?)
     }
 
-    /// The rope's frequency divisors as a device f32 vector (uploaded once per weight).
+    /// The rope's frequency divisors as a device f32 vector, uploaded once per weight (with
+    /// YaRN: divided by its angle factors, once per parameter set; `rope_attn::factors`).
     fn rope_factors(&mut self, r: &Rope) -> Result<Option<DevPtr>> {
-        let Some(f) = r.freq_factors else { return rope_attn::no_yarn(r).map(|_| None) };
-        let key = f.data().as_ptr() as usize;
+        if r.freq_factors.is_none() && r.yarn.is_none() {
+            return Ok(None);
+        }
+        let key = rope_attn::factors_key(r);
         if let Some(b) = self.inv_freq.get(&key) {
             return Ok(Some(b.ptr()));
         }
-        let mut v = vec![0f32; f.row_len() * f.n_rows()];
-        quant::dequantize(f.ty(), f.data(), &mut v).map_err(|source| BackendError::Quant { op: "rope", weight: f.name().into(), source })?;
-        if v.len() < r.n_rot / 2 {
-            return Err(BackendError::Invalid { op: "rope", msg: format!("`{}` has {} frequency factors, RoPE of {} dims needs {}", f.name(), v.len(), r.n_rot, r.n_rot / 2) });
-        }
+        let v = rope_attn::factors(r)?;
         self.barrier()?;
         let b = self.dev.upload_f32(&v).map_err(derr("rope"))?;
         let p = b.ptr();
@@ -424,7 +423,7 @@ impl Backend for GpuBackend {
         let ff = self.rope_factors(rope)?;
         let pp = self.positions(pos)?;
         let ts = norm_rope::rope_theta_scale(rope.freq_base, rope.n_rot);
-        let r = norm_rope::rope(&self.rec(), xp, pp, ff, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, ts, rope.freq_scale, 1.0).map_err(err("rope"));
+        let r = norm_rope::rope(&self.rec(), xp, pp, ff, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, ts, rope_attn::kernel_freq_scale(rope), 1.0).map_err(err("rope"));
         self.touch(x);
         r
     }
@@ -520,13 +519,13 @@ impl Backend for GpuBackend {
         if let Some(msg) = rope_attn::attn_unsupported(p, &spec) {
             return Err(BackendError::Invalid { op: "attention", msg });
         }
-        let window = p.window.unwrap_or(0);
+        let (window, sinks) = (p.window.unwrap_or(0), p.sinks.as_ref().map(|w| self.weight_f32(w)).transpose()?);
         let pp = self.positions(pos)?;
         let values = pos.len() * p.n_head * p.head_dim_v;
         // Decode: the output projection's q8_1 input, written by the attention kernel
         // itself where the plan says (it writes per head, so not the K form a K-quant
         // projection reads).
-        let plan = plan::attention(pos.len(), p.head_dim_k, self.act_wants_k(out), spec.ty, &self.tuning);
+        let plan = plan::attention(pos.len(), p.head_dim_k, self.act_wants_k(out), spec.ty, sinks.is_some(), &self.tuning);
         let q8 = match plan {
             plan::Attn::Flash { .. } => {
                 self.touch(out);
@@ -539,7 +538,7 @@ impl Backend for GpuBackend {
         if let plan::Attn::Quant { .. } = plan {
             attention::attention_kvq(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale, spec.ty).map_err(err("attention"))?;
         } else {
-            attention::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
+            attention::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale, sinks).map_err(err("attention"))?;
         }
         if q8.is_some() {
             self.act_produced(out, launch::ActFmt::Q8_1, 32, values);

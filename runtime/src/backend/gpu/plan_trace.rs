@@ -265,7 +265,7 @@ impl Backend for PlanTrace {
         let spec = *self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
         let values = pos.len() * p.n_head * p.head_dim_v;
         let what = format!("{} tok × {} heads ({} kv) × {}", pos.len(), p.n_head, p.n_kv_head, p.head_dim_k);
-        match plan::attention(pos.len(), p.head_dim_k, self.book.wants_k(out.0), spec.ty, &self.tuning) {
+        match plan::attention(pos.len(), p.head_dim_k, self.book.wants_k(out.0), spec.ty, p.sinks.is_some(), &self.tuning) {
             Attn::Flash { kernel } => {
                 self.push("attention", what, kernel);
                 self.touch(out);
@@ -398,7 +398,7 @@ impl Backend for PlanTrace {
         let norm_ok = |w: &Option<WeightRef>| w.as_ref().map(|w| w.row_len() * w.n_rows() == p.head_dim).unwrap_or(true);
         let bufs = [q, k, v, out];
         let distinct = (0..4).all(|i| (i + 1..4).all(|j| bufs[i] != bufs[j]));
-        let s = plan::QkvShape::of(p, &spec, norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && distinct);
+        let s = plan::QkvShape::of(p, &spec, norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && distinct && a.sinks.is_none());
         let window = a.window.unwrap_or(0);
         let max_keys = if window > 0 { window.min(spec.n_ctx) } else { spec.n_ctx };
         let shape = (a.head_dim_k, a.head_dim_v, a.n_head, a.n_kv_head);

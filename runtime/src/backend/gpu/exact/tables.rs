@@ -31,12 +31,12 @@ pub fn rope_table(cap: usize, rope: &Rope) -> Result<Vec<f32>, quant::QuantError
 
 /// What a RoPE table depends on: n_rot, base and scale bits, the frequency factors' bits,
 /// YaRN's parameters.
-pub type RopeKey = (usize, u32, u32, Option<Vec<u32>>, Option<[u32; 5]>);
+pub type RopeKey = (usize, u32, u32, Option<Vec<u32>>, Option<[u32; 4]>);
 
 /// The key of `rope`'s table.
 pub fn rope_key(rope: &Rope) -> RopeKey {
     let ff = rope.freq_factors.map(|f| f.data().chunks(4).map(|b| b.iter().fold(0u32, |a, &x| a << 8 | x as u32)).collect());
-    let yarn = rope.yarn.map(|y| [y.ext_factor, y.attn_factor, y.beta_fast, y.beta_slow, y.n_ctx_orig as f32].map(f32::to_bits));
+    let yarn = rope.yarn.map(|y| [y.ext_factor, y.beta_fast, y.beta_slow, y.n_ctx_orig as f32].map(f32::to_bits));
     (rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff, yarn)
 }
 

@@ -123,7 +123,7 @@ impl RopeKv {
             n_rot: p.rope.n_rot,
             neox: p.rope.mode == crate::backend::RopeMode::Neox,
             theta_scale: rope_theta_scale(p.rope.freq_base, p.rope.n_rot),
-            freq_scale: p.rope.freq_scale,
+            freq_scale: crate::backend::gpu::backend::kernel_freq_scale(&p.rope),
             eps: p.eps,
             q_scale: p.q_scale.unwrap_or(1.0),
         }
