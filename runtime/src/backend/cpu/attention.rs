@@ -409,7 +409,7 @@ mod tests {
         KvSpec { n_layer: 1, n_ctx: 8, n_kv_head: 1, head_dim_k: 2, head_dim_v: 2, ty: ty.into() }
     }
 
-    fn attn(window: Option<usize>) -> Attention {
+    fn attn(window: Option<usize>) -> Attention<'static> {
         Attention { n_head: 2, n_kv_head: 1, head_dim_k: 2, head_dim_v: 2, scale: 1.0, window, sinks: None }
     }
 
@@ -475,6 +475,29 @@ mod tests {
         // Heads that are not whole blocks are refused by name.
         let odd = KvSpec { head_dim_k: 8, head_dim_v: 8, ..shape(KvType::Q8_0.into()) };
         assert!(matches!(Kv::new(odd), Err(BackendError::Invalid { .. })));
+    }
+
+    /// A sink (one more logit in the denominator) scales each head's output by the keys'
+    /// share, by hand: one key with score 0 and a sink of ln 3 keep 1/4 of the value, in
+    /// every path (prompt and decode rounding, f32 and f16 caches).
+    #[test]
+    fn sinks_take_their_share_of_the_softmax() {
+        let mut g = crate::gguf::GgufWriter::new();
+        let sk = [3f32.ln(), f32::NEG_INFINITY];
+        g.add_tensor("sk", GgmlType::F32, &[2], bytemuck::cast_slice(&sk).to_vec());
+        let f = crate::gguf::GgufFile::from_bytes(g.to_bytes().unwrap()).unwrap();
+        let w = crate::weights::WeightRef::new(crate::weights::WeightId(0), f.tensor("sk").unwrap());
+        for ty in [KvType::F32, KvType::F16] {
+            let mut kv = Kv::new(spec(ty)).unwrap();
+            kv.write(0, &[0.0, 0.0], &[4.0, 8.0], &[0]).unwrap();
+            let a = Attention { sinks: Some(w), ..attn(None) };
+            let mut out = [0.0f32; 4];
+            kv.attend(&crate::quant::RayonPool, 0, &[1.0, 1.0, 1.0, 1.0], &[0], &a, &mut out).unwrap();
+            // Head 0: e^0 / (e^0 + 3) = 1/4 of (4, 8); head 1's sink is −∞: all of it.
+            assert!(out.iter().zip([1.0, 2.0, 4.0, 8.0]).all(|(a, b)| (a - b).abs() < 1e-6), "{ty:?}: {out:?}");
+            kv.attend_rowwise(&crate::quant::RayonPool, 0, &[1.0, 1.0, 1.0, 1.0], &[0], &a, &mut out).unwrap();
+            assert!(out.iter().zip([1.0, 2.0, 4.0, 8.0]).all(|(a, b)| (a - b).abs() < 1e-6), "{ty:?}: {out:?}");
+        }
     }
 
     #[test]

@@ -391,7 +391,11 @@ mod tests {
                 kc.extend(hs.k.iter().map(|&x| f16(x)));
                 vc.extend(d.steps[s].2.iter().map(|&x| f16(x)));
                 let p = c.pos + s;
-                let want = ref_attention(&hs.q, &kc, &vc, 1, c.n_head, c.n_kv, c.hd, p, c.window.unwrap_or(0), c.scale);
+                let mut want = ref_attention(&hs.q, &kc, &vc, 1, c.n_head, c.n_kv, c.hd, p, c.window.unwrap_or(0), c.scale);
+                if c.sinks {
+                    let sk: &[f32] = bytemuck::try_cast_slice(f.tensor("sk").unwrap().data).unwrap();
+                    sink_share(&mut want, &hs.q, &kc, &c, p, sk);
+                }
                 let worst = hs.out.iter().zip(&want).map(|(&g, &w)| (g as f64 - w).abs()).fold(0f64, f64::max);
                 eprintln!("{c:?} pos {p}: cpu vs f64 {worst:.3e} = {:.4} max|v|", worst / vmax);
                 assert!(worst <= 6e-3 * vmax, "{c:?} pos {p}: {worst}");
