@@ -31,7 +31,6 @@ mod blas;
 mod exact;
 mod exact_backend;
 pub use exact_backend::ExactBackend;
-pub(crate) use rope_attn::kernel_freq_scale;
 mod fused;
 mod moe;
 mod norm_mv;
@@ -423,7 +422,7 @@ impl Backend for GpuBackend {
         let ff = self.rope_factors(rope)?;
         let pp = self.positions(pos)?;
         let ts = norm_rope::rope_theta_scale(rope.freq_base, rope.n_rot);
-        let r = norm_rope::rope(&self.rec(), xp, pp, ff, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, ts, rope_attn::kernel_freq_scale(rope), 1.0).map_err(err("rope"));
+        let r = norm_rope::rope(&self.rec(), xp, pp, ff, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, ts, norm_rope::kernel_freq_scale(rope), 1.0).map_err(err("rope"));
         self.touch(x);
         r
     }

@@ -161,16 +161,6 @@ pub(super) fn attn_unsupported(p: &Attention, spec: &crate::backend::KvSpec) -> 
     p.sinks.as_ref().filter(|_| spec.ty.any_quantized()).map(|s| format!("attention sinks (`{}`) with a {} cache: the GPU adds sinks over f16 caches only (use -ctk f16 -ctv f16)", s.name(), spec.ty))
 }
 
-/// The `freq_scale` the RoPE kernels get: with YaRN, 1 (its per-pair angle factors are in
-/// the divisors, [`factors`]).
-pub(crate) fn kernel_freq_scale(r: &crate::backend::Rope) -> f32 {
-    if r.yarn.is_some() {
-        1.0
-    } else {
-        r.freq_scale
-    }
-}
-
 /// The per-pair divisors the RoPE kernels read (angle of pair i: `freq_scale · pos ·
 /// theta_scale^i / ff_i`): the file's `rope_freqs` (or 1), with YaRN divided by
 /// [`crate::backend::Yarn::angle_factors`] (the kernels then get `freq_scale` 1), which
