@@ -130,3 +130,49 @@ fn gpt_oss_tiny_matches_a_numpy_forward_pass() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+fn lode_out(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_lode")).args(args).output().unwrap();
+    assert!(out.status.success(), "lode {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// The CLI on a gpt-oss file: `--residency upload --memory-report` makes one copy per
+/// tensor (41 = 19 per layer and 3: biases and sinks included), no duplicates; the
+/// harmony tokens tokenize at their ids, the message-structure ones always (llama.cpp
+/// makes them USER_DEFINED), `<|return|>` only with `--parse-special`.
+#[test]
+fn gpt_oss_tiny_through_the_cli() {
+    let dir = std::env::temp_dir().join(format!("lode-gpt-oss-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gpt-oss-tiny.gguf");
+    let p = path.to_str().unwrap();
+    lode(&["synth", "--preset", "gpt-oss-tiny", "--quant", "mxfp4_moe", "-o", p, "--seed", "5"]);
+    let f = GgufFile::open(&path).unwrap();
+    assert_eq!(f.tensors().len(), 41);
+
+    let err = lode_out(&["bench", "-m", p, "-p", "8", "-n", "2", "-r", "1", "--device", "cpu", "-t", "2", "-o", "json", "--residency", "upload", "--memory-report"]);
+    let line = err.lines().find(|l| l.starts_with("{\"memory_report\"")).unwrap_or_else(|| panic!("no report in:\n{err}"));
+    let r: serde_json::Value = serde_json::from_str(line).unwrap();
+    let r = &r["memory_report"];
+    assert_eq!((r["copies"].as_u64(), r["duplicates"].as_u64()), (Some(41), Some(0)), "{r}");
+
+    let text = "<|start|>user<|message|>Hello<|end|><|start|>assistant<|channel|>final<|message|>Hi<|return|>";
+    let ids = |special: bool| -> Vec<u32> {
+        let mut a = vec!["tokenize", "-m", p, "--ids"];
+        if special {
+            a.push("--parse-special");
+        }
+        a.push(text);
+        lode_out(&a).split_whitespace().filter_map(|s| s.parse().ok()).collect()
+    };
+    let plain = ids(false);
+    assert_eq!(plain[..2], [200006, 117], "{plain:?}");
+    for id in [200008, 200007, 200005] {
+        assert!(plain.contains(&id), "{id} missing: {plain:?}");
+    }
+    assert!(!plain.contains(&200002), "{plain:?}");
+    let special = ids(true);
+    assert_eq!(special.last(), Some(&200002), "{special:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
