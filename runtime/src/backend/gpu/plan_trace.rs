@@ -145,6 +145,16 @@ impl Backend for PlanTrace {
         self.touch(out);
         Ok(())
     }
+    // gpt-oss's MoE (biases, swiglu_oai, softmax-weight gating) has no GPU kernel yet: the
+    // GPU backend reads the rows back and runs the CPU's arithmetic (`gpu/backend/moe.rs`).
+    fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &crate::backend::MoeFfn, out: Buf, tmp: &crate::backend::MoeScratch) -> Result<()> {
+        if p.plain() {
+            return crate::backend::moe::moe_ffn_unfused(self, x, n_tok, p, out, tmp);
+        }
+        self.push("moe_ffn", format!("{} × {n_tok} tok", Self::names(&[p.router, p.gate, p.up, p.down])), "host: rows read back, the CPU's MoE (biases, swiglu_oai), written again");
+        self.touch(out);
+        Ok(())
+    }
     fn split_halves(&mut self, _src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
         self.push("split_halves", format!("{n_rows}×2×{half}"), "host: read back, written again");
         self.touch(a);
