@@ -69,7 +69,7 @@ DEV void att_acc(float* acc, const u16* r, int epl, float corr, float pw) {
 // The body of one (head, query) block; `attn_f16` and `attn_f16_rows` differ only in where
 // the query's caches are.
 DEV void attn_f16_block(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
-                        const int* pos, int window, float scale, block_q8_1* q8, int head, int tok) {
+                        const int* pos, int window, float scale, block_q8_1* q8, const float* sinks, int head, int tok) {
     __shared__ float s_m[ATT_WARPS], s_l[ATT_WARPS];
     __shared__ float s_acc[ATT_WARPS][256];
     const int lane = tid_x() & 31, warp = tid_x() >> 5;
@@ -176,6 +176,8 @@ DEV void attn_f16_block(const float* q, const u16* kc, const u16* vc, float* out
         if (s_l[w] > 0.0f) M = fmax_f(M, s_m[w]);
     float L = 0.0f;
     for (int w = 0; w < ATT_WARPS; ++w) L += s_l[w] > 0.0f ? s_l[w] * exp_fast(s_m[w] - M) : 0.0f;
+    // An attention sink (gpt-oss): one more logit per head in the denominator, no value.
+    if (sinks) L += exp_fast(sinks[head] - M);
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
     float* o = out + ((u64)tok * n_head + head) * head_dim;
     for (int i = tid_x(); i < head_dim; i += 32 * ATT_WARPS) {
@@ -188,19 +190,20 @@ DEV void attn_f16_block(const float* q, const u16* kc, const u16* vc, float* out
     }
 }
 
+// sinks: null, or [n_head] f32 attention sinks (gpt-oss), unscaled logits.
 KERNEL LAUNCH_BOUNDS(512) void attn_f16(const float* q, const u16* kc, const u16* vc, float* out, int n_head, int n_kv_head, int head_dim,
-                     const int* pos, int window, float scale, block_q8_1* q8) { pdl_entry();
-    attn_f16_block(q, kc, vc, out, n_head, n_kv_head, head_dim, pos, window, scale, q8, bid_x(), bid_y());
+                     const int* pos, int window, float scale, block_q8_1* q8, const float* sinks) { pdl_entry();
+    attn_f16_block(q, kc, vc, out, n_head, n_kv_head, head_dim, pos, window, scale, q8, sinks, bid_x(), bid_y());
 }
 
 // A batched decode step: query row t belongs to a different sequence, whose K and V caches
 // sit at kv[2t] and kv[2t + 1] (device addresses), so all rows run in one launch.
 // q, out: [n_rows, n_head, head_dim] f32; pos: [n_rows] i32; grid (n_head, n_rows), block 512.
 KERNEL LAUNCH_BOUNDS(512) void attn_f16_rows(const float* q, const u64* kv, float* out, int n_head, int n_kv_head, int head_dim,
-                          const int* pos, int window, float scale) { pdl_entry();
+                          const int* pos, int window, float scale, const float* sinks) { pdl_entry();
     const int tok = bid_y();
     attn_f16_block(q, (const u16*)kv[2 * tok], (const u16*)kv[2 * tok + 1], out, n_head, n_kv_head, head_dim, pos, window, scale,
-                   (block_q8_1*)0, bid_x(), tok);
+                   (block_q8_1*)0, sinks, bid_x(), tok);
 }
 
 // ---- Quantized caches ------------------------------------------------------------------

@@ -4,6 +4,7 @@
 //! of that size can be fetched; such a file loads in lode and in llama.cpp alike.
 
 mod blocks;
+pub mod gpt_oss;
 pub mod hybrid;
 mod presets;
 pub mod moe;
@@ -64,6 +65,14 @@ pub enum Preset {
     /// A tiny qwen35moe for tests: qwen35-tiny's layers, 16 experts of 256 (4 used), shared 256.
     #[value(name = "qwen35moe-tiny")]
     Qwen35MoeTiny,
+    /// gpt-oss-20b: 24 layers, n_embd 2880, 64 q / 8 KV heads of 64, 32 experts of FFN
+    /// 2880 (4 used), every other layer a 128-token sliding window, YaRN RoPE.
+    #[value(name = "gpt-oss-20b")]
+    GptOss20b,
+    /// A tiny gpt-oss for tests: 2 layers, n_embd 256, 8 experts of FFN 256 (4 used),
+    /// a 16-token window.
+    #[value(name = "gpt-oss-tiny")]
+    GptOssTiny,
 }
 
 /// Quantization mixes: llama.cpp's `llama-quantize` presets as it applies them without an
@@ -85,6 +94,10 @@ pub enum Quant {
     /// llama.cpp's IQ3_S (`general.file_type` 26): IQ3_S, Q4_K on attn_v where n_gqa ≥ 4.
     #[value(name = "iq3_s")]
     IQ3S,
+    /// llama.cpp's MXFP4_MOE (`general.file_type` 38): expert tensors MXFP4, the other
+    /// matrices Q8_0 (gpt-oss's own mix).
+    #[value(name = "mxfp4_moe")]
+    MXFP4MOE,
 }
 
 impl Quant {
@@ -111,6 +124,7 @@ impl Quant {
             Quant::Q4KM => "q4_k_m",
             Quant::IQ4XS => "iq4_xs",
             Quant::IQ3S => "iq3_s",
+            Quant::MXFP4MOE => "mxfp4_moe",
         }
     }
 }
@@ -121,7 +135,8 @@ pub struct Args {
     /// Architecture and size.
     #[arg(long)]
     pub preset: Preset,
-    /// Quantization type mix, one of llama.cpp's presets: q4_k_m, q3_k_m, q2_k, iq4_xs, iq3_s.
+    /// Quantization type mix, one of llama.cpp's presets: q4_k_m, q3_k_m, q2_k, iq4_xs, iq3_s,
+    /// mxfp4_moe.
     #[arg(long, default_value = "q4_k_m")]
     pub quant: Quant,
     /// Output file.
@@ -224,6 +239,7 @@ pub fn hparams(p: Preset) -> Hparams {
         },
         Preset::Qwen3_30bA3b | Preset::Qwen3MoeTiny => moe::hparams(p),
         Preset::Qwen35_27b | Preset::Qwen35Tiny | Preset::Qwen35_35bA3b | Preset::Qwen35MoeTiny => hybrid::hparams(p),
+        Preset::GptOss20b | Preset::GptOssTiny => gpt_oss::hparams(p),
     }
 }
 
@@ -239,6 +255,7 @@ impl Quant {
             Quant::Q4KM => Ftype::Q4_K_M,
             Quant::IQ4XS => Ftype::IQ4_XS,
             Quant::IQ3S => Ftype::IQ3_S,
+            Quant::MXFP4MOE => Ftype::MXFP4_MOE,
         }
     }
 }
@@ -276,6 +293,12 @@ pub fn plan(h: &Hparams, q: Quant) -> Vec<Planned> {
     for i in 0..h.n_layer {
         if let Some(x) = &h.hybrid {
             for (name, dims) in hybrid::layer_tensors(h, x, i) {
+                add(name, &dims);
+            }
+            continue;
+        }
+        if let (Some(m), "gpt-oss") = (&h.moe, h.arch) {
+            for (name, dims) in gpt_oss::layer_tensors(h, m, i) {
                 add(name, &dims);
             }
             continue;
@@ -356,6 +379,9 @@ pub fn metadata(h: &Hparams, mix: Quant) -> Vec<(String, MetaValue)> {
     if h.sliding_window > 0 {
         m.push((format!("{a}.attention.sliding_window"), u32v(h.sliding_window)));
     }
+    if a == "gpt-oss" {
+        m.extend(gpt_oss::metadata(a));
+    }
     if h.rope_linear > 0.0 {
         m.push((format!("{a}.rope.scaling.type"), s("linear")));
         m.push((format!("{a}.rope.scaling.factor"), MetaValue::F32(h.rope_linear)));
@@ -428,7 +454,8 @@ fn synth_with(h: &Hparams, mix: Quant, path: &std::path::Path, seed: u64, progre
             let bytes: Vec<u8> = rope.iter().flat_map(|f| f.to_le_bytes()).collect();
             return dst.write_all(&bytes);
         }
-        if let Some(f) = hybrid::f32_map(&info.name).filter(|_| info.ty == GgmlType::F32) {
+        let map = if h.arch == "gpt-oss" { gpt_oss::f32_map(&info.name) } else { hybrid::f32_map(&info.name) };
+        if let Some(f) = map.filter(|_| info.ty == GgmlType::F32) {
             let mut v = Vec::with_capacity(info.n_bytes as usize);
             blocks::fill_tensor(info.ty, info.n_bytes, seed, i as u64, &mut v)?;
             let bytes: Vec<u8> = v.chunks_exact(4).flat_map(|b| f(f32::from_le_bytes([b[0], b[1], b[2], b[3]])).to_le_bytes()).collect();

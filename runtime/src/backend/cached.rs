@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crate::backend::memory::MemoryTarget;
-use crate::backend::{Attention, Backend, BackendError, Buf, DeltaIn, DeltaNet, DeltaState, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope};
+use crate::backend::{Attention, Backend, BackendError, Buf, DeltaIn, DeltaNet, DeltaState, Glu, KvCache, KvSpec, MoeBiases, MoeFfn, MoeScratch, Result, Rope};
 use crate::gguf::{GgufFile, TensorView};
 use crate::weights::host::HostMaterializer;
 use crate::weights::layout::{self, DeviceClass};
@@ -302,14 +302,23 @@ impl Backend for CachedBackend {
         self.inner.kv_write(kv, layer, k, v, pos)
     }
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
-        self.inner.attention(q, kv, layer, pos, p, out)
+        // gpt-oss's sinks through the cache like any vector.
+        let sinks = match &p.sinks {
+            Some(w) => Some(weight!(self, w)),
+            None => None,
+        };
+        self.inner.attention(q, kv, layer, pos, &Attention { sinks, ..*p }, out)
     }
     fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
         // Each 3-D expert tensor through the cache whole (one region, one copy); the inner
         // backend reads its experts' matrices out of that copy.
-        let ws = [p.router, p.gate, p.up, p.down];
-        let mut layouts = Vec::with_capacity(4);
-        for w in ws {
+        // With gpt-oss's biases: those four vectors too.
+        let mut ws = vec![p.router, p.gate, p.up, p.down];
+        if let Some(b) = &p.biases {
+            ws.extend([b.router, b.gate, b.up, b.down]);
+        }
+        let mut layouts = Vec::with_capacity(ws.len());
+        for &w in &ws {
             // Under `--device-memory`, refused before anything is made if it does not fit.
             if self.capacity.is_some() {
                 let held = self.held();
@@ -318,9 +327,9 @@ impl Backend for CachedBackend {
             layouts.push(make_resident(&mut self.cache, w)?);
         }
         let c = &self.cache;
-        let [router, gate, up, down] = [0, 1, 2, 3].map(|i| view_in(c, ws[i], layouts[i]));
-        let (router, gate, up, down) = (router?, gate?, up?, down?);
-        let r = MoeFfn { router: &router, gate: &gate, up: &up, down: &down, ..*p };
+        let v = ws.iter().zip(&layouts).map(|(w, &l)| view_in(c, w, l)).collect::<Result<Vec<_>>>()?;
+        let biases = p.biases.map(|_| MoeBiases { router: &v[4], gate: &v[5], up: &v[6], down: &v[7] });
+        let r = MoeFfn { router: &v[0], gate: &v[1], up: &v[2], down: &v[3], biases, ..*p };
         self.inner.moe_ffn(x, n_tok, &r, out, tmp)
     }
     fn gated_delta_net(&mut self, p: &DeltaNet, x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> {
@@ -348,7 +357,11 @@ impl Backend for CachedBackend {
     }
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
-        self.inner.attention_rows(q, k, v, kvs, layer, pos, p, out)
+        let sinks = match &p.sinks {
+            Some(w) => Some(weight!(self, w)),
+            None => None,
+        };
+        self.inner.attention_rows(q, k, v, kvs, layer, pos, &Attention { sinks, ..*p }, out)
     }
 }
 

@@ -27,7 +27,7 @@ pub mod recurrent;
 
 use crate::quant::{GgmlType, QuantError};
 use crate::weights::WeightRef;
-pub use moe::{MoeFfn, MoeScratch};
+pub use moe::{Gating, MoeBiases, MoeFfn, MoeScratch};
 pub use kv::{KvSpec, KvType, KvTypes, SwaKv};
 pub use recurrent::{DeltaDims, DeltaIn, DeltaNet, DeltaState};
 
@@ -59,11 +59,42 @@ pub struct Rope<'a> {
     pub freq_scale: f32,
     /// Per-pair frequency divisors (`rope_freqs.weight`, length `n_rot/2`, f32).
     pub freq_factors: Option<WeightRef<'a>>,
+    /// YaRN (`rope.scaling.type = yarn`, gpt-oss); `None`: plain or linear scaling.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN's RoPE angles, as ggml computes them: pair `i`'s angle mixes the interpolated
+/// (`freq_scale`) and extrapolated angles by a ramp between the correction dimensions.
+/// ggml also scales cos/sin by `1 + 0.1·ln(1/freq_scale)`; with every dimension rotated
+/// that is the same as scaling `q·k` by its square, which the model folds into
+/// [`Attention::scale`] (`model::Config::attn_scale`), so no backend scales here.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    pub ext_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// `rope.scaling.original_context_length`.
+    pub n_ctx_orig: usize,
+}
+
+impl Yarn {
+    /// Per rotated pair, the multiplier of the extrapolated angle `pos·base^(−2i/n_rot)`:
+    /// `freq_scale·(1 − mix_i) + mix_i`, `mix_i` the ramp times `ext_factor`.
+    pub fn angle_factors(&self, n_rot: usize, base: f32, freq_scale: f32) -> Vec<f32> {
+        let [lo, hi] = cpu::ops::yarn_corr_dims(n_rot, self.n_ctx_orig, base, self.beta_fast, self.beta_slow);
+        (0..n_rot / 2)
+            .map(|i| {
+                let y = (i as f32 - lo) / (hi - lo).max(0.001);
+                let mix = (1.0 - y.clamp(0.0, 1.0)) * self.ext_factor;
+                freq_scale * (1.0 - mix) + mix
+            })
+            .collect()
+    }
 }
 
 /// Attention parameters of one layer.
 #[derive(Clone, Copy, Debug)]
-pub struct Attention {
+pub struct Attention<'a> {
     pub n_head: usize,
     pub n_kv_head: usize,
     pub head_dim_k: usize,
@@ -72,6 +103,9 @@ pub struct Attention {
     pub scale: f32,
     /// Sliding window: key at `pk` is visible to query at `pq` iff `pq - pk < window`.
     pub window: Option<usize>,
+    /// Attention sinks (gpt-oss's `attn_sinks`, `[n_head]` f32): one logit per head added
+    /// to the softmax's denominator (unscaled, no value).
+    pub sinks: Option<WeightRef<'a>>,
 }
 
 /// What [`Backend::rope_kv_write`] does to a layer's fresh q/k/v projections.

@@ -27,6 +27,44 @@ pub struct MoeFfn<'a, 'w> {
     /// Divide the selected probabilities by their sum (qwen3moe's `norm_topk_prob`).
     pub norm_top_k: bool,
     pub act: Glu,
+    /// How the router's logits become the selected experts' weights.
+    pub gating: Gating,
+    /// Biases of the router and of each expert's projections (gpt-oss).
+    pub biases: Option<MoeBiases<'a, 'w>>,
+    /// llama.cpp's `swiglu_oai` (gpt-oss) in place of `act`: `min(g, 7)·σ(1.702·min(g, 7))`
+    /// times `clamp(up, −7, 7) + 1`.
+    pub swiglu_oai: bool,
+}
+
+/// llama.cpp's expert gating functions that lode runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// A softmax over every expert's logit, then the top k (qwen3moe).
+    Softmax,
+    /// The top k logits, then a softmax over those k (gpt-oss: `SOFTMAX_WEIGHT`).
+    SoftmaxWeight,
+}
+
+/// The biases of a gpt-oss MoE layer: `ffn_gate_inp.bias` `[n_expert]`,
+/// `ffn_{gate,up}_exps.bias` `[n_ff, n_expert]`, `ffn_down_exps.bias` `[n_embd, n_expert]`.
+#[derive(Clone, Copy, Debug)]
+pub struct MoeBiases<'a, 'w> {
+    pub router: &'a WeightRef<'w>,
+    pub gate: &'a WeightRef<'w>,
+    pub up: &'a WeightRef<'w>,
+    pub down: &'a WeightRef<'w>,
+}
+
+/// llama.cpp's `swiglu_oai` constants (`LLM_FFN_SWIGLU_OAI_MOE`).
+pub const OAI_ALPHA: f32 = 1.702;
+pub const OAI_LIMIT: f32 = 7.0;
+
+/// `swiglu_oai` of one gate/up pair, as ggml's CPU computes it.
+#[inline]
+pub fn swiglu_oai(g: f32, u: f32) -> f32 {
+    let x = g.min(OAI_LIMIT);
+    let y = u.clamp(-OAI_LIMIT, OAI_LIMIT);
+    x / (1.0 + (OAI_ALPHA * -x).exp()) * (y + 1.0)
 }
 
 impl MoeFfn<'_, '_> {
@@ -55,7 +93,57 @@ impl MoeFfn<'_, '_> {
         if self.n_used == 0 || self.n_used > n_exp {
             return bad(format!("{} experts used of {n_exp}", self.n_used));
         }
+        if let Some(b) = &self.biases {
+            let len = |w: &WeightRef| w.row_len() * w.n_rows();
+            let (fu, eu) = (f as usize, e);
+            if len(b.router) != n_exp || len(b.gate) != fu * n_exp || len(b.up) != fu * n_exp || len(b.down) != eu * n_exp {
+                return bad(format!(
+                    "biases `{}`, `{}`, `{}`, `{}` do not match {n_exp} experts of {fu} rows over {eu}",
+                    b.router.name(), b.gate.name(), b.up.name(), b.down.name()
+                ));
+            }
+        }
         Ok((e, n_exp, f as usize))
+    }
+
+    /// Whether the trait's default ([`moe_ffn_unfused`], made of primitive ops) computes
+    /// this layer: not with biases, `swiglu_oai` or another gating (a backend then runs
+    /// the CPU's arithmetic, [`crate::backend::cpu::moe::moe_host`]).
+    pub fn plain(&self) -> bool {
+        self.biases.is_none() && !self.swiglu_oai && self.gating == Gating::Softmax
+    }
+
+    /// Every token's routing from its router logits (the router's bias already added),
+    /// by this layer's gating.
+    pub fn routes(&self, logits: &[f32], n_expert: usize) -> Vec<(u32, f32)> {
+        match self.gating {
+            Gating::Softmax => route_rows(logits, n_expert, self.n_used, self.norm_top_k),
+            Gating::SoftmaxWeight => {
+                let mut all = Vec::with_capacity(logits.len() / n_expert.max(1) * self.n_used);
+                for row in logits.chunks_exact(n_expert.max(1)) {
+                    route_weight(row, self.n_used, self.norm_top_k, &mut all);
+                }
+                all
+            }
+        }
+    }
+}
+
+/// [`Gating::SoftmaxWeight`] of one token, appended to `out`: the `n_used` largest logits
+/// (ties: the lower index first), weighted by a softmax over those (ggml's: max
+/// subtracted, f64 sum, times the f32 reciprocal), then renormalised if `norm_top_k`.
+pub fn route_weight(logits: &[f32], n_used: usize, norm_top_k: bool, out: &mut Vec<(u32, f32)>) {
+    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+    idx.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+    let sel = &idx[..n_used.min(idx.len())];
+    let max = sel.iter().map(|&i| logits[i as usize]).fold(f32::NEG_INFINITY, f32::max);
+    let p: Vec<f32> = sel.iter().map(|&i| (logits[i as usize] - max).exp()).collect();
+    let inv = (1.0 / p.iter().map(|&v| v as f64).sum::<f64>()) as f32;
+    let start = out.len();
+    out.extend(sel.iter().zip(&p).map(|(&i, &v)| (i, v * inv)));
+    if norm_top_k {
+        let s: f32 = out[start..].iter().map(|x| x.1).sum::<f32>().max(MIN_WEIGHT_SUM);
+        out[start..].iter_mut().for_each(|x| x.1 /= s);
     }
 }
 
@@ -178,6 +266,15 @@ pub fn expert_tensor_layer(name: &str) -> Option<usize> {
     n.parse().ok()
 }
 
+/// The primitive-op default refuses what it does not compute (biases, `swiglu_oai`,
+/// other gating), naming the layer.
+fn not_plain(p: &MoeFfn) -> Result<()> {
+    if p.plain() {
+        return Ok(());
+    }
+    Err(BackendError::Invalid { op: "moe_ffn", msg: format!("`{}`: expert biases, swiglu_oai and softmax-weight gating run only in the CPU's MoE arithmetic (moe_host)", p.gate.name()) })
+}
+
 /// Matrix `e` of the 3-D tensor `w`, or an error naming it.
 pub fn expert<'w>(w: &WeightRef<'w>, e: usize) -> Result<WeightRef<'w>> {
     w.expert(e).ok_or_else(|| BackendError::Invalid { op: "moe_ffn", msg: format!("`{}` has no expert {e}", w.name()) })
@@ -192,6 +289,7 @@ pub fn expert<'w>(w: &WeightRef<'w>, e: usize) -> Result<WeightRef<'w>> {
 /// matvecs (no host read) are the next step of issue 25.
 pub fn moe_ffn_unfused<B: Backend + ?Sized>(be: &mut B, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
     let (_, n_exp, _) = p.dims()?;
+    not_plain(p)?;
     be.matmul(p.router, x, n_tok, tmp.logits)?;
     let mut logits = vec![0f32; n_tok * n_exp];
     be.read(tmp.logits, &mut logits)?;
@@ -215,6 +313,7 @@ pub fn router_logits_host(router: &WeightRef, x: &[f32], n_tok: usize) -> Result
 #[allow(clippy::too_many_arguments)]
 pub fn moe_experts<B: Backend + ?Sized>(be: &mut B, x: Buf, n_tok: usize, p: &MoeFfn, routes: &[(u32, f32)], out: Buf, tmp: &MoeScratch) -> Result<()> {
     let (e, n_exp, _) = p.dims()?;
+    not_plain(p)?;
     let k = p.n_used;
     if routes.len() != n_tok * k {
         return Err(BackendError::Invalid { op: "moe_ffn", msg: format!("{} routes for {n_tok} tokens of {k} experts", routes.len()) });

@@ -1,12 +1,12 @@
 //! Hyper-parameters of a model, read from GGUF metadata (reference §1.6, §5).
 
-use crate::backend::{DeltaDims, Glu, RopeMode};
+use crate::backend::{DeltaDims, Gating, Glu, RopeMode, Yarn};
 use crate::gguf::{GgufFile, MetaValue};
 
 use super::ModelError;
 
 /// The architectures lode runs (`general.architecture` values).
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35", "qwen35moe"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35", "qwen35moe", "gpt-oss"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -22,6 +22,9 @@ pub enum Arch {
     /// Qwen3.5 / 3.6 mixture of experts (35B-A3B): qwen35's layers with routed experts and
     /// a gated shared expert.
     Qwen35Moe,
+    /// OpenAI's gpt-oss (llama.cpp's `openai_moe`): biased attention with sinks and an
+    /// alternating sliding window, YaRN RoPE, biased experts with a clamped SwiGLU.
+    GptOss,
 }
 
 impl Arch {
@@ -34,6 +37,7 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Qwen35 => "qwen35",
             Arch::Qwen35Moe => "qwen35moe",
+            Arch::GptOss => "gpt-oss",
         }
     }
 }
@@ -59,8 +63,11 @@ pub struct Config {
     pub rope_base: f32,
     /// 1 / linear scaling factor (global layers only for gemma3).
     pub rope_freq_scale: f32,
-    /// RoPE base of sliding-window layers.
+    /// RoPE base and frequency scale of sliding-window layers.
     pub rope_base_swa: f32,
+    pub rope_freq_scale_swa: f32,
+    /// YaRN RoPE (`rope.scaling.type = yarn`), every layer.
+    pub yarn: Option<Yarn>,
     /// Per layer: does it use the sliding window?
     pub swa_layers: Vec<bool>,
     pub n_swa: usize,
@@ -101,6 +108,10 @@ pub struct Experts {
     /// Divide the selected experts' probabilities by their sum (qwen3moe: always, as
     /// llama.cpp's graph for it does).
     pub norm_top_k: bool,
+    /// Softmax then top-k (qwen3moe), or top-k then softmax (gpt-oss).
+    pub gating: Gating,
+    /// gpt-oss's clamped SwiGLU (`swiglu_oai`) and expert biases.
+    pub swiglu_oai: bool,
 }
 
 impl Config {
@@ -117,6 +128,7 @@ impl Config {
             "gemma3" => Arch::Gemma3,
             "qwen35" => Arch::Qwen35,
             "qwen35moe" => Arch::Qwen35Moe,
+            "gpt-oss" => Arch::GptOss,
             other => {
                 return Err(ModelError::UnsupportedArch {
                     arch: other.to_string(),
@@ -139,7 +151,8 @@ impl Config {
         // Blocks past `block_count - nextn_predict_layers` are multi-token-prediction heads
         // (qwen35), which the forward pass does not run.
         let n_layer = req("block_count")?.saturating_sub(opt("nextn_predict_layers")?.unwrap_or(0));
-        let experts = experts(&opt, a)?;
+        let oss = arch == Arch::GptOss;
+        let experts = experts(&opt, a)?.map(|x| if oss { Experts { norm_top_k: false, gating: Gating::SoftmaxWeight, swiglu_oai: true, ..x } } else { x });
         // A MoE model's dense `feed_forward_length` is informational (no dense FFN reads it).
         let n_ff = if experts.is_some() { opt("feed_forward_length")?.unwrap_or(0) } else { req("feed_forward_length")? };
         let n_head = req("attention.head_count")?;
@@ -159,8 +172,12 @@ impl Config {
         let eps = optf("attention.layer_norm_rms_epsilon")?
             .ok_or_else(|| ModelError::MissingKey(format!("{a}.attention.layer_norm_rms_epsilon")))?;
         let rope_base = optf("rope.freq_base")?.unwrap_or(10000.0);
-        let rope_base_swa = optf("rope.freq_base_swa")?.unwrap_or(10000.0);
-        let rope_freq_scale = rope_scale(file, a)?;
+        // gpt-oss's sliding-window layers share the global base and scale (llama.cpp).
+        let rope_base_swa = optf("rope.freq_base_swa")?.unwrap_or(if oss { rope_base } else { 10000.0 });
+        let (rope_freq_scale, yarn, yarn_mag) = rope_scale(file, a, opt("context_length")?.unwrap_or(4096))?;
+        if yarn.is_some() && n_rot != head_dim_k {
+            return Err(ModelError::BadConfig(format!("{a}: YaRN RoPE over {n_rot} of {head_dim_k} dimensions is not supported (lode folds its magnitude into the attention scale)")));
+        }
 
         let gemma = arch == Arch::Gemma3;
         let hybrid = matches!(arch, Arch::Qwen35 | Arch::Qwen35Moe);
@@ -173,15 +190,21 @@ impl Config {
         if hybrid {
             rope_sections_plain(file, a, n_rot)?;
         }
-        let n_swa = if gemma { opt("attention.sliding_window")?.unwrap_or(0) } else { 0 };
-        let swa_layers = if gemma && n_swa > 0 { swa_pattern(file, a, n_layer)? } else { vec![false; n_layer] };
+        let n_swa = match arch {
+            Arch::Gemma3 => opt("attention.sliding_window")?.unwrap_or(0),
+            Arch::GptOss => req("attention.sliding_window")?,
+            _ => 0,
+        };
+        // Gemma 3: five local layers in six; gpt-oss: every other layer from layer 0.
+        let swa_layers = if (gemma || oss) && n_swa > 0 { swa_pattern(file, a, n_layer, if oss { 2 } else { 6 })? } else { vec![false; n_layer] };
         let explicit_scale = if gemma { None } else { optf("attention.scale")? };
         let (attn_scale, q_scale, embd_scale) = if gemma {
             // llama.cpp derives Gemma 3's query scale from the model size (27B: 62 layers).
             let s = if n_layer == 62 { 1.0 / ((n_embd / n_head) as f32).sqrt() } else { 1.0 / (head_dim_k as f32).sqrt() };
             (1.0, Some(s), Some((n_embd as f32).sqrt()))
         } else {
-            (explicit_scale.unwrap_or(1.0 / (head_dim_k as f32).sqrt()), None, None)
+            // YaRN's cos/sin magnitude on q and k, as one factor on q·k.
+            (explicit_scale.unwrap_or(1.0 / (head_dim_k as f32).sqrt()) * yarn_mag * yarn_mag, None, None)
         };
         Ok(Config {
             arch,
@@ -200,6 +223,8 @@ impl Config {
             rope_base,
             rope_freq_scale,
             rope_base_swa,
+            rope_freq_scale_swa: if oss { rope_freq_scale } else { 1.0 },
+            yarn,
             swa_layers,
             n_swa,
             attn_scale,
@@ -210,7 +235,7 @@ impl Config {
             recurrent,
             recurrent_layers,
             attn_out_gate: hybrid,
-            ffn_norm_name: if hybrid { "post_attention_norm" } else { "ffn_norm" },
+            ffn_norm_name: if hybrid || oss { "post_attention_norm" } else { "ffn_norm" },
             n_ff_shared: opt("expert_shared_feed_forward_length")?.unwrap_or(n_ff),
         })
     }
@@ -233,7 +258,7 @@ impl Config {
     /// RoPE base and frequency scale of layer `l`.
     pub fn rope_for_layer(&self, l: usize) -> (f32, f32) {
         if self.swa_layers[l] {
-            (self.rope_base_swa, 1.0)
+            (self.rope_base_swa, self.rope_freq_scale_swa)
         } else {
             (self.rope_base, self.rope_freq_scale)
         }
@@ -253,7 +278,7 @@ fn experts(opt: &dyn Fn(&str) -> Result<Option<usize>, ModelError>, a: &str) -> 
             "{a}: {n_used} experts used of {n_expert}, expert FFN length {n_ff}: need 1 ≤ used ≤ count and a positive length"
         )));
     }
-    Ok(Some(Experts { n_expert, n_used, n_ff, norm_top_k: true }))
+    Ok(Some(Experts { n_expert, n_used, n_ff, norm_top_k: true, gating: Gating::Softmax, swiglu_oai: false }))
 }
 
 /// qwen35's gated delta net: its dimensions from the `ssm.*` keys, and which layers are
@@ -308,24 +333,41 @@ fn rope_sections_plain(file: &GgufFile, a: &str, n_rot: usize) -> Result<(), Mod
     Ok(())
 }
 
-/// `1/factor` for linear scaling; 1 for none. Other scaling types are refused.
-fn rope_scale(file: &GgufFile, a: &str) -> Result<f32, ModelError> {
+/// The frequency scale (`1/factor` for linear and YaRN scaling; 1 for none), YaRN's
+/// parameters as llama.cpp derives them (`ext_factor` 1, `beta_fast` 32, `beta_slow` 1,
+/// the original context `rope.scaling.original_context_length`, default the training
+/// context) and YaRN's magnitude factor (1 without YaRN): llama.cpp's `attn_factor`
+/// `mscale(factor) / (1 + 0.1·ln factor)` times ggml's own `1 + 0.1·ln factor`, in f32
+/// as they compute it. Other scaling types are refused.
+fn rope_scale(file: &GgufFile, a: &str, n_ctx_train: usize) -> Result<(f32, Option<Yarn>, f32), ModelError> {
     let ty = file.get_str(&format!("{a}.rope.scaling.type"))?.unwrap_or("none");
     let factor = file.get_f32(&format!("{a}.rope.scaling.factor"))?.unwrap_or(1.0);
     match ty {
-        "none" => Ok(1.0),
-        "linear" if factor > 0.0 => Ok(1.0 / factor),
+        "none" => Ok((1.0, None, 1.0)),
+        "linear" if factor > 0.0 => Ok((1.0 / factor, None, 1.0)),
+        "yarn" if factor > 0.0 => {
+            if file.get_f32(&format!("{a}.rope.scaling.yarn_log_multiplier"))?.is_some_and(|m| m != 0.0) {
+                return Err(ModelError::BadConfig(format!("{a}.rope.scaling.yarn_log_multiplier is not supported")));
+            }
+            let n_ctx_orig = uniform_u64(file, &format!("{a}.rope.scaling.original_context_length"))?.map_or(n_ctx_train, |v| v as usize);
+            let freq_scale = 1.0 / factor;
+            let f = 1.0 / freq_scale;
+            let mscale = if f <= 1.0 { 1.0 } else { 0.1 * f.ln() + 1.0 };
+            let attn_factor = mscale * (1.0 / (1.0 + 0.1 * f.ln()));
+            let magnitude = attn_factor * (1.0 + 0.1 * (1.0 / freq_scale).ln());
+            Ok((freq_scale, Some(Yarn { ext_factor: 1.0, beta_fast: 32.0, beta_slow: 1.0, n_ctx_orig }), magnitude))
+        }
         // llama-3 style scaling ships as `rope_freqs.weight` and says `linear`/`none`
-        // or omits the type; YaRN and LongRoPE need extra math lode does not have.
+        // or omits the type; LongRoPE needs extra math lode does not have.
         other => Err(ModelError::BadConfig(format!(
-            "{a}.rope.scaling.type `{other}` (factor {factor}) is not supported (supported: none, linear)"
+            "{a}.rope.scaling.type `{other}` (factor {factor}) is not supported (supported: none, linear, yarn)"
         ))),
     }
 }
 
-/// Gemma 3's sliding-window layers: a period P (default 6; layer l is local iff
-/// `l mod P < P-1`) or an explicit per-layer bool array.
-fn swa_pattern(file: &GgufFile, a: &str, n_layer: usize) -> Result<Vec<bool>, ModelError> {
+/// The sliding-window layers: a period P (default `default`: Gemma 3's 6, gpt-oss's 2;
+/// layer l is local iff `l mod P < P-1`) or an explicit per-layer bool array.
+fn swa_pattern(file: &GgufFile, a: &str, n_layer: usize, default: usize) -> Result<Vec<bool>, ModelError> {
     let key = format!("{a}.attention.sliding_window_pattern");
     if let Some(MetaValue::Array(_, items)) = file.get(&key) {
         let v: Vec<bool> = items.iter().map(|x| matches!(x, MetaValue::Bool(true))).collect();
@@ -334,7 +376,7 @@ fn swa_pattern(file: &GgufFile, a: &str, n_layer: usize) -> Result<Vec<bool>, Mo
         }
         return Ok(v);
     }
-    let p = file.get_u64(&key)?.unwrap_or(6) as usize;
+    let p = file.get_u64(&key)?.unwrap_or(default as u64) as usize;
     Ok((0..n_layer).map(|l| p == 0 || l % p < p - 1).collect())
 }
 

@@ -2,7 +2,7 @@
 //! (reference §5). Architecture differences are data in [`Config`] and optional
 //! weights in [`Layer`], not branches on the architecture name.
 
-use crate::backend::{norm_in, Attention, Backend, Buf, KvCache, MoeFfn, MoeScratch, NormIn, QkvPrep, Rope};
+use crate::backend::{norm_in, Attention, Backend, Buf, KvCache, MoeBiases, MoeFfn, MoeScratch, NormIn, QkvPrep, Rope};
 
 use super::hybrid::{HybridScratch, RecurrentState};
 use super::{Model, ModelError};
@@ -186,6 +186,7 @@ impl Model {
                 freq_base: base,
                 freq_scale: scale,
                 freq_factors: rope_freqs,
+                yarn: c.yarn,
             };
             let prep = QkvPrep {
                 n_head: c.n_head,
@@ -204,6 +205,7 @@ impl Model {
                 head_dim_v: c.head_dim_v,
                 scale: c.attn_scale,
                 window: c.swa_layers[l].then_some(c.n_swa),
+                sinks: aw.sinks.map(|id| self.w(id)),
             };
             // The cache holds the attention layers only.
             let kl = c.kv_slot(l);
@@ -229,7 +231,15 @@ impl Model {
             if let Some(h) = gated {
                 be.mul_sigmoid(s.att, h.gate, n, c.n_head * c.head_dim_v, false)?;
             }
-            let attn_add = self.project(be, aw.wo, ly.post_attn_norm, s.att, n, s)?;
+            let attn_add = match aw.bo {
+                // gpt-oss: the output projection's bias, added before the residual.
+                Some(bo) => {
+                    be.matmul(&self.w(aw.wo), s.att, n, s.xb2)?;
+                    be.add_bias(s.xb2, n, &self.w(bo))?;
+                    true
+                }
+                None => self.project(be, aw.wo, ly.post_attn_norm, s.att, n, s)?,
+            };
             pending_add = self.ffn_block(be, l, ly, attn_add, n, s)?;
         }
         let (norm, head) = (self.w(self.output_norm), self.w(self.output));
@@ -297,7 +307,20 @@ impl Model {
                 };
                 norm_in(be, &norm, n)?;
                 let (router, down) = (self.w(r), self.w(ly.down));
-                let p = MoeFfn { router: &router, gate: &gate, up: &up, down: &down, n_used: x.n_used, norm_top_k: x.norm_top_k, act: c.act };
+                let bw = ly.moe_bias.map(|ids| ids.map(|id| self.w(id)));
+                let biases = bw.as_ref().map(|[router, gate, up, down]| MoeBiases { router, gate, up, down });
+                let p = MoeFfn {
+                    router: &router,
+                    gate: &gate,
+                    up: &up,
+                    down: &down,
+                    n_used: x.n_used,
+                    norm_top_k: x.norm_top_k,
+                    act: c.act,
+                    gating: x.gating,
+                    biases,
+                    swiglu_oai: x.swiglu_oai,
+                };
                 be.moe_ffn(s.xb, n, &p, s.xb2, tmp)?;
                 if let (Some(sh), Some(hs)) = (&ly.shared, &s.hybrid) {
                     self.shared_expert(be, sh, hs, s.xb, n, s.xb2)?;

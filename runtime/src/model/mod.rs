@@ -65,6 +65,9 @@ pub struct Layer {
     pub router: Option<WeightId>,
     /// A shared expert beside the routed ones (qwen35moe).
     pub shared: Option<SharedExpert>,
+    /// The router's and experts' biases (gpt-oss): `ffn_gate_inp.bias`,
+    /// `ffn_{gate,up,down}_exps.bias`.
+    pub moe_bias: Option<[WeightId; 4]>,
     pub post_ffw_norm: Option<WeightId>,
 }
 
@@ -91,6 +94,10 @@ pub struct AttnWeights {
     pub q_norm: Option<WeightId>,
     pub k_norm: Option<WeightId>,
     pub wo: WeightId,
+    /// `attn_output.bias` (gpt-oss).
+    pub bo: Option<WeightId>,
+    /// `attn_sinks.weight` `[n_head]` (gpt-oss).
+    pub sinks: Option<WeightId>,
 }
 
 /// A gated delta net block's weights (llama.cpp's names; [`crate::backend::recurrent`]
@@ -172,6 +179,7 @@ impl Model {
         let rope_freqs = opt("rope_freqs.weight", &[(c.n_rot / 2) as u64])?;
         let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 | Arch::Qwen35 | Arch::Qwen35Moe);
         let gemma = c.arch == Arch::Gemma3;
+        let oss = c.arch == Arch::GptOss;
         // With an output gate, attn_q holds each head's query then its gate.
         let qd_w = if c.attn_out_gate { 2 * qd } else { qd };
         let mut layers = Vec::with_capacity(c.n_layer);
@@ -197,7 +205,9 @@ impl Model {
                     let q_norm = req_if(qk_norm, "attn_q_norm.weight", &[c.head_dim_k as u64])?;
                     let k_norm = req_if(qk_norm, "attn_k_norm.weight", &[c.head_dim_k as u64])?;
                     let wo = get(&n("attn_output.weight"), &[od, e])?;
-                    (Some(AttnWeights { wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo }), None)
+                    let bo = req_if(oss, "attn_output.bias", &[e])?;
+                    let sinks = req_if(oss, "attn_sinks.weight", &[c.n_head as u64])?;
+                    (Some(AttnWeights { wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, sinks }), None)
                 }
             };
             // Gemma's norm after attention (qwen35's tensor of that name is its FFN norm).
@@ -224,8 +234,20 @@ impl Model {
                 }
                 _ => None,
             };
+            let moe_bias = match (c.experts, oss) {
+                (Some(x), true) => {
+                    let (f, ne) = (x.n_ff as u64, x.n_expert as u64);
+                    Some([
+                        get(&n("ffn_gate_inp.bias"), &[ne])?,
+                        get(&n("ffn_gate_exps.bias"), &[f, ne])?,
+                        get(&n("ffn_up_exps.bias"), &[f, ne])?,
+                        get(&n("ffn_down_exps.bias"), &[e, ne])?,
+                    ])
+                }
+                _ => None,
+            };
             let post_ffw_norm = req_if(gemma, "post_ffw_norm.weight", &[e])?;
-            layers.push(Layer { attn_norm, attn, delta, post_attn_norm, ffn_norm, gate, up, down, router, shared, post_ffw_norm });
+            layers.push(Layer { attn_norm, attn, delta, post_attn_norm, ffn_norm, gate, up, down, router, shared, moe_bias, post_ffw_norm });
         }
         let model = Model { cfg, file, tok_embd, output_norm, output, rope_freqs, layers };
         model.check_types()?;
@@ -254,8 +276,9 @@ impl Model {
             vecs.extend([l.attn_norm, l.ffn_norm]);
             vecs.extend([l.post_attn_norm, l.post_ffw_norm].into_iter().flatten());
             if let Some(a) = &l.attn {
-                vecs.extend([a.bq, a.bk, a.bv, a.q_norm, a.k_norm].into_iter().flatten());
+                vecs.extend([a.bq, a.bk, a.bv, a.q_norm, a.k_norm, a.bo, a.sinks].into_iter().flatten());
             }
+            vecs.extend(l.moe_bias.iter().flatten());
             if let Some(d) = &l.delta {
                 vecs.extend([d.conv, d.dt_bias, d.a, d.norm]);
             }
@@ -292,8 +315,9 @@ impl Model {
             v.extend([l.post_attn_norm, l.post_ffw_norm, l.router].into_iter().flatten());
             if let Some(a) = &l.attn {
                 v.extend([a.wq, a.wk, a.wv, a.wo]);
-                v.extend([a.bq, a.bk, a.bv, a.q_norm, a.k_norm].into_iter().flatten());
+                v.extend([a.bq, a.bk, a.bv, a.q_norm, a.k_norm, a.bo, a.sinks].into_iter().flatten());
             }
+            v.extend(l.moe_bias.iter().flatten());
             if let Some(d) = &l.delta {
                 v.extend([d.qkv, d.z, d.beta, d.alpha, d.conv, d.dt_bias, d.a, d.norm, d.out]);
             }

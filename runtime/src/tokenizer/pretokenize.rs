@@ -17,6 +17,11 @@ const LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])
 /// Qwen2's pattern: Llama 3's with single digits.
 const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// GPT-4o's (o200k) pattern as llama.cpp applies it (`LLAMA_VOCAB_PRE_TYPE_GPT4O`): the
+/// tokenizer.json's upper/lower-case letter classes written as "a letter that is not
+/// a-z" and "a letter that is not A-Z", contractions spelled out.
+const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// A pre-tokenizer family; names that share a regex list map to one variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PreTokenizer {
@@ -30,6 +35,8 @@ pub enum PreTokenizer {
     Llama3,
     /// `qwen2`, `deepseek-r1-qwen`, ...: Llama 3's pattern with single digits.
     Qwen2,
+    /// `gpt-4o` (gpt-oss's o200k), `llama4`, ...: GPT-4o's pattern.
+    Gpt4o,
 }
 
 /// Names accepted for each family (llama.cpp's aliases).
@@ -39,6 +46,7 @@ const NAMES: &[(PreTokenizer, &[&str])] = &[
     (PreTokenizer::Smollm, &["smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"]),
     (PreTokenizer::Llama3, &["llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "dbrx", "smaug-bpe"]),
     (PreTokenizer::Qwen2, &["qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan", "megrez"]),
+    (PreTokenizer::Gpt4o, &["gpt-4o", "llama4", "kanana2", "talkie"]),
 ];
 
 impl PreTokenizer {
@@ -76,9 +84,9 @@ impl PreTokenizer {
     }
 
     /// Whether detokenization removes spaces before punctuation (HF's
-    /// `clean_up_tokenization_spaces`); qwen2, smollm and command-r turn it off.
+    /// `clean_up_tokenization_spaces`); qwen2, smollm, command-r and gpt-4o turn it off.
     pub fn clean_spaces(self) -> bool {
-        !matches!(self, PreTokenizer::Smollm | PreTokenizer::Qwen2)
+        !matches!(self, PreTokenizer::Smollm | PreTokenizer::Qwen2 | PreTokenizer::Gpt4o)
     }
 
     fn patterns(self) -> &'static [&'static str] {
@@ -88,6 +96,7 @@ impl PreTokenizer {
             PreTokenizer::Smollm => &[r"\p{N}", GPT2],
             PreTokenizer::Llama3 => &[LLAMA3],
             PreTokenizer::Qwen2 => &[QWEN2],
+            PreTokenizer::Gpt4o => &[GPT4O],
         }
     }
 }
@@ -176,6 +185,17 @@ mod tests {
     fn gpt2_whitespace_run_leaves_last_space_to_the_word() {
         assert_eq!(pieces(PreTokenizer::Gpt2, "a   b"), ["a", "  ", " b"]);
         assert_eq!(pieces(PreTokenizer::Gpt2, "a   "), ["a", "   "]);
+    }
+
+    /// GPT-4o's pattern: a word keeps its leading punctuation-or-space and splits at a
+    /// lower-to-upper case change, digits go in threes, and `/` and newlines stay with
+    /// the punctuation before them.
+    #[test]
+    fn gpt4o_splits_case_runs_digits_and_punctuation() {
+        assert_eq!(pieces(PreTokenizer::Gpt4o, "HelloWorld 12345"), ["Hello", "World", " ", "123", "45"]);
+        assert_eq!(pieces(PreTokenizer::Gpt4o, "I'VE don't"), ["I'VE", " don't"]);
+        assert_eq!(pieces(PreTokenizer::Gpt4o, "a.b/\nc  d"), ["a", ".b", "/\n", "c", " ", " d"]);
+        assert_eq!(pieces(PreTokenizer::Gpt4o, "<|start|>user"), ["<|", "start", "|>", "user"]);
     }
 
     #[test]

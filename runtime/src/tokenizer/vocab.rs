@@ -331,6 +331,7 @@ impl VocabInfo {
             }
         }
         eog.extend([eos, eot, eom].into_iter().flatten());
+        harmony(&mut attrs, &token_to_id, &mut eog);
 
         // Model-name heuristics for strip attributes (phi-3 strips whitespace after specials).
         let name = v.name.as_deref().unwrap_or("").to_lowercase();
@@ -387,6 +388,22 @@ fn type_to_attr(t: i32) -> u32 {
         5 => attr::UNUSED,
         6 => attr::BYTE,
         _ => 0,
+    }
+}
+
+/// gpt-oss's o200k_harmony vocabulary, as llama.cpp treats it: the message-structure
+/// tokens are USER_DEFINED (always rendered), and with both `<|return|>` and `<|call|>`
+/// ending generation, `<|end|>` (the end of every message) does not.
+fn harmony(attrs: &mut [u32], token_to_id: &std::collections::HashMap<String, u32>, eog: &mut BTreeSet<u32>) {
+    for t in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+        if let Some(&id) = token_to_id.get(t) {
+            attrs[id as usize] = attr::USER_DEFINED;
+        }
+    }
+    let id = |t: &str| token_to_id.get(t).copied().filter(|i| eog.contains(i));
+    if let (Some(_), Some(_), Some(end)) = (id("<|return|>"), id("<|call|>"), id("<|end|>")) {
+        eog.remove(&end);
+        attrs[end as usize] = attr::USER_DEFINED;
     }
 }
 

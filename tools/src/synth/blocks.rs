@@ -92,6 +92,9 @@ fn fix_blocks(ty: GgmlType, buf: &mut [u8], rng: &mut Rng) {
             // d (f16), qs[16]: IQ4_NL w = d·K[q], |w| ≤ d·127; Q4_0 w = d·(q − 8), |w| ≤ d·8.
             GgmlType::IQ4_NL => block[0..2].copy_from_slice(&f16_in(rng, 1.5e-4, 3.9e-4)),
             GgmlType::Q4_0 => block[0..2].copy_from_slice(&f16_in(rng, 2.5e-3, 6e-3)),
+            // e (E8M0) then qs[16]: w = 2^(e−128)·M[q] with |M| ≤ 12, so e in 118..=120
+            // gives |w| ≤ 12·2^−8 < 0.047.
+            GgmlType::MXFP4 => block[0] = 118 + (rng.next() % 3) as u8,
             // d (f16) then codes: Q8_0 |w| ≤ d·128, Q5_0 |w| ≤ d·16.
             GgmlType::Q8_0 => block[0..2].copy_from_slice(&f16_in(rng, 1e-4, 4e-4)),
             GgmlType::Q5_0 => block[0..2].copy_from_slice(&f16_in(rng, 1e-3, 3e-3)),
@@ -112,7 +115,7 @@ fn fix_blocks(ty: GgmlType, buf: &mut [u8], rng: &mut Rng) {
 /// and their fallbacks for rows that are not whole super-blocks.
 pub fn supported(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ3_S | IQ4_NL | Q4_0 | Q5_0 | Q5_1 | Q8_0 | F16 | F32)
+    matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ3_S | IQ4_NL | Q4_0 | Q5_0 | Q5_1 | Q8_0 | MXFP4 | F16 | F32)
 }
 
 /// Write `n_bytes` of random valid `ty` data for tensor number `stream`.

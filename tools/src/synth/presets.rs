@@ -167,6 +167,16 @@ pub fn tokenizer(h: &Hparams) -> TokSpec {
             add_bos: false,
             template: CHATML,
         },
+        // o200k_harmony: eos `<|return|>`, pad `<|endoftext|>`, no BOS added.
+        (Tok::Arch, "gpt-oss") => TokSpec {
+            pre: "gpt-4o",
+            specials: super::gpt_oss::SPECIALS,
+            bos: 199998,
+            eos: 200002,
+            pad: 199999,
+            add_bos: false,
+            template: super::gpt_oss::TEMPLATE,
+        },
         (Tok::Arch, _) => TokSpec {
             pre: "llama-bpe",
             specials: &[

@@ -324,6 +324,17 @@ impl Kv {
         let wv = s.n_kv_head * dv;
         let (kd, vd) = (&self.k[layer], &self.v[layer]);
         let mode = Mode::of(s.ty, rows);
+        let sinks = match &p.sinks {
+            Some(w) => {
+                let mut v = vec![0f32; w.row_len() * w.n_rows()];
+                crate::quant::dequantize(w.ty(), w.data(), &mut v).map_err(|e| invalid(format!("`{}`: {e}", w.name())))?;
+                if v.len() != p.n_head {
+                    return Err(invalid(format!("`{}` has {} values for {} heads", w.name(), v.len(), p.n_head)));
+                }
+                Some(v)
+            }
+            None => None,
+        };
         // Query rows (token, head) per task: one each for decode, a few dozen for a
         // prompt so the scratch vectors below are made once per task, not per row.
         let n_rows = pos.len() * p.n_head;
@@ -352,6 +363,7 @@ impl Kv {
                 scores.clear();
                 scores.resize(pq + 1 - lo, 0.0);
                 let voff = kvh * dv;
+                let sink = sinks.as_ref().map(|v| v[h]);
                 if let Mode::OnePass = mode {
                     match (kh, kd.qrows()) {
                         (Some(kh), _) => {
@@ -361,11 +373,13 @@ impl Kv {
                         (None, Some(kq)) => attn_quant::scores(&qh, kq, kvh, la, p.scale, &mut q8, &mut scores),
                         (None, None) => unreachable!("a K plane is floats or blocks"),
                     }
+                    let keep = sink.map(|sk| sink_keep(&scores, sk));
                     match (vd.rows(), vd.qrows()) {
                         (Some(vc), _) => kern::online_f16(&scores, vc, wv, voff, la, &mut row, o),
                         (None, Some(vq)) => attn_quant::online_f32(&scores, vq, kvh, la, &mut row, o),
                         (None, None) => unreachable!("a V plane is floats or blocks"),
                     }
+                    apply_keep(o, keep);
                     continue;
                 }
                 let (kh, vc) = (kh.expect("float K"), vd.rows().expect("float V"));
@@ -374,23 +388,48 @@ impl Kv {
                     Mode::FlashRows => {
                         qh.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
                         kern::scores_tree(&qh, kh, n_ctx, la, p.scale, 64, &mut scores);
+                        let keep = sink.map(|sk| sink_keep(&scores, sk));
                         match split_keys(rows, pq, par.threads()) {
                             Some(chunk) => split_rows(&scores, vc, wv, voff, lo, base, chunk, &mut row, &mut acc, o),
                             None => kern::online_f16(&scores, vc, wv, voff, la, &mut row, o),
                         }
+                        apply_keep(o, keep);
                     }
                     Mode::FlashTiled => {
                         kern::scores(&qh, kh, n_ctx, la, p.scale, &mut scores);
+                        let keep = sink.map(|sk| sink_keep(&scores, sk));
                         attn_ggml::tiled(&scores, vc, wv, voff, la, &mut row, o);
+                        apply_keep(o, keep);
                     }
                     Mode::Plain { lanes_v } => {
                         kern::scores_tree(&qh, kh, n_ctx, la, p.scale, 64, &mut scores);
+                        let keep = sink.map(|sk| sink_keep(&scores, sk));
                         attn_ggml::no_fa(&mut scores, vc, wv, voff, la, lanes_v, &mut acc, &mut row, o);
+                        apply_keep(o, keep);
                     }
                 }
             }
         });
         Ok(())
+    }
+}
+
+/// The share of a row's softmax its keys keep beside an attention sink `sink` (one more
+/// logit in the denominator, with no value): `S / (S + e^(sink − M))`, `M` the scores'
+/// maximum and `S = Σ e^(score − M)`. The normalised output times this is the output
+/// with the sink, as llama.cpp's softmax and flash attention compute it.
+fn sink_keep(scores: &[f32], sink: f32) -> f32 {
+    let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if m == f32::NEG_INFINITY {
+        return 0.0;
+    }
+    let s: f32 = scores.iter().map(|&x| (x - m).exp()).sum();
+    s / (s + (sink - m).exp())
+}
+
+fn apply_keep(o: &mut [f32], keep: Option<f32>) {
+    if let Some(f) = keep {
+        o.iter_mut().for_each(|x| *x *= f);
     }
 }
 
@@ -451,8 +490,8 @@ mod tests {
         KvSpec { n_layer: 1, n_ctx: 8, n_kv_head: 1, head_dim_k: 2, head_dim_v: 2, ty: ty.into(), swa: None }
     }
 
-    fn attn(window: Option<usize>) -> Attention {
-        Attention { n_head: 2, n_kv_head: 1, head_dim_k: 2, head_dim_v: 2, scale: 1.0, window }
+    fn attn(window: Option<usize>) -> Attention<'static> {
+        Attention { n_head: 2, n_kv_head: 1, head_dim_k: 2, head_dim_v: 2, scale: 1.0, window, sinks: None }
     }
 
     #[test]
@@ -482,7 +521,7 @@ mod tests {
     fn quantized_caches_attend_like_the_f32_cache_and_copy() {
         let (n_ctx, nkv, d) = (40, 2, 32);
         let shape = |ty: KvTypes| KvSpec { n_layer: 1, n_ctx, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, ty, swa: None };
-        let a = Attention { n_head: 4, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, scale: 0.2, window: Some(30) };
+        let a = Attention { n_head: 4, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, scale: 0.2, window: Some(30), sinks: None };
         let val = |i: usize, s: usize| ((i * s % 29) as f32 - 14.0) * 0.07;
         let (k, v): (Vec<f32>, Vec<f32>) = ((0..n_ctx * nkv * d).map(|i| val(i, 7)).collect(), (0..n_ctx * nkv * d).map(|i| val(i, 11)).collect());
         let q: Vec<f32> = (0..3 * 4 * d).map(|i| val(i, 5)).collect();
@@ -526,7 +565,7 @@ mod tests {
     fn window_sized_cache_attends_as_the_full_cache() {
         let (n_ctx, nkv, d, window, chunk) = (700, 2, 32, 90, 70);
         let full = |ty: KvTypes| KvSpec { n_layer: 2, n_ctx, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, ty, swa: None };
-        let a = Attention { n_head: 4, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, scale: 0.2, window: Some(window) };
+        let a = Attention { n_head: 4, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, scale: 0.2, window: Some(window), sinks: None };
         let val = |i: usize, s: usize| ((i * s % 29) as f32 - 14.0) * 0.07;
         let (ty_f, ty_q) = (KvTypes::from(KvType::F16), KvTypes { k: KvType::Q8_0, v: KvType::Q4_0 });
         for ty in [ty_f, ty_q, KvType::F32.into()] {
@@ -552,6 +591,29 @@ mod tests {
             let old = r.base(0) as u32 - 1 + window as u32 - 1;
             let mut out = vec![0f32; 4 * d];
             assert!(r.attend(&crate::quant::RayonPool, 0, &vec![0.0; 4 * d], &[old], &a, &mut out).is_err());
+        }
+    }
+
+    /// A sink (one more logit in the denominator) scales each head's output by the keys'
+    /// share, by hand: one key with score 0 and a sink of ln 3 keep 1/4 of the value, in
+    /// every path (prompt and decode rounding, f32 and f16 caches).
+    #[test]
+    fn sinks_take_their_share_of_the_softmax() {
+        let mut g = crate::gguf::GgufWriter::new();
+        let sk = [3f32.ln(), f32::NEG_INFINITY];
+        g.add_tensor("sk", GgmlType::F32, &[2], bytemuck::cast_slice(&sk).to_vec());
+        let f = crate::gguf::GgufFile::from_bytes(g.to_bytes().unwrap()).unwrap();
+        let w = crate::weights::WeightRef::new(crate::weights::WeightId(0), f.tensor("sk").unwrap());
+        for ty in [KvType::F32, KvType::F16] {
+            let mut kv = Kv::new(spec(ty)).unwrap();
+            kv.write(0, &[0.0, 0.0], &[4.0, 8.0], &[0]).unwrap();
+            let a = Attention { sinks: Some(w), ..attn(None) };
+            let mut out = [0.0f32; 4];
+            kv.attend(&crate::quant::RayonPool, 0, &[1.0, 1.0, 1.0, 1.0], &[0], &a, &mut out).unwrap();
+            // Head 0: e^0 / (e^0 + 3) = 1/4 of (4, 8); head 1's sink is −∞: all of it.
+            assert!(out.iter().zip([1.0, 2.0, 4.0, 8.0]).all(|(a, b)| (a - b).abs() < 1e-6), "{ty:?}: {out:?}");
+            kv.attend_rowwise(&crate::quant::RayonPool, 0, &[1.0, 1.0, 1.0, 1.0], &[0], &a, &mut out).unwrap();
+            assert!(out.iter().zip([1.0, 2.0, 4.0, 8.0]).all(|(a, b)| (a - b).abs() < 1e-6), "{ty:?}: {out:?}");
         }
     }
 

@@ -61,7 +61,7 @@ pub struct CpuBackend {
 
 /// What a rope table depends on: position, `n_rot`, base and scale bits, the frequency
 /// factors' bits.
-type RopeKey = (u32, usize, u32, u32, Option<Vec<u32>>);
+type RopeKey = (u32, usize, u32, u32, Option<Vec<u32>>, Option<[u32; 4]>);
 
 impl CpuBackend {
     /// A backend running on `threads` threads (0: rayon's default).
@@ -158,7 +158,7 @@ fn invalid(op: &'static str, msg: String) -> BackendError {
 
 /// A small f32 weight (norm, bias, rope factors) as f32 values, borrowed when the
 /// mapping is aligned, else converted.
-fn f32_weight<'a>(w: &WeightRef<'a>, op: &'static str) -> Result<Cow<'a, [f32]>> {
+pub(crate) fn f32_weight<'a>(w: &WeightRef<'a>, op: &'static str) -> Result<Cow<'a, [f32]>> {
     let n = w.row_len() * w.n_rows();
     match w.ty() {
         GgmlType::F32 => match bytemuck::try_cast_slice::<u8, f32>(w.data()) {
@@ -380,13 +380,13 @@ impl Backend for CpuBackend {
         let mut v = self.take(x)?;
         let width = n_head * head_dim;
         if let [p] = *pos {
-            let key = (p, rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff.map(|f| f[..rope.n_rot / 2].iter().map(|x| x.to_bits()).collect()));
+            let key = (p, rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff.map(|f| f[..rope.n_rot / 2].iter().map(|x| x.to_bits()).collect()), rope.yarn.map(|y| [y.ext_factor, y.beta_fast, y.beta_slow, y.n_ctx_orig as f32].map(f32::to_bits)));
             let half = rope.n_rot / 2;
             let memo = match self.rope_memo.take() {
                 Some(m) if m.0 == key => m,
                 _ => {
                     let (mut c, mut s) = (vec![0.0f32; half], vec![0.0f32; half]);
-                    ops::rope_table(p, rope.n_rot, rope.freq_base, rope.freq_scale, ff, &mut c, &mut s);
+                    ops::rope_table(p, rope.n_rot, rope.freq_base, rope.freq_scale, ff, rope.yarn.as_ref(), &mut c, &mut s);
                     (key, c, s)
                 }
             };
@@ -408,7 +408,7 @@ impl Backend for CpuBackend {
                 let half = rope.n_rot / 2;
                 let (mut c, mut s) = (vec![0.0f32; half], vec![0.0f32; half]);
                 for (tok, &p) in toks.chunks_exact_mut(width).zip(&pos[i * per..]) {
-                    ops::rope_table(p, rope.n_rot, rope.freq_base, rope.freq_scale, ff, &mut c, &mut s);
+                    ops::rope_table(p, rope.n_rot, rope.freq_base, rope.freq_scale, ff, rope.yarn.as_ref(), &mut c, &mut s);
                     for head in tok.chunks_exact_mut(head_dim) {
                         ops::rope_head(head, rope.mode, rope.n_rot, &c, &s);
                     }
@@ -570,10 +570,10 @@ mod tests {
         let mut be = CpuBackend::new(2).unwrap();
         let x: Vec<f32> = (0..16).map(|i| i as f32 * 0.25 - 1.0).collect();
         let buf = be.alloc(16).unwrap();
-        let rope = |base: f32| Rope { mode: RopeMode::Neox, n_rot: 8, freq_base: base, freq_scale: 1.0, freq_factors: None };
+        let rope = |base: f32| Rope { mode: RopeMode::Neox, n_rot: 8, freq_base: base, freq_scale: 1.0, freq_factors: None, yarn: None };
         let want = |p: u32, base: f32| {
             let (mut c, mut s) = (vec![0.0; 4], vec![0.0; 4]);
-            ops::rope_table(p, 8, base, 1.0, None, &mut c, &mut s);
+            ops::rope_table(p, 8, base, 1.0, None, None, &mut c, &mut s);
             let mut y = x.clone();
             y.chunks_exact_mut(8).for_each(|h| ops::rope_head(h, RopeMode::Neox, 8, &c, &s));
             y

@@ -5,7 +5,7 @@
 //! times its weight into its slot; then the slots summed in the order of the selection,
 //! as llama.cpp adds its experts' views.
 
-use crate::backend::moe::{expert, group_by_expert, route_rows};
+use crate::backend::moe::{expert, group_by_expert, swiglu_oai};
 use crate::backend::{Buf, MoeFfn, Result};
 use crate::quant::{self, par_chunks, BatchItem, Isa};
 
@@ -43,7 +43,16 @@ pub fn moe_host(pool: &Team, isa: Isa, rowwise: bool, xs: &[f32], n: usize, p: &
         let xq = quant::quantize_rows_on(pool, router.ty(), xs, n, e).map_err(|er| quant_err("moe_ffn", router, er))?;
         let mut logits = vec![0f32; n * n_exp];
         mm(pool, router.data(), router.ty(), n_exp, &xq, &mut logits, isa).map_err(|er| quant_err("moe_ffn", router, er))?;
-        let routes = route_rows(&logits, n_exp, k, p.norm_top_k);
+        // gpt-oss: the biases as f32 (router [n_exp], gate/up [n_exp, f], down [n_exp, e]).
+        let biases = match &p.biases {
+            Some(b) => Some([b.router, b.gate, b.up, b.down].map(|w| super::f32_weight(w, "moe_ffn")).into_iter().collect::<Result<Vec<_>>>()?),
+            None => None,
+        };
+        if let Some(b) = &biases {
+            logits.chunks_exact_mut(n_exp).for_each(|row| row.iter_mut().zip(b[0].iter()).for_each(|(l, c)| *l += c));
+        }
+        let routes = p.routes(&logits, n_exp);
+        let add_rows = |y: &mut [f32], b: &[f32]| y.chunks_exact_mut(b.len()).for_each(|r| r.iter_mut().zip(b).for_each(|(a, c)| *a += c));
 
         // [k, n, e]: slot s of token t at (s·n + t)·e.
         let mut acc = vec![0f32; k * n * e];
@@ -71,11 +80,25 @@ pub fn moe_host(pool: &Team, isa: Isa, rowwise: bool, xs: &[f32], n: usize, p: &
                     mm(pool, w.data(), w.ty(), f, &xq, y, isa).map_err(|er| quant_err("moe_ffn", w, er))?;
                 }
             }
+            if let Some(b) = &biases {
+                add_rows(&mut hg, &b[1][ex * f..][..f]);
+                add_rows(&mut hu, &b[2][ex * f..][..f]);
+            }
             let per = if hg.len() <= 1024 { hg.len() } else { hg.len().div_ceil(2 * pool.threads()).max(512) };
-            par_chunks(pool, &mut hg, per.max(1), &|i, h| ops::glu_inplace(h, &hu[i * per..][..h.len()], p.act));
+            if p.swiglu_oai {
+                par_chunks(pool, &mut hg, per.max(1), &|i, h| {
+                    let n = h.len();
+                    h.iter_mut().zip(&hu[i * per..][..n]).for_each(|(g, &u)| *g = swiglu_oai(*g, u))
+                });
+            } else {
+                par_chunks(pool, &mut hg, per.max(1), &|i, h| ops::glu_inplace(h, &hu[i * per..][..h.len()], p.act));
+            }
             let hq = quant::quantize_rows_on(pool, d.ty(), &hg, m, f).map_err(|er| quant_err("moe_ffn", &d, er))?;
             let mut ye = vec![0f32; m * e];
             mm(pool, d.data(), d.ty(), e, &hq, &mut ye, isa).map_err(|er| quant_err("moe_ffn", &d, er))?;
+            if let Some(b) = &biases {
+                add_rows(&mut ye, &b[3][ex * e..][..e]);
+            }
             for (j, &(t, s)) in toks.iter().enumerate() {
                 let w = routes[t * k + s].1;
                 let dst = &mut acc[(s * n + t) * e..][..e];

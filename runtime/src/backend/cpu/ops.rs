@@ -2,7 +2,7 @@
 //! GPU twin is checked against, so each follows llama.cpp's arithmetic (f32 values,
 //! f64 sums where ggml uses them).
 
-use crate::backend::{Glu, RopeMode};
+use crate::backend::{Glu, RopeMode, Yarn};
 
 /// One row: `out = x / sqrt(mean(x²) + eps) ⊙ w`. `out` may alias nothing; see
 /// [`rms_norm_inplace`] for the in-place form.
@@ -38,25 +38,45 @@ fn rms_scale(x: &[f32], eps: f32) -> f32 {
     1.0 / (mean + eps).sqrt()
 }
 
-/// The cos/sin table of one position: `n_rot/2` pairs, ggml's iterative f32 theta.
+/// The cos/sin table of one position: `n_rot/2` pairs, ggml's iterative f32 theta (with
+/// YaRN: ggml's `rope_yarn` angle, the ramp between the correction dimensions; its
+/// magnitude factor is the model's, in the attention scale).
+#[allow(clippy::too_many_arguments)]
 pub fn rope_table(
     pos: u32,
     n_rot: usize,
     base: f32,
     freq_scale: f32,
     factors: Option<&[f32]>,
+    yarn: Option<&Yarn>,
     cos: &mut [f32],
     sin: &mut [f32],
 ) {
     let theta_scale = base.powf(-2.0 / n_rot as f32);
+    let (ext, corr) = match yarn {
+        Some(y) if y.ext_factor != 0.0 => (y.ext_factor, yarn_corr_dims(n_rot, y.n_ctx_orig, base, y.beta_fast, y.beta_slow)),
+        _ => (0.0, [0.0; 2]),
+    };
     let mut theta = pos as f32;
     for i in 0..n_rot / 2 {
         let ff = factors.map_or(1.0, |f| f[i]);
-        let t = freq_scale * (theta / ff);
+        let extrap = theta / ff;
+        let mut t = freq_scale * extrap;
+        if ext != 0.0 {
+            let y = (i as f32 - corr[0]) / (corr[1] - corr[0]).max(0.001);
+            let mix = (1.0 - y.clamp(0.0, 1.0)) * ext;
+            t = t * (1.0 - mix) + extrap * mix;
+        }
         cos[i] = t.cos();
         sin[i] = t.sin();
         theta *= theta_scale;
     }
+}
+
+/// ggml's `ggml_rope_yarn_corr_dims`: the first and last dimensions of YaRN's ramp.
+pub fn yarn_corr_dims(n_rot: usize, n_ctx_orig: usize, base: f32, beta_fast: f32, beta_slow: f32) -> [f32; 2] {
+    let dim = |beta: f32| n_rot as f32 * (n_ctx_orig as f32 / (beta * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln());
+    [dim(beta_fast).floor().max(0.0), dim(beta_slow).ceil().min(n_rot as f32 - 1.0)]
 }
 
 /// Rotates one head vector with a precomputed table. The rounding is that of ggml's
@@ -169,12 +189,12 @@ mod tests {
     #[test]
     fn rope_position_zero_is_identity_and_preserves_norm() {
         let (mut c, mut s) = (vec![0.0; 4], vec![0.0; 4]);
-        rope_table(0, 8, 10000.0, 1.0, None, &mut c, &mut s);
+        rope_table(0, 8, 10000.0, 1.0, None, None, &mut c, &mut s);
         let mut x: Vec<f32> = (0..8).map(|i| i as f32).collect();
         let orig = x.clone();
         rope_head(&mut x, RopeMode::Neox, 8, &c, &s);
         assert_eq!(x, orig);
-        rope_table(17, 8, 10000.0, 1.0, None, &mut c, &mut s);
+        rope_table(17, 8, 10000.0, 1.0, None, None, &mut c, &mut s);
         for mode in [RopeMode::Norm, RopeMode::Neox] {
             let mut y = orig.clone();
             rope_head(&mut y, mode, 8, &c, &s);

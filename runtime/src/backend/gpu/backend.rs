@@ -353,7 +353,7 @@ impl Backend for GpuBackend {
         let ff = self.rope_factors(rope)?;
         let pp = self.positions(pos)?;
         let ts = norm_rope::rope_theta_scale(rope.freq_base, rope.n_rot);
-        let r = norm_rope::rope(&self.rec(), xp, pp, ff, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, ts, rope.freq_scale, 1.0).map_err(err("rope"));
+        let r = norm_rope::rope(&self.rec(), xp, pp, ff, pos.len(), n_head, head_dim, rope.n_rot, rope.mode == RopeMode::Neox, ts, norm_rope::kernel_freq_scale(rope), 1.0).map_err(err("rope"));
         self.touch(x);
         r
     }
@@ -448,16 +448,16 @@ impl Backend for GpuBackend {
         Self::check_len("attention", out, on, pos.len() * p.n_head * p.head_dim_v)?;
         self.kv_visible("attention", kv, layer, pos, p.window)?;
         let (kc, vc, spec) = self.kv_layer("attention", kv, layer)?;
-        if p.head_dim_k != p.head_dim_v || p.n_kv_head != spec.n_kv_head || p.head_dim_k != spec.head_dim_k {
-            return Err(BackendError::Invalid { op: "attention", msg: "attention shape differs from the KV cache's".into() });
+        if let Some(msg) = rope_attn::attn_unsupported(p, &spec) {
+            return Err(BackendError::Invalid { op: "attention", msg });
         }
-        let window = p.window.unwrap_or(0);
+        let (window, sinks) = (p.window.unwrap_or(0), p.sinks.as_ref().map(|w| self.weight_f32(w)).transpose()?);
         let pp = self.positions(pos)?;
         let values = pos.len() * p.n_head * p.head_dim_v;
         // Decode: the output projection's q8_1 input, written by the attention kernel
         // itself where the plan says (it writes per head, so not the K form a K-quant
         // projection reads).
-        let plan = plan::attention(pos.len(), p.head_dim_k, self.act_wants_k(out), spec.ty, &self.tuning);
+        let plan = plan::attention(pos.len(), p.head_dim_k, self.act_wants_k(out), spec.ty, sinks.is_some(), &self.tuning);
         let q8 = match plan {
             plan::Attn::Flash { .. } => {
                 self.touch(out);
@@ -470,7 +470,7 @@ impl Backend for GpuBackend {
         if let plan::Attn::Quant { .. } = plan {
             attention::attention_kvq(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale, spec.ty).map_err(err("attention"))?;
         } else {
-            attention::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
+            attention::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale, sinks).map_err(err("attention"))?;
         }
         if q8.is_some() {
             self.act_produced(out, launch::ActFmt::Q8_1, 32, values);

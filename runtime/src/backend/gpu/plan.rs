@@ -485,11 +485,12 @@ pub enum Attn {
 
 /// How `attention` of `n_tok` queries runs over a cache of `kv` types; `wants_k`: the
 /// output projection reads the K form (which the per-head kernel cannot write).
-pub fn attention(n_tok: usize, head_dim: usize, wants_k: bool, kv: crate::backend::KvTypes, t: &Tuning) -> Attn {
+pub fn attention(n_tok: usize, head_dim: usize, wants_k: bool, kv: crate::backend::KvTypes, sinks: bool, t: &Tuning) -> Attn {
     if kv.any_quantized() {
         return Attn::Quant { q8: t.fuse && n_tok == 1 && head_dim % 32 == 0 && !wants_k };
     }
-    if n_tok >= 2 && flash_attn::flash_supports(head_dim) {
+    // Attention sinks (gpt-oss): only `attn_f16` adds them, prefill included.
+    if n_tok >= 2 && flash_attn::flash_supports(head_dim) && !sinks {
         return Attn::Flash { kernel: flash_attn::kernel_for(head_dim) };
     }
     Attn::Decode { q8: t.fuse && head_dim % 32 == 0 && !wants_k }

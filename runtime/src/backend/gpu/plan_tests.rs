@@ -146,10 +146,13 @@ fn decode_attention_fused_and_split_in_one_wave() {
 fn prefill_attention_is_flash_v2() {
     let t = Tuning::default();
     let f16 = crate::backend::KvType::F16.into();
-    assert_eq!(attention(512, 128, false, f16, &t), Attn::Flash { kernel: "flash_attn2_f16_d128" });
-    assert_eq!(attention(512, 256, false, f16, &t), Attn::Flash { kernel: "flash_attn2_f16_d256" });
-    assert_eq!(attention(1, 128, false, f16, &t), Attn::Decode { q8: true });
-    assert_eq!(attention(1, 128, true, f16, &t), Attn::Decode { q8: false });
+    assert_eq!(attention(512, 128, false, f16, false, &t), Attn::Flash { kernel: "flash_attn2_f16_d128" });
+    assert_eq!(attention(512, 256, false, f16, false, &t), Attn::Flash { kernel: "flash_attn2_f16_d256" });
+    assert_eq!(attention(1, 128, false, f16, false, &t), Attn::Decode { q8: true });
+    assert_eq!(attention(1, 128, true, f16, false, &t), Attn::Decode { q8: false });
+    // Attention sinks (gpt-oss): `attn_f16` at every size (the flash kernel has none).
+    assert_eq!(attention(512, 64, false, f16, true, &t), Attn::Decode { q8: true });
+    assert_eq!(attention(1, 64, true, f16, true, &t), Attn::Decode { q8: false });
     assert!(add_rms_norm(1024, false, &t) && !add_rms_norm(1000, false, &t) && !add_rms_norm(1024, true, &t));
 }
 
@@ -181,9 +184,9 @@ fn quantized_kv_caches_take_the_block_kernels() {
     let t = Tuning::default();
     let o = &mut Sm90::default();
     for ty in [KvTypes::from(KvType::Q8_0), KvTypes { k: KvType::F16, v: KvType::Q4_0 }, KvTypes { k: KvType::Q4_0, v: KvType::F16 }] {
-        assert_eq!(attention(512, 128, false, ty, &t), Attn::Quant { q8: false });
-        assert_eq!(attention(1, 128, false, ty, &t), Attn::Quant { q8: true });
-        assert_eq!(attention(1, 128, true, ty, &t), Attn::Quant { q8: false });
+        assert_eq!(attention(512, 128, false, ty, false, &t), Attn::Quant { q8: false });
+        assert_eq!(attention(1, 128, false, ty, false, &t), Attn::Quant { q8: true });
+        assert_eq!(attention(1, 128, true, ty, false, &t), Attn::Quant { q8: false });
         assert_eq!(kv_store(ty), KvStore::Quant);
         assert!(!attention_rows_batched(ty));
         let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: false };

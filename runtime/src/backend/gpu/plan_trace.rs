@@ -150,6 +150,16 @@ impl Backend for PlanTrace {
         self.touch(out);
         Ok(())
     }
+    // gpt-oss's MoE (biases, swiglu_oai, softmax-weight gating) has no GPU kernel yet: the
+    // GPU backend reads the rows back and runs the CPU's arithmetic (`gpu/backend/moe.rs`).
+    fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &crate::backend::MoeFfn, out: Buf, tmp: &crate::backend::MoeScratch) -> Result<()> {
+        if p.plain() {
+            return crate::backend::moe::moe_ffn_unfused(self, x, n_tok, p, out, tmp);
+        }
+        self.push("moe_ffn", format!("{} × {n_tok} tok", Self::names(&[p.router, p.gate, p.up, p.down])), "host: rows read back, the CPU's MoE (biases, swiglu_oai), written again");
+        self.touch(out);
+        Ok(())
+    }
     fn split_halves(&mut self, _src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
         self.push("split_halves", format!("{n_rows}×2×{half}"), "split_halves_f32");
         self.touch(a);
@@ -270,7 +280,7 @@ impl Backend for PlanTrace {
         let spec = *self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
         let values = pos.len() * p.n_head * p.head_dim_v;
         let what = format!("{} tok × {} heads ({} kv) × {}", pos.len(), p.n_head, p.n_kv_head, p.head_dim_k);
-        match plan::attention(pos.len(), p.head_dim_k, self.book.wants_k(out.0), spec.ty, &self.tuning) {
+        match plan::attention(pos.len(), p.head_dim_k, self.book.wants_k(out.0), spec.ty, p.sinks.is_some(), &self.tuning) {
             Attn::Flash { kernel } => {
                 self.push("attention", what, kernel);
                 self.touch(out);
@@ -403,7 +413,7 @@ impl Backend for PlanTrace {
         let norm_ok = |w: &Option<WeightRef>| w.as_ref().map(|w| w.row_len() * w.n_rows() == p.head_dim).unwrap_or(true);
         let bufs = [q, k, v, out];
         let distinct = (0..4).all(|i| (i + 1..4).all(|j| bufs[i] != bufs[j]));
-        let s = plan::QkvShape::of(p, &spec, norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && distinct);
+        let s = plan::QkvShape::of(p, &spec, norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && distinct && a.sinks.is_none());
         let window = a.window.unwrap_or(0);
         let max_keys = if window > 0 { window.min(spec.n_ctx) } else { spec.n_ctx };
         let shape = (a.head_dim_k, a.head_dim_v, a.n_head, a.n_kv_head);

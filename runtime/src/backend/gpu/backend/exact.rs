@@ -264,6 +264,9 @@ impl GpuBackend {
     }
 
     pub(super) fn exact_attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
+        if let Some(s) = &p.sinks {
+            return Err(invalid("attention", format!("attention sinks (`{}`) are not supported by the exact kernels yet", s.name())));
+        }
         if q == out {
             return Err(invalid("attention", "q and out must be different buffers".into()));
         }

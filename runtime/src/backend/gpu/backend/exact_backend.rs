@@ -143,6 +143,13 @@ impl Backend for ExactBackend {
         let (e, n_exp, _) = p.dims()?;
         let mut xs = vec![0f32; n_tok * e];
         self.0.read(x, &mut xs)?;
+        if !p.plain() {
+            // gpt-oss's biases and clamped SwiGLU: the CPU's arithmetic on the rows read back.
+            let pool = crate::backend::cpu::CpuBackend::build_pool(1)?;
+            let mut o = vec![0f32; n_tok * e];
+            crate::backend::cpu::moe::moe_host(&pool, crate::quant::Isa::best(), false, &xs, n_tok, p, p.dims().map(|(e, n, f)| (e, n, f, p.n_used))?, &mut o)?;
+            return self.0.write(out, &o);
+        }
         let logits = router_logits_host(p.router, &xs, n_tok)?;
         let routes = route_rows(&logits, n_exp, p.n_used, p.norm_top_k);
         moe_experts(self, x, n_tok, p, &routes, out, tmp)

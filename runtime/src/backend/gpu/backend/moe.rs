@@ -33,8 +33,14 @@ impl GpuBackend {
     pub(super) fn moe_ffn_device(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
         let (e, n_exp, f) = p.dims()?;
         let k = p.n_used;
+        // gpt-oss's biases, gating and clamped SwiGLU have no device kernels yet: the CPU
+        // computes such a layer as it computes `--n-cpu-moe` layers (a host pool of one
+        // thread per core made on first use).
+        if !p.plain() && self.cpu_experts.is_none() {
+            self.cpu_experts = Some((0, crate::backend::cpu::CpuBackend::build_pool(0)?));
+        }
         if let Some((layers, pool)) = &self.cpu_experts {
-            if crate::backend::moe::expert_tensor_layer(p.gate.name()).is_some_and(|l| l < *layers) {
+            if !p.plain() || crate::backend::moe::expert_tensor_layer(p.gate.name()).is_some_and(|l| l < *layers) {
                 // `--n-cpu-moe`: this layer's experts live in the file mapping; the CPU
                 // computes them on the rows read back (a sync point, as llama.cpp's copy).
                 let pool = pool.clone();

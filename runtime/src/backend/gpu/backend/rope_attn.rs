@@ -26,7 +26,6 @@ use crate::backend::gpu::driver::DevPtr;
 use crate::backend::gpu::plan;
 use super::probe::Probe;
 use crate::backend::{Attention, Backend, BackendError, Buf, KvCache, QkvPrep, Result, Rope};
-use crate::quant;
 use crate::weights::WeightRef;
 
 /// The fused decode attention's scratch (arrival counters + partial states).
@@ -50,11 +49,15 @@ impl GpuBackend {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fused_rope_kv_attention(&mut self, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep, a: &Attention, out: Buf) -> Result<()> {
         let Some(spec) = self.kvs.get(&kv.0).map(|c| c.spec) else { return Err(BackendError::BadKvHandle(kv)) };
+        if let Some(msg) = attn_unsupported(a, &spec) {
+            return Err(BackendError::Invalid { op: "attention", msg });
+        }
         let hd = p.head_dim;
         let norm_ok = |w: &Option<WeightRef>| w.as_ref().map(|w| w.row_len() * w.n_rows() == hd).unwrap_or(true);
         let bufs = [q, k, v, out];
         let distinct = (0..4).all(|i| (i + 1..4).all(|j| bufs[i] != bufs[j]));
-        let shape = plan::QkvShape::of(p, &spec, norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && distinct);
+        // The fused decode kernel has no sinks: with them, its unfused form (`attn_f16`).
+        let shape = plan::QkvShape::of(p, &spec, norm_ok(&p.q_norm) && norm_ok(&p.k_norm) && distinct && a.sinks.is_none());
         let window = a.window.unwrap_or(0);
         let max_keys = if window > 0 { window.min(spec.n_ctx) } else { spec.n_ctx };
         let attn = (a.head_dim_k, a.head_dim_v, a.n_head, a.n_kv_head);
@@ -151,19 +154,63 @@ impl GpuBackend {
     }
 }
 
+/// Why the GPU's attention kernels cannot run `p` over a cache of `spec`: a shape that
+/// differs from the cache's, or attention sinks (gpt-oss), which they do not add yet.
+pub(super) fn attn_unsupported(p: &Attention, spec: &crate::backend::KvSpec) -> Option<String> {
+    if p.head_dim_k != p.head_dim_v || p.n_kv_head != spec.n_kv_head || p.head_dim_k != spec.head_dim_k {
+        return Some("attention shape differs from the KV cache's".into());
+    }
+    // Only `attn_f16` adds sinks: not the quantized caches' kernel.
+    p.sinks.as_ref().filter(|_| spec.ty.any_quantized()).map(|s| format!("attention sinks (`{}`) with a {} cache: the GPU adds sinks over f16 caches only (use -ctk f16 -ctv f16)", s.name(), spec.ty))
+}
+
+/// The per-pair divisors the RoPE kernels read (angle of pair i: `freq_scale · pos ·
+/// theta_scale^i / ff_i`): the file's `rope_freqs` (or 1), with YaRN divided by
+/// [`crate::backend::Yarn::angle_factors`] (the kernels then get `freq_scale` 1), which
+/// is the CPU's angle `extrap · (freq_scale·(1 − mix) + mix)`.
+pub(super) fn factors(r: &crate::backend::Rope) -> Result<Vec<f32>> {
+    let half = r.n_rot / 2;
+    let mut v = match &r.freq_factors {
+        Some(f) => {
+            let mut v = vec![0f32; f.row_len() * f.n_rows()];
+            crate::quant::dequantize(f.ty(), f.data(), &mut v).map_err(|source| BackendError::Quant { op: "rope", weight: f.name().into(), source })?;
+            if v.len() < half {
+                return Err(BackendError::Invalid { op: "rope", msg: format!("`{}` has {} frequency factors, RoPE of {} dims needs {half}", f.name(), v.len(), r.n_rot) });
+            }
+            v
+        }
+        None => vec![1.0; half],
+    };
+    if let Some(y) = &r.yarn {
+        let a = y.angle_factors(r.n_rot, r.freq_base, r.freq_scale);
+        v.iter_mut().zip(&a).for_each(|(f, m)| *f /= m);
+    }
+    Ok(v)
+}
+
+/// The key of [`factors`]' upload: the weight's address, or with YaRN a hash of every
+/// input with the top bit set (no user-space address has it).
+pub(super) fn factors_key(r: &crate::backend::Rope) -> usize {
+    use std::hash::{Hash, Hasher};
+    let ptr = r.freq_factors.map_or(0, |f| f.data().as_ptr() as usize);
+    let Some(y) = &r.yarn else { return ptr };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (ptr, r.n_rot, r.freq_base.to_bits(), r.freq_scale.to_bits(), y.ext_factor.to_bits(), y.beta_fast.to_bits(), y.beta_slow.to_bits(), y.n_ctx_orig).hash(&mut h);
+    (h.finish() as usize) | (1 << (usize::BITS - 1))
+}
+
 impl GpuBackend {
-    /// The rope's frequency divisors as a device f32 vector (uploaded once per weight).
+    /// The rope's frequency divisors as a device f32 vector, uploaded once per weight (with
+    /// YaRN: divided by its angle factors, once per parameter set; [`factors`]).
     pub(super) fn rope_factors(&mut self, r: &Rope) -> Result<Option<DevPtr>> {
-        let Some(f) = r.freq_factors else { return Ok(None) };
-        let key = f.data().as_ptr() as usize;
+        if r.freq_factors.is_none() && r.yarn.is_none() {
+            return Ok(None);
+        }
+        let key = factors_key(r);
         if let Some(b) = self.inv_freq.get(&key) {
             return Ok(Some(b.ptr()));
         }
-        let mut v = vec![0f32; f.row_len() * f.n_rows()];
-        quant::dequantize(f.ty(), f.data(), &mut v).map_err(|source| BackendError::Quant { op: "rope", weight: f.name().into(), source })?;
-        if v.len() < r.n_rot / 2 {
-            return Err(BackendError::Invalid { op: "rope", msg: format!("`{}` has {} frequency factors, RoPE of {} dims needs {}", f.name(), v.len(), r.n_rot, r.n_rot / 2) });
-        }
+        let v = factors(r)?;
         self.barrier()?;
         let b = self.dev.upload_f32(&v).map_err(derr("rope"))?;
         let p = b.ptr();

@@ -49,6 +49,9 @@ impl GpuBackend {
         let n = pos.len();
         if let Some(kv) = kvs.first() {
             let (_, _, s) = self.kv_layer("attention_rows", *kv, layer)?;
+            if let Some(msg) = super::rope_attn::attn_unsupported(p, &s) {
+                return Err(crate::backend::BackendError::Invalid { op: "attention_rows", msg });
+            }
             if !plan::attention_rows_batched(s.ty) {
                 return crate::backend::attention_rows_unfused(self, q, k, v, kvs, layer, pos, p, out);
             }
@@ -67,12 +70,13 @@ impl GpuBackend {
             }
             caches.push((kc, vc));
         }
+        let sinks = p.sinks.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let pp = self.positions(pos)?;
         let window = p.window.unwrap_or(0);
         let table: Vec<u64> = caches.iter().flat_map(|&(kc, vc)| [kc, vc]).collect();
         let tp = self.stage_bytes(bytemuck::cast_slice(&table))?;
         elementwise::kv_store_rows(&self.rec(), kp, vp, tp, rk, rv, pp, n).map_err(err("kv_write"))?;
-        attention::attention_rows(&self.rec(), qp, tp, op, n, p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"))?;
+        attention::attention_rows(&self.rec(), qp, tp, op, n, p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale, sinks).map_err(err("attention"))?;
         self.touch(out);
         Ok(())
     }

@@ -24,18 +24,20 @@ pub fn rope_table(cap: usize, rope: &Rope) -> Result<Vec<f32>, quant::QuantError
     let (cos, sin) = out.split_at_mut(cap * half);
     for p in 0..cap {
         let (c, s) = (&mut cos[p * half..(p + 1) * half], &mut sin[p * half..(p + 1) * half]);
-        ops::rope_table(p as u32, rope.n_rot, rope.freq_base, rope.freq_scale, ff.as_deref(), c, s);
+        ops::rope_table(p as u32, rope.n_rot, rope.freq_base, rope.freq_scale, ff.as_deref(), rope.yarn.as_ref(), c, s);
     }
     Ok(out)
 }
 
-/// What a RoPE table depends on: n_rot, base and scale bits, the frequency factors' bits.
-pub type RopeKey = (usize, u32, u32, Option<Vec<u32>>);
+/// What a RoPE table depends on: n_rot, base and scale bits, the frequency factors' bits,
+/// YaRN's parameters.
+pub type RopeKey = (usize, u32, u32, Option<Vec<u32>>, Option<[u32; 4]>);
 
 /// The key of `rope`'s table.
 pub fn rope_key(rope: &Rope) -> RopeKey {
     let ff = rope.freq_factors.map(|f| f.data().chunks(4).map(|b| b.iter().fold(0u32, |a, &x| a << 8 | x as u32)).collect());
-    (rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff)
+    let yarn = rope.yarn.map(|y| [y.ext_factor, y.beta_fast, y.beta_slow, y.n_ctx_orig as f32].map(f32::to_bits));
+    (rope.n_rot, rope.freq_base.to_bits(), rope.freq_scale.to_bits(), ff, yarn)
 }
 
 /// `f16(gelu_tanh(h))` for every f16 bit pattern `h`: the CPU backend's GELU table

@@ -96,6 +96,16 @@ pub fn rope(d: &dyn Launch, x: DevPtr, pos: DevPtr, ff: Option<DevPtr>, n_tok: u
     ROPE.launch(d, [n_tok as u32, n_head as u32, 1], [128, 1, 1], &args)
 }
 
+/// The `freq_scale` the RoPE kernels get: with YaRN, 1 (its per-pair angle factors are in
+/// the frequency divisors the backend uploads, `backend/rope_attn.rs` `factors`).
+pub fn kernel_freq_scale(r: &crate::backend::Rope) -> f32 {
+    if r.yarn.is_some() {
+        1.0
+    } else {
+        r.freq_scale
+    }
+}
+
 /// Shapes and parameters of [`rope_kv`].
 #[derive(Clone, Copy, Debug)]
 pub struct RopeKv {
@@ -123,7 +133,7 @@ impl RopeKv {
             n_rot: p.rope.n_rot,
             neox: p.rope.mode == crate::backend::RopeMode::Neox,
             theta_scale: rope_theta_scale(p.rope.freq_base, p.rope.n_rot),
-            freq_scale: p.rope.freq_scale,
+            freq_scale: kernel_freq_scale(&p.rope),
             eps: p.eps,
             q_scale: p.q_scale.unwrap_or(1.0),
         }

@@ -152,7 +152,7 @@ fn rope(p: &mut Pair, rng: &mut Rng) -> Outcome {
             let (base, fs) = (if rng.range(0, 1) == 0 { 10_000.0 } else { 1_000_000.0 }, if rng.range(0, 1) == 0 { 1.0 } else { 0.25 });
             let (g, c) = p.both(&|be, _| {
                 let xb = input(be, &x)?;
-                be.rope(xb, n_head, head_dim, &pos, &Rope { mode, n_rot, freq_base: base, freq_scale: fs, freq_factors: None })?;
+                be.rope(xb, n_head, head_dim, &pos, &Rope { mode, n_rot, freq_base: base, freq_scale: fs, freq_factors: None, yarn: None })?;
                 output(be, xb, x.len())
             })?;
             n += same(&format!("{mode:?} tokens {n_tok} heads {n_head} dim {head_dim} rot {n_rot}"), &g, &c)?;
@@ -189,7 +189,7 @@ fn attention_case(p: &mut Pair, rng: &mut Rng, n_tok: usize, last: usize, n_head
     let (k, v) = (rng.vec(kv_pos.len() * n_kv * hd, 2.0), rng.vec(kv_pos.len() * n_kv * hd, 1.5));
     let q = rng.vec(n_tok * n_head * hd, 2.0);
     let pos: Vec<u32> = kv_pos[kv_pos.len() - n_tok..].to_vec();
-    let attn = Attention { n_head, n_kv_head: n_kv, head_dim_k: hd, head_dim_v: hd, scale: 1.0 / (hd as f32).sqrt(), window };
+    let attn = Attention { n_head, n_kv_head: n_kv, head_dim_k: hd, head_dim_v: hd, scale: 1.0 / (hd as f32).sqrt(), window, sinks: None };
     let (g, c) = p.both(&|be, _| {
         let kv = be.alloc_kv(&spec)?;
         let (kb, vb, qb, ob) = (input(be, &k)?, input(be, &v)?, input(be, &q)?, be.alloc(n_tok * n_head * hd)?);
@@ -227,7 +227,7 @@ fn attention_rows(p: &mut Pair, rng: &mut Rng) -> Outcome {
     let hist: Vec<(Vec<f32>, Vec<f32>)> = lens.iter().map(|&l| (rng.vec(l * n_kv * hd, 2.0), rng.vec(l * n_kv * hd, 1.5))).collect();
     let (q, k, v) = (rng.vec(3 * n_head * hd, 2.0), rng.vec(3 * n_kv * hd, 2.0), rng.vec(3 * n_kv * hd, 1.5));
     let pos: Vec<u32> = lens.iter().map(|&l| l as u32).collect();
-    let attn = Attention { n_head, n_kv_head: n_kv, head_dim_k: hd, head_dim_v: hd, scale: 0.125, window: None };
+    let attn = Attention { n_head, n_kv_head: n_kv, head_dim_k: hd, head_dim_v: hd, scale: 0.125, window: None, sinks: None };
     let (g, c) = p.both(&|be, _| {
         let mut kvs = Vec::new();
         for (i, &l) in lens.iter().enumerate() {

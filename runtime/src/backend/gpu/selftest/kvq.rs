@@ -63,7 +63,7 @@ fn stored(t: KvType, x: &[f32]) -> Result<Vec<u8>, String> {
 /// Writes the rows and runs the attention on `be`; returns the output.
 fn run_on<B: Backend + ?Sized>(be: &mut B, c: &Case, k: &[f32], v: &[f32], q: &[f32]) -> crate::backend::Result<(crate::backend::KvCache, Vec<f32>, Vec<Buf>)> {
     let spec = KvSpec { n_layer: 1, n_ctx: c.rows + 3, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: c.ty, swa: None };
-    let attn = Attention { n_head: c.n_head, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, scale: 1.0 / (c.hd as f32).sqrt(), window: c.window };
+    let attn = Attention { n_head: c.n_head, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, scale: 1.0 / (c.hd as f32).sqrt(), window: c.window, sinks: None };
     let kv = be.alloc_kv(&spec)?;
     let mut bufs = Vec::new();
     let mut input = |be: &mut B, x: &[f32]| -> crate::backend::Result<Buf> {

@@ -116,7 +116,7 @@ fn run<B: Backend + ?Sized>(be: &mut B, unfused: bool, c: &Case, x: &[f32], ws: 
     for (b, len) in tmp.bufs().into_iter().zip(lens) {
         be.write(b, &vec![f32::NAN; len])?;
     }
-    let p = MoeFfn { router: &ws[0], gate: &ws[1], up: &ws[2], down: &ws[3], n_used: c.k, norm_top_k, act: Glu::Silu };
+    let p = MoeFfn { router: &ws[0], gate: &ws[1], up: &ws[2], down: &ws[3], n_used: c.k, norm_top_k, act: Glu::Silu, gating: crate::backend::Gating::Softmax, biases: None, swiglu_oai: false };
     let r = if unfused { moe_ffn_unfused(be, xb, n, &p, out, &tmp) } else { be.moe_ffn(xb, n, &p, out, &tmp) };
     let mut y = vec![0f32; n * e];
     let r = r.and_then(|_| be.read(out, &mut y));

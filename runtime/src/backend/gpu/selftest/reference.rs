@@ -158,7 +158,7 @@ pub(crate) fn q8_blocks_check(acc: &mut Acc, case: &str, vals: &[f32], q: &[u8],
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn cpu_rope_head(x: &mut [f32], pos: i32, n_rot: usize, neox: bool, base: f32, freq_scale: f32, ff: Option<&[f32]>, af: f32) {
     let (mut c, mut s) = (vec![0f32; n_rot / 2], vec![0f32; n_rot / 2]);
-    crate::backend::cpu::ops::rope_table(pos as u32, n_rot, base, freq_scale, ff, &mut c, &mut s);
+    crate::backend::cpu::ops::rope_table(pos as u32, n_rot, base, freq_scale, ff, None, &mut c, &mut s);
     c.iter_mut().for_each(|v| *v *= af);
     s.iter_mut().for_each(|v| *v *= af);
     let mode = if neox { crate::backend::RopeMode::Neox } else { crate::backend::RopeMode::Norm };

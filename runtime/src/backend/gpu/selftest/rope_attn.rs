@@ -23,7 +23,9 @@
 //! factors and scale), q/k norms on and off, windows, positions 0, 1, 127, 128, 255 and
 //! past 1000, with caches big enough that the kernel splits the keys over several blocks,
 //! forced small parts (`set_attn_part_keys`) at short positions, and keys filling a few
-//! warps in order (position 40: three of 16 warps busy).
+//! warps in order (position 40: three of 16 warps busy); gpt-oss's YaRN RoPE (`_yarn`:
+//! its angles in the frequency divisors) and attention sinks (`_sinks`: the unfused
+//! store and `attn_f16`, the f64 reference times each head's share beside its sink).
 
 use super::report::{Acc, CheckReport, Rng};
 use super::ref_attention;
@@ -55,6 +57,11 @@ struct Case {
     scale: f32,
     /// The GPU's fewest keys per part (None: its default, one block iteration).
     part_keys: Option<usize>,
+    /// YaRN RoPE (gpt-oss: original context 4096, with `freq_scale` its 1/factor).
+    yarn: bool,
+    /// Attention sinks (gpt-oss: one logit per head in [−1, 3)); the GPU then runs the
+    /// unfused store and `attn_f16`.
+    sinks: bool,
 }
 
 fn cases() -> Vec<Case> {
@@ -74,6 +81,8 @@ fn cases() -> Vec<Case> {
         q_scale: None,
         scale: 1.0 / (hd as f32).sqrt(),
         part_keys: None,
+        yarn: false,
+        sinks: false,
     };
     vec![
         // Qwen3-0.6B's shape from the first token on.
@@ -104,6 +113,13 @@ fn cases() -> Vec<Case> {
         Case { part_keys: Some(7), q_scale: Some(0.125), scale: 1.0, ..c(256, 4, 1, Neox, true, Some(512), 900, 1000) },
         // A few warps' worth of keys.
         c(128, 16, 8, Neox, true, None, 40, 256),
+        // gpt-oss: head 64, GQA 8, a 128-key window, YaRN × 32 (past and before the window).
+        Case { yarn: true, freq_scale: 1.0 / 32.0, ..c(64, 8, 1, Neox, false, Some(128), 300, 512) },
+        Case { yarn: true, freq_scale: 1.0 / 32.0, ..c(64, 16, 2, Neox, false, None, 60, 256) },
+        // gpt-oss's attention sinks, windowed and not, from the first token on.
+        Case { yarn: true, sinks: true, freq_scale: 1.0 / 32.0, ..c(64, 8, 1, Neox, false, Some(128), 300, 512) },
+        Case { yarn: true, sinks: true, freq_scale: 1.0 / 32.0, ..c(64, 16, 2, Neox, false, None, 0, 64) },
+        Case { sinks: true, ..c(128, 16, 8, Neox, true, None, 1000, 2048) },
     ]
 }
 
@@ -130,7 +146,8 @@ struct Data {
     w8_rows: usize,
 }
 
-/// The case's weights in one GGUF: `qn`, `kn` ([hd]), `ff` ([n_rot/2]), `w8`.
+/// The case's weights in one GGUF: `qn`, `kn` ([hd]), `ff` ([n_rot/2]), `w8`, `sk`
+/// ([n_head] sinks, zero unless the case has them).
 fn weights(rng: &mut Rng, c: &Case, w8: &[u8], rows: usize) -> Result<GgufFile, String> {
     let mut g = GgufWriter::new();
     let f32s = |v: Vec<f32>| bytemuck::cast_slice::<f32, u8>(&v).to_vec();
@@ -138,6 +155,8 @@ fn weights(rng: &mut Rng, c: &Case, w8: &[u8], rows: usize) -> Result<GgufFile, 
     g.add_tensor("kn", GgmlType::F32, &[c.hd as u64], f32s((0..c.hd).map(|_| 1.0 + 0.5 * rng.f()).collect()));
     g.add_tensor("ff", GgmlType::F32, &[(c.n_rot / 2).max(1) as u64], f32s((0..(c.n_rot / 2).max(1)).map(|_| 2.0 + rng.f()).collect()));
     g.add_tensor("w8", GgmlType::Q8_0, &[(c.n_head * c.hd) as u64, rows as u64], w8.to_vec());
+    let sk: Vec<f32> = (0..c.n_head).map(|_| if c.sinks { 1.0 + 2.0 * rng.f() } else { 0.0 }).collect();
+    g.add_tensor("sk", GgmlType::F32, &[c.n_head as u64], f32s(sk));
     GgufFile::from_bytes(g.to_bytes().map_err(|e| e.to_string())?).map_err(|e| e.to_string())
 }
 
@@ -164,21 +183,21 @@ fn wref<'a>(f: &'a GgufFile, name: &str, id: u32) -> WeightRef<'a> {
     WeightRef::new(WeightId(id), f.tensor(name).expect("the case file has the tensor"))
 }
 
-/// Weight ids of case `i`'s `qn`, `kn`, `ff`, `w8`.
-fn ids(i: usize) -> [u32; 4] {
-    let b = 4 * i as u32;
-    [b + 1, b + 2, b + 3, b + 4]
+/// Weight ids of case `i`'s `qn`, `kn`, `ff`, `w8`, `sk`.
+fn ids(i: usize) -> [u32; 5] {
+    let b = 5 * i as u32;
+    [b + 1, b + 2, b + 3, b + 4, b + 5]
 }
 
 /// Both steps of a case on one backend; `snap` reads the cache back after each step.
 #[allow(clippy::type_complexity)]
-fn run_steps<B: Backend + ?Sized>(be: &mut B, c: &Case, d: &Data, f: &GgufFile, id: [u32; 4], snap: &mut dyn FnMut(&mut B, KvCache) -> crate::backend::Result<Option<(Vec<u16>, Vec<u16>)>>) -> crate::backend::Result<Vec<Step>> {
+fn run_steps<B: Backend + ?Sized>(be: &mut B, c: &Case, d: &Data, f: &GgufFile, id: [u32; 5], snap: &mut dyn FnMut(&mut B, KvCache) -> crate::backend::Result<Option<(Vec<u16>, Vec<u16>)>>) -> crate::backend::Result<Vec<Step>> {
     let row = c.n_kv * c.hd;
     let spec = KvSpec { n_layer: 1, n_ctx: c.n_ctx, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: KvType::F16.into(), swa: None };
     let (qn, kn, ff, w8) = (wref(f, "qn", id[0]), wref(f, "kn", id[1]), wref(f, "ff", id[2]), wref(f, "w8", id[3]));
-    let rope = Rope { mode: c.mode, n_rot: c.n_rot, freq_base: 1_000_000.0, freq_scale: c.freq_scale, freq_factors: c.freq_factors.then_some(ff) };
+    let rope = Rope { mode: c.mode, n_rot: c.n_rot, freq_base: 1_000_000.0, freq_scale: c.freq_scale, freq_factors: c.freq_factors.then_some(ff), yarn: c.yarn.then_some(crate::backend::Yarn { ext_factor: 1.0, beta_fast: 32.0, beta_slow: 1.0, n_ctx_orig: 4096 }) };
     let prep = QkvPrep { n_head: c.n_head, n_kv_head: c.n_kv, head_dim: c.hd, q_norm: c.norms.then_some(qn), k_norm: c.norms.then_some(kn), eps: 1e-6, rope, q_scale: c.q_scale };
-    let attn = Attention { n_head: c.n_head, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, scale: c.scale, window: c.window };
+    let attn = Attention { n_head: c.n_head, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, scale: c.scale, window: c.window, sinks: c.sinks.then(|| wref(f, "sk", id[4])) };
     let input = |be: &mut B, v: &[f32]| -> crate::backend::Result<Buf> {
         let b = be.alloc(v.len().max(1))?;
         be.write(b, v)?;
@@ -218,6 +237,22 @@ fn run_steps<B: Backend + ?Sized>(be: &mut B, c: &Case, d: &Data, f: &GgufFile, 
         be.free(b)?;
     }
     Ok(out)
+}
+
+/// `want` (the f64 attention of one query row) times each head's share beside its sink:
+/// `l / (l + e^(sink − m))` over the same f64 scores.
+fn sink_share(want: &mut [f64], q: &[f32], kc: &[u16], c: &Case, p: usize, sk: &[f32]) {
+    let w = c.window.unwrap_or(0);
+    let k0 = if w > 0 { (p + 1).saturating_sub(w) } else { 0 };
+    for h in 0..c.n_head {
+        let kvh = h / (c.n_head / c.n_kv);
+        let qv = &q[h * c.hd..(h + 1) * c.hd];
+        let s: Vec<f64> = (k0..=p).map(|j| (0..c.hd).map(|e| qv[e] as f64 * h2f(kc[(j * c.n_kv + kvh) * c.hd + e]) as f64).sum::<f64>() * c.scale as f64).collect();
+        let m = s.iter().cloned().fold(f64::MIN, f64::max);
+        let l: f64 = s.iter().map(|x| (x - m).exp()).sum();
+        let keep = l / (l + (sk[h] as f64 - m).exp());
+        want[h * c.hd..(h + 1) * c.hd].iter_mut().for_each(|x| *x *= keep);
+    }
 }
 
 fn f16(x: f32) -> u16 {
@@ -275,7 +310,12 @@ fn check_case(gpu: &mut GpuBackend, cpu: &mut CpuBackend, rng: &mut Rng, c: &Cas
             return Ok(());
         }
         // out against f64 over the CPU's prepared q and the GPU's cache.
-        let want = ref_attention(&hs.q, kc, vc, 1, c.n_head, c.n_kv, c.hd, p, c.window.unwrap_or(0), c.scale);
+        let mut want = ref_attention(&hs.q, kc, vc, 1, c.n_head, c.n_kv, c.hd, p, c.window.unwrap_or(0), c.scale);
+        if c.sinks {
+            let sk = f.tensor("sk").ok_or("no sinks tensor")?;
+            let sk: &[f32] = bytemuck::try_cast_slice(sk.data).map_err(|e| e.to_string())?;
+            sink_share(&mut want, &hs.q, kc, c, p, sk);
+        }
         acc.cmp(&format!("{case} vs f64"), &gs.out, &want, |i| 2e-4 * want[i].abs() + 5e-5);
         let cpu_out: Vec<f64> = hs.out.iter().map(|&x| x as f64).collect();
         acc.cmp(&format!("{case} vs cpu"), &gs.out, &cpu_out, |_| 6e-3 * vmax);
@@ -297,7 +337,8 @@ pub fn run(dev: &GpuDevice, filter: Option<&str>, seed: u64) -> Vec<CheckReport>
         .enumerate()
         .map(|(i, c)| {
             let parts = c.part_keys.map(|n| format!("_k{n}")).unwrap_or_default();
-            (i, format!("rope_attn_d{}_g{}_p{}{parts}", c.hd, c.n_head / c.n_kv, c.pos), *c)
+            let extra = format!("{}{}", if c.yarn { "_yarn" } else { "" }, if c.sinks { "_sinks" } else { "" });
+            (i, format!("rope_attn_d{}_g{}_p{}{parts}{extra}", c.hd, c.n_head / c.n_kv, c.pos), *c)
         })
         .collect();
     let named: Vec<(usize, String, Case)> = named.into_iter().filter(|(_, n, _)| filter.map(|f| n.contains(f)).unwrap_or(true)).collect();
@@ -350,7 +391,11 @@ mod tests {
                 kc.extend(hs.k.iter().map(|&x| f16(x)));
                 vc.extend(d.steps[s].2.iter().map(|&x| f16(x)));
                 let p = c.pos + s;
-                let want = ref_attention(&hs.q, &kc, &vc, 1, c.n_head, c.n_kv, c.hd, p, c.window.unwrap_or(0), c.scale);
+                let mut want = ref_attention(&hs.q, &kc, &vc, 1, c.n_head, c.n_kv, c.hd, p, c.window.unwrap_or(0), c.scale);
+                if c.sinks {
+                    let sk: &[f32] = bytemuck::try_cast_slice(f.tensor("sk").unwrap().data).unwrap();
+                    sink_share(&mut want, &hs.q, &kc, &c, p, sk);
+                }
                 let worst = hs.out.iter().zip(&want).map(|(&g, &w)| (g as f64 - w).abs()).fold(0f64, f64::max);
                 eprintln!("{c:?} pos {p}: cpu vs f64 {worst:.3e} = {:.4} max|v|", worst / vmax);
                 assert!(worst <= 6e-3 * vmax, "{c:?} pos {p}: {worst}");

@@ -33,7 +33,7 @@ pub fn gpu_attention_rows(d: &GpuDevice, q: &[f32], k: &[f32], v: &[f32], rows: 
     let ob = d.alloc(n * n_head * hd * 4)?;
     d.poison(&ob)?;
     elementwise::kv_store_rows(d, kb.ptr(), vb.ptr(), tb.ptr(), n_kv * hd, n_kv * hd, pb.ptr(), n)?;
-    attention::attention_rows(d, qb.ptr(), tb.ptr(), ob.ptr(), n, n_head, n_kv, hd, pb.ptr(), window, scale)?;
+    attention::attention_rows(d, qb.ptr(), tb.ptr(), ob.ptr(), n, n_head, n_kv, hd, pb.ptr(), window, scale, None)?;
     let mut after = Vec::with_capacity(n);
     for ((kc, vc), r) in caches.iter().zip(rows) {
         let mut k = vec![0u16; r.kc.len()];

@@ -44,8 +44,8 @@ fn name(c: &Case) -> String {
 
 /// One chunk at `pos` through `rope_kv_attention` on `be`; returns the output.
 fn chunk_on<B: Backend + ?Sized>(be: &mut B, kv: KvCache, c: &Case, qkv: [&[f32]; 3], pos: &[u32]) -> crate::backend::Result<Vec<f32>> {
-    let attn = Attention { n_head: c.n_head, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, scale: 1.0 / (c.hd as f32).sqrt(), window: Some(c.window) };
-    let rope = Rope { mode: RopeMode::Neox, n_rot: c.hd, freq_base: 10000.0, freq_scale: 1.0, freq_factors: None };
+    let attn = Attention { n_head: c.n_head, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, scale: 1.0 / (c.hd as f32).sqrt(), window: Some(c.window), sinks: None };
+    let rope = Rope { mode: RopeMode::Neox, n_rot: c.hd, freq_base: 10000.0, freq_scale: 1.0, freq_factors: None, yarn: None };
     let prep = QkvPrep { n_head: c.n_head, n_kv_head: c.n_kv, head_dim: c.hd, q_norm: None, k_norm: None, eps: 1e-6, rope, q_scale: None };
     let n_out = pos.len() * c.n_head * c.hd;
     let mut bufs = Vec::new();

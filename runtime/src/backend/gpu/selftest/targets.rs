@@ -192,7 +192,7 @@ impl Target for GpuTarget<'_> {
         let q8b = self.out_buf(quantize::q8_1_bytes(n_head * hd, n_tok))?;
         let pos: Vec<i32> = (0..n_tok).map(|t| (pos0 + t) as i32).collect();
         let pb = d.upload_i32(&pos)?;
-        attention::attention_q8(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), Some(q8b.ptr()), n_tok, n_head, n_kv, hd, pb.ptr(), window, scale)?;
+        attention::attention_q8(d, qb.ptr(), kb.ptr(), vb.ptr(), ob.ptr(), Some(q8b.ptr()), n_tok, n_head, n_kv, hd, pb.ptr(), window, scale, None)?;
         let q8 = self.bytes(&q8b)?;
         Ok(Some((d.read_f32(ob.ptr(), q.len())?, q8)))
     }
