@@ -121,8 +121,15 @@ impl ModelDrafter {
         if common == context.len() {
             common -= 1; // re-evaluate the last token for its logits
         }
-        self.engine.truncate(common);
-        self.engine.eval(&context[common..])
+        // A recurrent draft rolls back through the log its last drafting run kept.
+        if self.engine.can_rewind(common) {
+            self.engine.rewind(common)?;
+        } else {
+            self.engine.truncate(common);
+        }
+        // What stayed: `common`, or nothing (a recurrent draft without a log).
+        let kept = self.engine.n_past();
+        self.engine.eval(&context[kept..])
     }
 }
 
@@ -156,6 +163,9 @@ impl Drafter for ModelDrafter {
             return Ok(());
         }
         let mut logits = self.catch_up(context)?;
+        // The drafted tokens are logged so the next catch-up can rewind a recurrent
+        // draft to the accepted ones (nothing to do for other models).
+        self.engine.start_rewind_log(max)?;
         for j in 0..max {
             let (tok, prob) = match self.sampler.as_mut() {
                 None => {

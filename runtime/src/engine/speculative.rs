@@ -4,8 +4,10 @@
 //! prefix the target agrees with is kept, plus one token of the target's own from the
 //! first row that disagrees (or from the last row when every draft was accepted), so a
 //! pass yields between 1 and `k + 1` tokens. The cache is then cut back to the tokens
-//! kept ([`Sequence::truncate`]): the K/V rows past it are stale but never read, since
-//! attention reads positions below the query's and the next chunk overwrites them.
+//! kept ([`Sequence::rewind`]): the K/V rows past it are stale but never read, since
+//! attention reads positions below the query's and the next chunk overwrites them; a
+//! recurrent layer's state is brought back through the chunk's rewind log
+//! (`model/rewind.rs`).
 //!
 //! **Acceptance.** Row `i`'s logits go through the same sampler as plain decoding
 //! (penalties over the tokens emitted so far, top-k, top-p, min-p, temperature), in
@@ -145,6 +147,9 @@ impl Sequence for BatchSequence<'_> {
     fn truncate(&mut self, n: usize) {
         self.engine.truncate(self.seq, n)
     }
+    fn rewind(&mut self, n: usize) -> Result<(), EngineError> {
+        self.engine.rewind(self.seq, n)
+    }
     fn n_ctx(&self) -> usize {
         self.engine.n_ctx()
     }
@@ -230,7 +235,7 @@ pub fn generate_speculative_with_logits(
                 None
             };
             if (stop.is_some() || !accepted) && kept < n_hist {
-                seq.truncate(kept);
+                seq.rewind(kept)?;
             }
             if let Some(s) = stop {
                 break 'outer s;

@@ -56,6 +56,11 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// The hybrid layers' buffers (qwen35), free between forward chunks.
+    pub(super) fn hybrid(&self) -> Option<&HybridScratch> {
+        self.hybrid.as_ref()
+    }
+
     pub fn new(be: &mut dyn Backend, model: &Model, n_max: usize) -> Result<Scratch, ModelError> {
         let c = &model.cfg;
         let n = n_max.max(1);

@@ -13,13 +13,15 @@ use super::{DeltaWeights, Model, ModelError};
 /// cannot be cut back to an earlier position.
 pub struct RecurrentState {
     pub layers: Vec<Option<DeltaState>>,
+    /// What a speculative rollback needs (`super::rewind`); allocated on first use.
+    pub log: Option<super::rewind::RewindLog>,
 }
 
 impl RecurrentState {
     /// Zeroed states for every recurrent layer of `model` (none without one).
     pub fn new(be: &mut dyn Backend, model: &Model) -> Result<RecurrentState, ModelError> {
         let c = &model.cfg;
-        let mut s = RecurrentState { layers: Vec::with_capacity(c.n_layer) };
+        let mut s = RecurrentState { layers: Vec::with_capacity(c.n_layer), log: None };
         for l in 0..c.n_layer {
             let st = match c.recurrent.filter(|_| c.recurrent_layers[l]) {
                 Some(d) => {
@@ -69,6 +71,7 @@ impl RecurrentState {
     }
 
     pub fn free(&mut self, be: &mut dyn Backend) -> Result<(), ModelError> {
+        self.free_log(be)?;
         for st in self.layers.drain(..).flatten() {
             be.free(st.conv)?;
             be.free(st.ssm)?;
@@ -159,7 +162,14 @@ impl Model {
         be.norm_matmul_multi(norm, n, &[(&wqkv, qkv), (&wz, z), (&wb, beta), (&wa, alpha)])?;
         let (conv, dt_bias, a, nw) = (self.w(dw.conv), self.w(dw.dt_bias), self.w(dw.a), self.w(dw.norm));
         let p = DeltaNet { conv: &conv, dt_bias: &dt_bias, a: &a, norm: &nw, dims: d, eps: self.cfg.eps };
-        be.gated_delta_net(&p, &DeltaIn { qkv, z, beta, alpha }, n, &st, core)?;
+        let x = DeltaIn { qkv, z, beta, alpha };
+        // One sequence whose rewind log is armed: checkpoint and log before the recurrence.
+        if let ([s0], [st0]) = (states, &st[..]) {
+            if let Some(g) = s0.log_for(n) {
+                g.record(be, self, l, *st0, &x, n)?;
+            }
+        }
+        be.gated_delta_net(&p, &x, n, &st, core)?;
         Ok(core)
     }
 }

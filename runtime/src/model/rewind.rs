@@ -1,0 +1,187 @@
+//! Rolling a sequence's recurrent state back to an earlier position (speculative
+//! decoding with qwen35's gated delta nets: a verify chunk advances the state past drafts
+//! the target then rejects).
+//!
+//! A [`RewindLog`] holds, per recurrent layer, a checkpoint of the state (conv and
+//! delta-rule) taken when the log started, and the delta net's inputs (the `attn_qkv`,
+//! `ssm_beta` and `ssm_alpha` projections, before the conv) of every row evaluated since.
+//! Going back to `m` rows after the checkpoint restores it and runs the delta rule over
+//! the first `m` logged rows again ([`RecurrentState::rewind`]). That costs no weight
+//! reads and no matmuls: per layer one state copy and the recurrence over the kept rows.
+//!
+//! Why not the alternatives: keeping the state after every position of the chunk costs
+//! (k + 1) states per layer (Qwen3.5-27B: 48 layers × 3 MiB each, ≈ 2.5 GB for a 16-token
+//! draft) and as many state writes per verify; re-running the accepted prefix through
+//! the whole model reads every weight a second time, the cost speculation exists to save.
+//!
+//! The state a rewind produces is the one the chunk passed through: the recurrence is
+//! sequential per token, so the first `m` rows of a chunk give the same state as `m` rows
+//! alone (bit for bit on the CPU; `tests/spec_cli.rs` checks greedy output against plain
+//! decoding).
+
+use crate::backend::{Backend, Buf, DeltaIn, DeltaNet, DeltaState};
+
+use super::forward::Scratch;
+use super::hybrid::RecurrentState;
+use super::{Model, ModelError};
+
+/// One recurrent layer's checkpoint and logged inputs (`cap` rows).
+#[derive(Clone, Copy, Debug)]
+pub struct LayerLog {
+    pub conv: Buf,
+    pub ssm: Buf,
+    /// `[cap, channels]`, `[cap, n_v_heads]`, `[cap, n_v_heads]`.
+    pub qkv: Buf,
+    pub beta: Buf,
+    pub alpha: Buf,
+}
+
+/// See the module doc. `rows` rows are logged after the checkpoint, at most `cap`.
+pub struct RewindLog {
+    pub layers: Vec<Option<LayerLog>>,
+    pub cap: usize,
+    pub rows: usize,
+    /// Whether evaluations on the sequence append to the log.
+    pub armed: bool,
+}
+
+impl RewindLog {
+    fn free(&mut self, be: &mut dyn Backend) -> Result<(), ModelError> {
+        for l in self.layers.drain(..).flatten() {
+            for b in [l.conv, l.ssm, l.qkv, l.beta, l.alpha] {
+                be.free(b)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Called by the delta net block of layer `l` on a chunk of `n` rows of one
+    /// sequence, after its projections and before the recurrence: checkpoints the state
+    /// (the first chunk since the log started) and appends the rows' inputs.
+    pub fn record(&self, be: &mut dyn Backend, model: &Model, l: usize, st: DeltaState, x: &DeltaIn, n: usize) -> Result<(), ModelError> {
+        let (Some(d), Some(Some(g))) = (model.cfg.recurrent, self.layers.get(l)) else {
+            return Err(ModelError::BadConfig(format!("layer {l}: a rewind log without this layer")));
+        };
+        if self.rows + n > self.cap {
+            return Err(ModelError::BadConfig(format!("rewind log of {} rows: {} logged, {n} more", self.cap, self.rows)));
+        }
+        if self.rows == 0 {
+            be.copy(st.conv, 0, g.conv, 0, d.conv_state_len())?;
+            be.copy(st.ssm, 0, g.ssm, 0, d.ssm_state_len())?;
+        }
+        let (ch, nv, r) = (d.channels(), d.n_v_heads, self.rows);
+        be.copy(x.qkv, 0, g.qkv, r * ch, n * ch)?;
+        be.copy(x.beta, 0, g.beta, r * nv, n * nv)?;
+        be.copy(x.alpha, 0, g.alpha, r * nv, n * nv)?;
+        Ok(())
+    }
+}
+
+impl RecurrentState {
+    /// Starts logging from the current position, for up to `cap` rows (the log's buffers
+    /// grow to that). Nothing for a model without recurrent layers.
+    pub fn start_log(&mut self, be: &mut dyn Backend, model: &Model, cap: usize) -> Result<(), ModelError> {
+        let Some(d) = model.cfg.recurrent else { return Ok(()) };
+        if self.log.as_ref().is_some_and(|g| g.cap < cap) {
+            let mut old = self.log.take().expect("checked");
+            old.free(be)?;
+        }
+        if self.log.is_none() {
+            let mut g = RewindLog { layers: Vec::with_capacity(self.layers.len()), cap, rows: 0, armed: false };
+            for st in &self.layers {
+                if st.is_none() {
+                    g.layers.push(None);
+                    continue;
+                }
+                let mut bufs = Vec::with_capacity(5);
+                for len in [d.conv_state_len(), d.ssm_state_len(), cap * d.channels(), cap * d.n_v_heads, cap * d.n_v_heads] {
+                    match be.alloc(len) {
+                        Ok(b) => bufs.push(b),
+                        Err(e) => {
+                            bufs.into_iter().for_each(|b| drop(be.free(b)));
+                            let _ = g.free(be);
+                            return Err(e.into());
+                        }
+                    }
+                }
+                g.layers.push(Some(LayerLog { conv: bufs[0], ssm: bufs[1], qkv: bufs[2], beta: bufs[3], alpha: bufs[4] }));
+            }
+            self.log = Some(g);
+        }
+        let g = self.log.as_mut().expect("allocated above");
+        g.rows = 0;
+        g.armed = true;
+        Ok(())
+    }
+
+    /// Stops logging (what is logged can no longer be rewound to).
+    pub fn stop_log(&mut self) {
+        if let Some(g) = &mut self.log {
+            g.armed = false;
+            g.rows = 0;
+        }
+    }
+
+    /// The log's rows, when it is armed: a rewind may keep that many rows or fewer.
+    pub fn logged(&self) -> Option<usize> {
+        self.log.as_ref().filter(|g| g.armed).map(|g| g.rows)
+    }
+
+    /// The log, when armed and with room for `n` more rows.
+    pub fn log_for(&self, n: usize) -> Option<&RewindLog> {
+        self.log.as_ref().filter(|g| g.armed && g.rows + n <= g.cap)
+    }
+
+    /// Counts `n` rows appended by a forward chunk.
+    pub fn logged_rows(&mut self, n: usize) {
+        if let Some(g) = &mut self.log {
+            g.rows += n;
+        }
+    }
+
+    /// Brings the state back to `m` rows after the log's checkpoint (`m` at most
+    /// [`Self::logged`]): the checkpoint restored and the first `m` logged rows run
+    /// through each layer's recurrence again, in chunks of `s`'s size. The log stops. On
+    /// error the state is undefined.
+    pub fn rewind(&mut self, be: &mut dyn Backend, model: &Model, s: &Scratch, m: usize) -> Result<(), ModelError> {
+        let have = self.logged();
+        self.stop_log();
+        let (Some(d), Some(g)) = (model.cfg.recurrent, self.log.as_ref()) else { return Ok(()) };
+        if have.is_none_or(|r| m > r) {
+            return Err(ModelError::BadConfig(format!("a rewind of {m} rows past a log of {have:?}")));
+        }
+        let Some([qkv, z, beta, alpha, core]) = s.hybrid().and_then(|h| h.delta) else {
+            return Err(ModelError::BadConfig("a recurrent model without its delta net buffers".into()));
+        };
+        let (ch, nv) = (d.channels(), d.n_v_heads);
+        for (l, (st, lg)) in self.layers.iter().zip(&g.layers).enumerate() {
+            let (Some(st), Some(lg)) = (st, lg) else { continue };
+            let Some(dw) = model.layers.get(l).and_then(|ly| ly.delta.as_ref()) else {
+                return Err(ModelError::BadConfig(format!("layer {l} has a recurrent state but no delta net")));
+            };
+            be.copy(lg.conv, 0, st.conv, 0, d.conv_state_len())?;
+            be.copy(lg.ssm, 0, st.ssm, 0, d.ssm_state_len())?;
+            let (conv, dt_bias, a, nw) = (model.w(dw.conv), model.w(dw.dt_bias), model.w(dw.a), model.w(dw.norm));
+            let p = DeltaNet { conv: &conv, dt_bias: &dt_bias, a: &a, norm: &nw, dims: d, eps: model.cfg.eps };
+            let mut done = 0;
+            while done < m {
+                let n = (m - done).min(s.n_max);
+                be.copy(lg.qkv, done * ch, qkv, 0, n * ch)?;
+                be.copy(lg.beta, done * nv, beta, 0, n * nv)?;
+                be.copy(lg.alpha, done * nv, alpha, 0, n * nv)?;
+                // `z` only shapes the output, which is not wanted here.
+                be.gated_delta_net(&p, &DeltaIn { qkv, z, beta, alpha }, n, &[*st], core)?;
+                done += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees the log's buffers.
+    pub(super) fn free_log(&mut self, be: &mut dyn Backend) -> Result<(), ModelError> {
+        match self.log.take() {
+            Some(mut g) => g.free(be),
+            None => Ok(()),
+        }
+    }
+}
