@@ -3,7 +3,8 @@
 //!
 //! - a sequence rewound into a verify chunk continues exactly (bit for bit) as one that
 //!   never evaluated the rejected tokens, for every rewind point, with verify chunks and
-//!   replays longer than the batch size (several forward chunks);
+//!   replays longer than the batch size (several forward chunks); so do two sequences
+//!   rewound after batched steps (within rounding: a batch rounds differently);
 //! - every token speculation emits, and the logits it was chosen from, are plain
 //!   decoding's, bit for bit: sampled with n-gram drafts (some accepted, most rejected:
 //!   rewinds of 1 to several rows) and greedy with another model's drafts (rejected:
@@ -34,9 +35,13 @@ fn synth(dir: &std::path::Path, preset: &str, seed: &str) -> String {
 }
 
 fn engine(file: &Arc<GgufFile>, batch: usize) -> BatchEngine {
+    engine_n(file, batch, 1)
+}
+
+fn engine_n(file: &Arc<GgufFile>, batch: usize, n_seq: usize) -> BatchEngine {
     let m = Model::load(file.clone()).unwrap();
     let opts = EngineOptions { ctx_size: Some(64), batch_size: batch, kv_type: KvType::F32.into() };
-    BatchEngine::new(m, Box::new(CpuBackend::new(2).unwrap()), opts, 1).unwrap()
+    BatchEngine::new(m, Box::new(CpuBackend::new(2).unwrap()), opts, n_seq).unwrap()
 }
 
 fn prefill(e: &mut BatchEngine, ids: &[u32]) {
@@ -73,8 +78,34 @@ fn rewind_into_a_verify_chunk_continues_exactly() {
             assert!(got == want, "batch {batch}, kept {keep} of {}: the rewound state continues differently", h0 + chunk);
         }
     }
-    // Outside the log: refused, the sequence unchanged; a batched step or a truncation ends
-    // the log.
+    // Batched steps of two sequences log each row into its own sequence's log (how the
+    // draft model of `lode serve` drafts for several slots at once).
+    let mut a = engine_n(&file, 16, 2);
+    prefill(&mut a, &ids[..h0]);
+    a.eval_rows(1, &ids[3..3 + h0], OutputRows::None, &mut |_, _| {}).unwrap();
+    a.start_rewind_log(0, 4).unwrap();
+    a.start_rewind_log(1, 4).unwrap();
+    for j in 0..4 {
+        a.step(&[(0, ids[12 + j]), (1, ids[20 + j])]).unwrap();
+    }
+    a.rewind(0, h0 + 1).unwrap();
+    a.rewind(1, h0 + 3).unwrap();
+    let next = [ids[27], ids[29]];
+    let got = [a.eval_verify(0, &next).unwrap(), a.eval_verify(1, &next).unwrap()];
+    for (k, (start, kept)) in [(0, &ids[12..13]), (3, &ids[20..23])].into_iter().enumerate() {
+        let mut b = engine(&file, 16);
+        prefill(&mut b, &ids[start..start + h0]);
+        for &t in kept {
+            b.step(&[(0, t)]).unwrap();
+        }
+        let want = b.eval_verify(0, &next).unwrap();
+        let d = want.iter().flatten().zip(got[k].iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        // A batched step rounds its rows as a batch, so not bit for bit; a wrong state is
+        // whole units away.
+        assert!(d < 1e-3, "sequence {k} rewound after batched steps: max |Δ| {d}");
+    }
+    // Outside the log: refused, the sequence unchanged; a step past the log's room or a
+    // truncation ends the log.
     let mut a = engine(&file, 16);
     prefill(&mut a, &ids[..h0]);
     a.eval_verify(0, &ids[h0..h0 + 4]).unwrap();

@@ -138,8 +138,9 @@ impl BatchEngine {
 
     /// From now on, evaluations of `seq` (up to `cap` tokens, one sequence at a time)
     /// are logged so that [`Self::rewind`] can go back to any position from here. Needed
-    /// only with recurrent layers (nothing to do otherwise); any other use of the
-    /// sequence (a batched step, a truncation, a prefix copy into it) ends the log.
+    /// only with recurrent layers (nothing to do otherwise). Chunks and batched steps
+    /// append to the log while it has room; a truncation or a prefix copy into the
+    /// sequence ends it.
     pub fn start_rewind_log(&mut self, seq: usize, cap: usize) -> Result<(), EngineError> {
         self.check_seq(seq)?;
         let s = &mut self.seqs[seq];
@@ -350,8 +351,11 @@ impl BatchEngine {
         self.check_tokens(&tokens)?;
         for &(seq, _) in steps {
             self.reset_if_empty(seq)?;
-            // A batched step is not logged.
-            self.seqs[seq].rec.stop_log();
+            // An armed rewind log takes the step's row if it has room, else it ends.
+            let r = &mut self.seqs[seq].rec;
+            if r.log_for(1).is_none() {
+                r.stop_log();
+            }
         }
         let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
         let states: Vec<&RecurrentState> = steps.iter().map(|&(seq, _)| &self.seqs[seq].rec).filter(|r| !r.is_empty()).collect();
@@ -366,12 +370,17 @@ impl BatchEngine {
             if !states.is_empty() {
                 for &(seq, _) in steps {
                     self.seqs[seq].history.clear();
+                    self.seqs[seq].rec.stop_log();
                 }
             }
             return Err(err.into());
         }
         for &(seq, tok) in steps {
-            self.seqs[seq].history.push(tok);
+            let s = &mut self.seqs[seq];
+            if s.rec.logged().is_some() {
+                s.rec.logged_rows(1);
+            }
+            s.history.push(tok);
         }
         Ok(out)
     }

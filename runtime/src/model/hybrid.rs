@@ -163,10 +163,17 @@ impl Model {
         let (conv, dt_bias, a, nw) = (self.w(dw.conv), self.w(dw.dt_bias), self.w(dw.a), self.w(dw.norm));
         let p = DeltaNet { conv: &conv, dt_bias: &dt_bias, a: &a, norm: &nw, dims: d, eps: self.cfg.eps };
         let x = DeltaIn { qkv, z, beta, alpha };
-        // One sequence whose rewind log is armed: checkpoint and log before the recurrence.
+        // Sequences whose rewind log is armed: checkpoint and log before the recurrence
+        // (one sequence's chunk, or each row of a batched step).
         if let ([s0], [st0]) = (states, &st[..]) {
             if let Some(g) = s0.log_for(n) {
-                g.record(be, self, l, *st0, &x, n)?;
+                g.record(be, self, l, *st0, &x, 0, n)?;
+            }
+        } else {
+            for (i, (s, st)) in states.iter().zip(&st).enumerate() {
+                if let Some(g) = s.log_for(1) {
+                    g.record(be, self, l, *st, &x, i, 1)?;
+                }
             }
         }
         be.gated_delta_net(&p, &x, n, &st, core)?;

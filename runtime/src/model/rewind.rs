@@ -55,10 +55,12 @@ impl RewindLog {
         Ok(())
     }
 
-    /// Called by the delta net block of layer `l` on a chunk of `n` rows of one
-    /// sequence, after its projections and before the recurrence: checkpoints the state
-    /// (the first chunk since the log started) and appends the rows' inputs.
-    pub fn record(&self, be: &mut dyn Backend, model: &Model, l: usize, st: DeltaState, x: &DeltaIn, n: usize) -> Result<(), ModelError> {
+    /// Called by the delta net block of layer `l` on `n` rows of one sequence (rows
+    /// `row0..row0 + n` of the chunk: all of a sequence's chunk, or its one row of a
+    /// batched step), after its projections and before the recurrence: checkpoints the
+    /// state (the first rows since the log started) and appends the rows' inputs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(&self, be: &mut dyn Backend, model: &Model, l: usize, st: DeltaState, x: &DeltaIn, row0: usize, n: usize) -> Result<(), ModelError> {
         let (Some(d), Some(Some(g))) = (model.cfg.recurrent, self.layers.get(l)) else {
             return Err(ModelError::BadConfig(format!("layer {l}: a rewind log without this layer")));
         };
@@ -70,9 +72,9 @@ impl RewindLog {
             be.copy(st.ssm, 0, g.ssm, 0, d.ssm_state_len())?;
         }
         let (ch, nv, r) = (d.channels(), d.n_v_heads, self.rows);
-        be.copy(x.qkv, 0, g.qkv, r * ch, n * ch)?;
-        be.copy(x.beta, 0, g.beta, r * nv, n * nv)?;
-        be.copy(x.alpha, 0, g.alpha, r * nv, n * nv)?;
+        be.copy(x.qkv, row0 * ch, g.qkv, r * ch, n * ch)?;
+        be.copy(x.beta, row0 * nv, g.beta, r * nv, n * nv)?;
+        be.copy(x.alpha, row0 * nv, g.alpha, r * nv, n * nv)?;
         Ok(())
     }
 }
