@@ -94,3 +94,16 @@ fn synthetic_presets_greedy_is_unchanged_by_speculation() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `lode fit --model-draft` sizes the draft as `lode serve` runs it: one sequence per
+/// slot, so with `--parallel 3` the draft needs two more KV caches than with one.
+#[test]
+fn fit_counts_a_draft_sequence_per_slot() {
+    let Some(m) = common::model(common::SMOL) else { return };
+    let m = m.to_str().unwrap();
+    let fit = |p: &str| json_run(&["fit", "-m", m, "--model-draft", m, "--json", "-c", "1024", "--device", "cpu", "--parallel", p]);
+    let (one, three) = (fit("1"), fit("3"));
+    let kv = one["kv_bytes"].as_u64().unwrap();
+    let (d1, d3) = (one["draft_need_bytes"].as_u64().unwrap(), three["draft_need_bytes"].as_u64().unwrap());
+    assert_eq!(d3 - d1, 2 * kv, "the draft is the target's model here: two more slots add two of its KV caches ({d1} -> {d3})");
+}
