@@ -178,8 +178,11 @@ impl BatchEngine {
         if n < len && self.model.cfg.recurrent.is_some() {
             let m = s.rec.logged().unwrap_or(0) - (len - n);
             let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
+            let Some(bufs) = scratch.delta_bufs() else {
+                return Err(EngineError::InvalidArg("a recurrent model without its delta net buffers".into()));
+            };
             self.be.round_rows_as_decode(true);
-            let r = s.rec.rewind(self.be.as_mut(), &self.model, scratch, m);
+            let r = s.rec.rewind(self.be.as_mut(), &self.model, bufs, scratch.n_max, m);
             self.be.round_rows_as_decode(false);
             if let Err(e) = r {
                 s.history.clear();

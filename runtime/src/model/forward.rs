@@ -56,9 +56,10 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// The hybrid layers' buffers (qwen35), free between forward chunks.
-    pub(super) fn hybrid(&self) -> Option<&HybridScratch> {
-        self.hybrid.as_ref()
+    /// The delta net's buffers `[qkv, z, beta, alpha, core]` (models with recurrent
+    /// layers), free between forward chunks: what a rewind replays through.
+    pub fn delta_bufs(&self) -> Option<[Buf; 5]> {
+        self.hybrid.as_ref().and_then(|h| h.delta)
     }
 
     pub fn new(be: &mut dyn Backend, model: &Model, n_max: usize) -> Result<Scratch, ModelError> {

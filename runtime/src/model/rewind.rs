@@ -6,7 +6,7 @@
 //! delta-rule) taken when the log started, and the delta net's inputs (the `attn_qkv`,
 //! `ssm_beta` and `ssm_alpha` projections, before the conv) of every row evaluated since.
 //! Going back to `m` rows after the checkpoint restores it and runs the delta rule over
-//! the first `m` logged rows again ([`RecurrentState::rewind`]). That costs no weight
+//! the first `m` logged rows again ([`RewindLog::replay`], through `RecurrentState::rewind`). That costs no weight
 //! reads and no matmuls: per layer one state copy and the recurrence over the kept rows.
 //!
 //! Why not the alternatives: keeping the state after every position of the chunk costs
@@ -21,8 +21,6 @@
 
 use crate::backend::{Backend, Buf, DeltaIn, DeltaNet, DeltaState};
 
-use super::forward::Scratch;
-use super::hybrid::RecurrentState;
 use super::{Model, ModelError};
 
 /// One recurrent layer's checkpoint and logged inputs (`cap` rows).
@@ -46,7 +44,36 @@ pub struct RewindLog {
 }
 
 impl RewindLog {
-    fn free(&mut self, be: &mut dyn Backend) -> Result<(), ModelError> {
+    /// A log of `cap` rows for the recurrent layers marked in `layers` (`true`: a gated
+    /// delta net layer), its buffers allocated on `be`.
+    pub fn new(be: &mut dyn Backend, model: &Model, layers: &[bool], cap: usize) -> Result<RewindLog, ModelError> {
+        let Some(d) = model.cfg.recurrent else {
+            return Err(ModelError::BadConfig("a rewind log for a model without recurrent layers".into()));
+        };
+        let mut g = RewindLog { layers: Vec::with_capacity(layers.len()), cap, rows: 0, armed: false };
+        for &recurrent in layers {
+            if !recurrent {
+                g.layers.push(None);
+                continue;
+            }
+            let mut bufs = Vec::with_capacity(5);
+            for len in [d.conv_state_len(), d.ssm_state_len(), cap * d.channels(), cap * d.n_v_heads, cap * d.n_v_heads] {
+                match be.alloc(len) {
+                    Ok(b) => bufs.push(b),
+                    Err(e) => {
+                        bufs.into_iter().for_each(|b| drop(be.free(b)));
+                        let _ = g.free(be);
+                        return Err(e.into());
+                    }
+                }
+            }
+            g.layers.push(Some(LayerLog { conv: bufs[0], ssm: bufs[1], qkv: bufs[2], beta: bufs[3], alpha: bufs[4] }));
+        }
+        Ok(g)
+    }
+
+    /// Returns the buffers to the backend.
+    pub fn free(&mut self, be: &mut dyn Backend) -> Result<(), ModelError> {
         for l in self.layers.drain(..).flatten() {
             for b in [l.conv, l.ssm, l.qkv, l.beta, l.alpha] {
                 be.free(b)?;
@@ -77,86 +104,20 @@ impl RewindLog {
         be.copy(x.alpha, row0 * nv, g.alpha, r * nv, n * nv)?;
         Ok(())
     }
-}
 
-impl RecurrentState {
-    /// Starts logging from the current position, for up to `cap` rows (the log's buffers
-    /// grow to that). Nothing for a model without recurrent layers.
-    pub fn start_log(&mut self, be: &mut dyn Backend, model: &Model, cap: usize) -> Result<(), ModelError> {
+    /// Brings the `states` (one per layer, as the log's) back to `m` rows after the
+    /// checkpoint (`m` at most [`Self::rows`]): the checkpoint restored and the first `m`
+    /// logged rows run through each layer's recurrence again, in chunks of `n_max` rows
+    /// through the delta net buffers `bufs` (a forward chunk's `[qkv, z, beta, alpha,
+    /// core]`, free between chunks). On error the states are undefined.
+    pub fn replay(&self, be: &mut dyn Backend, model: &Model, states: &[Option<DeltaState>], bufs: [Buf; 5], n_max: usize, m: usize) -> Result<(), ModelError> {
         let Some(d) = model.cfg.recurrent else { return Ok(()) };
-        if self.log.as_ref().is_some_and(|g| g.cap < cap) {
-            let mut old = self.log.take().expect("checked");
-            old.free(be)?;
+        if m > self.rows || n_max == 0 {
+            return Err(ModelError::BadConfig(format!("a rewind of {m} rows past a log of {} (chunks of {n_max})", self.rows)));
         }
-        if self.log.is_none() {
-            let mut g = RewindLog { layers: Vec::with_capacity(self.layers.len()), cap, rows: 0, armed: false };
-            for st in &self.layers {
-                if st.is_none() {
-                    g.layers.push(None);
-                    continue;
-                }
-                let mut bufs = Vec::with_capacity(5);
-                for len in [d.conv_state_len(), d.ssm_state_len(), cap * d.channels(), cap * d.n_v_heads, cap * d.n_v_heads] {
-                    match be.alloc(len) {
-                        Ok(b) => bufs.push(b),
-                        Err(e) => {
-                            bufs.into_iter().for_each(|b| drop(be.free(b)));
-                            let _ = g.free(be);
-                            return Err(e.into());
-                        }
-                    }
-                }
-                g.layers.push(Some(LayerLog { conv: bufs[0], ssm: bufs[1], qkv: bufs[2], beta: bufs[3], alpha: bufs[4] }));
-            }
-            self.log = Some(g);
-        }
-        let g = self.log.as_mut().expect("allocated above");
-        g.rows = 0;
-        g.armed = true;
-        Ok(())
-    }
-
-    /// Stops logging (what is logged can no longer be rewound to).
-    pub fn stop_log(&mut self) {
-        if let Some(g) = &mut self.log {
-            g.armed = false;
-            g.rows = 0;
-        }
-    }
-
-    /// The log's rows, when it is armed: a rewind may keep that many rows or fewer.
-    pub fn logged(&self) -> Option<usize> {
-        self.log.as_ref().filter(|g| g.armed).map(|g| g.rows)
-    }
-
-    /// The log, when armed and with room for `n` more rows.
-    pub fn log_for(&self, n: usize) -> Option<&RewindLog> {
-        self.log.as_ref().filter(|g| g.armed && g.rows + n <= g.cap)
-    }
-
-    /// Counts `n` rows appended by a forward chunk.
-    pub fn logged_rows(&mut self, n: usize) {
-        if let Some(g) = &mut self.log {
-            g.rows += n;
-        }
-    }
-
-    /// Brings the state back to `m` rows after the log's checkpoint (`m` at most
-    /// [`Self::logged`]): the checkpoint restored and the first `m` logged rows run
-    /// through each layer's recurrence again, in chunks of `s`'s size. The log stops. On
-    /// error the state is undefined.
-    pub fn rewind(&mut self, be: &mut dyn Backend, model: &Model, s: &Scratch, m: usize) -> Result<(), ModelError> {
-        let have = self.logged();
-        self.stop_log();
-        let (Some(d), Some(g)) = (model.cfg.recurrent, self.log.as_ref()) else { return Ok(()) };
-        if have.is_none_or(|r| m > r) {
-            return Err(ModelError::BadConfig(format!("a rewind of {m} rows past a log of {have:?}")));
-        }
-        let Some([qkv, z, beta, alpha, core]) = s.hybrid().and_then(|h| h.delta) else {
-            return Err(ModelError::BadConfig("a recurrent model without its delta net buffers".into()));
-        };
+        let [qkv, z, beta, alpha, core] = bufs;
         let (ch, nv) = (d.channels(), d.n_v_heads);
-        for (l, (st, lg)) in self.layers.iter().zip(&g.layers).enumerate() {
+        for (l, (st, lg)) in states.iter().zip(&self.layers).enumerate() {
             let (Some(st), Some(lg)) = (st, lg) else { continue };
             let Some(dw) = model.layers.get(l).and_then(|ly| ly.delta.as_ref()) else {
                 return Err(ModelError::BadConfig(format!("layer {l} has a recurrent state but no delta net")));
@@ -167,7 +128,7 @@ impl RecurrentState {
             let p = DeltaNet { conv: &conv, dt_bias: &dt_bias, a: &a, norm: &nw, dims: d, eps: model.cfg.eps };
             let mut done = 0;
             while done < m {
-                let n = (m - done).min(s.n_max);
+                let n = (m - done).min(n_max);
                 be.copy(lg.qkv, done * ch, qkv, 0, n * ch)?;
                 be.copy(lg.beta, done * nv, beta, 0, n * nv)?;
                 be.copy(lg.alpha, done * nv, alpha, 0, n * nv)?;
@@ -177,13 +138,5 @@ impl RecurrentState {
             }
         }
         Ok(())
-    }
-
-    /// Frees the log's buffers.
-    pub(super) fn free_log(&mut self, be: &mut dyn Backend) -> Result<(), ModelError> {
-        match self.log.take() {
-            Some(mut g) => g.free(be),
-            None => Ok(()),
-        }
     }
 }
