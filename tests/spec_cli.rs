@@ -95,18 +95,15 @@ fn synthetic_presets_greedy_is_unchanged_by_speculation() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A model with recurrent layers (qwen35) cannot roll its state back past a rejected
-/// draft: speculation is refused by name, never a wrong continuation.
+/// `lode fit --model-draft` sizes the draft as `lode serve` runs it: one sequence per
+/// slot, so with `--parallel 3` the draft needs two more KV caches than with one.
 #[test]
-fn speculation_on_a_recurrent_model_is_a_clear_error() {
-    let dir = std::env::temp_dir().join(format!("lode-spec-rec-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("qwen35-tiny.gguf");
-    let p = path.to_str().unwrap();
-    assert!(common::lode(&["synth", "--preset", "qwen35-tiny", "-o", p, "--seed", "3"]).status.success());
-    let out = common::lode(&["generate", "--device", "cpu", "-t", "2", "-m", p, "-p", "one two three one two three", "-n", "8", "-c", "128", "--temp", "0", "--spec-type", "ngram-simple"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("recurrent"), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+fn fit_counts_a_draft_sequence_per_slot() {
+    let Some(m) = common::model(common::SMOL) else { return };
+    let m = m.to_str().unwrap();
+    let fit = |p: &str| json_run(&["fit", "-m", m, "--model-draft", m, "--json", "-c", "1024", "--device", "cpu", "--parallel", p]);
+    let (one, three) = (fit("1"), fit("3"));
+    let kv = one["kv_bytes"].as_u64().unwrap();
+    let (d1, d3) = (one["draft_need_bytes"].as_u64().unwrap(), three["draft_need_bytes"].as_u64().unwrap());
+    assert_eq!(d3 - d1, 2 * kv, "the draft is the target's model here: two more slots add two of its KV caches ({d1} -> {d3})");
 }

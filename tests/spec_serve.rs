@@ -1,6 +1,10 @@
-//! `lode serve --spec-type ngram-simple`: greedy completions (one request, then two at
-//! once, with logprobs) equal those of a server without speculation; a schema-constrained
-//! request still runs (plain decoding); `--model-draft` is refused by name.
+//! `lode serve --spec-type ngram-simple` and `--model-draft`: greedy completions (one
+//! request, then two at once, with logprobs) equal those of a server without
+//! speculation; a schema-constrained request still runs (plain decoding); SmolLM2
+//! drafting for itself through the shared draft thread; on qwen35 (recurrent layers),
+//! n-gram and another model's drafts (rejected: the slot's sequence rewinds on the
+//! engine thread) leave greedy and seeded sampled completions and their
+//! log-probabilities unchanged.
 
 mod serve_common;
 
@@ -64,15 +68,58 @@ fn ngram_speculation_leaves_greedy_completions_unchanged() {
 }
 
 #[test]
-fn serve_refuses_a_draft_model_by_name() {
+fn a_draft_model_leaves_greedy_completions_unchanged() {
     let Some(m) = smol() else { return };
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lode"))
-        .args(["serve", "--device", "cpu", "--port", "0", "-m"])
-        .arg(&m)
-        .arg("--model-draft")
-        .arg(&m)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--model-draft") && !err.contains("panicked"), "{err}");
+    let plain = {
+        let srv = Server::start(&m, &["--parallel", "2", "-c", "512"]);
+        all(&srv.addr)
+    };
+    let ms = m.to_str().unwrap();
+    let srv = Server::start(&m, &["--parallel", "2", "-c", "512", "--model-draft", ms, "--draft-max", "6", "--draft-p-min", "0"]);
+    let spec = all(&srv.addr);
+    let (drafted, rounds, reqs) = (
+        srv.metric("lode_spec_drafted_tokens_total", &[]),
+        srv.metric("lode_spec_draft_batches_total", &[]),
+        srv.metric("lode_spec_draft_requests_total", &[]),
+    );
+    eprintln!("drafted {drafted}, {reqs} draft requests in {rounds} rounds");
+    assert!(drafted > 0.0 && rounds > 0.0 && reqs >= rounds, "{drafted} {rounds} {reqs}");
+    assert_eq!(plain, spec, "a draft model changed the completions");
+}
+
+/// Greedy and seeded sampled completions on qwen35-tiny, with their log-probabilities.
+fn hybrid_answers(srv: &Server) -> Vec<(String, Vec<f64>)> {
+    let mut out = Vec::new();
+    for (temp, seed) in [(0.0, 0), (1.0, 5), (1.0, 9)] {
+        let body = json!({"prompt": "one two three one two three one two", "max_tokens": 20, "temperature": temp,
+            "top_k": 4, "seed": seed, "logprobs": 1});
+        let r = srv.post_json("/v1/completions", &[], &body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        out.push(answer(&r.json()));
+    }
+    out
+}
+
+#[test]
+fn speculation_on_a_recurrent_model_in_serve() {
+    let dir = std::env::temp_dir().join(format!("lode-spec-serve-rec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let synth = |seed: &str| {
+        let p = dir.join(format!("qwen35-tiny-{seed}.gguf"));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lode")).args(["synth", "--preset", "qwen35-tiny", "--seed", seed, "-o"]).arg(&p).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        p
+    };
+    let (m, other) = (synth("11"), synth("12"));
+    let base = ["--parallel", "2", "-c", "256", "-b", "4"];
+    let plain = hybrid_answers(&Server::start(&m, &base));
+    assert!(plain.iter().all(|a| a.1.len() == 20), "{plain:?}");
+    let ngram = Server::start(&m, &[&base[..], &["--spec-type", "ngram-simple", "--spec-ngram-size-n", "2"]].concat());
+    assert_eq!(hybrid_answers(&ngram), plain, "n-gram speculation changed the completions");
+    assert!(ngram.metric("lode_spec_drafted_tokens_total", &[]) > 0.0);
+    let o = other.to_str().unwrap();
+    let draft = Server::start(&m, &[&base[..], &["--model-draft", o, "--draft-max", "4", "--draft-p-min", "0"]].concat());
+    assert_eq!(hybrid_answers(&draft), plain, "another model's drafts changed the completions");
+    assert!(draft.metric("lode_spec_drafted_tokens_total", &[]) > 0.0);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -75,12 +75,13 @@ pub fn run(args: Args) -> Result<()> {
     let c = &model.cfg;
     let ctx = args.ctx.unwrap_or_else(|| c.n_ctx_train.min(lode_runtime::engine::DEFAULT_CTX_CAP)).max(1);
     let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq: args.parallel.max(1), kv_type: args.kv.types(), swa_full: args.kv.swa_full };
-    // The draft model's engine (one sequence at the same context) takes its share first.
+    // The draft model's engine (one sequence per slot at the same context, as `lode
+    // serve --model-draft` runs it; one for generate) takes its share first.
     let draft = match &args.model_draft {
         Some(p) => {
             let f = std::sync::Arc::new(common::open_gguf_plain(p, "cannot open draft model")?);
             let dm = Model::load(f).with_context(|| format!("cannot read draft model {}", p.display()))?;
-            let de = fit::estimate(&dm, &target, RunShape { n_seq: 1, ..shape }).context("cannot size the draft model")?;
+            let de = fit::estimate(&dm, &target, shape).context("cannot size the draft model")?;
             target.free = target.free.saturating_sub(de.need);
             target.used_at_open += de.need;
             Some((p.clone(), de.need))

@@ -167,15 +167,12 @@ fn verify_rows(gpu: &mut Engine, ids: &[u32]) -> Result<bool> {
     if n < 2 {
         return Ok(true);
     }
-    if gpu.model().cfg.recurrent.is_some() {
-        println!("  speculative verify chunk: not checked (recurrent layers: speculation is refused on this model)");
-        return Ok(true);
-    }
     let k = ids.len() - n;
     gpu.clear();
     gpu.eval(&ids[..k])?;
     let rows = gpu.eval_each(&ids[k..])?;
-    gpu.truncate(k);
+    // Recurrent layers: the state goes back through the chunk's rewind log.
+    gpu.rewind(k)?;
     let (mut bits, mut same, mut max) = (0, 0, 0f32);
     for (i, row) in rows.iter().enumerate() {
         let one = gpu.eval(&ids[k + i..k + i + 1])?;
@@ -184,8 +181,21 @@ fn verify_rows(gpu: &mut Engine, ids: &[u32]) -> Result<bool> {
         max = one.iter().zip(row).map(|(a, b)| (a - b).abs()).fold(max, f32::max);
     }
     println!("  speculative verify chunk of {n} rows vs {n} decode steps: {bits} rows bit-identical, {same} same top-1, max |diff| {max:.3e}");
+    // Rewound into the chunk (2 of its rows kept), the next row is the decode step's.
+    let j = 2;
+    gpu.truncate(k);
+    if gpu.history().len() != k {
+        gpu.clear();
+        gpu.eval(&ids[..k])?;
+    }
+    let again = gpu.eval_each(&ids[k..])?;
+    gpu.rewind(k + j)?;
+    let next = gpu.eval(&ids[k + j..k + j + 1])?;
+    let rewound = next.iter().zip(&again[j]).all(|(a, b)| a.to_bits() == b.to_bits());
+    let rmax = next.iter().zip(&again[j]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    println!("  rewound to {j} of {n} verify rows: the next row {} (max |diff| {rmax:.3e})", if rewound { "bit-identical" } else { "differs" });
     let exact = crate::common::gpu_options().numerics == Numerics::Exact;
-    Ok(!exact || bits == n)
+    Ok(!exact || (bits == n && rewound))
 }
 
 /// `Backend::copy_kv` on the GPU (the server's shared prompts): a sequence given another's

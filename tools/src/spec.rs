@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use lode_runtime::backend;
-use lode_runtime::engine::{Drafter, Engine, EngineOptions, ModelDrafter, NgramDrafter, SamplerParams, SpecParams, SpecStats};
+use lode_runtime::engine::{BatchEngine, Drafter, Engine, EngineOptions, ModelDrafter, NgramDrafter, SamplerParams, SpecParams, SpecStats};
 use lode_runtime::model::Model;
 
 use crate::common::{self, ModelArgs};
@@ -98,23 +98,44 @@ impl SpecArgs {
     }
 }
 
+/// `lode serve`'s drafting: n-gram lookup per slot, or one draft model for all slots.
+pub enum ServeSpec {
+    Ngram(NgramDrafter),
+    /// The draft model's engine, one sequence per slot.
+    Model { engine: BatchEngine, p_min: f32 },
+}
+
 impl SpecArgs {
-    /// `lode serve`'s per-slot drafter: n-gram lookup only (no draft model yet).
-    pub fn serve_drafter(&self) -> Result<Option<(NgramDrafter, SpecParams)>> {
+    /// `lode serve`'s drafting for `n_slots` slots of `target` (opened first, so that the
+    /// draft is sized against what is left).
+    pub fn serve_drafter(&self, margs: &ModelArgs, target: &Model, n_ctx: usize, n_slots: usize) -> Result<Option<(ServeSpec, SpecParams)>> {
         if !self.enabled() {
             return Ok(None);
         }
         self.check()?;
-        if self.model_draft.is_some() {
-            bail!("lode serve does not run a draft model yet (--model-draft); --spec-type ngram-simple works per slot");
+        if let Some(path) = &self.model_draft {
+            let (model, be, opts) = draft_parts(margs, path, n_ctx)?;
+            lode_runtime::engine::check_same_vocab(target, &model).with_context(|| format!("cannot use {} as the draft model", path.display()))?;
+            let engine = BatchEngine::new(model, be, opts, n_slots).with_context(|| format!("cannot open the draft model {}", path.display()))?;
+            tracing::info!("draft model {} on {} ({n_slots} sequences)", path.display(), engine.backend_name());
+            return Ok(Some((ServeSpec::Model { engine, p_min: self.draft_p_min }, self.params())));
         }
         let n = self.ngram_size_n;
-        Ok(Some((NgramDrafter::new(n, n.min(2))?, self.params())))
+        Ok(Some((ServeSpec::Ngram(NgramDrafter::new(n, n.min(2))?), self.params())))
     }
 }
 
 /// The draft model's engine: its own backend of the target's kind and weight options.
 fn open_draft(margs: &ModelArgs, path: &std::path::Path, n_ctx: usize) -> Result<Engine> {
+    let (model, be, opts) = draft_parts(margs, path, n_ctx)?;
+    let e = Engine::new(model, be, opts).with_context(|| format!("cannot open the draft model {}", path.display()))?;
+    tracing::info!("draft model {} on {}", path.display(), e.backend_name());
+    Ok(e)
+}
+
+/// The draft model, its backend (the target's device and weight options, its memory
+/// report printed by the caller) and its engine options (the target's context).
+fn draft_parts(margs: &ModelArgs, path: &std::path::Path, n_ctx: usize) -> Result<(Model, Box<dyn backend::Backend>, EngineOptions)> {
     let file = common::open_gguf(path).map_err(|e| anyhow::anyhow!("draft model: {e:#}"))?;
     let model = Model::load(file).with_context(|| format!("cannot load the draft model {}", path.display()))?;
     let threads = margs.threads.unwrap_or_else(common::physical_cores);
@@ -123,9 +144,7 @@ fn open_draft(margs: &ModelArgs, path: &std::path::Path, n_ctx: usize) -> Result
     wopts.report_at_exit = false;
     let (be, _note) = backend::open_with(margs.device, threads, &wopts, &common::gpu_options())?;
     let opts = EngineOptions { ctx_size: Some(n_ctx), batch_size: margs.batch_size, kv_type: margs.kv.types(), swa_full: margs.kv.swa_full };
-    let e = Engine::new(model, be, opts).with_context(|| format!("cannot open the draft model {}", path.display()))?;
-    tracing::info!("draft model {} on {}", path.display(), e.backend_name());
-    Ok(e)
+    Ok((model, be, opts))
 }
 
 /// `speculative (ngram): 120 drafted, 90 accepted (75.0 %), 40 target passes` for stderr.

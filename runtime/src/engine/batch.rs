@@ -9,7 +9,10 @@
 //! beside its KV cache. That state exists only at the sequence's last position, so such a
 //! sequence cannot be cut back: [`BatchEngine::truncate`] to fewer tokens than it holds
 //! empties it (see [`kept_after_truncate`]), and [`BatchEngine::copy_prefix`] copies only a
-//! source's whole history (its KV and its state), never a shorter prefix.
+//! source's whole history (its KV and its state), never a shorter prefix. The exception is
+//! speculation: [`BatchEngine::start_rewind_log`] checkpoints the state and logs what
+//! follows, so [`BatchEngine::rewind`] can go back to any position since (a rejected
+//! draft; `model/rewind.rs`).
 
 use crate::backend::{Backend, KvCache, KvSpec, SwaKv};
 use crate::model::{KvRows, Model, OutputRows, RecurrentState, Scratch};
@@ -158,10 +161,68 @@ impl BatchEngine {
         let k = self.kept_if_truncated(seq, n);
         let s = &mut self.seqs[seq];
         s.history.truncate(k);
+        s.rec.stop_log();
         if k == 0 {
             s.floor = 0;
         }
         k
+    }
+
+    /// From now on, evaluations of `seq` (up to `cap` tokens, one sequence at a time)
+    /// are logged so that [`Self::rewind`] can go back to any position from here. Needed
+    /// only with recurrent layers (nothing to do otherwise). Chunks and batched steps
+    /// append to the log while it has room; a truncation or a prefix copy into the
+    /// sequence ends it.
+    pub fn start_rewind_log(&mut self, seq: usize, cap: usize) -> Result<(), EngineError> {
+        self.check_seq(seq)?;
+        let s = &mut self.seqs[seq];
+        s.rec.start_log(self.be.as_mut(), &self.model, cap)?;
+        Ok(())
+    }
+
+    /// Whether [`Self::rewind`] to `n` tokens can succeed: `n` at most the history, and
+    /// with recurrent layers either all of it or a position the rewind log covers.
+    pub fn can_rewind(&self, seq: usize, n: usize) -> bool {
+        let Some(s) = self.seqs.get(seq) else { return false };
+        let len = s.history.len();
+        match s.rec.logged() {
+            _ if n > len => false,
+            _ if !self.is_recurrent() || n == len => true,
+            Some(rows) => n + rows >= len,
+            None => false,
+        }
+    }
+
+    /// Keeps exactly the first `n` cached tokens of `seq` (a rejected speculative draft
+    /// rolled back). With recurrent layers the state is brought back through the rewind
+    /// log; a position it does not cover is refused (the sequence unchanged), and a
+    /// failure while rolling back leaves the sequence empty.
+    pub fn rewind(&mut self, seq: usize, n: usize) -> Result<(), EngineError> {
+        self.check_seq(seq)?;
+        if !self.can_rewind(seq, n) {
+            let (len, logged) = (self.seqs[seq].history.len(), self.seqs[seq].rec.logged());
+            return Err(EngineError::InvalidArg(format!(
+                "sequence {seq} holds {len} tokens and cannot be rewound to {n} (rewind log: {logged:?} rows)"
+            )));
+        }
+        let s = &mut self.seqs[seq];
+        let len = s.history.len();
+        if n < len && self.model.cfg.recurrent.is_some() {
+            let m = s.rec.logged().unwrap_or(0) - (len - n);
+            let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
+            let Some(bufs) = scratch.delta_bufs() else {
+                return Err(EngineError::InvalidArg("a recurrent model without its delta net buffers".into()));
+            };
+            self.be.round_rows_as_decode(true);
+            let r = s.rec.rewind(self.be.as_mut(), &self.model, bufs, scratch.n_max, m);
+            self.be.round_rows_as_decode(false);
+            if let Err(e) = r {
+                s.history.clear();
+                return Err(e.into());
+            }
+        }
+        s.history.truncate(n);
+        Ok(())
     }
 
     /// A sequence about to evaluate from position 0 starts from the zero state.
@@ -200,6 +261,7 @@ impl BatchEngine {
         }
         // On failure `dst` claims nothing: its K/V (and state) may be half copied.
         self.seqs[dst].history.clear();
+        self.seqs[dst].rec.stop_log();
         self.be.copy_kv(self.seqs[src].kv, self.seqs[dst].kv, n)?;
         if recurrent {
             let (s, d) = (&self.seqs[src].rec, &self.seqs[dst].rec);
@@ -266,6 +328,11 @@ impl BatchEngine {
             }
             // On error the chunk's K/V may be half written; the history does not claim it.
             // On error the recurrent state may be half advanced: the sequence starts over.
+            // An armed rewind log takes the chunk if it has room, else it ends.
+            let logging = s.rec.log_for(part.len()).is_some();
+            if !logging {
+                s.rec.stop_log();
+            }
             let states: &[&RecurrentState] = if s.rec.is_empty() { &[] } else { &[&s.rec] };
             let res = self.model.forward(self.be.as_mut(), scratch, KvRows::One(s.kv), states, part, &pos, r, &mut |i, l| {
                 on_logits(base + i, l)
@@ -273,8 +340,12 @@ impl BatchEngine {
             if let Err(err) = res {
                 if !s.rec.is_empty() {
                     s.history.clear();
+                    s.rec.stop_log();
                 }
                 return Err(err.into());
+            }
+            if logging {
+                s.rec.logged_rows(part.len());
             }
             s.history.extend_from_slice(part);
             done += part.len();
@@ -285,13 +356,12 @@ impl BatchEngine {
     /// Speculative verification: evaluates `tokens` after `seq`'s cached ones as one
     /// chunk and returns every row's logits, each rounded as a one-token step would
     /// round it where the backend can ([`Backend::round_rows_as_decode`]). A rejected
-    /// tail is rolled back with [`Self::truncate`]. Refused for a model with recurrent
-    /// layers: their state cannot be rolled back past a rejected draft.
+    /// tail is rolled back with [`Self::rewind`] (the chunk is logged for it on a model
+    /// with recurrent layers).
     pub fn eval_verify(&mut self, seq: usize, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
+        self.check_seq(seq)?;
         if self.is_recurrent() {
-            return Err(EngineError::InvalidArg(
-                "speculative decoding is not supported on models with recurrent layers (qwen35): their state cannot be rolled back past a rejected draft".into(),
-            ));
+            self.start_rewind_log(seq, tokens.len())?;
         }
         let mut rows = Vec::with_capacity(tokens.len());
         self.be.round_rows_as_decode(true);
@@ -328,6 +398,11 @@ impl BatchEngine {
         self.check_tokens(&tokens)?;
         for &(seq, _) in steps {
             self.reset_if_empty(seq)?;
+            // An armed rewind log takes the step's row if it has room, else it ends.
+            let r = &mut self.seqs[seq].rec;
+            if r.log_for(1).is_none() {
+                r.stop_log();
+            }
         }
         if let Some(w) = self.swa {
             for &(seq, _) in steps {
@@ -348,12 +423,17 @@ impl BatchEngine {
             if !states.is_empty() {
                 for &(seq, _) in steps {
                     self.seqs[seq].history.clear();
+                    self.seqs[seq].rec.stop_log();
                 }
             }
             return Err(err.into());
         }
         for &(seq, tok) in steps {
-            self.seqs[seq].history.push(tok);
+            let s = &mut self.seqs[seq];
+            if s.rec.logged().is_some() {
+                s.rec.logged_rows(1);
+            }
+            s.history.push(tok);
         }
         Ok(out)
     }

@@ -3,8 +3,8 @@
 //! model sharing the target's tokenizer (llama.cpp's `-md/--model-draft`).
 
 use super::speculative::{Draft, Drafter};
-use super::{argmax_logits, Engine, EngineError, Sampler, SamplerParams};
-use crate::model::Model;
+use super::{argmax_logits, BatchEngine, Engine, EngineError, Sampler, SamplerParams};
+use crate::model::{Model, OutputRows};
 
 /// Prompt lookup: finds the most recent earlier occurrence of the context's last `n`
 /// tokens, for `n` from `n_max` down to `n_min`, and proposes the tokens that followed
@@ -113,18 +113,80 @@ impl ModelDrafter {
         &self.engine
     }
 
-    /// Brings the draft's cache to `context` (keeping the common prefix) and returns the
-    /// logits after it.
+    /// Brings the draft's cache to `context` ([`catch_up`]) and returns the logits after it.
     fn catch_up(&mut self, context: &[u32]) -> Result<Vec<f32>, EngineError> {
-        let have = self.engine.history();
-        let mut common = have.iter().zip(context).take_while(|(a, b)| a == b).count();
-        if common == context.len() {
-            common -= 1; // re-evaluate the last token for its logits
+        catch_up(&mut self.engine.inner, 0, context)
+    }
+}
+
+/// Brings sequence `seq` of a draft engine to `context`, keeping the longest common
+/// prefix it can (a recurrent draft rewinds through the log of its last drafting, or
+/// else starts over), and returns the logits after it. At least the last token is
+/// evaluated again, for its logits.
+pub fn catch_up(e: &mut BatchEngine, seq: usize, context: &[u32]) -> Result<Vec<f32>, EngineError> {
+    if context.is_empty() {
+        return Err(EngineError::EmptyPrompt);
+    }
+    let have = e.history(seq);
+    let common = have.iter().zip(context).take_while(|(a, b)| a == b).count().min(context.len() - 1);
+    if e.can_rewind(seq, common) {
+        e.rewind(seq, common)?;
+    } else {
+        e.truncate(seq, common);
+    }
+    // What stayed: `common`, or nothing (a recurrent draft without a log).
+    let kept = e.history(seq).len();
+    let mut last = Vec::new();
+    e.eval_rows(seq, &context[kept..], OutputRows::Last, &mut |_, l| last = l.to_vec())?;
+    Ok(last)
+}
+
+/// Greedy drafting for several sequences of one draft engine at once (`lode serve`'s
+/// slots): `reqs[i] = (seq, context, max)`. Each sequence is caught up to its context
+/// ([`catch_up`], one at a time), then every request still drafting takes its argmax and
+/// advances by one token in ONE batched step of all of them, so the draft's weights are
+/// read once per drafted position, not once per slot. A request stops after `max`
+/// tokens, at the context's end, or before a token whose probability is below `p_min`.
+/// Returns each request's tokens. The drafted tokens are logged for the next catch-up's
+/// rewind. Each sequence appears at most once.
+pub fn draft_greedy(e: &mut BatchEngine, reqs: &[(usize, &[u32], usize)], p_min: f32) -> Result<Vec<Vec<u32>>, EngineError> {
+    let mut out = vec![Vec::new(); reqs.len()];
+    let mut live: Vec<Option<(Vec<f32>, usize)>> = Vec::with_capacity(reqs.len());
+    for &(seq, ctx, max) in reqs {
+        let max = max.min((e.n_ctx() + 1).saturating_sub(ctx.len()));
+        if max == 0 || ctx.is_empty() {
+            live.push(None);
+            continue;
         }
-        self.engine.truncate(common);
-        // A window-sized cache may keep less (nothing) of a cut: evaluate from what it kept.
-        let kept = self.engine.history().len();
-        self.engine.eval(&context[kept..])
+        let logits = catch_up(e, seq, ctx)?;
+        e.start_rewind_log(seq, max)?;
+        live.push(Some((logits, max)));
+    }
+    loop {
+        let (mut steps, mut who) = (Vec::new(), Vec::new());
+        for (i, slot) in live.iter_mut().enumerate() {
+            let Some((logits, max)) = slot else { continue };
+            let t = argmax_logits(logits);
+            if softmax_prob(logits, t) < p_min as f64 {
+                *slot = None;
+                continue;
+            }
+            out[i].push(t);
+            if out[i].len() < *max {
+                steps.push((reqs[i].0, t));
+                who.push(i);
+            } else {
+                *slot = None;
+            }
+        }
+        if steps.is_empty() {
+            return Ok(out);
+        }
+        for (i, row) in who.into_iter().zip(e.step(&steps)?) {
+            if let Some((logits, _)) = &mut live[i] {
+                *logits = row;
+            }
+        }
     }
 }
 
@@ -158,6 +220,9 @@ impl Drafter for ModelDrafter {
             return Ok(());
         }
         let mut logits = self.catch_up(context)?;
+        // The drafted tokens are logged so the next catch-up can rewind a recurrent
+        // draft to the accepted ones (nothing to do for other models).
+        self.engine.start_rewind_log(max)?;
         for j in 0..max {
             let (tok, prob) = match self.sampler.as_mut() {
                 None => {

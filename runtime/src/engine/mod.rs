@@ -14,7 +14,7 @@ use std::time::Instant;
 
 pub use batch::{kept_after_truncate, kept_with_window, BatchEngine};
 pub use constraint::{Constraint, TokenMask};
-pub use drafters::{check_same_vocab, ModelDrafter, NgramDrafter};
+pub use drafters::{catch_up, check_same_vocab, draft_greedy, ModelDrafter, NgramDrafter};
 pub use sampler::{argmax_logits, Sampler, SamplerParams};
 pub use speculative::{generate_speculative, generate_speculative_with_logits, BatchSequence, Draft, Drafter, SpecOutput, SpecParams, SpecStats};
 pub use stop::StopStrings;
@@ -121,6 +121,18 @@ pub trait Sequence {
     fn history(&self) -> &[u32];
     /// Keeps the first `n` cached tokens and forgets the rest.
     fn truncate(&mut self, n: usize);
+    /// Keeps exactly the first `n` cached tokens after a speculative verify chunk (a
+    /// rejected draft), or fails: unlike [`Self::truncate`], a sequence with recurrent
+    /// state goes back to `n` rather than to nothing ([`BatchEngine::rewind`]). The
+    /// default truncates and checks that `n` tokens stayed.
+    fn rewind(&mut self, n: usize) -> Result<(), EngineError> {
+        let want = n.min(self.history().len());
+        self.truncate(n);
+        match self.history().len() {
+            k if k == want => Ok(()),
+            k => Err(EngineError::InvalidArg(format!("the sequence kept {k} tokens where {want} were to stay"))),
+        }
+    }
     fn n_ctx(&self) -> usize;
     /// Evaluates `tokens` after the cached ones and returns every position's logits
     /// (a speculative verify chunk). The default evaluates them one at a time.
@@ -171,6 +183,18 @@ impl Engine {
     pub fn truncate(&mut self, n: usize) {
         self.inner.truncate(0, n);
     }
+    /// See [`BatchEngine::start_rewind_log`].
+    pub fn start_rewind_log(&mut self, cap: usize) -> Result<(), EngineError> {
+        self.inner.start_rewind_log(0, cap)
+    }
+    /// See [`BatchEngine::can_rewind`].
+    pub fn can_rewind(&self, n: usize) -> bool {
+        self.inner.can_rewind(0, n)
+    }
+    /// See [`BatchEngine::rewind`].
+    pub fn rewind(&mut self, n: usize) -> Result<(), EngineError> {
+        self.inner.rewind(0, n)
+    }
 
     /// Evaluates `tokens` after the cached ones and returns the last token's logits.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
@@ -206,6 +230,9 @@ impl Sequence for Engine {
     }
     fn truncate(&mut self, n: usize) {
         Engine::truncate(self, n)
+    }
+    fn rewind(&mut self, n: usize) -> Result<(), EngineError> {
+        Engine::rewind(self, n)
     }
     fn n_ctx(&self) -> usize {
         Engine::n_ctx(self)

@@ -58,6 +58,12 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// The delta net's buffers `[qkv, z, beta, alpha, core]` (models with recurrent
+    /// layers), free between forward chunks: what a rewind replays through.
+    pub fn delta_bufs(&self) -> Option<[Buf; 5]> {
+        self.hybrid.as_ref().and_then(|h| h.delta)
+    }
+
     pub fn new(be: &mut dyn Backend, model: &Model, n_max: usize) -> Result<Scratch, ModelError> {
         let c = &model.cfg;
         let n = n_max.max(1);

@@ -5,6 +5,7 @@
 
 use crate::backend::{Backend, Buf, DeltaIn, DeltaNet, DeltaState, NormIn};
 
+use super::rewind::RewindLog;
 use super::{DeltaWeights, Model, ModelError};
 
 /// One sequence's recurrent state: per layer, the conv and delta-rule state of a gated
@@ -13,13 +14,15 @@ use super::{DeltaWeights, Model, ModelError};
 /// cannot be cut back to an earlier position.
 pub struct RecurrentState {
     pub layers: Vec<Option<DeltaState>>,
+    /// What a speculative rollback needs (`super::rewind`); allocated on first use.
+    pub log: Option<RewindLog>,
 }
 
 impl RecurrentState {
     /// Zeroed states for every recurrent layer of `model` (none without one).
     pub fn new(be: &mut dyn Backend, model: &Model) -> Result<RecurrentState, ModelError> {
         let c = &model.cfg;
-        let mut s = RecurrentState { layers: Vec::with_capacity(c.n_layer) };
+        let mut s = RecurrentState { layers: Vec::with_capacity(c.n_layer), log: None };
         for l in 0..c.n_layer {
             let st = match c.recurrent.filter(|_| c.recurrent_layers[l]) {
                 Some(d) => {
@@ -69,11 +72,77 @@ impl RecurrentState {
     }
 
     pub fn free(&mut self, be: &mut dyn Backend) -> Result<(), ModelError> {
+        self.free_log(be)?;
         for st in self.layers.drain(..).flatten() {
             be.free(st.conv)?;
             be.free(st.ssm)?;
         }
         Ok(())
+    }
+}
+
+impl RecurrentState {
+    /// Starts a rewind log (`super::rewind`) from the current position, for up to `cap`
+    /// rows (its buffers grow to that). Nothing for a model without recurrent layers.
+    pub fn start_log(&mut self, be: &mut dyn Backend, model: &Model, cap: usize) -> Result<(), ModelError> {
+        if model.cfg.recurrent.is_none() {
+            return Ok(());
+        }
+        if self.log.as_ref().is_some_and(|g| g.cap < cap) {
+            self.free_log(be)?;
+        }
+        if self.log.is_none() {
+            let mask: Vec<bool> = self.layers.iter().map(Option::is_some).collect();
+            self.log = Some(RewindLog::new(be, model, &mask, cap)?);
+        }
+        let g = self.log.as_mut().expect("allocated above");
+        g.rows = 0;
+        g.armed = true;
+        Ok(())
+    }
+
+    /// Stops logging (what is logged can no longer be rewound to).
+    pub fn stop_log(&mut self) {
+        if let Some(g) = &mut self.log {
+            g.armed = false;
+            g.rows = 0;
+        }
+    }
+
+    /// The log's rows, when it is armed: a rewind may go back that many rows or fewer.
+    pub fn logged(&self) -> Option<usize> {
+        self.log.as_ref().filter(|g| g.armed).map(|g| g.rows)
+    }
+
+    /// The log, when armed and with room for `n` more rows.
+    pub fn log_for(&self, n: usize) -> Option<&RewindLog> {
+        self.log.as_ref().filter(|g| g.armed && g.rows + n <= g.cap)
+    }
+
+    /// Counts `n` rows appended by a forward chunk or step.
+    pub fn logged_rows(&mut self, n: usize) {
+        if let Some(g) = &mut self.log {
+            g.rows += n;
+        }
+    }
+
+    /// Brings the state back to `m` rows after the log's checkpoint (`m` at most
+    /// [`Self::logged`]) through [`RewindLog::replay`] over the delta net buffers `bufs`
+    /// in chunks of `n_max`. The log stops. On error the state is undefined.
+    pub fn rewind(&mut self, be: &mut dyn Backend, model: &Model, bufs: [Buf; 5], n_max: usize, m: usize) -> Result<(), ModelError> {
+        let r = match (&self.log, self.logged()) {
+            (Some(g), Some(rows)) if m <= rows => g.replay(be, model, &self.layers, bufs, n_max, m),
+            (_, have) => Err(ModelError::BadConfig(format!("a rewind of {m} rows past a log of {have:?}"))),
+        };
+        self.stop_log();
+        r
+    }
+
+    fn free_log(&mut self, be: &mut dyn Backend) -> Result<(), ModelError> {
+        match self.log.take() {
+            Some(mut g) => g.free(be),
+            None => Ok(()),
+        }
     }
 }
 
@@ -159,7 +228,21 @@ impl Model {
         be.norm_matmul_multi(norm, n, &[(&wqkv, qkv), (&wz, z), (&wb, beta), (&wa, alpha)])?;
         let (conv, dt_bias, a, nw) = (self.w(dw.conv), self.w(dw.dt_bias), self.w(dw.a), self.w(dw.norm));
         let p = DeltaNet { conv: &conv, dt_bias: &dt_bias, a: &a, norm: &nw, dims: d, eps: self.cfg.eps };
-        be.gated_delta_net(&p, &DeltaIn { qkv, z, beta, alpha }, n, &st, core)?;
+        let x = DeltaIn { qkv, z, beta, alpha };
+        // Sequences whose rewind log is armed: checkpoint and log before the recurrence
+        // (one sequence's chunk, or each row of a batched step).
+        if let ([s0], [st0]) = (states, &st[..]) {
+            if let Some(g) = s0.log_for(n) {
+                g.record(be, self, l, *st0, &x, 0, n)?;
+            }
+        } else {
+            for (i, (s, st)) in states.iter().zip(&st).enumerate() {
+                if let Some(g) = s.log_for(1) {
+                    g.record(be, self, l, *st, &x, i, 1)?;
+                }
+            }
+        }
+        be.gated_delta_net(&p, &x, n, &st, core)?;
         Ok(core)
     }
 }

@@ -8,6 +8,7 @@
 mod config;
 mod forward;
 mod hybrid;
+mod rewind;
 
 use std::collections::HashMap;
 use std::sync::Arc;

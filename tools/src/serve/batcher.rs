@@ -43,6 +43,8 @@ enum Msg {
     /// Keep the first `n` cached tokens.
     /// With `reply`, the tokens kept are sent back (window-sized caches decide it).
     Truncate { seq: usize, n: usize, reply: Option<mpsc::SyncSender<usize>> },
+    /// Keep exactly the first `n` (a rejected draft; `BatchEngine::rewind`).
+    Rewind { seq: usize, n: usize, reply: SyncSender<Result<(), String>> },
     /// The sequence's request is over: steps no longer wait for it.
     Idle { seq: usize },
     /// The mean of the normed last hidden states of `tokens`, evaluated alone on `seq`
@@ -150,6 +152,26 @@ impl Sequence for SeqHandle {
             let _ = self.tx.send(Msg::Truncate { seq: self.seq, n, reply: None });
         }
         self.history.truncate(n);
+    }
+    fn rewind(&mut self, n: usize) -> Result<(), EngineError> {
+        if !self.recurrent {
+            self.truncate(n);
+            return Ok(());
+        }
+        // A recurrent sequence goes back through its rewind log on the engine thread.
+        let (reply, rx) = mpsc::sync_channel(1);
+        let gone = || EngineError::InvalidArg("the engine thread has stopped".into());
+        self.tx.send(Msg::Rewind { seq: self.seq, n, reply }).map_err(|_| gone())?;
+        let r = rx.recv().map_err(|_| gone())?;
+        match r {
+            Ok(()) => self.history.truncate(n),
+            // The engine emptied the sequence or left it as it was; start over either way.
+            Err(_) => {
+                self.history.clear();
+                let _ = self.tx.send(Msg::Truncate { seq: self.seq, n: 0, reply: None });
+            }
+        }
+        r.map_err(EngineError::InvalidArg)
     }
     fn n_ctx(&self) -> usize {
         self.n_ctx
@@ -295,6 +317,9 @@ fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>, n_
                 if let Some(r) = reply {
                     let _ = r.send(kept);
                 }
+            }
+            Msg::Rewind { seq, n, reply } => {
+                let _ = reply.send(guarded(&mut engine, |e| e.rewind(seq, n)));
             }
             Msg::Idle { seq } => decoding[seq] = false,
             Msg::Embed { seq, tokens, reply } => {

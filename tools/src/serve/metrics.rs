@@ -41,6 +41,10 @@ pub struct Metrics {
     /// Speculative verify chunks run (`--spec-type`), and the drafted tokens they checked.
     pub spec_passes: AtomicU64,
     pub spec_drafted: AtomicU64,
+    /// `--model-draft`: drafting rounds of the draft thread and the slots' requests they
+    /// served together (requests / rounds is the mean draft batch).
+    pub draft_batches: AtomicU64,
+    pub draft_requests: AtomicU64,
     /// Token masks of structured output (`response_format`, `json_schema`, `grammar`).
     pub grammar: std::sync::Arc<super::structured::GrammarStats>,
     /// Generated tokens per second of uptime, for the last [`RATE_WINDOW_S`] seconds.
@@ -70,6 +74,8 @@ impl Metrics {
             batch_rows: AtomicU64::new(0),
             spec_passes: AtomicU64::new(0),
             spec_drafted: AtomicU64::new(0),
+            draft_batches: AtomicU64::new(0),
+            draft_requests: AtomicU64::new(0),
             grammar: Default::default(),
             recent: Mutex::new(VecDeque::new()),
         }
@@ -135,6 +141,8 @@ impl Metrics {
         metric("lode_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens.load(Relaxed).to_string());
         metric("lode_spec_verify_passes_total", "counter", "Speculative verify chunks run.", self.spec_passes.load(Relaxed).to_string());
         metric("lode_spec_drafted_tokens_total", "counter", "Drafted tokens checked by verify chunks.", self.spec_drafted.load(Relaxed).to_string());
+        metric("lode_spec_draft_batches_total", "counter", "Drafting rounds of the draft model (--model-draft).", self.draft_batches.load(Relaxed).to_string());
+        metric("lode_spec_draft_requests_total", "counter", "Slots' draft requests those rounds served together.", self.draft_requests.load(Relaxed).to_string());
         metric("lode_prompt_seconds_total", "counter", "Time spent evaluating prompts.", secs(&self.prompt_us));
         metric("lode_decode_seconds_total", "counter", "Time spent generating.", secs(&self.decode_us));
         metric(

@@ -18,6 +18,7 @@
 
 pub mod api;
 pub mod batcher;
+pub mod draft;
 pub mod errors;
 pub mod extra;
 pub mod gbnf;
@@ -37,11 +38,12 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use lode_runtime::backend;
-use lode_runtime::engine::{BatchEngine, EngineOptions};
+use lode_runtime::engine::{BatchEngine, Drafter, EngineOptions};
 use lode_runtime::model::Model;
 use lode_runtime::tokenizer::{ChatTemplate, Tokenizer};
 
 use crate::common::{self, ModelArgs};
+use crate::spec::ServeSpec;
 use metrics::Metrics;
 use routes::AppState;
 use scheduler::{Scheduler, SlotRunner};
@@ -77,10 +79,11 @@ pub struct Args {
     /// their preflight requests (off by default).
     #[arg(long, value_name = "ORIGIN")]
     pub cors: Option<String>,
-    /// Speculative decoding per slot: `--spec-type ngram-simple` (requests without a
-    /// grammar or schema), `--draft-max`, `--draft-min`, `--spec-ngram-size-n`; a verify
-    /// chunk runs alone, not batched with the other slots' steps. `--model-draft` is not
-    /// served yet.
+    /// Speculative decoding per slot (requests without a grammar or schema):
+    /// `--spec-type ngram-simple` or `--model-draft FILE` (one draft engine, a sequence per
+    /// slot; slots drafting together share its batched steps), `--draft-max`,
+    /// `--draft-min`, `--draft-p-min`, `--spec-ngram-size-n`; a verify chunk runs alone,
+    /// not batched with the other slots' steps.
     #[command(flatten)]
     pub spec: crate::spec::SpecArgs,
 }
@@ -99,7 +102,6 @@ pub fn run(args: Args) -> Result<()> {
     let threads = args.model.threads.unwrap_or_else(common::physical_cores);
     let opts = EngineOptions { ctx_size: args.model.ctx_size, batch_size: args.model.batch_size, kv_type: args.model.kv.types(), swa_full: args.model.kv.swa_full };
 
-    let spec = args.spec.serve_drafter()?;
     // One backend and one copy of the weights; a KV cache per slot.
     let (be, note) = backend::open_with(args.model.device, threads, &args.model.weights.options()?, &common::gpu_options())?;
     if let Some(note) = note {
@@ -111,13 +113,24 @@ pub fn run(args: Args) -> Result<()> {
     let c = &engine.model().cfg;
     let (n_ctx_train, n_vocab, n_embd) = (c.n_ctx_train, c.n_vocab, c.n_embd);
     let metrics = Arc::new(Metrics::new(args.parallel));
+    // After the target, so a draft model is sized against what is left.
+    let spec = args.spec.serve_drafter(&args.model, engine.model(), n_ctx, args.parallel)?;
     let (handles, embed) = batcher::start(engine, metrics.clone(), args.embeddings).context("cannot start the engine thread")?;
+    let (mut drafters, spec_params): (Vec<Box<dyn Drafter + Send>>, _) = match spec {
+        None => (Vec::new(), None),
+        Some((ServeSpec::Ngram(ngram), sp)) => ((0..args.parallel).map(|_| Box::new(ngram) as Box<dyn Drafter + Send>).collect(), Some(sp)),
+        Some((ServeSpec::Model { engine, p_min }, sp)) => {
+            let h = draft::start(engine, p_min, metrics.clone()).context("cannot start the draft model's thread")?;
+            (h.into_iter().map(|d| Box::new(d) as Box<dyn Drafter + Send>).collect(), Some(sp))
+        }
+    };
+    drafters.reverse();
     let runners: Vec<Box<dyn SlotRunner>> =
         handles
         .into_iter()
         .map(|h| {
             let mut slot = EngineSlot::new(h, tok.clone(), metrics.grammar.clone());
-            slot.spec = spec;
+            slot.spec = spec_params.and_then(|sp| drafters.pop().map(|d| (d, sp)));
             Box::new(slot) as Box<dyn SlotRunner>
         })
         .collect();

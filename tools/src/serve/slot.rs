@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use lode_runtime::engine::{
-    generate_speculative_with_logits, generate_with_logits, Engine, EngineError, Flow, GenParams, NgramDrafter, Sampler, Sequence,
-    SpecParams, StopReason, StopStrings,
+    generate_speculative_with_logits, generate_with_logits, Drafter, Engine, EngineError, Flow, GenParams, Sampler, Sequence, SpecParams,
+    StopReason, StopStrings,
 };
 use lode_runtime::tokenizer::Tokenizer;
 
@@ -34,8 +34,9 @@ pub struct EngineSlot<S: SlotSequence> {
     pub eog: Vec<u32>,
     /// Where structured output's masks are counted.
     pub grammar_stats: Arc<GrammarStats>,
-    /// `--spec-type ngram-simple`: prompt lookup for requests without a constraint.
-    pub spec: Option<(NgramDrafter, SpecParams)>,
+    /// Speculation for requests without a constraint: `--spec-type ngram-simple` (prompt
+    /// lookup) or `--model-draft` (this slot's handle on the draft thread).
+    pub spec: Option<(Box<dyn Drafter + Send>, SpecParams)>,
 }
 
 impl<S: SlotSequence> EngineSlot<S> {
@@ -104,8 +105,8 @@ impl<S: SlotSequence> EngineSlot<S> {
         };
         let result = match spec {
             // A constraint cannot be rolled back past a rejected draft: plain decoding.
-            Some((ngram, sp)) if job.grammar.is_none() => {
-                generate_speculative_with_logits(engine, ngram, sp, &prompt[cached..], &params, &mut sampler, &mut on_token).map(|r| r.out)
+            Some((drafter, sp)) if job.grammar.is_none() => {
+                generate_speculative_with_logits(engine, drafter.as_mut(), sp, &prompt[cached..], &params, &mut sampler, &mut on_token).map(|r| r.out)
             }
             _ => generate_with_logits(engine, &prompt[cached..], &params, &mut sampler, &mut on_token),
         };
