@@ -243,6 +243,12 @@ impl BatchEngine {
         if n > have {
             return Err(EngineError::InvalidArg(format!("sequence {src} holds {have} tokens, not {n}")));
         }
+        let recurrent = self.is_recurrent();
+        if recurrent && n != have {
+            return Err(EngineError::InvalidArg(format!(
+                "sequence {src} holds {have} tokens: a model with recurrent layers can copy only all of them, not {n} (its state is kept at its last position only)"
+            )));
+        }
         if self.kept_if_truncated(src, n) != n {
             return Err(EngineError::InvalidArg(format!(
                 "sequence {src}'s window-sized cache no longer holds what position {n} sees (it holds positions from {})",
@@ -252,12 +258,6 @@ impl BatchEngine {
         if src == dst {
             self.truncate(dst, n);
             return Ok(());
-        }
-        let recurrent = self.is_recurrent();
-        if recurrent && n != have {
-            return Err(EngineError::InvalidArg(format!(
-                "sequence {src} holds {have} tokens: a model with recurrent layers can copy only all of them, not {n} (its state is kept at its last position only)"
-            )));
         }
         // On failure `dst` claims nothing: its K/V (and state) may be half copied.
         self.seqs[dst].history.clear();

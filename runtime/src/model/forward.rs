@@ -8,10 +8,9 @@ use super::hybrid::{HybridScratch, RecurrentState};
 use super::{Model, ModelError};
 
 /// Rows of the LM head computed at once when every position's logits are wanted
-/// (bounds the logits buffer: 32 × 262,144 × 4 B = 32 MiB for Gemma 3). 32: a step of 32
-/// sequences reads the head once and is one replayable step (at 16, H100, qwen3-4b x32:
-/// two head chunks per step, 272 of 275 steps fell back to eager launches).
-pub const OUT_ROWS_MAX: usize = 32;
+/// (bounds the logits buffer: 16 × 262,144 × 4 B = 16 MiB for Gemma 3). (Measured at 32:
+/// a 32-sequence step then replayed as graphs, but its speed did not rise; BENCHMARKS.)
+pub const OUT_ROWS_MAX: usize = 16;
 
 /// Where a chunk's rows keep their K/V: one sequence's cache for every row (prompt
 /// chunks, single-sequence decode), or one cache per row — a batched decode step in which
