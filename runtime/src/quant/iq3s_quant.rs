@@ -1,5 +1,6 @@
-//! IQ3_S's quantizer without an importance matrix, as llama.cpp's `quantize_iq3_s`
-//! (`quantize_row_iq3_s_impl`, 32-element sub-blocks, weights `x²`) writes it.
+//! IQ3_S's quantizer as llama.cpp's `quantize_iq3_s` (`quantize_row_iq3_s_impl`,
+//! 32-element sub-blocks) writes it: weights `x²`, or with an importance matrix
+//! `qw·sqrt(σ² + x²)` (σ² twice the super-block's mean square).
 //!
 //! Each group of 4 magnitudes is a point of the 8-level lattice `2l + 1` (l < 8); the grid
 //! holds 512 of the 4096 points. A point off the grid is replaced by the best (weighted
@@ -119,10 +120,12 @@ fn sums(w: &[f32], x: &[f32], l: &[i8]) -> (f32, f32) {
     (sqx, sq2)
 }
 
-pub(crate) fn quant_iq3_s(src: &[f32], dst: &mut [u8]) {
+pub(crate) fn quant_iq3_s(src: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
     let m = map();
-    for (xbl, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(110)) {
+    for (k, (xbl, b)) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(110)).enumerate() {
         b.fill(0);
+        let qbl = qw.map(|w| &w[(k * QK_K) % w.len()..][..QK_K]);
+        let sigma2 = 2.0 * xbl.iter().fold(0f32, |s, v| s + v * v) / QK_K as f32;
         let mut scales = [0f32; 8];
         let mut max_scale = 0f32;
         // Where the next sub-block's codes and signs go (see the module note).
@@ -134,7 +137,10 @@ pub(crate) fn quant_iq3_s(src: &[f32], dst: &mut [u8]) {
             let mut xval = [0f32; 32];
             let mut signs = [0u8; 4];
             for i in 0..32 {
-                w[i] = xb[i] * xb[i];
+                w[i] = match qbl {
+                    Some(q) => q[32 * ib + i] * (sigma2 + xb[i] * xb[i]).sqrt(),
+                    None => xb[i] * xb[i],
+                };
                 waux[i] = w[i].sqrt();
                 if xb[i] >= 0.0 {
                     xval[i] = xb[i];
