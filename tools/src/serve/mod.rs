@@ -21,6 +21,7 @@ pub mod batcher;
 pub mod errors;
 pub mod extra;
 pub mod gbnf;
+pub mod harmony;
 pub mod logprobs;
 pub mod metrics;
 pub mod respond;
