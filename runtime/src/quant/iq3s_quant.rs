@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 
 use super::fit::nearest_int;
 use super::float::f16_bits;
+use super::iq2_quant::{search_scale, Trials};
 use super::iq_grids::IQ3S_GRID;
 use super::q8k::QK_K;
 
@@ -109,17 +110,6 @@ fn group(m: &Map, id: f32, scale: f32, x: &[f32], w: &[f32], l: &mut [i8]) -> (u
     }
 }
 
-/// `Σ w·x·q`, `Σ w·q²` with `q = 2l + 1`.
-fn sums(w: &[f32], x: &[f32], l: &[i8]) -> (f32, f32) {
-    let (mut sqx, mut sq2) = (0f32, 0f32);
-    for i in 0..32 {
-        let q = (2 * l[i] as i32 + 1) as f32;
-        sqx += w[i] * x[i] * q;
-        sq2 += w[i] * q * q;
-    }
-    (sqx, sq2)
-}
-
 pub(crate) fn quant_iq3_s(src: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
     let m = map();
     for (k, (xbl, b)) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(110)).enumerate() {
@@ -154,38 +144,11 @@ pub(crate) fn quant_iq3_s(src: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
                 scales[ib] = 0.0;
                 continue;
             }
-            let (mut best, mut scale) = (0f32, max / 15.0);
-            let mut l = [0i8; 32];
-            let mut on_grid = [false; 8];
-            for is in -9..=9 {
-                let id = (15.0 + is as f32 * 0.2) / max;
-                let this_scale = 1.0 / id;
-                let mut laux = [0i8; 32];
-                let mut on = [true; 8];
-                for k in 0..8 {
-                    let r = 4 * k..4 * k + 4;
-                    on[k] = group(m, id, this_scale, &xval[r.clone()], &waux[r.clone()], &mut laux[r]).1;
-                }
-                let (sqx, sq2) = sums(&w, &xval, &laux);
-                if sq2 > 0.0 && sqx * sqx > best * sq2 {
-                    scale = sqx / sq2;
-                    best = scale * sqx;
-                    l = laux;
-                    on_grid = on;
-                }
-            }
-            if on_grid.iter().any(|&o| !o) && scale > 0.0 {
-                let id = 1.0 / scale;
-                for k in 0..8 {
-                    let r = 4 * k..4 * k + 4;
-                    let g = group(m, id, scale, &xval[r.clone()], &waux[r.clone()], &mut l[r.clone()]).0;
-                    set_levels(g, &mut l[r]);
-                }
-                let (sqx, sq2) = sums(&w, &xval, &l);
-                if sq2 > 0.0 {
-                    scale = sqx / sq2;
-                }
-            }
+            let trials = Trials { kmax: 15.0, r: 9, step: 0.2, refit_all: true, start_on_grid: false };
+            let (l, mut scale) = search_scale::<32, 4>(&trials, &xval, &w, max, &mut |id, scale, k, l| {
+                let r = 4 * k..4 * k + 4;
+                group(m, id, scale, &xval[r.clone()], &waux[r], l).1
+            });
             if scale < 0.0 {
                 scale = -scale;
                 signs = signs.map(|s| !s);
