@@ -1,6 +1,7 @@
 // Reference bytes of llama.cpp's grid quantizers (ggml-quants.c's quantize_iq3_s,
 // quantize_iq3_xxs, quantize_iq2_xxs, quantize_iq2_xs, quantize_iq2_s, quantize_iq1_s,
-// quantize_iq1_m, quantize_iq4_nl, quantize_iq4_xs, quantize_q8_0, quantize_q4_0, quantize_q5_0, with or without importance
+// quantize_iq1_m, quantize_iq4_nl, quantize_iq4_xs, quantize_q8_0, quantize_q4_0, quantize_q5_0, quantize_q4_1,
+// quantize_q5_1 and the K-quants' quantize_q2_K ... quantize_q6_K, with or without importance
 // weights) for lode's tests: ci/llama_quant_ref.sh builds this against the llama.cpp tree
 // of PyPI's llama-cpp-python sdist (ggml-quants.c compiled as llama.cpp's ggml-base is on
 // x86-64: no FMA contraction).
@@ -22,6 +23,13 @@ size_t quantize_iq4_nl(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_q4_0(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_q5_0(const float *, void *, int64_t, int64_t, const float *);
 size_t quantize_iq4_xs(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_q4_1(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_q5_1(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_q2_K(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_q3_K(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_q4_K(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_q5_K(const float *, void *, int64_t, int64_t, const float *);
+size_t quantize_q6_K(const float *, void *, int64_t, int64_t, const float *);
 void quantize_row_q8_0_ref(const float *, void *, int64_t);
 // quantize_q8_0 sizes its result with ggml.c's ggml_row_size: call the row function it runs.
 static size_t q8_0(const float * x, void * y, int64_t nrow, int64_t n, const float * w) { (void)w; quantize_row_q8_0_ref(x, y, nrow * n); return nrow * n / 32 * 34; }
@@ -55,6 +63,13 @@ int main(int argc, char ** argv) {
     else if (!strcmp(argv[1], "Q8_0")) { q = q8_0; bytes = 8 * 34; }
     else if (!strcmp(argv[1], "Q4_0")) { q = quantize_q4_0; bytes = 8 * 18; }
     else if (!strcmp(argv[1], "Q5_0")) { q = quantize_q5_0; bytes = 8 * 22; }
+    else if (!strcmp(argv[1], "Q4_1")) { q = quantize_q4_1; bytes = 8 * 20; }
+    else if (!strcmp(argv[1], "Q5_1")) { q = quantize_q5_1; bytes = 8 * 24; }
+    else if (!strcmp(argv[1], "Q2_K")) { q = quantize_q2_K; bytes = 84; }
+    else if (!strcmp(argv[1], "Q3_K")) { q = quantize_q3_K; bytes = 110; }
+    else if (!strcmp(argv[1], "Q4_K")) { q = quantize_q4_K; bytes = 144; }
+    else if (!strcmp(argv[1], "Q5_K")) { q = quantize_q5_K; bytes = 176; }
+    else if (!strcmp(argv[1], "Q6_K")) { q = quantize_q6_K; bytes = 210; }
     else return 4;
     if (w && nw != row) return 5;
     void * y = malloc(n / 256 * bytes);
@@ -63,7 +78,15 @@ int main(int argc, char ** argv) {
     return 0;
 }
 // Link stubs for ggml.c functions the quantizers reference but never reach here.
-// Q4_0 (type 2) and Q5_0 (type 6) size their rows with it.
-size_t ggml_row_size(int type, int64_t ne) { if (type == 2) return ne / 32 * 18; if (type == 6) return ne / 32 * 22; abort(); }
+// The quantizers size their rows with it (ggml type ids: Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7,
+// Q2_K 10 ... Q6_K 14).
+size_t ggml_row_size(int type, int64_t ne) {
+    switch (type) {
+    case 2: return ne / 32 * 18; case 3: return ne / 32 * 20; case 6: return ne / 32 * 22; case 7: return ne / 32 * 24;
+    case 10: return ne / 256 * 84; case 11: return ne / 256 * 110; case 12: return ne / 256 * 144;
+    case 13: return ne / 256 * 176; case 14: return ne / 256 * 210;
+    }
+    abort();
+}
 size_t ggml_type_size(int type) { (void)type; abort(); }
 const char * ggml_type_name(int type) { (void)type; abort(); }

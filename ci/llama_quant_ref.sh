@@ -3,7 +3,8 @@
 # sub-block among them), tests/data/quant-ref/imatrix.llama.f32 (importance weights for
 # one row) and tests/data/quant-ref/llama-ref.json (the sha256 of the bytes llama.cpp's
 # quantize_iq3_s, quantize_iq3_xxs, quantize_iq2_xxs, quantize_iq2_xs, quantize_iq2_s,
-# quantize_iq1_s, quantize_iq1_m, quantize_iq4_nl, quantize_iq4_xs, quantize_q8_0, quantize_q4_0 and quantize_q5_0
+# quantize_iq1_s, quantize_iq1_m, quantize_iq4_nl, quantize_iq4_xs, quantize_q8_0, quantize_q4_0, quantize_q5_0,
+# and with the importance weights quantize_iq3_s, quantize_q4_1, quantize_q5_1 and quantize_q2_K ... quantize_q6_K
 # write for them),
 # for runtime/tests/quant_gguf_py.rs.
 #   bash ci/llama_quant_ref.sh LLAMA_CPP_PYTHON_SDIST.tar.gz
@@ -34,7 +35,7 @@ rng = np.random.default_rng(11)
 w = np.exp(rng.standard_normal(1024) * 2.0).astype("<f4")
 w[rng.random(1024) < 0.01] = 0
 w.tofile(f"{d}/imatrix.llama.f32")
-out = {"generator": "llama.cpp ggml-quants.c quantize_iq3_s / iq3_xxs / iq2_xxs / iq2_xs / iq2_s / iq1_s / iq1_m / iq4_nl / iq4_xs / q8_0 / q4_0 / q5_0 (ci/llama_quant_ref.sh)",
+out = {"generator": "llama.cpp ggml-quants.c quantize_iq3_s / iq3_xxs / iq2_xxs / iq2_xs / iq2_s / iq1_s / iq1_m / iq4_nl / iq4_xs / q8_0 / q4_0 / q5_0 / q4_1 / q5_1 / q2_K ... q6_K (ci/llama_quant_ref.sh)",
        "source": sys.argv[2], "types": {}}
 for key, ty, weights in [("IQ3_S", "IQ3_S", None), ("IQ3_XXS", "IQ3_XXS", None), ("IQ3_XXS+imatrix", "IQ3_XXS", "imatrix.llama.f32"),
                          ("IQ2_XXS+imatrix", "IQ2_XXS", "imatrix.llama.f32"), ("IQ2_XS+imatrix", "IQ2_XS", "imatrix.llama.f32"),
@@ -42,7 +43,11 @@ for key, ty, weights in [("IQ3_S", "IQ3_S", None), ("IQ3_XXS", "IQ3_XXS", None),
                          ("IQ1_M", "IQ1_M", None), ("IQ1_M+imatrix", "IQ1_M", "imatrix.llama.f32"),
                          ("IQ4_NL", "IQ4_NL", None), ("IQ4_NL+imatrix", "IQ4_NL", "imatrix.llama.f32"),
                          ("IQ4_XS", "IQ4_XS", None), ("IQ4_XS+imatrix", "IQ4_XS", "imatrix.llama.f32"), ("Q8_0", "Q8_0", None),
-                         ("Q4_0+imatrix", "Q4_0", "imatrix.llama.f32"), ("Q5_0+imatrix", "Q5_0", "imatrix.llama.f32")]:
+                         ("Q4_0+imatrix", "Q4_0", "imatrix.llama.f32"), ("Q5_0+imatrix", "Q5_0", "imatrix.llama.f32"),
+                         ("IQ3_S+imatrix", "IQ3_S", "imatrix.llama.f32"), ("Q4_1+imatrix", "Q4_1", "imatrix.llama.f32"),
+                         ("Q5_1+imatrix", "Q5_1", "imatrix.llama.f32"), ("Q2_K+imatrix", "Q2_K", "imatrix.llama.f32"),
+                         ("Q3_K+imatrix", "Q3_K", "imatrix.llama.f32"), ("Q4_K+imatrix", "Q4_K", "imatrix.llama.f32"),
+                         ("Q5_K+imatrix", "Q5_K", "imatrix.llama.f32"), ("Q6_K+imatrix", "Q6_K", "imatrix.llama.f32")]:
     args = [f"{t}/ref", ty, f"{d}/IQ3_S.llama.f32", f"{t}/y.bin", "1024"] + ([f"{d}/{weights}"] if weights else [])
     subprocess.run(args, check=True)
     y = open(f"{t}/y.bin", "rb").read()

@@ -237,6 +237,25 @@ fn structured_output_schema_grammar_and_refusals() {
     let t = c["choices"][0]["text"].as_str().unwrap();
     assert!(["It is red.", "It is green.", "It is blue."].contains(&t), "{c}");
     assert_eq!(c["choices"][0]["finish_reason"], "stop");
+    // Logprobs under a grammar are the constrained distribution's: greedy picks the
+    // top-1, and no alternative leaves the grammar (the unconstrained top-5 would).
+    let words = ["It is red.", "It is green.", "It is blue."];
+    let c = srv.post_json("/v1/chat/completions", none, &json!({"messages": [{"role": "user", "content": "The sky's color?"}],
+        "grammar": g, "temperature": 0, "max_tokens": 10, "logprobs": true, "top_logprobs": 5})).json();
+    let content = c["choices"][0]["logprobs"]["content"].as_array().unwrap().clone();
+    let mut before = String::new();
+    for e in &content {
+        let top = e["top_logprobs"].as_array().unwrap();
+        assert_eq!(top[0]["token"], e["token"], "{c}");
+        assert!((top[0]["logprob"].as_f64().unwrap() - e["logprob"].as_f64().unwrap()).abs() < 1e-6);
+        for t in top {
+            let ext = format!("{before}{}", t["token"].as_str().unwrap());
+            assert!(words.iter().any(|w| w.starts_with(&ext)), "{ext:?} is outside the grammar: {c}");
+            assert!(t["logprob"].as_f64().unwrap().is_finite(), "{c}");
+        }
+        before.push_str(e["token"].as_str().unwrap());
+    }
+    assert!(words.contains(&before.as_str()), "{c}");
     // Every token drawn under a grammar had a mask.
     let masks = srv.metric("lode_grammar_masks_total", none);
     assert!(masks >= 3.0 * 5.0, "{masks}");

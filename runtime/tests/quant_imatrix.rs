@@ -1,6 +1,6 @@
-//! The importance-weighted quantizers (IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, IQ4_NL,
-//! IQ4_XS, Q4_0, Q5_0) and Q8_0's weight quantizer: byte-identical with llama.cpp's `quantize_iq3_xxs` /
-//! `quantize_iq2_xxs` / … on the rows and
+//! The importance-weighted quantizers (IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M,
+//! IQ4_NL, IQ4_XS, Q4_0, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and Q8_0's weight
+//! quantizer: byte-identical with llama.cpp's `quantize_iq3_xxs` / `quantize_q4_K` / … on the rows and
 //! weights of `tests/data/quant-ref/` (`ci/llama_quant_ref.sh` wrote the reference hashes),
 //! a round trip whose error the weights shape, and the refusals.
 
@@ -38,7 +38,7 @@ fn grid_quantizers_match_llama_cpp() {
         assert_eq!(got, e["quant_sha256"].as_str().unwrap(), "{key}");
         checked += 1;
     }
-    assert_eq!(checked, 17);
+    assert_eq!(checked, 25);
 }
 
 /// Relative RMS error of the round trip, weighted by `w` per column.

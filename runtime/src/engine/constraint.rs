@@ -56,9 +56,17 @@ impl TokenMask {
 
     /// Sets every forbidden token's logit to −∞ (`logits[i]` is token `i`'s).
     pub fn apply(&self, logits: &mut [f32]) {
-        for (i, l) in logits.iter_mut().enumerate() {
-            if !self.allows(i as u32) {
-                *l = f32::NEG_INFINITY;
+        for (k, chunk) in logits.chunks_mut(32).enumerate() {
+            match self.words.get(k).copied().unwrap_or(0) {
+                u32::MAX => {}
+                0 => chunk.fill(f32::NEG_INFINITY),
+                w => {
+                    for (b, l) in chunk.iter_mut().enumerate() {
+                        if w >> b & 1 == 0 {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
             }
         }
     }

@@ -258,7 +258,8 @@ pub fn generate(
 }
 
 /// [`generate`], with `on_token` also seeing the logits the token was sampled from
-/// (for log-probabilities). An end-of-generation token is not shown.
+/// (for log-probabilities): under a [`Constraint`], with every token its mask forbade at
+/// −∞. An end-of-generation token is not shown.
 pub fn generate_with_logits(
     seq: &mut dyn Sequence,
     prompt: &[u32],
@@ -283,6 +284,10 @@ pub fn generate_with_logits(
         tokens.push(tok);
         if params.eog.contains(&tok) {
             break StopReason::Eog;
+        }
+        // (A mask that allowed nothing in range left the draw unconstrained.)
+        if let Some(m) = sampler.last_mask().filter(|m| m.allows(tok)) {
+            m.apply(&mut logits);
         }
         if on_token(tok, &logits) == Flow::Stop {
             break StopReason::Caller;

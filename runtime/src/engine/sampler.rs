@@ -57,12 +57,14 @@ pub struct Sampler {
     rng: Xoshiro,
     recent: VecDeque<u32>,
     constraint: Option<Box<dyn Constraint>>,
+    /// The constraint's mask of the last draw.
+    last_mask: Option<TokenMask>,
 }
 
 impl Sampler {
     pub fn new(params: SamplerParams) -> Sampler {
         let rng = Xoshiro::seeded(params.seed);
-        Sampler { params, rng, recent: VecDeque::new(), constraint: None }
+        Sampler { params, rng, recent: VecDeque::new(), constraint: None, last_mask: None }
     }
 
     /// Draws only the tokens `c` allows, and tells it each token drawn.
@@ -90,7 +92,14 @@ impl Sampler {
         if let Some(c) = self.constraint.as_mut() {
             c.commit(tok);
         }
+        self.last_mask = mask;
         tok
+    }
+
+    /// The mask the constraint gave the last [`Self::sample`] (`None` without one): the
+    /// tokens that draw could pick, for log-probabilities of the constrained distribution.
+    pub fn last_mask(&self) -> Option<&TokenMask> {
+        self.last_mask.as_ref()
     }
 
     fn draw(&mut self, logits: &[f32], mask: Option<&TokenMask>) -> u32 {

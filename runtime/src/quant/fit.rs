@@ -220,6 +220,157 @@ pub(crate) fn make_q3_quants(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
     }
 }
 
+/// ggml's `make_qkx3_quants` (the importance-weighted K-quants): as [`make_qkx2_quants`]
+/// with squared error, except that a group with `max <= min` is all zero codes and the
+/// first fit is kept when `nstep < 1`. Returns `(scale, -min)`.
+pub(crate) fn make_qkx3_quants(nmax: i32, x: &[f32], weights: &[f32], l_out: &mut [u8], rmin: f32, rdelta: f32, nstep: i32) -> (f32, f32) {
+    let n = x.len();
+    let mut laux = [0u8; 32];
+    let (mut min, mut max) = (x[0], x[0]);
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        sum_w += weights[i];
+        sum_x += weights[i] * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max <= min {
+        l_out[..n].fill(0);
+        return (0.0, -min);
+    }
+    let mut iscale = nmax as f32 / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best = 0f32;
+    for i in 0..n {
+        let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax) as u8;
+        l_out[i] = l;
+        let diff = scale * l as f32 + min - x[i];
+        best += weights[i] * (diff * diff);
+    }
+    if nstep < 1 {
+        return (scale, -min);
+    }
+    for is in 0..=nstep {
+        iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
+        for i in 0..n {
+            let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+            laux[i] = l as u8;
+            let (w, lf) = (weights[i], l as f32);
+            sum_l += w * lf;
+            sum_l2 += w * lf * lf;
+            sum_xl += w * lf * x[i];
+        }
+        let d = sum_w * sum_l2 - sum_l * sum_l;
+        if d > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut err = 0f32;
+            for i in 0..n {
+                let diff = this_scale * laux[i] as f32 + this_min - x[i];
+                err += weights[i] * (diff * diff);
+            }
+            if err < best {
+                l_out[..n].copy_from_slice(&laux[..n]);
+                best = err;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// ggml's `make_qp_quants`: codes in `[0, nmax]` for non-negative `x` (a super-block's
+/// sub-block scales or mins) under weights `qw`: the best of nine trial scales by weighted
+/// squared error, then up to five passes of coordinate descent on the least-squares fit.
+/// Codes are stored as ggml's `uint8_t` stores them (wrapping). Returns the scale.
+pub(crate) fn make_qp_quants(nmax: i32, x: &[f32], l: &mut [u8], qw: &[f32]) -> f32 {
+    let n = x.len();
+    let max = x.iter().fold(0f32, |m, &v| if m > v { m } else { v });
+    if max < GROUP_MAX_EPS {
+        l[..n].fill(0);
+        return 0.0;
+    }
+    let mut iscale = nmax as f32 / max;
+    for i in 0..n {
+        l[i] = nearest_int(iscale * x[i]) as u8;
+    }
+    let scale = 1.0 / iscale;
+    let mut best = 0f32;
+    for i in 0..n {
+        let diff = x[i] - scale * l[i] as f32;
+        best += qw[i] * diff * diff;
+    }
+    for is in -4..=4 {
+        if is == 0 {
+            continue;
+        }
+        let iscale_is = (0.1 * is as f32 + nmax as f32) / max;
+        let scale_is = 1.0 / iscale_is;
+        let mut mse = 0f32;
+        for i in 0..n {
+            let c = nearest_int(iscale_is * x[i]).min(nmax);
+            let diff = x[i] - scale_is * c as f32;
+            mse += qw[i] * diff * diff;
+        }
+        if mse < best {
+            best = mse;
+            iscale = iscale_is;
+        }
+    }
+    let (mut sumlx, mut suml2) = (0f32, 0f32);
+    for i in 0..n {
+        let c = nearest_int(iscale * x[i]).min(nmax);
+        l[i] = c as u8;
+        let lf = c as f32;
+        sumlx += qw[i] * x[i] * lf;
+        suml2 += qw[i] * lf * lf;
+    }
+    for _ in 0..5 {
+        let mut changed = 0;
+        for i in 0..n {
+            let w = qw[i];
+            let li = l[i] as f32;
+            let mut slx = sumlx - w * x[i] * li;
+            let mut sl2 = suml2 - w * li * li;
+            if slx > 0.0 && sl2 > 0.0 {
+                let new_l = nearest_int(x[i] * sl2 / slx).min(nmax);
+                if new_l != l[i] as i32 {
+                    slx += w * x[i] * new_l as f32;
+                    sl2 += w * new_l as f32 * new_l as f32;
+                    if slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        l[i] = new_l as u8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        changed += 1;
+                    }
+                }
+            }
+        }
+        if changed == 0 {
+            break;
+        }
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@
 
 use std::sync::OnceLock;
 
-use super::fit::{nearest_int, GROUP_MAX_EPS};
+use super::fit::{make_qp_quants, nearest_int, GROUP_MAX_EPS};
 use super::float::f16_bits;
 use super::iq_grids_data::{IQ1S_PACKED, IQ2S_PACKED, IQ2XS_PACKED, IQ2XXS_PACKED};
 use super::q8k::QK_K;
@@ -114,80 +114,6 @@ fn index_of(lat: &Lattice, l: &[i8]) -> usize {
     lat.index[u].max(0) as usize
 }
 
-/// llama.cpp's `make_qp_quants`: codes in `0..=nmax` for non-negative `x` with weights
-/// `w`; 9 trial scales, then up to 5 rounds of per-element refinement; the scale.
-pub(crate) fn make_qp_quants(nmax: i32, x: &[f32], l: &mut [u8], w: &[f32]) -> f32 {
-    let n = x.len();
-    let max = x.iter().fold(0f32, |m, &v| if m > v { m } else { v });
-    if max < GROUP_MAX_EPS {
-        l[..n].fill(0);
-        return 0.0;
-    }
-    let mut iscale = nmax as f32 / max;
-    for i in 0..n {
-        l[i] = nearest_int(iscale * x[i]) as u8;
-    }
-    let scale = 1.0 / iscale;
-    let mut best_mse = 0f32;
-    for i in 0..n {
-        let diff = x[i] - scale * l[i] as f32;
-        best_mse += w[i] * diff * diff;
-    }
-    for is in -4..=4 {
-        if is == 0 {
-            continue;
-        }
-        let iscale_is = (0.1 * is as f32 + nmax as f32) / max;
-        let scale_is = 1.0 / iscale_is;
-        let mut mse = 0f32;
-        for i in 0..n {
-            let q = nearest_int(iscale_is * x[i]).min(nmax);
-            let diff = x[i] - scale_is * q as f32;
-            mse += w[i] * diff * diff;
-        }
-        if mse < best_mse {
-            best_mse = mse;
-            iscale = iscale_is;
-        }
-    }
-    let (mut sumlx, mut suml2) = (0f32, 0f32);
-    for i in 0..n {
-        let q = nearest_int(iscale * x[i]).min(nmax);
-        l[i] = q as u8;
-        sumlx += w[i] * x[i] * q as f32;
-        suml2 += w[i] * q as f32 * q as f32;
-    }
-    for _ in 0..5 {
-        let mut changed = 0;
-        for i in 0..n {
-            let li = l[i] as i32;
-            let mut slx = sumlx - w[i] * x[i] * li as f32;
-            let mut sl2 = suml2 - w[i] * li as f32 * li as f32;
-            if slx > 0.0 && sl2 > 0.0 {
-                let new_l = nearest_int(x[i] * sl2 / slx).min(nmax);
-                if new_l != li {
-                    slx += w[i] * x[i] * new_l as f32;
-                    sl2 += w[i] * new_l as f32 * new_l as f32;
-                    if slx * slx * suml2 > sumlx * sumlx * sl2 {
-                        l[i] = new_l as u8;
-                        sumlx = slx;
-                        suml2 = sl2;
-                        changed += 1;
-                    }
-                }
-            }
-        }
-        if changed == 0 {
-            break;
-        }
-    }
-    if suml2 > 0.0 {
-        sumlx / suml2
-    } else {
-        0.0
-    }
-}
-
 /// Magnitudes of the groups of 8 of `xb` into `xval`, their 7-bit sign indices (an odd
 /// count of negatives flips the element of least `w·x²`).
 pub(crate) fn signs8(xb: &[f32], w: &[f32], xval: &mut [f32], signs: &mut [u8]) {
@@ -229,6 +155,66 @@ pub(crate) fn sums(w: &[f32], x: &[f32], l: &[i8]) -> (f32, f32) {
         sq2 += w[i] * q * q;
     }
     (sqx, sq2)
+}
+
+/// A grid quantizer's trial scales: `(kmax + is·step) / max` for `is` in `-r..=r`.
+pub(crate) struct Trials {
+    pub kmax: f32,
+    pub r: i32,
+    pub step: f32,
+    /// Take every group again at the chosen scale (IQ3_S), not only those off the grid.
+    pub refit_all: bool,
+    /// Whether the groups count as on the grid before any trial is kept (IQ3_S: no).
+    pub start_on_grid: bool,
+}
+
+/// The scale search the grid quantizers share (llama.cpp repeats it in each
+/// `quantize_row_iq*_impl`): at each trial scale every group of `GS` magnitudes of `xval`
+/// is rounded to the lattice by `group(id, scale, k, l)` (group `k`'s levels into `l`, the
+/// best grid neighbour's when the rounded point is off the grid; `true` when it was on
+/// it), and the levels of the best weighted least-squares fit are kept. When a group of
+/// that trial was off the grid, the groups are taken again at the chosen scale and the
+/// scale refitted. Returns the levels and the scale.
+pub(crate) fn search_scale<const N: usize, const GS: usize>(
+    t: &Trials,
+    xval: &[f32; N],
+    w: &[f32; N],
+    max: f32,
+    group: &mut dyn FnMut(f32, f32, usize, &mut [i8]) -> bool,
+) -> ([i8; N], f32) {
+    let ng = N / GS;
+    let (mut best, mut scale) = (0f32, max / t.kmax);
+    let mut l = [0i8; N];
+    let mut on_grid = [t.start_on_grid; 8];
+    for is in -t.r..=t.r {
+        let id = (t.kmax + is as f32 * t.step) / max;
+        let this_scale = 1.0 / id;
+        let mut laux = [0i8; N];
+        let mut on = [true; 8];
+        for k in 0..ng {
+            on[k] = group(id, this_scale, k, &mut laux[GS * k..GS * k + GS]);
+        }
+        let (sqx, sq2) = sums(w, xval, &laux);
+        if sq2 > 0.0 && sqx * sqx > best * sq2 {
+            scale = sqx / sq2;
+            best = scale * sqx;
+            l = laux;
+            on_grid = on;
+        }
+    }
+    if on_grid[..ng].iter().any(|&o| !o) && scale > 0.0 {
+        let id = 1.0 / scale;
+        for k in 0..ng {
+            if t.refit_all || !on_grid[k] {
+                group(id, scale, k, &mut l[GS * k..GS * k + GS]);
+            }
+        }
+        let (sqx, sq2) = sums(w, xval, &l);
+        if sq2 > 0.0 {
+            scale = sqx / sq2;
+        }
+    }
+    (l, scale)
 }
 
 /// The super-block's mean square and the weights `qw·√(σ² + x²)` with their square roots.
@@ -346,43 +332,14 @@ pub(crate) fn quant_iq2_xs(src: &[f32], dst: &mut [u8], qw: &[f32]) {
             let mut signs = [0u8; 2];
             signs8(&xbl[16 * ib..16 * ib + 16], &w, &mut xval, &mut signs);
             let max = xval[1..].iter().fold(xval[0], |m, &v| if m > v { m } else { v });
-            let mut l = [0i8; 16];
             if max < GROUP_MAX_EPS {
                 continue;
             }
-            let (mut best, mut scale) = (0f32, max / 5.0);
-            let mut on_grid = [true; 2];
-            for is in -9..=9 {
-                let id = (5.0 + is as f32 * 0.1) / max;
-                let this_scale = 1.0 / id;
-                let mut laux = [0i8; 16];
-                let mut on = [true; 2];
-                for k in 0..2 {
-                    let r = 8 * k..8 * k + 8;
-                    on[k] = group(lat, id, this_scale, &xval[r.clone()], &waux[r.clone()], &mut laux[r]).1;
-                }
-                let (sqx, sq2) = sums(&w, &xval, &laux);
-                if sq2 > 0.0 && sqx * sqx > best * sq2 {
-                    scale = sqx / sq2;
-                    best = scale * sqx;
-                    l = laux;
-                    on_grid = on;
-                }
-            }
-            if on_grid.iter().any(|&o| !o) && scale > 0.0 {
-                let id = 1.0 / scale;
-                for k in 0..2 {
-                    if on_grid[k] {
-                        continue;
-                    }
-                    let r = 8 * k..8 * k + 8;
-                    group(lat, id, scale, &xval[r.clone()], &waux[r.clone()], &mut l[r]);
-                }
-                let (sqx, sq2) = sums(&w, &xval, &l);
-                if sq2 > 0.0 {
-                    scale = sqx / sq2;
-                }
-            }
+            let trials = Trials { kmax: 5.0, r: 9, step: 0.1, refit_all: false, start_on_grid: true };
+            let (l, mut scale) = search_scale::<16, 8>(&trials, &xval, &w, max, &mut |id, scale, k, l| {
+                let r = 8 * k..8 * k + 8;
+                group(lat, id, scale, &xval[r.clone()], &waux[r], l).1
+            });
             if scale < 0.0 {
                 scale = -scale;
                 signs = signs.map(|s| !s & 127);

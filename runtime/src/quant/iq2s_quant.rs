@@ -6,7 +6,7 @@
 
 use super::fit::nearest_int;
 use super::float::f16_bits;
-use super::iq2_quant::{best_neighbour, lattice, sums};
+use super::iq2_quant::{best_neighbour, lattice, search_scale, Trials};
 use super::q8k::QK_K;
 use super::GgmlType;
 
@@ -51,42 +51,14 @@ pub(crate) fn quant_iq2_s(src: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
                 }
             }
             let max = xval[1..].iter().fold(xval[0], |m, &v| if m > v { m } else { v });
-            let mut l = [0i8; 16];
             if max < EPS {
                 continue;
             }
-            let (mut best, mut scale) = (0f32, max / 5.0);
-            let mut on_grid = [true; 2];
-            for is in -9..=9 {
-                let id = (5.0 + is as f32 * 0.1) / max;
-                let this_scale = 1.0 / id;
-                let mut laux = [0i8; 16];
-                let mut on = [true; 2];
-                for k in 0..2 {
-                    let r = 8 * k..8 * k + 8;
-                    on[k] = group(id, this_scale, &xval[r.clone()], &waux[r.clone()], &mut laux[r]);
-                }
-                let (sqx, sq2) = sums(&w, &xval, &laux);
-                if sq2 > 0.0 && sqx * sqx > best * sq2 {
-                    scale = sqx / sq2;
-                    best = scale * sqx;
-                    l = laux;
-                    on_grid = on;
-                }
-            }
-            if on_grid.iter().any(|&o| !o) && scale > 0.0 {
-                let id = 1.0 / scale;
-                for k in 0..2 {
-                    if !on_grid[k] {
-                        let r = 8 * k..8 * k + 8;
-                        group(id, scale, &xval[r.clone()], &waux[r.clone()], &mut l[r]);
-                    }
-                }
-                let (sqx, sq2) = sums(&w, &xval, &l);
-                if sq2 > 0.0 {
-                    scale = sqx / sq2;
-                }
-            }
+            let trials = Trials { kmax: 5.0, r: 9, step: 0.1, refit_all: false, start_on_grid: true };
+            let (l, mut scale) = search_scale::<16, 8>(&trials, &xval, &w, max, &mut |id, scale, k, l| {
+                let r = 8 * k..8 * k + 8;
+                group(id, scale, &xval[r.clone()], &waux[r], l)
+            });
             if scale < 0.0 {
                 scale = -scale;
                 signs = signs.map(|s| !s);

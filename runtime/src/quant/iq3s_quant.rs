@@ -1,5 +1,6 @@
-//! IQ3_S's quantizer without an importance matrix, as llama.cpp's `quantize_iq3_s`
-//! (`quantize_row_iq3_s_impl`, 32-element sub-blocks, weights `x²`) writes it.
+//! IQ3_S's quantizer as llama.cpp's `quantize_iq3_s` (`quantize_row_iq3_s_impl`,
+//! 32-element sub-blocks) writes it: weights `x²`, or with an importance matrix
+//! `qw·sqrt(σ² + x²)` (σ² twice the super-block's mean square).
 //!
 //! Each group of 4 magnitudes is a point of the 8-level lattice `2l + 1` (l < 8); the grid
 //! holds 512 of the 4096 points. A point off the grid is replaced by the best (weighted
@@ -18,6 +19,7 @@ use std::sync::OnceLock;
 
 use super::fit::nearest_int;
 use super::float::f16_bits;
+use super::iq2_quant::{search_scale, Trials};
 use super::iq_grids::IQ3S_GRID;
 use super::q8k::QK_K;
 
@@ -108,21 +110,12 @@ fn group(m: &Map, id: f32, scale: f32, x: &[f32], w: &[f32], l: &mut [i8]) -> (u
     }
 }
 
-/// `Σ w·x·q`, `Σ w·q²` with `q = 2l + 1`.
-fn sums(w: &[f32], x: &[f32], l: &[i8]) -> (f32, f32) {
-    let (mut sqx, mut sq2) = (0f32, 0f32);
-    for i in 0..32 {
-        let q = (2 * l[i] as i32 + 1) as f32;
-        sqx += w[i] * x[i] * q;
-        sq2 += w[i] * q * q;
-    }
-    (sqx, sq2)
-}
-
-pub(crate) fn quant_iq3_s(src: &[f32], dst: &mut [u8]) {
+pub(crate) fn quant_iq3_s(src: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
     let m = map();
-    for (xbl, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(110)) {
+    for (k, (xbl, b)) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(110)).enumerate() {
         b.fill(0);
+        let qbl = qw.map(|w| &w[(k * QK_K) % w.len()..][..QK_K]);
+        let sigma2 = 2.0 * xbl.iter().fold(0f32, |s, v| s + v * v) / QK_K as f32;
         let mut scales = [0f32; 8];
         let mut max_scale = 0f32;
         // Where the next sub-block's codes and signs go (see the module note).
@@ -134,7 +127,10 @@ pub(crate) fn quant_iq3_s(src: &[f32], dst: &mut [u8]) {
             let mut xval = [0f32; 32];
             let mut signs = [0u8; 4];
             for i in 0..32 {
-                w[i] = xb[i] * xb[i];
+                w[i] = match qbl {
+                    Some(q) => q[32 * ib + i] * (sigma2 + xb[i] * xb[i]).sqrt(),
+                    None => xb[i] * xb[i],
+                };
                 waux[i] = w[i].sqrt();
                 if xb[i] >= 0.0 {
                     xval[i] = xb[i];
@@ -148,38 +144,11 @@ pub(crate) fn quant_iq3_s(src: &[f32], dst: &mut [u8]) {
                 scales[ib] = 0.0;
                 continue;
             }
-            let (mut best, mut scale) = (0f32, max / 15.0);
-            let mut l = [0i8; 32];
-            let mut on_grid = [false; 8];
-            for is in -9..=9 {
-                let id = (15.0 + is as f32 * 0.2) / max;
-                let this_scale = 1.0 / id;
-                let mut laux = [0i8; 32];
-                let mut on = [true; 8];
-                for k in 0..8 {
-                    let r = 4 * k..4 * k + 4;
-                    on[k] = group(m, id, this_scale, &xval[r.clone()], &waux[r.clone()], &mut laux[r]).1;
-                }
-                let (sqx, sq2) = sums(&w, &xval, &laux);
-                if sq2 > 0.0 && sqx * sqx > best * sq2 {
-                    scale = sqx / sq2;
-                    best = scale * sqx;
-                    l = laux;
-                    on_grid = on;
-                }
-            }
-            if on_grid.iter().any(|&o| !o) && scale > 0.0 {
-                let id = 1.0 / scale;
-                for k in 0..8 {
-                    let r = 4 * k..4 * k + 4;
-                    let g = group(m, id, scale, &xval[r.clone()], &waux[r.clone()], &mut l[r.clone()]).0;
-                    set_levels(g, &mut l[r]);
-                }
-                let (sqx, sq2) = sums(&w, &xval, &l);
-                if sq2 > 0.0 {
-                    scale = sqx / sq2;
-                }
-            }
+            let trials = Trials { kmax: 15.0, r: 9, step: 0.2, refit_all: true, start_on_grid: false };
+            let (l, mut scale) = search_scale::<32, 4>(&trials, &xval, &w, max, &mut |id, scale, k, l| {
+                let r = 4 * k..4 * k + 4;
+                group(m, id, scale, &xval[r.clone()], &waux[r], l).1
+            });
             if scale < 0.0 {
                 scale = -scale;
                 signs = signs.map(|s| !s);

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use super::fit::nearest_int;
 use super::float::f16_bits;
-use super::iq2_quant::{signs8, sums};
+use super::iq2_quant::{search_scale, signs8, Trials};
 use super::iq_grids_data::IQ3XXS_PACKED;
 use super::q8k::QK_K;
 
@@ -111,46 +111,14 @@ pub(crate) fn quant_iq3_xxs(src: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
             let mut signs = [0u8; 4];
             signs8(xb, &w, &mut xval, &mut signs);
             let max = xval[1..].iter().fold(xval[0], |m, &v| if m > v { m } else { v });
-            let mut l = [0i8; 32];
             if max < EPS {
                 continue;
             }
-            let (mut best, mut scale) = (0f32, max / 15.0);
-            let mut on_grid = [true; 8];
-            for is in -15..=15 {
-                let id = (15.0 + is as f32 * 0.2) / max;
-                let this_scale = 1.0 / id;
-                let mut laux = [0i8; 32];
-                let mut on = [true; 8];
-                for k in 0..8 {
-                    let r = 4 * k..4 * k + 4;
-                    on[k] = group(lat, id, this_scale, &xval[r.clone()], &waux[r.clone()], &mut laux[r]).1;
-                }
-                let (sqx, sq2) = sums(&w, &xval, &laux);
-                if sq2 > 0.0 && sqx * sqx > best * sq2 {
-                    scale = sqx / sq2;
-                    best = scale * sqx;
-                    l = laux;
-                    on_grid = on;
-                }
-            }
-            if on_grid.iter().any(|&o| !o) && scale > 0.0 {
-                let id = 1.0 / scale;
-                for k in 0..8 {
-                    if on_grid[k] {
-                        continue;
-                    }
-                    let r = 4 * k..4 * k + 4;
-                    let g = group(lat, id, scale, &xval[r.clone()], &waux[r.clone()], &mut l[r]).0;
-                    for i in 0..4 {
-                        l[4 * k + i] = (lat.grid[g][i] - 1) / 2;
-                    }
-                }
-                let (sqx, sq2) = sums(&w, &xval, &l);
-                if sq2 > 0.0 {
-                    scale = sqx / sq2;
-                }
-            }
+            let trials = Trials { kmax: 15.0, r: 15, step: 0.2, refit_all: false, start_on_grid: true };
+            let (l, mut scale) = search_scale::<32, 4>(&trials, &xval, &w, max, &mut |id, scale, k, l| {
+                let r = 4 * k..4 * k + 4;
+                group(lat, id, scale, &xval[r.clone()], &waux[r], l).1
+            });
             if scale < 0.0 {
                 scale = -scale;
                 signs = signs.map(|s| !s & 127);

@@ -9,7 +9,7 @@
 //! nibble; Q5_K's fifth bit of those is bit `2c` / `2c + 1` of `qh[l]`.
 //! `y = d·sc_j·q − dmin·m_j`. Quantizers follow `quantize_row_q{4,5}_K_ref`.
 
-use super::fit::{make_qkx2_quants, nearest_int};
+use super::fit::{make_qkx2_quants, make_qkx3_quants, make_qp_quants, nearest_int};
 use super::float::{f16_at, f16_bits, f32_at};
 use super::q8k::{bsum, Q8K_QS, Q8_K_BYTES, QK_K};
 
@@ -124,7 +124,13 @@ fn quant_super_block(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> ([u8; 16], 
     head[0..2].copy_from_slice(&f16_bits(max_scale / 63.0));
     head[2..4].copy_from_slice(&f16_bits(max_min / 63.0));
     head[4..16].copy_from_slice(&pack_scales(&ls, &lm));
-    let (d_all, dmin_all) = (f16_at(&head, 0), f16_at(&head, 2));
+    requant(x, &head, nmax, &mut l);
+    (head, l)
+}
+
+/// The codes again from the stored (rounded) scales and mins of `head`.
+fn requant(x: &[f32], head: &[u8; 16], nmax: i32, l: &mut [u8; QK_K]) {
+    let (d_all, dmin_all) = (f16_at(head, 0), f16_at(head, 2));
     for j in 0..8 {
         let (sc, m) = scale_min(&head[4..], j);
         let d = d_all * sc as f32;
@@ -136,12 +142,52 @@ fn quant_super_block(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> ([u8; 16], 
             l[i] = nearest_int((x[i] + dm) / d).clamp(0, nmax) as u8;
         }
     }
+}
+
+/// `quantize_row_q{4,5}_K_impl` (llama-quantize with an importance matrix) for one
+/// super-block: per sub-block a scale and min under `qw·sqrt(σ² + x²)` (σ² twice the mean
+/// square; `make_qkx3_quants`), then the eight scales and mins to 6 bits by
+/// `make_qp_quants` weighted by each sub-block's weight sum. Q5_K caps the 6-bit codes at
+/// 63, Q4_K stores them as they come (`cap`).
+fn quant_super_block_weighted(x: &[f32], qw: &[f32], nmax: i32, cap: bool) -> ([u8; 16], [u8; QK_K]) {
+    let mut l = [0u8; QK_K];
+    let sigma2 = 2.0 * x.iter().fold(0f32, |s, v| s + v * v) / QK_K as f32;
+    let (mut scales, mut mins, mut sw) = ([0f32; 8], [0f32; 8], [0f32; 8]);
+    let mut weights = [0f32; 32];
+    for j in 0..8 {
+        for i in 0..32 {
+            let v = x[32 * j + i];
+            weights[i] = qw[32 * j + i] * (sigma2 + v * v).sqrt();
+        }
+        sw[j] = weights.iter().fold(0f32, |s, &w| s + w);
+        (scales[j], mins[j]) = make_qkx3_quants(nmax, &x[32 * j..32 * j + 32], &weights, &mut l[32 * j..32 * j + 32], -0.9, 0.05, 36);
+    }
+    let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
+    let d_block = make_qp_quants(63, &scales, &mut ls, &sw);
+    let m_block = make_qp_quants(63, &mins, &mut lm, &sw);
+    if cap {
+        ls = ls.map(|v| v.min(63));
+        lm = lm.map(|v| v.min(63));
+    }
+    let mut head = [0u8; 16];
+    head[0..2].copy_from_slice(&f16_bits(d_block));
+    head[2..4].copy_from_slice(&f16_bits(m_block));
+    head[4..16].copy_from_slice(&pack_scales(&ls, &lm));
+    requant(x, &head, nmax, &mut l);
     (head, l)
 }
 
-pub(crate) fn quant_q4_k(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q4_K_BYTES)) {
-        let (head, l) = quant_super_block(x, 15, -1.0, 20);
+/// The importance weights of super-block `k` of whole rows of `qw.len()` elements.
+fn block_weights(qw: &[f32], k: usize) -> &[f32] {
+    &qw[(k * QK_K) % qw.len()..][..QK_K]
+}
+
+pub(crate) fn quant_q4_k(src: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
+    for (k, (x, b)) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q4_K_BYTES)).enumerate() {
+        let (head, l) = match qw {
+            Some(w) => quant_super_block_weighted(x, block_weights(w, k), 15, false),
+            None => quant_super_block(x, 15, -1.0, 20),
+        };
         b[..16].copy_from_slice(&head);
         for c in 0..4 {
             for i in 0..32 {
@@ -151,9 +197,12 @@ pub(crate) fn quant_q4_k(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-pub(crate) fn quant_q5_k(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q5_K_BYTES)) {
-        let (head, l) = quant_super_block(x, 31, -0.5, 15);
+pub(crate) fn quant_q5_k(src: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
+    for (k, (x, b)) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q5_K_BYTES)).enumerate() {
+        let (head, l) = match qw {
+            Some(w) => quant_super_block_weighted(x, block_weights(w, k), 31, true),
+            None => quant_super_block(x, 31, -0.5, 15),
+        };
         b[..16].copy_from_slice(&head);
         let (qh, qs) = b[16..].split_at_mut(32);
         qh.fill(0);

@@ -164,9 +164,9 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         GgmlType::Q5_1 => q32::quant_q5_1(src, dst),
         GgmlType::Q8_0 => q8::quant_q8_0(src, dst),
         GgmlType::Q8_1 => q8::quant_q8_1(src, dst),
-        GgmlType::Q4_K => kquant::quant_q4_k(src, dst),
-        GgmlType::Q5_K => kquant::quant_q5_k(src, dst),
-        GgmlType::Q6_K => q6k::quant_q6_k(src, dst),
+        GgmlType::Q4_K => kquant::quant_q4_k(src, dst, None),
+        GgmlType::Q5_K => kquant::quant_q5_k(src, dst, None),
+        GgmlType::Q6_K => q6k::quant_q6_k(src, dst, None),
         GgmlType::Q8_K => q8k::quant_q8_k(src, dst),
         GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 | GgmlType::IQ3_S | GgmlType::IQ3_XXS | GgmlType::IQ2_S | GgmlType::IQ1_M => {
             // ggml's reference quantizers give meaningless codes for NaN/Inf input; these
@@ -177,7 +177,7 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
                 GgmlType::Q3_K => q23k::quant_q3_k(src, dst),
                 GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst, None),
                 GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst, None),
-                GgmlType::IQ3_S => iq3s_quant::quant_iq3_s(src, dst),
+                GgmlType::IQ3_S => iq3s_quant::quant_iq3_s(src, dst, None),
                 GgmlType::IQ3_XXS => iq3xxs_quant::quant_iq3_xxs(src, dst, None),
                 GgmlType::IQ2_S => iq2s_quant::quant_iq2_s(src, dst, None),
                 GgmlType::IQ1_M => iq1_quant::quant_iq1_m(src, dst, None),
@@ -207,10 +207,9 @@ pub fn quantize_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], weights: Opt
         quantize(ty, src, dst)?;
         return Ok(true);
     };
-    // The types whose lode quantizer takes importance weights (llama.cpp's K-quants, IQ3_S,
-    // Q4_1/Q5_1 and MXFP4 weight them too, or ignore them: lode quantizes those without).
+    // The types whose quantizer takes importance weights (llama.cpp's MXFP4 ignores them).
     use GgmlType::*;
-    if !matches!(ty, IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ1_S | IQ1_M | IQ4_NL | IQ4_XS | Q4_0 | Q5_0) {
+    if !matches!(ty, IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M | IQ4_NL | IQ4_XS | Q4_0 | Q5_0 | Q4_1 | Q5_1 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K) {
         quantize(ty, src, dst)?;
         return Ok(matches!(ty, F32 | F16 | BF16 | MXFP4));
     }
@@ -226,9 +225,16 @@ pub fn quantize_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], weights: Opt
         GgmlType::IQ2_S => iq2s_quant::quant_iq2_s(src, dst, Some(qw)),
         GgmlType::IQ4_NL => iq4::quant_iq4_nl(src, dst, Some(qw)),
         GgmlType::Q4_0 | GgmlType::Q5_0 => q32::quant_q4_5_0_weighted(ty, src, dst, qw),
+        GgmlType::Q4_1 | GgmlType::Q5_1 => q32::quant_q4_5_1_weighted(ty, src, dst, qw),
         GgmlType::IQ4_XS => iq4::quant_iq4_xs(src, dst, Some(qw)),
         GgmlType::IQ1_S => iq1_quant::quant_iq1_s(src, dst, qw),
         GgmlType::IQ1_M => iq1_quant::quant_iq1_m(src, dst, Some(qw)),
+        GgmlType::IQ3_S => iq3s_quant::quant_iq3_s(src, dst, Some(qw)),
+        GgmlType::Q2_K => q23k::quant_q2_k_weighted(src, dst, qw),
+        GgmlType::Q3_K => q23k::quant_q3_k_weighted(src, dst, qw),
+        GgmlType::Q4_K => kquant::quant_q4_k(src, dst, Some(qw)),
+        GgmlType::Q5_K => kquant::quant_q5_k(src, dst, Some(qw)),
+        GgmlType::Q6_K => q6k::quant_q6_k(src, dst, Some(qw)),
         _ => iq3xxs_quant::quant_iq3_xxs(src, dst, Some(qw)),
     }
     Ok(true)

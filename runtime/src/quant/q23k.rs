@@ -11,7 +11,7 @@
 //! from the code; the 6-bit scales (low nibbles in bytes 0..8, high pairs in 8..12) are
 //! offset by 32: `y = d·(sc − 32)·q`. Quantizers follow `quantize_row_q{2,3}_K_ref`.
 
-use super::fit::{make_q3_quants, make_qkx2_quants, nearest_int};
+use super::fit::{make_q3_quants, make_qkx2_quants, make_qkx3_quants, make_qp_quants, make_qx_quants, nearest_int};
 use super::float::{f16_at, f16_bits, f32_at};
 use super::q8k::{bsum, Q8K_QS, Q8_K_BYTES, QK_K};
 
@@ -134,19 +134,56 @@ pub(crate) fn quant_q2_k(src: &[f32], dst: &mut [u8]) {
         } else {
             b[Q2K_D + 2..Q2K_D + 4].copy_from_slice(&f16_bits(0.0));
         }
-        let (d_all, dmin_all) = (f16_at(b, Q2K_D), f16_at(b, Q2K_D + 2));
-        for j in 0..16 {
-            let d = d_all * (sc[j] & 15) as f32;
-            if d == 0.0 {
-                continue;
-            }
-            let dm = dmin_all * (sc[j] >> 4) as f32;
-            for i in 16 * j..16 * j + 16 {
-                l[i] = nearest_int((x[i] + dm) / d).clamp(0, 3) as u8;
-            }
-        }
         b[..16].copy_from_slice(&sc);
-        pack2(&l, &mut b[Q2K_QS..Q2K_QS + 64]);
+        finish_q2(x, b, &mut l);
+    }
+}
+
+/// Q2_K's last step, shared by both quantizers: the codes again from the stored (rounded)
+/// scales and mins, then packed.
+fn finish_q2(x: &[f32], b: &mut [u8], l: &mut [u8; QK_K]) {
+    let (d_all, dmin_all) = (f16_at(b, Q2K_D), f16_at(b, Q2K_D + 2));
+    for j in 0..16 {
+        let d = d_all * (b[j] & 15) as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = dmin_all * (b[j] >> 4) as f32;
+        for i in 16 * j..16 * j + 16 {
+            l[i] = nearest_int((x[i] + dm) / d).clamp(0, 3) as u8;
+        }
+    }
+    pack2(l, &mut b[Q2K_QS..Q2K_QS + 64]);
+}
+
+/// `quantize_row_q2_K_impl` (llama-quantize with an importance matrix): per sub-block a
+/// scale and min fitted under `qw·sqrt(σ² + x²)` (`make_qkx3_quants`), then the sixteen
+/// scales and mins to 4 bits by `make_qp_quants` weighted by each sub-block's weight sum.
+pub(crate) fn quant_q2_k_weighted(src: &[f32], dst: &mut [u8], qw: &[f32]) {
+    let row = qw.len();
+    for (k, (x, b)) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q2_K_BYTES)).enumerate() {
+        let q = &qw[(k * QK_K) % row..][..QK_K];
+        let sigma2 = x.iter().fold(0f32, |s, v| s + v * v) / QK_K as f32;
+        let mut l = [0u8; QK_K];
+        let (mut scales, mut mins, mut sw) = ([0f32; 16], [0f32; 16], [0f32; 16]);
+        let mut weight = [0f32; 16];
+        for j in 0..16 {
+            for i in 0..16 {
+                let v = x[16 * j + i];
+                weight[i] = q[16 * j + i] * (sigma2 + v * v).sqrt();
+            }
+            sw[j] = weight.iter().fold(0f32, |s, &w| s + w);
+            (scales[j], mins[j]) = make_qkx3_quants(3, &x[16 * j..16 * j + 16], &weight, &mut l[16 * j..16 * j + 16], -0.9, 0.05, 36);
+        }
+        let (mut ls, mut lm) = ([0u8; 16], [0u8; 16]);
+        let dm = make_qp_quants(15, &scales, &mut ls, &sw);
+        let mm = make_qp_quants(15, &mins, &mut lm, &sw);
+        b[Q2K_D..Q2K_D + 2].copy_from_slice(&f16_bits(dm));
+        b[Q2K_D + 2..Q2K_D + 4].copy_from_slice(&f16_bits(mm));
+        for j in 0..16 {
+            b[j] = ls[j] | (lm[j] << 4);
+        }
+        finish_q2(x, b, &mut l);
     }
 }
 
@@ -183,28 +220,71 @@ pub(crate) fn quant_q3_k(src: &[f32], dst: &mut [u8]) {
         } else {
             b[Q3K_D..Q3K_D + 2].copy_from_slice(&f16_bits(0.0));
         }
-        let d_all = f16_at(b, Q3K_D);
-        let sc = q3_scales(&b[Q3K_SCALES..Q3K_SCALES + 12]);
+        finish_q3(x, b, &mut l);
+    }
+}
+
+/// Q3_K's last step, shared by both quantizers: the codes again from the stored scales,
+/// then the high bits into `hmask` and the low two packed.
+fn finish_q3(x: &[f32], b: &mut [u8], l: &mut [i8; QK_K]) {
+    let d_all = f16_at(b, Q3K_D);
+    let sc = q3_scales(&b[Q3K_SCALES..Q3K_SCALES + 12]);
+    for j in 0..16 {
+        let d = d_all * sc[j] as f32;
+        if d == 0.0 {
+            continue;
+        }
+        for i in 16 * j..16 * j + 16 {
+            l[i] = (nearest_int(x[i] / d).clamp(-4, 3) + 4) as i8;
+        }
+    }
+    b[..32].fill(0);
+    let mut l2 = [0u8; QK_K];
+    for (e, &v) in l.iter().enumerate() {
+        let mut v = v as u8;
+        if v > 3 {
+            b[e % 32] |= 1 << (e / 32);
+            v -= 4;
+        }
+        l2[e] = v;
+    }
+    pack2(&l2, &mut b[Q3K_QS..Q3K_QS + 64]);
+}
+
+/// `quantize_row_q3_K_impl` (with an importance matrix): per sub-block `make_qx_quants`
+/// under `qw·sqrt(σ² + x²)` (σ² twice the mean square), then the sixteen scales to 6 bits
+/// by `make_qx_quants` weighted by each sub-block's weight sum.
+pub(crate) fn quant_q3_k_weighted(src: &[f32], dst: &mut [u8], qw: &[f32]) {
+    let row = qw.len();
+    for (k, (x, b)) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q3_K_BYTES)).enumerate() {
+        let q = &qw[(k * QK_K) % row..][..QK_K];
+        let sigma2 = 2.0 * x.iter().fold(0f32, |s, v| s + v * v) / QK_K as f32;
+        let mut l = [0i8; QK_K];
+        let (mut scales, mut sw) = ([0f32; 16], [0f32; 16]);
+        let mut weight = [0f32; 16];
         for j in 0..16 {
-            let d = d_all * sc[j] as f32;
-            if d == 0.0 {
-                continue;
+            for i in 0..16 {
+                let v = x[16 * j + i];
+                weight[i] = q[16 * j + i] * (sigma2 + v * v).sqrt();
             }
-            for i in 16 * j..16 * j + 16 {
-                l[i] = (nearest_int(x[i] / d).clamp(-4, 3) + 4) as i8;
-            }
+            sw[j] = weight.iter().fold(0f32, |s, &w| s + w);
+            scales[j] = make_qx_quants(4, &x[16 * j..16 * j + 16], &mut l[16 * j..16 * j + 16], Some(&weight));
         }
-        b[..32].fill(0);
-        let mut l2 = [0u8; QK_K];
-        for (e, &v) in l.iter().enumerate() {
-            let mut v = v as u8;
-            if v > 3 {
-                b[e % 32] |= 1 << (e / 32);
-                v -= 4;
+        let mut ls = [0i8; 16];
+        let d_block = make_qx_quants(32, &scales, &mut ls, Some(&sw));
+        let s = &mut b[Q3K_SCALES..Q3K_SCALES + 12];
+        s.fill(0);
+        for j in 0..16 {
+            let lj = ls[j] as u8;
+            if j < 8 {
+                s[j] = lj & 15;
+            } else {
+                s[j - 8] |= (lj & 15) << 4;
             }
-            l2[e] = v;
+            s[8 + j % 4] |= (lj >> 4) << (2 * (j / 4));
         }
-        pack2(&l2, &mut b[Q3K_QS..Q3K_QS + 64]);
+        b[Q3K_D..Q3K_D + 2].copy_from_slice(&f16_bits(d_block));
+        finish_q3(x, b, &mut l);
     }
 }
 

@@ -142,6 +142,33 @@ pub(crate) fn quant_q4_5_0_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], q
     }
 }
 
+/// `quantize_q4_1` / `quantize_q5_1` with importance weights (`quantize_row_q4_1_impl`):
+/// per block a scale and min by `make_qkx3_quants` (nmax 15 or 31) weighted by
+/// `qw·√(σ² + x²)`, σ² the row's mean square; `src` is whole rows of `qw.len()`.
+pub(crate) fn quant_q4_5_1_weighted(ty: GgmlType, src: &[f32], dst: &mut [u8], qw: &[f32]) {
+    let (nmax, bytes) = if ty == GgmlType::Q5_1 { (31, Q5_1_BYTES) } else { (15, Q4_1_BYTES) };
+    let row = qw.len();
+    for (xr, br) in src.chunks_exact(row).zip(dst.chunks_exact_mut(row / QK * bytes)) {
+        let sigma2 = xr.iter().fold(0f32, |s, v| s + v * v) / row as f32;
+        for (ib, (x, b)) in xr.chunks_exact(QK).zip(br.chunks_exact_mut(bytes)).enumerate() {
+            let mut w = [0f32; QK];
+            for j in 0..QK {
+                w[j] = qw[QK * ib + j] * (sigma2 + x[j] * x[j]).sqrt();
+            }
+            let mut q = [0u8; QK];
+            let (d, neg_min) = super::fit::make_qkx3_quants(nmax, x, &w, &mut q, -0.9, 0.05, 36);
+            b[0..2].copy_from_slice(&f16_bits(d));
+            b[2..4].copy_from_slice(&f16_bits(-neg_min));
+            if ty == GgmlType::Q5_1 {
+                b[4..8].copy_from_slice(&pack_high_bits(&q));
+                pack_nibbles(&q, &mut b[8..]);
+            } else {
+                pack_nibbles(&q, &mut b[4..]);
+            }
+        }
+    }
+}
+
 pub(crate) fn quant_q5_1(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(Q5_1_BYTES)) {
         let (min, max) = min_max(x);

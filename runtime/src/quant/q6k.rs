@@ -35,8 +35,11 @@ fn codes(b: &[u8]) -> [u8; QK_K] {
     q
 }
 
-pub(crate) fn quant_q6_k(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q6_K_BYTES)) {
+/// `quantize_row_q6_K_ref`, or with importance weights `qw` (whole rows of `qw.len()`
+/// elements) `quantize_row_q6_K_impl`, which weights each 16-element fit by them alone.
+pub(crate) fn quant_q6_k(src: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
+    for (k, (x, b)) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q6_K_BYTES)).enumerate() {
+        let q = qw.map(|w| &w[(k * QK_K) % w.len()..][..QK_K]);
         let mut l = [0i8; QK_K];
         let mut scales = [0f32; 16];
         let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
@@ -45,7 +48,7 @@ pub(crate) fn quant_q6_k(src: &[f32], dst: &mut [u8]) {
                 32,
                 &x[16 * ib..16 * ib + 16],
                 &mut l[16 * ib..16 * ib + 16],
-                None,
+                q.map(|w| &w[16 * ib..16 * ib + 16]),
             );
             scales[ib] = s;
             if s.abs() > max_abs_scale {

@@ -1,6 +1,8 @@
 //! Log-probabilities of generated tokens (`logprobs` / `top_logprobs`): the log-softmax
 //! of the logits the token was sampled from (the model's distribution before any
-//! sampling filter, as OpenAI and llama-server report it), in OpenAI's two shapes.
+//! sampling filter, as OpenAI and llama-server report it), in OpenAI's two shapes. Under
+//! a grammar or JSON schema it is the constrained distribution: the tokens the mask
+//! forbade have logit −∞ and are never listed, so fewer than `top` may be.
 
 use lode_runtime::tokenizer::Tokenizer;
 use serde::Serialize;
@@ -41,6 +43,9 @@ pub fn token_logprob(tok: &Tokenizer, logits: &[f32], id: u32, top: usize) -> To
     let mut best: Vec<usize> = Vec::with_capacity(top + 1);
     if top > 0 {
         for i in 0..logits.len() {
+            if logits[i] == f32::NEG_INFINITY {
+                continue;
+            }
             if best.len() < top || logits[i] > logits[best[best.len() - 1]] {
                 let at = best.partition_point(|&b| logits[b] >= logits[i]);
                 best.insert(at, i);

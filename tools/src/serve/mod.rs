@@ -22,6 +22,7 @@ pub mod draft;
 pub mod errors;
 pub mod extra;
 pub mod gbnf;
+pub mod harmony;
 pub mod logprobs;
 pub mod metrics;
 pub mod respond;

@@ -91,14 +91,14 @@ impl Meta {
                     .into_iter()
                     .enumerate()
                     .map(|(i, c)| {
-                        let (content, tool_calls) = match &self.tools {
-                            Some(p) => p.parse(&c.text),
-                            None => (Some(c.text), Vec::new()),
+                        let (reasoning_content, content, tool_calls) = match &self.tools {
+                            Some(p) => p.parse_message(&c.text),
+                            None => (None, Some(c.text), Vec::new()),
                         };
                         let finish_reason = if tool_calls.is_empty() { c.fin.finish_reason } else { "tool_calls" };
                         api::ChatChoice {
                             index: i as u32,
-                            message: api::AssistantMessage { role: "assistant", content, tool_calls },
+                            message: api::AssistantMessage { role: "assistant", content, reasoning_content, tool_calls },
                             logprobs: self.logprobs.then(|| api::ChatLogprobs { content: c.logprobs }),
                             finish_reason,
                         }
@@ -210,7 +210,7 @@ pub fn sse(
     let first: Vec<_> = match meta.kind {
         Kind::Chat => (0..n)
             .map(|i| {
-                let d = api::Delta { role: Some("assistant"), content: Some(String::new()), tool_calls: vec![] };
+                let d = api::Delta { role: Some("assistant"), content: Some(String::new()), ..Default::default() };
                 data(meta.chat_chunk(i, d, vec![], None))
             })
             .collect(),
@@ -232,8 +232,10 @@ pub fn sse(
                         Some(ts) => ts.push(&p.text),
                         None => (Some(p.text), vec![]),
                     };
-                    if content.as_ref().is_some_and(|c| !c.is_empty()) || !calls.is_empty() || !p.logprobs.is_empty() {
-                        let d = api::Delta { role: None, content, tool_calls: calls };
+                    let reasoning_content = st.tools.as_mut().and_then(ToolStream::take_reasoning);
+                    let content = content.filter(|c| !c.is_empty() || reasoning_content.is_none());
+                    if content.as_ref().is_some_and(|c| !c.is_empty()) || reasoning_content.is_some() || !calls.is_empty() || !p.logprobs.is_empty() {
+                        let d = api::Delta { role: None, content, reasoning_content, tool_calls: calls };
                         out.push(data(m.chat_chunk(i, d, p.logprobs, None)));
                     }
                 }
@@ -247,9 +249,11 @@ pub fn sse(
                 match m.kind {
                     Kind::Chat => {
                         let (content, calls) = st.tools.as_mut().map(ToolStream::finish).unwrap_or((None, vec![]));
+                        let reasoning_content = st.tools.as_mut().and_then(ToolStream::take_reasoning);
                         let called = st.tools.as_ref().is_some_and(ToolStream::called);
-                        if content.as_ref().is_some_and(|c| !c.is_empty()) || !calls.is_empty() {
-                            out.push(data(m.chat_chunk(i, api::Delta { role: None, content, tool_calls: calls }, vec![], None)));
+                        if content.as_ref().is_some_and(|c| !c.is_empty()) || reasoning_content.is_some() || !calls.is_empty() {
+                            let d = api::Delta { role: None, content, reasoning_content, tool_calls: calls };
+                            out.push(data(m.chat_chunk(i, d, vec![], None)));
                         }
                         let reason = if called { "tool_calls" } else { fin.finish_reason };
                         out.push(data(m.chat_chunk(i, api::Delta::default(), vec![], Some((&fin, reason)))));

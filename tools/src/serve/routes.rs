@@ -27,7 +27,7 @@ use super::respond::{self, Kind, Meta};
 use super::scheduler::{Event, Job, Scheduler};
 use super::structured::Grammars;
 use super::tool_prompt;
-use super::tools::ToolParser;
+use super::tools::{ToolFormat, ToolParser};
 
 /// Largest request body accepted (413 beyond).
 pub const BODY_LIMIT: usize = 4 << 20;
@@ -246,6 +246,7 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
     };
 
     // One job per choice, each with its own seed; they run on free slots side by side.
+    let special = parser.as_ref().is_some_and(|p| p.format == ToolFormat::Harmony);
     let mut rxs = Vec::with_capacity(req.n);
     for i in 0..req.n {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -258,6 +259,7 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
             stops: stops.clone(),
             logprobs: req.logprobs,
             grammar: grammar.clone(),
+            special,
             events: tx,
             enqueued: Instant::now(),
         });
@@ -284,9 +286,11 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
     }
 }
 
-/// The prompt's tokens; with tools, the answer's parser and the forced call's stop.
+/// The prompt's tokens; with tools (or a harmony template, whose every answer is
+/// parsed), the answer's parser and the forced call's stop.
 fn tokenize(st: &AppState, req: &GenRequest) -> Result<(Vec<u32>, Option<ToolParser>, Option<String>), ApiError> {
-    if req.tools.is_some() || tool_prompt::has_tool_turns(&req.chat_json) {
+    let harmony = matches!(req.prompt, PromptInput::Chat(_)) && ToolFormat::for_template(st.template.text()) == ToolFormat::Harmony;
+    if req.tools.is_some() || tool_prompt::has_tool_turns(&req.chat_json) || harmony {
         let r = tool_prompt::render(&st.template, &req.chat_json, req.tools.as_ref())?;
         let ids = st.tok.encode(&r.text, true, true);
         return Ok((ids, r.parser, r.stop));

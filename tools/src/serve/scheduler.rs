@@ -36,6 +36,9 @@ pub struct Job {
     pub logprobs: Option<usize>,
     /// The compiled grammar the output must match (each choice its own copy).
     pub grammar: Option<llguidance::Matcher>,
+    /// Render special tokens as their text (gpt-oss's harmony markers, which the
+    /// answer's parser reads).
+    pub special: bool,
     pub events: mpsc::UnboundedSender<Event>,
     pub enqueued: Instant,
 }
@@ -228,6 +231,7 @@ mod tests {
             stops: vec![],
             logprobs: None,
             grammar: None,
+            special: false,
             events: tx,
             enqueued: Instant::now(),
         };

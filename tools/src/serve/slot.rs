@@ -11,7 +11,7 @@ use lode_runtime::engine::{
     generate_speculative_with_logits, generate_with_logits, Drafter, Engine, EngineError, Flow, GenParams, Sampler, Sequence, SpecParams,
     StopReason, StopStrings,
 };
-use lode_runtime::tokenizer::Tokenizer;
+use lode_runtime::tokenizer::{StreamDecoder, Tokenizer};
 
 use super::api::{Timings, Usage};
 use super::errors::ApiError;
@@ -84,7 +84,7 @@ impl<S: SlotSequence> EngineSlot<S> {
         for &t in &prompt[..cached] {
             sampler.accept(t);
         }
-        let mut dec = tok.stream_decoder();
+        let mut dec = StreamDecoder::new(job.special);
         let mut stops = StopStrings::new(job.stops.clone());
         let (mut cancelled, mut stop_hit) = (false, false);
         let params = GenParams { max_tokens: job.max_tokens, eog: eog.clone() };

@@ -198,11 +198,29 @@ pub fn render(t: &ChatTemplate, messages: &[Value], req: Option<&ToolRequest>) -
     let native = t.text().contains("tools");
     let err = |e: lode_runtime::tokenizer::ChatError| ApiError::invalid_param("messages", format!("cannot apply the chat template: {e}"));
     let (mut text, format) = if native {
-        (t.apply_json(messages, tools, true).map_err(err)?, ToolFormat::for_template(t.text()))
+        let format = ToolFormat::for_template(t.text());
+        // gpt-oss's template prints every tool's description unguarded; OpenAI's API makes
+        // it optional.
+        let described: Option<Vec<Value>> = tools.filter(|_| format == ToolFormat::Harmony).map(|ts| {
+            ts.iter()
+                .map(|t| {
+                    let mut t = t.clone();
+                    if let Some(f) = t.get_mut("function").and_then(Value::as_object_mut) {
+                        f.entry("description").or_insert(json!(""));
+                    }
+                    t
+                })
+                .collect()
+        });
+        (t.apply_json(messages, described.as_deref().or(tools), true).map_err(err)?, format)
     } else {
         (t.apply(&polyfill(messages, tools), true).map_err(err)?, ToolFormat::Hermes)
     };
-    let Some(r) = offered else { return Ok(Rendered { text, parser: None, stop: None }) };
+    let Some(r) = offered else {
+        // A harmony answer is channels even without tools: always parsed.
+        let parser = (format == ToolFormat::Harmony).then(|| ToolParser::new(format, String::new()));
+        return Ok(Rendered { text, parser, stop: None });
+    };
     let name = match &r.choice {
         ToolChoice::Named(n) => Some(n.as_str()),
         _ => None,
@@ -220,6 +238,13 @@ pub fn render(t: &ChatTemplate, messages: &[Value], req: Option<&ToolRequest>) -
             match name {
                 Some(n) => format!("[TOOL_CALLS] [{{\"name\": {}, \"arguments\": ", json!(n)),
                 None => "[TOOL_CALLS] [{\"name\": \"".to_string(),
+            },
+            None,
+        ),
+        (_, ToolFormat::Harmony) => (
+            match name {
+                Some(n) => format!("<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>"),
+                None => "<|channel|>commentary to=functions.".to_string(),
             },
             None,
         ),
@@ -290,6 +315,40 @@ mod tests {
             let none = render(&t, &conversation(), Some(&request(json!("none")))).unwrap();
             assert!(none.parser.is_none() && !none.text.contains("get_time"), "{file}");
         }
+    }
+
+    /// gpt-oss's template (harmony): the tools as a TypeScript namespace in the developer
+    /// turn, the call and its result as harmony messages, a forced call's header as the
+    /// answer's start, and a parser even without tools (every answer is channels).
+    #[test]
+    fn gpt_oss_renders_tools_and_calls_in_harmony() {
+        let src = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/chat-templates/openai-gpt-oss-120b.jinja"));
+        let t = ChatTemplate::new(src, "<|startoftext|>", "<|return|>").unwrap();
+        assert_eq!(ToolFormat::for_template(t.text()), ToolFormat::Harmony);
+        let r = render(&t, &conversation(), Some(&request(json!("auto")))).unwrap();
+        for part in [
+            "<|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {",
+            "type get_weather = (_: {\ncity?: string,\n}) => any;",
+            "type get_time = () => any;",
+            "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>",
+            "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>\"{\\\"sky\\\": \\\"sunny\\\"}\"<|end|>",
+        ] {
+            assert!(r.text.contains(part), "{part:?} not in {}", r.text);
+        }
+        assert!(r.text.ends_with("<|start|>assistant"), "{}", r.text);
+        let p = r.parser.unwrap();
+        assert_eq!(p.format, ToolFormat::Harmony);
+        let (reasoning, content, calls) =
+            p.parse_message("<|channel|>analysis<|message|>Done.<|end|><|start|>assistant<|channel|>final<|message|>Sunny in Paris.");
+        assert_eq!((reasoning.as_deref(), content.as_deref(), calls.len()), (Some("Done."), Some("Sunny in Paris."), 0));
+
+        let named = render(&t, &conversation(), Some(&request(json!({"type": "function", "function": {"name": "get_time"}})))).unwrap();
+        assert!(named.text.ends_with("<|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>"), "{}", named.text);
+        let (_, content, calls) = named.parser.unwrap().parse_message("{}");
+        assert_eq!((content, calls.len(), calls[0].function.name.as_str(), calls[0].function.arguments.as_str()), (None, 1, "get_time", "{}"));
+
+        let plain = render(&t, &[json!({"role": "user", "content": "Hi"})], None).unwrap();
+        assert!(!plain.text.contains("namespace functions") && plain.parser.is_some_and(|p| p.format == ToolFormat::Harmony));
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Tool calls read back from the model's output, in the format its chat template
 //! teaches: Qwen / Hermes `<tool_call>{json}</tool_call>`, Mistral
 //! `[TOOL_CALLS] [{json}, ...]`, Llama 3.x a bare JSON object (optionally after
-//! `<|python_tag|>`). A call is `{"name": ..., "arguments"|"parameters": {...}}`.
+//! `<|python_tag|>`), gpt-oss's harmony channels (`harmony.rs`, which also yields
+//! `reasoning_content`). A call is `{"name": ..., "arguments"|"parameters": {...}}`.
 //! Text that does not parse as a call stays content.
 
 use serde_json::Value;
 
 use super::api::{FunctionCall, FunctionDelta, ToolCall, ToolCallDelta};
+use super::harmony::{self, HarmonyStream};
 
 /// How a model writes its calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,13 +16,17 @@ pub enum ToolFormat {
     Hermes,
     Mistral,
     Llama3,
+    /// gpt-oss: every answer is channels (`harmony.rs`), with tools or not.
+    Harmony,
 }
 
 impl ToolFormat {
     /// The format a chat template uses (Hermes when it names none: lode's own tool
     /// prompt teaches that one).
     pub fn for_template(source: &str) -> ToolFormat {
-        if source.contains("[TOOL_CALLS]") {
+        if source.contains("<|channel|>") && source.contains("<|message|>") {
+            ToolFormat::Harmony
+        } else if source.contains("[TOOL_CALLS]") {
             ToolFormat::Mistral
         } else if source.contains("<tool_call>") {
             ToolFormat::Hermes
@@ -72,25 +78,42 @@ impl ToolParser {
 
     /// Content (`None` when nothing but calls) and the calls of a whole answer.
     pub fn parse(&self, text: &str) -> (Option<String>, Vec<ToolCall>) {
+        let (_, content, calls) = self.parse_message(text);
+        (content, calls)
+    }
+
+    /// [`Self::parse`] with the reasoning (`reasoning_content`) where the format has it.
+    pub fn parse_message(&self, text: &str) -> (Option<String>, Option<String>, Vec<ToolCall>) {
         let full = format!("{}{text}", self.prefix);
         let (content, calls) = match self.format {
             ToolFormat::Hermes => parse_hermes(&full),
             ToolFormat::Mistral => parse_mistral(&full),
             ToolFormat::Llama3 => parse_llama3(&full),
+            ToolFormat::Harmony => {
+                let p = harmony::parse(&full, true);
+                let mut calls: Vec<ToolCall> = p.calls.into_iter().map(harmony_call).collect();
+                if self.single {
+                    calls.truncate(1);
+                }
+                let reasoning = (!p.reasoning.is_empty()).then_some(p.reasoning);
+                let content = (!p.content.is_empty() || calls.is_empty()).then_some(p.content);
+                return (reasoning, content, calls);
+            }
         };
         if calls.is_empty() {
-            return (Some(full), calls);
+            return (None, Some(full), calls);
         }
         let mut calls = calls;
         if self.single {
             calls.truncate(1);
         }
         let content = content.trim().to_string();
-        ((!content.is_empty()).then_some(content), calls)
+        (None, (!content.is_empty()).then_some(content), calls)
     }
 
     pub fn stream(&self) -> ToolStream {
-        ToolStream { parser: self.clone(), buf: self.prefix.clone(), sent: 0, n_calls: 0, plain: false }
+        let harmony = (self.format == ToolFormat::Harmony).then(|| HarmonyStream::new(&self.prefix));
+        ToolStream { parser: self.clone(), buf: self.prefix.clone(), sent: 0, n_calls: 0, plain: false, harmony, reasoning: String::new() }
     }
 
     /// Where a call may start in `s` (the earliest marker), for streaming.
@@ -99,8 +122,13 @@ impl ToolParser {
             ToolFormat::Hermes => "<tool_call>",
             ToolFormat::Mistral => "[TOOL_CALLS]",
             ToolFormat::Llama3 => "{",
+            ToolFormat::Harmony => "<|",
         }
     }
+}
+
+fn harmony_call(c: harmony::Call) -> ToolCall {
+    ToolCall { id: new_call_id(), kind: "function", function: FunctionCall { name: c.name, arguments: c.arguments } }
 }
 
 fn parse_hermes(s: &str) -> (String, Vec<ToolCall>) {
@@ -175,6 +203,9 @@ pub struct ToolStream {
     n_calls: usize,
     /// Llama 3: the answer did not start with a call, so it is all content.
     plain: bool,
+    harmony: Option<HarmonyStream>,
+    /// Reasoning not yet taken ([`Self::take_reasoning`]).
+    reasoning: String,
 }
 
 fn deltas(calls: Vec<ToolCall>, first: usize) -> Vec<ToolCallDelta> {
@@ -204,8 +235,24 @@ impl ToolStream {
         d
     }
 
+    /// Reasoning (`reasoning_content`) the last [`Self::push`] or [`Self::finish`] read.
+    pub fn take_reasoning(&mut self) -> Option<String> {
+        (!self.reasoning.is_empty()).then(|| std::mem::take(&mut self.reasoning))
+    }
+
+    fn harmony_step(&mut self, step: harmony::Step) -> (Option<String>, Vec<ToolCallDelta>) {
+        self.reasoning.push_str(&step.reasoning);
+        let d = deltas(step.calls.into_iter().map(harmony_call).collect(), self.n_calls);
+        self.n_calls += d.len();
+        (Some(step.content), self.limit(d))
+    }
+
     /// Takes a piece of output; returns content to send now and completed calls.
     pub fn push(&mut self, text: &str) -> (Option<String>, Vec<ToolCallDelta>) {
+        if let Some(h) = self.harmony.as_mut() {
+            let step = h.push(text);
+            return self.harmony_step(step);
+        }
         self.buf.push_str(text);
         let marker = self.parser.marker();
         let pending = &self.buf[self.sent..];
@@ -270,6 +317,11 @@ impl ToolStream {
 
     /// The end of the output: what was held, as calls or content.
     pub fn finish(&mut self) -> (Option<String>, Vec<ToolCallDelta>) {
+        if let Some(h) = self.harmony.as_mut() {
+            let step = h.finish();
+            let (c, d) = self.harmony_step(step);
+            return (c.filter(|c| !c.is_empty()), d);
+        }
         let pending = self.buf[self.sent..].to_string();
         self.sent = self.buf.len();
         if pending.is_empty() {
@@ -279,6 +331,8 @@ impl ToolStream {
             ToolFormat::Hermes => parse_hermes(&pending),
             ToolFormat::Mistral => parse_mistral(&pending),
             ToolFormat::Llama3 => parse_llama3(&pending),
+            // (Streams through `HarmonyStream` above.)
+            ToolFormat::Harmony => (pending.clone(), Vec::new()),
         };
         let d = deltas(calls, self.n_calls);
         self.n_calls += d.len();

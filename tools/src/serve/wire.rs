@@ -52,6 +52,10 @@ pub struct AssistantMessage {
     pub role: &'static str,
     /// `null` when the answer is only tool calls (as OpenAI sends it).
     pub content: Option<String>,
+    /// The model's reasoning where its format separates it (gpt-oss's analysis channel),
+    /// as llama-server and DeepSeek's API name it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
 }
@@ -121,6 +125,8 @@ pub struct Delta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallDelta>,
 }
