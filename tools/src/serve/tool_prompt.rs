@@ -124,6 +124,19 @@ pub fn message_json(m: &Map<String, Value>, role: &str, content: &str, param: &s
             out[key] = json!(s);
         }
     }
+    // An assistant's reasoning sent back (`reasoning_content`, as this server returns it):
+    // templates read it as `reasoning_content` or, gpt-oss's, as `thinking`.
+    match m.get("reasoning_content") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(r)) if role == "assistant" => {
+            out["reasoning_content"] = json!(r);
+            out["thinking"] = json!(r);
+        }
+        Some(_) => {
+            let p = format!("{param}.reasoning_content");
+            return Err(ApiError::invalid_param(&p, format!("`{p}` must be a string on an assistant message")));
+        }
+    }
     Ok(out)
 }
 
@@ -349,6 +362,18 @@ mod tests {
 
         let plain = render(&t, &[json!({"role": "user", "content": "Hi"})], None).unwrap();
         assert!(!plain.text.contains("namespace functions") && plain.parser.is_some_and(|p| p.format == ToolFormat::Harmony));
+
+        // The reasoning before a call, sent back as `reasoning_content`, renders as the
+        // analysis channel (gpt-oss's `thinking`); on another role it is refused by name.
+        let mut conv = conversation();
+        let m = conv[1].as_object().unwrap().clone();
+        let with = message_json(&m.into_iter().chain([("reasoning_content".to_string(), json!("Need the weather tool."))]).collect(), "assistant", "", "messages[1]").unwrap();
+        conv[1] = with;
+        let r = render(&t, &conv, Some(&request(json!("auto")))).unwrap();
+        assert!(r.text.contains("<|start|>assistant<|channel|>analysis<|message|>Need the weather tool.<|end|>"), "{}", r.text);
+        let user = json!({"role": "user", "content": "x", "reasoning_content": "y"});
+        let e = message_json(user.as_object().unwrap(), "user", "x", "messages[0]").unwrap_err();
+        assert!(format!("{e:?}").contains("messages[0].reasoning_content"), "{e:?}");
     }
 
     #[test]
