@@ -175,8 +175,7 @@ DEV void mv_float_tile(const u8* W, const float* x, float* y, int rows, int k, i
 }
 
 #define MV_FT(NAME, T)                                                                            \
-    KERNEL LAUNCH_BOUNDS(256) void NAME(const u8* W, const float* x, float* y, int rows, int k, int ncols) { \
-        pdl_entry();                                                                              \
+    KERNEL LAUNCH_BOUNDS(256) void NAME(const u8* W, const float* x, float* y, int rows, int k, int ncols) { pdl_entry(); \
         mv_float_tile<T>(W, x, y, rows, k, ncols);                                                \
     }
 

@@ -253,7 +253,7 @@ mod tests {
             for n in f.kernel_names() {
                 let base = n.trim_end_matches("_n1").trim_end_matches("_n8");
                 // The prefill families name their kernels through instantiation macros.
-                let gemm = n.trim_start_matches("gemm_glu_").trim_start_matches("gemm_").trim_end_matches("_n64").trim_end_matches("_n16");
+                let gemm = n.trim_start_matches("gemm_glu_").trim_start_matches("gemm_").trim_end_matches("_n64").trim_end_matches("_n16").trim_end_matches("_k64");
                 let flash2 = n.trim_start_matches("flash_attn2_f16_d");
                 let moe = gemm.trim_start_matches("moe_glu_").trim_start_matches("moe_");
                 let by_macro = full.contains(&format!("GEMM_KERNELS({gemm},")) || full.contains(&format!("GEMM_MOE_KERNELS({moe},")) || full.contains(&format!("FLASH2_KERNEL({flash2},"));

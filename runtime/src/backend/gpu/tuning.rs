@@ -309,6 +309,7 @@ mod tests {
                 "mapped_host" => "pinned",
                 "gpu_limits" => "driver",
                 "blas_slab" | "mapped_chunk" | "pinned_min" | "gpu_stack" => "2MiB",
+                "batch_gemm" => "9-64",
                 _ => "1",
             };
             assert!(t.apply(&format!("{k}={v}")).is_empty(), "{k}");
