@@ -8,12 +8,14 @@
 # $OUT/capacity.txt; each run's files to $OUT/capacity-PRESET-MIX/.
 #   PRESETS="gemma3-27b mistral-small-24b qwen3-32b" (PRESET[:MIX], default mix q4_k_m)
 #   CAP=24GiB  CTX=4096  PROMPT=3000  GEN=1000  LODE=path  MODEL_TMP=/tmp/lode-synth  KEEP=1 (keep files)
+#   KV=q8_0 (the KV cache type of the run, -ctk/-ctv; default f16); fit's largest context is
+#   printed for f16, q8_0 and q4_0 KV either way
 # A 10-minute call holds about one 27B preset (synth ~2 min, the run ~2 min on an H200).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
 LODE="${LODE:-$( [ -x carry/lode ] && echo carry/lode || echo target/release/lode)}"
-CAP="${CAP:-24GiB}"; CTX="${CTX:-4096}"; PROMPT="${PROMPT:-3000}"; GEN="${GEN:-1000}"
+CAP="${CAP:-24GiB}"; CTX="${CTX:-4096}"; KV="${KV:-f16}"; PROMPT="${PROMPT:-3000}"; GEN="${GEN:-1000}"
 MD="${MODEL_TMP:-/tmp/lode-synth}"; mkdir -p "$MD"
 TXT="$(ls carry/alice29.txt ../shared/fixtures/gemma3-270m/alice29.txt 2>/dev/null | head -1)"
 exec > >(tee -a "$OUT/capacity.txt") 2>&1
@@ -29,8 +31,11 @@ for P in ${PRESETS:-gemma3-27b mistral-small-24b qwen3-32b}; do
     timeout -k 10 420 "$LODE" synth --preset "$name" --quant "$mix" -o "$M" || { echo "-- synth failed"; rc=1; rm -f "$M"; continue; }
     echo "-- synth $(( $(date +%s) - t0 )) s, $(du -h "$M" | cut -f1)"
   fi
-  timeout -k 10 120 "$LODE" fit -m "$M" --device cuda -c "$CTX" --device-memory "$CAP" --json > "$R/fit.json" 2> "$R/fit.err"
-  echo "-- lode fit -c $CTX --device-memory $CAP: exit $?"; tail -2 "$R/fit.err"
+  timeout -k 10 120 "$LODE" fit -m "$M" --device cuda -c "$CTX" --device-memory "$CAP" -ctk "$KV" -ctv "$KV" --json > "$R/fit.json" 2> "$R/fit.err"
+  echo "-- lode fit -c $CTX --device-memory $CAP (KV $KV): exit $?"; tail -2 "$R/fit.err"
+  for k in f16 q8_0 q4_0; do
+    echo "-- largest context at $CAP with $k KV: $(timeout -k 10 60 "$LODE" fit -m "$M" --device cuda -c "$CTX" --device-memory "$CAP" -ctk $k -ctv $k --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("max_ctx"), "(memory alone", d.get("max_ctx_memory"), "; trained", d.get("n_ctx_train"), ")")')"
+  done
   # A prompt of about PROMPT tokens of text (the synthetic vocabulary's own ratio).
   python3 - "$LODE" "$M" "$TXT" "$PROMPT" > "$R/prompt.txt" <<'PY'
 import json, subprocess, sys
@@ -49,7 +54,7 @@ sys.stdout.write(text[:n])
 PY
   base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > "$R/smi.txt" 2>/dev/null & smi=$!
-  timeout -k 10 500 "$LODE" generate -m "$M" --device cuda -c "$CTX" --device-memory "$CAP" -n "$GEN" -s 1 \
+  timeout -k 10 500 "$LODE" generate -m "$M" --device cuda -c "$CTX" --device-memory "$CAP" -ctk "$KV" -ctv "$KV" -n "$GEN" -s 1 \
     --memory-report --json < "$R/prompt.txt" > "$R/gen.json" 2> "$R/gen.err"; grc=$?
   kill $smi 2>/dev/null; sleep 0.3
   echo "-- generate exit $grc (nvidia-smi idle before: ${base:-?} MiB)"; [ $grc = 0 ] || { rc=1; tail -3 "$R/gen.err"; }
@@ -81,7 +86,7 @@ PY
   max=$(python3 -c "import json; print(json.load(open('$R/fit.json')).get('max_ctx', 0))" 2>/dev/null || echo 0)
   if [ "${max:-0}" -gt 0 ]; then
     over=$(( max + 1024 ))
-    out=$(timeout -k 10 120 "$LODE" generate -m "$M" --device cuda -c "$over" --device-memory "$CAP" -p hi -n 1 2>&1); orc=$?
+    out=$(timeout -k 10 120 "$LODE" generate -m "$M" --device cuda -c "$over" --device-memory "$CAP" -ctk "$KV" -ctv "$KV" -p hi -n 1 2>&1); orc=$?
     if [ $orc != 0 ] && echo "$out" | grep -q "does not fit"; then echo "-- -c $over refused: $(echo "$out" | grep -o 'the largest context.*' | head -1)";
     elif [ "$over" -gt "$(python3 -c "import json; print(json.load(open('$R/fit.json'))['n_ctx_train'])")" ]; then echo "-- -c $over: past the trained context (exit $orc)";
     else echo "-- -c $over NOT refused (exit $orc): $(echo "$out" | tail -2)"; rc=1; fi
