@@ -197,3 +197,27 @@ GET_ROWS(get_rows_iq2_xs, dqe_grid<3>(row, e))
 GET_ROWS(get_rows_iq2_s, dqe_grid<4>(row, e))
 GET_ROWS(get_rows_iq1_s, dqe_grid<5>(row, e))
 GET_ROWS(get_rows_iq1_m, dqe_grid<6>(row, e))
+
+// x = H x for each block of n = 2^lg consecutive values (a quantized KV cache's rotation,
+// runtime/src/backend/kv_rot.rs): Sylvester's Walsh-Hadamard butterflies of width 1, 2,
+// 4, ... ((a, b) -> (a + b, a - b)), then every value times `scale` (1/sqrt(n), rounded
+// once on the host) - the CPU's order, so both give the same bits.
+// grid (n_blocks), block (n / 2), n <= 1024.
+KERNEL void hadamard_f32(float* x, int lg, float scale) { pdl_entry();
+    __shared__ float s[1024];
+    const int n = 1 << lg, half = n >> 1, t = tid_x();
+    float* b = x + (u64)bid_x() * (u64)n;
+    s[t] = b[t];
+    s[t + half] = b[t + half];
+    __syncthreads();
+    for (int h = 1; h < n; h <<= 1) {
+        const int i = (t / h) * 2 * h + (t % h);
+        const float a = s[i], c = s[i + h];
+        s[i] = a + c;
+        s[i + h] = a - c;
+        __syncthreads();
+    }
+    b[t] = s[t] * scale;
+    b[t + half] = s[t + half] * scale;
+}
+

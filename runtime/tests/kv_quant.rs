@@ -108,6 +108,11 @@ fn quantized_kv_logits_stay_close_to_f16_kv() {
         if kl8 > 1.5e-2 || top8 < 0.90 {
             failures.push(format!("{name}: q8_0 KV too far from f16: KL {kl8:.2e}, top-1 {:.2} %", 100.0 * top8));
         }
+        // The Hadamard rotation of quantized caches (llama.cpp's default; backend/kv_rot.rs)
+        // brought SmolLM2's q4_0 KL from 0.145 (unrotated) to 0.055.
+        if name == "smollm2-135m" && kl4 > 0.09 {
+            failures.push(format!("{name}: q4_0 KV KL {kl4:.2e}: the rotated cache should keep it below 0.09 (0.145 unrotated)"));
+        }
         if kl4 < 5.0 * kl8 {
             failures.push(format!("{name}: q4_0 KV (KL {kl4:.2e}) not 5× further from f16 than q8_0 ({kl8:.2e})"));
         }

@@ -116,6 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             r.extend(gpu::selftest::rope_attn::run(d, args.filter.as_deref(), args.seed));
             r.extend(gpu::selftest::moe::run_checks(d, args.filter.as_deref(), args.seed));
             r.extend(gpu::selftest::kvq::run(d, args.filter.as_deref(), args.seed));
+            r.extend(gpu::selftest::kv_rot::run(d, args.filter.as_deref(), args.seed));
             r.extend(gpu::selftest::swa::run(d, args.filter.as_deref(), args.seed));
             r.extend(gpu::selftest::upload::run(d, args.filter.as_deref()));
             r.extend(gpu::selftest::delta::run_checks(d, args.filter.as_deref(), args.seed));

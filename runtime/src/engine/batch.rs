@@ -113,7 +113,7 @@ impl BatchEngine {
             };
             e.seqs.push(Seq { kv, history: Vec::new(), rec, floor: 0 });
         }
-        e.scratch = Some(Scratch::new(e.be.as_mut(), &e.model, rows)?);
+        e.scratch = Some(Scratch::new(e.be.as_mut(), &e.model, rows, spec.ty)?);
         Ok(e)
     }
 

@@ -2,7 +2,8 @@
 //! (reference §5). Architecture differences are data in [`Config`] and optional
 //! weights in [`Layer`], not branches on the architecture name.
 
-use crate::backend::{norm_in, Attention, Backend, Buf, KvCache, MoeBiases, MoeFfn, MoeScratch, NormIn, QkvPrep, Rope};
+use crate::backend::kv_rot::KvRot;
+use crate::backend::{norm_in, Attention, Backend, Buf, KvCache, KvTypes, MoeBiases, MoeFfn, MoeScratch, NormIn, QkvPrep, Rope};
 
 use super::hybrid::{HybridScratch, RecurrentState};
 use super::{Model, ModelError};
@@ -51,6 +52,9 @@ pub struct Scratch {
     hybrid: Option<HybridScratch>,
     out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
     logits: Buf, // [OUT_ROWS_MAX, n_vocab]
+    /// The quantized KV cache's rotation ([`KvRot`]): q/k/v rotated before the cache, the
+    /// attention output rotated back.
+    kv_rot: KvRot,
     /// Host copy of `logits`, kept between calls (a fresh 1 MiB per decode step showed
     /// in profiles). [≤ OUT_ROWS_MAX, n_vocab] f32
     host: std::cell::RefCell<Vec<f32>>,
@@ -63,7 +67,8 @@ impl Scratch {
         self.hybrid.as_ref().and_then(|h| h.delta)
     }
 
-    pub fn new(be: &mut dyn Backend, model: &Model, n_max: usize) -> Result<Scratch, ModelError> {
+    /// Buffers for chunks of up to `n_max` rows over caches of types `kv`.
+    pub fn new(be: &mut dyn Backend, model: &Model, n_max: usize, kv: KvTypes) -> Result<Scratch, ModelError> {
         let c = &model.cfg;
         let n = n_max.max(1);
         // A MoE model has no dense FFN: its gate/up rows live in `moe`.
@@ -87,6 +92,7 @@ impl Scratch {
             hybrid: HybridScratch::new(be, model, n)?,
             out_x: be.alloc(OUT_ROWS_MAX * c.n_embd)?,
             logits: be.alloc_readback(OUT_ROWS_MAX * c.n_vocab)?,
+            kv_rot: KvRot::for_cache(kv, c.head_dim_k, c.head_dim_v),
             host: Default::default(),
         })
     }
@@ -214,24 +220,26 @@ impl Model {
             };
             // The cache holds the attention layers only.
             let kl = c.kv_slot(l);
+            let rot = s.kv_rot;
             match kv {
                 // One cache: q/k norms, RoPE, the K/V store and attention in one (fused) op.
-                KvRows::One(cache) => be.rope_kv_attention(s.q, s.k, s.v, cache, kl, pos, &prep, &attn, s.att)?,
+                KvRows::One(cache) if !rot.any() => be.rope_kv_attention(s.q, s.k, s.v, cache, kl, pos, &prep, &attn, s.att)?,
+                // A rotated (quantized) cache: the rotations between RoPE and the store.
+                KvRows::One(cache) => {
+                    prepare_qk(be, &prep, s.q, s.k, pos)?;
+                    rotate_qkv(be, c, rot, n, s)?;
+                    be.kv_write(cache, kl, s.k, s.v, pos)?;
+                    be.attention(s.q, cache, kl, pos, &attn, s.att)?;
+                }
                 // Per-row caches: the K/V store happens in `attention_rows`.
                 KvRows::PerRow(caches) => {
-                    if let Some(qn) = &prep.q_norm {
-                        be.rms_norm(s.q, s.q, n * c.n_head, c.head_dim_k, Some(qn), c.eps)?;
-                    }
-                    if let Some(kn) = &prep.k_norm {
-                        be.rms_norm(s.k, s.k, n * c.n_head_kv, c.head_dim_k, Some(kn), c.eps)?;
-                    }
-                    be.rope(s.q, c.n_head, c.head_dim_k, pos, &rope)?;
-                    be.rope(s.k, c.n_head_kv, c.head_dim_k, pos, &rope)?;
-                    if let Some(qs) = c.q_scale {
-                        be.scale(s.q, n * c.n_head * c.head_dim_k, qs)?;
-                    }
+                    prepare_qk(be, &prep, s.q, s.k, pos)?;
+                    rotate_qkv(be, c, rot, n, s)?;
                     be.attention_rows(s.q, s.k, s.v, caches, kl, pos, &attn, s.att)?;
                 }
+            }
+            if let Some(b) = rot.v {
+                be.hadamard(s.att, n * c.n_head * c.head_dim_v, b)?;
             }
             if let Some(h) = gated {
                 be.mul_sigmoid(s.att, h.gate, n, c.n_head * c.head_dim_v, false)?;
@@ -355,4 +363,34 @@ impl Model {
         be.rms_norm(s.xb2, s.xb2, n, self.cfg.n_embd, Some(&self.w(pn)), self.cfg.eps)?;
         Ok(true)
     }
+}
+
+/// q/k norms, RoPE and the query scale (what [`Backend::rope_kv_write`] does before the store).
+fn prepare_qk(be: &mut dyn Backend, p: &QkvPrep, q: Buf, k: Buf, pos: &[u32]) -> Result<(), ModelError> {
+    let n = pos.len();
+    if let Some(qn) = &p.q_norm {
+        be.rms_norm(q, q, n * p.n_head, p.head_dim, Some(qn), p.eps)?;
+    }
+    if let Some(kn) = &p.k_norm {
+        be.rms_norm(k, k, n * p.n_kv_head, p.head_dim, Some(kn), p.eps)?;
+    }
+    be.rope(q, p.n_head, p.head_dim, pos, &p.rope)?;
+    be.rope(k, p.n_kv_head, p.head_dim, pos, &p.rope)?;
+    if let Some(qs) = p.q_scale {
+        be.scale(q, n * p.n_head * p.head_dim, qs)?;
+    }
+    Ok(())
+}
+
+/// A quantized cache's rotations of `n` rows before the store: q and k (K quantized), v
+/// (V quantized).
+fn rotate_qkv(be: &mut dyn Backend, c: &super::Config, rot: KvRot, n: usize, s: &Scratch) -> Result<(), ModelError> {
+    if let Some(b) = rot.k {
+        be.hadamard(s.q, n * c.n_head * c.head_dim_k, b)?;
+        be.hadamard(s.k, n * c.n_head_kv * c.head_dim_k, b)?;
+    }
+    if let Some(b) = rot.v {
+        be.hadamard(s.v, n * c.n_head_kv * c.head_dim_v, b)?;
+    }
+    Ok(())
 }

@@ -33,6 +33,7 @@ mod exact;
 mod exact_backend;
 pub use exact_backend::ExactBackend;
 mod fused;
+mod kv_rot;
 mod matmul;
 mod moe;
 mod norm_mv;
@@ -515,6 +516,7 @@ impl Backend for GpuBackend {
     fn gated_delta_net(&mut self, p: &DeltaNet, x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> { self.delta_net_device(p, x, n_tok, states, out) }
     fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> { self.split_halves_device(src, n_rows, half, a, b) }
     fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> { self.mul_sigmoid_device(x, gate, n_rows, row_len, per_row) }
+    fn hadamard(&mut self, x: Buf, n: usize, block: usize) -> Result<()> { self.hadamard_device(x, n, block) }
 }
 
 impl Drop for GpuBackend {

@@ -171,6 +171,11 @@ impl Backend for PlanTrace {
         self.touch(x);
         Ok(())
     }
+    fn hadamard(&mut self, x: Buf, n: usize, block: usize) -> Result<()> {
+        self.push("hadamard", format!("{}×{block} (the quantized cache's rotation)", n / block.max(1)), "hadamard_f32");
+        self.touch(x);
+        Ok(())
+    }
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
         let h = self.next;
         self.next += 1;

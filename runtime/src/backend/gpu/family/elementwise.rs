@@ -39,6 +39,10 @@ kernel_args! {
     pub struct F16Rows { src: DevPtr, dst: DevPtr, n: usize, dst_stride: usize, rows: DevPtr }
 }
 kernel_args! {
+    /// `hadamard_f32(x, lg, scale)`.
+    pub struct Hadamard { x: DevPtr, lg: usize, scale: f32 }
+}
+kernel_args! {
     /// `get_rows_<type>(W, ids, y, k, row_bytes, scale)`.
     pub struct GetRows { w: DevPtr, ids: DevPtr, y: DevPtr, k: usize, row_bytes: usize, scale: f32 }
 }
@@ -54,6 +58,7 @@ const GLU_Q8: Kernel<GluQ8> = Kernel::new("glu_q8_f32");
 const KV_STORE: Kernel<KvStore> = Kernel::new("kv_store_f16");
 const KV_STORE_ROWS: Kernel<KvStoreRows> = Kernel::new("kv_store_f16_rows");
 const F16_ROWS: Kernel<F16Rows> = Kernel::new("f32_to_f16_rows");
+const HADAMARD: Kernel<Hadamard> = Kernel::new("hadamard_f32");
 const GET_ROWS: [(GgmlType, Kernel<GetRows>); N_GET_ROWS] = [
     (GgmlType::F32, Kernel::new("get_rows_f32")),
     (GgmlType::F16, Kernel::new("get_rows_f16")),
@@ -98,7 +103,7 @@ pub const FAMILY: Family = Family {
     kernels: &[
         &[
             ADD.sig(), ADD_BIAS.sig(), MUL.sig(), SCALE.sig(), SWIGLU.sig(), GEGLU.sig(), SOFTCAP.sig(), F16_ROWS.sig(), GLU_Q8.sig(),
-            KV_STORE.sig(), KV_STORE_ROWS.sig(),
+            KV_STORE.sig(), KV_STORE_ROWS.sig(), HADAMARD.sig(),
         ],
         &GET_ROWS_SIGS,
     ],
@@ -110,6 +115,17 @@ fn flat<A: KernelArgs>(d: &dyn Launch, kernel: Kernel<A>, n: usize, args: &A) ->
         return Ok(());
     }
     kernel.launch(d, [n.div_ceil(256) as u32, 1, 1], [256, 1, 1], args)
+}
+
+/// `x = H x` per block of `block` values (a power of two, 2..=1024) over `n` values:
+/// the quantized KV cache's rotation (`backend::kv_rot`).
+pub fn hadamard(d: &dyn Launch, x: DevPtr, n: usize, block: usize) -> R {
+    if n == 0 {
+        return Ok(());
+    }
+    let scale = crate::backend::kv_rot::hadamard_scale(block);
+    let lg = block.trailing_zeros() as usize;
+    HADAMARD.launch(d, [(n / block) as u32, 1, 1], [(block / 2) as u32, 1, 1], &Hadamard { x, lg, scale })
 }
 
 /// y = a + b, n f32.
