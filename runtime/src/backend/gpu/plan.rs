@@ -535,15 +535,43 @@ pub enum Moe {
     /// over every expert, tiles of 16 pairs (`gemm::gemm_moe`): prefill.
     Gemm,
     /// The trait's default (host routing, per-expert matmuls): expert types or shapes the
-    /// expert kernels do not take.
+    /// expert kernels do not take, in a layer without gpt-oss's extras.
     Unfused,
+    /// The rows read back and the CPU's arithmetic (`cpu::moe::moe_host`): the layer's
+    /// experts stay in host memory (`--n-cpu-moe`, or placed there by fit), or the kernels
+    /// take neither its experts nor its extras.
+    Host,
+}
+
+/// What a MoE layer is besides its expert tensors (`moe_ffn`'s input).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeForm {
+    /// The layer's experts stay in host memory, computed by the CPU.
+    pub host_experts: bool,
+    /// qwen3moe's layer: softmax over every expert, no biases, the plain GLU
+    /// (`MoeFfn::plain`; the trait's default computes it).
+    pub plain: bool,
+    /// gpt-oss's extras are ones the kernels compute: every bias stored as F32 (read in
+    /// place), and gate/up biases only beside `swiglu_oai` (`moe_swiglu_oai` adds them).
+    pub device_extras: bool,
+}
+
+/// `p`'s [`MoeForm`], its experts on the host when `host_experts`.
+pub fn moe_form(p: &crate::backend::MoeFfn, host_experts: bool) -> MoeForm {
+    let device_extras = match &p.biases {
+        None => true,
+        Some(b) => p.swiglu_oai && [b.router, b.gate, b.up, b.down].iter().all(|w| w.ty() == GgmlType::F32),
+    };
+    MoeForm { host_experts, plain: p.plain(), device_extras }
 }
 
 /// How a MoE FFN over `n_tok` tokens runs: `n_exp` experts, `k` used, `experts`: the
 /// gate, up and down expert tensors as (type, row length).
-pub fn moe_ffn(n_tok: usize, n_exp: usize, k: usize, experts: [(GgmlType, usize); 3], t: &Tuning) -> Moe {
+pub fn moe_ffn(n_tok: usize, n_exp: usize, k: usize, experts: [(GgmlType, usize); 3], form: MoeForm, t: &Tuning) -> Moe {
     let ok = n_exp <= moe::MAX_EXPERTS && k <= 32 && experts.iter().all(|&(ty, len)| moe::supports(ty, len));
-    if !ok {
+    if form.host_experts || (!form.plain && (!ok || !form.device_extras)) {
+        Moe::Host
+    } else if !ok {
         Moe::Unfused
     } else if n_tok * k >= t.moe_gemm_min * n_exp && experts.iter().all(|&(ty, len)| gemm::moe_supports(ty, len)) {
         Moe::Gemm
