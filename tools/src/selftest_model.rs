@@ -289,7 +289,7 @@ struct Nudged(Box<dyn lode_runtime::backend::Backend>);
 
 mod nudged_impl {
     use super::Nudged;
-    use lode_runtime::backend::{Attention, Backend, Buf, Glu, KvCache, KvSpec, Result, Rope};
+    use lode_runtime::backend::{Attention, Backend, Buf, Glu, KvCache, KvSpec, MoeFfn, MoeScratch, Result, Rope};
     use lode_runtime::weights::WeightRef;
     impl Backend for Nudged {
         fn name(&self) -> String {
@@ -352,6 +352,10 @@ mod nudged_impl {
         }
         fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
             self.0.attention(q, kv, layer, pos, p, out)
+        }
+        // gpt-oss's MoE runs only in the backend's own op (the trait's default refuses it).
+        fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
+            self.0.moe_ffn(x, n_tok, p, out, tmp)
         }
     }
 }
