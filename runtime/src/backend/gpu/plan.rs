@@ -537,32 +537,26 @@ pub enum Moe {
     /// The trait's default (host routing, per-expert matmuls): expert types or shapes the
     /// expert kernels do not take, in a layer without gpt-oss's extras.
     Unfused,
-    /// The rows read back and the CPU's arithmetic (`cpu::moe::moe_host`): the layer's
-    /// experts stay in host memory (`--n-cpu-moe`, or placed there by fit), or the kernels
-    /// take neither its experts nor its extras.
+    /// The CPU's arithmetic on the rows read back (`cpu::moe::moe_host`): host experts
+    /// (`--n-cpu-moe`, or fit's), or experts / extras the kernels do not take.
     Host,
 }
 
-/// What a MoE layer is besides its expert tensors (`moe_ffn`'s input).
+/// What a MoE layer is besides its expert tensors: `host_experts` (they stay in host
+/// memory), `plain` (`MoeFfn::plain`: qwen3moe's, which the trait's default computes),
+/// `device_extras` (gpt-oss's extras are ones the kernels compute: every bias F32, read
+/// in place, and gate/up biases only beside `swiglu_oai`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeForm {
-    /// The layer's experts stay in host memory, computed by the CPU.
     pub host_experts: bool,
-    /// qwen3moe's layer: softmax over every expert, no biases, the plain GLU
-    /// (`MoeFfn::plain`; the trait's default computes it).
     pub plain: bool,
-    /// gpt-oss's extras are ones the kernels compute: every bias stored as F32 (read in
-    /// place), and gate/up biases only beside `swiglu_oai` (`moe_swiglu_oai` adds them).
     pub device_extras: bool,
 }
 
 /// `p`'s [`MoeForm`], its experts on the host when `host_experts`.
 pub fn moe_form(p: &crate::backend::MoeFfn, host_experts: bool) -> MoeForm {
-    let device_extras = match &p.biases {
-        None => true,
-        Some(b) => p.swiglu_oai && [b.router, b.gate, b.up, b.down].iter().all(|w| w.ty() == GgmlType::F32),
-    };
-    MoeForm { host_experts, plain: p.plain(), device_extras }
+    let f32s = |b: &crate::backend::MoeBiases| [b.router, b.gate, b.up, b.down].iter().all(|w| w.ty() == GgmlType::F32);
+    MoeForm { host_experts, plain: p.plain(), device_extras: p.biases.as_ref().is_none_or(|b| p.swiglu_oai && f32s(b)) }
 }
 
 /// How a MoE FFN over `n_tok` tokens runs: `n_exp` experts, `k` used, `experts`: the
