@@ -163,7 +163,8 @@ impl Backend for PlanTrace {
             super::plan::Moe::Grouped => format!("moe_route + moe_sort + moe_gather + moe_mv8_{} + {act} + moe_mv8 (down) + moe_wsum", p.gate.ty().to_string().to_lowercase()),
             super::plan::Moe::Gemm => format!("moe_route + moe_sort + moe_gather + gemm_moe_{} + {act} + gemm_moe (down) + moe_wsum", p.gate.ty().to_string().to_lowercase()),
         };
-        self.push("moe_ffn", format!("{} × {n_tok} tok", Self::names(&[p.router, p.gate, p.up, p.down])), how);
+        let what = format!("{}, {} ({}/{}/{} {n_exp}×{f}×{e}) × {n_tok} tok", p.router.name(), p.down.name(), p.gate.ty().name(), p.up.ty().name(), p.down.ty().name());
+        self.push("moe_ffn", what, how);
         self.touch(out);
         Ok(())
     }
