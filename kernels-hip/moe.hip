@@ -6,8 +6,9 @@
 // weight. Expert e of a 3-D tensor W is the `ebytes` bytes at W + e * ebytes (its rows in
 // the stored GGUF block layout, as matvec.hip reads them).
 //
-// Decode (few pairs): moe_route → moe_mv_n1 (gate and up of every pair) → the GLU →
-// moe_mv_n1 (down) → moe_wsum. Larger chunks: moe_route → moe_sort (pairs grouped by
+// Decode (few pairs): moe_route → moe_mv_n1 (gate and up of every pair) → the GLU (or
+// moe_swiglu_oai with gpt-oss's expert biases) → moe_mv_n1 (down) → moe_wsum (with the
+// down bias). Larger chunks: moe_route → moe_sort (pairs grouped by
 // expert, tiles of up to 8 pairs of one expert) → moe_gather (the activations' quantized
 // rows in grouped order) → moe_mv8_<type> (each tile's expert rows read once for its
 // columns) → the GLU → moe_mv8_<type> (down) → moe_wsum (through the inverse order).
@@ -32,28 +33,33 @@ DEV int moe_inc(int* c) { return atomicAdd(c, 1); }
 
 // ---- routing ----
 
-// Per token: softmax over the n_exp router logits, the k most probable experts (ties: the
-// lower index), their probabilities (divided by their sum, clamped below at 2^-14, when
-// `norm`). logits: [n_tok, n_exp]; ids: [n_tok, k] expert indices; wts: [n_tok, k].
+// Per token: the k largest router logits (plus `bias[i]` when bias is not null; ties: the
+// lower index) and their weights. weight = 0 (qwen3moe): the softmax over all n_exp
+// logits at the selected experts; weight = 1 (gpt-oss's softmax-weight gating): a softmax
+// over the k selected logits only. Then, when `norm`, divided by their sum (clamped below
+// at 2^-14). logits: [n_tok, n_exp]; ids: [n_tok, k] expert indices; wts: [n_tok, k].
 // One warp per token, 4 per 128-thread block; grid (ceil(n_tok / 4)).
-KERNEL LAUNCH_BOUNDS(128) void moe_route(const float* logits, int* ids, float* wts, int n_tok, int n_exp, int k, int norm) { pdl_entry();
+KERNEL LAUNCH_BOUNDS(128) void moe_route(const float* logits, const float* bias, int* ids, float* wts, int n_tok, int n_exp, int k, int norm, int weight) { pdl_entry();
     const int t = bid_x() * 4 + (tid_x() >> 5), lane = tid_x() & 31;
     if (t >= n_tok) return;
     const float* l = logits + (u64)t * n_exp;
+#define MOE_LOGIT(i) (bias ? l[i] + bias[i] : l[i])
     float mx = -3.0e38f;
-    for (int i = lane; i < n_exp; i += 32) mx = fmax_f(mx, l[i]);
+    for (int i = lane; i < n_exp; i += 32) mx = fmax_f(mx, MOE_LOGIT(i));
     mx = warp_max(mx);
     float sum = 0.0f;
-    for (int i = lane; i < n_exp; i += 32) sum += exp_fast(l[i] - mx);
-    sum = warp_sum(sum);
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if (!weight) {
+        for (int i = lane; i < n_exp; i += 32) sum += exp_fast(MOE_LOGIT(i) - mx);
+        sum = warp_sum(sum);
+    }
+    const float inv = weight ? 1.0f : sum > 0.0f ? 1.0f / sum : 0.0f;
     u32 taken = 0;  // bit j: expert lane + 32 j already selected
-    float picked = 0.0f;
+    float picked = 0.0f, mine = 0.0f;  // mine: lane s holds slot s's weight
     for (int s = 0; s < k; ++s) {
         float bv = -3.0e38f;
         int bi = 0x7fffffff;
         for (int j = 0, i = lane; i < n_exp; ++j, i += 32) {
-            const float v = l[i];
+            const float v = MOE_LOGIT(i);
             if (!((taken >> j) & 1u) && (v > bv || (v == bv && i < bi))) bv = v, bi = i;
         }
 #pragma unroll
@@ -68,12 +74,14 @@ KERNEL LAUNCH_BOUNDS(128) void moe_route(const float* logits, int* ids, float* w
         if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
         const float p = ok ? exp_fast(bv - mx) * inv : 0.0f;
         picked += p;
-        if (lane == 0) ids[(u64)t * k + s] = bi, wts[(u64)t * k + s] = p;
+        if (lane == s) mine = p;
+        if (lane == 0) ids[(u64)t * k + s] = bi;
     }
-    if (norm) {
-        const float d = fmax_f(picked, 6.103515625e-5f);
-        if (lane < k) wts[(u64)t * k + lane] /= d;
-    }
+#undef MOE_LOGIT
+    // Softmax-weight: the selected exponentials over their sum (the first is 1).
+    if (weight) mine = picked > 0.0f ? mine * (1.0f / picked) : 0.0f, picked = picked > 0.0f ? 1.0f : 0.0f;
+    if (norm) mine = mine / fmax_f(picked, 6.103515625e-5f);
+    if (lane < k) wts[(u64)t * k + lane] = mine;
 }
 
 // Pairs grouped by expert. ids: [n_pairs]; perm: [n_pairs] grouped position → pair;
@@ -130,18 +138,44 @@ KERNEL LAUNCH_BOUNDS(128) void moe_gather(const u32* src, const int* perm, u32* 
     for (int i = tid_x(); i < words; i += 128) d[i] = s[i];
 }
 
-// out[t][i] = Σ_s wts[t k + s] · y[pos(t k + s)][i], slots in order; pos null: the
-// identity. y: [n_tok k, n] f32; out: [n_tok, n]. grid (ceil(n / 256), n_tok), block 256.
-KERNEL LAUNCH_BOUNDS(256) void moe_wsum(const float* y, const int* pos, const float* wts, float* out, int k, int n) { pdl_entry();
+// out[t][i] = Σ_s wts[t k + s] · (y[pos(t k + s)][i] + bias[ids[t k + s]][i]), slots in
+// order; pos null: the identity; bias null: none (gpt-oss's down bias, [n_exp, n]).
+// y: [n_tok k, n] f32; out: [n_tok, n]. grid (ceil(n / 256), n_tok), block 256.
+KERNEL LAUNCH_BOUNDS(256) void moe_wsum(const float* y, const int* pos, const float* wts, const int* ids, const float* bias, float* out, int n_exp, int k, int n) { pdl_entry();
     const int t = bid_y(), i = bid_x() * 256 + tid_x();
     if (i >= n) return;
     float acc = 0.0f;
     for (int s = 0; s < k; ++s) {
         const int p = t * k + s;
         const int r = pos ? pos[p] : p;
-        acc += wts[p] * y[(u64)r * n + i];
+        float v = y[(u64)r * n + i];
+        if (bias) {
+            const int e = ids[p];
+            v += bias[(u64)(e < 0 ? 0 : e >= n_exp ? n_exp - 1 : e) * n + i];
+        }
+        acc += wts[p] * v;
     }
     out[(u64)t * n + i] = acc;
+}
+
+// gpt-oss's expert activation over [n_rows, f] gate and up rows (pair order, or grouped
+// order through perm when it is not null): the expert's gate and up bias rows added
+// (bg, bu: [n_exp, f], null: none), then llama.cpp's swiglu_oai,
+// min(g, 7) · σ(1.702 · min(g, 7)) · (clamp(u, −7, 7) + 1), into gate.
+// grid (ceil(f / 256), n_rows), block 256.
+KERNEL LAUNCH_BOUNDS(256) void moe_swiglu_oai(float* gate, const float* up, const int* ids, const int* perm, const float* bg, const float* bu, int n_exp, int f) { pdl_entry();
+    const int j = bid_y(), i = bid_x() * 256 + tid_x();
+    if (i >= f) return;
+    const int p = perm ? perm[j] : j;
+    int e = ids[p];
+    e = e < 0 ? 0 : e >= n_exp ? n_exp - 1 : e;
+    const u64 o = (u64)j * f + i, b = (u64)e * f + i;
+    float g = gate[o], u = up[o];
+    if (bg) g += bg[b];
+    if (bu) u += bu[b];
+    const float x = g < 7.0f ? g : 7.0f;
+    const float c = u < -7.0f ? -7.0f : u > 7.0f ? 7.0f : u;
+    gate[o] = x / (1.0f + exp_fast(1.702f * -x)) * (c + 1.0f);
 }
 
 // ---- expert matvecs ----

@@ -3,8 +3,8 @@
 // (sync) and warp shuffles (shfl_xor through a shared slot array between two warp
 // barriers). Only what the emulated sources use is defined; exp/log are libm's. It checks
 // a kernel's indexing and algorithm without a GPU, not its speed or vendor behaviour.
-// Used by runtime/tests/delta_kernel_emulated.rs (copied beside the kernel source, so its
-// `#include "common.h"` finds this file).
+// Used by runtime/tests/delta_kernel_emulated.rs and moe_kernel_emulated.rs (copied beside
+// the kernel source, so its `#include "common.h"` finds this file).
 #pragma once
 #include <cmath>
 #include <barrier>
@@ -39,6 +39,21 @@ DEV float shfl_xor(float v, int m) {
     return r;
 }
 DEV float warp_sum(float v) { for (int m = 16; m > 0; m >>= 1) v += shfl_xor(v, m); return v; }
+DEV float warp_max(float v) { for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, shfl_xor(v, m)); return v; }
+inline int g_xchg_i[1024];
+DEV int shfl_xor_i(int v, int m) {
+    int w = ctx.tid >> 5, l = ctx.tid & 31;
+    g_xchg_i[ctx.tid] = v;
+    g_warp_bar[w]->arrive_and_wait();
+    int r = g_xchg_i[w * 32 + (l ^ m)];
+    g_warp_bar[w]->arrive_and_wait();
+    return r;
+}
+typedef unsigned char u8;
+DEV void pdl_entry() {}
+#define LAUNCH_BOUNDS_MIN(n, m)
+#define __HIP_MEMORY_SCOPE_WORKGROUP 0
+inline int __hip_atomic_fetch_add(int* c, int v, int, int) { return __atomic_fetch_add(c, v, __ATOMIC_RELAXED); }
 DEV float rcp(float x) { return 1.0f / x; }
 DEV float sqrt_f(float x) { return sqrtf(x); }
 DEV float fmax_f(float a, float b) { return fmaxf(a, b); }

@@ -4,6 +4,7 @@
 //! trait's default built from primitive ops, and the residency modes give bit-identical
 //! logits.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use lode_runtime::backend::cached::CachedBackend;
@@ -177,10 +178,51 @@ fn residency_modes_give_bit_identical_logits() {
 
 /// The CPU backend with every op delegated except `moe_ffn`, which keeps the trait's
 /// default (what the fast GPU backend runs today), or with `.1` computes the router on the
-/// host and the experts by primitive ops (what the exact GPU backend runs).
-struct DefaultMoe(CpuBackend, bool);
+/// host and the experts by primitive ops (what the exact GPU backend runs). With `.2` it
+/// reports a GPU-class device to the engine's fit and records the experts it places.
+struct DefaultMoe(CpuBackend, bool, Option<Device>);
+
+/// A GPU-class device of `free` bytes with a weight budget; `host`: the host expert layers
+/// placed (`Backend::place_host_experts`), which a `fixed` count (`--n-cpu-moe`) refuses.
+#[derive(Clone)]
+struct Device {
+    free: u64,
+    budget: Option<u64>,
+    host: Arc<std::sync::atomic::AtomicUsize>,
+    fixed: bool,
+}
+
+fn gpu_target(free: u64, host: usize) -> lode_runtime::backend::memory::MemoryTarget {
+    lode_runtime::backend::memory::MemoryTarget {
+        name: "test gpu".into(),
+        class: lode_runtime::weights::layout::DeviceClass::Gpu,
+        residency: Residency::Device,
+        free,
+        total: free,
+        used_at_open: 0,
+        arena: true,
+        tuning: None,
+        cap: None,
+        host_expert_layers: host,
+    }
+}
 
 impl Backend for DefaultMoe {
+    fn memory_target(&self) -> Option<lode_runtime::backend::memory::MemoryTarget> {
+        self.2.as_ref().map(|d| gpu_target(d.free, d.host.load(Relaxed)))
+    }
+    fn weight_stats(&self) -> Option<lode_runtime::weights::WeightStats> {
+        self.2.as_ref().map(|d| lode_runtime::weights::WeightStats { budget_bytes: d.budget, ..Default::default() })
+    }
+    fn place_host_experts(&mut self, layers: usize, _bytes: u64) -> Result<bool> {
+        match &self.2 {
+            Some(d) if !d.fixed => {
+                d.host.store(layers, Relaxed);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
     fn name(&self) -> String {
         "cpu with the default moe_ffn".into()
     }
@@ -260,7 +302,7 @@ fn default_op_equals_the_cpu_direct_op() {
     let p = prompt(70, 2);
     let direct = run(&mut engine_on(&f, Box::new(CpuBackend::new(2).unwrap()), 128), &p, 6);
     for host_router in [false, true] {
-        let default = run(&mut engine_on(&f, Box::new(DefaultMoe(CpuBackend::new(2).unwrap(), host_router)), 128), &p, 6);
+        let default = run(&mut engine_on(&f, Box::new(DefaultMoe(CpuBackend::new(2).unwrap(), host_router, None)), 128), &p, 6);
         assert!(direct == default, "the default moe_ffn (host router: {host_router}) differs from the CPU's");
     }
 }
@@ -316,24 +358,11 @@ fn bad_expert_metadata_or_tensors_are_clear_errors() {
 /// counted on the device and the run fits, with one fewer it does not.
 #[test]
 fn fit_names_the_fewest_host_expert_layers() {
-    use lode_runtime::backend::memory::MemoryTarget;
     use lode_runtime::backend::KvType;
     use lode_runtime::engine::fit::{estimate, fewest_host_expert_layers, RunShape};
-    use lode_runtime::weights::layout::DeviceClass;
     let m = Model::load(file()).unwrap();
     let shape = RunShape { ctx: 64, batch: 32, n_seq: 1, kv_type: KvType::F16.into(), swa_full: false };
-    let target = |free: u64, host: usize| MemoryTarget {
-        name: "test gpu".into(),
-        class: DeviceClass::Gpu,
-        residency: Residency::Device,
-        free,
-        total: free,
-        used_at_open: 0,
-        arena: true,
-        tuning: None,
-        cap: None,
-        host_expert_layers: host,
-    };
+    let target = gpu_target;
     let all = estimate(&m, &target(u64::MAX / 4, 0), shape).unwrap();
     let host = estimate(&m, &target(u64::MAX / 4, L), shape).unwrap();
     let experts: u64 = m.weight_ids().into_iter().map(|id| m.w(id)).filter(|w| moe::expert_tensor_layer(w.name()).is_some()).map(|w| w.data().len() as u64).sum();
@@ -348,4 +377,46 @@ fn fit_names_the_fewest_host_expert_layers() {
     // It fits already, or nothing helps: no hint.
     assert_eq!(fewest_host_expert_layers(&m, &target(u64::MAX / 4, 0), shape), None);
     assert_eq!(fewest_host_expert_layers(&m, &target(1 << 10, 0), shape), None);
+}
+
+/// Fit's placement: under a weight budget smaller than the weights (a device with room),
+/// the fewest host expert layers whose device copies fit the budget; the engine asks the
+/// backend to place them and runs, with the same logits as the run with every expert
+/// on the device; a count fixed by `--n-cpu-moe` (the backend refuses) is refused with the
+/// count named; a device too small for every expert places them too.
+#[test]
+fn fit_places_host_experts_under_a_budget_or_a_small_device() {
+    use lode_runtime::backend::KvType;
+    use lode_runtime::engine::fit::{estimate, host_expert_layers_within, RunShape};
+    let f = file();
+    let m = Model::load(f.clone()).unwrap();
+    let (ctx, big) = (128, u64::MAX / 4);
+    let shape = RunShape { ctx, batch: 512, n_seq: 1, kv_type: KvType::F16.into(), swa_full: false };
+    let all = estimate(&m, &gpu_target(big, 0), shape).unwrap();
+    let one = estimate(&m, &gpu_target(big, 1), shape).unwrap();
+    assert!(one.weights < all.weights && one.host_experts > 0 && all.host_experts == 0);
+    // A budget between one and no host layer's device bytes: exactly one layer.
+    let budget = (one.weights + all.weights) / 2;
+    assert_eq!(host_expert_layers_within(&m, &gpu_target(big, 0), shape, Some(budget)), Some(1));
+    assert_eq!(host_expert_layers_within(&m, &gpu_target(big, 0), shape, Some(one.weights)), Some(1));
+    // Under that: both layers, if their device bytes (whole arena pages) are smaller still.
+    let two = estimate(&m, &gpu_target(big, 2), shape).unwrap();
+    assert_eq!(host_expert_layers_within(&m, &gpu_target(big, 0), shape, Some(one.weights - 1)), (two.weights < one.weights).then_some(2));
+    assert_eq!(host_expert_layers_within(&m, &gpu_target(big, 0), shape, Some(all.weights)), None);
+    // No budget a count can meet (the dense weights alone are over it): none.
+    assert_eq!(host_expert_layers_within(&m, &gpu_target(big, 0), shape, Some(1 << 10)), None);
+
+    let p = prompt(40, 5);
+    let want = run(&mut engine_on(&f, Box::new(CpuBackend::new(2).unwrap()), ctx), &p, 4);
+    let device = |free, budget, fixed| Device { free, budget, host: Default::default(), fixed };
+    for (d, placed) in [(device(big, Some(budget), false), 1), (device(all.need - 1, None, false), 1)] {
+        let be = DefaultMoe(CpuBackend::new(2).unwrap(), false, Some(d.clone()));
+        let got = run(&mut engine_on(&f, Box::new(be), ctx), &p, 4);
+        assert_eq!(d.host.load(Relaxed), placed, "free {} budget {:?}", d.free, d.budget);
+        assert!(got == want, "the run with {placed} host expert layers differs");
+    }
+    let d = device(all.need - 1, None, true);
+    let e = Engine::new(m, Box::new(DefaultMoe(CpuBackend::new(2).unwrap(), false, Some(d.clone()))), EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: Default::default(), swa_full: false });
+    let msg = e.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(msg.contains("--n-cpu-moe 1") && d.host.load(Relaxed) == 0, "{msg}");
 }

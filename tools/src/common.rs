@@ -135,8 +135,10 @@ pub struct WeightArgs {
     /// Keep the expert tensors (`ffn_*_exps`) of the first N layers in host memory (the
     /// file mapping) and compute those layers' experts on the CPU, as llama.cpp's
     /// `--n-cpu-moe`: a mixture-of-experts model larger than the GPU then runs. GPU only.
-    #[arg(long = "n-cpu-moe", value_name = "N", default_value_t = 0)]
-    pub n_cpu_moe: usize,
+    /// Unset: when the experts do not fit the device (or `--weight-budget`), the run
+    /// chooses the fewest such layers itself and says so.
+    #[arg(long = "n-cpu-moe", value_name = "N")]
+    pub n_cpu_moe: Option<usize>,
 }
 
 impl WeightArgs {

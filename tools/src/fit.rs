@@ -53,9 +53,10 @@ pub struct Args {
     #[arg(long, value_name = "MODE")]
     pub residency: Option<Residency>,
     /// Keep the expert tensors of the first N layers in host memory, computed by the CPU
-    /// (llama.cpp's `--n-cpu-moe`): they are not counted on the device.
-    #[arg(long = "n-cpu-moe", value_name = "N", default_value_t = 0)]
-    pub n_cpu_moe: usize,
+    /// (llama.cpp's `--n-cpu-moe`): they are not counted on the device. Unset: when the
+    /// experts do not fit, the fewest such layers that fit, as a run chooses them.
+    #[arg(long = "n-cpu-moe", value_name = "N")]
+    pub n_cpu_moe: Option<usize>,
     #[command(flatten)]
     pub kv: common::KvArgs,
     /// Draft model for speculative decoding (as `lode generate --model-draft`): its
@@ -71,7 +72,7 @@ pub fn run(args: Args) -> Result<()> {
     let path = common::resolve_model(args.model.as_deref())?;
     let file = std::sync::Arc::new(common::open_gguf_plain(&path, "cannot open model")?);
     let model = Model::load(file.clone()).with_context(|| format!("cannot read model {}", path.display()))?;
-    let mut target = target(args.device, args.residency, args.n_cpu_moe)?;
+    let mut target = target(args.device, args.residency, args.n_cpu_moe.unwrap_or(0))?;
     let c = &model.cfg;
     let ctx = args.ctx.unwrap_or_else(|| c.n_ctx_train.min(lode_runtime::engine::DEFAULT_CTX_CAP)).max(1);
     let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq: args.parallel.max(1), kv_type: args.kv.types(), swa_full: args.kv.swa_full };
@@ -88,7 +89,13 @@ pub fn run(args: Args) -> Result<()> {
         }
         None => None,
     };
-    let e = fit::estimate(&model, &target, shape).context("cannot size the weights")?;
+    let mut e = fit::estimate(&model, &target, shape).context("cannot size the weights")?;
+    // As a run does (`BatchEngine::new`): experts that do not fit stay on the host.
+    let placed = if args.n_cpu_moe.is_none() { fit::fewest_host_expert_layers(&model, &target, shape) } else { None };
+    if let Some(n) = placed {
+        target.host_expert_layers = n;
+        e = fit::estimate(&model, &target, shape).context("cannot size the weights")?;
+    }
     let (fits, max_ctx) = (e.fits(), e.max_ctx());
     let gpu = target.class == DeviceClass::Gpu;
 
@@ -109,6 +116,9 @@ pub fn run(args: Args) -> Result<()> {
             "kv_sliding_window_slots": e.swa.map(|w| w.slots),
             "kv_sliding_window_layers": e.swa.map(|w| w.n_windowed()),
             "recurrent_state_bytes": e.recurrent,
+            "host_expert_layers": target.host_expert_layers,
+            "host_expert_layers_chosen_by_fit": placed.is_some(),
+            "host_expert_bytes": e.host_experts,
             "scratch_bytes": e.scratch,
             "need_bytes": e.need,
             "free_bytes": e.free,
@@ -134,6 +144,10 @@ pub fn run(args: Args) -> Result<()> {
     println!("  weights   {:>11}  ({} tensors)", human(e.weights), e.n_tensors);
     for (l, b) in &e.per_layout {
         println!("            {:>11}  {l}", human(*b));
+    }
+    if target.host_expert_layers > 0 {
+        let by = if placed.is_some() { "chosen by fit: the fewest that fit, as a run chooses them; --n-cpu-moe N sets the count" } else { "--n-cpu-moe" };
+        println!("  experts   {:>11}  of the first {} layers stay in host memory, computed by the CPU ({by})", human(e.host_experts), target.host_expert_layers);
     }
     if e.in_place > 0 {
         println!("  mapped    {:>11}  read in place from the file (pinned host memory, no device copy)", human(e.in_place));

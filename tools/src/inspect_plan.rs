@@ -36,14 +36,9 @@ pub fn run(path: &Path, file: Arc<GgufFile>, tokens: usize, sms: usize, kv_type:
     let mut s = String::new();
     let _ = writeln!(s, "plan of {} on a GPU of {sms} multiprocessors (sm_90 occupancy; BLAS {}; LODE_TUNE and --no-blas applied)", path.display(), if blas { "assumed present" } else { "off" });
     if let Some(x) = experts {
-        // The trace reads back zeros, so every token's top-k is the first k experts.
-        let _ = writeln!(
-            s,
-            "mixture of experts: {} of {} experts per token; this trace routes every token to experts 0 to {} (a run reads each layer's router logits back for the top-k)",
-            x.n_used,
-            x.n_expert,
-            x.n_used - 1
-        );
+        // The top-k runs on the device (`moe_route`); a layer the kernels do not take
+        // reads its rows back (`host`).
+        let _ = writeln!(s, "mixture of experts: {} of {} experts per token, routed on the device", x.n_used, x.n_expert);
     }
     let _ = writeln!(s, "\n== prefill: one chunk of {tokens} tokens");
     table(&mut s, &prefill);

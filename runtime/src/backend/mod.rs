@@ -232,6 +232,12 @@ pub trait Backend: Send {
     fn memory_target(&self) -> Option<memory::MemoryTarget> {
         None
     }
+    /// Fit's placement (`engine::fit::host_expert_layers_within`): the experts of the first
+    /// `layers` layers (`bytes` of them) stay in host memory, computed by the CPU. `false`
+    /// where the backend places no experts or `--n-cpu-moe` fixed the count.
+    fn place_host_experts(&mut self, _layers: usize, _bytes: u64) -> Result<bool> {
+        Ok(false)
+    }
 
     /// While on, a chunk of several tokens rounds each row as a one-token step would
     /// (a speculative verify chunk, whose rows must give the logits decoding gives).

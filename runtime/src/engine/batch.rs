@@ -88,10 +88,23 @@ impl BatchEngine {
         };
         let weights: Vec<_> = model.weight_ids().into_iter().map(|id| model.w(id)).collect();
         crate::backend::check_weight_types(be.as_ref(), &weights)?;
-        // A model that would not fit is refused here, before anything is allocated.
-        if let Some(target) = be.memory_target() {
+        // A model that would not fit is refused here, before anything is allocated; a
+        // mixture-of-experts model first keeps the fewest layers' experts on the host that
+        // make it fit (the device, and `--weight-budget`), unless `--n-cpu-moe` says.
+        if let Some(mut target) = be.memory_target() {
             let shape = super::fit::RunShape { ctx: n_ctx, batch: opts.batch_size, n_seq, kv_type: opts.kv_type, swa_full: opts.swa_full };
-            let est = super::fit::estimate(&model, &target, shape).map_err(|e| EngineError::InvalidArg(e.to_string()))?;
+            let sized = |t: &crate::backend::memory::MemoryTarget| super::fit::estimate(&model, t, shape).map_err(|e| EngineError::InvalidArg(e.to_string()));
+            let mut est = sized(&target)?;
+            let budget = be.weight_stats().and_then(|s| s.budget_bytes);
+            if let Some(n) = super::fit::host_expert_layers_within(&model, &target, shape, budget) {
+                let host = sized(&crate::backend::memory::MemoryTarget { host_expert_layers: n, ..target.clone() })?.host_experts;
+                if be.place_host_experts(n, host)? {
+                    let why = if est.fits() { "the weight budget" } else { "the device" };
+                    tracing::warn!("experts placed by fit: the experts of the first {n} of {} layers ({}) stay in host memory, computed by the CPU, so that the model fits {why} (--n-cpu-moe N sets the count)", c.n_layer, crate::weights::budget::human(host));
+                    target = be.memory_target().unwrap_or(target);
+                    est = sized(&target)?;
+                }
+            }
             if let Some(mut why) = est.refusal() {
                 if let Some(n) = super::fit::fewest_host_expert_layers(&model, &target, shape) {
                     why += &format!("; with --n-cpu-moe {n} (the first {n} layers' experts in host memory, computed by the CPU) it fits");

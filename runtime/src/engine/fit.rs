@@ -85,6 +85,9 @@ pub struct Estimate {
     pub per_layout: BTreeMap<String, u64>,
     /// Weights a GPU reads in place from the mapped file (no device bytes).
     pub in_place: u64,
+    /// Of those, the expert tensors of the host expert layers
+    /// (`MemoryTarget::host_expert_layers`), computed by the CPU.
+    pub host_experts: u64,
     pub n_tensors: usize,
     /// KV cache of every sequence.
     pub kv: u64,
@@ -178,12 +181,20 @@ impl Estimate {
 /// For a mixture-of-experts model that does not fit a GPU: the fewest layers whose
 /// experts must stay in host memory (`--n-cpu-moe`) for the run to fit, if any number does.
 pub fn fewest_host_expert_layers(model: &Model, target: &MemoryTarget, shape: RunShape) -> Option<usize> {
+    host_expert_layers_within(model, target, shape, None)
+}
+
+/// [`fewest_host_expert_layers`] under a weight budget too (`--weight-budget`: the device
+/// copies of the weights at most `budget` bytes): `None` when the run fits as it is (or
+/// no count makes it fit, or the model has no experts, or the target is no GPU). The
+/// engine places the experts by it (`BatchEngine::new`); `lode fit` names it.
+pub fn host_expert_layers_within(model: &Model, target: &MemoryTarget, shape: RunShape, budget: Option<u64>) -> Option<usize> {
     if model.cfg.experts.is_none() || target.class != DeviceClass::Gpu {
         return None;
     }
     let fits = |n: usize| {
         let t = MemoryTarget { host_expert_layers: n, ..target.clone() };
-        estimate(model, &t, shape).is_ok_and(|e| e.fits())
+        estimate(model, &t, shape).is_ok_and(|e| e.fits() && budget.is_none_or(|b| e.weights <= b))
     };
     if fits(target.host_expert_layers) {
         return None;
@@ -217,7 +228,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         }
     };
     let mut per_layout: BTreeMap<String, u64> = BTreeMap::new();
-    let (mut weights, mut in_place, mut n_tensors, mut max_slab) = (0u64, 0u64, 0usize, 0u64);
+    let (mut weights, mut in_place, mut host_experts, mut n_tensors, mut max_slab) = (0u64, 0u64, 0u64, 0usize, 0u64);
     for id in model.weight_ids() {
         let w = model.w(id);
         let l = layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), target.class);
@@ -229,6 +240,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         let host_expert = crate::backend::moe::expert_tensor_layer(w.name()).is_some_and(|l| l < target.host_expert_layers);
         if gpu && (host_expert || (target.residency == Residency::Mapped && l == Layout::Stored)) {
             in_place += bytes;
+            host_experts += if host_expert { bytes } else { 0 };
             continue;
         }
         weights += if gpu && !target.arena { round_up(bytes, GPU_PAGE) } else { round_up(bytes, 256) };
@@ -337,6 +349,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         weights,
         per_layout,
         in_place,
+        host_experts,
         n_tensors,
         kv: kv(ctx),
         kv_per_token,

@@ -178,6 +178,10 @@ impl<M: Materializer> WeightCache<M> {
     pub fn set_graph_stats(&mut self, g: super::stats::GraphStats) {
         self.stats.graphs = Some(g);
     }
+    /// Where the experts live, for the report (`--n-cpu-moe`, or fit's placement).
+    pub fn set_host_experts(&mut self, h: Option<super::stats::HostExperts>) {
+        self.stats.host_experts = h;
+    }
     pub fn set_budget(&mut self, bytes: Option<u64>) {
         self.budget = bytes;
         self.stats.budget_bytes = bytes;

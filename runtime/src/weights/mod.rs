@@ -26,7 +26,7 @@ pub use cache::{DeviceFault, Materializer, Stage, WeightCache};
 pub use error::WeightError;
 pub use layout::Layout;
 pub use residency::Residency;
-pub use stats::{DeviceMemory, WeightStats};
+pub use stats::{DeviceMemory, HostExperts, WeightStats};
 
 use crate::gguf::{GgufFile, TensorInfo, TensorView};
 use crate::quant::GgmlType;
@@ -54,8 +54,9 @@ pub struct WeightOptions {
     pub report_at_exit: bool,
     /// `--n-cpu-moe N` (llama.cpp's flag): the expert tensors (`ffn_*_exps`) of the first N
     /// layers stay in the file mapping and the CPU computes those layers' experts; a GPU
-    /// backend never copies them (`backend::gpu`'s `moe_ffn`).
-    pub n_cpu_moe: usize,
+    /// backend never copies them (`backend::gpu`'s `moe_ffn`). `None`: the engine chooses
+    /// the count when the experts do not fit (`engine::fit::host_expert_layers_within`).
+    pub n_cpu_moe: Option<usize>,
 }
 
 impl WeightOptions {

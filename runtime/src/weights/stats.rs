@@ -68,6 +68,21 @@ pub struct WeightStats {
     pub device: Option<DeviceMemory>,
     /// Graph replay counters (captures, hits, rebinds, rebuilds …) of a GPU backend.
     pub graphs: Option<GraphStats>,
+    /// Expert tensors kept in host memory (the file mapping) and computed by the CPU.
+    pub host_experts: Option<HostExperts>,
+}
+
+/// Where a mixture-of-experts model's experts live when some stay on the host.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostExperts {
+    /// The first `layers` layers' expert tensors (`ffn_*_exps`) are on the host, the
+    /// others on the device.
+    pub layers: usize,
+    /// `--n-cpu-moe`, or `fit` (the fewest layers that let the run fit the device and the
+    /// weight budget).
+    pub chosen_by: String,
+    /// Their bytes, where the chooser counted them (fit does).
+    pub bytes: Option<u64>,
 }
 
 impl WeightStats {
@@ -92,8 +107,9 @@ impl WeightStats {
             .graphs
             .map(|g| format!(" | graphs: {} captures, {} hits, {} rebinds, {} rebuilds, {} fallbacks, {} eager steps", g.captures, g.hits, g.rebinds, g.rebuilds, g.fallbacks, g.eager_steps))
             .unwrap_or_default();
+        let host = self.host_experts.as_ref().map(|h| format!(", experts of {} layers on the host ({})", h.layers, h.chosen_by)).unwrap_or_default();
         format!(
-            "weights: {} copies ({}), {} mapped, {} duplicates, {:.1} ms materializing{peak}{graphs}",
+            "weights: {} copies ({}), {} mapped{host}, {} duplicates, {:.1} ms materializing{peak}{graphs}",
             self.copies,
             human(self.resident_bytes),
             self.mapped,

@@ -102,6 +102,9 @@ pub struct GpuBackend {
     exact: exact::ExactState,
     /// `--n-cpu-moe`: layers below this have host experts, computed on this team (`moe.rs`).
     cpu_experts: Option<(usize, std::sync::Arc<crate::backend::cpu::Team>)>,
+    /// Threads for host experts that the engine's fit may place (`place_host_experts`);
+    /// `None` where `--n-cpu-moe` fixed the count.
+    host_auto: Option<usize>,
 }
 
 impl GpuBackend {
@@ -196,6 +199,10 @@ impl Backend for GpuBackend {
 
     fn memory_target(&self) -> Option<crate::backend::memory::MemoryTarget> {
         self.target()
+    }
+
+    fn place_host_experts(&mut self, layers: usize, bytes: u64) -> Result<bool> {
+        self.place_experts(layers, bytes)
     }
 
     fn alloc(&mut self, len: usize) -> Result<Buf> {

@@ -535,15 +535,37 @@ pub enum Moe {
     /// over every expert, tiles of 16 pairs (`gemm::gemm_moe`): prefill.
     Gemm,
     /// The trait's default (host routing, per-expert matmuls): expert types or shapes the
-    /// expert kernels do not take.
+    /// expert kernels do not take, in a layer without gpt-oss's extras.
     Unfused,
+    /// The CPU's arithmetic on the rows read back (`cpu::moe::moe_host`): host experts
+    /// (`--n-cpu-moe`, or fit's), or experts / extras the kernels do not take.
+    Host,
+}
+
+/// What a MoE layer is besides its expert tensors: `host_experts` (they stay in host
+/// memory), `plain` (`MoeFfn::plain`: qwen3moe's, which the trait's default computes),
+/// `device_extras` (gpt-oss's extras are ones the kernels compute: every bias F32, read
+/// in place, and gate/up biases only beside `swiglu_oai`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeForm {
+    pub host_experts: bool,
+    pub plain: bool,
+    pub device_extras: bool,
+}
+
+/// `p`'s [`MoeForm`], its experts on the host when `host_experts`.
+pub fn moe_form(p: &crate::backend::MoeFfn, host_experts: bool) -> MoeForm {
+    let f32s = |b: &crate::backend::MoeBiases| [b.router, b.gate, b.up, b.down].iter().all(|w| w.ty() == GgmlType::F32);
+    MoeForm { host_experts, plain: p.plain(), device_extras: p.biases.as_ref().is_none_or(|b| p.swiglu_oai && f32s(b)) }
 }
 
 /// How a MoE FFN over `n_tok` tokens runs: `n_exp` experts, `k` used, `experts`: the
 /// gate, up and down expert tensors as (type, row length).
-pub fn moe_ffn(n_tok: usize, n_exp: usize, k: usize, experts: [(GgmlType, usize); 3], t: &Tuning) -> Moe {
+pub fn moe_ffn(n_tok: usize, n_exp: usize, k: usize, experts: [(GgmlType, usize); 3], form: MoeForm, t: &Tuning) -> Moe {
     let ok = n_exp <= moe::MAX_EXPERTS && k <= 32 && experts.iter().all(|&(ty, len)| moe::supports(ty, len));
-    if !ok {
+    if form.host_experts || (!form.plain && (!ok || !form.device_extras)) {
+        Moe::Host
+    } else if !ok {
         Moe::Unfused
     } else if n_tok * k >= t.moe_gemm_min * n_exp && experts.iter().all(|&(ty, len)| gemm::moe_supports(ty, len)) {
         Moe::Gemm

@@ -160,20 +160,40 @@ fn prefill_attention_is_flash_v2() {
 fn moe_routes_on_the_device_pairs_then_grouped() {
     let t = Tuning::default();
     let q4 = [(GgmlType::Q4_K, 2048), (GgmlType::Q4_K, 2048), (GgmlType::Q6_K, 768)];
-    assert_eq!(moe_ffn(1, 128, 8, q4, &t), Moe::Pairs);
-    assert_eq!(moe_ffn(2, 128, 8, q4, &t), Moe::Grouped);
-    assert_eq!(moe_ffn(32, 128, 8, q4, &t), Moe::Grouped);
-    assert_eq!(moe_ffn(64, 128, 8, q4, &t), Moe::Gemm);
-    assert_eq!(moe_ffn(512, 128, 8, q4, &t), Moe::Gemm);
+    assert_eq!(moe_ffn(1, 128, 8, q4, QWEN, &t), Moe::Pairs);
+    assert_eq!(moe_ffn(2, 128, 8, q4, QWEN, &t), Moe::Grouped);
+    assert_eq!(moe_ffn(32, 128, 8, q4, QWEN, &t), Moe::Grouped);
+    assert_eq!(moe_ffn(64, 128, 8, q4, QWEN, &t), Moe::Gemm);
+    assert_eq!(moe_ffn(512, 128, 8, q4, QWEN, &t), Moe::Gemm);
     // The grid types have no GEMM: grouped matvecs.
-    assert_eq!(moe_ffn(512, 128, 8, [(GgmlType::IQ3_S, 2048), (GgmlType::IQ3_S, 2048), q4[2]], &t), Moe::Grouped);
-    assert_eq!(moe_ffn(2, 128, 8, q4, &Tuning { moe_group_min: 64, ..Tuning::default() }), Moe::Pairs);
+    assert_eq!(moe_ffn(512, 128, 8, [(GgmlType::IQ3_S, 2048), (GgmlType::IQ3_S, 2048), q4[2]], QWEN, &t), Moe::Grouped);
+    assert_eq!(moe_ffn(2, 128, 8, q4, QWEN, &Tuning { moe_group_min: 64, ..Tuning::default() }), Moe::Pairs);
     // Experts the kernels do not take: float, rows not of the block size, too many experts.
-    assert_eq!(moe_ffn(1, 128, 8, [(GgmlType::F16, 2048), q4[1], q4[2]], &t), Moe::Unfused);
-    assert_eq!(moe_ffn(1, 128, 8, [q4[0], q4[1], (GgmlType::Q6_K, 2880)], &t), Moe::Unfused);
-    assert_eq!(moe_ffn(1, 2048, 8, q4, &t), Moe::Unfused);
-    assert_eq!(moe_ffn(1, 32, 4, [(GgmlType::MXFP4, 2880); 3], &t), Moe::Pairs);
+    assert_eq!(moe_ffn(1, 128, 8, [(GgmlType::F16, 2048), q4[1], q4[2]], QWEN, &t), Moe::Unfused);
+    assert_eq!(moe_ffn(1, 128, 8, [q4[0], q4[1], (GgmlType::Q6_K, 2880)], QWEN, &t), Moe::Unfused);
+    assert_eq!(moe_ffn(1, 2048, 8, q4, QWEN, &t), Moe::Unfused);
+    assert_eq!(moe_ffn(1, 32, 4, [(GgmlType::MXFP4, 2880); 3], QWEN, &t), Moe::Pairs);
 }
+
+/// gpt-oss's layers (biases, softmax-weight gating, swiglu_oai) take the same device
+/// paths with MXFP4 experts; extras the kernels do not compute, expert types they do not
+/// read and host experts run the CPU's arithmetic (never the trait's default, which
+/// refuses the extras).
+#[test]
+fn gpt_oss_moe_runs_on_the_device_and_host_experts_on_the_cpu() {
+    let t = Tuning::default();
+    let mx = [(GgmlType::MXFP4, 2880); 3];
+    let oss = MoeForm { host_experts: false, plain: false, device_extras: true };
+    assert_eq!(moe_ffn(1, 32, 4, mx, oss, &t), Moe::Pairs);
+    assert_eq!(moe_ffn(8, 32, 4, mx, oss, &t), Moe::Grouped);
+    assert_eq!(moe_ffn(512, 32, 4, mx, oss, &t), Moe::Gemm);
+    assert_eq!(moe_ffn(512, 32, 4, mx, MoeForm { device_extras: false, ..oss }, &t), Moe::Host);
+    assert_eq!(moe_ffn(1, 32, 4, [(GgmlType::F16, 2880); 3], oss, &t), Moe::Host);
+    assert_eq!(moe_ffn(1, 32, 4, mx, MoeForm { host_experts: true, ..oss }, &t), Moe::Host);
+    assert_eq!(moe_ffn(512, 128, 8, [(GgmlType::Q4_K, 2048); 3], MoeForm { host_experts: true, ..QWEN }, &t), Moe::Host);
+}
+
+const QWEN: MoeForm = MoeForm { host_experts: false, plain: true, device_extras: true };
 
 /// A Q8_0 / Q4_0 K or V: every attention (prefill chunk or decode row) is `attn_kvq`, the
 /// store quantizes, the fused f16-storing kernels (`rope_kv`, `attn_decode`) and the

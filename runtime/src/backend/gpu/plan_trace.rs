@@ -150,13 +150,21 @@ impl Backend for PlanTrace {
         self.touch(out);
         Ok(())
     }
-    // gpt-oss's MoE (biases, swiglu_oai, softmax-weight gating) has no GPU kernel yet: the
-    // GPU backend reads the rows back and runs the CPU's arithmetic (`gpu/backend/moe.rs`).
+    // `plan::moe_ffn` chooses (the experts of every layer on the device here).
     fn moe_ffn(&mut self, x: Buf, n_tok: usize, p: &crate::backend::MoeFfn, out: Buf, tmp: &crate::backend::MoeScratch) -> Result<()> {
-        if p.plain() {
-            return crate::backend::moe::moe_ffn_unfused(self, x, n_tok, p, out, tmp);
-        }
-        self.push("moe_ffn", format!("{} × {n_tok} tok", Self::names(&[p.router, p.gate, p.up, p.down])), "host: rows read back, the CPU's MoE (biases, swiglu_oai), written again");
+        let (e, n_exp, f) = p.dims()?;
+        let types = [(p.gate.ty(), e), (p.up.ty(), e), (p.down.ty(), f)];
+        let form = super::plan::moe_form(p, false);
+        let act = if p.swiglu_oai { "moe_swiglu_oai (expert biases)" } else { "GLU" };
+        let how = match super::plan::moe_ffn(n_tok, n_exp, p.n_used, types, form, &self.tuning) {
+            super::plan::Moe::Unfused => return crate::backend::moe::moe_ffn_unfused(self, x, n_tok, p, out, tmp),
+            super::plan::Moe::Host => "host: rows read back, the CPU's MoE, written again".to_string(),
+            super::plan::Moe::Pairs => format!("moe_route + moe_mv_n1 (gate|up) + {act} + moe_mv_n1 (down) + moe_wsum"),
+            super::plan::Moe::Grouped => format!("moe_route + moe_sort + moe_gather + moe_mv8_{} + {act} + moe_mv8 (down) + moe_wsum", p.gate.ty().to_string().to_lowercase()),
+            super::plan::Moe::Gemm => format!("moe_route + moe_sort + moe_gather + gemm_moe_{} + {act} + gemm_moe (down) + moe_wsum", p.gate.ty().to_string().to_lowercase()),
+        };
+        let what = format!("{}, {} ({}/{}/{} {n_exp}×{f}×{e}) × {n_tok} tok", p.router.name(), p.down.name(), p.gate.ty().name(), p.up.ty().name(), p.down.ty().name());
+        self.push("moe_ffn", what, how);
         self.touch(out);
         Ok(())
     }

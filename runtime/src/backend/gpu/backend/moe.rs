@@ -5,12 +5,18 @@
 //!
 //! `plan::moe_ffn` chooses: `Pairs` (decode: each (token, expert) pair reads its expert's
 //! rows), `Grouped` (batched decode and prefill: pairs grouped by expert on the device, 8
-//! per read of an expert's rows) or `Unfused` (the trait's default, for expert types the
-//! kernels do not take).
+//! per read of an expert's rows), `Gemm` (prefill: the grouped GEMM), `Unfused` (the
+//! trait's default, for expert types the kernels do not take) or `Host` (the CPU's
+//! arithmetic on the rows read back: host experts, `--n-cpu-moe`).
 //!
 //! The arithmetic is the default's: router logits by `matmul`, softmax, top-k, the
 //! renormalised weights, each pair's gated FFN with its activations quantized as the
-//! matvecs of its types read them, and the weighted sum in slot order.
+//! matvecs of its types read them, and the weighted sum in slot order. gpt-oss adds the
+//! router bias (added as `moe_route` reads the logits), softmax-weight gating (top-k
+//! logits, then a softmax over those), the gate/up expert biases and `swiglu_oai` in one
+//! kernel over the pairs' rows (`moe_swiglu_oai`, in place of the GLU; the GEMM's paired
+//! GLU epilogue is not used), and the down bias in the weighted sum (`moe_wsum`): the
+//! CPU's order (`cpu::moe::moe_host`): bias after each product, then the weight.
 //! Selection ties and near-ties may resolve differently from the CPU (the device's
 //! exponentials round differently); `lode selftest`'s `moe_ffn_*` checks the rest.
 
@@ -18,7 +24,8 @@ use super::{err, GpuBackend};
 use crate::backend::gpu::family::moe::{self as fam, ExpSeg, RouteBufs};
 use crate::backend::gpu::family::{gemm, quantize};
 use crate::backend::gpu::plan::{self, Moe};
-use crate::backend::moe::{moe_ffn_unfused, route_len, MoeFfn, MoeScratch};
+use crate::backend::gpu::driver::DevPtr;
+use crate::backend::moe::{moe_ffn_unfused, route_len, Gating, MoeFfn, MoeScratch};
 use crate::backend::{Backend, BackendError, Buf, Result};
 use crate::weights::WeightRef;
 
@@ -33,26 +40,23 @@ impl GpuBackend {
     pub(super) fn moe_ffn_device(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch) -> Result<()> {
         let (e, n_exp, f) = p.dims()?;
         let k = p.n_used;
-        // gpt-oss's biases, gating and clamped SwiGLU have no device kernels yet: the CPU
-        // computes such a layer as it computes `--n-cpu-moe` layers (a host pool of one
-        // thread per core made on first use).
-        if !p.plain() && self.cpu_experts.is_none() {
-            self.cpu_experts = Some((0, crate::backend::cpu::CpuBackend::build_pool(0)?));
-        }
-        if let Some((layers, pool)) = &self.cpu_experts {
-            if !p.plain() || crate::backend::moe::expert_tensor_layer(p.gate.name()).is_some_and(|l| l < *layers) {
-                // `--n-cpu-moe`: this layer's experts live in the file mapping; the CPU
-                // computes them on the rows read back (a sync point, as llama.cpp's copy).
-                let pool = pool.clone();
-                let mut xs = vec![0f32; n_tok * e];
-                self.read(x, &mut xs)?;
-                let mut o = vec![0f32; n_tok * e];
-                crate::backend::cpu::moe::moe_host(&pool, crate::quant::Isa::best(), false, &xs, n_tok, p, (e, n_exp, f, k), &mut o)?;
-                return self.write(out, &o);
-            }
-        }
+        let host_layer = self.cpu_experts.as_ref().is_some_and(|(layers, _)| crate::backend::moe::expert_tensor_layer(p.gate.name()).is_some_and(|l| l < *layers));
         let types = [(p.gate.ty(), e), (p.up.ty(), e), (p.down.ty(), f)];
-        let choice = plan::moe_ffn(n_tok, n_exp, k, types, &self.tuning);
+        let choice = plan::moe_ffn(n_tok, n_exp, k, types, plan::moe_form(p, host_layer), &self.tuning);
+        if choice == Moe::Host {
+            // The layer's experts live in the file mapping (or the kernels take neither its
+            // experts nor its extras): the CPU computes it on the rows read back (a sync
+            // point, as llama.cpp's copy), on a host pool of one thread per core.
+            if self.cpu_experts.is_none() {
+                self.cpu_experts = Some((0, crate::backend::cpu::CpuBackend::build_pool(0)?));
+            }
+            let pool = self.cpu_experts.as_ref().map(|c| c.1.clone()).ok_or_else(|| BackendError::Invalid { op: OP, msg: "no host pool".into() })?;
+            let mut xs = vec![0f32; n_tok * e];
+            self.read(x, &mut xs)?;
+            let mut o = vec![0f32; n_tok * e];
+            crate::backend::cpu::moe::moe_host(&pool, crate::quant::Isa::best(), false, &xs, n_tok, p, (e, n_exp, f, k), &mut o)?;
+            return self.write(out, &o);
+        }
         if choice == Moe::Unfused || n_tok == 0 {
             return moe_ffn_unfused(self, x, n_tok, p, out, tmp);
         }
@@ -64,12 +68,18 @@ impl GpuBackend {
         let fmt = |w: &WeightRef| quantize::act_fmt(w.ty()).ok_or_else(|| BackendError::Invalid { op: OP, msg: format!("`{}`: {} experts take no quantized activations", w.name(), w.ty()) });
         let (fg, fu, fd) = (fmt(p.gate)?, fmt(p.up)?, fmt(p.down)?);
 
+        // gpt-oss's biases (F32, read in place: `plan::moe_form`).
+        let bias = match &p.biases {
+            Some(b) => Some([self.weight_f32(b.router)?, self.weight_f32(b.gate)?, self.weight_f32(b.up)?, self.weight_f32(b.down)?]),
+            None => None,
+        };
         // Router logits and the top-k, on the device.
         self.matmul(p.router, x, n_tok, tmp.logits)?;
         let (rp, _) = self.buf(tmp.route)?;
         let r = RouteBufs::carve(rp, pairs, n_exp);
         let (lp, _) = self.buf(tmp.logits)?;
-        fam::route(&self.rec(), lp, &r, n_tok, n_exp, k, p.norm_top_k).map_err(err(OP))?;
+        let gate = fam::Gate { bias: bias.map(|b| b[0]), weight: p.gating == Gating::SoftmaxWeight, norm: p.norm_top_k };
+        fam::route(&self.rec(), lp, &r, n_tok, n_exp, k, gate).map_err(err(OP))?;
         self.touch(tmp.route);
 
         let (wg, wu, wd) = (self.weight(p.gate)?, self.weight(p.up)?, self.weight(p.down)?);
@@ -79,7 +89,7 @@ impl GpuBackend {
         let (op, _) = self.buf(out)?;
         let seg = |w, wr: &WeightRef, rows, x, y| ExpSeg { w, ty: wr.ty(), rows, ebytes: expert_bytes(wr), x, y };
         if choice == Moe::Gemm {
-            return self.moe_experts_gemm(x, n_tok, p, out, tmp, &r, [wg, wu, wd]);
+            return self.moe_experts_gemm(x, n_tok, p, out, tmp, &r, [wg, wu, wd], bias);
         }
         let grouped = choice == Moe::Grouped;
 
@@ -106,7 +116,7 @@ impl GpuBackend {
         }
         self.touch(tmp.gate);
         self.touch(tmp.up);
-        self.glu(tmp.gate, tmp.up, tmp.gate, pairs * f, p.act)?;
+        self.expert_act(p, tmp, &r, grouped, bias, n_exp, f, pairs)?;
 
         // Down of every pair (rows already in the pairs' order: grouped or not), then the
         // weighted sum per token.
@@ -118,8 +128,22 @@ impl GpuBackend {
             fam::mv_pairs(&self.rec(), &r, n_exp, f, 1, pairs, &[sd]).map_err(err(OP))?;
         }
         self.touch(tmp.acc);
-        fam::wsum(&self.rec(), ap, &r, grouped, op, n_tok, k, e).map_err(err(OP))?;
+        fam::wsum(&self.rec(), ap, &r, grouped, bias.map(|b| b[3]), op, n_tok, n_exp, k, e).map_err(err(OP))?;
         self.touch(out);
+        Ok(())
+    }
+
+    /// The pairs' activation in place over `tmp.gate` (rows in grouped order when
+    /// `grouped`): `swiglu_oai` with the expert's gate/up biases (gpt-oss), else the GLU.
+    #[allow(clippy::too_many_arguments)]
+    fn expert_act(&mut self, p: &MoeFfn, tmp: &MoeScratch, r: &RouteBufs, grouped: bool, bias: Option<[DevPtr; 4]>, n_exp: usize, f: usize, pairs: usize) -> Result<()> {
+        if !p.swiglu_oai {
+            return self.glu(tmp.gate, tmp.up, tmp.gate, pairs * f, p.act);
+        }
+        let (gp, _) = self.buf(tmp.gate)?;
+        let (up, _) = self.buf(tmp.up)?;
+        fam::swiglu_oai(&self.rec(), gp, up, r, grouped, bias.map(|b| (b[1], b[2])), n_exp, f, pairs).map_err(err(OP))?;
+        self.touch(tmp.gate);
         Ok(())
     }
 
@@ -128,7 +152,7 @@ impl GpuBackend {
     /// reads activations) gathered in that order, gate/up as one paired launch (two and the
     /// GLU when their types differ), down as one, the weighted sum through the inverse order.
     #[allow(clippy::too_many_arguments)]
-    fn moe_experts_gemm(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch, r: &RouteBufs, w: [crate::backend::gpu::driver::DevPtr; 3]) -> Result<()> {
+    fn moe_experts_gemm(&mut self, x: Buf, n_tok: usize, p: &MoeFfn, out: Buf, tmp: &MoeScratch, r: &RouteBufs, w: [DevPtr; 3], bias: Option<[DevPtr; 4]>) -> Result<()> {
         let (e, n_exp, f) = p.dims()?;
         let (k, pairs) = (p.n_used, n_tok * p.n_used);
         let [wg, wu, wd] = w;
@@ -144,7 +168,14 @@ impl GpuBackend {
         let map = |e: crate::backend::gpu::GpuError| BackendError::Invalid { op: OP, msg: format!("{} / {} / {}: {e}", p.gate.name(), p.up.name(), p.down.name()) };
         let xg = self.act_values(x, fg, e, n_tok, OP)?;
         fam::gather(&self.rec(), xg, r, xe, e * 4, k, pairs).map_err(err(OP))?;
-        if p.gate.ty() == p.up.ty() && fg == fu {
+        if p.gate.ty() == p.up.ty() && fg == fu && p.swiglu_oai {
+            // gpt-oss: gate and up over the same gathered rows, then the biased swiglu_oai.
+            gemm::gemm_moe(&self.rec(), r, n_exp, wg, None, p.gate.ty(), expert_bytes(p.gate), f, e, xe, gp, pairs, false).map_err(map)?;
+            gemm::gemm_moe(&self.rec(), r, n_exp, wu, None, p.up.ty(), expert_bytes(p.up), f, e, xe, up, pairs, false).map_err(map)?;
+            self.touch(tmp.gate);
+            self.touch(tmp.up);
+            self.expert_act(p, tmp, r, true, bias, n_exp, f, pairs)?;
+        } else if p.gate.ty() == p.up.ty() && fg == fu {
             gemm::gemm_moe(&self.rec(), r, n_exp, wg, Some(wu), p.gate.ty(), expert_bytes(p.gate), f, e, xe, gp, pairs, gelu).map_err(map)?;
             self.touch(tmp.gate);
         } else {
@@ -154,13 +185,13 @@ impl GpuBackend {
             gemm::gemm_moe(&self.rec(), r, n_exp, wu, None, p.up.ty(), expert_bytes(p.up), f, e, xe, up, pairs, false).map_err(map)?;
             self.touch(tmp.gate);
             self.touch(tmp.up);
-            self.glu(tmp.gate, tmp.up, tmp.gate, pairs * f, p.act)?;
+            self.expert_act(p, tmp, r, true, bias, n_exp, f, pairs)?;
         }
         self.touch(tmp.xe);
         let xd = self.act_values(tmp.gate, fd, f, pairs, OP)?;
         gemm::gemm_moe(&self.rec(), r, n_exp, wd, None, p.down.ty(), expert_bytes(p.down), e, f, xd, ap, pairs, false).map_err(map)?;
         self.touch(tmp.acc);
-        fam::wsum(&self.rec(), ap, r, true, op, n_tok, k, e).map_err(err(OP))?;
+        fam::wsum(&self.rec(), ap, r, true, bias.map(|b| b[3]), op, n_tok, n_exp, k, e).map_err(err(OP))?;
         self.touch(out);
         Ok(())
     }

@@ -63,18 +63,32 @@ impl GpuBackend {
             tuning,
             exact: Default::default(),
             cpu_experts: None,
+            host_auto: Some(0),
         };
         be
     }
 
     /// `--n-cpu-moe`: the expert tensors of the first `layers` layers stay in host memory
     /// (never copied to the device) and `threads` CPU threads compute those experts.
-    pub fn set_host_experts(&mut self, layers: usize, threads: usize) -> Result<()> {
-        self.cpu_experts = match layers {
+    /// `None`: none unless the engine's fit places some (`place_experts`).
+    pub fn set_host_experts(&mut self, layers: Option<usize>, threads: usize) -> Result<()> {
+        self.host_auto = if layers.is_none() { Some(threads) } else { None };
+        self.cpu_experts = match layers.unwrap_or(0) {
             0 => None,
             n => Some((n, crate::backend::cpu::CpuBackend::build_pool(threads)?)),
         };
+        let by = |n| crate::weights::HostExperts { layers: n, chosen_by: "--n-cpu-moe".into(), bytes: None };
+        self.cache.set_host_experts(layers.filter(|&n| n > 0).map(by));
         Ok(())
+    }
+
+    /// `Backend::place_host_experts`: fit's count, unless `--n-cpu-moe` fixed one.
+    pub(super) fn place_experts(&mut self, layers: usize, bytes: u64) -> Result<bool> {
+        let Some(threads) = self.host_auto else { return Ok(false) };
+        self.set_host_experts(Some(layers), threads)?;
+        self.host_auto = Some(threads);
+        self.cache.set_host_experts(Some(crate::weights::HostExperts { layers, chosen_by: "fit".into(), bytes: Some(bytes) }));
+        Ok(true)
     }
 
     pub fn device(&self) -> &GpuDevice {

@@ -1,8 +1,9 @@
 //! `kernels-hip/moe.hip`: mixture-of-experts on the device — the router's top-k
-//! (`moe_route`), the (token, slot) pairs grouped by expert (`moe_sort`, `moe_gather`),
-//! expert-indexed matvecs over the one copy of each 3-D expert tensor (`moe_mv_n1` per
-//! pair, `moe_mv8_<type>` per tile of up to 8 pairs of one expert) and the weighted sum
-//! (`moe_wsum`).
+//! (`moe_route`, with gpt-oss's router bias and softmax-weight gating), the (token, slot)
+//! pairs grouped by expert (`moe_sort`, `moe_gather`), expert-indexed matvecs over the one
+//! copy of each 3-D expert tensor (`moe_mv_n1` per pair, `moe_mv8_<type>` per tile of up
+//! to 8 pairs of one expert), gpt-oss's biased `swiglu_oai` (`moe_swiglu_oai`) and the
+//! weighted sum (`moe_wsum`, with the down bias).
 //!
 //! The index buffers are `i32` arrays the caller carves from its scratch ([`RouteBufs`]).
 
@@ -21,8 +22,8 @@ pub const MAX_EXPERTS: usize = 1024;
 pub const TILE: usize = 8;
 
 kernel_args! {
-    /// `moe_route(logits, ids, wts, n_tok, n_exp, k, norm)`.
-    pub struct Route { logits: DevPtr, ids: DevPtr, wts: DevPtr, n_tok: usize, n_exp: usize, k: usize, norm: bool }
+    /// `moe_route(logits, bias, ids, wts, n_tok, n_exp, k, norm, weight)`.
+    pub struct Route { logits: DevPtr, bias: Option<DevPtr>, ids: DevPtr, wts: DevPtr, n_tok: usize, n_exp: usize, k: usize, norm: bool, weight: bool }
 }
 kernel_args! {
     /// `moe_sort(ids, perm, pos, offs, ntiles, tile_e, tile_s, n_pairs, n_exp, tile)`.
@@ -33,8 +34,12 @@ kernel_args! {
     pub struct Gather { src: DevPtr, perm: DevPtr, dst: DevPtr, words: usize, div: usize }
 }
 kernel_args! {
-    /// `moe_wsum(y, pos, wts, out, k, n)`.
-    pub struct Wsum { y: DevPtr, pos: Option<DevPtr>, wts: DevPtr, out: DevPtr, k: usize, n: usize }
+    /// `moe_wsum(y, pos, wts, ids, bias, out, n_exp, k, n)`.
+    pub struct Wsum { y: DevPtr, pos: Option<DevPtr>, wts: DevPtr, ids: DevPtr, bias: Option<DevPtr>, out: DevPtr, n_exp: usize, k: usize, n: usize }
+}
+kernel_args! {
+    /// `moe_swiglu_oai(gate, up, ids, perm, bg, bu, n_exp, f)`.
+    pub struct SwigluOai { gate: DevPtr, up: DevPtr, ids: DevPtr, perm: Option<DevPtr>, bg: Option<DevPtr>, bu: Option<DevPtr>, n_exp: usize, f: usize }
 }
 kernel_args! {
     /// `moe_mv_n1(ids, n_exp, k, xdiv, W0, eb0, ty0, x0, y0, rows0, W1, …, rows1)`.
@@ -57,6 +62,7 @@ const ROUTE: Kernel<Route> = Kernel::new("moe_route");
 const SORT: Kernel<Sort> = Kernel::new("moe_sort");
 const GATHER: Kernel<Gather> = Kernel::new("moe_gather");
 const WSUM: Kernel<Wsum> = Kernel::new("moe_wsum");
+const SWIGLU_OAI: Kernel<SwigluOai> = Kernel::new("moe_swiglu_oai");
 const MV_N1: Kernel<MvN1> = Kernel::new("moe_mv_n1");
 
 const N_MV8: usize = 20;
@@ -97,7 +103,7 @@ const MV8_SIGS: [KernelSig; N_MV8] = mv8_sigs();
 pub const FAMILY: Family = Family {
     name: "moe",
     source: include_str!("../../../../../kernels-hip/moe.hip"),
-    kernels: &[&[ROUTE.sig(), SORT.sig(), GATHER.sig(), WSUM.sig(), MV_N1.sig()], &MV8_SIGS],
+    kernels: &[&[ROUTE.sig(), SORT.sig(), GATHER.sig(), WSUM.sig(), SWIGLU_OAI.sig(), MV_N1.sig()], &MV8_SIGS],
 };
 
 fn unsupported(what: String) -> GpuError {
@@ -155,10 +161,21 @@ fn check_experts(n_exp: usize, k_used: usize) -> R {
     Ok(())
 }
 
+/// How [`route`] weighs the selected experts.
+#[derive(Clone, Copy, Debug)]
+pub struct Gate {
+    /// The router's bias (`[n_exp]` f32), added to every logit row.
+    pub bias: Option<DevPtr>,
+    /// A softmax over the k selected logits (gpt-oss), not over all of them (qwen3moe).
+    pub weight: bool,
+    /// The selected weights divided by their sum.
+    pub norm: bool,
+}
+
 /// Top-k routing of `n_tok` rows of router logits into `r.ids` / `r.wts`.
-pub fn route(d: &dyn Launch, logits: DevPtr, r: &RouteBufs, n_tok: usize, n_exp: usize, k: usize, norm: bool) -> R {
+pub fn route(d: &dyn Launch, logits: DevPtr, r: &RouteBufs, n_tok: usize, n_exp: usize, k: usize, g: Gate) -> R {
     check_experts(n_exp, k)?;
-    let args = Route { logits, ids: r.ids, wts: r.wts, n_tok, n_exp, k, norm };
+    let args = Route { logits, bias: g.bias, ids: r.ids, wts: r.wts, n_tok, n_exp, k, norm: g.norm, weight: g.weight };
     ROUTE.launch(d, [n_tok.div_ceil(4) as u32, 1, 1], [128, 1, 1], &args)
 }
 
@@ -185,11 +202,29 @@ pub fn gather(d: &dyn Launch, src: DevPtr, r: &RouteBufs, dst: DevPtr, row_bytes
     GATHER.launch(d, [n_pairs as u32, 1, 1], [128, 1, 1], &Gather { src, perm: r.perm, dst, words: row_bytes / 4, div })
 }
 
-/// out[t] = Σ_s wts[t k + s] · y[pos(t k + s)] for `n_tok` rows of `n`; `grouped`: y is in
-/// grouped order (read through `pos`), else in pair order.
-pub fn wsum(d: &dyn Launch, y: DevPtr, r: &RouteBufs, grouped: bool, out: DevPtr, n_tok: usize, k: usize, n: usize) -> R {
-    let args = Wsum { y, pos: grouped.then_some(r.pos), wts: r.wts, out, k, n };
+/// out[t] = Σ_s wts[t k + s] · (y[pos(t k + s)] + bias[ids[t k + s]]) for `n_tok` rows of
+/// `n`; `grouped`: y is in grouped order (read through `pos`), else in pair order; `bias`:
+/// `[n_exp, n]` f32 rows, one per expert (gpt-oss's down bias).
+#[allow(clippy::too_many_arguments)]
+pub fn wsum(d: &dyn Launch, y: DevPtr, r: &RouteBufs, grouped: bool, bias: Option<DevPtr>, out: DevPtr, n_tok: usize, n_exp: usize, k: usize, n: usize) -> R {
+    if n_tok == 0 || n == 0 {
+        return Ok(());
+    }
+    let args = Wsum { y, pos: grouped.then_some(r.pos), wts: r.wts, ids: r.ids, bias, out, n_exp, k, n };
     WSUM.launch(d, [n.div_ceil(256) as u32, n_tok as u32, 1], [256, 1, 1], &args)
+}
+
+/// gpt-oss's expert activation in place over `n_rows` gate rows of `f` (and the up rows
+/// beside them): each row's expert's gate/up bias rows added (`bias`: `[n_exp, f]` f32
+/// each), then `swiglu_oai`. `grouped`: the rows are in grouped order (their pair through
+/// `r.perm`), else in pair order.
+#[allow(clippy::too_many_arguments)]
+pub fn swiglu_oai(d: &dyn Launch, gate: DevPtr, up: DevPtr, r: &RouteBufs, grouped: bool, bias: Option<(DevPtr, DevPtr)>, n_exp: usize, f: usize, n_rows: usize) -> R {
+    if n_rows == 0 || f == 0 {
+        return Ok(());
+    }
+    let args = SwigluOai { gate, up, ids: r.ids, perm: grouped.then_some(r.perm), bg: bias.map(|b| b.0), bu: bias.map(|b| b.1), n_exp, f };
+    SWIGLU_OAI.launch(d, [f.div_ceil(256) as u32, n_rows as u32, 1], [256, 1, 1], &args)
 }
 
 /// One expert-tensor segment of an expert matvec: the whole 3-D tensor (`w`, type `ty`,
