@@ -89,17 +89,32 @@ impl BatchEngine {
         let weights: Vec<_> = model.weight_ids().into_iter().map(|id| model.w(id)).collect();
         crate::backend::check_weight_types(be.as_ref(), &weights)?;
         // A model that would not fit is refused here, before anything is allocated.
-        if let Some(target) = be.memory_target() {
-            let shape = super::fit::RunShape { ctx: n_ctx, batch: opts.batch_size, n_seq, kv_type: opts.kv_type, swa_full: opts.swa_full };
-            let est = super::fit::estimate(&model, &target, shape).map_err(|e| EngineError::InvalidArg(e.to_string()))?;
+        let shape = super::fit::RunShape { ctx: n_ctx, batch: opts.batch_size, n_seq, kv_type: opts.kv_type, swa_full: opts.swa_full };
+        let refuse = |target: &crate::backend::memory::MemoryTarget| -> Result<(), EngineError> {
+            let est = super::fit::estimate(&model, target, shape).map_err(|e| EngineError::InvalidArg(e.to_string()))?;
             if let Some(mut why) = est.refusal() {
-                if let Some(n) = super::fit::fewest_host_expert_layers(&model, &target, shape) {
+                if let Some(n) = super::fit::fewest_host_expert_layers(&model, target, shape) {
                     why += &format!("; with --n-cpu-moe {n} (the first {n} layers' experts in host memory, computed by the CPU) it fits");
                 }
                 return Err(EngineError::DoesNotFit(why));
             }
+            Ok(())
+        };
+        let planned = be.memory_target();
+        if let Some(target) = &planned {
+            refuse(target)?;
         }
         be.attach_weights(model.file(), &weights)?;
+        // A backend that could not serve `mapped` falls back to copying the weights: count
+        // the run again, still before anything is allocated.
+        if let (Some(before), Some(now)) = (&planned, be.memory_target()) {
+            if now.residency != before.residency {
+                refuse(&now).map_err(|e| match e {
+                    EngineError::DoesNotFit(why) => EngineError::DoesNotFit(format!("{why} (`{}` residency fell back to `{}`: the weights now need device memory)", before.residency, now.residency)),
+                    e => e,
+                })?;
+            }
+        }
         let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa };
         // Built step by step so that Drop releases whatever was allocated if one fails.
         for _ in 0..n_seq {

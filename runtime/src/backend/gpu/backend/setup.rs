@@ -6,7 +6,8 @@ use crate::backend::gpu::device::GpuDevice;
 use crate::backend::gpu::tuning::Tuning;
 use crate::backend::gpu::materialize::GpuMaterializer;
 use crate::backend::gpu::replay::{Replay, ReplayStats};
-use crate::weights::{Residency, WeightCache, WeightOptions};
+use crate::weights::layout::{self, DeviceClass, Layout};
+use crate::weights::{Residency, WeightCache, WeightError, WeightOptions, WeightRef};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -123,5 +124,28 @@ impl GpuBackend {
     /// Graph replay on or off (`Tuning::graphs` at start).
     pub fn set_graphs(&mut self, on: bool) {
         self.replay.get_mut().enabled = on;
+    }
+
+    /// `mapped` could not make the file readable by the device (`e`: the registration
+    /// failed, stalled or its addresses did not continue; or no pinned copy): fall back to
+    /// `device` residency, whose weights travel through the staged uploads on first use,
+    /// and say so once with what it costs: device memory for the weights `mapped` would
+    /// have read in place (on an integrated GPU, a second copy of them in system memory).
+    /// The engine counts the run again before allocating anything (`BatchEngine::new`).
+    pub(super) fn fall_back_from_mapped(&mut self, e: WeightError, weights: &[WeightRef]) {
+        let mut seen = std::collections::HashSet::new();
+        let in_place: u64 = weights
+            .iter()
+            .filter(|w| layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), DeviceClass::Gpu) == Layout::Stored)
+            .filter(|w| seen.insert(w.data().as_ptr() as usize))
+            .map(|w| w.data().len() as u64)
+            .sum();
+        let unified = if self.dev.is_integrated() { " (this GPU shares system memory: a second copy of those weights beside the file's pages)" } else { "" };
+        let why = e.to_string();
+        tracing::warn!(
+            "mapped residency is unavailable: {why}. Falling back to `device` residency: each weight is copied into device memory when first used (staged uploads), which takes {} of device memory that `mapped` would have read from the file in place{unified}. `--residency device` skips the attempt.",
+            crate::weights::budget::human(in_place)
+        );
+        self.cache.fall_back(Residency::Device, why);
     }
 }
