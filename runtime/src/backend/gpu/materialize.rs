@@ -158,7 +158,7 @@ pub use super::tuning::MappedHost;
 /// discrete one: on the H200 machine (Linux 6.18 guest, driver 580.159) registering
 /// a freshly written model file's mapping never returned (the thread spun in the
 /// kernel), while driver-allocated pinned memory of the same size took 0.2 s.
-fn choose_mapped_host(dev: &GpuDevice) -> MappedHost {
+pub fn choose_mapped_host(dev: &GpuDevice) -> MappedHost {
     match dev.tuning().mapped_host {
         Some(h) => h,
         None if dev.is_integrated() => MappedHost::Register,
