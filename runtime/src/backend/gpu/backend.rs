@@ -180,7 +180,7 @@ impl Backend for GpuBackend {
                     self.cache.set_mapping(file.bytes(), m.device_ptr);
                     self.mapped = Some(m);
                 }
-                Err(e) => self.fall_back_from_mapped(e, weights),
+                Err(e) => self.fall_back_from_mapped(e, weights)?,
             },
             Residency::Upload => {
                 let ws = weights.iter().map(|w| (*w, layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), DeviceClass::Gpu)));

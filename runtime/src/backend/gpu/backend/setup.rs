@@ -132,7 +132,15 @@ impl GpuBackend {
     /// and say so once with what it costs: device memory for the weights `mapped` would
     /// have read in place (on an integrated GPU, a second copy of them in system memory).
     /// The engine counts the run again before allocating anything (`BatchEngine::new`).
-    pub(super) fn fall_back_from_mapped(&mut self, e: WeightError, weights: &[WeightRef]) {
+    ///
+    /// A stalled registration call may hold a lock inside the driver; the fallback needs
+    /// the driver, so it first checks that a call still returns (within 10 s). If none
+    /// does, the error says so rather than hanging in the fallback.
+    pub(super) fn fall_back_from_mapped(&mut self, e: WeightError, weights: &[WeightRef]) -> Result<()> {
+        if !driver_answers(&self.dev, std::time::Duration::from_secs(10)) {
+            let msg = format!("{e}; and the GPU driver no longer answers (a memory query made after it did not return within 10 s), so there is no falling back to copies: rerun with --residency device");
+            return Err(WeightError::Mapping { bytes: 0, msg }.into());
+        }
         let mut seen = std::collections::HashSet::new();
         let in_place: u64 = weights
             .iter()
@@ -147,5 +155,17 @@ impl GpuBackend {
             crate::weights::budget::human(in_place)
         );
         self.cache.fall_back(Residency::Device, why);
+        Ok(())
     }
+}
+
+/// Whether a driver call (a memory query) returns within `limit`, asked on a thread of
+/// its own so that a driver blocked for good does not block the caller.
+fn driver_answers(dev: &GpuDevice, limit: std::time::Duration) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d = dev.clone();
+    let asked = std::thread::Builder::new().name("lode-driver-probe".into()).spawn(move || {
+        let _ = tx.send(d.driver().mem_info().is_ok());
+    });
+    asked.is_ok() && rx.recv_timeout(limit).is_ok()
 }
