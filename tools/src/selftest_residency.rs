@@ -22,6 +22,8 @@ use lode_runtime::backend::gpu::materialize::{choose_mapped_host, MappedHost};
 use lode_runtime::backend::gpu::register::Inject;
 use lode_runtime::backend::gpu::{GpuBackend, GpuDevice};
 use lode_runtime::backend::KvType;
+use lode_runtime::backend::Backend;
+use lode_runtime::engine::fit::{self, RunShape};
 use lode_runtime::engine::{argmax_logits, Engine, EngineError, EngineOptions};
 use lode_runtime::gguf::GgufFile;
 use lode_runtime::model::Model;
@@ -50,8 +52,11 @@ impl Setup {
         Ok(GpuBackend::with_options(dev.clone(), &opts)?)
     }
     fn engine(&self, be: GpuBackend) -> Result<Engine> {
+        Ok(self.engine_ctx(be, CTX)?)
+    }
+    fn engine_ctx(&self, be: GpuBackend, ctx: usize) -> Result<Engine, EngineError> {
         let m = Model::load(self.file.clone())?;
-        Ok(Engine::new(m, Box::new(be), EngineOptions { ctx_size: Some(CTX), batch_size: 512, kv_type: KvType::F16.into(), swa_full: false })?)
+        Engine::new(m, Box::new(be), EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: KvType::F16.into(), swa_full: false })
     }
     fn prompt(&self, n: usize, seed: u32) -> Vec<u32> {
         let v = self.n_vocab.min(30000) as u32;
@@ -162,6 +167,37 @@ pub fn check(dev: &GpuDevice, path: &Path, mapped_steps: usize) -> Result<bool> 
     t.check("upload over budget is a clear error", err.contains("weight budget"), err.clone());
     let got = run(&mut s.engine(s.backend(Residency::Device, Some(s.bytes))?)?, &p, mapped_steps)?;
     t.check("then a run within budget", same_bits(&got, &want), "same logits as the reference".into());
+
+    // A model that does not fit (a --device-memory cap with room for half the KV cache)
+    // is refused before any device memory is taken, naming a context that fits; that
+    // context runs within the cap.
+    {
+        let d3 = GpuDevice::open_tuned(dev.api(), lode_runtime::backend::gpu::device_ordinal(), dev.tuning().clone()).context("opening a second context for the capacity check")?;
+        let probe = s.backend_on(&d3, Residency::Device, None)?;
+        let target = probe.memory_target().context("no memory figures from the device")?;
+        drop(probe);
+        let m = Model::load(s.file.clone())?;
+        let shape = RunShape { ctx: CTX, batch: 512, n_seq: 1, kv_type: KvType::F16.into(), swa_full: false };
+        let est = fit::estimate(&m, &target, shape)?;
+        let cap = target.used_at_open + est.fixed() + est.kv / 2;
+        let opts = WeightOptions { residency: Some(Residency::Device), device_memory: Some(cap), ..Default::default() };
+        let refused = s.engine_ctx(GpuBackend::with_options(d3.clone(), &opts)?, CTX);
+        let taken = d3.peak_allocated_bytes();
+        let msg = match &refused {
+            Err(EngineError::DoesNotFit(m)) => m.clone(),
+            Err(e) => format!("not a refusal: {e}"),
+            Ok(_) => "accepted".into(),
+        };
+        let named = msg.find("-c ").and_then(|i| msg[i + 3..].split(|c: char| !c.is_ascii_digit()).next()?.parse::<usize>().ok());
+        t.check("a run that does not fit is refused before any device memory is taken", matches!(refused, Err(EngineError::DoesNotFit(_))) && taken == 0 && named.is_some(), format!("{taken} bytes allocated; {msg}"));
+        if let Some(n) = named {
+            let mut e = s.engine_ctx(GpuBackend::with_options(d3.clone(), &opts)?, n)?;
+            let l = run(&mut e, &s.prompt(n.min(2048).saturating_sub(8).max(1), 7), 4)?;
+            let peak = e.weight_stats().and_then(|x| x.device).and_then(|d| d.driver_peak_used_bytes);
+            let ok = l.iter().flatten().all(|x| x.is_finite()) && peak.is_some_and(|p| p <= cap);
+            t.check("the context the refusal names runs within the cap", ok, format!("-c {n}: driver peak {peak:?} ≤ cap {cap}"));
+        }
+    }
 
     // Injected failures at a materialization midway: error, then the same engine works.
     for stage in [Stage::Pack, Stage::Alloc, Stage::Upload] {
