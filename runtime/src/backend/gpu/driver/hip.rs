@@ -342,6 +342,8 @@ impl Driver for HipDriver {
         Ok(d as usize as u64)
     }
     fn host_unregister(&self, host: &[u8]) -> Result<()> {
+        // The registration may end on another thread than the one that made it.
+        self.cur()?;
         // SAFETY: registered by host_register.
         self.check("hipHostUnregister", unsafe { (self.t.host_unregister)(host.as_ptr() as P) })
     }
