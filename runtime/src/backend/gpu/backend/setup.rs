@@ -138,8 +138,9 @@ impl GpuBackend {
     /// does, the error says so rather than hanging in the fallback.
     pub(super) fn fall_back_from_mapped(&mut self, e: WeightError, weights: &[WeightRef]) -> Result<()> {
         if !driver_answers(&self.dev, std::time::Duration::from_secs(10)) {
-            let msg = format!("{e}; and the GPU driver no longer answers (a memory query made after it did not return within 10 s), so there is no falling back to copies: rerun with --residency device");
-            return Err(WeightError::Mapping { bytes: 0, msg }.into());
+            return Err(BackendError::Unavailable(format!(
+                "{e}; and the GPU driver no longer answers (a memory query made after it did not return within 10 s), so the run cannot fall back to device copies in this process"
+            )));
         }
         let mut seen = std::collections::HashSet::new();
         let in_place: u64 = weights
@@ -151,7 +152,7 @@ impl GpuBackend {
         let unified = if self.dev.is_integrated() { " (this GPU shares system memory: a second copy of those weights beside the file's pages)" } else { "" };
         let why = e.to_string();
         tracing::warn!(
-            "mapped residency is unavailable: {why}. Falling back to `device` residency: each weight is copied into device memory when first used (staged uploads), which takes {} of device memory that `mapped` would have read from the file in place{unified}. `--residency device` skips the attempt.",
+            "mapped residency is unavailable: {why}. Falling back to `device` residency: each weight is copied into device memory when first used (staged uploads), which takes {} of device memory that `mapped` would have read from the file in place{unified}.",
             crate::weights::budget::human(in_place)
         );
         self.cache.fall_back(Residency::Device, why);
