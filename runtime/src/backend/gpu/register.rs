@@ -12,6 +12,13 @@
 //! unregistered: at once on a failure, or, after a stall, when the stalled call returns (if
 //! it ever does); the worker holds the file, so its pages outlive the registration.
 //!
+//! The bounds are `LODE_TUNE` keys, not flags: they are a safety net whose defaults never
+//! fire on a healthy machine (a 256 MiB chunk of pages already in the page cache pins in
+//! well under a second; `lode` touches a large file's pages before it registers them), and
+//! firing costs memory, not the run, so a user has nothing to choose; the fallback's log
+//! line says what happened, and a machine whose storage is slow enough to trip them can
+//! raise them.
+//!
 //! The loop knows the driver only through [`HostPin`], so it runs without a GPU
 //! (`register_tests.rs` counts every pin and unpin of a fake). [`Inject`]
 //! (`LODE_TUNE=mapped_inject=fail:K` / `stall:K`) makes chunk K fail or stall in a real run.
