@@ -13,8 +13,8 @@
 //! it ever does); the worker holds the file, so its pages outlive the registration.
 //!
 //! The bounds are `LODE_TUNE` keys, not flags: they are a safety net whose defaults never
-//! fire on a healthy machine (a 256 MiB chunk of pages already in the page cache pins in
-//! well under a second; `lode` touches a large file's pages before it registers them), and
+//! fire on a healthy machine (a 256 MiB chunk pins in well under a second from the page
+//! cache and in a few seconds from a hard disk), and
 //! firing costs memory, not the run, so a user has nothing to choose; the fallback's log
 //! line says what happened, and a machine whose storage is slow enough to trip them can
 //! raise them.
