@@ -140,7 +140,10 @@ pub fn run(args: Args) -> Result<()> {
         println!("            {:>11}  {l}", human(*b));
     }
     if e.in_place > 0 {
-        println!("  mapped    {:>11}  read in place from the file (pinned host memory, no device copy)", human(e.in_place));
+        println!(
+            "  mapped    {:>11}  read in place from the file (registered or pinned host memory, no device copy; if the file cannot be registered, the run falls back to device copies of these and is counted again)",
+            human(e.in_place)
+        );
     }
     let swa = match e.swa {
         Some(w) => format!("; {} of them sliding-window layers of {} tokens, {} slots each (window + chunk + 64; --swa-full for the full context)", w.n_windowed(), w.window, w.slots),
