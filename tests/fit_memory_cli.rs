@@ -82,6 +82,15 @@ fn device_memory_caps_fit_and_generate() {
     assert!(ok);
     assert!(u(&j, "max_ctx_memory") > u(&j, "n_ctx_train"), "this machine holds more than the trained context: {j}");
     assert_eq!(u(&j, "max_ctx"), u(&j, "n_ctx_train"));
+    // The table says so too.
+    let out = lode(&["fit", "-m", m, "--device", "cpu"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // (The free memory, and so the context memory alone allows, moves between two runs.)
+    let want = format!("fits: yes; the largest context that fits is {} (capped at the model's training context; memory alone would allow ", u(&j, "n_ctx_train"));
+    let i = text.find(&want).unwrap_or_else(|| panic!("no `{want}` in:\n{text}"));
+    let allowed: u64 = text[i + want.len()..].split(')').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(allowed > u(&j, "n_ctx_train"), "{text}");
 
     // A device of the weights + scratch + 2,000 tokens of KV.
     let cap = u(&j, "need_bytes") - u(&j, "kv_bytes") + 2000 * u(&j, "kv_bytes_per_token");
@@ -92,6 +101,12 @@ fn device_memory_caps_fit_and_generate() {
     assert_eq!(u(&j, "device_memory_cap_bytes"), cap);
     assert!((1990..=2000).contains(&u(&j, "max_ctx")), "{j}");
     assert!(err.contains(&format!("-c {}", u(&j, "max_ctx"))), "{err}");
+    // The table's verdict, and the same exit status.
+    let out = lode(&["fit", "-m", m, "--device", "cpu", "--device-memory", &cap_arg, "--ctx", "4096"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "exit status 0 for a model that does not fit:\n{text}");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text.contains("fits: no (") && text.contains(&format!("the largest context that fits is {}", u(&j, "max_ctx"))), "{text}");
 
     let gen = |ctx: &str| lode(&["generate", "-m", m, "--device", "cpu", "-t", "2", "--device-memory", &cap_arg, "-c", ctx, "-p", "Hello", "-n", "4", "--temp", "0"]);
     let out = gen("4096");

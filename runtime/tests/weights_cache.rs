@@ -226,3 +226,30 @@ fn mapped_reads_stored_weights_in_place() {
     c.get(&ws[0], Layout::Stored).unwrap();
     assert_eq!(c.stats().copies, 1);
 }
+
+/// A backend whose file registration failed falls back to `device`: every stored-layout
+/// weight is then copied (byte for byte), none is served in place, and the report says
+/// which mode fell back and why.
+#[test]
+fn a_fallback_from_mapped_copies_and_is_reported() {
+    let f = file();
+    let m = model(&f);
+    let ws = weights(&m);
+    let (n, bytes) = used(&f);
+    let mut c = cache(Residency::Mapped);
+    c.set_mapping(f.bytes(), 0x7000_0000_0000);
+    c.fall_back(Residency::Device, "registering chunk 1 of 3 failed: injected".into());
+    assert_eq!(c.residency(), Residency::Device);
+    assert!(!c.has_mapping());
+    for w in &ws {
+        let p = c.get(w, Layout::Stored).unwrap();
+        assert!(p < 0x7000_0000_0000 || p >= 0x7000_0000_0000 + f.bytes().len() as u64, "{} served from the dropped mapping", w.name());
+    }
+    check_contents(&c, &ws);
+    let s = c.stats();
+    assert_eq!((s.copies, s.mapped, s.resident_bytes), (n, 0, bytes));
+    assert_eq!(s.residency, Some(Residency::Device));
+    assert_eq!(s.residency_fallback.as_deref(), Some("mapped → device: registering chunk 1 of 3 failed: injected"));
+    assert!(s.summary().contains("residency fell back (mapped → device: registering chunk 1 of 3"), "{}", s.summary());
+    no_leak(&c);
+}

@@ -28,10 +28,14 @@ use crate::common;
 
 /// Arguments of `lode fit`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "The KV cache is counted as the engine allocates it today: every layer holds the \
-full context, Gemma 3's sliding-window layers included (window-sized caches for those layers are not \
-built yet). The device's capacity can be set with the global --device-memory SIZE (the driver's own \
-use included), e.g. `lode fit -m model.gguf --device-memory 24GiB`.")]
+#[command(after_help = "The KV cache is counted as the engine allocates it: full-context layers hold the \
+whole context, sliding-window layers a window-sized cache (window + chunk + 64 slots; --swa-full gives \
+them the full context), K and V in their -ctk / -ctv types. The largest context is capped at the model's \
+training context, and a model that does not fit makes the command exit with status 1. With `mapped` \
+residency the stored weights are read in place; should the file's registration fail or stall at run \
+time, the run falls back to device copies and is counted again before anything is allocated. The \
+device's capacity can be set with the global --device-memory SIZE (the driver's own use included), \
+e.g. `lode fit -m model.gguf --device-memory 24GiB`.")]
 pub struct Args {
     /// GGUF model file (default: Gemma 3 270M Q4_K_M).
     #[arg(short = 'm', long = "model")]
@@ -150,7 +154,10 @@ pub fn run(args: Args) -> Result<()> {
         println!("  experts   {:>11}  of the first {} layers stay in host memory, computed by the CPU ({by})", human(e.host_experts), target.host_expert_layers);
     }
     if e.in_place > 0 {
-        println!("  mapped    {:>11}  read in place from the file (pinned host memory, no device copy)", human(e.in_place));
+        println!(
+            "  mapped    {:>11}  read in place from the file (registered or pinned host memory, no device copy; if the file cannot be registered, the run falls back to device copies of these and is counted again)",
+            human(e.in_place)
+        );
     }
     let swa = match e.swa {
         Some(w) => format!("; {} of them sliding-window layers of {} tokens, {} slots each (window + chunk + 64; --swa-full for the full context)", w.n_windowed(), w.window, w.slots),

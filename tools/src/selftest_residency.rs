@@ -3,8 +3,12 @@
 //! - `device`: after prefills of 1, 7, 64, 127, 513 and 2048 tokens, each followed by
 //!   128 greedy decode steps, device copies == weight tensors used, 0 duplicates,
 //!   resident bytes ≤ their GGUF bytes;
-//! - `upload` and `mapped` compute bit-identical logits to `device`; `mapped` makes no
-//!   copy of a stored-layout weight (and reports how fast it reads over the bus);
+//! - `upload` and `mapped` compute bit-identical logits to `device` (every f32's bits);
+//!   `mapped` makes no copy of a stored-layout weight (and reports how it made the file
+//!   readable, how fast it reads over the bus, or that it fell back and why);
+//! - a registration that fails or stalls at its first chunk (`LODE_TUNE=mapped_inject`, on
+//!   a second context of the same GPU) falls back to `device` residency, says so in the
+//!   weight report, and computes the same logits;
 //! - graph replay off (`Tuning::graphs` off) gives bit-identical logits to replay on;
 //! - over budget and injected allocation / upload / pack failures: a clear error, then a
 //!   successful run — the same engine, or a new one — in the same process.
@@ -14,8 +18,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use lode_runtime::backend::gpu::materialize::{choose_mapped_host, MappedHost};
+use lode_runtime::backend::gpu::register::Inject;
 use lode_runtime::backend::gpu::{GpuBackend, GpuDevice};
 use lode_runtime::backend::KvType;
+use lode_runtime::backend::Backend;
+use lode_runtime::engine::fit::{self, RunShape};
 use lode_runtime::engine::{argmax_logits, Engine, EngineError, EngineOptions};
 use lode_runtime::gguf::GgufFile;
 use lode_runtime::model::Model;
@@ -37,12 +45,18 @@ struct Setup {
 
 impl Setup {
     fn backend(&self, residency: Residency, budget: Option<u64>) -> Result<GpuBackend> {
+        self.backend_on(&self.dev, residency, budget)
+    }
+    fn backend_on(&self, dev: &GpuDevice, residency: Residency, budget: Option<u64>) -> Result<GpuBackend> {
         let opts = WeightOptions { residency: Some(residency), budget, ..Default::default() };
-        Ok(GpuBackend::with_options(self.dev.clone(), &opts)?)
+        Ok(GpuBackend::with_options(dev.clone(), &opts)?)
     }
     fn engine(&self, be: GpuBackend) -> Result<Engine> {
+        Ok(self.engine_ctx(be, CTX)?)
+    }
+    fn engine_ctx(&self, be: GpuBackend, ctx: usize) -> Result<Engine, EngineError> {
         let m = Model::load(self.file.clone())?;
-        Ok(Engine::new(m, Box::new(be), EngineOptions { ctx_size: Some(CTX), batch_size: 512, kv_type: KvType::F16.into(), swa_full: false })?)
+        Engine::new(m, Box::new(be), EngineOptions { ctx_size: Some(ctx), batch_size: 512, kv_type: KvType::F16.into(), swa_full: false })
     }
     fn prompt(&self, n: usize, seed: u32) -> Vec<u32> {
         let v = self.n_vocab.min(30000) as u32;
@@ -58,6 +72,11 @@ fn run(e: &mut Engine, p: &[u32], steps: usize) -> Result<Vec<Vec<f32>>, EngineE
         out.push(e.eval(&[t])?);
     }
     Ok(out)
+}
+
+/// Every logit's bits equal (`==` on f32 would let -0.0 match 0.0 and fail on NaN).
+fn same_bits(a: &[Vec<f32>], b: &[Vec<f32>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()))
 }
 
 fn tokens(l: &[Vec<f32>]) -> Vec<u32> {
@@ -127,7 +146,7 @@ pub fn check(dev: &GpuDevice, path: &Path, mapped_steps: usize) -> Result<bool> 
     let mut e = s.engine(s.backend(Residency::Upload, None)?)?;
     let at_load = e.weight_stats().unwrap_or_default().copies;
     let got = run(&mut e, &p, mapped_steps)?;
-    t.check("upload bit-identical logits", got == want && at_load == s.used, format!("{at_load} copies at load"));
+    t.check("upload bit-identical logits", same_bits(&got, &want) && at_load == s.used, format!("{at_load} copies at load"));
     drop(e);
 
     let mut be = s.backend(Residency::Device, None)?;
@@ -135,7 +154,7 @@ pub fn check(dev: &GpuDevice, path: &Path, mapped_steps: usize) -> Result<bool> 
     let mut e = s.engine(be)?;
     let got = run(&mut e, &p, mapped_steps)?;
     let g = e.weight_stats().and_then(|x| x.graphs).unwrap_or_default();
-    t.check("graphs off bit-identical logits", got == want && g.captures == 0 && g.hits == 0, format!("{g:?}"));
+    t.check("graphs off bit-identical logits", same_bits(&got, &want) && g.captures == 0 && g.hits == 0, format!("{g:?}"));
     drop(e);
 
     // Over budget: a clear error, then a run that fits, in this process.
@@ -147,7 +166,38 @@ pub fn check(dev: &GpuDevice, path: &Path, mapped_steps: usize) -> Result<bool> 
     let err = s.engine(s.backend(Residency::Upload, Some(half))?).err().map(|e| format!("{e:#}")).unwrap_or_default();
     t.check("upload over budget is a clear error", err.contains("weight budget"), err.clone());
     let got = run(&mut s.engine(s.backend(Residency::Device, Some(s.bytes))?)?, &p, mapped_steps)?;
-    t.check("then a run within budget", got == want, "same logits as the reference".into());
+    t.check("then a run within budget", same_bits(&got, &want), "same logits as the reference".into());
+
+    // A model that does not fit (a --device-memory cap with room for half the KV cache)
+    // is refused before any device memory is taken, naming a context that fits; that
+    // context runs within the cap.
+    {
+        let d3 = GpuDevice::open_tuned(dev.api(), lode_runtime::backend::gpu::device_ordinal(), dev.tuning().clone()).context("opening a second context for the capacity check")?;
+        let probe = s.backend_on(&d3, Residency::Device, None)?;
+        let target = probe.memory_target().context("no memory figures from the device")?;
+        drop(probe);
+        let m = Model::load(s.file.clone())?;
+        let shape = RunShape { ctx: CTX, batch: 512, n_seq: 1, kv_type: KvType::F16.into(), swa_full: false };
+        let est = fit::estimate(&m, &target, shape)?;
+        let cap = target.used_at_open + est.fixed() + est.kv / 2;
+        let opts = WeightOptions { residency: Some(Residency::Device), device_memory: Some(cap), ..Default::default() };
+        let refused = s.engine_ctx(GpuBackend::with_options(d3.clone(), &opts)?, CTX);
+        let taken = d3.peak_allocated_bytes();
+        let msg = match &refused {
+            Err(EngineError::DoesNotFit(m)) => m.clone(),
+            Err(e) => format!("not a refusal: {e}"),
+            Ok(_) => "accepted".into(),
+        };
+        let named = msg.find("-c ").and_then(|i| msg[i + 3..].split(|c: char| !c.is_ascii_digit()).next()?.parse::<usize>().ok());
+        t.check("a run that does not fit is refused before any device memory is taken", matches!(refused, Err(EngineError::DoesNotFit(_))) && taken == 0 && named.is_some(), format!("{taken} bytes allocated; {msg}"));
+        if let Some(n) = named {
+            let mut e = s.engine_ctx(GpuBackend::with_options(d3.clone(), &opts)?, n)?;
+            let l = run(&mut e, &s.prompt(n.min(2048).saturating_sub(8).max(1), 7), 4)?;
+            let peak = e.weight_stats().and_then(|x| x.device).and_then(|d| d.driver_peak_used_bytes);
+            let ok = l.iter().flatten().all(|x| x.is_finite()) && peak.is_some_and(|p| p <= cap);
+            t.check("the context the refusal names runs within the cap", ok, format!("-c {n}: driver peak {peak:?} ≤ cap {cap}"));
+        }
+    }
 
     // Injected failures at a materialization midway: error, then the same engine works.
     for stage in [Stage::Pack, Stage::Alloc, Stage::Upload] {
@@ -159,20 +209,54 @@ pub fn check(dev: &GpuDevice, path: &Path, mapped_steps: usize) -> Result<bool> 
         let leak = e.weight_stats().and_then(|x| x.device.map(|d| (x.resident_bytes, d.allocated_bytes)));
         e.clear();
         let again = run(&mut e, &p, mapped_steps);
-        let ok = err.contains("weight `") && matches!(&again, Ok(g) if *g == want);
+        let ok = err.contains("weight `") && matches!(&again, Ok(g) if same_bits(g, &want));
         t.check(&format!("injected {stage:?} failure at {at}"), ok, format!("error: {err}; then {}; (resident, device allocated) after the failure {leak:?}", if ok { "same logits" } else { "WRONG" }));
     }
-    // Last: `mapped` reads every weight over the bus on every step.
+    // A registration that fails or stalls falls back to `device` and computes the same
+    // logits. On a second context with the hook set at the first chunk, so that no real
+    // registration (which can itself stall on some machines) comes before it.
+    for (inject, name) in [(Inject::Fail(1), "fails"), (Inject::Stall(1), "stalls")] {
+        let mut tune = dev.tuning().clone();
+        tune.mapped_host = Some(MappedHost::Register);
+        tune.mapped_inject = Some(inject);
+        tune.mapped_stall_s = 1;
+        let d2 = GpuDevice::open_tuned(dev.api(), lode_runtime::backend::gpu::device_ordinal(), tune).context("opening a second context for the injected registration faults")?;
+        let t0 = Instant::now();
+        let mut e = s.engine(s.backend_on(&d2, Residency::Mapped, None)?)?;
+        let opened = t0.elapsed().as_secs_f64();
+        let got = run(&mut e, &p, mapped_steps)?;
+        let st = e.weight_stats().unwrap_or_default();
+        let fell = st.residency_fallback.clone().unwrap_or_default();
+        let named = fell.contains("chunk 1 of") && fell.contains(if name == "fails" { "injected failure" } else { "mapped_stall_s" });
+        t.check(
+            &format!("mapped registration that {name} falls back to device"),
+            named && st.residency == Some(Residency::Device) && st.mapped == 0 && same_bits(&got, &want),
+            format!("engine up after {opened:.1} s; reported: {fell:?}; {} logits", if same_bits(&got, &want) { "same" } else { "WRONG" }),
+        );
+    }
+
+    // Last (a real registration can stall): `mapped` reads every weight over the bus on
+    // every step. `LODE_TUNE=mapped_host=register` makes a discrete GPU register the
+    // file's own pageable pages instead of copying it into pinned memory.
+    let how = choose_mapped_host(dev);
+    println!("  mapped: {how:?} ({}), coherence {:?}", if dev.tuning().mapped_host.is_some() { "LODE_TUNE=mapped_host" } else { "the device's default" }, dev.tuning().mapped_coherence);
+    let t0 = Instant::now();
     let mut e = s.engine(s.backend(Residency::Mapped, None)?)?;
+    let opened = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
     let got = run(&mut e, &p, mapped_steps)?;
     let secs = t0.elapsed().as_secs_f64();
     let st = e.weight_stats().unwrap_or_default();
+    let fell = match &st.residency_fallback {
+        Some(f) => format!("FELL BACK ({f}); "),
+        None => String::new(),
+    };
     t.check(
         "mapped bit-identical logits, no copy of stored-layout weights",
-        got == want && st.copies == s.used - s.stored && st.mapped == s.stored,
+        st.residency_fallback.is_none() && same_bits(&got, &want) && st.copies == s.used - s.stored && st.mapped == s.stored,
         format!(
-            "copies {} (weights not in the stored layout: {}), mapped {}; tokens {:?}; {} evals in {secs:.2} s ≈ {:.2} GB/s of weights over the bus",
+            "{fell}{how:?} in {opened:.2} s (engine up); {} logits; copies {} (weights not in the stored layout: {}), mapped {}; tokens {:?}; {} evals in {secs:.2} s ≈ {:.2} GB/s of weights over the bus",
+            if same_bits(&got, &want) { "same" } else { "DIFFERENT" },
             st.copies,
             s.used - s.stored,
             st.mapped,

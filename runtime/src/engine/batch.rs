@@ -91,28 +91,44 @@ impl BatchEngine {
         // A model that would not fit is refused here, before anything is allocated; a
         // mixture-of-experts model first keeps the fewest layers' experts on the host that
         // make it fit (the device, and `--weight-budget`), unless `--n-cpu-moe` says.
-        if let Some(mut target) = be.memory_target() {
-            let shape = super::fit::RunShape { ctx: n_ctx, batch: opts.batch_size, n_seq, kv_type: opts.kv_type, swa_full: opts.swa_full };
-            let sized = |t: &crate::backend::memory::MemoryTarget| super::fit::estimate(&model, t, shape).map_err(|e| EngineError::InvalidArg(e.to_string()));
-            let mut est = sized(&target)?;
-            let budget = be.weight_stats().and_then(|s| s.budget_bytes);
-            if let Some(n) = super::fit::host_expert_layers_within(&model, &target, shape, budget) {
-                let host = sized(&crate::backend::memory::MemoryTarget { host_expert_layers: n, ..target.clone() })?.host_experts;
-                if be.place_host_experts(n, host)? {
-                    let why = if est.fits() { "the weight budget" } else { "the device" };
-                    tracing::warn!("experts placed by fit: the experts of the first {n} of {} layers ({}) stay in host memory, computed by the CPU, so that the model fits {why} (--n-cpu-moe N sets the count)", c.n_layer, crate::weights::budget::human(host));
-                    target = be.memory_target().unwrap_or(target);
-                    est = sized(&target)?;
-                }
-            }
-            if let Some(mut why) = est.refusal() {
-                if let Some(n) = super::fit::fewest_host_expert_layers(&model, &target, shape) {
+        let shape = super::fit::RunShape { ctx: n_ctx, batch: opts.batch_size, n_seq, kv_type: opts.kv_type, swa_full: opts.swa_full };
+        let sized = |t: &crate::backend::memory::MemoryTarget| super::fit::estimate(&model, t, shape).map_err(|e| EngineError::InvalidArg(e.to_string()));
+        let refuse = |target: &crate::backend::memory::MemoryTarget| -> Result<(), EngineError> {
+            if let Some(mut why) = sized(target)?.refusal() {
+                if let Some(n) = super::fit::fewest_host_expert_layers(&model, target, shape) {
                     why += &format!("; with --n-cpu-moe {n} (the first {n} layers' experts in host memory, computed by the CPU) it fits");
                 }
                 return Err(EngineError::DoesNotFit(why));
             }
+            Ok(())
+        };
+        let mut planned = be.memory_target();
+        if let Some(target) = planned.clone() {
+            let budget = be.weight_stats().and_then(|s| s.budget_bytes);
+            if let Some(n) = super::fit::host_expert_layers_within(&model, &target, shape, budget) {
+                let fits = sized(&target)?.fits();
+                let host = sized(&crate::backend::memory::MemoryTarget { host_expert_layers: n, ..target.clone() })?.host_experts;
+                if be.place_host_experts(n, host)? {
+                    let why = if fits { "the weight budget" } else { "the device" };
+                    tracing::warn!("experts placed by fit: the experts of the first {n} of {} layers ({}) stay in host memory, computed by the CPU, so that the model fits {why} (--n-cpu-moe N sets the count)", c.n_layer, crate::weights::budget::human(host));
+                    planned = be.memory_target().or(planned);
+                }
+            }
+        }
+        if let Some(target) = &planned {
+            refuse(target)?;
         }
         be.attach_weights(model.file(), &weights)?;
+        // A backend that could not serve `mapped` falls back to copying the weights: count
+        // the run again, still before anything is allocated.
+        if let (Some(before), Some(now)) = (&planned, be.memory_target()) {
+            if now.residency != before.residency {
+                refuse(&now).map_err(|e| match e {
+                    EngineError::DoesNotFit(why) => EngineError::DoesNotFit(format!("{why} (`{}` residency fell back to `{}`: the weights now need device memory)", before.residency, now.residency)),
+                    e => e,
+                })?;
+            }
+        }
         let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa };
         // Built step by step so that Drop releases whatever was allocated if one fails.
         for _ in 0..n_seq {

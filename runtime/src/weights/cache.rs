@@ -165,6 +165,15 @@ impl<M: Materializer> WeightCache<M> {
         self.mapping.is_some()
     }
 
+    /// The backend could not serve `mapped` (the file's registration failed or stalled):
+    /// from now on weights are copied as in `to` (`why` goes to the report).
+    pub fn fall_back(&mut self, to: Residency, why: String) {
+        self.stats.residency_fallback = Some(format!("{} → {to}: {why}", self.residency));
+        self.residency = to;
+        self.stats.residency = Some(to);
+        self.mapping = None;
+    }
+
     /// Test hook: the `(after + 1)`-th time a materialization reaches `stage`, it fails.
     pub fn inject_failure(&mut self, stage: Stage, after: u64) {
         self.fault = Some((stage, after));

@@ -35,6 +35,9 @@ pub struct DeviceMemory {
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct WeightStats {
     pub residency: Option<Residency>,
+    /// Set when the asked residency could not be served and the cache fell back to
+    /// another (`mapped → device: ...` with the reason).
+    pub residency_fallback: Option<String>,
     /// Device copies made (one per (region, layout) materialized).
     pub copies: u64,
     /// Weights read in place from the registered mapping (no device copy).
@@ -108,8 +111,9 @@ impl WeightStats {
             .map(|g| format!(" | graphs: {} captures, {} hits, {} rebinds, {} rebuilds, {} fallbacks, {} eager steps", g.captures, g.hits, g.rebinds, g.rebuilds, g.fallbacks, g.eager_steps))
             .unwrap_or_default();
         let host = self.host_experts.as_ref().map(|h| format!(", experts of {} layers on the host ({})", h.layers, h.chosen_by)).unwrap_or_default();
+        let fell = self.residency_fallback.as_ref().map(|f| format!(" | residency fell back ({f})")).unwrap_or_default();
         format!(
-            "weights: {} copies ({}), {} mapped{host}, {} duplicates, {:.1} ms materializing{peak}{graphs}",
+            "weights: {} copies ({}), {} mapped{host}, {} duplicates, {:.1} ms materializing{peak}{graphs}{fell}",
             self.copies,
             human(self.resident_bytes),
             self.mapped,

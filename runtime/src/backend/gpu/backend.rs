@@ -179,11 +179,13 @@ impl Backend for GpuBackend {
     fn attach_weights(&mut self, file: &std::sync::Arc<crate::gguf::GgufFile>, weights: &[WeightRef]) -> Result<()> {
         self.barrier()?;
         match self.cache.residency() {
-            Residency::Mapped => {
-                let m = MappedFile::register(&self.dev, file)?;
-                self.cache.set_mapping(file.bytes(), m.device_ptr);
-                self.mapped = Some(m);
-            }
+            Residency::Mapped => match MappedFile::register(&self.dev, file) {
+                Ok(m) => {
+                    self.cache.set_mapping(file.bytes(), m.device_ptr);
+                    self.mapped = Some(m);
+                }
+                Err(e) => self.fall_back_from_mapped(e, weights)?,
+            },
             Residency::Upload => {
                 let ws = weights.iter().map(|w| (*w, layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), DeviceClass::Gpu)));
                 self.cache.preload(ws)?;

@@ -471,8 +471,8 @@ impl GpuDevice {
         self.sample_at_readback();
         r
     }
-    pub fn register_host<'a>(&self, host: &'a [u8]) -> Result<HostRegistration<'a>> {
-        let device_ptr = self.core.drv.host_register(host)?;
+    pub fn register_host<'a>(&self, host: &'a [u8], coherence: driver::HostCoherence) -> Result<HostRegistration<'a>> {
+        let device_ptr = self.core.drv.host_register(host, coherence)?;
         Ok(HostRegistration { core: self.core.clone(), host, device_ptr })
     }
     /// `bytes` of page-locked host memory the device reads in place.

@@ -1,14 +1,16 @@
 //! The weight cache's view of a GPU: [`GpuMaterializer`] (allocate, upload, free through
 //! [`GpuDevice`], weights placed in one growing [`Arena`]) and [`MappedFile`] (the model
-//! file readable by the device in place for `mapped` residency).
+//! file readable by the device in place for `mapped` residency; registered through
+//! `register.rs`, whose failure or stall makes the backend fall back to `device`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::arena::Arena;
 use super::device::{DeviceBuffer, GpuDevice, PinnedHost};
+use super::driver::{DevPtr, DriverError, HostCoherence};
+use super::register::{self, Bounds, HostPin, Registered};
 use super::upload::{copy_parallel, Stager};
-use super::driver::{DevPtr, DriverError};
 use crate::gguf::GgufFile;
 use crate::weights::{DeviceFault, DeviceMemory, Materializer, WeightError};
 
@@ -142,12 +144,13 @@ impl Materializer for GpuMaterializer {
 }
 
 /// How `mapped` residency makes the file readable by the device (`Tuning::mapped_host`):
-/// `Register` registers the file's own mapping (`cuMemHostRegister` read-only: no second
-/// copy anywhere; the driver pins the mapping's page-cache pages); `Pinned` copies the file
-/// once into page-locked host memory the driver allocates (`cuMemHostAlloc`: a host copy,
-/// still no device copy, and no pin of file-backed pages, which the H200 machine's kernel
-/// did not complete: see BENCHMARKS.md). The page cache behind the mapping stays
-/// reclaimable, so the host holds the weights about once either way.
+/// `Register` registers the file's own mapping (read-only, in chunks, bounded in time:
+/// `register.rs`; no second copy anywhere; the driver pins the mapping's page-cache
+/// pages); `Pinned` copies the file once into page-locked host memory the driver
+/// allocates (`cuMemHostAlloc`: a host copy, still no device copy, and no pin of
+/// file-backed pages, which the H200 machine's kernel did not complete: see
+/// BENCHMARKS.md). The page cache behind the mapping stays reclaimable, so the host holds
+/// the weights about once either way.
 pub use super::tuning::MappedHost;
 
 /// The tuning table's choice; else `register` on an integrated GPU (where
@@ -155,7 +158,7 @@ pub use super::tuning::MappedHost;
 /// discrete one: on the H200 machine (Linux 6.18 guest, driver 580.159) registering
 /// a freshly written model file's mapping never returned (the thread spun in the
 /// kernel), while driver-allocated pinned memory of the same size took 0.2 s.
-fn choose_mapped_host(dev: &GpuDevice) -> MappedHost {
+pub fn choose_mapped_host(dev: &GpuDevice) -> MappedHost {
     match dev.tuning().mapped_host {
         Some(h) => h,
         None if dev.is_integrated() => MappedHost::Register,
@@ -163,95 +166,107 @@ fn choose_mapped_host(dev: &GpuDevice) -> MappedHost {
     }
 }
 
+/// The registration loop's view of the device: read-only registration with the tuning
+/// table's coherence.
+struct DevicePin {
+    dev: GpuDevice,
+    coherence: HostCoherence,
+}
+
+impl HostPin for DevicePin {
+    fn pin(&self, host: &[u8]) -> Result<DevPtr, DriverError> {
+        self.dev.driver().host_register(host, self.coherence)
+    }
+    fn unpin(&self, host: &[u8]) {
+        let _ = self.dev.driver().host_unregister(host);
+    }
+}
+
 enum Host {
-    Registered { chunks: Vec<(usize, usize)> },
+    /// Unregistered on drop.
+    Registered { _chunks: Registered },
     /// The pinned copy, freed on drop.
     Pinned { _copy: PinnedHost },
 }
 
-/// The model file, readable by the device in place. Holds the file, so the mapping
-/// outlives the registration; unregisters (or frees the pinned copy) on drop.
+/// The model file, readable by the device in place. The registration holds the file, so
+/// the mapping outlives it; unregisters (or frees the pinned copy) on drop, after the
+/// kernels that read it.
 pub struct MappedFile {
     dev: GpuDevice,
-    file: Arc<GgufFile>,
-    host: Host,
+    _host: Host,
     pub device_ptr: DevPtr,
+    /// How it was made readable and how long that took.
+    pub how: MappedHost,
+    pub ms: f64,
+}
+
+/// A progress bar on a terminal (hidden elsewhere) for a file of more than one chunk.
+fn bar(bytes: usize, chunk: usize) -> indicatif::ProgressBar {
+    if bytes <= chunk {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = indicatif::ProgressBar::new(bytes as u64);
+    b.set_style(
+        indicatif::ProgressStyle::with_template("registering the model with the GPU {bar:40} {bytes}/{total_bytes} ({elapsed}) {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    b
 }
 
 impl MappedFile {
     pub fn register(dev: &GpuDevice, file: &Arc<GgufFile>) -> Result<MappedFile, WeightError> {
         let how = choose_mapped_host(dev);
-        let bytes = file.bytes();
-        let fail = |msg: String| WeightError::Mapping { bytes: bytes.len() as u64, msg };
+        let len = file.bytes().len();
+        let fail = |msg: String| WeightError::Mapping { bytes: len as u64, msg };
         let trace = weight_trace();
         let t = Instant::now();
+        let tune = dev.tuning();
         let (host, device_ptr) = match how {
             MappedHost::Register => {
-                // In chunks (`Tuning::mapped_chunk` bytes, default 256 MiB), each traced, so a
-                // stalled pin shows where; the device addresses must continue each other
-                // (they do under unified addressing) for a weight to span two chunks.
-                let chunk = dev.tuning().mapped_chunk.max(1 << 16);
-                let chunk = chunk.div_ceil(4096) * 4096;
-                let mut chunks: Vec<(usize, usize)> = Vec::new();
-                let mut base: Option<DevPtr> = None;
-                let undo = |chunks: &[(usize, usize)]| {
-                    for &(o, n) in chunks {
-                        let _ = dev.driver().host_unregister(&bytes[o..o + n]);
-                    }
-                };
-                let n_chunks = bytes.len().div_ceil(chunk);
-                for (i, off) in (0..bytes.len()).step_by(chunk).enumerate() {
-                    let part = &bytes[off..(off + chunk).min(bytes.len())];
-                    if trace {
-                        eprintln!("mapped: cuMemHostRegister {}/{n_chunks}: {} bytes at file offset {off} (host {:p}) ...", i + 1, part.len(), part.as_ptr());
-                    }
-                    let t1 = Instant::now();
-                    let d = match dev.driver().host_register(part) {
-                        Ok(d) => d,
-                        Err(e) => {
-                            undo(&chunks);
-                            return Err(fail(format!("{e} (registering {} bytes at file offset {off})", part.len())));
-                        }
-                    };
-                    chunks.push((off, part.len()));
-                    if trace {
-                        eprintln!("mapped: ... registered in {:.1} ms, device {d:#x}", t1.elapsed().as_secs_f64() * 1e3);
-                    }
-                    let b = *base.get_or_insert(d.wrapping_sub(off as u64));
-                    if b.wrapping_add(off as u64) != d {
-                        undo(&chunks);
-                        return Err(fail(format!("the device addresses of the registered chunks are not contiguous (chunk at file offset {off} at {d:#x}); set LODE_TUNE=mapped_chunk= above the file size")));
-                    }
+                // The device addresses of the chunks must continue each other (they do
+                // under unified addressing) for a weight to span two chunks.
+                let bounds = Bounds::new(tune.mapped_chunk, tune.mapped_stall_s, tune.mapped_total_s, len);
+                if trace {
+                    eprintln!("mapped: registering {len} bytes ({:?} coherence) in chunks of {} bytes, {} s per chunk, {} s in all ...", tune.mapped_coherence, bounds.chunk, bounds.per_chunk.as_secs(), bounds.total.as_secs());
                 }
-                (Host::Registered { chunks }, base.unwrap_or(0))
+                let pin = Arc::new(DevicePin { dev: dev.clone(), coherence: tune.mapped_coherence });
+                let pb = bar(len, bounds.chunk);
+                let r = register::register(file.clone(), pin, bounds, tune.mapped_inject, trace, &|p| {
+                    pb.set_position(p.bytes as u64);
+                    pb.set_message(format!("chunk {}/{}", p.done, p.chunks));
+                });
+                pb.finish_and_clear();
+                let r = r.map_err(|e| fail(e.to_string()))?;
+                // Coarse-grained host memory is up to date for the device once a
+                // synchronization has passed (HIP's coherence control).
+                dev.sync().map_err(|e| fail(e.to_string()))?;
+                let d = r.device_ptr;
+                (Host::Registered { _chunks: r }, d)
             }
             MappedHost::Pinned => {
                 if trace {
-                    eprintln!("mapped: cuMemHostAlloc {} bytes (pinned host copy of the file) ...", bytes.len());
+                    eprintln!("mapped: cuMemHostAlloc {len} bytes (pinned host copy of the file) ...");
                 }
-                let mut p = dev.host_alloc(bytes.len()).map_err(|e| fail(e.to_string()))?;
-                copy_parallel(p.as_mut_slice(), bytes);
+                let mut p = dev.host_alloc(len).map_err(|e| fail(e.to_string()))?;
+                copy_parallel(p.as_mut_slice(), file.bytes());
                 let d = p.device_ptr;
                 (Host::Pinned { _copy: p }, d)
             }
         };
+        let ms = t.elapsed().as_secs_f64() * 1e3;
         if trace {
-            eprintln!("mapped: {how:?}: {} bytes readable by the device at {device_ptr:#x} after {:.1} ms", bytes.len(), t.elapsed().as_secs_f64() * 1e3);
+            eprintln!("mapped: {how:?}: {len} bytes readable by the device at {device_ptr:#x} after {ms:.1} ms");
         }
         dev.mem_mark(&format!("file mapped ({how:?})"));
-        Ok(MappedFile { dev: dev.clone(), file: file.clone(), host, device_ptr })
+        Ok(MappedFile { dev: dev.clone(), _host: host, device_ptr, how, ms })
     }
 }
 
 impl Drop for MappedFile {
     fn drop(&mut self) {
-        // Kernels reading the mapping must be done before its pages are released.
+        // Kernels reading the mapping must be done before its pages are released (the
+        // fields, dropped after this, unregister or free them).
         let _ = self.dev.sync();
-        if let Host::Registered { chunks } = &self.host {
-            let bytes = self.file.bytes();
-            for &(o, n) in chunks {
-                let _ = self.dev.driver().host_unregister(&bytes[o..o + n]);
-            }
-        }
     }
 }

@@ -25,6 +25,7 @@ pub mod launch;
 pub mod materialize;
 pub mod plan;
 pub mod plan_trace;
+pub mod register;
 pub mod replay;
 pub mod selftest;
 pub mod tuning;

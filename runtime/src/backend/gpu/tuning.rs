@@ -11,6 +11,8 @@
 //! Variants that were measured and lost are not here: their code is deleted and their
 //! numbers stay in the benchmark history.
 
+use super::driver::HostCoherence;
+use super::register::Inject;
 use crate::weights::ByteSize;
 
 /// The environment variable the tuning table reads its overrides from.
@@ -92,6 +94,19 @@ pub struct Tuning {
     pub mapped_host: Option<MappedHost>,
     /// `mapped_chunk`: bytes per registered chunk of a mapped file (256MiB).
     pub mapped_chunk: usize,
+    /// `mapped_stall_s`: seconds one chunk's registration may take before `mapped` gives
+    /// up and falls back to device copies (30; a healthy 256 MiB chunk takes well under
+    /// 3 s even from a hard disk).
+    pub mapped_stall_s: u64,
+    /// `mapped_total_s`: seconds the whole file's registration may take (0, the default:
+    /// 60 s + 1 s per 64 MiB of file).
+    pub mapped_total_s: u64,
+    /// `mapped_coherence`: `coarse` (default) or `fine`, how the device caches the
+    /// registered file (`driver::HostCoherence`; HIP only).
+    pub mapped_coherence: HostCoherence,
+    /// `mapped_inject`: test hook, `fail:K` or `stall:K` makes the K-th chunk's
+    /// registration fail or never return (`register::Inject`).
+    pub mapped_inject: Option<Inject>,
     /// `mapped_out`: read-back buffers (the logits) in mapped host memory.
     pub mapped_out: bool,
     /// `pinned_read`: large reads through one page-locked buffer.
@@ -131,6 +146,10 @@ impl Default for Tuning {
             upload_stage: true,
             mapped_host: None,
             mapped_chunk: 256 << 20,
+            mapped_stall_s: 30,
+            mapped_total_s: 0,
+            mapped_coherence: HostCoherence::Coarse,
+            mapped_inject: None,
             mapped_out: true,
             pinned_read: true,
             pinned_min: 1 << 20,
@@ -171,6 +190,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("upload_stage", "0/1: weight uploads staged on a second stream, overlapped with compute"),
     ("mapped_host", "register or pinned"),
     ("mapped_chunk", "BYTES: per registered chunk"),
+    ("mapped_stall_s", "SECONDS one chunk's registration may take before `mapped` falls back to device copies"),
+    ("mapped_total_s", "SECONDS the whole registration may take (0: 60 + 1 per 64 MiB)"),
+    ("mapped_coherence", "coarse or fine: how the GPU caches the registered file (HIP)"),
+    ("mapped_inject", "fail:K or stall:K: test hook, the K-th chunk's registration fails or stalls"),
     ("mapped_out", "0/1: read-back buffers in mapped host memory"),
     ("pinned_read", "0/1: large reads through a page-locked buffer"),
     ("pinned_min", "BYTES: smallest read that takes it"),
@@ -266,6 +289,16 @@ impl Tuning {
                 })
             }
             "mapped_chunk" => self.mapped_chunk = bytes()?.max(1 << 16),
+            "mapped_stall_s" => self.mapped_stall_s = num()?.max(1) as u64,
+            "mapped_total_s" => self.mapped_total_s = num()? as u64,
+            "mapped_coherence" => {
+                self.mapped_coherence = match v {
+                    "coarse" => HostCoherence::Coarse,
+                    "fine" => HostCoherence::Fine,
+                    _ => return Err(format!("`{v}`: expected coarse or fine")),
+                }
+            }
+            "mapped_inject" => self.mapped_inject = if v == "0" { None } else { Some(v.parse()?) },
             "mapped_out" => self.mapped_out = flag()?,
             "pinned_read" => self.pinned_read = flag()?,
             "pinned_min" => self.pinned_min = bytes()?,
@@ -300,6 +333,18 @@ mod tests {
     }
 
     #[test]
+    fn mapped_registration_keys() {
+        let mut t = Tuning::default();
+        assert_eq!((t.mapped_stall_s, t.mapped_total_s, t.mapped_coherence, t.mapped_inject), (30, 0, HostCoherence::Coarse, None));
+        assert!(t.apply("mapped_stall_s=5,mapped_total_s=90,mapped_coherence=fine,mapped_inject=fail:3").is_empty());
+        assert_eq!((t.mapped_stall_s, t.mapped_total_s, t.mapped_coherence, t.mapped_inject), (5, 90, HostCoherence::Fine, Some(Inject::Fail(3))));
+        let bad: Vec<String> = t.apply("mapped_coherence=strict,mapped_inject=stall:0,mapped_stall_s=x").into_iter().map(|e| e.entry).collect();
+        assert_eq!(bad, ["mapped_coherence=strict", "mapped_inject=stall:0", "mapped_stall_s=x"]);
+        assert!(t.apply("mapped_inject=0").is_empty());
+        assert_eq!(t.mapped_inject, None);
+    }
+
+    #[test]
     fn every_key_is_documented_and_settable() {
         for (k, _) in KEYS {
             let mut t = Tuning::default();
@@ -307,6 +352,8 @@ mod tests {
                 "pdl" => "decode",
                 "kernels" => "embedded",
                 "mapped_host" => "pinned",
+                "mapped_coherence" => "fine",
+                "mapped_inject" => "stall:2",
                 "gpu_limits" => "driver",
                 "blas_slab" | "mapped_chunk" | "pinned_min" | "gpu_stack" => "2MiB",
                 "batch_gemm" => "9-64",

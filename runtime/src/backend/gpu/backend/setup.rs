@@ -6,7 +6,8 @@ use crate::backend::gpu::device::GpuDevice;
 use crate::backend::gpu::tuning::Tuning;
 use crate::backend::gpu::materialize::GpuMaterializer;
 use crate::backend::gpu::replay::{Replay, ReplayStats};
-use crate::weights::{Residency, WeightCache, WeightOptions};
+use crate::weights::layout::{self, DeviceClass, Layout};
+use crate::weights::{Residency, WeightCache, WeightError, WeightOptions, WeightRef};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -138,4 +139,48 @@ impl GpuBackend {
     pub fn set_graphs(&mut self, on: bool) {
         self.replay.get_mut().enabled = on;
     }
+
+    /// `mapped` could not make the file readable by the device (`e`: the registration
+    /// failed, stalled or its addresses did not continue; or no pinned copy): fall back to
+    /// `device` residency, whose weights travel through the staged uploads on first use,
+    /// and say so once with what it costs: device memory for the weights `mapped` would
+    /// have read in place (on an integrated GPU, a second copy of them in system memory).
+    /// The engine counts the run again before allocating anything (`BatchEngine::new`).
+    ///
+    /// A stalled registration call may hold a lock inside the driver; the fallback needs
+    /// the driver, so it first checks that a call still returns (within 10 s). If none
+    /// does, the error says so rather than hanging in the fallback.
+    pub(super) fn fall_back_from_mapped(&mut self, e: WeightError, weights: &[WeightRef]) -> Result<()> {
+        if !driver_answers(&self.dev, std::time::Duration::from_secs(10)) {
+            return Err(BackendError::Unavailable(format!(
+                "{e}; and the GPU driver no longer answers (a memory query made after it did not return within 10 s), so the run cannot fall back to device copies in this process"
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        let in_place: u64 = weights
+            .iter()
+            .filter(|w| layout::canonical(w.ty(), layout::consumer_for_dims(&w.view.info.dims), DeviceClass::Gpu) == Layout::Stored)
+            .filter(|w| seen.insert(w.data().as_ptr() as usize))
+            .map(|w| w.data().len() as u64)
+            .sum();
+        let unified = if self.dev.is_integrated() { " (this GPU shares system memory: a second copy of those weights beside the file's pages)" } else { "" };
+        let why = e.to_string();
+        tracing::warn!(
+            "mapped residency is unavailable: {why}. Falling back to `device` residency: each weight is copied into device memory when first used (staged uploads), which takes {} of device memory that `mapped` would have read from the file in place{unified}.",
+            crate::weights::budget::human(in_place)
+        );
+        self.cache.fall_back(Residency::Device, why);
+        Ok(())
+    }
+}
+
+/// Whether a driver call (a memory query) returns within `limit`, asked on a thread of
+/// its own so that a driver blocked for good does not block the caller.
+fn driver_answers(dev: &GpuDevice, limit: std::time::Duration) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d = dev.clone();
+    let asked = std::thread::Builder::new().name("lode-driver-probe".into()).spawn(move || {
+        let _ = tx.send(d.driver().mem_info().is_ok());
+    });
+    asked.is_ok() && rx.recv_timeout(limit).is_ok()
 }

@@ -8,12 +8,16 @@
 //! No AMD GPU exists where lode is developed: this table is exercised by `lode selftest
 //! --device hip` on the user's card (and `ci/rocm-runner.yml`).
 
-use super::{open_first, sym, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, KArg, RawHandle, Result};
+use super::{open_first, sym, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, HostCoherence, KArg, RawHandle, Result};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::OnceLock;
 
 type HipResult = c_int;
 type P = *mut c_void;
+
+/// `hipHostRegister` flags (hip_runtime_api.h).
+const HIP_HOST_REGISTER_MAPPED: c_uint = 0x2;
+const HIP_EXT_HOST_REGISTER_COARSE_GRAINED: c_uint = 0x8;
 
 struct Table {
     init: unsafe extern "C" fn(c_uint) -> HipResult,
@@ -322,17 +326,24 @@ impl Driver for HipDriver {
         // SAFETY: both ranges inside buffers of this device.
         self.check("hipMemcpyDtoDAsync", unsafe { (self.t.memcpy_dtod_async)(p(dst), p(src), bytes, hd(stream)) })
     }
-    fn host_register(&self, host: &[u8]) -> Result<DevPtr> {
+    fn host_register(&self, host: &[u8], coherence: HostCoherence) -> Result<DevPtr> {
         self.cur()?;
         let mut d: P = std::ptr::null_mut();
-        // SAFETY: `host` live; flags Mapped (0x2) | ReadOnly (0x8). Caller unregisters first.
+        // hipHostRegisterMapped (0x2), and for coarse-grained memory
+        // hipExtHostRegisterCoarseGrained (0x8; hipHostRegisterReadOnly has the same value
+        // and AMD documents it as ignored, so on ROCm 0x8 means coarse-grained). Without
+        // it, registered host memory is fine-grained (HIP's coherence-control table).
+        let flags = HIP_HOST_REGISTER_MAPPED | if coherence == HostCoherence::Coarse { HIP_EXT_HOST_REGISTER_COARSE_GRAINED } else { 0 };
+        // SAFETY: `host` live; the caller unregisters before it is unmapped.
         unsafe {
-            self.check("hipHostRegister", (self.t.host_register)(host.as_ptr() as P, host.len(), 0x2 | 0x8))?;
+            self.check("hipHostRegister", (self.t.host_register)(host.as_ptr() as P, host.len(), flags))?;
             self.check("hipHostGetDevicePointer", (self.t.host_get_device_pointer)(&mut d, host.as_ptr() as P, 0))?;
         }
         Ok(d as usize as u64)
     }
     fn host_unregister(&self, host: &[u8]) -> Result<()> {
+        // The registration may end on another thread than the one that made it.
+        self.cur()?;
         // SAFETY: registered by host_register.
         self.check("hipHostUnregister", unsafe { (self.t.host_unregister)(host.as_ptr() as P) })
     }

@@ -91,6 +91,20 @@ pub enum DevAttr {
     PageableMemoryAccess,
 }
 
+/// How registered host memory is kept coherent with the device's caches. HIP's
+/// coherence-control guide: coarse-grained memory is cached by the device and is up to
+/// date once a synchronization has passed (the guide's choice for bulk data); fine-grained
+/// memory is coherent while either side writes, at the price of bypassing caches. The
+/// weights never change once mapped, so `Coarse` (the default) is what they need, with a
+/// stream synchronization after registering; `Fine` is the fallback for a device whose
+/// coarse-grained reads of host memory prove wrong (`lode selftest --residency-check`).
+/// CUDA has one coherence model: its tables ignore this and always register read-only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostCoherence {
+    Coarse,
+    Fine,
+}
+
 /// Static facts about the device a table was opened on.
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
@@ -130,9 +144,11 @@ pub trait Driver: Send + Sync {
     /// Copy device → host and wait for it.
     fn dtoh(&self, dst: &mut [u8], src: DevPtr, stream: RawHandle) -> Result<()>;
     fn dtod(&self, dst: DevPtr, src: DevPtr, bytes: usize, stream: RawHandle) -> Result<()>;
-    /// Page-lock `host` for device reads and return the device address that reads it.
-    /// The caller keeps `host` alive and unregisters it before freeing it.
-    fn host_register(&self, host: &[u8]) -> Result<DevPtr>;
+    /// Page-lock `host` for device reads only (it may be a read-only file mapping) and
+    /// return the device address that reads it; `coherence` is how the device caches it
+    /// ([`HostCoherence`]). The caller keeps `host` alive and unregisters it before
+    /// freeing it.
+    fn host_register(&self, host: &[u8], coherence: HostCoherence) -> Result<DevPtr>;
     fn host_unregister(&self, host: &[u8]) -> Result<()>;
     /// Page-locked host memory the device reads in place (`cuMemHostAlloc` /
     /// `hipHostMalloc` with the mapped flag): (host address, device address). Unlike

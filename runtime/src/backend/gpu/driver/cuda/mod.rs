@@ -4,7 +4,7 @@
 //! (each call sets it; the cost is a TLS write). Signatures follow `cuda.h` of CUDA 12/13;
 //! the `_v2` names are the ones the header's macros select.
 
-use super::{open_first, sym, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, KArg, Limit, RawHandle, Result};
+use super::{open_first, sym, Api, DevAttr, DevPtr, DeviceInfo, Driver, DriverError, HostCoherence, KArg, Limit, RawHandle, Result};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
 
@@ -298,11 +298,13 @@ impl Driver for CudaDriver {
         // SAFETY: both ranges lie inside buffers of this device (checked by the caller).
         self.check("cuMemcpyDtoDAsync", unsafe { (self.t.memcpy_dtod_async)(dst, src, bytes, h(stream)) })
     }
-    fn host_register(&self, host: &[u8]) -> Result<DevPtr> {
+    fn host_register(&self, host: &[u8], _coherence: HostCoherence) -> Result<DevPtr> {
         self.cur()?;
         let mut d = 0u64;
-        // SAFETY: `host` is live; flags 0x2 = DEVICEMAP (0x8 READ_ONLY is added: the GPU
-        // never writes mapped weights). The caller unregisters before freeing.
+        // CU_MEMHOSTREGISTER_DEVICEMAP (0x2) | CU_MEMHOSTREGISTER_READ_ONLY (0x8): the
+        // device only reads it, and the driver requires READ_ONLY to register a mapping the
+        // CPU has read-only (the model file). One coherence model: `_coherence` is HIP's.
+        // SAFETY: `host` is live; the caller unregisters before freeing.
         unsafe {
             self.check("cuMemHostRegister", (self.t.mem_host_register)(host.as_ptr() as *mut c_void, host.len(), 0x2 | 0x8))?;
             self.check("cuMemHostGetDevicePointer", (self.t.mem_host_get_device_pointer)(&mut d, host.as_ptr() as *mut c_void, 0))?;
