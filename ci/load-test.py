@@ -10,12 +10,18 @@ device memory (/metrics `lode_device_memory_bytes`) sampled over the run.
 
 Two workloads (--mode):
   mixed   every request a distinct prompt of log-uniform length in [--prompt-min, --prompt-max]
-          tokens (default 100 to 8,000, capped to the server's context): no prefix to share.
+          tokens (default 100 to 8,000, capped to the server's context): nothing to share but
+          the chat template's own start (its default system line, where it has one).
   shared  every request the same --shared-tokens system prompt (default 2,000) and a distinct
-          user message of [--user-min, --user-max] tokens, run twice: with the prompt cache,
-          then with `cache_prompt: false` (every prompt evaluated whole). Reports the hit rate
+          user message of [--user-min, --user-max] tokens, run twice: with the prompt cache
+          (after one untimed request that puts the system prompt in a slot), then with
+          `cache_prompt: false` (every prompt evaluated whole). Reports the hit rate
           (requests whose timings show cached tokens, and /metrics' lode_prompt_cache_*), the
           share of prompt tokens reused, and the TTFT the cache saves (p50 / p99, off − on).
+
+--greedy-check N first sends N greedy requests sharing the system prompt one at a time with
+`cache_prompt: false`, then all at once with the cache, and compares the tokens (a difference
+is a near-tie when the cold answer's top two log-probabilities there are within --tie).
 
 HTTP client: the `openai` package when it imports (--client auto, the default), else the
 Python standard library (http.client, SSE parsed by hand): machines without network or
@@ -375,6 +381,58 @@ def show(r):
         print(f"   {r['no_token_chunks']} answers had tokens but no chunk with text: rerun with --logprobs", flush=True)
 
 
+# ---------------------------------------------------------------- greedy check
+
+def greedy_check(target, system, prompts, args):
+    """Greedy answers of N requests sharing the system prompt: each alone and cold
+    (`cache_prompt: false`, one at a time), then all at once with the prompt cache. Returns
+    (equal, differing at a near-tie, differing beyond it); a difference is a near-tie when the
+    cold answer's top two log-probabilities at the first differing token are within --tie."""
+    def ask(q, cache_prompt):
+        body = {"model": "lode", "temperature": 0, "max_tokens": args.greedy_tokens, "logprobs": True, "top_logprobs": 2,
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": q}], "cache_prompt": cache_prompt}
+        v = json.loads(target.call("POST", "/v1/chat/completions", body))
+        return [(t["token"], [x["logprob"] for x in t.get("top_logprobs", [])]) for t in v["choices"][0]["logprobs"]["content"]], \
+            v.get("timings", {}).get("cache_n")
+
+    qs = [prompts.text(random.Random(100 + i), 40, f"Question {i}:") for i in range(args.greedy_check)]
+    cold = [ask(q, False) for q in qs]
+    hot = [None] * len(qs)
+
+    def one(i):
+        try:
+            hot[i] = ask(qs[i], True)
+        except Exception as e:  # noqa: BLE001
+            hot[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(qs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    equal, ties, beyond = 0, [], []
+    for i, ((c, _), h) in enumerate(zip(cold, hot)):
+        if isinstance(h, Exception):
+            beyond.append((i, f"failed: {h}"))
+            continue
+        toks, cache_n = h
+        if [t for t, _ in c] == [t for t, _ in toks]:
+            equal += 1
+            continue
+        n = min(len(c), len(toks))
+        j = next((k for k in range(n) if c[k][0] != toks[k][0]), n)
+        tops = c[j][1] if j < len(c) else []
+        margin = tops[0] - tops[1] if len(tops) >= 2 else float("inf")
+        (ties if margin <= args.tie else beyond).append((i, f"token {j}: cold {c[j][0] if j < len(c) else None!r} vs "
+                                                           f"{toks[j][0] if j < len(toks) else None!r}, cold margin {margin:.4f}, cache_n {cache_n}"))
+    print(f"greedy check: {len(qs)} requests sharing the system prompt, alone and cold vs all at once with the cache: "
+          f"{equal} equal, {len(ties)} differ at a near-tie (margin <= {args.tie}), {len(beyond)} differ beyond it", flush=True)
+    for i, why in ties + beyond:
+        print(f"   request {i}: {why}", flush=True)
+    return {"mode": "greedy-check", "requests": len(qs), "equal": equal, "near_ties": ties, "beyond": beyond,
+            "requests_failed": len(beyond)}
+
+
 # ---------------------------------------------------------------- main
 
 def start_server(args):
@@ -407,7 +465,7 @@ def main():
     ap.add_argument("--pid", type=int, help="the attached server's pid (for its RSS; else /metrics)")
     ap.add_argument("--api-key")
     ap.add_argument("--client", choices=["auto", "openai", "http"], default="auto")
-    ap.add_argument("--mode", default="mixed,shared", help="mixed, shared or both (comma-separated)")
+    ap.add_argument("--mode", default="mixed,shared", help="mixed, shared or both (comma-separated; empty: none)")
     ap.add_argument("--clients", default="1,8,32,64", help="concurrent clients per level, comma-separated")
     ap.add_argument("--duration", type=float, default=120, help="seconds per level (and per phase in shared mode)")
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -419,6 +477,10 @@ def main():
     ap.add_argument("--user-max", type=int, default=400)
     ap.add_argument("--logprobs", action="store_true", help="ask for log-probabilities: every token its own chunk")
     ap.add_argument("--sample-every", type=float, default=2.0, help="memory sampling period, seconds")
+    ap.add_argument("--greedy-check", type=int, default=0, metavar="N",
+                    help="first compare N greedy answers sharing the system prompt: alone and cold vs concurrent with the cache")
+    ap.add_argument("--greedy-tokens", type=int, default=32)
+    ap.add_argument("--tie", type=float, default=0.05, help="log-probability margin under which a greedy difference is a near-tie")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
 
@@ -453,15 +515,24 @@ def main():
         levels = [int(c) for c in args.clients.split(",") if c]
         modes = [m for m in args.mode.replace("both", "mixed,shared").split(",") if m]
         system = None
-        if "shared" in modes:
+        if "shared" in modes or args.greedy_check:
             system = "You are the assistant of a shared service. " + prompts.text(random.Random(7), args.shared_tokens - 10)
             print(f"shared system prompt: {target.count_tokens(system)} tokens", flush=True)
+        if args.greedy_check:
+            results.append(greedy_check(target, system, prompts, args))
         for mode in modes:
             for c in levels:
                 if mode == "mixed":
                     results.append(run_level(target, prompts, args, "mixed", c, n_ctx, True, None))
                     show(results[-1])
                 elif mode == "shared":
+                    # One untimed request first: the phase measures the steady state, where
+                    # some slot already holds the system prompt.
+                    warm = Result()
+                    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Hello"}]
+                    stream_http(target, body_for(msgs, args, True, 2), warm)
+                    if not warm.ok:
+                        raise SystemExit(f"the shared prompt's warm-up request failed: {warm.error}")
                     on = run_level(target, prompts, args, "shared", c, n_ctx, True, system)
                     show(on)
                     off = run_level(target, prompts, args, "shared", c, n_ctx, False, system)
