@@ -192,6 +192,14 @@ fn qwen35_state_follows_the_sequence() {
     e.truncate(0, 8);
     assert_eq!(e.history(0).len(), 8, "keeping everything is allowed");
     assert!(e.copy_prefix(0, 1, 4).is_err(), "a shorter prefix cannot be copied");
+    // The prefix cache's lookup offers only a whole history (the state exists there
+    // alone): a prompt extending all 8 tokens, not one sharing 6, nor the 8 themselves
+    // (their last must be evaluated again, which the state at 8 cannot do).
+    assert_eq!(e.prefix_source(1, &ids), Some((0, 8)));
+    let mut diverging = ids[..6].to_vec();
+    diverging.extend([7, 7, 7]);
+    assert_eq!(e.prefix_source(1, &diverging), None, "a partial history");
+    assert_eq!(e.prefix_source(1, &ids[..8]), None, "the whole history as the whole prompt");
     e.copy_prefix(0, 1, 8).unwrap();
     let (a, b) = (last(&mut e, 0, &ids[8..]), last(&mut e, 1, &ids[8..]));
     assert!(a == b, "the copy continues exactly as its source");

@@ -4,7 +4,8 @@
 //! whole. Every greedy answer equals a fresh engine's (its tokens' log-probabilities: the
 //! random model's text is mostly placeholder tokens that print nothing), whatever slot it
 //! lands on and whatever came before (within 2e-6: the same arithmetic, the log-softmax
-//! summed differently); a prompt that shares a start with an earlier one reuses nothing.
+//! summed differently); a prompt that shares a start with an earlier one reuses nothing,
+//! and one that extends a slot's whole history gets it (and its state) copied.
 //! Checked to fail when a recurrent sequence is cut back like a plain one (20 tokens
 //! reused; the stale state moves the random model's near-uniform log-probabilities by
 //! ~5e-6).
@@ -73,14 +74,34 @@ fn recurrent_slots_reuse_only_whole_histories() {
     let b = "The capital of France is Paris and the river through it is";
     let (want_a, want_b) = (reference(&model, a), reference(&model, b));
     assert!(want_a.len() == N && !close(&want_a, &want_b), "{want_a:?} {want_b:?}");
-    for parallel in ["1", "2"] {
-        let srv = Server::start(&model, &["--parallel", parallel, "--ctx-size", "512"]);
+    // `-sps 0` (least recently used slots only) sends b to the other slot, where only a
+    // copy of a's history could give it a start.
+    for extra in [&["--parallel", "1"][..], &["--parallel", "2"], &["--parallel", "2", "-sps", "0"]] {
+        let parallel = extra.join(" ");
+        let srv = Server::start(&model, &[extra, &["--ctx-size", "512"]].concat());
         // a, then b (sharing a's first words but not a's history), then a again, twice.
         for (p, want) in [(a, &want_a), (b, &want_b), (a, &want_a), (a, &want_a)] {
             let (got, cached) = completion(&srv, p);
-            assert!(close(&got, want), "--parallel {parallel}: {p:?}: server {got:?}, engine {want:?}");
-            assert_eq!(cached, 0, "--parallel {parallel}: {p:?} reused {cached} tokens of a recurrent history it does not extend whole");
+            assert!(close(&got, want), "{parallel}: {p:?}: server {got:?}, engine {want:?}");
+            assert_eq!(cached, 0, "{parallel}: {p:?} reused {cached} tokens of a recurrent history it does not extend whole");
         }
     }
+
+    // What a recurrent sequence did keep is reused: a one-token request leaves exactly
+    // its prompt in slot 0 (the sampled token is not evaluated), so a prompt extending it
+    // gets that history and its state copied into the empty slot 1 (`-sps 0`: least
+    // recently used slots only) and evaluates only the rest, answering as a fresh engine.
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&model).unwrap()).unwrap();
+    let longer = format!("{a} Rome, and the capital of Spain is");
+    let (ids_a, ids_long) = (tok.encode(a, true, true), tok.encode(&longer, true, true));
+    assert!(ids_long.starts_with(&ids_a), "{ids_a:?} {ids_long:?}");
+    let want_long = reference(&model, &longer);
+    let srv = Server::start(&model, &["--parallel", "2", "--ctx-size", "512", "-sps", "0"]);
+    let r = srv.post_json("/v1/completions", &[], &json!({"prompt": a, "max_tokens": 1, "temperature": 0}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (got, cached) = completion(&srv, &longer);
+    assert!(close(&got, &want_long), "after a whole-history copy: server {got:?}, engine {want_long:?}");
+    assert_eq!(cached, ids_a.len() as u64, "the kept history is copied whole");
+    assert_eq!(srv.metric("lode_prompt_tokens_shared_total", &[]), ids_a.len() as f64);
     std::fs::remove_dir_all(&dir).unwrap();
 }

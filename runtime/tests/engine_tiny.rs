@@ -351,6 +351,29 @@ fn a_copied_prompt_prefix_continues_like_an_evaluated_one() {
     }
 }
 
+/// The prefix cache's lookup (`prefix_source`): the sequence holding the longest start
+/// of a prompt, never the asking one, always leaving the last prompt token to evaluate,
+/// and nothing where no other sequence shares a token.
+#[test]
+fn prefix_source_finds_the_longest_cached_start() {
+    let opts = EngineOptions { ctx_size: Some(32), batch_size: 8, ..Default::default() };
+    let mut b = BatchEngine::new(load(tiny("llama", &[])).unwrap(), Box::new(CpuBackend::new(2).unwrap()), opts, 3).unwrap();
+    let rows = lode_runtime::model::OutputRows::Last;
+    let p: Vec<u32> = (0..12u32).map(|i| (i * 5 + 1) % V as u32).collect();
+    b.eval_rows(0, &p[..6], rows, &mut |_, _| {}).unwrap();
+    b.eval_rows(1, &p[..9], rows, &mut |_, _| {}).unwrap();
+    assert_eq!(b.prefix_source(2, &p), Some((1, 9)));
+    assert_eq!(b.prefix_source(1, &p), Some((0, 6)), "never the asking sequence");
+    assert_eq!(b.prefix_source(2, &p[..9]), Some((1, 8)), "the last prompt token is evaluated");
+    let mut other = p.clone();
+    other[3] = (other[3] + 1) % V as u32;
+    assert_eq!(b.prefix_source(2, &other), Some((0, 3)), "both share 3; the lower index");
+    assert_eq!(b.prefix_source(2, &[(p[0] + 1) % V as u32, 1, 2]), None);
+    // What it names, copy_prefix takes.
+    b.copy_prefix(1, 2, 9).unwrap();
+    assert_eq!(b.history(2), &p[..9]);
+}
+
 /// Gemma 3's sliding-window layers (window 4) in a window-sized cache (chunks of 8: 76
 /// slots) against full-context ones (`swa_full`), past several base moves: the same
 /// logits bit for bit through a chunked prompt and decode steps; a cut to a position
@@ -381,6 +404,13 @@ fn window_sized_cache_equals_the_full_context_and_cuts_back_safely() {
         // 210 tokens held; the windowed layers hold positions from at least 64 on.
         assert_eq!((ring.history(0).len(), ring.kept_if_truncated(0, 205)), (210, 205));
         assert!(ring.copy_prefix(0, 1, 100).is_err(), "a prefix whose keys were dropped");
+        // The prefix cache's lookup follows the same rule: a prompt sharing only the first
+        // 100 tokens finds nothing; one extending the whole history finds all of it.
+        let mut diverging = ring.history(0)[..100].to_vec();
+        diverging.push((ring.history(0)[100] + 1) % V as u32);
+        assert_eq!(ring.prefix_source(1, &diverging), None, "{kv_type:?}");
+        let extending: Vec<u32> = ring.history(0).iter().copied().chain([1, 2]).collect();
+        assert_eq!(ring.prefix_source(1, &extending), Some((0, 210)), "{kv_type:?}");
         ring.copy_prefix(0, 1, 205).unwrap();
         assert_eq!(ring.truncate(0, 100), 0, "a cut past what the window-sized layers hold keeps nothing");
         // Sequence 1 (a copy) continues as the source would have; sequence 0 starts again.

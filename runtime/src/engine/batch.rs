@@ -302,6 +302,31 @@ impl BatchEngine {
         Ok(())
     }
 
+    /// The prefix cache's lookup: the sequence other than `dst` whose cache can give `dst`
+    /// the longest start of `tokens` (the whole prompt, `dst`'s cached tokens included),
+    /// always leaving the last token to evaluate (its logits pick the next token), as
+    /// `(source, tokens it gives)`. A source qualifies only where [`Self::copy_prefix`]
+    /// would take that prefix: with recurrent layers only a source whose whole history
+    /// is that prefix (its state exists at its last position only), with window-sized
+    /// caches only a prefix whose keys the source still holds. Live and idle sequences
+    /// alike; ties go to the lowest index.
+    pub fn prefix_source(&self, dst: usize, tokens: &[u32]) -> Option<(usize, usize)> {
+        let limit = tokens.len().saturating_sub(1);
+        let recurrent = self.is_recurrent();
+        let mut best: Option<(usize, usize)> = None;
+        for (src, s) in self.seqs.iter().enumerate() {
+            if src == dst || s.history.is_empty() {
+                continue;
+            }
+            let common = s.history.iter().zip(tokens).take_while(|(a, b)| a == b).count().min(limit);
+            let usable = if recurrent && common != s.history.len() { 0 } else { common };
+            if usable > best.map_or(0, |b| b.1) && self.kept_if_truncated(src, usable) == usable {
+                best = Some((src, usable));
+            }
+        }
+        best
+    }
+
     fn check_seq(&self, seq: usize) -> Result<(), EngineError> {
         if seq >= self.seqs.len() {
             return Err(EngineError::InvalidArg(format!("sequence {seq} does not exist ({} sequences)", self.seqs.len())));

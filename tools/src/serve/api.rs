@@ -53,6 +53,8 @@ pub struct GenRequest {
     pub tools: Option<ToolRequest>,
     /// `response_format` / `json_schema` / `grammar`: what the output must match.
     pub grammar: Option<GrammarSpec>,
+    /// llama-server's `cache_prompt` (default true): reuse a cached start of the prompt.
+    pub cache_prompt: bool,
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -183,7 +185,22 @@ fn parse_common(obj: &Map<String, Value>, prompt: PromptInput) -> Result<GenRequ
     if stops.len() > MAX_STOPS {
         return Err(ApiError::invalid_param("stop", format!("at most {MAX_STOPS} stop strings, got {}", stops.len())));
     }
-    Ok(GenRequest { model, prompt, stream, include_usage, sampling: s, max_tokens, stops, n, logprobs: None, chat_json: Vec::new(), tools: None, grammar })
+    let cache_prompt = get::<bool>(obj, "cache_prompt", "a boolean")?.unwrap_or(true);
+    Ok(GenRequest {
+        model,
+        prompt,
+        stream,
+        include_usage,
+        sampling: s,
+        max_tokens,
+        stops,
+        n,
+        logprobs: None,
+        chat_json: Vec::new(),
+        tools: None,
+        grammar,
+        cache_prompt,
+    })
 }
 
 /// Fields that would change the answer but that this server does not implement: a 400

@@ -33,8 +33,10 @@ const STEP_WINDOW: Duration = Duration::from_millis(3);
 type Reply = SyncSender<Result<Vec<f32>, String>>;
 
 enum Msg {
-    /// Evaluate a prompt (or its uncached tail) after the sequence's cached tokens.
-    Eval { seq: usize, tokens: Vec<u32>, reply: Reply },
+    /// Evaluate a prompt (or its uncached tail) after the sequence's cached tokens; with
+    /// `share`, first copy a longer cached start of it from another sequence. The reply
+    /// carries the last row's logits and the tokens copied.
+    Eval { seq: usize, tokens: Vec<u32>, share: bool, reply: SyncSender<Result<(Vec<f32>, usize), String>> },
     /// The next token of a decoding sequence.
     Step { seq: usize, token: u32, reply: Reply },
     /// A speculative verify chunk (the last token and the drafted ones), evaluated alone;
@@ -84,10 +86,12 @@ pub fn start(engine: BatchEngine, metrics: Arc<Metrics>, embeddings: bool) -> st
             n_ctx,
             recurrent: engine.is_recurrent(),
             window: engine.window_kv().is_some(),
+            share: true,
+            copied: 0,
         })
         .collect();
     let embed = embeddings.then(|| EmbedHandle { seq: n_slots, tx: tx.clone(), n_ctx });
-    std::thread::Builder::new().name("lode-engine".into()).spawn(move || engine_thread(engine, rx, metrics, n_slots))?;
+    std::thread::Builder::new().name("lode-engine".into()).spawn(move || engine_thread(engine, rx, metrics))?;
     Ok((handles, embed))
 }
 
@@ -103,10 +107,15 @@ pub struct SeqHandle {
     /// Window-sized caches: whether a cut keeps anything depends on what they still hold,
     /// which only the engine knows (`BatchEngine::truncate`), so a cut asks it.
     window: bool,
+    /// Whether a prompt may copy its start from another sequence (the request's
+    /// `cache_prompt`, `--no-cache-prompt`).
+    share: bool,
+    /// Prompt tokens copied from other sequences since [`SlotSequence::take_copied`].
+    copied: usize,
 }
 
 impl SeqHandle {
-    fn ask(&self, msg: impl FnOnce(Reply) -> Msg) -> Result<Vec<f32>, EngineError> {
+    fn ask<T>(&self, msg: impl FnOnce(SyncSender<Result<T, String>>) -> Msg) -> Result<T, EngineError> {
         let (reply, rx) = mpsc::sync_channel(1);
         let gone = || EngineError::InvalidArg("the engine thread has stopped".into());
         self.tx.send(msg(reply)).map_err(|_| gone())?;
@@ -130,8 +139,10 @@ impl Sequence for SeqHandle {
             let token = tokens[0];
             self.ask(|reply| Msg::Step { seq, token, reply })?
         } else {
-            let tokens = tokens.to_vec();
-            self.ask(|reply| Msg::Eval { seq, tokens, reply })?
+            let (tokens, share) = (tokens.to_vec(), self.share);
+            let (logits, copied) = self.ask(|reply| Msg::Eval { seq, tokens, share, reply })?;
+            self.copied += copied;
+            logits
         };
         self.history.extend_from_slice(tokens);
         Ok(logits)
@@ -195,6 +206,12 @@ impl SlotSequence for SeqHandle {
     fn finished(&mut self) {
         let _ = self.tx.send(Msg::Idle { seq: self.seq });
     }
+    fn set_prompt_cache(&mut self, on: bool) {
+        self.share = on;
+    }
+    fn take_copied(&mut self) -> usize {
+        std::mem::take(&mut self.copied)
+    }
 }
 
 /// Runs `f` on the engine; a panic becomes an error message and every sequence is
@@ -223,20 +240,17 @@ fn publish_memory(engine: &BatchEngine, m: &Metrics) {
     }
 }
 
-/// Before `seq` evaluates `tokens` after its cached ones: when another slot's cache
+/// The prefix cache, before `seq` evaluates `tokens` after its cached ones: when another
+/// sequence's cache (a live slot's or an idle one's, [`BatchEngine::prefix_source`])
 /// holds a longer start of the same prompt (the other choices of an `n > 1` request, a
-/// shared system prompt), copies that K/V into `seq` instead of evaluating it. Returns
-/// the tokens still to evaluate (at least one) and how many were copied.
-fn share_prefix(e: &mut BatchEngine, seq: usize, tokens: &[u32], n_slots: usize) -> (Vec<u32>, usize) {
+/// shared system prompt, an earlier turn of the conversation), copies that K/V into
+/// `seq` instead of evaluating it. Returns the tokens still to evaluate (at least one)
+/// and how many were copied.
+fn share_prefix(e: &mut BatchEngine, seq: usize, tokens: &[u32]) -> (Vec<u32>, usize) {
     let own = e.history(seq).len();
     let full: Vec<u32> = e.history(seq).iter().chain(tokens).copied().collect();
-    let limit = full.len() - 1;
-    let best = (0..n_slots)
-        .filter(|&s| s != seq)
-        .map(|s| (e.history(s).iter().zip(&full).take_while(|(a, b)| a == b).count().min(limit), s))
-        .max();
-    match best {
-        Some((n, src)) if n >= own + MIN_SHARED => match e.copy_prefix(src, seq, n) {
+    match e.prefix_source(seq, &full) {
+        Some((src, n)) if n >= own + MIN_SHARED => match e.copy_prefix(src, seq, n) {
             Ok(()) => (full[n..].to_vec(), n - own),
             Err(err) => {
                 tracing::debug!("cannot share {n} prompt tokens from sequence {src}: {err}");
@@ -249,7 +263,7 @@ fn share_prefix(e: &mut BatchEngine, seq: usize, tokens: &[u32], n_slots: usize)
     }
 }
 
-fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>, n_slots: usize) {
+fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>) {
     publish_memory(&engine, &m);
     let mut decoding = vec![false; engine.n_seq()];
     let mut pending: Vec<(usize, u32, Reply)> = Vec::new();
@@ -287,14 +301,15 @@ fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>, n_
             }
         };
         match msg {
-            Msg::Eval { seq, tokens, reply } => {
+            Msg::Eval { seq, tokens, share, reply } => {
                 decoding[seq] = true;
                 let r = guarded(&mut engine, |e| {
-                    let (rest, shared) = share_prefix(e, seq, &tokens, n_slots);
+                    // The embeddings sequence is emptied after each use: never a source.
+                    let (rest, shared) = if share { share_prefix(e, seq, &tokens) } else { (tokens, 0) };
                     m.shared_prompt_tokens.fetch_add(shared as u64, Relaxed);
                     let mut last = Vec::new();
                     e.eval_rows(seq, &rest, OutputRows::Last, &mut |_, l| last = l.to_vec())?;
-                    Ok(last)
+                    Ok((last, shared))
                 });
                 let _ = reply.send(r);
                 publish_memory(&engine, &m);

@@ -19,6 +19,10 @@ pub struct Metrics {
     pub cached_prompt_tokens: AtomicU64,
     /// Prompt tokens whose K/V was copied from another slot's cache.
     pub shared_prompt_tokens: AtomicU64,
+    /// Requests that looked in the prompt cache (`cache_prompt` on), and those that
+    /// reused at least one cached token.
+    pub prompt_cache_lookups: AtomicU64,
+    pub prompt_cache_hits: AtomicU64,
     pub generated_tokens: AtomicU64,
     pub prompt_us: AtomicU64,
     pub decode_us: AtomicU64,
@@ -59,6 +63,8 @@ impl Metrics {
             prompt_tokens: AtomicU64::new(0),
             cached_prompt_tokens: AtomicU64::new(0),
             shared_prompt_tokens: AtomicU64::new(0),
+            prompt_cache_lookups: AtomicU64::new(0),
+            prompt_cache_hits: AtomicU64::new(0),
             generated_tokens: AtomicU64::new(0),
             prompt_us: AtomicU64::new(0),
             decode_us: AtomicU64::new(0),
@@ -125,18 +131,30 @@ impl Metrics {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         };
         let secs = |us: &AtomicU64| format!("{}", us.load(Relaxed) as f64 / 1e6);
-        metric("lode_prompt_tokens_total", "counter", "Prompt tokens evaluated.", self.prompt_tokens.load(Relaxed).to_string());
+        let (evaluated, cached) = (self.prompt_tokens.load(Relaxed), self.cached_prompt_tokens.load(Relaxed));
+        let (lookups, hits) = (self.prompt_cache_lookups.load(Relaxed), self.prompt_cache_hits.load(Relaxed));
+        let ratio = |a: u64, b: u64| format!("{:.4}", if b == 0 { 0.0 } else { a as f64 / b as f64 });
+        metric("lode_prompt_tokens_total", "counter", "Prompt tokens evaluated.", evaluated.to_string());
         metric(
             "lode_prompt_tokens_cached_total",
             "counter",
-            "Prompt tokens reused from a slot's KV cache.",
-            self.cached_prompt_tokens.load(Relaxed).to_string(),
+            "Prompt tokens reused from the prompt cache instead of evaluated: the slot's own KV or copied from another sequence's (the timings' cache_n).",
+            cached.to_string(),
         );
         metric(
             "lode_prompt_tokens_shared_total",
             "counter",
-            "Prompt tokens copied from another slot's KV cache (n > 1, shared prefixes) instead of evaluated.",
+            "Of those, prompt tokens copied from another sequence's KV cache (n > 1, shared prefixes).",
             self.shared_prompt_tokens.load(Relaxed).to_string(),
+        );
+        metric("lode_prompt_cache_requests_total", "counter", "Requests that looked in the prompt cache (cache_prompt on).", lookups.to_string());
+        metric("lode_prompt_cache_hits_total", "counter", "Of those, requests that reused at least one cached prompt token.", hits.to_string());
+        metric("lode_prompt_cache_hit_rate", "gauge", "Prompt cache hits per request looked up, since start.", ratio(hits, lookups));
+        metric(
+            "lode_prompt_cache_token_rate",
+            "gauge",
+            "Prompt tokens reused per prompt token (reused + evaluated), since start.",
+            ratio(cached, cached + evaluated),
         );
         metric("lode_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens.load(Relaxed).to_string());
         metric("lode_spec_verify_passes_total", "counter", "Speculative verify chunks run.", self.spec_passes.load(Relaxed).to_string());

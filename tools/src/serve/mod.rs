@@ -87,6 +87,26 @@ pub struct Args {
     /// not batched with the other slots' steps.
     #[command(flatten)]
     pub spec: crate::spec::SpecArgs,
+    /// Reuse cached prompt starts (the default): a slot's own last tokens, or a prefix
+    /// copied from another slot's KV cache (live or idle), so a shared system prompt or
+    /// an earlier turn is not evaluated again. A request's `cache_prompt: false` opts out.
+    #[arg(long = "cache-prompt", overrides_with = "no_cache_prompt")]
+    pub cache_prompt: bool,
+    /// Evaluate every prompt whole (no prompt cache).
+    #[arg(long = "no-cache-prompt", overrides_with = "cache_prompt")]
+    pub no_cache_prompt: bool,
+    /// How much of a prompt (0 to 1) a free slot's cached start must cover for the
+    /// request to go to that slot; otherwise the least recently used free slot takes it,
+    /// evicting its cache (also -sps; 0: least recently used only).
+    #[arg(long = "slot-prompt-similarity", default_value_t = 0.1, value_parser = similarity)]
+    pub slot_prompt_similarity: f32,
+}
+
+fn similarity(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("expected a number from 0 to 1, got {s:?}")),
+    }
 }
 
 /// Most slots one server runs.
@@ -166,7 +186,7 @@ pub fn run(args: Args) -> Result<()> {
     aliases.retain(|a| *a != model_id);
     aliases.dedup();
 
-    let scheduler = Scheduler::start(runners, metrics.clone()).context("cannot start the slot threads")?;
+    let scheduler = Scheduler::start(runners, metrics.clone(), args.slot_prompt_similarity).context("cannot start the slot threads")?;
     let state = Arc::new(AppState {
         model_id: model_id.clone(),
         model_meta: api::ModelMeta {
@@ -189,6 +209,7 @@ pub fn run(args: Args) -> Result<()> {
         embed,
         cors: args.cors.clone().filter(|c| !c.is_empty()),
         grammars,
+        cache_prompt: !args.no_cache_prompt,
     });
 
     let rt = tokio::runtime::Builder::new_multi_thread()

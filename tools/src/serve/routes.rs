@@ -55,6 +55,9 @@ pub struct AppState {
     /// The grammar compiler over the model's vocabulary, or why there is none (set by a
     /// background thread once built).
     pub grammars: Arc<std::sync::OnceLock<Result<Grammars, String>>>,
+    /// `--cache-prompt` (default) / `--no-cache-prompt`: requests may reuse cached
+    /// prompt starts.
+    pub cache_prompt: bool,
 }
 
 type St = State<Arc<AppState>>;
@@ -262,6 +265,7 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
             special,
             events: tx,
             enqueued: Instant::now(),
+            cache_prompt: req.cache_prompt && st.cache_prompt,
         });
         rxs.push(rx);
     }

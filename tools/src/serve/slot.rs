@@ -24,6 +24,12 @@ use super::structured::{ErrorCell, GrammarConstraint, GrammarStats};
 pub trait SlotSequence: Sequence + Send {
     /// The request is over (done, failed or cancelled).
     fn finished(&mut self) {}
+    /// Whether the next prompts may copy their start from another sequence's cache.
+    fn set_prompt_cache(&mut self, _on: bool) {}
+    /// Prompt tokens copied from other sequences' caches since the last call.
+    fn take_copied(&mut self) -> usize {
+        0
+    }
 }
 
 impl SlotSequence for Engine {}
@@ -64,13 +70,21 @@ impl<S: SlotSequence> SlotRunner for EngineSlot<S> {
         self.engine.truncate(0);
         self.engine.finished();
     }
+
+    fn cached(&self) -> &[u32] {
+        self.engine.history()
+    }
 }
 
 impl<S: SlotSequence> EngineSlot<S> {
     fn generate(&mut self, job: &Job, emit: &mut dyn FnMut(Piece) -> bool) -> Result<Finish, ApiError> {
         let EngineSlot { engine, tok, eog, grammar_stats, spec } = self;
         let prompt = &job.prompt;
-        engine.truncate(reusable_prefix(engine.history(), prompt));
+        // `cache_prompt: false` (or `--no-cache-prompt`): the whole prompt is evaluated.
+        let keep = if job.cache_prompt { reusable_prefix(engine.history(), prompt) } else { 0 };
+        engine.truncate(keep);
+        engine.set_prompt_cache(job.cache_prompt);
+        engine.take_copied();
         // What the sequence kept (a recurrent model keeps all of its history or none).
         let cached = engine.history().len();
         let mut sampler = Sampler::new(job.sampling.clone());
@@ -146,6 +160,8 @@ impl<S: SlotSequence> EngineSlot<S> {
             }
         };
         let n_gen = out.tokens.len();
+        // The prompt's start copied from another sequence's cache counts as cached.
+        let cached = cached + engine.take_copied();
         Ok(Finish {
             finish_reason,
             usage: Usage { prompt_tokens: prompt.len(), completion_tokens: n_gen, total_tokens: prompt.len() + n_gen },
