@@ -12,7 +12,9 @@
 //! - every token speculation with it emits, and the logits it was chosen from, are plain
 //!   decoding's (without the block), bit for bit, greedy and sampled; and `lode generate
 //!   --spec-type draft-mtp` prints plain greedy's tokens;
-//! - a file without the block is refused by name.
+//! - a file without the block is refused by name; `lode fit` counts the block's KV cache
+//!   (one more full-context layer) and, with speculation on a hybrid model, the rewind
+//!   logs; `lode inspect` names the block.
 //!
 //! Needs python3 with `gguf==0.19.0` and numpy (CI installs them: `.ci/run`).
 
@@ -252,5 +254,27 @@ fn generate_with_draft_mtp_is_plain_greedy() {
     let out = common::lode(&["generate", "--device", "cpu", "-m", &plain, "-p", "hi", "-n", "4", "--spec-type", "draft-mtp"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("multi-token-prediction"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn fit_and_inspect_know_the_block() {
+    let dir = std::env::temp_dir().join(format!("lode-mtp-fit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = synth(&dir, "qwen35-tiny-mtp", "1");
+    let fit = |extra: &[&str]| json_run(&[&["fit", "--device", "cpu", "-m", &p, "-c", "4096", "--json"][..], extra].concat());
+    let (plain, ngram, mtp) = (fit(&[]), fit(&["--spec-type", "ngram-simple", "--draft-max", "16"]), fit(&["--spec-type", "draft-mtp"]));
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    // f16 K and V of 2 KV heads × 64 over 4096 positions: one layer is 2 MiB.
+    assert_eq!(n(&mtp, "kv_bytes") - n(&plain, "kv_bytes"), 4096 * 2 * 2 * 64 * 2);
+    assert!(n(&mtp, "weights_bytes") > n(&plain, "weights_bytes") && n(&mtp, "weight_tensors") == n(&plain, "weight_tensors") + 15);
+    assert_eq!((n(&plain, "rewind_log_bytes"), mtp["mtp"].as_bool(), plain["mtp"].as_bool()), (0, Some(true), Some(false)));
+    // 3 delta net layers: conv (3 × 512) and state (4 × 64 × 64) checkpoints, 17 rows of
+    // qkv (512), beta and alpha (4 each); f32.
+    assert_eq!(n(&ngram, "rewind_log_bytes"), 3 * (3 * 512 + 4 * 64 * 64 + 17 * (512 + 8)) * 4);
+    let ins = json_run(&["inspect", "--json", &p]);
+    assert_eq!(ins["mtp"], serde_json::json!({ "blocks": 1, "first_block": 4, "tensors": 15, "bytes": n(&ins["mtp"], "bytes") }));
+    let plain_file = synth(&dir, "qwen35-tiny", "1");
+    assert!(json_run(&["inspect", "--json", &plain_file])["mtp"].is_null());
     std::fs::remove_dir_all(&dir).unwrap();
 }

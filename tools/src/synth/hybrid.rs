@@ -298,6 +298,29 @@ mod tests {
         assert!(matches!(key("qwen35.rope.dimension_sections"), MetaValue::Array(ValueType::I32, ref v) if v.len() == 4));
     }
 
+    /// The MTP presets: the trunk's tensors, then `blk.{n_layer}` as a gated-attention block
+    /// with the trunk's FFN and the four `nextn` tensors; `block_count` counts the block
+    /// and `nextn_predict_layers` says it is one (the plain presets write no such key).
+    #[test]
+    fn mtp_presets_carry_one_nextn_block() {
+        let h = hparams(Preset::Qwen35_27bMtp);
+        let p = plan(&h, Quant::Q4KM);
+        assert_eq!(p.len(), 48 * 14 + 16 * 11 + 3 + 11 + 4);
+        let get = |n: &str| p.iter().find(|t| t.name == n).map(|t| (t.ty, t.dims.clone())).unwrap_or_else(|| panic!("no {n}"));
+        assert_eq!(get("blk.64.nextn.eh_proj.weight").1, [10240, 5120]);
+        assert_eq!(get("blk.64.nextn.hnorm.weight"), (F32, vec![5120]));
+        assert_eq!(get("blk.64.attn_q.weight").1, [5120, 12288]);
+        assert_eq!(get("blk.64.ffn_down.weight").1, [17408, 5120]);
+        assert!(!p.iter().any(|t| t.name.starts_with("blk.64.") && (t.name.contains("ssm") || t.name.contains("attn_qkv"))));
+        let m = all_metadata(&h, Quant::Q4KM);
+        let key = |k: &str| m.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(key("qwen35.block_count"), Some(MetaValue::U32(65)));
+        assert_eq!(key("qwen35.nextn_predict_layers"), Some(MetaValue::U32(1)));
+        assert_eq!(all_metadata(&hparams(Preset::Qwen35_27b), Quant::Q4KM).iter().find(|(n, _)| n.ends_with("nextn_predict_layers")), None);
+        let moe = plan(&hparams(Preset::Qwen35MoeTinyMtp), Quant::Q4KM);
+        assert!(moe.iter().any(|t| t.name == "blk.4.ffn_gate_exps.weight") && moe.iter().any(|t| t.name == "blk.4.nextn.eh_proj.weight"));
+    }
+
     /// Qwen3.6-35B-A3B: 30 recurrent layers of 19 tensors (two norms, the delta net's nine,
     /// the router, three expert tensors, the shared expert's four) and 10 attention layers
     /// of 16, and the expert keys llama.cpp's qwen35moe loader reads.
