@@ -69,7 +69,7 @@ fn reference(model: &str, cases: &[(&[u32], &[u32])], out: &Path, variants: &[&s
 }
 
 fn engine(file: &Arc<GgufFile>, batch: usize) -> BatchEngine {
-    let m = Model::load(file.clone()).unwrap();
+    let m = Model::load_with_mtp(file.clone()).unwrap();
     assert!(m.mtp.is_some(), "the preset carries an MTP block");
     let opts = EngineOptions { ctx_size: Some(64), batch_size: batch, kv_type: KvType::F32.into(), swa_full: false };
     BatchEngine::new(m, Box::new(CpuBackend::new(2).unwrap()), opts, 1).unwrap()
@@ -173,10 +173,8 @@ fn mtp_block_matches_a_numpy_reference() {
 }
 
 fn open(path: &str, keep_mtp: bool) -> Engine {
-    let mut m = Model::load(Arc::new(GgufFile::open(path).unwrap())).unwrap();
-    if !keep_mtp {
-        m.drop_mtp();
-    }
+    let file = Arc::new(GgufFile::open(path).unwrap());
+    let m = if keep_mtp { Model::load_with_mtp(file) } else { Model::load(file) }.unwrap();
     let opts = EngineOptions { ctx_size: Some(128), batch_size: 4, kv_type: KvType::F32.into(), swa_full: false };
     Engine::new(m, Box::new(CpuBackend::new(2).unwrap()), opts).unwrap()
 }

@@ -419,10 +419,8 @@ type Parts = (Model, Box<dyn lode_runtime::backend::Backend>, EngineOptions, Arc
 fn open_parts(args: &ModelArgs, keep_mtp: bool) -> Result<Parts> {
     let path = resolve_model(args.model.as_deref())?;
     let file = open_gguf(&path)?;
-    let mut model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
-    if !keep_mtp {
-        model.drop_mtp();
-    }
+    let load = if keep_mtp { Model::load_with_mtp } else { Model::load };
+    let model = load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
     let threads = args.threads.unwrap_or_else(physical_cores);
     let (be, note) = backend::open_with(args.device, threads, &args.weights.options()?, &gpu_options())?;
     if let Some(note) = note {

@@ -68,7 +68,7 @@ pub struct Args {
     pub spec_type: crate::spec::SpecType,
     /// Tokens drafted per verify pass at most: with speculation on a model with recurrent
     /// layers, each sequence's rewind log holds this many rows and one more.
-    #[arg(long = "draft-max", visible_aliases = ["draft", "draft-n"], value_name = "N", default_value_t = 16)]
+    #[arg(long = "draft-max", visible_aliases = ["draft", "draft-n", "spec-draft-n-max"], value_name = "N", default_value_t = 16)]
     pub draft_max: usize,
     /// Print JSON instead of the table.
     #[arg(long)]
@@ -78,13 +78,11 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let path = common::resolve_model(args.model.as_deref())?;
     let file = std::sync::Arc::new(common::open_gguf_plain(&path, "cannot open model")?);
-    let mut model = Model::load(file.clone()).with_context(|| format!("cannot read model {}", path.display()))?;
     let mtp = args.spec_type == crate::spec::SpecType::DraftMtp;
+    let load = if mtp { Model::load_with_mtp } else { Model::load };
+    let model = load(file.clone()).with_context(|| format!("cannot read model {}", path.display()))?;
     if mtp && model.mtp.is_none() {
         anyhow::bail!("{} carries no multi-token-prediction block (`blk.N.nextn.*`): --spec-type draft-mtp needs one", path.display());
-    }
-    if !mtp {
-        model.drop_mtp();
     }
     let mut target = target(args.device, args.residency, args.n_cpu_moe)?;
     let c = &model.cfg;
@@ -95,8 +93,7 @@ pub fn run(args: Args) -> Result<()> {
     let draft = match &args.model_draft {
         Some(p) => {
             let f = std::sync::Arc::new(common::open_gguf_plain(p, "cannot open draft model")?);
-            let mut dm = Model::load(f).with_context(|| format!("cannot read draft model {}", p.display()))?;
-            dm.drop_mtp();
+            let dm = Model::load(f).with_context(|| format!("cannot read draft model {}", p.display()))?;
             let de = fit::estimate(&dm, &target, shape).context("cannot size the draft model")?;
             // A recurrent draft logs what it drafts, to rewind to the accepted tokens.
             let need = de.need + fit::rewind_log_bytes(&dm, target.class == DeviceClass::Gpu, shape.n_seq, args.draft_max);

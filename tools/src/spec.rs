@@ -51,13 +51,13 @@ pub struct SpecArgs {
     #[arg(long = "spec-ngram-size-n", value_name = "N", default_value_t = 12)]
     pub ngram_size_n: usize,
     /// Tokens drafted per verify pass at most.
-    #[arg(long = "draft-max", visible_aliases = ["draft", "draft-n"], value_name = "N", default_value_t = 16)]
+    #[arg(long = "draft-max", visible_aliases = ["draft", "draft-n", "spec-draft-n-max"], value_name = "N", default_value_t = 16)]
     pub draft_max: usize,
     /// Drafts shorter than this are not verified (the step decodes one token).
     #[arg(long = "draft-min", visible_alias = "draft-n-min", value_name = "N", default_value_t = 0)]
     pub draft_min: usize,
     /// Draft model: stop drafting at a token the draft gives less than this probability.
-    #[arg(long = "draft-p-min", value_name = "P", default_value_t = 0.8)]
+    #[arg(long = "draft-p-min", visible_alias = "spec-draft-p-min", value_name = "P", default_value_t = 0.8)]
     pub draft_p_min: f32,
 }
 

@@ -134,14 +134,25 @@ pub struct Model {
     pub output: WeightId,
     pub rope_freqs: Option<WeightId>,
     pub layers: Vec<Layer>,
-    /// The multi-token-prediction block (`blk.{n_layer}.nextn.*`), kept only where a run
-    /// drafts with it (`Model::drop_mtp` otherwise): its weights count as the model's.
+    /// The multi-token-prediction block (`blk.{n_layer}.nextn.*`), loaded only where a run
+    /// drafts with it ([`Model::load_with_mtp`]): its weights then count as the model's.
     pub mtp: Option<Mtp>,
 }
 
 impl Model {
-    /// Reads the configuration and resolves and shape-checks every weight.
+    /// Reads the configuration and resolves and shape-checks every weight the forward
+    /// pass reads (a multi-token-prediction block is left out, unread: [`Self::load_with_mtp`]).
     pub fn load(file: Arc<GgufFile>) -> Result<Model, ModelError> {
+        Self::load_impl(file, false)
+    }
+
+    /// [`Self::load`], also resolving the file's multi-token-prediction block where it has
+    /// one (`Model::mtp`; a run that drafts with it, `--spec-type draft-mtp`).
+    pub fn load_with_mtp(file: Arc<GgufFile>) -> Result<Model, ModelError> {
+        Self::load_impl(file, true)
+    }
+
+    fn load_impl(file: Arc<GgufFile>, with_mtp: bool) -> Result<Model, ModelError> {
         let mut cfg = Config::from_gguf(&file)?;
         let index: HashMap<&str, usize> =
             file.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
@@ -257,7 +268,7 @@ impl Model {
         };
         let layers = (0..c.n_layer).map(|l| load_layer(l, c.recurrent_layers[l])).collect::<Result<Vec<_>, _>>()?;
         // The multi-token-prediction block after them, if the file has one (qwen35).
-        let mtp = mtp::load(&file, &c, n_vocab, output_norm, output, tok_embd, &load_layer, &find, &get)?;
+        let mtp = if with_mtp { mtp::load(&file, &c, n_vocab, output_norm, output, tok_embd, &load_layer, &find, &get)? } else { None };
         let model = Model { cfg, file, tok_embd, output_norm, output, rope_freqs, layers, mtp };
         model.check_types()?;
         Ok(model)
@@ -312,12 +323,6 @@ impl Model {
         // Ids come from this file's table at load, so the view always exists.
         let view = view_at(&self.file, id.0 as usize).expect("weight id from this model's file");
         WeightRef::new(id, view)
-    }
-
-    /// Forgets the multi-token-prediction block: a run that does not draft with it
-    /// neither holds nor counts its weights (llama.cpp skips them the same way).
-    pub fn drop_mtp(&mut self) {
-        self.mtp = None;
     }
 
     pub fn file(&self) -> &Arc<GgufFile> {
