@@ -56,7 +56,8 @@ pub struct SpecArgs {
     /// Drafts shorter than this are not verified (the step decodes one token).
     #[arg(long = "draft-min", visible_alias = "draft-n-min", value_name = "N", default_value_t = 0)]
     pub draft_min: usize,
-    /// Draft model: stop drafting at a token the draft gives less than this probability.
+    /// Draft model or MTP block: stop drafting at a token the draft gives less than this
+    /// probability.
     #[arg(long = "draft-p-min", visible_alias = "spec-draft-p-min", value_name = "P", default_value_t = 0.8)]
     pub draft_p_min: f32,
 }
