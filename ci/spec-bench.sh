@@ -8,7 +8,10 @@
 #   LODE=path/to/lode (default: carry/lode, else target/release/lode)
 #   PRESETS="llama-8b qwen3-32b" (also gemma3-27b, qwen35-27b; PRESET:MIX picks a synth mix)
 #   DRAFT_FOR_qwen3_32b=qwen3-0.6b (a preset drafting for a preset: same vocabulary)
-#   REAL_MODELS="/tmp/smol.gguf" (real GGUFs: n-gram acceptance on real text, self-drafting)
+#   REAL_MODELS="/tmp/smol.gguf" (real GGUFs: n-gram acceptance on real text, self-drafting;
+#     a file with a multi-token-prediction block also drafts with it, --spec-type draft-mtp)
+#   MTP_PRESETS="qwen35-27b-mtp" (presets with an MTP block: the block's drafting cost
+#     beside plain decoding and the oracle; random weights make its acceptance near 0)
 #   K="4 8" (draft lengths)  N=128 (generated tokens per row)  REPS=2
 # Synthetic weights make greedy output one repeated token, so n-gram acceptance on them
 # is near 100 % and a random draft's near 0: the ceiling and the floor; the real models'
@@ -51,14 +54,27 @@ for P in $PRESETS; do
     bench "$F" --model-draft "$DF" --draft-max 4 --draft-p-min 0 | grep spec
   fi
 done
+for P in ${MTP_PRESETS-qwen35-27b-mtp}; do
+  F=$(synth "$P"); [ -f "$F" ] || continue
+  echo "== $P ($(du -h "$F" | cut -f1)): the model's MTP block drafting (--spec-type draft-mtp)"
+  for k in $K; do
+    # tgN (plain), tgN greedy, tgN spec mtp kK (the block's cost, acceptance ~0 here), oracle kK
+    bench "$F" --spec-type draft-mtp --draft-p-min 0 --spec-oracle --draft-max "$k"
+  done
+done
 PROMPT="Repeat after me, word for word: the quick brown fox jumps over the lazy dog, and the lazy dog sleeps in the warm sun. Again: the quick brown fox jumps over the lazy dog, and the lazy dog"
 for G in ${REAL_MODELS:-}; do
   [ -f "$G" ] || { echo "-- $G absent"; continue; }
   echo "== real model $G"
   for k in $K; do bench "$G" --spec-type ngram-simple --spec-oracle --draft-max "$k"; done
   bench "$G" --model-draft "$G" --draft-max 8 --draft-p-min 0 | grep spec
+  if "$LODE" inspect --json "$G" 2>/dev/null | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin).get("mtp") else 1)'; then
+    echo "-- its MTP block drafting (measured acceptance)"
+    for k in 1 2 3; do bench "$G" --spec-type draft-mtp --draft-p-min 0 --draft-max "$k" | grep spec; done
+  fi
   echo "-- generate on repeated text: plain, then n-gram lookup (acceptance measured)"
-  for s in "" "--spec-type ngram-simple --draft-max 8"; do
+  MTPRUN=$("$LODE" inspect --json "$G" 2>/dev/null | python3 -c 'import json,sys; print("--spec-type draft-mtp --draft-max 3 --draft-p-min 0" if json.load(sys.stdin).get("mtp") else "")' || true)
+  for s in "" "--spec-type ngram-simple --draft-max 8" ${MTPRUN:+"$MTPRUN"}; do
     # shellcheck disable=SC2086
     timeout -k 10 120 "$LODE" generate -m "$G" -p "$PROMPT" -n "$N" --temp 0 --json $s 2>/dev/null |
       python3 -c 'import json,sys; d=json.load(sys.stdin); s=d.get("speculative") or {}; print("   gen_tps %.1f  acceptance %s  passes %s" % (d["timings"]["gen_tps"], s.get("acceptance", "-"), s.get("passes", "-")))' || echo "   (generate failed)"

@@ -193,8 +193,17 @@ def moe(m, b, h, drop):
 
 
 def forward(m, ids, drop):
+    eps = m.kv("attention.layer_norm_rms_epsilon")
+    h = rms_norm(trunk(m, ids, drop), m.t["output_norm.weight"][0], eps)
+    head = m.t.get("output.weight", m.t["token_embd.weight"])
+    return matmul(head, h)
+
+
+def trunk(m, ids, drop):
+    """The residual stream after the last layer (before the output norm). The blocks past
+    `block_count - nextn_predict_layers` are multi-token-prediction heads, not layers."""
     n = len(ids)
-    L, eps = m.kv("block_count"), m.kv("attention.layer_norm_rms_epsilon")
+    L, eps = m.kv("block_count") - m.kv("nextn_predict_layers", 0), m.kv("attention.layer_norm_rms_epsilon")
     interval = m.kv("full_attention_interval", 4)
     w = lambda name: m.t[name]
     x = w("token_embd.weight")[0][ids]
@@ -208,9 +217,7 @@ def forward(m, ids, drop):
             x = x + attention(m, b, h, eps, pos)
         h = rms_norm(x, b("post_attention_norm.weight")[0], eps)
         x = x + (moe(m, b, h, drop) if m.arch == "qwen35moe" else swiglu(b, h, ""))
-    h = rms_norm(x, w("output_norm.weight")[0], eps)
-    head = m.t.get("output.weight", m.t["token_embd.weight"])
-    return matmul(head, h)
+    return x
 
 
 def main():

@@ -39,7 +39,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut model_args = args.model.clone();
     let default_model = model_args.model.is_none();
     model_args.model = Some(common::resolve_chat_model(model_args.model.as_deref())?);
-    let (mut engine, file, path) = common::open_engine(&model_args)?;
+    let (mut engine, file, path) = common::open_engine_with(&model_args, args.spec.wants_mtp())?;
     let tok = Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?;
     let tmpl = ChatTemplate::for_tokenizer(&tok)?;
     let params = args.sampling.params();

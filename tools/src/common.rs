@@ -389,7 +389,14 @@ pub fn open_gguf(path: &Path) -> Result<Arc<GgufFile>> {
 
 /// Opens the model and the backend `--device` asks for, and builds an engine.
 pub fn open_engine(args: &ModelArgs) -> Result<(Engine, Arc<GgufFile>, PathBuf)> {
-    let (model, be, opts, file, path) = open_parts(args)?;
+    open_engine_with(args, false)
+}
+
+/// [`open_engine`], keeping the file's multi-token-prediction block (`keep_mtp`: the run
+/// drafts with it, `--spec-type draft-mtp`; otherwise its weights are neither loaded nor
+/// counted, as llama.cpp skips them).
+pub fn open_engine_with(args: &ModelArgs, keep_mtp: bool) -> Result<(Engine, Arc<GgufFile>, PathBuf)> {
+    let (model, be, opts, file, path) = open_parts(args, keep_mtp)?;
     let engine = Engine::new(model, be, opts)?;
     tracing::info!("model {} on {}, context {}", path.display(), engine.backend_name(), engine.n_ctx());
     Ok((engine, file, path))
@@ -398,7 +405,12 @@ pub fn open_engine(args: &ModelArgs) -> Result<(Engine, Arc<GgufFile>, PathBuf)>
 /// [`open_engine`] for `n_seq` sequences sharing the model and backend (each with its
 /// own KV cache of the context size).
 pub fn open_batch_engine(args: &ModelArgs, n_seq: usize) -> Result<(BatchEngine, Arc<GgufFile>, PathBuf)> {
-    let (model, be, opts, file, path) = open_parts(args)?;
+    open_batch_engine_with(args, n_seq, false)
+}
+
+/// [`open_batch_engine`], keeping the MTP block as [`open_engine_with`] does.
+pub fn open_batch_engine_with(args: &ModelArgs, n_seq: usize, keep_mtp: bool) -> Result<(BatchEngine, Arc<GgufFile>, PathBuf)> {
+    let (model, be, opts, file, path) = open_parts(args, keep_mtp)?;
     let engine = BatchEngine::new(model, be, opts, n_seq)?;
     tracing::info!("model {} on {}, {n_seq} sequence(s) of {}", path.display(), engine.backend_name(), engine.n_ctx());
     Ok((engine, file, path))
@@ -406,10 +418,11 @@ pub fn open_batch_engine(args: &ModelArgs, n_seq: usize) -> Result<(BatchEngine,
 
 type Parts = (Model, Box<dyn lode_runtime::backend::Backend>, EngineOptions, Arc<GgufFile>, PathBuf);
 
-fn open_parts(args: &ModelArgs) -> Result<Parts> {
+fn open_parts(args: &ModelArgs, keep_mtp: bool) -> Result<Parts> {
     let path = resolve_model(args.model.as_deref())?;
     let file = open_gguf(&path)?;
-    let model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
+    let load = if keep_mtp { Model::load_with_mtp } else { Model::load };
+    let model = load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
     let threads = args.threads.unwrap_or_else(physical_cores);
     let (be, note) = backend::open_with(args.device, threads, &args.weights.options()?, &gpu_options())?;
     if let Some(note) = note {

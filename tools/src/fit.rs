@@ -67,6 +67,14 @@ pub struct Args {
     /// weights, KV cache and scratch at the same context are counted as taken first.
     #[arg(long = "model-draft", value_name = "FILE")]
     pub model_draft: Option<PathBuf>,
+    /// Speculation without a draft model (as `lode generate --spec-type`): draft-mtp
+    /// counts the model's multi-token-prediction block (weights, its KV cache, buffers).
+    #[arg(long = "spec-type", value_name = "TYPE", default_value = "none")]
+    pub spec_type: crate::spec::SpecType,
+    /// Tokens drafted per verify pass at most: with speculation on a model with recurrent
+    /// layers, each sequence's rewind log holds this many rows and one more.
+    #[arg(long = "draft-max", visible_aliases = ["draft", "draft-n", "spec-draft-n-max"], value_name = "N", default_value_t = 16)]
+    pub draft_max: usize,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -75,7 +83,12 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let path = common::resolve_model(args.model.as_deref())?;
     let file = std::sync::Arc::new(common::open_gguf_plain(&path, "cannot open model")?);
-    let model = Model::load(file.clone()).with_context(|| format!("cannot read model {}", path.display()))?;
+    let mtp = args.spec_type == crate::spec::SpecType::DraftMtp;
+    let load = if mtp { Model::load_with_mtp } else { Model::load };
+    let model = load(file.clone()).with_context(|| format!("cannot read model {}", path.display()))?;
+    if mtp && model.mtp.is_none() {
+        anyhow::bail!("{} carries no multi-token-prediction block (`blk.N.nextn.*`): --spec-type draft-mtp needs one", path.display());
+    }
     let mut target = target(args.device, args.residency, args.n_cpu_moe.unwrap_or(0))?;
     let c = &model.cfg;
     let ctx = args.ctx.unwrap_or_else(|| c.n_ctx_train.min(lode_runtime::engine::DEFAULT_CTX_CAP)).max(1);
@@ -87,12 +100,23 @@ pub fn run(args: Args) -> Result<()> {
             let f = std::sync::Arc::new(common::open_gguf_plain(p, "cannot open draft model")?);
             let dm = Model::load(f).with_context(|| format!("cannot read draft model {}", p.display()))?;
             let de = fit::estimate(&dm, &target, shape).context("cannot size the draft model")?;
-            target.free = target.free.saturating_sub(de.need);
-            target.used_at_open += de.need;
-            Some((p.clone(), de.need))
+            // A recurrent draft logs what it drafts, to rewind to the accepted tokens.
+            let need = de.need + fit::rewind_log_bytes(&dm, target.class == DeviceClass::Gpu, shape.n_seq, args.draft_max);
+            target.free = target.free.saturating_sub(need);
+            target.used_at_open += need;
+            Some((p.clone(), need))
         }
         None => None,
     };
+    // Speculation on a model with recurrent layers: each sequence's rewind log, allocated
+    // at its first verify chunk (taken first, as the draft's share).
+    let rewind = if args.model_draft.is_some() || args.spec_type != crate::spec::SpecType::None {
+        fit::rewind_log_bytes(&model, target.class == DeviceClass::Gpu, shape.n_seq, args.draft_max + 1)
+    } else {
+        0
+    };
+    target.free = target.free.saturating_sub(rewind);
+    target.used_at_open += rewind;
     let mut e = fit::estimate(&model, &target, shape).context("cannot size the weights")?;
     // As a run does (`BatchEngine::new`): experts that do not fit stay on the host.
     let placed = if args.n_cpu_moe.is_none() { fit::fewest_host_expert_layers(&model, &target, shape) } else { None };
@@ -139,6 +163,8 @@ pub fn run(args: Args) -> Result<()> {
             "n_ctx_train": c.n_ctx_train,
             "draft_model": draft.as_ref().map(|d| d.0.display().to_string()),
             "draft_need_bytes": draft.as_ref().map(|d| d.1),
+            "rewind_log_bytes": rewind,
+            "mtp": model.mtp.is_some(),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
         return verdict(&e);
@@ -170,7 +196,7 @@ pub fn run(args: Args) -> Result<()> {
         "  KV cache  {:>11}  ({}: {seqs}{} layers × {ctx} × {} kv heads × {} + {}{swa})",
         human(e.kv),
         shape.kv_type,
-        c.kv_layers(),
+        c.kv_layers() + model.mtp.is_some() as usize,
         c.n_head_kv,
         c.head_dim_k,
         c.head_dim_v
@@ -181,6 +207,12 @@ pub fn run(args: Args) -> Result<()> {
     }
     println!("  scratch   {:>11}  (estimate: activations of {}-token chunks{})", human(e.scratch), args.batch_size.min(ctx), if gpu { ", one allocation each, q8_1 copy, prefill operands and BLAS slab, launch overhead" } else { "" });
     println!("  needed    {:>11}", human(e.need));
+    if rewind > 0 {
+        println!("  rewind    {:>11}  (speculation's rollback of the recurrent state: {seqs}a checkpoint and {} logged rows per gated delta net layer, counted as taken before the above)", human(rewind), args.draft_max + 1);
+    }
+    if let Some(m) = &model.mtp {
+        println!("            (the KV cache and weights include the multi-token-prediction block blk.{}: one more full-context layer)", m.index);
+    }
     if let Some((p, need)) = &draft {
         let n = p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
         println!("  draft     {:>11}  ({n}: weights, KV cache and scratch, counted as taken before the above)", human(*need));

@@ -41,7 +41,7 @@ pub fn run(args: Args) -> Result<()> {
     if text.is_empty() {
         bail!("the prompt is empty: pass -p TEXT or pipe text on stdin");
     }
-    let (mut engine, file, _path) = common::open_engine(&args.model)?;
+    let (mut engine, file, _path) = common::open_engine_with(&args.model, args.spec.wants_mtp())?;
     let tok = Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?;
     let prompt_ids = if args.chat {
         let tmpl = ChatTemplate::for_tokenizer(&tok)?;

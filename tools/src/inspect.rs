@@ -67,6 +67,21 @@ pub fn totals(f: &GgufFile) -> BTreeMap<GgmlType, (usize, u64)> {
     m
 }
 
+/// The multi-token-prediction blocks a file carries (`{arch}.nextn_predict_layers`, the
+/// last blocks of `block_count`, llama.cpp's `blk.N.nextn.*` and the block's own
+/// attention and FFN): (blocks, first block index, tensors, bytes).
+pub fn mtp_summary(f: &GgufFile) -> Option<(u64, u64, usize, u64)> {
+    let arch = f.get_str("general.architecture").ok().flatten()?;
+    let n = f.get_u64(&format!("{arch}.nextn_predict_layers")).ok().flatten().filter(|&n| n > 0)?;
+    let blocks = f.get_u64(&format!("{arch}.block_count")).ok().flatten()?;
+    let first = blocks.checked_sub(n)?;
+    let of_mtp = |t: &&TensorInfo| {
+        t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<u64>().ok()).is_some_and(|i| i >= first)
+    };
+    let ts: Vec<&TensorInfo> = f.tensors().iter().filter(of_mtp).collect();
+    Some((n, first, ts.len(), ts.iter().map(|t| t.n_bytes).sum()))
+}
+
 fn shape(t: &TensorInfo) -> String {
     let dims: Vec<String> = t.dims.iter().map(u64::to_string).collect();
     format!("[{}]", dims.join(", "))
@@ -87,6 +102,13 @@ fn to_text(path: &std::path::Path, f: &GgufFile) -> String {
     let kw = f.metadata().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in f.metadata() {
         let _ = writeln!(s, "  {k:<kw$}  {:<8}  {}", short_type(v), text_value(v));
+    }
+
+    if let Some((n, first, nt, b)) = mtp_summary(f) {
+        let _ = writeln!(
+            s,
+            "\nmulti-token prediction: {n} block(s) from blk.{first} ({nt} tensors, {b} bytes), not run by the forward pass; lode drafts with it under --spec-type draft-mtp"
+        );
     }
 
     let _ = writeln!(s, "\ntensors ({}):", f.tensors().len());
@@ -212,5 +234,6 @@ fn to_json(path: &std::path::Path, f: &GgufFile) -> Value {
         "totals": totals,
         "n_tensors": f.tensors().len(),
         "tensor_bytes": f.tensors().iter().map(|t| t.n_bytes).sum::<u64>(),
+        "mtp": mtp_summary(f).map(|(n, first, nt, b)| json!({ "blocks": n, "first_block": first, "tensors": nt, "bytes": b })),
     })
 }

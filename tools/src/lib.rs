@@ -13,6 +13,7 @@ pub mod quantize;
 pub mod selftest;
 pub mod selftest_bench;
 pub mod selftest_model;
+pub mod selftest_mtp;
 pub mod selftest_residency;
 pub mod serve;
 pub mod spec;

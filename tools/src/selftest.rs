@@ -83,6 +83,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     model_fail += 1
                 }
             }
+            // A multi-token-prediction block's drafting rows, GPU against CPU.
+            match crate::selftest_mtp::compare(d, m, crate::common::physical_cores()) {
+                Ok(None | Some(true)) => {}
+                Ok(Some(false)) => model_fail += 1,
+                Err(e) => {
+                    println!("FAIL mtp {}: {e:#}", m.display());
+                    model_fail += 1
+                }
+            }
         }
         if let Some(p) = &args.residency_check {
             if !crate::selftest_residency::check(d, p, args.mapped_steps)? {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use lode_runtime::backend;
-use lode_runtime::engine::{BatchEngine, Drafter, Engine, EngineOptions, ModelDrafter, NgramDrafter, SamplerParams, SpecParams, SpecStats};
+use lode_runtime::engine::{BatchEngine, Drafter, Engine, EngineOptions, ModelDrafter, MtpDrafter, NgramDrafter, SamplerParams, SpecParams, SpecStats};
 use lode_runtime::model::Model;
 
 use crate::common::{self, ModelArgs};
@@ -17,6 +17,8 @@ pub enum SpecType {
     None,
     /// Prompt lookup: what followed the latest earlier occurrence of the last tokens.
     NgramSimple,
+    /// The model's own multi-token-prediction block (`blk.N.nextn.*`, qwen35).
+    DraftMtp,
 }
 
 impl std::str::FromStr for SpecType {
@@ -25,7 +27,8 @@ impl std::str::FromStr for SpecType {
         match s {
             "none" => Ok(SpecType::None),
             "ngram-simple" => Ok(SpecType::NgramSimple),
-            _ => Err(format!("unknown speculation type `{s}` (lode has: none, ngram-simple)")),
+            "draft-mtp" => Ok(SpecType::DraftMtp),
+            _ => Err(format!("unknown speculation type `{s}` (lode has: none, ngram-simple, draft-mtp)")),
         }
     }
 }
@@ -38,21 +41,24 @@ pub struct SpecArgs {
     /// output keeps its distribution.
     #[arg(long = "model-draft", value_name = "FILE")]
     pub model_draft: Option<PathBuf>,
-    /// Speculation without a draft model: none or ngram-simple (prompt lookup: propose the
-    /// tokens that followed the latest earlier occurrence of the context's last n-gram).
+    /// Speculation without a draft model: none, ngram-simple (prompt lookup: propose the
+    /// tokens that followed the latest earlier occurrence of the context's last n-gram) or
+    /// draft-mtp (the model's own multi-token-prediction block, where the file has one:
+    /// Qwen3.5/3.6 MTP GGUFs).
     #[arg(long = "spec-type", value_name = "TYPE", default_value = "none")]
     pub spec_type: SpecType,
     /// ngram-simple: the longest n-gram looked up (shorter ones are tried down to 2).
     #[arg(long = "spec-ngram-size-n", value_name = "N", default_value_t = 12)]
     pub ngram_size_n: usize,
     /// Tokens drafted per verify pass at most.
-    #[arg(long = "draft-max", visible_aliases = ["draft", "draft-n"], value_name = "N", default_value_t = 16)]
+    #[arg(long = "draft-max", visible_aliases = ["draft", "draft-n", "spec-draft-n-max"], value_name = "N", default_value_t = 16)]
     pub draft_max: usize,
     /// Drafts shorter than this are not verified (the step decodes one token).
     #[arg(long = "draft-min", visible_alias = "draft-n-min", value_name = "N", default_value_t = 0)]
     pub draft_min: usize,
-    /// Draft model: stop drafting at a token the draft gives less than this probability.
-    #[arg(long = "draft-p-min", value_name = "P", default_value_t = 0.8)]
+    /// Draft model or MTP block: stop drafting at a token the draft gives less than this
+    /// probability.
+    #[arg(long = "draft-p-min", visible_alias = "spec-draft-p-min", value_name = "P", default_value_t = 0.8)]
     pub draft_p_min: f32,
 }
 
@@ -60,6 +66,11 @@ impl SpecArgs {
     /// Whether any speculation was asked for.
     pub fn enabled(&self) -> bool {
         self.model_draft.is_some() || self.spec_type != SpecType::None
+    }
+
+    /// Whether the run drafts with the model's MTP block (the engine must keep it).
+    pub fn wants_mtp(&self) -> bool {
+        self.spec_type == SpecType::DraftMtp
     }
 
     pub fn params(&self) -> SpecParams {
@@ -90,6 +101,9 @@ impl SpecArgs {
             let n = self.ngram_size_n;
             return Ok(Some(Box::new(NgramDrafter::new(n, n.min(2))?)));
         }
+        if self.wants_mtp() {
+            return Ok(Some(Box::new(MtpDrafter::new(target, sampling, self.draft_p_min)?)));
+        }
         let Some(path) = &self.model_draft else { return Ok(None) };
         let engine = open_draft(margs, path, n_ctx)?;
         let d = ModelDrafter::new(engine, target, sampling, self.draft_p_min)
@@ -113,6 +127,9 @@ impl SpecArgs {
             return Ok(None);
         }
         self.check()?;
+        if self.wants_mtp() {
+            bail!("--spec-type draft-mtp is not available in lode serve yet (its batched steps do not run the MTP block); use it with lode generate, chat or bench");
+        }
         if let Some(path) = &self.model_draft {
             let (model, be, opts) = draft_parts(margs, path, n_ctx)?;
             lode_runtime::engine::check_same_vocab(target, &model).with_context(|| format!("cannot use {} as the draft model", path.display()))?;

@@ -65,6 +65,19 @@ pub enum Preset {
     /// A tiny qwen35moe for tests: qwen35-tiny's layers, 16 experts of 256 (4 used), shared 256.
     #[value(name = "qwen35moe-tiny")]
     Qwen35MoeTiny,
+    /// qwen35-tiny with a multi-token-prediction block (`blk.4.nextn.*`, `--spec-type draft-mtp`).
+    #[value(name = "qwen35-tiny-mtp")]
+    Qwen35TinyMtp,
+    /// qwen35moe-tiny with a multi-token-prediction block (experts in it too).
+    #[value(name = "qwen35moe-tiny-mtp")]
+    Qwen35MoeTinyMtp,
+    /// qwen35-27b with its multi-token-prediction block (`blk.64.nextn.*`), as the
+    /// Qwen3.5 / 3.6 MTP GGUFs carry it.
+    #[value(name = "qwen35-27b-mtp")]
+    Qwen35_27bMtp,
+    /// qwen35-35b-a3b with its multi-token-prediction block (`blk.40.nextn.*`).
+    #[value(name = "qwen35-35b-a3b-mtp")]
+    Qwen35_35bA3bMtp,
     /// gpt-oss-20b: 24 layers, n_embd 2880, 64 q / 8 KV heads of 64, 32 experts of FFN
     /// 2880 (4 used), every other layer a 128-token sliding window, YaRN RoPE.
     #[value(name = "gpt-oss-20b")]
@@ -239,6 +252,7 @@ pub fn hparams(p: Preset) -> Hparams {
         },
         Preset::Qwen3_30bA3b | Preset::Qwen3MoeTiny => moe::hparams(p),
         Preset::Qwen35_27b | Preset::Qwen35Tiny | Preset::Qwen35_35bA3b | Preset::Qwen35MoeTiny => hybrid::hparams(p),
+        Preset::Qwen35TinyMtp | Preset::Qwen35MoeTinyMtp | Preset::Qwen35_27bMtp | Preset::Qwen35_35bA3bMtp => hybrid::hparams(p),
         Preset::GptOss20b | Preset::GptOssTiny => gpt_oss::hparams(p),
     }
 }
@@ -264,7 +278,8 @@ impl Quant {
 pub fn facts(h: &Hparams) -> mix::ModelFacts {
     mix::ModelFacts {
         arch: h.arch.to_string(),
-        n_layer: h.n_layer,
+        // llama.cpp's quantizer counts the MTP blocks among the layers.
+        n_layer: h.n_layer + h.hybrid.map_or(0, |x| x.nextn),
         n_head: h.n_head,
         n_head_kv: h.n_head_kv,
         n_expert: h.moe.map_or(0, |m| m.n_expert),
@@ -334,6 +349,11 @@ pub fn plan(h: &Hparams, q: Quant) -> Vec<Planned> {
             add(b("post_ffw_norm"), &[e]);
         }
     }
+    if let Some(x) = h.hybrid.filter(|x| x.nextn > 0) {
+        for (name, dims) in hybrid::mtp_tensors(h, &x) {
+            add(name, &dims);
+        }
+    }
     add("output_norm.weight".into(), &[e]);
     if !h.tied {
         add("output.weight".into(), &[e, h.n_vocab]);
@@ -360,7 +380,7 @@ pub fn metadata(h: &Hparams, mix: Quant) -> Vec<(String, MetaValue)> {
         (format!("{a}.vocab_size"), u32v(h.n_vocab)),
         (format!("{a}.context_length"), u32v(h.context_length)),
         (format!("{a}.embedding_length"), u32v(h.n_embd)),
-        (format!("{a}.block_count"), u32v(h.n_layer)),
+        (format!("{a}.block_count"), u32v(h.n_layer + h.hybrid.map_or(0, |x| x.nextn))),
         (format!("{a}.feed_forward_length"), u32v(h.n_ff)),
         (format!("{a}.attention.head_count"), u32v(h.n_head)),
         (format!("{a}.attention.head_count_kv"), u32v(h.n_head_kv)),

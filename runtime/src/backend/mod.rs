@@ -433,6 +433,11 @@ pub trait Backend: Send {
     fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
         recurrent::split_halves_host(self, src, n_rows, half, a, b)
     }
+    /// Rows of `a` and `b` (`half` values each) side by side into `dst` (`2·half` a row):
+    /// the MTP block's `[enorm(embedding), hnorm(hidden)]`. Default: two copies per row.
+    fn join_halves(&mut self, a: Buf, b: Buf, n_rows: usize, half: usize, dst: Buf) -> Result<()> {
+        recurrent::join_halves_copies(self, a, b, n_rows, half, dst)
+    }
     /// `x *= sigmoid(gate)` over `x` `[n_rows, row_len]`, `gate` of the same shape or, with
     /// `per_row`, one value per row (qwen35's attention output gate; qwen35moe's shared
     /// expert gate). Default: host.

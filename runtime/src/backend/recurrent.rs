@@ -300,6 +300,15 @@ pub fn gated_delta_net_host<B: Backend + ?Sized>(be: &mut B, p: &DeltaNet, x: &D
     be.write(out, &o)
 }
 
+/// [`Backend::join_halves`] as device copies, two per row (the default).
+pub fn join_halves_copies<B: Backend + ?Sized>(be: &mut B, a: Buf, b: Buf, n_rows: usize, half: usize, dst: Buf) -> Result<()> {
+    for r in 0..n_rows {
+        be.copy(a, r * half, dst, 2 * r * half, half)?;
+        be.copy(b, r * half, dst, (2 * r + 1) * half, half)?;
+    }
+    Ok(())
+}
+
 /// [`Backend::split_halves`] on the host: row `r` of `src` (`2·half` values) gives row
 /// `r` of `a` (its first half) and of `b` (its second).
 pub fn split_halves_host<B: Backend + ?Sized>(be: &mut B, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {

@@ -15,7 +15,7 @@
 //! draft; `model/rewind.rs`).
 
 use crate::backend::{Backend, KvCache, KvSpec, SwaKv};
-use crate::model::{KvRows, Model, OutputRows, RecurrentState, Scratch};
+use crate::model::{KvRows, Model, MtpBufs, MtpState, OutputRows, RecurrentState, Scratch};
 
 use super::{EngineError, EngineOptions, DEFAULT_CTX_CAP};
 
@@ -28,6 +28,8 @@ struct Seq {
     /// The oldest position the window-sized layers still hold (`SwaKv::advance`, as the
     /// backend moves it).
     floor: usize,
+    /// The multi-token-prediction block's cache and hidden rows (a model that kept one).
+    mtp: Option<MtpState>,
 }
 
 /// The tokens a sequence keeps when cut to `n` of its `len`: `n` (at most `len`), or 0
@@ -59,6 +61,10 @@ pub struct BatchEngine {
     n_ctx: usize,
     /// The sliding-window layers' window-sized cache (`None`: full-context layers only).
     swa: Option<SwaKv>,
+    /// The MTP block's shared buffers (a model that kept one: `Model::mtp`).
+    mtp_bufs: Option<MtpBufs>,
+    /// Whether evaluations run the MTP block after the target ([`Self::set_mtp`]).
+    mtp_on: bool,
 }
 
 impl BatchEngine {
@@ -129,7 +135,7 @@ impl BatchEngine {
                 })?;
             }
         }
-        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa };
+        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa, mtp_bufs: None, mtp_on: true };
         // Built step by step so that Drop releases whatever was allocated if one fails.
         for _ in 0..n_seq {
             let kv = e.be.alloc_kv(&spec)?;
@@ -140,9 +146,16 @@ impl BatchEngine {
                     return Err(err.into());
                 }
             };
-            e.seqs.push(Seq { kv, history: Vec::new(), rec, floor: 0 });
+            e.seqs.push(Seq { kv, history: Vec::new(), rec, floor: 0, mtp: None });
+            if e.model.mtp.is_some() {
+                let st = MtpState::new(e.be.as_mut(), &e.model, &spec, rows)?;
+                e.seqs.last_mut().expect("just pushed").mtp = Some(st);
+            }
         }
         e.scratch = Some(Scratch::new(e.be.as_mut(), &e.model, rows, spec.ty)?);
+        if e.model.mtp.is_some() {
+            e.mtp_bufs = Some(MtpBufs::new(e.be.as_mut(), &e.model, rows)?);
+        }
         Ok(e)
     }
 
@@ -292,6 +305,12 @@ impl BatchEngine {
         self.seqs[dst].history.clear();
         self.seqs[dst].rec.stop_log();
         self.be.copy_kv(self.seqs[src].kv, self.seqs[dst].kv, n)?;
+        if let (Some(a), Some(b)) = (&self.seqs[src].mtp, &self.seqs[dst].mtp) {
+            self.be.copy_kv(a.kv, b.kv, n)?;
+        }
+        if let Some(m) = &mut self.seqs[dst].mtp {
+            m.forget_hidden();
+        }
         if recurrent {
             let (s, d) = (&self.seqs[src].rec, &self.seqs[dst].rec);
             d.copy_from(self.be.as_mut(), &self.model, s)?;
@@ -403,6 +422,10 @@ impl BatchEngine {
             }
             s.history.extend_from_slice(part);
             done += part.len();
+            // The MTP block follows the target over the same chunk (its cache, the hidden rows).
+            if let (Some(st), Some(b), true) = (&mut s.mtp, &self.mtp_bufs, self.mtp_on) {
+                self.model.mtp_catch_up(self.be.as_mut(), scratch, b, st, part, &pos)?;
+            }
         }
         Ok(())
     }
@@ -422,6 +445,37 @@ impl BatchEngine {
         let r = self.eval_rows(seq, tokens, OutputRows::All, &mut |_, l| rows.push(l.to_vec()));
         self.be.round_rows_as_decode(false);
         r.map(|_| rows)
+    }
+
+    /// Whether evaluations also run the MTP block (on by default where the model kept
+    /// one): off, a run that does not draft with it does not pay for it (`lode bench`'s
+    /// plain rows). Turned on again, a sequence's block sees zeros for the hidden state
+    /// of the positions evaluated while it was off (drafts then only score worse).
+    pub fn set_mtp(&mut self, on: bool) {
+        self.mtp_on = on;
+        if !on {
+            for m in self.seqs.iter_mut().filter_map(|s| s.mtp.as_mut()) {
+                m.forget_hidden();
+            }
+        }
+    }
+
+    /// The model's multi-token-prediction block drafting for `seq`: the logits for the
+    /// token after `tok`, where `tok` sits `j` places past the cached tokens (`j = 0`:
+    /// the token about to be evaluated, with the target's hidden state of the last cached
+    /// one; then the block's own drafts, each after the previous `j`). `None` for a model
+    /// without the block.
+    pub fn mtp_logits(&mut self, seq: usize, tok: u32, j: usize) -> Result<Option<Vec<f32>>, EngineError> {
+        self.check_seq(seq)?;
+        self.check_tokens(&[tok])?;
+        let len = self.seqs[seq].history.len();
+        let pos = len + j;
+        if pos >= self.n_ctx {
+            return Err(EngineError::PromptTooLong { n_prompt: j + 1, free: self.n_ctx - len, n_ctx: self.n_ctx });
+        }
+        let (Some(b), Some(st)) = (&self.mtp_bufs, &mut self.seqs[seq].mtp) else { return Ok(None) };
+        let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
+        Ok(Some(self.model.mtp_draft(self.be.as_mut(), scratch, b, st, tok, pos as u32, j == 0)?))
     }
 
     /// One decode step of several sequences at once: `steps[i] = (seq, token)` appends
@@ -488,6 +542,10 @@ impl BatchEngine {
                 s.rec.logged_rows(1);
             }
             s.history.push(tok);
+            // A batched step does not run the MTP block (single-sequence drafting only).
+            if let Some(m) = &mut s.mtp {
+                m.forget_hidden();
+            }
         }
         Ok(out)
     }
@@ -498,9 +556,15 @@ impl Drop for BatchEngine {
         if let Some(s) = self.scratch.take() {
             let _ = s.free(self.be.as_mut());
         }
+        if let Some(b) = self.mtp_bufs.take() {
+            let _ = b.free(self.be.as_mut());
+        }
         for mut s in self.seqs.drain(..) {
             let _ = self.be.free_kv(s.kv);
             let _ = s.rec.free(self.be.as_mut());
+            if let Some(m) = s.mtp.take() {
+                let _ = m.free(self.be.as_mut());
+            }
         }
     }
 }

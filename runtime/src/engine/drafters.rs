@@ -1,8 +1,10 @@
-//! The two [`Drafter`]s: n-gram lookup in the context itself (no model; llama.cpp's
-//! `--spec-type ngram-simple`, "prompt lookup decoding") and a separate, smaller draft
-//! model sharing the target's tokenizer (llama.cpp's `-md/--model-draft`).
+//! The [`Drafter`]s: n-gram lookup in the context itself (no model; llama.cpp's
+//! `--spec-type ngram-simple`, "prompt lookup decoding"), a separate, smaller draft
+//! model sharing the target's tokenizer (llama.cpp's `-md/--model-draft`), and the
+//! target's own multi-token-prediction block (llama.cpp's `--spec-type draft-mtp`).
 
 use super::speculative::{Draft, Drafter};
+use super::Sequence;
 use super::{argmax_logits, BatchEngine, Engine, EngineError, Sampler, SamplerParams};
 use crate::model::{Model, OutputRows};
 
@@ -96,17 +98,7 @@ impl ModelDrafter {
     /// `params`: the target's sampler settings (greedy when its temperature is ≤ 0).
     pub fn new(engine: Engine, target: &Model, params: &SamplerParams, p_min: f32) -> Result<ModelDrafter, EngineError> {
         check_same_vocab(target, engine.model())?;
-        let sampler = (params.temp > 0.0).then(|| {
-            let own = SamplerParams {
-                repeat_penalty: 1.0,
-                presence_penalty: 0.0,
-                frequency_penalty: 0.0,
-                seed: params.seed ^ 0x5eed_d4af_7000_0001,
-                ..params.clone()
-            };
-            Sampler::new(own)
-        });
-        Ok(ModelDrafter { engine, sampler, p_min })
+        Ok(ModelDrafter { engine, sampler: draft_sampler(params), p_min })
     }
 
     pub fn engine(&self) -> &Engine {
@@ -190,6 +182,91 @@ pub fn draft_greedy(e: &mut BatchEngine, reqs: &[(usize, &[u32], usize)], p_min:
     }
 }
 
+/// The sampler a drafter draws with under the target's settings `params`: none for a
+/// greedy target (argmax drafts), else the same truncation and temperature without
+/// penalties, its own seed.
+fn draft_sampler(params: &SamplerParams) -> Option<Sampler> {
+    (params.temp > 0.0).then(|| {
+        let own = SamplerParams {
+            repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: params.seed ^ 0x5eed_d4af_7000_0001,
+            ..params.clone()
+        };
+        Sampler::new(own)
+    })
+}
+
+/// Drafts one token from `logits` (the argmax, or a draw whose distribution goes to
+/// `out.q`) and appends it to `out`; `None` (nothing appended) when its probability is
+/// below `p_min`.
+fn pick_draft(sampler: Option<&mut Sampler>, logits: &[f32], p_min: f32, out: &mut Draft) -> Option<u32> {
+    let (tok, prob) = match sampler {
+        None => {
+            let t = argmax_logits(logits);
+            (t, softmax_prob(logits, t))
+        }
+        Some(s) => {
+            let q = s.distribution(logits);
+            let t = s.pick(&q);
+            let pr = q.iter().find(|e| e.0 == t).map_or(0.0, |e| e.1);
+            out.q.push(q);
+            (t, pr)
+        }
+    };
+    if prob < p_min as f64 {
+        out.q.truncate(out.tokens.len());
+        return None;
+    }
+    out.tokens.push(tok);
+    Some(tok)
+}
+
+/// The target's own multi-token-prediction block as the drafter (a qwen35 file with
+/// `blk.{n_layer}.nextn.*`, loaded with it kept): each drafted token is one row of the
+/// block on the target's backend ([`Sequence::mtp_logits`]), chained on its own output,
+/// with the target's weights read once (the LM head is shared). Tokens are chosen as
+/// [`ModelDrafter`] chooses them (argmax, or draws handed over as `q`), and drafting
+/// stops below `p_min`.
+pub struct MtpDrafter {
+    sampler: Option<Sampler>,
+    p_min: f32,
+}
+
+impl MtpDrafter {
+    /// Refuses a model loaded without the block.
+    pub fn new(target: &Model, params: &SamplerParams, p_min: f32) -> Result<MtpDrafter, EngineError> {
+        if target.mtp.is_none() {
+            return Err(EngineError::InvalidArg(
+                "the model carries no multi-token-prediction block (`nextn_predict_layers` and `blk.N.nextn.*` tensors): draft-mtp needs one".into(),
+            ));
+        }
+        Ok(MtpDrafter { sampler: draft_sampler(params), p_min })
+    }
+}
+
+impl Drafter for MtpDrafter {
+    fn name(&self) -> &'static str {
+        "mtp"
+    }
+
+    /// Without the target there is nothing to run: no drafts.
+    fn draft(&mut self, _context: &[u32], _max: usize, _out: &mut Draft) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    fn draft_from(&mut self, target: &mut dyn Sequence, context: &[u32], max: usize, out: &mut Draft) -> Result<(), EngineError> {
+        let Some(&(mut tok)) = context.last() else { return Ok(()) };
+        for j in 0..max {
+            let Some(logits) = target.mtp_logits(tok, j)? else { break };
+            let Some(t) = pick_draft(self.sampler.as_mut(), &logits, self.p_min, out) else { break };
+            tok = t;
+        }
+        Ok(())
+    }
+}
+
 /// The softmax probability of `tok` under `logits`.
 fn softmax_prob(logits: &[f32], tok: u32) -> f64 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
@@ -224,24 +301,7 @@ impl Drafter for ModelDrafter {
         // draft to the accepted ones (nothing to do for other models).
         self.engine.start_rewind_log(max)?;
         for j in 0..max {
-            let (tok, prob) = match self.sampler.as_mut() {
-                None => {
-                    let t = argmax_logits(&logits);
-                    (t, softmax_prob(&logits, t))
-                }
-                Some(s) => {
-                    let q = s.distribution(&logits);
-                    let t = s.pick(&q);
-                    let pr = q.iter().find(|e| e.0 == t).map_or(0.0, |e| e.1);
-                    out.q.push(q);
-                    (t, pr)
-                }
-            };
-            if prob < self.p_min as f64 {
-                out.q.truncate(out.tokens.len());
-                break;
-            }
-            out.tokens.push(tok);
+            let Some(tok) = pick_draft(self.sampler.as_mut(), &logits, self.p_min, out) else { break };
             if j + 1 < max {
                 logits = self.engine.eval(&[tok])?;
             }

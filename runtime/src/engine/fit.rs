@@ -15,7 +15,12 @@
 //!   ([`Estimate::max_ctx_by_kv`]), which the refusal names when a smaller type fits.
 //! - Recurrent state (qwen35): every sequence's conv and delta-rule state of each recurrent
 //!   layer (f32, one allocation per layer and state), which no context size changes; the
-//!   KV cache then counts the attention layers only.
+//!   KV cache then counts the attention layers only. Speculation adds each sequence's
+//!   rewind log ([`rewind_log_bytes`]: a checkpoint of every state and the logged rows),
+//!   allocated at the first verify chunk; `lode fit` counts it with `--draft-max`.
+//! - A kept multi-token-prediction block (`Model::mtp`, `--spec-type draft-mtp`): its
+//!   weights among the weights, its one-layer full-context cache per sequence in the KV
+//!   cache, its hidden rows in the scratch.
 //! - Scratch: the model's activation buffers (`model::Scratch`), and on a GPU the q8_1
 //!   activation copy, prefill's operands (through the vendor BLAS for chunks of
 //!   `blas_min` tokens or more: the f16 activations, the transient f16 weight slab, the
@@ -253,10 +258,12 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
     let n_seq = shape.n_seq.max(1) as u64;
     let ctx = shape.ctx.max(1);
     let kv_layers = c.kv_layers();
+    // The MTP block's cache: one more full-context layer, its own allocation.
+    let mtp_layers = model.mtp.is_some() as usize;
     let swa_at = |ctx: usize| if shape.swa_full { None } else { window_kv(c, ctx, shape.batch.min(ctx).max(shape.n_seq).max(1)) };
     // Per token of context: the layers whose cache grows with it.
     let per_token = |ty: KvTypes, ctx: usize| {
-        let full = kv_layers - swa_at(ctx).map_or(0, |w| w.n_windowed());
+        let full = kv_layers - swa_at(ctx).map_or(0, |w| w.n_windowed()) + mtp_layers;
         kv_bytes_per_token(ty, full, c.n_head_kv, c.head_dim_k, c.head_dim_v) * n_seq
     };
     let kv_per_token = per_token(shape.kv_type, ctx);
@@ -266,9 +273,11 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         if gpu {
             let plane = |t: KvType, d: usize, slots: usize| round_up(slots as u64 * row(t, d), 256);
             let layers: u64 = (0..kv_layers).map(|l| plane(ty.k, c.head_dim_k, spec.slots(l)) + plane(ty.v, c.head_dim_v, spec.slots(l))).sum();
-            n_seq * round_up(layers, GPU_PAGE)
+            let mtp = mtp_layers as u64 * round_up(plane(ty.k, c.head_dim_k, ctx) + plane(ty.v, c.head_dim_v, ctx), GPU_PAGE);
+            n_seq * (round_up(layers, GPU_PAGE) + mtp)
         } else {
-            n_seq * (0..kv_layers).map(|l| spec.slots(l) as u64 * (row(ty.k, c.head_dim_k) + row(ty.v, c.head_dim_v))).sum::<u64>()
+            let mtp = (mtp_layers * ctx) as u64 * (row(ty.k, c.head_dim_k) + row(ty.v, c.head_dim_v));
+            n_seq * ((0..kv_layers).map(|l| spec.slots(l) as u64 * (row(ty.k, c.head_dim_k) + row(ty.v, c.head_dim_v))).sum::<u64>() + mtp)
         }
     };
     let kv = |ctx: usize| kv_of(shape.kv_type, ctx);
@@ -300,6 +309,13 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         }
         if let Some(x) = c.experts {
             bufs.extend(crate::backend::MoeScratch::lens(n, c.n_embd, x.n_expert, x.n_ff, x.n_used));
+        }
+        if model.mtp.is_some() {
+            // `MtpBufs` (hidden input, concatenation), then per sequence `MtpState`'s rows.
+            bufs.extend([n * c.n_embd, 2 * n * c.n_embd]);
+            for _ in 0..n_seq {
+                bufs.extend([n * c.n_embd, c.n_embd]);
+            }
         }
         if !gpu {
             return bufs.iter().map(|&v| v as u64 * 4).sum();
@@ -367,6 +383,20 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         max_ctx_by_kv,
         n_ctx_train: c.n_ctx_train,
     })
+}
+
+/// The rewind logs speculation allocates for a model with recurrent layers (0 for
+/// others): per sequence and recurrent layer a checkpoint of its conv and delta-rule
+/// state and `rows` logged rows of its `attn_qkv`, `ssm_beta` and `ssm_alpha` inputs
+/// (`model/rewind.rs`; `rows` is the longest verify chunk, `--draft-max` + 1), f32, one
+/// allocation each on a GPU. Qwen3.5-27B, 17 rows: 48 layers × 3.8 MiB ≈ 183 MiB.
+pub fn rewind_log_bytes(model: &Model, gpu: bool, n_seq: usize, rows: usize) -> u64 {
+    let c = &model.cfg;
+    let Some(d) = c.recurrent else { return 0 };
+    let n_rec = (c.n_layer - c.kv_layers()) as u64;
+    let lens = [d.conv_state_len(), d.ssm_state_len(), rows * d.channels(), rows * d.n_v_heads, rows * d.n_v_heads];
+    let per_layer: u64 = lens.iter().map(|&l| if gpu { round_up(l as u64 * 4, GPU_PAGE) } else { l as u64 * 4 }).sum();
+    n_seq.max(1) as u64 * n_rec * per_layer
 }
 
 /// Device scratch of a prefill chunk of `n` tokens whose widest matmul input has `k`

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 pub use batch::{kept_after_truncate, kept_with_window, BatchEngine};
 pub use constraint::{Constraint, TokenMask};
-pub use drafters::{catch_up, check_same_vocab, draft_greedy, ModelDrafter, NgramDrafter};
+pub use drafters::{catch_up, check_same_vocab, draft_greedy, ModelDrafter, MtpDrafter, NgramDrafter};
 pub use sampler::{argmax_logits, Sampler, SamplerParams};
 pub use speculative::{generate_speculative, generate_speculative_with_logits, BatchSequence, Draft, Drafter, SpecOutput, SpecParams, SpecStats};
 pub use stop::StopStrings;
@@ -139,6 +139,12 @@ pub trait Sequence {
     fn eval_each(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
         tokens.iter().map(|&t| self.eval(&[t])).collect()
     }
+    /// The model's own multi-token-prediction block ([`BatchEngine::mtp_logits`]): the
+    /// logits for the token after `tok`, `j` places past the cached tokens. `None`: the
+    /// sequence has no such block.
+    fn mtp_logits(&mut self, _tok: u32, _j: usize) -> Result<Option<Vec<f32>>, EngineError> {
+        Ok(None)
+    }
 }
 
 /// A model bound to a backend with a KV cache for one sequence.
@@ -240,6 +246,9 @@ impl Sequence for Engine {
     /// One forward chunk for all of `tokens` ([`BatchEngine::eval_verify`]).
     fn eval_each(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
         self.inner.eval_verify(0, tokens)
+    }
+    fn mtp_logits(&mut self, tok: u32, j: usize) -> Result<Option<Vec<f32>>, EngineError> {
+        self.inner.mtp_logits(0, tok, j)
     }
 }
 

@@ -42,6 +42,11 @@ pub trait Drafter {
     /// Appends up to `max` tokens to `out` that might follow `context` (every token so
     /// far, the last being the one about to be evaluated). Proposing none is fine.
     fn draft(&mut self, context: &[u32], max: usize, out: &mut Draft) -> Result<(), EngineError>;
+    /// [`Self::draft`] with the target at hand (what the generation loop calls): a drafter
+    /// made of the target's own heads (MTP) runs them here.
+    fn draft_from(&mut self, _target: &mut dyn Sequence, context: &[u32], max: usize, out: &mut Draft) -> Result<(), EngineError> {
+        self.draft(context, max, out)
+    }
     /// The weight-residency counters of the drafter's own backend (a draft model's).
     fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
         None
@@ -156,6 +161,9 @@ impl Sequence for BatchSequence<'_> {
     fn eval_each(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>, EngineError> {
         self.engine.eval_verify(self.seq, tokens)
     }
+    fn mtp_logits(&mut self, tok: u32, j: usize) -> Result<Option<Vec<f32>>, EngineError> {
+        self.engine.mtp_logits(self.seq, tok, j)
+    }
 }
 
 /// The result of [`generate_speculative`].
@@ -259,7 +267,7 @@ pub fn generate_speculative_with_logits(
             context.clear();
             context.extend_from_slice(seq.history());
             context.push(tok);
-            drafter.draft(&context, k, &mut draft)?;
+            drafter.draft_from(seq, &context, k, &mut draft)?;
             draft.truncate(k);
             if draft.tokens.len() < spec.draft_min.max(1) {
                 draft.clear();

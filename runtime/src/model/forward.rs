@@ -23,6 +23,15 @@ pub enum KvRows<'a> {
     PerRow(&'a [KvCache]),
 }
 
+/// Where an attention layer sits: its RoPE base and frequency scale, its window (`None`:
+/// full context) and its layer index in the KV cache.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LayerGeo {
+    pub rope: (f32, f32),
+    pub window: Option<usize>,
+    pub kv_slot: usize,
+}
+
 /// Which positions of a chunk need logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputRows {
@@ -37,9 +46,9 @@ pub enum OutputRows {
 /// Activation buffers for chunks of up to `n_max` tokens, owned by the backend.
 pub struct Scratch {
     pub n_max: usize,
-    x: Buf,      // [n, n_embd] residual stream
-    xb: Buf,     // [n, n_embd]
-    xb2: Buf,    // [n, n_embd]
+    pub(super) x: Buf,      // [n, n_embd] residual stream
+    pub(super) xb: Buf,     // [n, n_embd]
+    pub(super) xb2: Buf,    // [n, n_embd]
     q: Buf,      // [n, n_head * head_dim_k]
     k: Buf,      // [n, n_head_kv * head_dim_k]
     v: Buf,      // [n, n_head_kv * head_dim_v]
@@ -51,13 +60,13 @@ pub struct Scratch {
     /// qwen35's gated attention and delta net buffers.
     hybrid: Option<HybridScratch>,
     out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
-    logits: Buf, // [OUT_ROWS_MAX, n_vocab]
+    pub(super) logits: Buf, // [OUT_ROWS_MAX, n_vocab]
     /// The quantized KV cache's rotation ([`KvRot`]): q/k/v rotated before the cache, the
     /// attention output rotated back.
     kv_rot: KvRot,
     /// Host copy of `logits`, kept between calls (a fresh 1 MiB per decode step showed
     /// in profiles). [≤ OUT_ROWS_MAX, n_vocab] f32
-    host: std::cell::RefCell<Vec<f32>>,
+    pub(super) host: std::cell::RefCell<Vec<f32>>,
 }
 
 impl Scratch {
@@ -156,7 +165,6 @@ impl Model {
         if let Some(sc) = c.embd_scale {
             be.scale(s.x, n * e, sc)?;
         }
-        let rope_freqs = self.rope_freqs.map(|id| self.w(id));
         // The FFN output of the previous layer is added to the residual together with
         // the next norm (one fused op on backends that have it).
         let mut pending_add = false;
@@ -164,94 +172,16 @@ impl Model {
             // Attention block (or the gated delta net of a recurrent layer).
             let attn_norm = self.w(ly.attn_norm);
             let norm = NormIn { x: s.x, add: pending_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&attn_norm), eps: c.eps };
-            let (aw, hs) = match (&ly.attn, &ly.delta, &s.hybrid) {
-                (_, Some(dw), Some(hs)) => {
+            let attn_add = match (&ly.delta, &s.hybrid) {
+                (Some(dw), Some(hs)) => {
                     let core = self.delta_block(be, &norm, n, l, dw, hs, states)?;
-                    let attn_add = self.project(be, dw.out, ly.post_attn_norm, core, n, s)?;
-                    pending_add = self.ffn_block(be, l, ly, attn_add, n, s)?;
-                    continue;
+                    self.project(be, dw.out, ly.post_attn_norm, core, n, s)?
                 }
-                (Some(aw), _, hs) => (aw, hs),
-                _ => return Err(ModelError::BadConfig(format!("layer {l} has neither attention nor a delta net"))),
-            };
-            let (wq, wk, wv) = (self.w(aw.wq), self.w(aw.wk), self.w(aw.wv));
-            // A gated attention's q projection holds each head's query then its gate.
-            let gated = match hs {
-                Some(h) if c.attn_out_gate => Some(h),
-                _ => None,
-            };
-            let q_dst = gated.map_or(s.q, |h| h.qg);
-            be.norm_matmul_multi(&norm, n, &[(&wq, q_dst), (&wk, s.k), (&wv, s.v)])?;
-            if let Some(h) = gated {
-                be.split_halves(h.qg, n * c.n_head, c.head_dim_k, s.q, h.gate)?;
-            }
-            for (b, dst) in [(aw.bq, s.q), (aw.bk, s.k), (aw.bv, s.v)] {
-                if let Some(b) = b {
-                    be.add_bias(dst, n, &self.w(b))?;
+                _ => {
+                    // The cache holds the attention layers only.
+                    let geo = LayerGeo { rope: c.rope_for_layer(l), window: c.swa_layers[l].then_some(c.n_swa), kv_slot: c.kv_slot(l) };
+                    self.attention_block(be, s, &norm, ly, geo, kv, pos, n)?
                 }
-            }
-            let (base, scale) = c.rope_for_layer(l);
-            let rope = Rope {
-                mode: c.rope_mode,
-                n_rot: c.n_rot,
-                freq_base: base,
-                freq_scale: scale,
-                freq_factors: rope_freqs,
-                yarn: c.yarn,
-            };
-            let prep = QkvPrep {
-                n_head: c.n_head,
-                n_kv_head: c.n_head_kv,
-                head_dim: c.head_dim_k,
-                q_norm: aw.q_norm.map(|id| self.w(id)),
-                k_norm: aw.k_norm.map(|id| self.w(id)),
-                eps: c.eps,
-                rope,
-                q_scale: c.q_scale,
-            };
-            let attn = Attention {
-                n_head: c.n_head,
-                n_kv_head: c.n_head_kv,
-                head_dim_k: c.head_dim_k,
-                head_dim_v: c.head_dim_v,
-                scale: c.attn_scale,
-                window: c.swa_layers[l].then_some(c.n_swa),
-                sinks: aw.sinks.map(|id| self.w(id)),
-            };
-            // The cache holds the attention layers only.
-            let kl = c.kv_slot(l);
-            let rot = s.kv_rot;
-            match kv {
-                // One cache: q/k norms, RoPE, the K/V store and attention in one (fused) op.
-                KvRows::One(cache) if !rot.any() => be.rope_kv_attention(s.q, s.k, s.v, cache, kl, pos, &prep, &attn, s.att)?,
-                // A rotated (quantized) cache: the rotations between RoPE and the store.
-                KvRows::One(cache) => {
-                    prepare_qk(be, &prep, s.q, s.k, pos)?;
-                    rotate_qkv(be, c, rot, n, s)?;
-                    be.kv_write(cache, kl, s.k, s.v, pos)?;
-                    be.attention(s.q, cache, kl, pos, &attn, s.att)?;
-                }
-                // Per-row caches: the K/V store happens in `attention_rows`.
-                KvRows::PerRow(caches) => {
-                    prepare_qk(be, &prep, s.q, s.k, pos)?;
-                    rotate_qkv(be, c, rot, n, s)?;
-                    be.attention_rows(s.q, s.k, s.v, caches, kl, pos, &attn, s.att)?;
-                }
-            }
-            if let Some(b) = rot.v {
-                be.hadamard(s.att, n * c.n_head * c.head_dim_v, b)?;
-            }
-            if let Some(h) = gated {
-                be.mul_sigmoid(s.att, h.gate, n, c.n_head * c.head_dim_v, false)?;
-            }
-            let attn_add = match aw.bo {
-                // gpt-oss: the output projection's bias, added before the residual.
-                Some(bo) => {
-                    be.matmul(&self.w(aw.wo), s.att, n, s.xb2)?;
-                    be.add_bias(s.xb2, n, &self.w(bo))?;
-                    true
-                }
-                None => self.project(be, aw.wo, ly.post_attn_norm, s.att, n, s)?,
             };
             pending_add = self.ffn_block(be, l, ly, attn_add, n, s)?;
         }
@@ -304,10 +234,112 @@ impl Model {
         Ok(())
     }
 
+    /// A softmax-attention block (its norm `norm`, q/k/v, the q/k norms, RoPE, the K/V
+    /// store, attention, qwen35's output gate and the output projection) of `n` rows at
+    /// `pos`, its residual left as [`Model::project`] leaves it. Returns whether `s.xb2`
+    /// is still to be added.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attention_block(
+        &self,
+        be: &mut dyn Backend,
+        s: &Scratch,
+        norm: &NormIn,
+        ly: &super::Layer,
+        geo: LayerGeo,
+        kv: KvRows<'_>,
+        pos: &[u32],
+        n: usize,
+    ) -> Result<bool, ModelError> {
+        let c = &self.cfg;
+        let Some(aw) = &ly.attn else {
+            return Err(ModelError::BadConfig("a layer has neither attention nor a delta net".into()));
+        };
+        let hs = &s.hybrid;
+        let rope_freqs = self.rope_freqs.map(|id| self.w(id));
+        let (wq, wk, wv) = (self.w(aw.wq), self.w(aw.wk), self.w(aw.wv));
+        // A gated attention's q projection holds each head's query then its gate.
+        let gated = match hs {
+            Some(h) if c.attn_out_gate => Some(h),
+            _ => None,
+        };
+        let q_dst = gated.map_or(s.q, |h| h.qg);
+        be.norm_matmul_multi(&norm, n, &[(&wq, q_dst), (&wk, s.k), (&wv, s.v)])?;
+        if let Some(h) = gated {
+            be.split_halves(h.qg, n * c.n_head, c.head_dim_k, s.q, h.gate)?;
+        }
+        for (b, dst) in [(aw.bq, s.q), (aw.bk, s.k), (aw.bv, s.v)] {
+            if let Some(b) = b {
+                be.add_bias(dst, n, &self.w(b))?;
+            }
+        }
+        let (base, scale) = geo.rope;
+        let rope = Rope {
+            mode: c.rope_mode,
+            n_rot: c.n_rot,
+            freq_base: base,
+            freq_scale: scale,
+            freq_factors: rope_freqs,
+            yarn: c.yarn,
+        };
+        let prep = QkvPrep {
+            n_head: c.n_head,
+            n_kv_head: c.n_head_kv,
+            head_dim: c.head_dim_k,
+            q_norm: aw.q_norm.map(|id| self.w(id)),
+            k_norm: aw.k_norm.map(|id| self.w(id)),
+            eps: c.eps,
+            rope,
+            q_scale: c.q_scale,
+        };
+        let attn = Attention {
+            n_head: c.n_head,
+            n_kv_head: c.n_head_kv,
+            head_dim_k: c.head_dim_k,
+            head_dim_v: c.head_dim_v,
+            scale: c.attn_scale,
+            window: geo.window,
+            sinks: aw.sinks.map(|id| self.w(id)),
+        };
+        let kl = geo.kv_slot;
+        let rot = s.kv_rot;
+        match kv {
+            // One cache: q/k norms, RoPE, the K/V store and attention in one (fused) op.
+            KvRows::One(cache) if !rot.any() => be.rope_kv_attention(s.q, s.k, s.v, cache, kl, pos, &prep, &attn, s.att)?,
+            // A rotated (quantized) cache: the rotations between RoPE and the store.
+            KvRows::One(cache) => {
+                prepare_qk(be, &prep, s.q, s.k, pos)?;
+                rotate_qkv(be, c, rot, n, s)?;
+                be.kv_write(cache, kl, s.k, s.v, pos)?;
+                be.attention(s.q, cache, kl, pos, &attn, s.att)?;
+            }
+            // Per-row caches: the K/V store happens in `attention_rows`.
+            KvRows::PerRow(caches) => {
+                prepare_qk(be, &prep, s.q, s.k, pos)?;
+                rotate_qkv(be, c, rot, n, s)?;
+                be.attention_rows(s.q, s.k, s.v, caches, kl, pos, &attn, s.att)?;
+            }
+        }
+        if let Some(b) = rot.v {
+            be.hadamard(s.att, n * c.n_head * c.head_dim_v, b)?;
+        }
+        if let Some(h) = gated {
+            be.mul_sigmoid(s.att, h.gate, n, c.n_head * c.head_dim_v, false)?;
+        }
+        Ok(match aw.bo {
+            // gpt-oss: the output projection's bias, added before the residual.
+            Some(bo) => {
+                be.matmul(&self.w(aw.wo), s.att, n, s.xb2)?;
+                be.add_bias(s.xb2, n, &self.w(bo))?;
+                true
+            }
+            None => self.project(be, aw.wo, ly.post_attn_norm, s.att, n, s)?,
+        })
+    }
+
     /// The feed-forward block of layer `l` (after its attention or delta net, whose output
     /// `s.xb2` is still to be added when `attn_add`). Returns whether `s.xb2` (the FFN's
     /// output) is still to be added (by the next norm).
-    fn ffn_block(&self, be: &mut dyn Backend, l: usize, ly: &super::Layer, attn_add: bool, n: usize, s: &Scratch) -> Result<bool, ModelError> {
+    pub(super) fn ffn_block(&self, be: &mut dyn Backend, l: usize, ly: &super::Layer, attn_add: bool, n: usize, s: &Scratch) -> Result<bool, ModelError> {
         let (c, e) = (&self.cfg, self.cfg.n_embd);
         let ffn_norm = self.w(ly.ffn_norm);
         let norm = NormIn { x: s.x, add: attn_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&ffn_norm), eps: c.eps };

@@ -8,6 +8,7 @@
 mod config;
 mod forward;
 mod hybrid;
+mod mtp;
 mod rewind;
 
 use std::collections::HashMap;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 pub use config::{Arch, Config, Experts, SUPPORTED_ARCHS};
 pub use forward::{KvRows, OutputRows, Scratch, OUT_ROWS_MAX};
 pub use hybrid::RecurrentState;
+pub use mtp::{Mtp, MtpBufs, MtpState};
 
 use crate::gguf::{GgufError, GgufFile};
 use crate::quant::GgmlType;
@@ -132,11 +134,25 @@ pub struct Model {
     pub output: WeightId,
     pub rope_freqs: Option<WeightId>,
     pub layers: Vec<Layer>,
+    /// The multi-token-prediction block (`blk.{n_layer}.nextn.*`), loaded only where a run
+    /// drafts with it ([`Model::load_with_mtp`]): its weights then count as the model's.
+    pub mtp: Option<Mtp>,
 }
 
 impl Model {
-    /// Reads the configuration and resolves and shape-checks every weight.
+    /// Reads the configuration and resolves and shape-checks every weight the forward
+    /// pass reads (a multi-token-prediction block is left out, unread: [`Self::load_with_mtp`]).
     pub fn load(file: Arc<GgufFile>) -> Result<Model, ModelError> {
+        Self::load_impl(file, false)
+    }
+
+    /// [`Self::load`], also resolving the file's multi-token-prediction block where it has
+    /// one (`Model::mtp`; a run that drafts with it, `--spec-type draft-mtp`).
+    pub fn load_with_mtp(file: Arc<GgufFile>) -> Result<Model, ModelError> {
+        Self::load_impl(file, true)
+    }
+
+    fn load_impl(file: Arc<GgufFile>, with_mtp: bool) -> Result<Model, ModelError> {
         let mut cfg = Config::from_gguf(&file)?;
         let index: HashMap<&str, usize> =
             file.tensors().iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
@@ -183,15 +199,15 @@ impl Model {
         let oss = c.arch == Arch::GptOss;
         // With an output gate, attn_q holds each head's query then its gate.
         let qd_w = if c.attn_out_gate { 2 * qd } else { qd };
-        let mut layers = Vec::with_capacity(c.n_layer);
-        for l in 0..c.n_layer {
+        // Block `l`'s weights (`recurrent`: a gated delta net instead of attention).
+        let load_layer = |l: usize, recurrent: bool| -> Result<Layer, ModelError> {
             let n = |s: &str| format!("blk.{l}.{s}");
             let req_if = |cond: bool, s: &str, shape: &[u64]| -> Result<Option<WeightId>, ModelError> {
                 if cond { get(&n(s), shape).map(Some) } else { opt(&n(s), shape) }
             };
             // In the order a file's tensors are looked up (the first missing one is named).
             let attn_norm = get(&n("attn_norm.weight"), &[e])?;
-            let (attn, delta) = match (c.recurrent_layers[l], c.recurrent) {
+            let (attn, delta) = match (recurrent, c.recurrent) {
                 (true, Some(d)) => (None, Some(delta_weights(&get, l, e, &d)?)),
                 _ => {
                     if find(&n("attn_q.weight")).is_none() && find(&n("attn_qkv.weight")).is_some() {
@@ -248,9 +264,12 @@ impl Model {
                 _ => None,
             };
             let post_ffw_norm = req_if(gemma, "post_ffw_norm.weight", &[e])?;
-            layers.push(Layer { attn_norm, attn, delta, post_attn_norm, ffn_norm, gate, up, down, router, shared, moe_bias, post_ffw_norm });
-        }
-        let model = Model { cfg, file, tok_embd, output_norm, output, rope_freqs, layers };
+            Ok(Layer { attn_norm, attn, delta, post_attn_norm, ffn_norm, gate, up, down, router, shared, moe_bias, post_ffw_norm })
+        };
+        let layers = (0..c.n_layer).map(|l| load_layer(l, c.recurrent_layers[l])).collect::<Result<Vec<_>, _>>()?;
+        // The multi-token-prediction block after them, if the file has one (qwen35).
+        let mtp = if with_mtp { mtp::load(&file, &c, n_vocab, output_norm, output, tok_embd, &load_layer, &find, &get)? } else { None };
+        let model = Model { cfg, file, tok_embd, output_norm, output, rope_freqs, layers, mtp };
         model.check_types()?;
         Ok(model)
     }
@@ -273,7 +292,10 @@ impl Model {
         }
         let mut vecs = vec![self.output_norm];
         vecs.extend(self.rope_freqs);
-        for l in &self.layers {
+        if let Some(m) = &self.mtp {
+            vecs.extend(m.vectors());
+        }
+        for l in self.layers.iter().chain(self.mtp.as_ref().map(|m| &m.layer)) {
             vecs.extend([l.attn_norm, l.ffn_norm]);
             vecs.extend([l.post_attn_norm, l.post_ffw_norm].into_iter().flatten());
             if let Some(a) = &l.attn {
@@ -311,7 +333,10 @@ impl Model {
     pub fn weight_ids(&self) -> Vec<WeightId> {
         let mut v = vec![self.tok_embd, self.output_norm, self.output];
         v.extend(self.rope_freqs);
-        for l in &self.layers {
+        if let Some(m) = &self.mtp {
+            v.extend(m.own_weights());
+        }
+        for l in self.layers.iter().chain(self.mtp.as_ref().map(|m| &m.layer)) {
             v.extend([l.attn_norm, l.ffn_norm, l.gate, l.up, l.down]);
             v.extend([l.post_attn_norm, l.post_ffw_norm, l.router].into_iter().flatten());
             if let Some(a) = &l.attn {

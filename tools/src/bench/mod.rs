@@ -147,7 +147,9 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
         weights: args.weights.clone(),
     };
     let n_seq = tests.iter().map(|t| t.seqs).max().unwrap_or(1);
-    let (mut engine, file, path) = common::open_batch_engine(&margs, n_seq)?;
+    let (mut engine, file, path) = common::open_batch_engine_with(&margs, n_seq, args.spec.wants_mtp())?;
+    // The MTP block runs only in the rows that draft with it.
+    engine.set_mtp(false);
     let tok = Tokenizer::from_gguf(&file).with_context(|| format!("cannot load the tokenizer of {}", path.display()))?;
     let bos = if tok.add_bos() { tok.bos() } else { None };
     let filename = path.file_name().map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());

@@ -72,6 +72,8 @@ type Run = (f64, usize, usize, usize);
 
 fn run_once(engine: &mut BatchEngine, prompt: &[u32], n: usize, drafter: Option<&mut (dyn Drafter + 'static)>, k: &super::Args) -> Result<(Run, Vec<u32>)> {
     engine.truncate(0, 0);
+    // Only a run that drafts with the model's MTP block evaluates it.
+    engine.set_mtp(drafter.as_ref().is_some_and(|d| d.name() == "mtp"));
     let mut seq = BatchSequence { engine, seq: 0 };
     let params = GenParams { max_tokens: n, eog: vec![] };
     let mut sampler = Sampler::new(SamplerParams::greedy());

@@ -34,6 +34,11 @@ pub struct HybridParams {
     /// With experts (`Hparams::moe`): the shared expert's FFN rows
     /// (`expert_shared_feed_forward_length`; 0: no shared expert).
     pub n_ff_shared: u64,
+    /// Multi-token-prediction blocks after the layers (`nextn_predict_layers`; 0: none):
+    /// `blk.{n_layer}` is a gated-attention block with the trunk's FFN plus the
+    /// `nextn.eh_proj` / `enorm` / `hnorm` / `shared_head_norm` tensors of the Qwen3.5 /
+    /// 3.6 MTP GGUFs (their LM head and embeddings are the trunk's).
+    pub nextn: u64,
 }
 
 impl HybridParams {
@@ -74,7 +79,7 @@ pub fn qwen35_27b() -> Hparams {
         rms_eps: 1e-6,
         tied: false,
         qk_norm: true,
-        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 48, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0], n_ff_shared: 0 }),
+        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 48, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0], n_ff_shared: 0, nextn: 0 }),
         ..Default::default()
     }
 }
@@ -96,7 +101,7 @@ pub fn qwen35_35b_a3b() -> Hparams {
         n_head_kv: 2,
         n_ff: 0,
         moe: Some(super::moe::MoeParams { n_expert: 256, n_used: 8, n_ff: 512 }),
-        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 32, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0], n_ff_shared: 512 }),
+        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 32, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0], n_ff_shared: 512, nextn: 0 }),
         ..qwen35_27b()
     }
 }
@@ -129,7 +134,7 @@ pub fn qwen35_tiny() -> Hparams {
         n_ff: 512,
         n_vocab: 151936,
         context_length: 4096,
-        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 2, n_v_heads: 4, head_dim: 64, interval: 4, n_rot: 16, sections: [3, 3, 2, 0], n_ff_shared: 0 }),
+        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 2, n_v_heads: 4, head_dim: 64, interval: 4, n_rot: 16, sections: [3, 3, 2, 0], n_ff_shared: 0, nextn: 0 }),
         ..qwen35_27b()
     }
 }
@@ -139,17 +144,40 @@ pub fn hparams(p: Preset) -> Hparams {
         Preset::Qwen35Tiny => qwen35_tiny(),
         Preset::Qwen35MoeTiny => qwen35moe_tiny(),
         Preset::Qwen35_35bA3b => qwen35_35b_a3b(),
+        Preset::Qwen35TinyMtp => with_mtp(qwen35_tiny(), "qwen35-tiny-mtp"),
+        Preset::Qwen35MoeTinyMtp => with_mtp(qwen35moe_tiny(), "qwen35moe-tiny-mtp"),
+        Preset::Qwen35_27bMtp => with_mtp(qwen35_27b(), "qwen35-27b-mtp"),
+        Preset::Qwen35_35bA3bMtp => with_mtp(qwen35_35b_a3b(), "qwen35-35b-a3b-mtp"),
         _ => qwen35_27b(),
     }
+}
+
+/// `h` with one multi-token-prediction block (as the MTP GGUFs of Qwen3.5 / 3.6 carry).
+fn with_mtp(h: Hparams, name: &'static str) -> Hparams {
+    Hparams { name, hybrid: h.hybrid.map(|x| HybridParams { nextn: 1, ..x }), ..h }
+}
+
+/// The multi-token-prediction block `blk.{n_layer}` (llama.cpp's qwen35 loader's
+/// `load_block_mtp`): an attention block with the trunk's FFN, then the `nextn` tensors.
+pub fn mtp_tensors(h: &Hparams, x: &HybridParams) -> Vec<(String, Vec<u64>)> {
+    let (i, e) = (h.n_layer, h.n_embd);
+    let mut v = block_tensors(h, x, i, false);
+    let b = |s: &str| format!("blk.{i}.nextn.{s}.weight");
+    v.extend([(b("eh_proj"), vec![2 * e, e]), (b("enorm"), vec![e]), (b("hnorm"), vec![e]), (b("shared_head_norm"), vec![e])]);
+    v
 }
 
 /// One block's tensors in the order llama.cpp's loader asks for them: `(name, dims)`
 /// (their types are the mix's, `quantize::mix::assign`, by name).
 pub fn layer_tensors(h: &Hparams, x: &HybridParams, i: u64) -> Vec<(String, Vec<u64>)> {
+    block_tensors(h, x, i, x.is_recurrent(i))
+}
+
+fn block_tensors(h: &Hparams, x: &HybridParams, i: u64, recurrent: bool) -> Vec<(String, Vec<u64>)> {
     let b = |s: &str| format!("blk.{i}.{s}.weight");
     let e = h.n_embd;
     let mut v = vec![(b("attn_norm"), vec![e]), (b("post_attention_norm"), vec![e])];
-    if x.is_recurrent(i) {
+    if recurrent {
         let (ch, vd, nv) = (x.channels(), x.value_dim(), x.n_v_heads);
         v.extend([
             (b("attn_qkv"), vec![e, ch]),
@@ -210,6 +238,7 @@ pub fn metadata(a: &str, x: &HybridParams) -> Vec<(String, MetaValue)> {
     ]
     .into_iter()
     .chain((x.n_ff_shared > 0).then(|| (format!("{a}.expert_shared_feed_forward_length"), u(x.n_ff_shared))))
+    .chain((x.nextn > 0).then(|| (format!("{a}.nextn_predict_layers"), u(x.nextn))))
     .collect()
 }
 
@@ -267,6 +296,29 @@ mod tests {
         assert_eq!(key("qwen35.full_attention_interval"), MetaValue::U32(4));
         assert_eq!(key("qwen35.attention.key_length"), MetaValue::U32(256));
         assert!(matches!(key("qwen35.rope.dimension_sections"), MetaValue::Array(ValueType::I32, ref v) if v.len() == 4));
+    }
+
+    /// The MTP presets: the trunk's tensors, then `blk.{n_layer}` as a gated-attention block
+    /// with the trunk's FFN and the four `nextn` tensors; `block_count` counts the block
+    /// and `nextn_predict_layers` says it is one (the plain presets write no such key).
+    #[test]
+    fn mtp_presets_carry_one_nextn_block() {
+        let h = hparams(Preset::Qwen35_27bMtp);
+        let p = plan(&h, Quant::Q4KM);
+        assert_eq!(p.len(), 48 * 14 + 16 * 11 + 3 + 11 + 4);
+        let get = |n: &str| p.iter().find(|t| t.name == n).map(|t| (t.ty, t.dims.clone())).unwrap_or_else(|| panic!("no {n}"));
+        assert_eq!(get("blk.64.nextn.eh_proj.weight").1, [10240, 5120]);
+        assert_eq!(get("blk.64.nextn.hnorm.weight"), (F32, vec![5120]));
+        assert_eq!(get("blk.64.attn_q.weight").1, [5120, 12288]);
+        assert_eq!(get("blk.64.ffn_down.weight").1, [17408, 5120]);
+        assert!(!p.iter().any(|t| t.name.starts_with("blk.64.") && (t.name.contains("ssm") || t.name.contains("attn_qkv"))));
+        let m = all_metadata(&h, Quant::Q4KM);
+        let key = |k: &str| m.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(key("qwen35.block_count"), Some(MetaValue::U32(65)));
+        assert_eq!(key("qwen35.nextn_predict_layers"), Some(MetaValue::U32(1)));
+        assert_eq!(all_metadata(&hparams(Preset::Qwen35_27b), Quant::Q4KM).iter().find(|(n, _)| n.ends_with("nextn_predict_layers")), None);
+        let moe = plan(&hparams(Preset::Qwen35MoeTinyMtp), Quant::Q4KM);
+        assert!(moe.iter().any(|t| t.name == "blk.4.ffn_gate_exps.weight") && moe.iter().any(|t| t.name == "blk.4.nextn.eh_proj.weight"));
     }
 
     /// Qwen3.6-35B-A3B: 30 recurrent layers of 19 tensors (two norms, the delta net's nine,
