@@ -209,13 +209,13 @@ KERNEL void hadamard_f32(float* x, int lg, float scale) { pdl_entry();
     float* b = x + (u64)bid_x() * (u64)n;
     s[t] = b[t];
     s[t + half] = b[t + half];
-    __syncthreads();
+    sync();
     for (int h = 1; h < n; h <<= 1) {
         const int i = (t / h) * 2 * h + (t % h);
         const float a = s[i], c = s[i + h];
         s[i] = a + c;
         s[i + h] = a - c;
-        __syncthreads();
+        sync();
     }
     b[t] = s[t] * scale;
     b[t + half] = s[t + half] * scale;
