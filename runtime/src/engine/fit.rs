@@ -27,7 +27,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::gpu::family::dequant;
+use crate::backend::gpu::family::{dequant, kvq_attn};
 use crate::backend::gpu::plan;
 use crate::backend::gpu::tuning::Tuning;
 use crate::backend::memory::MemoryTarget;
@@ -254,7 +254,10 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         if gpu {
             let plane = |t: KvType, d: usize, slots: usize| round_up(slots as u64 * row(t, d), 256);
             let layers: u64 = (0..kv_layers).map(|l| plane(ty.k, c.head_dim_k, spec.slots(l)) + plane(ty.v, c.head_dim_v, spec.slots(l))).sum();
-            n_seq * round_up(layers, GPU_PAGE)
+            // A quantized side's prefill reads its rows through one f16 scratch of the
+            // largest layer's slots (`kvq_attn::prefill_scratch_bytes`), shared by every sequence.
+            let rows = kvq_attn::prefill_scratch_bytes(&spec) as u64;
+            n_seq * round_up(layers, GPU_PAGE) + if rows > 0 { round_up(rows, GPU_PAGE) } else { 0 }
         } else {
             n_seq * (0..kv_layers).map(|l| spec.slots(l) as u64 * (row(ty.k, c.head_dim_k) + row(ty.v, c.head_dim_v))).sum::<u64>()
         }

@@ -9,7 +9,7 @@
 //! The measured reasons for each threshold are in BENCHMARKS.md and `benchmarks/`; the
 //! numbers a user may override are in [`Tuning`].
 
-use crate::backend::gpu::family::{attn_decode, decode_mv, delta, dequant, flash_attn, gemm, head_mv, matvec, moe, quantize};
+use crate::backend::gpu::family::{attn_decode, decode_mv, delta, dequant, flash_attn, gemm, head_mv, kvq_attn, matvec, moe, quantize};
 use crate::backend::gpu::launch;
 use super::tuning::Tuning;
 use crate::quant::GgmlType;
@@ -478,38 +478,56 @@ pub enum Attn {
     Flash { kernel: &'static str },
     /// Per query, one block per head; `q8`: it also writes the output projection's q8_1 input.
     Decode { q8: bool },
-    /// A cache with a Q8_0 / Q4_0 K or V: `attn_kvq` for prefill and decode (one block per
-    /// query and head, every element dequantized as it is loaded); `q8` as `Decode`.
+    /// One query over a Q8_0 / Q4_0 K or V: `kvq_decode_d<HD>`, split over the keys as the
+    /// fused f16 decode (`parts` per head of at least `min_keys` keys); `q8` as `Decode`.
+    QuantDecode { kernel: &'static str, q8: bool, parts: usize, min_keys: usize },
+    /// Two or more queries over such a cache: their rows to an f16 scratch (`kvq_to_f16`),
+    /// then the flash `kernel` over it.
+    QuantFlash { kernel: &'static str },
+    /// Such a cache at other head sizes: `attn_kvq` (one block per query and head).
     Quant { q8: bool },
 }
 
-/// How `attention` of `n_tok` queries runs over a cache of `kv` types; `wants_k`: the
-/// output projection reads the K form (which the per-head kernel cannot write).
-pub fn attention(n_tok: usize, head_dim: usize, wants_k: bool, kv: crate::backend::KvTypes, sinks: bool, t: &Tuning) -> Attn {
-    if kv.any_quantized() {
-        return Attn::Quant { q8: t.fuse && n_tok == 1 && head_dim % 32 == 0 && !wants_k };
+/// What `attention` is asked: `max_keys`, the most keys a query can see (cache slots or
+/// window); `wants_k`, the output projection reads the K form (the per-head kernels cannot
+/// write it); `sinks`, attention sinks (gpt-oss).
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape { pub n_tok: usize, pub head_dim: usize, pub n_head: usize, pub max_keys: usize, pub wants_k: bool, pub kv: crate::backend::KvTypes, pub sinks: bool }
+
+/// How `attention` of `s.n_tok` queries runs. Over a quantized cache a decode query splits
+/// its keys as `rope_kv_attention` does; a prefill chunk converts the rows it sees to f16
+/// once per layer for the flash kernel (why not a flash kernel over the blocks: kvq_attn.rs).
+pub fn attention(s: &AttnShape, t: &Tuning, o: &mut dyn Occupancy) -> Attn {
+    let q8 = t.fuse && s.n_tok == 1 && s.head_dim % 32 == 0 && !s.wants_k;
+    if s.kv.any_quantized() {
+        if s.n_tok >= 2 && flash_attn::flash_supports(s.head_dim) && !s.sinks {
+            return Attn::QuantFlash { kernel: flash_attn::kernel_for(s.head_dim) };
+        }
+        if let (1, Some(kernel)) = (s.n_tok, kvq_attn::decode_kernel(s.head_dim)) {
+            let min_keys = t.attn_part_keys.unwrap_or_else(|| kvq_attn::keys_per_part(s.head_dim));
+            let mut parts = attn_decode::parts_for(min_keys, s.max_keys);
+            if t.attn_part_keys.is_none() {
+                let wave = o.sms() * o.per_sm(kernel, kvq_attn::THREADS as u32, 1);
+                parts = attn_decode::parts_in_wave(parts, s.n_head, wave);
+            }
+            return Attn::QuantDecode { kernel, q8, parts, min_keys };
+        }
+        return Attn::Quant { q8 };
     }
     // Attention sinks (gpt-oss): only `attn_f16` adds them, prefill included.
-    if n_tok >= 2 && flash_attn::flash_supports(head_dim) && !sinks {
-        return Attn::Flash { kernel: flash_attn::kernel_for(head_dim) };
+    if s.n_tok >= 2 && flash_attn::flash_supports(s.head_dim) && !s.sinks {
+        return Attn::Flash { kernel: flash_attn::kernel_for(s.head_dim) };
     }
-    Attn::Decode { q8: t.fuse && head_dim % 32 == 0 && !wants_k }
+    Attn::Decode { q8: t.fuse && s.head_dim % 32 == 0 && !s.wants_k }
 }
 
 /// How new K/V rows are stored: converted to f16 (`kv_store_f16`) or, with a Q8_0 / Q4_0
 /// K or V, quantized block by block (`kv_store_q`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KvStore {
-    F16,
-    Quant,
-}
+pub enum KvStore { F16, Quant }
 
 pub fn kv_store(kv: crate::backend::KvTypes) -> KvStore {
-    if kv.any_quantized() {
-        KvStore::Quant
-    } else {
-        KvStore::F16
-    }
+    if kv.any_quantized() { KvStore::Quant } else { KvStore::F16 }
 }
 
 /// Whether a batched decode step's rows store and attend in one launch each
