@@ -310,11 +310,15 @@ KERNEL LAUNCH_BOUNDS(KQ_THREADS) void kvq_decode_d256(const float* q, const u8* 
 
 // Rows [lo, lo + n_rows) of K and V planes (types ty_k, ty_v; rows of nk / nv values,
 // multiples of 32) as f16: dk / dv row r = plane row lo + r. nk = 0 (nv = 0): that plane
-// is not converted (an f16 side is read in place). Thread i of row r converts elements
-// 16 i .. 16 i + 15 of K and of V. grid (ceil(max(nk, nv) / 16 / 256), n_rows), block 256.
-KERNEL LAUNCH_BOUNDS(256) void kvq_to_f16(const u8* kc, const u8* vc, u16* dk, u16* dv, int nk, int nv, int lo, int ty_k, int ty_v) {
+// is not converted (an f16 side is read in place). Thread g = r * C + i (C = max(nk, nv)
+// / 16 per row) converts elements 16 i .. 16 i + 15 of row r of K and of V (rows in the
+// grid's x: more than 65,535 of them fit). grid ceil(n_rows * C / 256), block 256.
+KERNEL LAUNCH_BOUNDS(256) void kvq_to_f16(const u8* kc, const u8* vc, u16* dk, u16* dv, int nk, int nv, int lo, int n_rows, int ty_k, int ty_v) {
     pdl_entry();
-    const int i = bid_x() * 256 + tid_x(), r = bid_y();
+    const u64 per_row = (u64)(nk > nv ? nk : nv) / KQ_E;
+    const u64 g = (u64)bid_x() * 256 + tid_x();
+    if (per_row == 0 || g >= per_row * (u64)n_rows) return;
+    const int r = (int)(g / per_row), i = (int)(g % per_row);
     const u64 p = (u64)lo + r;
     for (int side = 0; side < 2; ++side) {
         const int n = side == 0 ? nk : nv;

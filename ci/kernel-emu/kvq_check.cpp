@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
     const int lo = k0 / 64 * 64, nr = P + 1 - lo;
     const int nk = ty_k ? n : 0, nv = ty_v ? n : 0;
     std::vector<u16> dk((size_t)nr * n, 0xffff), dv((size_t)nr * n, 0xffff);
-    const int gx = (std::max(nk, nv) / 16 + 255) / 256;
-    if (gx > 0) launch(gx, nr, 1, 256, [&] { kvq_to_f16(kc.data(), vc.data(), dk.data(), dv.data(), nk, nv, lo, ty_k, ty_v); });
+    const int gx = (nr * (std::max(nk, nv) / 16) + 255) / 256;
+    if (gx > 0) launch(gx, 1, 1, 256, [&] { kvq_to_f16(kc.data(), vc.data(), dk.data(), dv.data(), nk, nv, lo, nr, ty_k, ty_v); });
     size_t bad = 0;
     for (int r = 0; r < nr; ++r)
         for (int i = 0; i < n; ++i) {

@@ -27,8 +27,8 @@ kernel_args! {
     }
 }
 kernel_args! {
-    /// `kvq_to_f16(kc, vc, dk, dv, nk, nv, lo, ty_k, ty_v)`.
-    pub struct ToF16 { kc: DevPtr, vc: DevPtr, dk: DevPtr, dv: DevPtr, nk: usize, nv: usize, lo: usize, ty_k: usize, ty_v: usize }
+    /// `kvq_to_f16(kc, vc, dk, dv, nk, nv, lo, n_rows, ty_k, ty_v)`.
+    pub struct ToF16 { kc: DevPtr, vc: DevPtr, dk: DevPtr, dv: DevPtr, nk: usize, nv: usize, lo: usize, n_rows: usize, ty_k: usize, ty_v: usize }
 }
 
 const DECODE: [(usize, Kernel<Decode>); 3] = [(64, Kernel::new("kvq_decode_d64")), (128, Kernel::new("kvq_decode_d128")), (256, Kernel::new("kvq_decode_d256"))];
@@ -148,8 +148,8 @@ pub fn to_f16(d: &dyn Launch, kc: DevPtr, vc: DevPtr, scratch: DevPtr, nk: usize
     if n_rows == 0 || nk.max(nv) == 0 {
         return Ok(out);
     }
-    let args = ToF16 { kc, vc, dk, dv, nk, nv, lo, ty_k, ty_v };
-    TO_F16.launch(d, [(nk.max(nv) / 16).div_ceil(256) as u32, n_rows as u32, 1], [256, 1, 1], &args)?;
+    let args = ToF16 { kc, vc, dk, dv, nk, nv, lo, n_rows, ty_k, ty_v };
+    TO_F16.launch(d, [(n_rows * (nk.max(nv) / 16)).div_ceil(256) as u32, 1, 1], [256, 1, 1], &args)?;
     Ok(out)
 }
 

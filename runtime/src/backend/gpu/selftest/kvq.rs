@@ -1,5 +1,6 @@
 //! `kvq_*` checks: quantized KV caches (`-ctk` / `-ctv` q8_0, q4_0, each beside f16) on
-//! the GPU through the trait (`kv_write` → `kv_store_q`, `attention` → `attn_kvq`,
+//! the GPU through the trait (`kv_write` → `kv_store_q`, `attention` → what
+//! `plan::attention` picks: `kvq_decode_d<HD>`, `kvq_to_f16` + flash, or `attn_kvq`;
 //! `copy_kv`), against the CPU backend on the same rows. Per case:
 //!
 //! - the store: the GPU's K and V planes, read back, equal byte for byte the blocks the
@@ -11,7 +12,9 @@
 //!   a wrong block decode or a misplaced row is off by the size of the row;
 //! - `copy_kv` of a prefix into a fresh cache: the copied bytes equal the source's.
 //!
-//! Shapes: head sizes 64, 128, 256; GQA groups 1 to 4; windows; 1 to 300 cached rows.
+//! Shapes: head sizes 64, 128, 256; GQA groups 1 to 4; windows; 1 to 4097 cached rows;
+//! decode rows (`kvq_decode_d<HD>`, split over the keys) and prefill chunks
+//! (`kvq_to_f16` + the flash kernel) across their boundaries ([`depth_cases`]).
 
 use super::report::{Acc, CheckReport, Rng};
 use crate::backend::cpu::CpuBackend;
@@ -44,10 +47,44 @@ fn cases() -> Vec<Case> {
         Case { hd: 256, n_head: 4, n_kv: 1, ty: t(Q8_0, Q4_0), rows: 1, n_tok: 1, window: None },
         Case { hd: 256, n_head: 4, n_kv: 1, ty: t(Q4_0, Q8_0), rows: 260, n_tok: 1, window: Some(100) },
     ]
+    .into_iter()
+    .chain(depth_cases())
+    .collect()
+}
+
+/// The fast kernels (`kvq_attn.hip`) across their boundaries: decode (`kvq_decode_d<HD>`)
+/// at 1, 31, 32, 33, 256, 1000 and 4097 keys (one part up to 256 keys at head size 128,
+/// then parts of at least 256, as many as one wave holds), both types, K and V mixed and
+/// beside f16, windows, GQA groups 1 to 4; prefill chunks (`kvq_to_f16` + the flash
+/// kernel) from position 0 and deep in the cache, windowed (the rows read start at the
+/// first visible key's 64-row tile).
+fn depth_cases() -> Vec<Case> {
+    use KvType::{Q4_0, Q8_0, F16};
+    let t = |k, v| KvTypes { k, v };
+    let mut v: Vec<Case> = [1, 31, 32, 33, 256, 1000, 4097].into_iter().map(|rows| Case { hd: 128, n_head: 8, n_kv: 2, ty: t(Q8_0, Q8_0), rows, n_tok: 1, window: None }).collect();
+    v.extend([
+        Case { hd: 128, n_head: 8, n_kv: 8, ty: t(Q4_0, Q4_0), rows: 33, n_tok: 1, window: None },
+        Case { hd: 128, n_head: 8, n_kv: 8, ty: t(Q4_0, Q4_0), rows: 1000, n_tok: 1, window: None },
+        Case { hd: 128, n_head: 8, n_kv: 2, ty: t(Q4_0, Q4_0), rows: 4097, n_tok: 1, window: Some(1000) },
+        Case { hd: 64, n_head: 6, n_kv: 2, ty: t(Q8_0, Q4_0), rows: 513, n_tok: 1, window: None },
+        Case { hd: 64, n_head: 6, n_kv: 2, ty: t(Q4_0, Q8_0), rows: 1000, n_tok: 1, window: Some(300) },
+        Case { hd: 256, n_head: 4, n_kv: 2, ty: t(Q8_0, Q8_0), rows: 1000, n_tok: 1, window: None },
+        Case { hd: 128, n_head: 8, n_kv: 2, ty: t(F16, Q4_0), rows: 4097, n_tok: 1, window: None },
+        Case { hd: 128, n_head: 8, n_kv: 2, ty: t(Q8_0, F16), rows: 256, n_tok: 1, window: None },
+        // Prefill chunks.
+        Case { hd: 128, n_head: 8, n_kv: 2, ty: t(Q8_0, Q8_0), rows: 33, n_tok: 33, window: None },
+        Case { hd: 128, n_head: 8, n_kv: 2, ty: t(Q8_0, Q8_0), rows: 1000, n_tok: 64, window: None },
+        Case { hd: 128, n_head: 8, n_kv: 8, ty: t(Q4_0, Q4_0), rows: 4097, n_tok: 100, window: Some(1000) },
+        Case { hd: 64, n_head: 6, n_kv: 2, ty: t(Q8_0, Q4_0), rows: 256, n_tok: 256, window: Some(100) },
+        Case { hd: 256, n_head: 4, n_kv: 1, ty: t(Q4_0, F16), rows: 300, n_tok: 2, window: None },
+        Case { hd: 128, n_head: 8, n_kv: 2, ty: t(F16, Q8_0), rows: 4097, n_tok: 31, window: None },
+    ]);
+    v
 }
 
 fn name(c: &Case) -> String {
-    format!("kvq_d{}_g{}_{}_{}_r{}_t{}", c.hd, c.n_head / c.n_kv, c.ty.k, c.ty.v, c.rows, c.n_tok)
+    let w = c.window.map_or(String::new(), |w| format!("_w{w}"));
+    format!("kvq_d{}_g{}_{}_{}_r{}_t{}{w}", c.hd, c.n_head / c.n_kv, c.ty.k, c.ty.v, c.rows, c.n_tok)
 }
 
 /// The bytes the CPU's store makes of `x` (rows of `n` values) in type `t`.
