@@ -412,8 +412,10 @@ pub struct QkvShape {
     /// The cache's head size (K and V) and KV heads.
     pub cache_head_dim: (usize, usize),
     pub cache_kv_heads: usize,
-    /// The cache holds f16 K and V (the fused store kernels write f16 only).
+    /// f16 K and V (the fused decode attention's only cache); `rope_kv` also stores Q8_0 /
+    /// Q4_0 blocks beside f16 (`cache_blocks`).
     pub cache_f16: bool,
+    pub cache_blocks: bool,
 }
 
 impl QkvShape {
@@ -428,17 +430,19 @@ impl QkvShape {
             cache_head_dim: (spec.head_dim_k, spec.head_dim_v),
             cache_kv_heads: spec.n_kv_head,
             cache_f16: spec.ty == crate::backend::KvType::F16.into(),
+            cache_blocks: spec.ty.any_quantized() && ![spec.ty.k, spec.ty.v].contains(&crate::backend::KvType::F32),
         }
     }
 
-    fn matches_cache(&self) -> bool {
-        self.cache_f16 && self.cache_head_dim == (self.head_dim, self.head_dim) && self.cache_kv_heads == self.n_kv_head && self.n_rot <= self.head_dim && self.n_rot % 2 == 0
+    fn matches_cache(&self) -> bool { self.cache_f16 && self.matches_shape() }
+    fn matches_shape(&self) -> bool {
+        self.cache_head_dim == (self.head_dim, self.head_dim) && self.cache_kv_heads == self.n_kv_head && self.n_rot <= self.head_dim && self.n_rot % 2 == 0
     }
 }
 
 /// Whether the per-head norms, RoPE and the K/V store run as one launch (`norm_rope::rope_kv`).
 pub fn rope_kv(s: &QkvShape, t: &Tuning) -> bool {
-    t.fuse && s.head_dim <= 256 && s.buffers_ok && s.matches_cache()
+    t.fuse && s.head_dim <= 256 && s.buffers_ok && (s.matches_cache() || (s.cache_blocks && s.head_dim % 32 == 0 && s.matches_shape()))
 }
 
 /// The fused one-token attention: keys per part and parts per head.

@@ -130,7 +130,7 @@ fn norm_and_matvecs_of_one_token() {
 fn decode_attention_fused_and_split_in_one_wave() {
     let t = Tuning::default();
     let o = &mut Sm90::default();
-    let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: true };
+    let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: true, cache_blocks: false };
     let a = rope_kv_attention(&s, 1, (128, 128, 16, 8), 4096, &t, o).expect("fused");
     assert!(a.parts >= 1 && a.parts <= attn_decode::MAX_PARTS);
     assert!(rope_kv_attention(&s, 2, (128, 128, 16, 8), 4096, &t, o).is_none());
@@ -183,8 +183,8 @@ fn moe_routes_on_the_device_pairs_then_grouped() {
 /// A Q8_0 / Q4_0 K or V: a prefill chunk converts its rows to f16 for the flash kernel, a
 /// decode row runs the split-keys block kernel (parts as the f16 decode's: 32 heads on 132
 /// SMs of one block each take 4 parts of a 4096-slot cache), other head sizes `attn_kvq`;
-/// the store quantizes, the fused f16-storing kernels (`rope_kv`, `attn_decode`) and the
-/// batched rows kernels are not taken.
+/// the store quantizes (`rope_kv` quantizing as it stores), the fused decode attention
+/// (`attn_decode`) and the batched rows kernels are not taken.
 #[test]
 fn quantized_kv_caches_take_the_block_kernels() {
     use crate::backend::{KvType, KvTypes};
@@ -207,9 +207,13 @@ fn quantized_kv_caches_take_the_block_kernels() {
         assert_eq!(attn(512, 288, false, ty, false, &t), Attn::Quant { q8: false });
         assert_eq!(kv_store(ty), KvStore::Quant);
         assert!(!attention_rows_batched(ty));
-        let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: false };
+        let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: false, cache_blocks: true };
         assert!(rope_kv_attention(&s, 1, (128, 128, 16, 8), 4096, &t, o).is_none());
-        assert!(!rope_kv(&s, &t));
+        // The norms, RoPE and the quantizing store in one launch (`rope_kv_f32` with types),
+        // at head sizes of whole blocks only.
+        assert!(rope_kv(&s, &t));
+        assert!(!rope_kv(&QkvShape { head_dim: 80, cache_head_dim: (80, 80), n_rot: 80, ..s }, &t));
+        assert!(!rope_kv(&QkvShape { cache_blocks: false, ..s }, &t));
     }
     assert_eq!(kv_store(KvType::F16.into()), KvStore::F16);
     assert!(attention_rows_batched(KvType::F16.into()));
