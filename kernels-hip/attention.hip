@@ -212,10 +212,6 @@ KERNEL LAUNCH_BOUNDS(512) void attn_f16_rows(const float* q, const u64* kv, floa
 // e % 32 of GGUF block e / 32 (Q8_0: f16 d then 32 i8, 34 bytes; Q4_0: f16 d then 16 bytes
 // whose low nibbles are values 0..15 and high nibbles 16..31, value (nibble - 8) * d, 18
 // bytes). Rows are whole blocks (n_kv_head * head_dim % 32 == 0).
-#define KVQ_F16 0
-#define KVQ_Q8_0 1
-#define KVQ_Q4_0 2
-
 DEV float kvq_at(const u8* plane, int ty, u64 e) {
     if (ty == KVQ_F16) return h2f(ld_u16(plane + 2 * e));
     const int i = (int)(e & 31);
@@ -226,42 +222,6 @@ DEV float kvq_at(const u8* plane, int ty, u64 e) {
     const u8* b = plane + (e >> 5) * 18;
     const int nib = i < 16 ? (b[2 + i] & 15) : (b[2 + i - 16] >> 4);
     return (float)(nib - 8) * h2f(ld_u16(b));
-}
-
-// One warp quantizes the 32 values x (one per lane) into block b of type ty, rounding as
-// the CPU backend's quantizers (quant/q8.rs: llama.cpp's x86 quantize_row_q8_0, d =
-// amax/127, codes rint(x·127/amax); quant/q32.rs: quantize_row_q4_0_ref, d = -max/8 of
-// the signed value of largest magnitude, first on ties, codes min(15, (int)(x/d + 8.5))).
-DEV void kvq_block_store(u8* b, int ty, float x) {
-    const int lane = tid_x() & 31;
-    if (ty == KVQ_Q8_0) {
-        const float amax = warp_max(fabs_f(x));
-        const float d = amax / 127.0f;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        b[2 + lane] = (u8)(signed char)(int)rint_f(mul_rn(x, id));
-        if (lane == 0) *(u16*)b = f2h(d);
-        return;
-    }
-    // Q4_0: the signed value of largest magnitude, the lowest lane on ties.
-    float av = fabs_f(x), mv = x;
-    int at = lane;
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) {
-        const float ao = shfl_xor(av, m), mo = shfl_xor(mv, m);
-        const int lo = shfl_xor_i(at, m);
-        if (ao > av || (ao == av && lo < at)) {
-            av = ao;
-            mv = mo;
-            at = lo;
-        }
-    }
-    const float d = mv / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    int c = (int)add_rn(mul_rn(x, id), 8.5f);
-    c = c < 15 ? c : 15;
-    const int hi = shfl_xor_i(c, 16);
-    if (lane < 16) b[2 + lane] = (u8)((c & 15) | ((hi & 15) << 4));
-    if (lane == 0) *(u16*)b = f2h(d);
 }
 
 // K and V rows of the new tokens into quantized (or f16) caches: kc / vc rows of nk / nv

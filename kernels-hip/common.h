@@ -234,6 +234,54 @@ DEV void q8_block_store(block_q8_1* b, float v) {
     }
 }
 
+// Element types of a KV cache plane (-ctk / -ctv): f16, or GGUF Q8_0 / Q4_0 blocks.
+#define KVQ_F16 0
+#define KVQ_Q8_0 1
+#define KVQ_Q4_0 2
+
+// One warp quantizes the 32 values x (one per lane) into block b of type ty, rounding as
+// the CPU backend's quantizers (quant/q8.rs: llama.cpp's x86 quantize_row_q8_0, d =
+// amax/127, codes rint(x·127/amax); quant/q32.rs: quantize_row_q4_0_ref, d = -max/8 of
+// the signed value of largest magnitude, first on ties, codes min(15, (int)(x/d + 8.5))).
+DEV void kvq_block_store(u8* b, int ty, float x) {
+    const int lane = tid_x() & 31;
+    if (ty == KVQ_Q8_0) {
+        const float amax = warp_max(fabs_f(x));
+        const float d = amax / 127.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        b[2 + lane] = (u8)(signed char)(int)rint_f(mul_rn(x, id));
+        if (lane == 0) *(u16*)b = f2h(d);
+        return;
+    }
+    // Q4_0: the signed value of largest magnitude, the lowest lane on ties.
+    float av = fabs_f(x), mv = x;
+    int at = lane;
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+        const float ao = shfl_xor(av, m), mo = shfl_xor(mv, m);
+        const int lo = shfl_xor_i(at, m);
+        if (ao > av || (ao == av && lo < at)) {
+            av = ao;
+            mv = mo;
+            at = lo;
+        }
+    }
+    const float d = mv / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int c = (int)add_rn(mul_rn(x, id), 8.5f);
+    c = c < 15 ? c : 15;
+    const int hi = shfl_xor_i(c, 16);
+    if (lane < 16) b[2 + lane] = (u8)((c & 15) | ((hi & 15) << 4));
+    if (lane == 0) *(u16*)b = f2h(d);
+}
+
+// x as element e of a plane of type ty. A quantized type is stored a block at a time: the
+// 32 lanes of the warp call it together, lane l with element e % 32 == l.
+DEV void kvq_put(u8* plane, int ty, u64 e, float x) {
+    if (ty == KVQ_F16) ((u16*)plane)[e] = f2h(x);
+    else kvq_block_store(plane + (e >> 5) * (ty == KVQ_Q8_0 ? 34 : 18), ty, x);
+}
+
 // K-format activation blocks: the codes of ggml's q8_K (one f32 scale per 256 values,
 // taken from the signed value of largest magnitude: iscale = -127 / max, codes
 // min(127, round_even(iscale * x)), d = 1 / iscale; an all-zero super-block is all

@@ -154,13 +154,15 @@ KERNEL LAUNCH_BOUNDS(1024) void add_rmsnorm_q8_f32(float* x, const float* r, con
 
 // After the q/k/v projections of a chunk, in one launch: per-head RMSNorm of q and k
 // (weights qw / kw, either may be null: no norm), RoPE of q and k, q scaled by q_scale,
-// q and k written back in place, and k and v stored as f16 in the caches at row pos[t].
-// q: [n_tok, n_head, hd] f32; k, v: [n_tok, n_kv, hd] f32; kc, vc: [n_ctx, n_kv * hd] f16.
+// q and k written back in place, and k and v stored in the caches at row pos[t].
+// q: [n_tok, n_head, hd] f32; k, v: [n_tok, n_kv, hd] f32; kc, vc: [n_ctx, n_kv * hd] of
+// types ty_k / ty_v (KVQ_*: f16, or Q8_0 / Q4_0 blocks, quantized a warp per block as
+// kv_store_q does; those need hd % 32 == 0).
 // grid (n_tok, n_head + 2 * n_kv), block 128 (one block per head: q heads, k heads, then
 // v heads); hd <= 256.
-KERNEL LAUNCH_BOUNDS(128) void rope_kv_f32(float* q, float* k, const float* v, u16* kc, u16* vc, const float* qw, const float* kw,
+KERNEL LAUNCH_BOUNDS(128) void rope_kv_f32(float* q, float* k, const float* v, u8* kc, u8* vc, const float* qw, const float* kw,
                                            const int* pos, const float* ff, int n_head, int n_kv, int hd, int n_rot, int neox,
-                                           float theta_scale, float freq_scale, float eps, float q_scale) { pdl_entry();
+                                           float theta_scale, float freq_scale, float eps, float q_scale, int ty_k, int ty_v) { pdl_entry();
     __shared__ float s[256];
     __shared__ float red[4];
     const int tok = bid_x(), h = bid_y(), t = tid_x();
@@ -169,7 +171,7 @@ KERNEL LAUNCH_BOUNDS(128) void rope_kv_f32(float* q, float* k, const float* v, u
     if (h >= n_head + n_kv) {
         const int vh = h - n_head - n_kv;
         const float* src = v + ((u64)tok * n_kv + vh) * hd;
-        for (int i = t; i < hd; i += 128) vc[kv_at + (u64)vh * hd + i] = f2h(src[i]);
+        for (int i = t; i < hd; i += 128) kvq_put(vc, ty_v, kv_at + (u64)vh * hd + i, src[i]);
         return;
     }
     const bool is_q = h < n_head;
@@ -205,7 +207,7 @@ KERNEL LAUNCH_BOUNDS(128) void rope_kv_f32(float* q, float* k, const float* v, u
             row[i] = o * q_scale;
         } else {
             row[i] = o;
-            kc[kv_at + (u64)kh * hd + i] = f2h(o);
+            kvq_put(kc, ty_k, kv_at + (u64)kh * hd + i, o);
         }
     }
 }

@@ -59,6 +59,34 @@ DEV float sqrt_f(float x) { return sqrtf(x); }
 DEV float fmax_f(float a, float b) { return fmaxf(a, b); }
 DEV float exp_fast(float x) { return expf(x); }
 DEV float silu_f(float x) { return x / (1.0f + expf(-x)); }
+// What kvq_attn.hip uses beyond that (kvq_kernel_emulated.rs): the small integer types,
+// f16 conversions (_Float16), the math and the q8_1 block store of the device header, and
+// the AMD atomics and fences as host ones (blocks run one at a time here).
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+DEV void pdl_entry() {}
+DEV float h2f(u16 h) { return (float)__builtin_bit_cast(_Float16, h); }
+DEV u16 f2h(float f) { return __builtin_bit_cast(u16, (_Float16)f); }
+DEV u16 ld_u16(const u8* p) { return *(const u16*)p; }
+DEV float exp2_fast(float x) { return exp2f(x); }
+DEV float fma_f(float a, float b, float c) { return fmaf(a, b, c); }
+DEV float fabs_f(float x) { return fabsf(x); }
+DEV float rint_f(float x) { return rintf(x); }
+DEV float warp_max(float v) { for (int m = 16; m > 0; m >>= 1) v = fmax_f(v, shfl_xor(v, m)); return v; }
+struct __attribute__((aligned(4))) block_q8_1 { u16 d; u16 s; i8 qs[32]; };
+DEV void q8_block_store(block_q8_1* b, float v) {
+    const int lane = tid_x() & 31;
+    const float amax = warp_max(fabs_f(v));
+    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int c = (int)rint_f(v * id);
+    const float qsum = warp_sum((float)c);
+    b->qs[lane] = (i8)c;
+    if (lane == 0) { b->d = f2h(d); b->s = f2h(d * qsum); }
+}
+#define __hip_atomic_fetch_add(p, v, order, scope) __atomic_fetch_add(p, v, order)
+#define __HIP_MEMORY_SCOPE_AGENT 0
+#define __builtin_amdgcn_fence(order, scope) __atomic_thread_fence(order)
 // Runs f over a grid, block of nt threads (a multiple of 32).
 inline void launch(int gx, int gy, int gz, int nt, std::function<void()> f) {
     for (int bz = 0; bz < gz; ++bz) for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {

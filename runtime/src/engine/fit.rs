@@ -32,7 +32,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::gpu::family::dequant;
+use crate::backend::gpu::family::{dequant, kvq_attn};
 use crate::backend::gpu::plan;
 use crate::backend::gpu::tuning::Tuning;
 use crate::backend::memory::MemoryTarget;
@@ -103,6 +103,8 @@ pub struct Estimate {
     pub swa: Option<SwaKv>,
     /// Recurrent state of every sequence (qwen35; 0 for other models).
     pub recurrent: u64,
+    /// Activations, launch overhead and, for a quantized KV cache on a GPU, the prefill's
+    /// f16 rows (`kvq_attn::prefill_scratch_bytes`).
     pub scratch: u64,
     /// weights + kv + recurrent + scratch.
     pub need: u64,
@@ -281,6 +283,14 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         }
     };
     let kv = |ctx: usize| kv_of(shape.kv_type, ctx);
+    // A quantized side's prefill on a GPU reads its rows through one f16 scratch of the
+    // largest layer's slots (`kvq_attn::prefill_scratch_bytes`), shared by every sequence:
+    // scratch that grows with the context.
+    let kvq_scratch = |ty: KvTypes, ctx: usize| -> u64 {
+        let spec = KvSpec { n_layer: kv_layers, n_ctx: ctx, n_kv_head: c.n_head_kv, head_dim_k: c.head_dim_k, head_dim_v: c.head_dim_v, ty, swa: swa_at(ctx) };
+        let bytes = kvq_attn::prefill_scratch_bytes(&spec) as u64;
+        if gpu && bytes > 0 { round_up(bytes, GPU_PAGE) } else { 0 }
+    };
     let scratch = |ctx: usize| -> u64 {
         let n = shape.batch.min(ctx).max(shape.n_seq).max(1);
         // A MoE model has no dense FFN buffers but the experts' (`backend::MoeScratch`).
@@ -336,7 +346,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         }
         _ => n_seq * c.recurrent_state_len() as u64 * 4,
     };
-    let need = weights + kv(ctx) + recurrent + scratch(ctx);
+    let need = weights + kv(ctx) + recurrent + scratch(ctx) + kvq_scratch(shape.kv_type, ctx);
     // Largest context: scratch grows with the chunk only up to the batch size.
     let fixed = weights + recurrent + scratch(shape.batch.max(1));
     // The bound without rounding, then the largest context whose rounded KV fits below it
@@ -346,7 +356,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         let (mut lo, mut hi) = (0u64, target.free.saturating_sub(fixed) / per_token(ty, 1 << 30).max(1));
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
-            if fixed + kv_of(ty, mid as usize) <= target.free {
+            if fixed + kv_of(ty, mid as usize) + kvq_scratch(ty, mid as usize) <= target.free {
                 lo = mid;
             } else {
                 hi = mid - 1;
@@ -371,7 +381,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         kv_per_token,
         swa: swa_at(ctx),
         recurrent,
-        scratch: scratch(ctx),
+        scratch: scratch(ctx) + kvq_scratch(shape.kv_type, ctx),
         need,
         free: target.free,
         total: target.total,

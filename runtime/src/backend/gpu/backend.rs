@@ -34,6 +34,7 @@ mod exact_backend;
 pub use exact_backend::ExactBackend;
 mod fused;
 mod kv_rot;
+mod kvq;
 mod matmul;
 mod moe;
 mod norm_mv;
@@ -94,6 +95,8 @@ pub struct GpuBackend {
     mv: norm_mv::MvFuse,
     /// The fused decode attention's device state (`rope_attn.rs`).
     fuse_attn: rope_attn::FuseAttn,
+    /// The quantized caches' prefill scratch (`kvq.rs`).
+    kvq: kvq::KvqScratch,
     /// Large reads through one page-locked buffer (`readback.rs`).
     readback: readback::Readback,
     /// Prefill matmuls through the vendor BLAS (`blas.rs`).
@@ -467,20 +470,30 @@ impl Backend for GpuBackend {
         // Decode: the output projection's q8_1 input, written by the attention kernel
         // itself where the plan says (it writes per head, so not the K form a K-quant
         // projection reads).
-        let plan = plan::attention(pos.len(), p.head_dim_k, self.act_wants_k(out), spec.ty, sinks.is_some(), &self.tuning);
-        let q8 = match plan {
+        let max_keys = if window > 0 { window.min(spec.n_ctx) } else { spec.n_ctx };
+        let shape = plan::AttnShape { n_tok: pos.len(), head_dim: p.head_dim_k, n_head: p.n_head, max_keys, wants_k: self.act_wants_k(out), kv: spec.ty, sinks: sinks.is_some() };
+        let plan = plan::attention(&shape, &self.tuning, &mut probe::Probe { dev: &self.dev, cache: &mut self.occ });
+        let scratch = match plan {
             plan::Attn::Flash { .. } => {
                 self.touch(out);
                 return flash_attn::flash_attention(&self.rec(), qp, kc, vc, op, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale).map_err(err("attention"));
             }
-            plan::Attn::Decode { q8: true } | plan::Attn::Quant { q8: true } => Some(self.act_producer(out, Some(32), values, "attention")?.2),
-            plan::Attn::Decode { q8: false } | plan::Attn::Quant { q8: false } => None,
+            plan::Attn::QuantFlash { .. } => {
+                self.touch(out);
+                return self.kvq_flash(qp, kc, vc, op, pos, pp, &spec, p, window);
+            }
+            plan::Attn::QuantDecode { parts, .. } => Some(self.kvq_decode_scratch(p, parts)?),
+            _ => None,
+        };
+        let q8 = match plan {
+            plan::Attn::Decode { q8: true } | plan::Attn::Quant { q8: true } | plan::Attn::QuantDecode { q8: true, .. } => Some(self.act_producer(out, Some(32), values, "attention")?.2),
+            _ => None,
         };
         self.touch(out);
-        if let plan::Attn::Quant { .. } = plan {
-            attention::attention_kvq(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale, spec.ty).map_err(err("attention"))?;
-        } else {
-            attention::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale, sinks).map_err(err("attention"))?;
+        match (plan, scratch) {
+            (plan::Attn::QuantDecode { parts, min_keys, .. }, Some(s)) => self.kvq_decode(qp, kc, vc, op, q8, pp, &spec, p, window, parts, min_keys, s)?,
+            (plan::Attn::Quant { .. }, _) => attention::attention_kvq(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale, spec.ty).map_err(err("attention"))?,
+            _ => attention::attention_q8(&self.rec(), qp, kc, vc, op, q8, pos.len(), p.n_head, p.n_kv_head, p.head_dim_k, pp, window, p.scale, sinks).map_err(err("attention"))?,
         }
         if q8.is_some() {
             self.act_produced(out, launch::ActFmt::Q8_1, 32, values);

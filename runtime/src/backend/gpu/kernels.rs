@@ -84,7 +84,7 @@ pub use super::family::ALL as FAMILIES;
 /// (`Driver::launch_overlapped`). `kernel_sources_enter_with_pdl` (test) checks the
 /// sources; a family listed here with a kernel that does not wait would read its inputs
 /// before they are written.
-pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "attn_decode", "elementwise", "decode_mv", "head_mv", "moe"];
+pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "attn_decode", "elementwise", "decode_mv", "head_mv", "moe", "kvq_attn"];
 
 /// Overlapped families whose kernels issue their first loads of what no kernel of the step
 /// writes before `pdl_entry()`: weights (decode_mv, head_mv), and the position and earlier

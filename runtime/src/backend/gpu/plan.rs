@@ -9,7 +9,7 @@
 //! The measured reasons for each threshold are in BENCHMARKS.md and `benchmarks/`; the
 //! numbers a user may override are in [`Tuning`].
 
-use crate::backend::gpu::family::{attn_decode, decode_mv, delta, dequant, flash_attn, gemm, head_mv, matvec, moe, quantize};
+use crate::backend::gpu::family::{attn_decode, decode_mv, dequant, flash_attn, gemm, head_mv, kvq_attn, matvec, quantize};
 use crate::backend::gpu::launch;
 use super::tuning::Tuning;
 use crate::quant::GgmlType;
@@ -412,8 +412,10 @@ pub struct QkvShape {
     /// The cache's head size (K and V) and KV heads.
     pub cache_head_dim: (usize, usize),
     pub cache_kv_heads: usize,
-    /// The cache holds f16 K and V (the fused store kernels write f16 only).
+    /// f16 K and V (the fused decode attention's only cache); `rope_kv` also stores Q8_0 /
+    /// Q4_0 blocks beside f16 (`cache_blocks`).
     pub cache_f16: bool,
+    pub cache_blocks: bool,
 }
 
 impl QkvShape {
@@ -428,17 +430,19 @@ impl QkvShape {
             cache_head_dim: (spec.head_dim_k, spec.head_dim_v),
             cache_kv_heads: spec.n_kv_head,
             cache_f16: spec.ty == crate::backend::KvType::F16.into(),
+            cache_blocks: spec.ty.any_quantized() && ![spec.ty.k, spec.ty.v].contains(&crate::backend::KvType::F32),
         }
     }
 
-    fn matches_cache(&self) -> bool {
-        self.cache_f16 && self.cache_head_dim == (self.head_dim, self.head_dim) && self.cache_kv_heads == self.n_kv_head && self.n_rot <= self.head_dim && self.n_rot % 2 == 0
+    fn matches_cache(&self) -> bool { self.cache_f16 && self.matches_shape() }
+    fn matches_shape(&self) -> bool {
+        self.cache_head_dim == (self.head_dim, self.head_dim) && self.cache_kv_heads == self.n_kv_head && self.n_rot <= self.head_dim && self.n_rot % 2 == 0
     }
 }
 
 /// Whether the per-head norms, RoPE and the K/V store run as one launch (`norm_rope::rope_kv`).
 pub fn rope_kv(s: &QkvShape, t: &Tuning) -> bool {
-    t.fuse && s.head_dim <= 256 && s.buffers_ok && s.matches_cache()
+    t.fuse && s.head_dim <= 256 && s.buffers_ok && (s.matches_cache() || (s.cache_blocks && s.head_dim % 32 == 0 && s.matches_shape()))
 }
 
 /// The fused one-token attention: keys per part and parts per head.
@@ -478,38 +482,56 @@ pub enum Attn {
     Flash { kernel: &'static str },
     /// Per query, one block per head; `q8`: it also writes the output projection's q8_1 input.
     Decode { q8: bool },
-    /// A cache with a Q8_0 / Q4_0 K or V: `attn_kvq` for prefill and decode (one block per
-    /// query and head, every element dequantized as it is loaded); `q8` as `Decode`.
+    /// One query over a Q8_0 / Q4_0 K or V: `kvq_decode_d<HD>`, split over the keys as the
+    /// fused f16 decode (`parts` per head of at least `min_keys` keys); `q8` as `Decode`.
+    QuantDecode { kernel: &'static str, q8: bool, parts: usize, min_keys: usize },
+    /// Two or more queries over such a cache: their rows to an f16 scratch (`kvq_to_f16`),
+    /// then the flash `kernel` over it.
+    QuantFlash { kernel: &'static str },
+    /// Such a cache at other head sizes: `attn_kvq` (one block per query and head).
     Quant { q8: bool },
 }
 
-/// How `attention` of `n_tok` queries runs over a cache of `kv` types; `wants_k`: the
-/// output projection reads the K form (which the per-head kernel cannot write).
-pub fn attention(n_tok: usize, head_dim: usize, wants_k: bool, kv: crate::backend::KvTypes, sinks: bool, t: &Tuning) -> Attn {
-    if kv.any_quantized() {
-        return Attn::Quant { q8: t.fuse && n_tok == 1 && head_dim % 32 == 0 && !wants_k };
+/// What `attention` is asked: `max_keys`, the most keys a query can see (cache slots or
+/// window); `wants_k`, the output projection reads the K form (the per-head kernels cannot
+/// write it); `sinks`, attention sinks (gpt-oss).
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape { pub n_tok: usize, pub head_dim: usize, pub n_head: usize, pub max_keys: usize, pub wants_k: bool, pub kv: crate::backend::KvTypes, pub sinks: bool }
+
+/// How `attention` of `s.n_tok` queries runs. Over a quantized cache a decode query splits
+/// its keys as `rope_kv_attention` does; a prefill chunk converts the rows it sees to f16
+/// once per layer for the flash kernel (why not a flash kernel over the blocks: kvq_attn.rs).
+pub fn attention(s: &AttnShape, t: &Tuning, o: &mut dyn Occupancy) -> Attn {
+    let q8 = t.fuse && s.n_tok == 1 && s.head_dim % 32 == 0 && !s.wants_k;
+    if s.kv.any_quantized() {
+        if s.n_tok >= 2 && flash_attn::flash_supports(s.head_dim) && !s.sinks {
+            return Attn::QuantFlash { kernel: flash_attn::kernel_for(s.head_dim) };
+        }
+        if let (1, Some(kernel)) = (s.n_tok, kvq_attn::decode_kernel(s.head_dim)) {
+            let min_keys = t.attn_part_keys.unwrap_or_else(|| kvq_attn::keys_per_part(s.head_dim));
+            let mut parts = attn_decode::parts_for(min_keys, s.max_keys);
+            if t.attn_part_keys.is_none() {
+                let wave = o.sms() * o.per_sm(kernel, kvq_attn::THREADS as u32, 1);
+                parts = attn_decode::parts_in_wave(parts, s.n_head, wave);
+            }
+            return Attn::QuantDecode { kernel, q8, parts, min_keys };
+        }
+        return Attn::Quant { q8 };
     }
     // Attention sinks (gpt-oss): only `attn_f16` adds them, prefill included.
-    if n_tok >= 2 && flash_attn::flash_supports(head_dim) && !sinks {
-        return Attn::Flash { kernel: flash_attn::kernel_for(head_dim) };
+    if s.n_tok >= 2 && flash_attn::flash_supports(s.head_dim) && !s.sinks {
+        return Attn::Flash { kernel: flash_attn::kernel_for(s.head_dim) };
     }
-    Attn::Decode { q8: t.fuse && head_dim % 32 == 0 && !wants_k }
+    Attn::Decode { q8: t.fuse && s.head_dim % 32 == 0 && !s.wants_k }
 }
 
 /// How new K/V rows are stored: converted to f16 (`kv_store_f16`) or, with a Q8_0 / Q4_0
 /// K or V, quantized block by block (`kv_store_q`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KvStore {
-    F16,
-    Quant,
-}
+pub enum KvStore { F16, Quant }
 
 pub fn kv_store(kv: crate::backend::KvTypes) -> KvStore {
-    if kv.any_quantized() {
-        KvStore::Quant
-    } else {
-        KvStore::F16
-    }
+    if kv.any_quantized() { KvStore::Quant } else { KvStore::F16 }
 }
 
 /// Whether a batched decode step's rows store and attend in one launch each
@@ -518,83 +540,9 @@ pub fn attention_rows_batched(kv: crate::backend::KvTypes) -> bool {
     !kv.any_quantized()
 }
 
+mod layers;
+pub use layers::*;
+
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;
-
-/// How a mixture-of-experts FFN runs (`GpuBackend::moe_ffn`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Moe {
-    /// Device routing; expert matvecs one (token, expert) pair per read of the expert's
-    /// rows (`moe::mv_pairs`): decode.
-    Pairs,
-    /// Device routing; pairs grouped by expert, tiles of 8 pairs per read
-    /// (`moe::mv_grouped`): batched decode, and prefill of types the GEMM does not read.
-    Grouped,
-    /// Device routing; pairs grouped by expert, one matrix-core GEMM launch per projection
-    /// over every expert, tiles of 16 pairs (`gemm::gemm_moe`): prefill.
-    Gemm,
-    /// The trait's default (host routing, per-expert matmuls): expert types or shapes the
-    /// expert kernels do not take, in a layer without gpt-oss's extras.
-    Unfused,
-    /// The CPU's arithmetic on the rows read back (`cpu::moe::moe_host`): host experts
-    /// (`--n-cpu-moe`, or fit's), or experts / extras the kernels do not take.
-    Host,
-}
-
-/// What a MoE layer is besides its expert tensors: `host_experts` (they stay in host
-/// memory), `plain` (`MoeFfn::plain`: qwen3moe's, which the trait's default computes),
-/// `device_extras` (gpt-oss's extras are ones the kernels compute: every bias F32, read
-/// in place, and gate/up biases only beside `swiglu_oai`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MoeForm {
-    pub host_experts: bool,
-    pub plain: bool,
-    pub device_extras: bool,
-}
-
-/// `p`'s [`MoeForm`], its experts on the host when `host_experts`.
-pub fn moe_form(p: &crate::backend::MoeFfn, host_experts: bool) -> MoeForm {
-    let f32s = |b: &crate::backend::MoeBiases| [b.router, b.gate, b.up, b.down].iter().all(|w| w.ty() == GgmlType::F32);
-    MoeForm { host_experts, plain: p.plain(), device_extras: p.biases.as_ref().is_none_or(|b| p.swiglu_oai && f32s(b)) }
-}
-
-/// How a MoE FFN over `n_tok` tokens runs: `n_exp` experts, `k` used, `experts`: the
-/// gate, up and down expert tensors as (type, row length).
-pub fn moe_ffn(n_tok: usize, n_exp: usize, k: usize, experts: [(GgmlType, usize); 3], form: MoeForm, t: &Tuning) -> Moe {
-    let ok = n_exp <= moe::MAX_EXPERTS && k <= 32 && experts.iter().all(|&(ty, len)| moe::supports(ty, len));
-    if form.host_experts || (!form.plain && (!ok || !form.device_extras)) {
-        Moe::Host
-    } else if !ok {
-        Moe::Unfused
-    } else if n_tok * k >= t.moe_gemm_min * n_exp && experts.iter().all(|&(ty, len)| gemm::moe_supports(ty, len)) {
-        Moe::Gemm
-    } else if n_tok * k >= t.moe_group_min {
-        Moe::Grouped
-    } else {
-        Moe::Pairs
-    }
-}
-
-/// How qwen35's gated delta net runs (`Backend::gated_delta_net`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Delta {
-    /// `delta_conv_k4`, `delta_rule_h<head_k_dim>` and `delta_norm` (`family/delta.rs`): one
-    /// launch of each per layer for a chunk of one sequence or a batched step, the states on
-    /// the device.
-    Device,
-    /// The trait's default (operands and states read back, the host's arithmetic):
-    /// dimensions the kernels do not take, or a conv weight not stored as F32 (asking its
-    /// f32 form would make a second copy of it).
-    Host,
-}
-
-/// How a gated delta net layer of dimensions `d` with a conv weight of `conv_ty` runs
-/// (`Tuning::delta` off: on the host).
-pub fn gated_delta_net(d: &crate::backend::DeltaDims, conv_ty: GgmlType, t: &Tuning) -> Delta {
-    if t.delta && delta::supports(d) && conv_ty == GgmlType::F32 {
-        Delta::Device
-    } else {
-        Delta::Host
-    }
-}

@@ -130,7 +130,7 @@ fn norm_and_matvecs_of_one_token() {
 fn decode_attention_fused_and_split_in_one_wave() {
     let t = Tuning::default();
     let o = &mut Sm90::default();
-    let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: true };
+    let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: true, cache_blocks: false };
     let a = rope_kv_attention(&s, 1, (128, 128, 16, 8), 4096, &t, o).expect("fused");
     assert!(a.parts >= 1 && a.parts <= attn_decode::MAX_PARTS);
     assert!(rope_kv_attention(&s, 2, (128, 128, 16, 8), 4096, &t, o).is_none());
@@ -142,17 +142,22 @@ fn decode_attention_fused_and_split_in_one_wave() {
     assert!(!rope_kv(&QkvShape { n_rot: 127, ..s }, &t));
 }
 
+/// `plan::attention` of `n_tok` queries of head size `hd` (32 heads, a 4096-slot cache).
+fn attn(n_tok: usize, hd: usize, wants_k: bool, kv: crate::backend::KvTypes, sinks: bool, t: &Tuning) -> Attn {
+    attention(&AttnShape { n_tok, head_dim: hd, n_head: 32, max_keys: 4096, wants_k, kv, sinks }, t, &mut Sm90::default())
+}
+
 #[test]
 fn prefill_attention_is_flash_v2() {
     let t = Tuning::default();
     let f16 = crate::backend::KvType::F16.into();
-    assert_eq!(attention(512, 128, false, f16, false, &t), Attn::Flash { kernel: "flash_attn2_f16_d128" });
-    assert_eq!(attention(512, 256, false, f16, false, &t), Attn::Flash { kernel: "flash_attn2_f16_d256" });
-    assert_eq!(attention(1, 128, false, f16, false, &t), Attn::Decode { q8: true });
-    assert_eq!(attention(1, 128, true, f16, false, &t), Attn::Decode { q8: false });
+    assert_eq!(attn(512, 128, false, f16, false, &t), Attn::Flash { kernel: "flash_attn2_f16_d128" });
+    assert_eq!(attn(512, 256, false, f16, false, &t), Attn::Flash { kernel: "flash_attn2_f16_d256" });
+    assert_eq!(attn(1, 128, false, f16, false, &t), Attn::Decode { q8: true });
+    assert_eq!(attn(1, 128, true, f16, false, &t), Attn::Decode { q8: false });
     // Attention sinks (gpt-oss): `attn_f16` at every size (the flash kernel has none).
-    assert_eq!(attention(512, 64, false, f16, true, &t), Attn::Decode { q8: true });
-    assert_eq!(attention(1, 64, true, f16, true, &t), Attn::Decode { q8: false });
+    assert_eq!(attn(512, 64, false, f16, true, &t), Attn::Decode { q8: true });
+    assert_eq!(attn(1, 64, true, f16, true, &t), Attn::Decode { q8: false });
     assert!(add_rms_norm(1024, false, &t) && !add_rms_norm(1000, false, &t) && !add_rms_norm(1024, true, &t));
 }
 
@@ -195,23 +200,40 @@ fn gpt_oss_moe_runs_on_the_device_and_host_experts_on_the_cpu() {
 
 const QWEN: MoeForm = MoeForm { host_experts: false, plain: true, device_extras: true };
 
-/// A Q8_0 / Q4_0 K or V: every attention (prefill chunk or decode row) is `attn_kvq`, the
-/// store quantizes, the fused f16-storing kernels (`rope_kv`, `attn_decode`) and the
-/// batched rows kernels are not taken.
+/// A Q8_0 / Q4_0 K or V: a prefill chunk converts its rows to f16 for the flash kernel, a
+/// decode row runs the split-keys block kernel (parts as the f16 decode's: 32 heads on 132
+/// SMs of one block each take 4 parts of a 4096-slot cache), other head sizes `attn_kvq`;
+/// the store quantizes (`rope_kv` quantizing as it stores), the fused decode attention
+/// (`attn_decode`) and the batched rows kernels are not taken.
 #[test]
 fn quantized_kv_caches_take_the_block_kernels() {
     use crate::backend::{KvType, KvTypes};
     let t = Tuning::default();
     let o = &mut Sm90::default();
     for ty in [KvTypes::from(KvType::Q8_0), KvTypes { k: KvType::F16, v: KvType::Q4_0 }, KvTypes { k: KvType::Q4_0, v: KvType::F16 }] {
-        assert_eq!(attention(512, 128, false, ty, false, &t), Attn::Quant { q8: false });
-        assert_eq!(attention(1, 128, false, ty, false, &t), Attn::Quant { q8: true });
-        assert_eq!(attention(1, 128, true, ty, false, &t), Attn::Quant { q8: false });
+        assert_eq!(attn(512, 128, false, ty, false, &t), Attn::QuantFlash { kernel: "flash_attn2_f16_d128" });
+        assert_eq!(attn(2, 64, false, ty, false, &t), Attn::QuantFlash { kernel: "flash_attn2_f16_d64" });
+        assert_eq!(attn(1, 128, false, ty, false, &t), Attn::QuantDecode { kernel: "kvq_decode_d128", q8: true, parts: 4, min_keys: 256 });
+        assert_eq!(attn(1, 256, true, ty, false, &t), Attn::QuantDecode { kernel: "kvq_decode_d256", q8: false, parts: 4, min_keys: 128 });
+        // A short window: one part per 256 keys.
+        let short = AttnShape { n_tok: 1, head_dim: 128, n_head: 32, max_keys: 300, wants_k: false, kv: ty, sinks: false };
+        assert_eq!(attention(&short, &t, o), Attn::QuantDecode { kernel: "kvq_decode_d128", q8: true, parts: 2, min_keys: 256 });
+        // `attn_part_keys` set: its part size, no wave cap.
+        let forced = Tuning { attn_part_keys: Some(32), ..Tuning::default() };
+        assert_eq!(attention(&short, &forced, o), Attn::QuantDecode { kernel: "kvq_decode_d128", q8: true, parts: 10, min_keys: 32 });
+        // Head sizes the block kernels do not take.
+        assert_eq!(attn(1, 96, false, ty, false, &t), Attn::Quant { q8: true });
+        assert_eq!(attn(1, 96, true, ty, false, &t), Attn::Quant { q8: false });
+        assert_eq!(attn(512, 288, false, ty, false, &t), Attn::Quant { q8: false });
         assert_eq!(kv_store(ty), KvStore::Quant);
         assert!(!attention_rows_batched(ty));
-        let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: false };
+        let s = QkvShape { head_dim: 128, n_head: 16, n_kv_head: 8, n_rot: 128, buffers_ok: true, cache_head_dim: (128, 128), cache_kv_heads: 8, cache_f16: false, cache_blocks: true };
         assert!(rope_kv_attention(&s, 1, (128, 128, 16, 8), 4096, &t, o).is_none());
-        assert!(!rope_kv(&s, &t));
+        // The norms, RoPE and the quantizing store in one launch (`rope_kv_f32` with types),
+        // at head sizes of whole blocks only.
+        assert!(rope_kv(&s, &t));
+        assert!(!rope_kv(&QkvShape { head_dim: 80, cache_head_dim: (80, 80), n_rot: 80, ..s }, &t));
+        assert!(!rope_kv(&QkvShape { cache_blocks: false, ..s }, &t));
     }
     assert_eq!(kv_store(KvType::F16.into()), KvStore::F16);
     assert!(attention_rows_batched(KvType::F16.into()));

@@ -293,18 +293,30 @@ impl Backend for PlanTrace {
         let spec = *self.kvs.get(&kv.0).ok_or(BackendError::BadKvHandle(kv))?;
         let values = pos.len() * p.n_head * p.head_dim_v;
         let what = format!("{} tok × {} heads ({} kv) × {}", pos.len(), p.n_head, p.n_kv_head, p.head_dim_k);
-        match plan::attention(pos.len(), p.head_dim_k, self.book.wants_k(out.0), spec.ty, p.sinks.is_some(), &self.tuning) {
+        let window = p.window.unwrap_or(0);
+        let max_keys = if window > 0 { window.min(spec.n_ctx) } else { spec.n_ctx };
+        let shape = plan::AttnShape { n_tok: pos.len(), head_dim: p.head_dim_k, n_head: p.n_head, max_keys, wants_k: self.book.wants_k(out.0), kv: spec.ty, sinks: p.sinks.is_some() };
+        let choice = plan::attention(&shape, &self.tuning, &mut self.occ);
+        match choice {
             Attn::Flash { kernel } => {
                 self.push("attention", what, kernel);
                 self.touch(out);
             }
-            Attn::Decode { q8 } | Attn::Quant { q8 } => {
+            Attn::QuantFlash { kernel } => {
+                self.push("attention", what, format!("kvq_to_f16 ({}) + {kernel}", spec.ty));
+                self.touch(out);
+            }
+            Attn::Decode { q8 } | Attn::Quant { q8 } | Attn::QuantDecode { q8, .. } => {
                 self.touch(out);
                 if q8 {
                     let key = FormBook::key(out.0, self.version(out), ActFmt::Q8_1, 32, 1);
                     self.book.holds(ActFmt::Q8_1, (key.0, key.1, key.2, values));
                 }
-                let kernel = if spec.ty.any_quantized() { format!("attn_kvq ({})", spec.ty) } else { "attn_f16".into() };
+                let kernel = match choice {
+                    Attn::QuantDecode { kernel, parts, .. } => format!("{kernel} ({}, {parts} parts)", spec.ty),
+                    _ if spec.ty.any_quantized() => format!("attn_kvq ({})", spec.ty),
+                    _ => "attn_f16".into(),
+                };
                 self.push("attention", what, if q8 { format!("{kernel} (writes q8_1)") } else { kernel });
             }
         }

@@ -57,8 +57,8 @@ pub struct Tuning {
     /// `delta`: qwen35's gated delta net in its device kernels (`family/delta.rs`); off:
     /// the trait's host default (operands and states read back), for A/B runs.
     pub delta: bool,
-    /// `attn_part_keys`: the fewest keys per part of the fused decode attention
-    /// (None: one block iteration).
+    /// `attn_part_keys`: the fewest keys per part of the fused decode attention and of the
+    /// quantized caches' decode (`kvq_decode_d<HD>`, the same split; None: one block iteration).
     pub attn_part_keys: Option<usize>,
     /// `blas`: long prefill matmuls through cuBLAS / hipBLAS where the library opens
     /// (also `--no-blas`).

@@ -100,13 +100,13 @@ impl GpuBackend {
             return Err(BackendError::Invalid { op: "rope_kv_write", msg: format!("position {bad} past the cache's {} slots", spec.n_ctx) });
         }
         self.kv_room("rope_kv_write", kv, layer, pos)?;
-        let (kc, vc, _) = self.kv_layer("rope_kv_write", kv, layer)?;
+        let (kc, vc, spec) = self.kv_layer("rope_kv_write", kv, layer)?;
         let qw = p.q_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let kw = p.k_norm.as_ref().map(|w| self.weight_f32(w)).transpose()?;
         let ff = self.rope_factors(&p.rope)?;
         let pp = self.positions(pos)?;
         let a = norm_rope::RopeKv::new(n, p);
-        norm_rope::rope_kv(&self.rec(), qp, kp, vp, kc, vc, qw, kw, pp, ff, &a).map_err(err("rope_kv_write"))?;
+        norm_rope::rope_kv_typed(&self.rec(), qp, kp, vp, kc, vc, qw, kw, pp, ff, &a, spec.ty).map_err(err("rope_kv_write"))?;
         self.touch(q);
         self.touch(k);
         Ok(())

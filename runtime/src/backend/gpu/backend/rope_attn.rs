@@ -109,7 +109,7 @@ impl GpuBackend {
 
     /// The scratch of at least `bytes`, its counters zero. It only grows; a replaced one is
     /// kept until the step's work has run.
-    fn attn_scratch(&mut self, bytes: usize) -> Result<DevPtr> {
+    pub(super) fn attn_scratch(&mut self, bytes: usize) -> Result<DevPtr> {
         if let Some(b) = &self.fuse_attn.scratch {
             if b.len() >= bytes {
                 return Ok(b.ptr());

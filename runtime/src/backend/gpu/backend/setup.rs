@@ -59,6 +59,7 @@ impl GpuBackend {
             occ: Default::default(),
             mv: norm_mv::MvFuse::default(),
             fuse_attn: rope_attn::FuseAttn::default(),
+            kvq: Default::default(),
             readback: readback::Readback::new(&tuning),
             blas: blas::BlasPrefill::default(),
             tuning,

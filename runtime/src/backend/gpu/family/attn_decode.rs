@@ -78,7 +78,8 @@ pub fn scratch_bytes(n_head: usize, parts: usize, hd: usize) -> usize {
     counters_bytes(n_head) + n_head * parts * (hd + 2) * 4
 }
 
-fn counters_bytes(n_head: usize) -> usize {
+/// Bytes of the arrival counters at the scratch's start (256-byte padded).
+pub fn counters_bytes(n_head: usize) -> usize {
     (n_head * 4).div_ceil(256) * 256
 }
 

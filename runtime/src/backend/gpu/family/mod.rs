@@ -19,6 +19,7 @@ pub mod exact_ops;
 pub mod flash_attn;
 pub mod gemm;
 pub mod head_mv;
+pub mod kvq_attn;
 pub mod matvec;
 pub mod moe;
 pub mod norm_rope;
@@ -41,4 +42,5 @@ pub const ALL: &[Family] = &[
     exact_ops::FAMILY,
     moe::FAMILY,
     delta::FAMILY,
+    kvq_attn::FAMILY,
 ];

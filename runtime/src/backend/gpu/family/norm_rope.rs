@@ -31,11 +31,11 @@ kernel_args! {
 }
 kernel_args! {
     /// `rope_kv_f32(q, k, v, kc, vc, qw, kw, pos, ff, n_head, n_kv, head_dim, n_rot, neox,
-    /// theta_scale, freq_scale, eps, q_scale)`.
+    /// theta_scale, freq_scale, eps, q_scale, ty_k, ty_v)`.
     pub struct RopeKvArgs {
         q: DevPtr, k: DevPtr, v: DevPtr, kc: DevPtr, vc: DevPtr, qw: Option<DevPtr>, kw: Option<DevPtr>, pos: DevPtr, ff: Option<DevPtr>,
         n_head: usize, n_kv: usize, head_dim: usize, n_rot: usize, neox: bool,
-        theta_scale: f32, freq_scale: f32, eps: f32, q_scale: f32,
+        theta_scale: f32, freq_scale: f32, eps: f32, q_scale: f32, ty_k: usize, ty_v: usize,
     }
 }
 
@@ -147,8 +147,21 @@ impl RopeKv {
 /// pos: [n_tok] i32; ff: [n_rot/2] f32 or none.
 #[allow(clippy::too_many_arguments)]
 pub fn rope_kv(d: &dyn Launch, q: DevPtr, k: DevPtr, v: DevPtr, kc: DevPtr, vc: DevPtr, qw: Option<DevPtr>, kw: Option<DevPtr>, pos: DevPtr, ff: Option<DevPtr>, p: &RopeKv) -> R {
+    rope_kv_typed(d, q, k, v, kc, vc, qw, kw, pos, ff, p, crate::backend::KvType::F16.into())
+}
+
+/// [`rope_kv`] into caches of types `ty` (f16, Q8_0 or Q4_0 each; a quantized side needs
+/// head_dim % 32 == 0), the blocks quantized as `kv_store_q` quantizes them.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv_typed(d: &dyn Launch, q: DevPtr, k: DevPtr, v: DevPtr, kc: DevPtr, vc: DevPtr, qw: Option<DevPtr>, kw: Option<DevPtr>, pos: DevPtr, ff: Option<DevPtr>, p: &RopeKv, ty: crate::backend::KvTypes) -> R {
     if p.n_rot > p.head_dim || p.n_rot % 2 != 0 || p.head_dim > 256 || p.head_dim == 0 {
         return Err(unsupported(format!("rope_kv: n_rot {} with head_dim {}", p.n_rot, p.head_dim)));
+    }
+    let (Some(ty_k), Some(ty_v)) = (super::attention::kv_code(ty.k), super::attention::kv_code(ty.v)) else {
+        return Err(unsupported(format!("rope_kv: a {ty} cache")));
+    };
+    if ty.any_quantized() && p.head_dim % 32 != 0 {
+        return Err(unsupported(format!("rope_kv: a {ty} cache with head_dim {}", p.head_dim)));
     }
     if p.n_tok == 0 {
         return Ok(());
@@ -156,7 +169,7 @@ pub fn rope_kv(d: &dyn Launch, q: DevPtr, k: DevPtr, v: DevPtr, kc: DevPtr, vc: 
     let args = RopeKvArgs {
         q, k, v, kc, vc, qw, kw, pos, ff,
         n_head: p.n_head, n_kv: p.n_kv, head_dim: p.head_dim, n_rot: p.n_rot, neox: p.neox,
-        theta_scale: p.theta_scale, freq_scale: p.freq_scale, eps: p.eps, q_scale: p.q_scale,
+        theta_scale: p.theta_scale, freq_scale: p.freq_scale, eps: p.eps, q_scale: p.q_scale, ty_k, ty_v,
     };
     ROPE_KV.launch(d, [p.n_tok as u32, (p.n_head + 2 * p.n_kv) as u32, 1], [128, 1, 1], &args)
 }
