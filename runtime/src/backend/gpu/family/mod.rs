@@ -20,6 +20,7 @@ pub mod flash_attn;
 pub mod gemm;
 pub mod head_mv;
 pub mod matvec;
+pub mod mmq;
 pub mod moe;
 pub mod norm_rope;
 pub mod quantize;
@@ -41,4 +42,5 @@ pub const ALL: &[Family] = &[
     exact_ops::FAMILY,
     moe::FAMILY,
     delta::FAMILY,
+    mmq::FAMILY,
 ];

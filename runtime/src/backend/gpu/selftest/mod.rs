@@ -19,6 +19,7 @@ pub mod replay;
 pub mod exact;
 mod fused;
 pub mod kvq;
+pub mod mmq;
 pub mod swa;
 pub mod upload;
 pub mod delta;

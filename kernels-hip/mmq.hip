@@ -1,0 +1,271 @@
+// Small-batch integer GEMM (issue 26): quantized weights x 2..64 activation columns in
+// their int8 form, every weight read once for all columns of the batch.
+//   Y[c][r] = sum_k W[r][k] * X[c][k]    W: [M, K] in the stored GGUF blocks, X: [ncols, K/32]
+//   activation blocks (quantize.hip: the K form for the K-quants, the q8_1 form for the
+//   32-element types, as the matvecs read them), Y: [ncols, M] f32.
+//
+// Block = 8 warps; a warp holds R rows (lanes per row L = 32 / R), a block 8 R rows. Each K
+// step of 256 elements (one K-quant super-block, eight 32-element blocks): the block stages
+// every column's eight activation blocks (288 bytes a column) in shared memory, each lane
+// loads its share of its row's weights for the step into registers (once), and multiplies
+// them by every column from shared memory with int8 dot products (dot4: dp4a / sdot4); the
+// lanes of a row read the same activation words (a broadcast), so one shared load serves R
+// rows. Scales are applied per block as the decode matvecs apply them (mv_dot.h /
+// mv_dot_b32.h, whose per-type products this reuses): integer sums within a block, then
+// f32. At the end the L lanes of a row are summed by shuffles.
+//   Q4_K: 4 lanes per row (R = 8), Q5_K / Q6_K: 8 lanes (R = 4), the 32-element types one
+//   lane per block (8 lanes, R = 4).
+// NC: the column capacity (8, 16, 32 or 64), ncols <= NC used. grid (ceil(M / (8 R)), 1,
+// splits): split z takes K steps [z per, (z + 1) per) and writes Y + z ncols M (the
+// launcher's partial buffer when splits > 1, summed by mmq_ksum in a fixed order).
+#include "common.h"
+#include "mv_dot.h"
+#include "mv_dot_b32.h"
+
+#define MMQ_THREADS 256
+#define MMQ_XW 72  // 32-bit words of one column's activation per K step (8 blocks of 36 bytes)
+
+// Stage columns 0 .. ncols - 1 of K step s (blocks 8 s .. 8 s + nblk - 1) into xs, as
+// [column][72 words]; the words of blocks past nblk are left as they are (never read).
+template <int NC>
+DEV void mmq_stage(u32* xs, const block_q8_1* X, int kb, int s, int nblk, int ncols) {
+    const int nw = nblk * 9;
+    for (int i = tid_x(); i < ncols * MMQ_XW; i += MMQ_THREADS) {
+        const int c = i / MMQ_XW, w = i - c * MMQ_XW;
+        if (w < nw) xs[i] = ((const u32*)(X + (u64)c * kb + 8 * s))[w];
+    }
+}
+
+// Sum a row's L lanes (xor within the aligned group of L lanes) and store column c's
+// result from the group's first lane.
+template <int NC, int L>
+DEV void mmq_store(float* Y, const float* acc, int M, int row, int ncols) {
+    const int lane = tid_x() & 31;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+        float v = acc[c];
+#pragma unroll
+        for (int m = 1; m < L; m <<= 1) v += shfl_xor(v, m);
+        if (c < ncols && (lane & (L - 1)) == 0 && row < M) Y[(u64)c * M + row] = v;
+    }
+}
+
+// The split's K steps [s0, s1) of n steps in all.
+DEV void mmq_range(int n, int per, int* s0, int* s1) {
+    *s0 = (int)bid_z() * per;
+    *s1 = *s0 + per < n ? *s0 + per : n;
+}
+
+// ---- Q4_K: 4 lanes per row (mv_dot.h's lane = (p, h) within a super-block) ----
+template <int NC>
+DEV void mmq_q4k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) {
+    __shared__ __attribute__((aligned(16))) u32 xs[NC * MMQ_XW];
+    const int lane = tid_x() & 31, p = (lane >> 1) & 1, h = lane & 1;
+    const int row = bid_x() * 64 + (tid_x() >> 5) * 8 + (lane >> 2);
+    const bool ok = row < M;
+    const int nsb = K / 256, kb = K / 32;
+    const u8* wr = W + (u64)(ok ? row : 0) * nsb * 144;
+    float acc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+    int s0, s1;
+    mmq_range(nsb, per, &s0, &s1);
+    for (int s = s0; s < s1; ++s) {
+        u32x4 hd = {0, 0, 0, 0}, q0 = {0, 0, 0, 0}, q1 = {0, 0, 0, 0};
+        if (ok) q4k_load_sb(wr + (u64)s * 144, p, h, hd, q0, q1);
+        sync();
+        mmq_stage<NC>(xs, X, kb, s, 8, ncols);
+        sync();
+        q4k_dot_sb<NC>(hd, q0, q1, (const block_q8_1*)xs + 4 * p, MMQ_XW * 4, ok, ncols, acc);
+    }
+    mmq_store<NC, 4>(Y + (u64)bid_z() * ncols * M, acc, M, row, ncols);
+}
+
+// ---- Q6_K: 8 lanes per row (lane = (hh, lq) within a super-block) ----
+template <int NC>
+DEV void mmq_q6k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) {
+    __shared__ __attribute__((aligned(16))) u32 xs[NC * MMQ_XW];
+    const int lane = tid_x() & 31, hh = (lane >> 2) & 1, lq = lane & 3;
+    const int row = bid_x() * 32 + (tid_x() >> 5) * 4 + (lane >> 3);
+    const bool ok = row < M;
+    const int nsb = K / 256, kb = K / 32;
+    const u8* wr = W + (u64)(ok ? row : 0) * nsb * 210;
+    float acc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+    int s0, s1;
+    mmq_range(nsb, per, &s0, &s1);
+    for (int s = s0; s < s1; ++s) {
+        const u8* b = wr + (u64)s * 210;
+        const int odd = (int)(((u64)b >> 1) & 1);
+        u32 A[3] = {0, 0, 0}, B[3] = {0, 0, 0}, H[3] = {0, 0, 0}, S[3] = {0, 0, 0}, d = 0;
+        if (ok) q6k_load_sb(b, hh, lq, A, B, H, S, &d);
+        sync();
+        mmq_stage<NC>(xs, X, kb, s, 8, ncols);
+        sync();
+        q6k_dot_sb<NC>(A, B, H, S, d, odd, (const block_q8_1*)xs + 4 * hh, MMQ_XW * 4, ok, ncols, acc);
+    }
+    mmq_store<NC, 8>(Y + (u64)bid_z() * ncols * M, acc, M, row, ncols);
+}
+
+// ---- Q5_K: 8 lanes per row (lane j = (c, h): 16 weights of sub-blocks 2c and 2c + 1) ----
+template <int NC>
+DEV void mmq_q5k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) {
+    __shared__ __attribute__((aligned(16))) u32 xs[NC * MMQ_XW];
+    const int lane = tid_x() & 31, j = lane & 7, c2 = j >> 1, h = j & 1;
+    const int row = bid_x() * 32 + (tid_x() >> 5) * 4 + (lane >> 3);
+    const bool ok = row < M;
+    const int nsb = K / 256, kb = K / 32;
+    const u8* wr = W + (u64)(ok ? row : 0) * nsb * 176;
+    float acc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+    int s0, s1;
+    mmq_range(nsb, per, &s0, &s1);
+    for (int s = s0; s < s1; ++s) {
+        u32x4 hd = {0, 0, 0, 0}, q = {0, 0, 0, 0}, qh = {0, 0, 0, 0};
+        if (ok) {
+            const u8* b = wr + (u64)s * 176;
+            hd = *(const u32x4*)b;
+            q = *(const u32x4*)(b + 48 + 32 * c2 + 16 * h);
+            qh = *(const u32x4*)(b + 16 + 16 * h);
+        }
+        sync();
+        mmq_stage<NC>(xs, X, kb, s, 8, ncols);
+        sync();
+        const float d = h2f((u16)(hd.x & 0xffff)), dmin = h2f((u16)(hd.x >> 16));
+        float sc0, m0, sc1, m1;
+        scale_min_k4_r(2 * c2, hd.y, hd.z, hd.w, &sc0, &m0);
+        scale_min_k4_r(2 * c2 + 1, hd.y, hd.z, hd.w, &sc1, &m1);
+        const u32 qw[4] = {q.x, q.y, q.z, q.w};
+        const u32 hw[4] = {qh.x, qh.y, qh.z, qh.w};
+        int lo[4], hi[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            lo[i] = (int)((qw[i] & 0x0F0F0F0F) | (((hw[i] >> (2 * c2)) & 0x01010101) << 4));
+            hi[i] = (int)(((qw[i] >> 4) & 0x0F0F0F0F) | (((hw[i] >> (2 * c2 + 1)) & 0x01010101) << 4));
+        }
+#pragma unroll
+        for (int col = 0; col < NC; ++col) {
+            if (col >= ncols) break;
+            const block_q8_1* xb = (const block_q8_1*)xs + col * 8 + 2 * c2;
+            const int* a0 = q8qs(xb) + 4 * h;
+            const int* a1 = q8qs(xb + 1) + 4 * h;
+            int t0 = 0, t1 = 0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                t0 = dot4(lo[i], a0[i], t0);
+                t1 = dot4(hi[i], a1[i], t1);
+            }
+            const float dx = q8k_scale(xb);
+            float v = d * dx * (sc0 * (float)t0 + sc1 * (float)t1);
+            if (h == 0) v -= dmin * dx * (m0 * q8k_bsum(xb) + m1 * q8k_bsum(xb + 1));
+            if (ok) acc[col] += v;
+        }
+    }
+    mmq_store<NC, 8>(Y + (u64)bid_z() * ncols * M, acc, M, row, ncols);
+}
+
+// ---- the 32-element types: one lane per block, 8 lanes per row ----
+// TYPE as mv_dot_b32.h: 0 = Q4_0, 1 = Q4_1, 2 = Q5_0, 3 = Q5_1, 4 = Q8_0. A lane's block
+// as 8 words of signed (or, Q4_1 / Q5_1, unsigned) codes: word i holds elements 4i .. 4i + 3.
+template <int TYPE>
+DEV void b32_block_codes(const u8* b, int* w, float* d, float* m) {
+    *d = h2f(ld_u16(b));
+    *m = (TYPE == 1 || TYPE == 3) ? h2f(ld_u16(b + 2)) : 0.0f;
+    if (TYPE == 4) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = (int)ld_u32_a2(b + 2 + 4 * i);
+        return;
+    }
+    const int qoff = TYPE == 0 ? 2 : TYPE == 1 ? 4 : TYPE == 2 ? 6 : 8;
+    const u32 H = TYPE == 2 ? ld_u32_a2(b + 2) : TYPE == 3 ? ld_u32_a2(b + 4) : 0u;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32 qw = ld_u32_a2(b + qoff + 4 * i);
+        u32 lo = qw & 0x0F0F0F0F, hi = (qw >> 4) & 0x0F0F0F0F;
+        if (TYPE == 2 || TYPE == 3) {
+            lo |= spread4((H >> (4 * i)) & 15);
+            hi |= spread4((H >> (16 + 4 * i)) & 15);
+        }
+        if (TYPE == 0) lo = sub_bytes(lo, 0x08080808u), hi = sub_bytes(hi, 0x08080808u);
+        if (TYPE == 2) lo = sub_bytes(lo, 0x10101010u), hi = sub_bytes(hi, 0x10101010u);
+        w[i] = (int)lo;
+        w[4 + i] = (int)hi;
+    }
+}
+
+template <int TYPE, int NC>
+DEV void mmq_b32(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) {
+    constexpr int BB = b32_bytes<TYPE>::BB;
+    __shared__ __attribute__((aligned(16))) u32 xs[NC * MMQ_XW];
+    const int lane = tid_x() & 31, j = lane & 7;
+    const int row = bid_x() * 32 + (tid_x() >> 5) * 4 + (lane >> 3);
+    const int kb = K / 32, nst = (kb + 7) / 8;
+    const u8* wr = W + (u64)(row < M ? row : 0) * kb * BB;
+    float acc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+    int s0, s1;
+    mmq_range(nst, per, &s0, &s1);
+    for (int s = s0; s < s1; ++s) {
+        const int nblk = kb - 8 * s < 8 ? kb - 8 * s : 8;
+        const bool ok = row < M && j < nblk;
+        int w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        float d = 0.0f, m = 0.0f;
+        if (ok) b32_block_codes<TYPE>(wr + (u64)(8 * s + j) * BB, w, &d, &m);
+        sync();
+        mmq_stage<NC>(xs, X, kb, s, nblk, ncols);
+        sync();
+        if (!ok) continue;  // no shuffles below: idle lanes may skip the products
+#pragma unroll
+        for (int col = 0; col < NC; ++col) {
+            if (col >= ncols) break;
+            const block_q8_1* xb = (const block_q8_1*)xs + col * 8 + j;
+            const int* a = q8qs(xb);
+            int t = 0;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) t = dot4(w[i], a[i], t);
+            float v = d * h2f(xb->d) * (float)t;
+            if (TYPE == 1 || TYPE == 3) v += m * h2f(xb->s);
+            acc[col] += v;
+        }
+    }
+    mmq_store<NC, 8>(Y + (u64)bid_z() * ncols * M, acc, M, row, ncols);
+}
+
+// Every kernel: (W, X, Y, M, K, ncols, per); MMQ_FOUR(NAME, BODY) defines NAME_c8 .. NAME_c64.
+#define MMQ_ONE(NAME, BODY, NC) \
+    KERNEL LAUNCH_BOUNDS(256) void NAME(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) { pdl_entry(); \
+        BODY<NC>(W, X, Y, M, K, ncols, per); \
+    }
+#define MMQ_FOUR(NAME, BODY) \
+    MMQ_ONE(NAME##_c8, BODY, 8) \
+    MMQ_ONE(NAME##_c16, BODY, 16) \
+    MMQ_ONE(NAME##_c32, BODY, 32) \
+    MMQ_ONE(NAME##_c64, BODY, 64)
+
+template <int NC> DEV void mmq_q4_0_body(const u8* W, const block_q8_1* X, float* Y, int M, int K, int n, int per) { mmq_b32<0, NC>(W, X, Y, M, K, n, per); }
+template <int NC> DEV void mmq_q4_1_body(const u8* W, const block_q8_1* X, float* Y, int M, int K, int n, int per) { mmq_b32<1, NC>(W, X, Y, M, K, n, per); }
+template <int NC> DEV void mmq_q5_0_body(const u8* W, const block_q8_1* X, float* Y, int M, int K, int n, int per) { mmq_b32<2, NC>(W, X, Y, M, K, n, per); }
+template <int NC> DEV void mmq_q5_1_body(const u8* W, const block_q8_1* X, float* Y, int M, int K, int n, int per) { mmq_b32<3, NC>(W, X, Y, M, K, n, per); }
+template <int NC> DEV void mmq_q8_0_body(const u8* W, const block_q8_1* X, float* Y, int M, int K, int n, int per) { mmq_b32<4, NC>(W, X, Y, M, K, n, per); }
+
+MMQ_FOUR(mmq_q4_K, mmq_q4k)
+MMQ_FOUR(mmq_q5_K, mmq_q5k)
+MMQ_FOUR(mmq_q6_K, mmq_q6k)
+MMQ_FOUR(mmq_q4_0, mmq_q4_0_body)
+MMQ_FOUR(mmq_q4_1, mmq_q4_1_body)
+MMQ_FOUR(mmq_q5_0, mmq_q5_0_body)
+MMQ_FOUR(mmq_q5_1, mmq_q5_1_body)
+MMQ_FOUR(mmq_q8_0, mmq_q8_0_body)
+
+// Y[i] = sum over z < nsplit of P[z nm + i], in order z = 0, 1, ... (nm = ncols M).
+// grid ceil(nm / 256), block 256.
+KERNEL LAUNCH_BOUNDS(256) void mmq_ksum(const float* P, float* Y, int nsplit, int nm) { pdl_entry();
+    const int i = bid_x() * 256 + tid_x();
+    if (i >= nm) return;
+    float v = 0.0f;
+    for (int z = 0; z < nsplit; ++z) v += P[(u64)z * nm + i];
+    Y[i] = v;
+}
