@@ -57,6 +57,21 @@ DEV void mmq_range(int n, int per, int* s0, int* s1) {
 }
 
 // ---- Q4_K: 4 lanes per row (mv_dot.h's lane = (p, h) within a super-block) ----
+// The column loop of q4k_dot_sb without its early exit (a loop with a break of 16+
+// columns is not unrolled by clang for gfx11, which would put acc in scratch memory).
+template <int NC>
+DEV void mmq_q4k_cols(const u32x4& hd, const u32x4& q0, const u32x4& q1, const block_q8_1* xa, bool ok, int ncols, float* acc) {
+    Q4K_TERMS(hd, q0, q1)
+#pragma unroll
+    for (int col = 0; col < NC; ++col) {
+        if (col < ncols) {
+            kact a;
+            k_act_load((const block_q8_1*)((const u8*)xa + col * MMQ_XW * 4), h, a);
+            q4k_act_dot<NC>(sc, mn, d, dmin, w0, w1, a, ok, acc[col]);
+        }
+    }
+}
+
 template <int NC>
 DEV void mmq_q4k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) {
     __shared__ __attribute__((aligned(16))) u32 xs[NC * MMQ_XW];
@@ -76,12 +91,26 @@ DEV void mmq_q4k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int n
         sync();
         mmq_stage<NC>(xs, X, kb, s, 8, ncols);
         sync();
-        q4k_dot_sb<NC>(hd, q0, q1, (const block_q8_1*)xs + 4 * p, MMQ_XW * 4, ok, ncols, acc);
+        mmq_q4k_cols<NC>(hd, q0, q1, (const block_q8_1*)xs + 4 * p, ok, ncols, acc);
     }
     mmq_store<NC, 4>(Y + (u64)bid_z() * ncols * M, acc, M, row, ncols);
 }
 
 // ---- Q6_K: 8 lanes per row (lane = (hh, lq) within a super-block) ----
+// The column loop of q6k_dot_sb without its early exit (see mmq_q4k_cols).
+template <int NC>
+DEV void mmq_q6k_cols(const u32* A, const u32* B, const u32* H, const u32* S, u32 dbits, int odd, const block_q8_1* xa, bool ok, int ncols, float* acc) {
+    Q6K_TERMS(A, B, H, S, dbits, odd)
+#pragma unroll
+    for (int col = 0; col < NC; ++col) {
+        if (col < ncols) {
+            q6act a;
+            q6k_act_load((const u8*)xa + col * MMQ_XW * 4 + 8 * lq, a);
+            q6k_act_dot<NC>(v, sc, d4, a, ok, acc[col]);
+        }
+    }
+}
+
 template <int NC>
 DEV void mmq_q6k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) {
     __shared__ __attribute__((aligned(16))) u32 xs[NC * MMQ_XW];
@@ -103,7 +132,7 @@ DEV void mmq_q6k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int n
         sync();
         mmq_stage<NC>(xs, X, kb, s, 8, ncols);
         sync();
-        q6k_dot_sb<NC>(A, B, H, S, d, odd, (const block_q8_1*)xs + 4 * hh, MMQ_XW * 4, ok, ncols, acc);
+        mmq_q6k_cols<NC>(A, B, H, S, d, odd, (const block_q8_1*)xs + 4 * hh, ok, ncols, acc);
     }
     mmq_store<NC, 8>(Y + (u64)bid_z() * ncols * M, acc, M, row, ncols);
 }
