@@ -44,6 +44,58 @@ DEV float sqrt_f(float x) { return sqrtf(x); }
 DEV float fmax_f(float a, float b) { return fmaxf(a, b); }
 DEV float exp_fast(float x) { return expf(x); }
 DEV float silu_f(float x) { return x / (1.0f + expf(-x)); }
+// What kernels-hip/mmq.hip and the headers it includes (mv_dot.h, mv_dot_b32.h, their
+// gfx11 branches) use besides the above.
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef int i32;
+DEV void pdl_entry() {}
+inline int g_ixchg[1024];
+DEV int shfl_xor_i(int v, int m) {
+    int w = ctx.tid >> 5, l = ctx.tid & 31;
+    g_ixchg[ctx.tid] = v;
+    g_warp_bar[w]->arrive_and_wait();
+    int r = g_ixchg[w * 32 + (l ^ m)];
+    g_warp_bar[w]->arrive_and_wait();
+    return r;
+}
+// ds_bpermute: lane l reads lane (addr / 4)'s value.
+DEV int emu_bpermute(int addr, int v) {
+    int w = ctx.tid >> 5;
+    g_ixchg[ctx.tid] = v;
+    g_warp_bar[w]->arrive_and_wait();
+    int r = g_ixchg[w * 32 + ((addr >> 2) & 31)];
+    g_warp_bar[w]->arrive_and_wait();
+    return r;
+}
+#define __builtin_amdgcn_ds_bpermute(addr, v) emu_bpermute(addr, v)
+// sudot4: c + sum of the 4 byte products, each operand signed or unsigned as flagged.
+DEV int emu_sudot4(bool as, int a, bool bs, int b, int c) {
+    for (int i = 0; i < 4; ++i) {
+        int x = (a >> (8 * i)) & 0xff, y = (b >> (8 * i)) & 0xff;
+        if (as && x > 127) x -= 256;
+        if (bs && y > 127) y -= 256;
+        c += x * y;
+    }
+    return c;
+}
+#define __builtin_amdgcn_sudot4(as, a, bs, b, c, clamp) emu_sudot4(as, a, bs, b, c)
+DEV int dot4(int a, int b, int c) { return emu_sudot4(true, a, true, b, c); }
+DEV float add_rn(float a, float b) { return a + b; }
+DEV float fabs_f(float x) { return fabsf(x); }
+DEV float h2f(u16 h) {
+    u32 s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), (int)e - 25);
+    return s ? -v : v;
+}
+DEV u32 ld_u32_a2(const u8* p) { const u16* q = (const u16*)p; return (u32)q[0] | ((u32)q[1] << 16); }
+DEV u16 ld_u16(const u8* p) { return *(const u16*)p; }
+DEV u32 ld_u32(const u8* p) { return *(const u32*)p; }
+struct __attribute__((aligned(4))) block_q8_1 { u16 d; u16 s; i8 qs[32]; };
+DEV float q8k_scale(const block_q8_1* even) { return __builtin_bit_cast(float, (u32)even[0].d | ((u32)even[1].d << 16)); }
+DEV float q8k_bsum(const block_q8_1* b) { return (float)(short)b->s; }
+
 // Runs f over a grid, block of nt threads (a multiple of 32).
 inline void launch(int gx, int gy, int gz, int nt, std::function<void()> f) {
     for (int bz = 0; bz < gz; ++bz) for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {
