@@ -263,6 +263,144 @@ DEV void mmq_b32(const u8* W, const block_q8_1* X, float* Y, int M, int K, int n
     mmq_store<NC, 8>(Y + (u64)bid_z() * ncols * M, acc, M, row, ncols);
 }
 
+// ---- int8 matrix cores (NVIDIA sm_80+): mmq_mma_q4_K ----
+// The same block (256 threads, 64 rows) and launch as mmq_q4_K, the products on
+// mma.sync m16n8k32 (s8 x s8 -> s32): warp w takes rows 16 (w % 4) .. + 15 of the block and
+// the 8-column tiles n = w / 4, w / 4 + 2, ... . Per K step (one super-block) and sub-block
+// j: A = the 16 rows' 4-bit codes of sub-block j (0..15 as s8), B = 8 columns' int8 codes of
+// activation block j; the integer product times the row's 6-bit sub-block scale is summed
+// over the super-block in integers, and at its end y += dx (d isum - dmin sum_j m_j bsum_j),
+// the min term from the staged block sums by dot2. Fragments (PTX ISA, m16n8k32 .s8): lane
+// (g = lane / 4, t = lane % 4) holds A rows g and g + 8 at k 4t .. 4t + 3 and 16 + 4t ..,
+// B column g at the same k, C rows g / g + 8 at columns 2t, 2t + 1. Elsewhere (AMD, older
+// NVIDIA) the name runs mmq_q4_K's dp4a body.
+#if defined(LODE_NV) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+#define MMQ_MMA 1
+// c += A (16 x 32, a[0..3]) * B (32 x 8, b[0..1]).
+DEV void mma_s8_k32(int* c, const u32* a, const u32* b) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#elif defined(LODE_EMU_MMA)
+#define MMQ_MMA 1  // mma_s8_k32 comes from the host emulation's header
+#endif
+
+#ifdef MMQ_MMA
+#define MMQ_XS 76  // staged column stride in words: the B fragment loads hit 32 banks
+
+// Byte j % 4 of w.
+DEV int byte_at(u32 w, int j) { return (int)((w >> (8 * (j & 3))) & 0xff); }
+
+template <int NC>
+DEV void mmq_mma_q4k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) {
+    constexpr int NT = NC / 8, NTW = (NT + 1) / 2;  // column tiles, per warp
+    __shared__ __attribute__((aligned(16))) u32 xs[NC * MMQ_XS];
+    __shared__ float xd[NC];                                  // each column's K-form scale
+    __shared__ __attribute__((aligned(16))) u32 xsum[NC * 4]; // block sums (i16) of blocks 2i | 2i + 1
+    const int lane = tid_x() & 31, warp = tid_x() >> 5, g = lane >> 2, t = lane & 3, cg = warp >> 2;
+    const int r0 = bid_x() * 64 + (warp & 3) * 16 + g, r1 = r0 + 8;
+    const int nsb = K / 256, kb = K / 32;
+    const u8* w0 = W + (u64)(r0 < M ? r0 : 0) * nsb * 144;
+    const u8* w1 = W + (u64)(r1 < M ? r1 : 0) * nsb * 144;
+    float acc[NTW][4];
+#pragma unroll
+    for (int i = 0; i < NTW; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    int s0, s1;
+    mmq_range(nsb, per, &s0, &s1);
+    for (int s = s0; s < s1; ++s) {
+        const u8* b0 = w0 + (u64)s * 144;
+        const u8* b1 = w1 + (u64)s * 144;
+        const u32x4 h0 = *(const u32x4*)b0, h1 = *(const u32x4*)b1;
+        u32 q0[8], q1[8];  // chunk c: [2c] = bytes 32c + 4t .., [2c + 1] = bytes 32c + 16 + 4t ..
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            q0[2 * c] = ld_u32(b0 + 16 + 32 * c + 4 * t);
+            q0[2 * c + 1] = ld_u32(b0 + 32 + 32 * c + 4 * t);
+            q1[2 * c] = ld_u32(b1 + 16 + 32 * c + 4 * t);
+            q1[2 * c + 1] = ld_u32(b1 + 32 + 32 * c + 4 * t);
+        }
+        sync();
+        for (int i = tid_x(); i < ncols * MMQ_XW; i += MMQ_THREADS) {
+            const int c = i / MMQ_XW, w = i - c * MMQ_XW;
+            xs[c * MMQ_XS + w] = ((const u32*)(X + (u64)c * kb + 8 * s))[w];
+        }
+        for (int c = tid_x(); c < ncols; c += MMQ_THREADS) {
+            const u32* xw = (const u32*)(X + (u64)c * kb + 8 * s);
+            xd[c] = __builtin_bit_cast(float, (xw[0] & 0xffffu) | (xw[9] << 16));
+#pragma unroll
+            for (int p = 0; p < 4; ++p) xsum[c * 4 + p] = (xw[18 * p] >> 16) | (xw[18 * p + 9] & 0xffff0000u);
+        }
+        sync();
+        u32 sa0, ma0, sb0, mb0, sa1, ma1, sb1, mb1;  // scale / min bytes of sub-blocks 0-3 (a), 4-7 (b)
+        q4k_scales(h0.y, h0.z, h0.w, 0, &sa0, &ma0);
+        q4k_scales(h0.y, h0.z, h0.w, 1, &sb0, &mb0);
+        q4k_scales(h1.y, h1.z, h1.w, 0, &sa1, &ma1);
+        q4k_scales(h1.y, h1.z, h1.w, 1, &sb1, &mb1);
+        int isum[NTW][4];
+#pragma unroll
+        for (int i = 0; i < NTW; ++i) isum[i][0] = isum[i][1] = isum[i][2] = isum[i][3] = 0;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int c = j >> 1, sh = 4 * (j & 1);
+            const u32 a[4] = {(q0[2 * c] >> sh) & 0x0F0F0F0Fu, (q1[2 * c] >> sh) & 0x0F0F0F0Fu, (q0[2 * c + 1] >> sh) & 0x0F0F0F0Fu,
+                              (q1[2 * c + 1] >> sh) & 0x0F0F0F0Fu};
+            const int sc0 = byte_at(j < 4 ? sa0 : sb0, j), sc1 = byte_at(j < 4 ? sa1 : sb1, j);
+#pragma unroll
+            for (int i = 0; i < NTW; ++i) {
+                const int n = 2 * i + cg;
+                if (n < NT && 8 * n < ncols) {
+                    const u32* xc = xs + (8 * n + g) * MMQ_XS + 9 * j + 1 + t;
+                    const u32 b[2] = {xc[0], xc[4]};
+                    int c4[4] = {0, 0, 0, 0};
+                    mma_s8_k32(c4, a, b);
+                    isum[i][0] += sc0 * c4[0];
+                    isum[i][1] += sc0 * c4[1];
+                    isum[i][2] += sc1 * c4[2];
+                    isum[i][3] += sc1 * c4[3];
+                }
+            }
+        }
+        const float d0 = h2f((u16)(h0.x & 0xffff)), dm0 = h2f((u16)(h0.x >> 16));
+        const float d1 = h2f((u16)(h1.x & 0xffff)), dm1 = h2f((u16)(h1.x >> 16));
+#pragma unroll
+        for (int i = 0; i < NTW; ++i) {
+            const int n = 2 * i + cg;
+            if (n < NT && 8 * n < ncols) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = 8 * n + 2 * t + e;
+                    const u32x4 ps = *(const u32x4*)(xsum + col * 4);
+                    const int m0 = dot2_hi(ps.w, mb0, dot2_lo(ps.z, mb0, dot2_hi(ps.y, ma0, dot2_lo(ps.x, ma0, 0))));
+                    const int m1 = dot2_hi(ps.w, mb1, dot2_lo(ps.z, mb1, dot2_hi(ps.y, ma1, dot2_lo(ps.x, ma1, 0))));
+                    const float dx = xd[col];
+                    acc[i][e] += dx * (d0 * (float)isum[i][e] - dm0 * (float)m0);
+                    acc[i][2 + e] += dx * (d1 * (float)isum[i][2 + e] - dm1 * (float)m1);
+                }
+            }
+        }
+    }
+    float* Yz = Y + (u64)bid_z() * ncols * M;
+#pragma unroll
+    for (int i = 0; i < NTW; ++i) {
+        const int n = 2 * i + cg;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int col = 8 * n + 2 * t + e;
+            if (n < NT && col < ncols) {
+                if (r0 < M) Yz[(u64)col * M + r0] = acc[i][e];
+                if (r1 < M) Yz[(u64)col * M + r1] = acc[i][2 + e];
+            }
+        }
+    }
+}
+#else
+template <int NC>
+DEV void mmq_mma_q4k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) {
+    mmq_q4k<NC>(W, X, Y, M, K, ncols, per);
+}
+#endif
+
 // Every kernel: (W, X, Y, M, K, ncols, per); MMQ_FOUR(NAME, BODY) defines NAME_c8 .. NAME_c64.
 #define MMQ_ONE(NAME, BODY, NC) \
     KERNEL LAUNCH_BOUNDS(256) void NAME(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) { pdl_entry(); \
@@ -281,6 +419,7 @@ template <int NC> DEV void mmq_q5_1_body(const u8* W, const block_q8_1* X, float
 template <int NC> DEV void mmq_q8_0_body(const u8* W, const block_q8_1* X, float* Y, int M, int K, int n, int per) { mmq_b32<4, NC>(W, X, Y, M, K, n, per); }
 
 MMQ_FOUR(mmq_q4_K, mmq_q4k)
+MMQ_FOUR(mmq_mma_q4_K, mmq_mma_q4k)
 MMQ_FOUR(mmq_q5_K, mmq_q5k)
 MMQ_FOUR(mmq_q6_K, mmq_q6k)
 MMQ_FOUR(mmq_q4_0, mmq_q4_0_body)

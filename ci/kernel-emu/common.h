@@ -95,6 +95,25 @@ DEV u32 ld_u32(const u8* p) { return *(const u32*)p; }
 struct __attribute__((aligned(4))) block_q8_1 { u16 d; u16 s; i8 qs[32]; };
 DEV float q8k_scale(const block_q8_1* even) { return __builtin_bit_cast(float, (u32)even[0].d | ((u32)even[1].d << 16)); }
 DEV float q8k_bsum(const block_q8_1* b) { return (float)(short)b->s; }
+// mma.sync m16n8k32 .s8 (mmq.hip's mma_s8_k32) by its fragment layout in the PTX ISA:
+// lane (g, t) = (lane / 4, lane % 4); A regs 0-3: rows g, g + 8, g, g + 8 at k 4t .. 4t + 3
+// (regs 0, 1) and 16 + 4t .. (regs 2, 3); B regs 0-1: column g at k 4t .. and 16 + 4t ..;
+// C: rows g (0, 1) and g + 8 (2, 3) at columns 2t, 2t + 1. Byte i of a register is k + i.
+#define LODE_EMU_MMA 1
+inline u32 g_mma_a[1024][4], g_mma_b[1024][2];
+DEV void mma_s8_k32(int* c, const u32* a, const u32* b) {
+    const int w = ctx.tid >> 5, l = ctx.tid & 31;
+    for (int i = 0; i < 4; ++i) g_mma_a[ctx.tid][i] = a[i];
+    g_mma_b[ctx.tid][0] = b[0], g_mma_b[ctx.tid][1] = b[1];
+    g_warp_bar[w]->arrive_and_wait();
+    auto A = [&](int row, int k) { return (int)(signed char)(g_mma_a[w * 32 + (row % 8) * 4 + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)] >> (8 * (k % 4))); };
+    auto B = [&](int k, int col) { return (int)(signed char)(g_mma_b[w * 32 + col * 4 + (k % 16) / 4][k >= 16] >> (8 * (k % 4))); };
+    for (int i = 0; i < 4; ++i) {
+        const int row = (l >> 2) + (i >= 2 ? 8 : 0), col = 2 * (l & 3) + (i & 1);
+        for (int k = 0; k < 32; ++k) c[i] += A(row, k) * B(k, col);
+    }
+    g_warp_bar[w]->arrive_and_wait();
+}
 
 // Runs f over a grid, block of nt threads (a multiple of 32).
 inline void launch(int gx, int gy, int gz, int nt, std::function<void()> f) {

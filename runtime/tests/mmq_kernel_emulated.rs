@@ -1,7 +1,8 @@
 //! `kernels-hip/mmq.hip` (the small-batch integer GEMM) run on the host: g++ compiles the
 //! source and the headers it includes (`mv_dot.h`, `mv_dot_b32.h`, their gfx11 branches)
 //! with `ci/kernel-emu/common.h` in place of the device header (one OS thread per GPU
-//! thread, real block barriers and warp shuffles, dot4 / sdot4 / ds_bpermute emulated), and
+//! thread, real block barriers and warp shuffles, dot4 / sdot4 / ds_bpermute and the int8
+//! mma.sync m16n8k32 emulated), and
 //! `ci/kernel-emu/mmq_check.cpp` compares the output with an f64 reference over ggml's
 //! block formats. This checks the kernels' indexing and arithmetic where no GPU is (CI);
 //! `lode selftest --filter mmq_` checks them on the device.
@@ -40,7 +41,7 @@ fn mmq_kernels_match_the_reference_on_the_host() {
     // (type, rows, K, columns, splits, seed): every type; rows past a block's 32 / 64 and
     // below it; 1, 2, 9, 33 and 64 columns (every column capacity); one to three K splits;
     // a 32-element type ending in a partial 256-element step.
-    let cases: [[&str; 6]; 9] = [
+    let cases: [[&str; 6]; 12] = [
         ["q4_K", "70", "512", "9", "1", "1"],
         ["q4_K", "65", "768", "64", "3", "7"],
         ["q6_K", "37", "768", "3", "2", "2"],
@@ -50,6 +51,10 @@ fn mmq_kernels_match_the_reference_on_the_host() {
         ["q4_0", "40", "288", "2", "1", "4"],
         ["q8_0", "31", "800", "31", "3", "9"],
         ["q8_0", "3", "256", "1", "1", "11"],
+        // The matrix-core Q4_K kernels (mma.sync emulated by its PTX fragment layout).
+        ["q4_K_mma", "70", "512", "9", "1", "1"],
+        ["q4_K_mma", "65", "768", "64", "3", "7"],
+        ["q4_K_mma", "130", "512", "33", "2", "5"],
     ];
     for c in cases {
         let e = run(&dir, &c);

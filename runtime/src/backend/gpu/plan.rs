@@ -91,8 +91,9 @@ pub enum Matmul {
     /// `per` steps per row tile (`gemm::gemm_split`).
     GemmSplit { splits: usize, per: usize },
     /// A decode batch in `Tuning::mmq`'s range: the integer GEMM over the input's int8
-    /// blocks, K split over `splits` ranges of `per` steps (`mmq::mmq`).
-    Mmq { splits: usize, per: usize },
+    /// blocks, K split over `splits` ranges of `per` steps, on int8 matrix cores when `mma`
+    /// (`mmq::mmq`).
+    Mmq { splits: usize, per: usize, mma: bool },
 }
 
 /// What [`matmul`] is asked.
@@ -211,11 +212,12 @@ fn mmq_takes(w: &Weight, n_tok: usize, t: &Tuning) -> bool {
 /// The integer GEMM for a decode batch, its K steps split so that the row blocks fill one
 /// wave (each split at least 2 steps). Ahead of `batch_gemm` where both ranges hold.
 fn mmq(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Option<Matmul> {
-    let name = mmq::kernel_name(q.w.ty, q.n_tok).filter(|_| mmq_takes(&q.w, q.n_tok, t))?;
+    let mma = t.mmq_mma && mmq::has_mma(q.w.ty);
+    let name = mmq::kernel_name(q.w.ty, q.n_tok, mma).filter(|_| mmq_takes(&q.w, q.n_tok, t))?;
     let (blocks, steps) = (mmq::row_blocks(q.w.ty, q.w.rows), mmq::k_steps(q.w.k));
     let wave = o.sms() * o.per_sm(name, 256, 2).max(1);
     let per = steps.div_ceil(wave.div_ceil(blocks).min(steps / 2).max(1));
-    Some(Matmul::Mmq { splits: steps.div_ceil(per), per })
+    Some(Matmul::Mmq { splits: steps.div_ceil(per), per, mma })
 }
 
 /// How one matmul runs.

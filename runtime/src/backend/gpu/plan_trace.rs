@@ -65,8 +65,10 @@ fn matmul_kernel(m: &Matmul, w: &plan::Weight) -> String {
         Matmul::Matvec => format!("matvec_{ty}"),
         Matmul::FloatTile => format!("matvec_{ty}_tile"),
         Matmul::GemmSplit { splits, per } => format!("gemm_{ty}_k64 ({splits} splits of {per} K steps) + gemm_ksum"),
-        Matmul::Mmq { splits: 1, .. } => format!("mmq_{ty}"),
-        Matmul::Mmq { splits, per } => format!("mmq_{ty} ({splits} splits of {per} K steps) + mmq_ksum"),
+        Matmul::Mmq { splits, per, mma } => {
+            let k = if *mma { format!("mmq_mma_{ty}") } else { format!("mmq_{ty}") };
+            if *splits == 1 { k } else { format!("{k} ({splits} splits of {per} K steps) + mmq_ksum") }
+        }
     }
 }
 

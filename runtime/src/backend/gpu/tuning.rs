@@ -75,6 +75,9 @@ pub struct Tuning {
     /// `mmq`: `MIN-MAX` tokens (`0`: off, the default until measured) whose matmuls run the
     /// integer GEMM over int8 activation blocks (`plan::mmq`), ahead of `batch_gemm`.
     pub mmq: Option<(usize, usize)>,
+    /// `mmq_mma`: the integer GEMM on int8 matrix cores where its type has them (Q4_K;
+    /// NVIDIA sm_80+, elsewhere the same kernels run dp4a); off: dp4a everywhere.
+    pub mmq_mma: bool,
     /// `moe_group_min`: the fewest (token, expert) pairs whose expert matvecs run grouped
     /// by expert, 8 pairs per read of an expert's rows (below, one pair per read) (16).
     pub moe_group_min: usize,
@@ -128,6 +131,7 @@ impl Default for Tuning {
             gemm_min_tokens: 32,
             batch_gemm: Some((9, 64)),
             mmq: None,
+            mmq_mma: true,
             moe_group_min: 16,
             moe_gemm_min: 4,
             kernels_rtc: false,
@@ -169,6 +173,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("gemm_min", "N: fewest tokens sent to the matrix-core GEMM"),
     ("batch_gemm", "MIN-MAX tokens (≤ 64) through the split-K GEMM, or 0"),
     ("mmq", "MIN-MAX tokens (≤ 64) through the integer GEMM (mmq.hip), or 0"),
+    ("mmq_mma", "0/1: the integer GEMM on int8 matrix cores where its type has them"),
     ("moe_group_min", "N: fewest expert pairs whose matvecs run grouped by expert"),
     ("moe_gemm_min", "N: fewest pairs per expert (mean) for the grouped GEMM"),
     ("kernels", "embedded or rtc"),
@@ -241,6 +246,7 @@ impl Tuning {
             "gemm_min" => self.gemm_min_tokens = num()?.max(1),
             "batch_gemm" => self.batch_gemm = token_range(v)?,
             "mmq" => self.mmq = token_range(v)?,
+            "mmq_mma" => self.mmq_mma = flag()?,
             "moe_group_min" => self.moe_group_min = num()?.max(1),
             "moe_gemm_min" => self.moe_gemm_min = num()?.max(1),
             "kernels" => {

@@ -42,12 +42,12 @@ impl GpuBackend {
                 let part = self.split_part(gemm::split_bytes(rows, n_tok, splits))?;
                 gemm::gemm_split(&self.rec(), wp, ty, lay, rows, k, xa, part, yp, n_tok, splits, per).map_err(map)
             }
-            Matmul::Mmq { splits, per } => {
+            Matmul::Mmq { splits, per, mma } => {
                 let wp = self.weight(w)?;
                 let f = quantize::act_fmt(ty).ok_or_else(|| map(GpuError::Unsupported(format!("mmq of {ty} weights"))))?;
                 let xa = self.act_blocks(x, f, k, n_tok, "matmul")?;
                 let part = if splits > 1 { self.split_part(mmq::split_bytes(rows, n_tok, splits))? } else { 0 };
-                mmq::mmq(&self.rec(), wp, ty, rows, k, xa, yp, n_tok, splits, per, part).map_err(map)
+                mmq::mmq(&self.rec(), wp, ty, rows, k, xa, yp, n_tok, splits, per, part, mma).map_err(map)
             }
             Matmul::Matvec | Matmul::FloatTile => {
                 let wp = self.weight(w)?;

@@ -35,30 +35,37 @@ pub const STEP: usize = 256;
 /// Threads per block.
 const BLOCK: u32 = 256;
 
-/// (type, rows per block, kernels by capacity).
+/// (type, rows per block, kernels by capacity, the int8 matrix-core kernels by capacity
+/// where the type has them: same block and rows; on AMD and before sm_80 they run the
+/// dp4a body).
 struct Set {
     ty: GgmlType,
     rows: usize,
     k: [Kernel<Mmq>; 4],
+    mma: Option<[Kernel<Mmq>; 4]>,
 }
 
+macro_rules! four {
+    ($p:literal, $n:literal) => {
+        [
+            Kernel::new(concat!($p, $n, "_c8")),
+            Kernel::new(concat!($p, $n, "_c16")),
+            Kernel::new(concat!($p, $n, "_c32")),
+            Kernel::new(concat!($p, $n, "_c64")),
+        ]
+    };
+}
 macro_rules! set {
     ($ty:ident, $rows:literal, $n:literal) => {
-        Set {
-            ty: GgmlType::$ty,
-            rows: $rows,
-            k: [
-                Kernel::new(concat!("mmq_", $n, "_c8")),
-                Kernel::new(concat!("mmq_", $n, "_c16")),
-                Kernel::new(concat!("mmq_", $n, "_c32")),
-                Kernel::new(concat!("mmq_", $n, "_c64")),
-            ],
-        }
+        Set { ty: GgmlType::$ty, rows: $rows, k: four!("mmq_", $n), mma: None }
+    };
+    ($ty:ident, $rows:literal, $n:literal, mma) => {
+        Set { ty: GgmlType::$ty, rows: $rows, k: four!("mmq_", $n), mma: Some(four!("mmq_mma_", $n)) }
     };
 }
 
 const SETS: [Set; 8] = [
-    set!(Q4_K, 64, "q4_K"),
+    set!(Q4_K, 64, "q4_K", mma),
     set!(Q5_K, 32, "q5_K"),
     set!(Q6_K, 32, "q6_K"),
     set!(Q4_0, 32, "q4_0"),
@@ -69,20 +76,29 @@ const SETS: [Set; 8] = [
 ];
 const KSUM: Kernel<MmqSum> = Kernel::new("mmq_ksum");
 
-const fn sigs() -> [KernelSig; 33] {
-    let mut out = [KSUM.sig(); 33];
-    let mut i = 0;
+const N_SIGS: usize = 4 * SETS.len() + 1 + 4 * N_MMA;
+const N_MMA: usize = 1;
+const fn sigs() -> [KernelSig; N_SIGS] {
+    let mut out = [KSUM.sig(); N_SIGS];
+    let (mut i, mut n) = (0, 4 * SETS.len() + 1);
     while i < SETS.len() {
         let mut j = 0;
         while j < 4 {
             out[4 * i + j] = SETS[i].k[j].sig();
+            if let Some(m) = &SETS[i].mma {
+                out[n + j] = m[j].sig();
+            }
             j += 1;
+        }
+        if SETS[i].mma.is_some() {
+            n += 4;
         }
         i += 1;
     }
+    assert!(n == N_SIGS, "N_MMA counts the sets with matrix-core kernels");
     out
 }
-const SIGS: [KernelSig; 33] = sigs();
+const SIGS: [KernelSig; N_SIGS] = sigs();
 
 pub const FAMILY: Family = Family { name: "mmq", source: include_str!("../../../../../kernels-hip/mmq.hip"), kernels: &[&SIGS] };
 
@@ -111,11 +127,17 @@ pub fn k_steps(k: usize) -> usize {
     k.div_ceil(STEP)
 }
 
-/// The kernel for `ncols` columns (1..=64) of `ty`.
-pub fn kernel_name(ty: GgmlType, ncols: usize) -> Option<&'static str> {
+/// Whether `ty` has the int8 matrix-core kernels.
+pub fn has_mma(ty: GgmlType) -> bool {
+    set(ty).is_some_and(|s| s.mma.is_some())
+}
+
+/// The kernel for `ncols` columns (1..=64) of `ty`: the matrix-core one when `mma` and the
+/// type has it.
+pub fn kernel_name(ty: GgmlType, ncols: usize, mma: bool) -> Option<&'static str> {
     let s = set(ty)?;
     let i = CAPS.iter().position(|&c| ncols <= c)?;
-    Some(s.k[i].name)
+    Some(s.mma.filter(|_| mma).unwrap_or(s.k)[i].name)
 }
 
 /// Bytes of the partial sums of `splits` splits.
@@ -131,8 +153,9 @@ pub fn split_bytes(m: usize, ncols: usize, splits: usize) -> usize {
 /// [ncols, k/32] activation blocks of `quantize::act_fmt(ty)`, y [ncols, m] f32. K steps
 /// split over `splits` (≥ 1) ranges of `per` steps; with more than one, the partial sums
 /// go to `part` (at least [`split_bytes`]) and `mmq_ksum` adds them into y in order.
+/// `mma`: the int8 matrix-core kernels where the type has them ([`has_mma`]).
 #[allow(clippy::too_many_arguments)]
-pub fn mmq(d: &dyn Launch, w: DevPtr, ty: GgmlType, m: usize, k: usize, x: DevPtr, y: DevPtr, ncols: usize, splits: usize, per: usize, part: DevPtr) -> R {
+pub fn mmq(d: &dyn Launch, w: DevPtr, ty: GgmlType, m: usize, k: usize, x: DevPtr, y: DevPtr, ncols: usize, splits: usize, per: usize, part: DevPtr, mma: bool) -> R {
     let s = set(ty).filter(|_| supports(ty, Layout::Stored, k)).ok_or_else(|| GpuError::Unsupported(format!("mmq of {ty} weights with rows of {k}")))?;
     if m == 0 || ncols == 0 {
         return Ok(());
@@ -144,7 +167,7 @@ pub fn mmq(d: &dyn Launch, w: DevPtr, ty: GgmlType, m: usize, k: usize, x: DevPt
     let i = CAPS.iter().position(|&c| ncols <= c).unwrap_or(CAPS.len() - 1);
     let grid = [m.div_ceil(s.rows) as u32, 1, splits as u32];
     let out = if splits > 1 { part } else { y };
-    s.k[i].launch(d, grid, [BLOCK, 1, 1], &Mmq { w, x, y: out, m, k, ncols, per })?;
+    s.mma.filter(|_| mma).unwrap_or(s.k)[i].launch(d, grid, [BLOCK, 1, 1], &Mmq { w, x, y: out, m, k, ncols, per })?;
     if splits > 1 {
         let nm = ncols * m;
         KSUM.launch(d, [nm.div_ceil(256) as u32, 1, 1], [256, 1, 1], &MmqSum { p: part, y, nsplit: splits, nm })?;
@@ -164,10 +187,17 @@ mod tests {
                 assert!(kn.name.to_lowercase().contains(&t) && kn.name.ends_with(&format!("_c{cap}")), "{}: {}", s.ty, kn.name);
             }
         }
-        assert_eq!(kernel_name(GgmlType::Q4_K, 2), Some("mmq_q4_K_c8"));
-        assert_eq!(kernel_name(GgmlType::Q6_K, 9), Some("mmq_q6_K_c16"));
-        assert_eq!(kernel_name(GgmlType::Q8_0, 33), Some("mmq_q8_0_c64"));
-        assert_eq!(kernel_name(GgmlType::Q4_K, 65), None);
+        assert_eq!(kernel_name(GgmlType::Q4_K, 2, false), Some("mmq_q4_K_c8"));
+        assert_eq!(kernel_name(GgmlType::Q4_K, 17, true), Some("mmq_mma_q4_K_c32"));
+        assert_eq!(kernel_name(GgmlType::Q6_K, 9, true), Some("mmq_q6_K_c16"));
+        assert_eq!(kernel_name(GgmlType::Q8_0, 33, false), Some("mmq_q8_0_c64"));
+        assert_eq!(kernel_name(GgmlType::Q4_K, 65, false), None);
+        assert!(has_mma(GgmlType::Q4_K) && !has_mma(GgmlType::Q8_0));
+        let names: Vec<&str> = FAMILY.kernel_names().collect();
+        assert_eq!(names.len(), N_SIGS);
+        for n in ["mmq_ksum", "mmq_mma_q4_K_c8", "mmq_mma_q4_K_c64", "mmq_q5_1_c64"] {
+            assert_eq!(names.iter().filter(|&&x| x == n).count(), 1, "{n}");
+        }
         assert!(supports(GgmlType::Q4_K, Layout::Stored, 2560) && !supports(GgmlType::Q4_K, Layout::Stored, 2560 + 32));
         assert!(supports(GgmlType::Q8_0, Layout::Stored, 2560 + 32));
         assert!(!supports(GgmlType::Q4_K, Layout::Row64, 2560) && !supports(GgmlType::Q3_K, Layout::Stored, 2560));

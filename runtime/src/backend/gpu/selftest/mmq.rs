@@ -1,5 +1,5 @@
 //! `mmq_<type>` checks: the small-batch integer GEMM (`family/mmq.rs`, `kernels-hip/mmq.hip`)
-//! of every type it reads against the f64 reference over the activation blocks it read
+//! of every type it reads (`mmq_mma_<type>`: its int8 matrix-core kernels) against the f64 reference over the activation blocks it read
 //! (`q8_reference`, the matvec checks' bound: 2e-5·Σ|w x| plus the q8_1 types' offset
 //! term), outputs, activation blocks and partial sums NaN before every launch.
 //!
@@ -34,13 +34,15 @@ pub const COLUMNS: [usize; 9] = [1, 2, 7, 8, 9, 16, 31, 33, 64];
 /// Every `mmq_*` check whose name contains `filter`.
 pub fn run_checks(d: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {
     let mut out = Vec::new();
-    for (idx, ty) in TYPES.into_iter().enumerate() {
-        let name = format!("mmq_{}", ty.name().to_lowercase());
+    // The dp4a kernels of every type, then the matrix-core kernels of the types that have them.
+    let all = TYPES.iter().map(|&ty| (ty, false)).chain(TYPES.iter().filter(|&&ty| mmq::has_mma(ty)).map(|&ty| (ty, true)));
+    for (idx, (ty, mma)) in all.enumerate() {
+        let name = format!("mmq_{}{}", if mma { "mma_" } else { "" }, ty.name().to_lowercase());
         if !filter.map(|f| name.contains(f)).unwrap_or(true) {
             continue;
         }
         let mut rng = Rng::new(seed ^ (0x6d6d_71 + idx as u64 * 0x2b2b_5e5e));
-        out.push(check(d, &name, ty, cases, &mut rng).unwrap_or_else(|e| {
+        out.push(check(d, &name, ty, mma, cases, &mut rng).unwrap_or_else(|e| {
             CheckReport { name: name.clone(), cases: 0, max_err: 0.0, worst_ratio: f64::INFINITY, skipped: false, failure: Some(e.to_string()) }
         }));
     }
@@ -56,7 +58,7 @@ fn rows_for(rng: &mut Rng, c: usize) -> usize {
     }
 }
 
-fn check(d: &GpuDevice, name: &str, ty: GgmlType, cases: usize, rng: &mut Rng) -> Result<CheckReport, GpuError> {
+fn check(d: &GpuDevice, name: &str, ty: GgmlType, mma: bool, cases: usize, rng: &mut Rng) -> Result<CheckReport, GpuError> {
     let fmt = quantize::act_fmt(ty).ok_or_else(|| GpuError::Unsupported(format!("{ty}: no activation form")))?;
     let mut acc = Acc::new(name);
     let mut cols = COLUMNS.to_vec();
@@ -81,7 +83,7 @@ fn check(d: &GpuDevice, name: &str, ty: GgmlType, cases: usize, rng: &mut Rng) -
         let part = d.alloc(mmq::split_bytes(rows, ncols, splits).max(4))?;
         d.poison(&part)?;
         quantize::quantize_act(d, fmt, xb.ptr(), qb.ptr(), k, ncols)?;
-        mmq::mmq(d, wb.ptr(), ty, rows, k, qb.ptr(), yb.ptr(), ncols, splits, per, part.ptr())?;
+        mmq::mmq(d, wb.ptr(), ty, rows, k, qb.ptr(), yb.ptr(), ncols, splits, per, part.ptr(), mma)?;
         let y = d.read_f32(yb.ptr(), ncols * rows)?;
         let mut q8 = vec![0u8; qb.len()];
         d.read(qb.ptr(), &mut q8)?;
