@@ -263,7 +263,7 @@ DEV void mmq_b32(const u8* W, const block_q8_1* X, float* Y, int M, int K, int n
     mmq_store<NC, 8>(Y + (u64)bid_z() * ncols * M, acc, M, row, ncols);
 }
 
-// ---- int8 matrix cores (NVIDIA sm_80+): mmq_mma_q4_K ----
+// ---- int8 matrix cores (NVIDIA sm_80+): mmq_mma_q4_K, mmq_mma_q6_K ----
 // The same block (256 threads, 64 rows) and launch as mmq_q4_K, the products on
 // mma.sync m16n8k32 (s8 x s8 -> s32): warp w takes rows 16 (w % 4) .. + 15 of the block and
 // the 8-column tiles n = w / 4, w / 4 + 2, ... . Per K step (one super-block) and sub-block
@@ -281,6 +281,12 @@ DEV void mma_s8_k32(int* c, const u32* a, const u32* b) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// c += A (16 x 16, a[0..1]: rows g, g + 8 at k 4t ..) * B (16 x 8, b: column g at k 4t ..).
+DEV void mma_s8_k16(int* c, const u32* a, u32 b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b));
 }
 #elif defined(LODE_EMU_MMA)
 #define MMQ_MMA 1  // mma_s8_k32 comes from the host emulation's header
@@ -394,10 +400,117 @@ DEV void mmq_mma_q4k(const u8* W, const block_q8_1* X, float* Y, int M, int K, i
         }
     }
 }
+
+// ---- mmq_mma_q6_K: as mmq_q6_K's block (256 threads, 32 rows); warp w takes rows
+// 16 (w % 2) .. + 15 and the column tiles n = w / 2, w / 2 + 4, ...; one m16n8k16 product
+// per 16-element scale group gi (A: the rows' codes q - 32 as s8; B: half gi % 2 of
+// activation block gi / 2), times the group's signed 8-bit scale, summed in integers over
+// the super-block; y += dx d isum at its end.
+template <int NC>
+DEV void mmq_mma_q6k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) {
+    constexpr int NT = NC / 8, NTW = (NT + 3) / 4;
+    __shared__ __attribute__((aligned(16))) u32 xs[NC * MMQ_XS];
+    __shared__ float xd[NC];
+    const int lane = tid_x() & 31, warp = tid_x() >> 5, g = lane >> 2, t = lane & 3, cg = warp >> 1;
+    const int r0 = bid_x() * 32 + (warp & 1) * 16 + g, r1 = r0 + 8;
+    const int nsb = K / 256, kb = K / 32;
+    const u8* w0 = W + (u64)(r0 < M ? r0 : 0) * nsb * 210;
+    const u8* w1 = W + (u64)(r1 < M ? r1 : 0) * nsb * 210;
+    float acc[NTW][4];
+#pragma unroll
+    for (int i = 0; i < NTW; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    int s0, s1;
+    mmq_range(nsb, per, &s0, &s1);
+    for (int s = s0; s < s1; ++s) {
+        const u8* b[2] = {w0 + (u64)s * 210, w1 + (u64)s * 210};
+        // Per row: ql words [h][q & 1][gi & 1] at 64h + 32(q & 1) + 16(gi & 1) + 4t, qh words
+        // [h][gi & 1] at 128 + 32h + 16(gi & 1) + 4t, the 16 scales, d (2-byte aligned).
+        u32 ql[2][8], qh[2][4], sc[2][4];
+        float dr[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) ql[r][i] = ld_u32_a2(b[r] + 64 * (i >> 2) + 32 * ((i >> 1) & 1) + 16 * (i & 1) + 4 * t);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) qh[r][i] = ld_u32_a2(b[r] + 128 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sc[r][i] = ld_u32_a2(b[r] + 192 + 4 * i);
+            dr[r] = h2f(ld_u16(b[r] + 208));
+        }
+        sync();
+        for (int i = tid_x(); i < ncols * MMQ_XW; i += MMQ_THREADS) {
+            const int c = i / MMQ_XW, w = i - c * MMQ_XW;
+            xs[c * MMQ_XS + w] = ((const u32*)(X + (u64)c * kb + 8 * s))[w];
+        }
+        for (int c = tid_x(); c < ncols; c += MMQ_THREADS) {
+            const u32* xw = (const u32*)(X + (u64)c * kb + 8 * s);
+            xd[c] = __builtin_bit_cast(float, (xw[0] & 0xffffu) | (xw[9] << 16));
+        }
+        sync();
+        int isum[NTW][4];
+#pragma unroll
+        for (int i = 0; i < NTW; ++i) isum[i][0] = isum[i][1] = isum[i][2] = isum[i][3] = 0;
+#pragma unroll
+        for (int gi = 0; gi < 16; ++gi) {
+            const int h = gi >> 3, q = (gi >> 1) & 3, lo = gi & 1;
+            u32 a[2];
+            int scr[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const u32 nib = (ql[r][4 * h + 2 * (q & 1) + lo] >> (4 * (q >> 1))) & 0x0F0F0F0Fu;
+                const u32 hi = ((qh[r][2 * h + lo] >> (2 * q)) & 0x03030303u) << 4;
+                a[r] = sub_bytes(nib | hi, 0x20202020u);
+                scr[r] = (int)(signed char)byte_at(sc[r][gi >> 2], gi);
+            }
+#pragma unroll
+            for (int i = 0; i < NTW; ++i) {
+                const int n = 4 * i + cg;
+                if (n < NT && 8 * n < ncols) {
+                    const u32 bw = xs[(8 * n + g) * MMQ_XS + 9 * (gi >> 1) + 1 + 4 * lo + t];
+                    int c4[4] = {0, 0, 0, 0};
+                    mma_s8_k16(c4, a, bw);
+                    isum[i][0] += scr[0] * c4[0];
+                    isum[i][1] += scr[0] * c4[1];
+                    isum[i][2] += scr[1] * c4[2];
+                    isum[i][3] += scr[1] * c4[3];
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NTW; ++i) {
+            const int n = 4 * i + cg;
+            if (n < NT && 8 * n < ncols) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float dx = xd[8 * n + 2 * t + e];
+                    acc[i][e] += dx * dr[0] * (float)isum[i][e];
+                    acc[i][2 + e] += dx * dr[1] * (float)isum[i][2 + e];
+                }
+            }
+        }
+    }
+    float* Yz = Y + (u64)bid_z() * ncols * M;
+#pragma unroll
+    for (int i = 0; i < NTW; ++i) {
+        const int n = 4 * i + cg;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int col = 8 * n + 2 * t + e;
+            if (n < NT && col < ncols) {
+                if (r0 < M) Yz[(u64)col * M + r0] = acc[i][e];
+                if (r1 < M) Yz[(u64)col * M + r1] = acc[i][2 + e];
+            }
+        }
+    }
+}
 #else
 template <int NC>
 DEV void mmq_mma_q4k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) {
     mmq_q4k<NC>(W, X, Y, M, K, ncols, per);
+}
+template <int NC>
+DEV void mmq_mma_q6k(const u8* W, const block_q8_1* X, float* Y, int M, int K, int ncols, int per) {
+    mmq_q6k<NC>(W, X, Y, M, K, ncols, per);
 }
 #endif
 
@@ -422,6 +535,7 @@ MMQ_FOUR(mmq_q4_K, mmq_q4k)
 MMQ_FOUR(mmq_mma_q4_K, mmq_mma_q4k)
 MMQ_FOUR(mmq_q5_K, mmq_q5k)
 MMQ_FOUR(mmq_q6_K, mmq_q6k)
+MMQ_FOUR(mmq_mma_q6_K, mmq_mma_q6k)
 MMQ_FOUR(mmq_q4_0, mmq_q4_0_body)
 MMQ_FOUR(mmq_q4_1, mmq_q4_1_body)
 MMQ_FOUR(mmq_q5_0, mmq_q5_0_body)

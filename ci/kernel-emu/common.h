@@ -114,6 +114,19 @@ DEV void mma_s8_k32(int* c, const u32* a, const u32* b) {
     }
     g_warp_bar[w]->arrive_and_wait();
 }
+// mma.sync m16n8k16 .s8: A regs 0-1 rows g, g + 8 at k 4t .. 4t + 3; B column g at k 4t ..
+DEV void mma_s8_k16(int* c, const u32* a, u32 b) {
+    const int w = ctx.tid >> 5, l = ctx.tid & 31;
+    g_mma_a[ctx.tid][0] = a[0], g_mma_a[ctx.tid][1] = a[1], g_mma_b[ctx.tid][0] = b;
+    g_warp_bar[w]->arrive_and_wait();
+    auto A = [&](int row, int k) { return (int)(signed char)(g_mma_a[w * 32 + (row % 8) * 4 + k / 4][row >= 8] >> (8 * (k % 4))); };
+    auto B = [&](int k, int col) { return (int)(signed char)(g_mma_b[w * 32 + col * 4 + k / 4][0] >> (8 * (k % 4))); };
+    for (int i = 0; i < 4; ++i) {
+        const int row = (l >> 2) + (i >= 2 ? 8 : 0), col = 2 * (l & 3) + (i & 1);
+        for (int k = 0; k < 16; ++k) c[i] += A(row, k) * B(k, col);
+    }
+    g_warp_bar[w]->arrive_and_wait();
+}
 
 // Runs f over a grid, block of nt threads (a multiple of 32).
 inline void launch(int gx, int gy, int gz, int nt, std::function<void()> f) {

@@ -3,7 +3,7 @@
 // times the activation blocks the kernel reads (made here in the K form for the K-quants,
 // the q8_1 form for the 32-element types), over random shapes; the split-K partial sums
 // added in order as mmq_ksum does.
-// usage: mmq_check TYPE ROWS K NCOLS SPLITS SEED (TYPE: q4_K q5_K q6_K q4_0 q8_0 q4_K_mma);
+// usage: mmq_check TYPE ROWS K NCOLS SPLITS SEED (TYPE: q4_K q5_K q6_K q4_0 q8_0 q4_K_mma q6_K_mma);
 // prints "MAX <err>", the largest |got - want| / (1e-4 sum|w x| + 1e-5).
 #include "mmq.hip"
 #include <cstdio>
@@ -94,7 +94,7 @@ static int block_elems(const std::string& ty) { return ty[3] == 'K' ? 256 : 32; 
 int main(int argc, char** argv) {
     if (argc < 7) return 2;
     std::string ty = argv[1];
-    // q4_K_mma: the matrix-core kernels (mma_s8_k32 emulated by its fragment layout).
+    // q4_K_mma, q6_K_mma: the matrix-core kernels (mma.sync emulated by its fragment layout).
     const bool mma = ty.size() > 4 && ty.substr(4) == "_mma";
     ty = ty.substr(0, 4);
     int M = atoi(argv[2]), K = atoi(argv[3]), N = atoi(argv[4]), splits = atoi(argv[5]);
@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
     const int rpb = ty == "q4_K" ? 64 : 32;
     std::vector<float> P((size_t)splits * N * M, NAN), Y((size_t)N * M, NAN);
     float* out = splits > 1 ? P.data() : Y.data();
-    auto kern = mma ? (N <= 8 ? mmq_mma_q4_K_c8 : N <= 16 ? mmq_mma_q4_K_c16 : N <= 32 ? mmq_mma_q4_K_c32 : mmq_mma_q4_K_c64)
+    auto kern = mma && ty == "q6_K" ? (N <= 8 ? mmq_mma_q6_K_c8 : N <= 16 ? mmq_mma_q6_K_c16 : N <= 32 ? mmq_mma_q6_K_c32 : mmq_mma_q6_K_c64)
+              : mma ? (N <= 8 ? mmq_mma_q4_K_c8 : N <= 16 ? mmq_mma_q4_K_c16 : N <= 32 ? mmq_mma_q4_K_c32 : mmq_mma_q4_K_c64)
               : ty == "q4_K" ? (N <= 8 ? mmq_q4_K_c8 : N <= 16 ? mmq_q4_K_c16 : N <= 32 ? mmq_q4_K_c32 : mmq_q4_K_c64)
               : ty == "q5_K" ? (N <= 8 ? mmq_q5_K_c8 : N <= 16 ? mmq_q5_K_c16 : N <= 32 ? mmq_q5_K_c32 : mmq_q5_K_c64)
               : ty == "q6_K" ? (N <= 8 ? mmq_q6_K_c8 : N <= 16 ? mmq_q6_K_c16 : N <= 32 ? mmq_q6_K_c32 : mmq_q6_K_c64)

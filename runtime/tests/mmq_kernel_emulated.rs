@@ -41,7 +41,7 @@ fn mmq_kernels_match_the_reference_on_the_host() {
     // (type, rows, K, columns, splits, seed): every type; rows past a block's 32 / 64 and
     // below it; 1, 2, 9, 33 and 64 columns (every column capacity); one to three K splits;
     // a 32-element type ending in a partial 256-element step.
-    let cases: [[&str; 6]; 12] = [
+    let cases: [[&str; 6]; 15] = [
         ["q4_K", "70", "512", "9", "1", "1"],
         ["q4_K", "65", "768", "64", "3", "7"],
         ["q6_K", "37", "768", "3", "2", "2"],
@@ -51,10 +51,13 @@ fn mmq_kernels_match_the_reference_on_the_host() {
         ["q4_0", "40", "288", "2", "1", "4"],
         ["q8_0", "31", "800", "31", "3", "9"],
         ["q8_0", "3", "256", "1", "1", "11"],
-        // The matrix-core Q4_K kernels (mma.sync emulated by its PTX fragment layout).
+        // The matrix-core kernels (mma.sync emulated by its PTX fragment layout).
         ["q4_K_mma", "70", "512", "9", "1", "1"],
         ["q4_K_mma", "65", "768", "64", "3", "7"],
         ["q4_K_mma", "130", "512", "33", "2", "5"],
+        ["q6_K_mma", "37", "768", "3", "2", "2"],
+        ["q6_K_mma", "33", "512", "33", "2", "8"],
+        ["q6_K_mma", "65", "768", "64", "3", "7"],
     ];
     for c in cases {
         let e = run(&dir, &c);

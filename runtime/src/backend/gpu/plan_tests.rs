@@ -240,11 +240,11 @@ fn decode_batches_take_the_integer_gemm_in_its_range() {
     assert_eq!(matmul(&mm(g, 32), &t, o), Matmul::Mmq { splits: 2, per: 5, mma: true });
     assert_eq!(matmul_glu(&g, &g, 40, false, &Tuning { batch_gemm: None, ..t.clone() }), GluPlan::Separate);
     // Down (Q6_K, 32 rows a block): 80 blocks, 38 steps → 4 splits of 10.
-    assert_eq!(matmul(&mm(w(Q6_K, 2560, 9728), 2), &t, o), Matmul::Mmq { splits: 4, per: 10, mma: false });
+    assert_eq!(matmul(&mm(w(Q6_K, 2560, 9728), 2), &t, o), Matmul::Mmq { splits: 4, per: 10, mma: true });
     // The LM head fills the wave by its rows: no split. A 32-element type likewise.
-    assert_eq!(matmul(&mm(w(Q6_K, 151_936, 2560), 64), &t, o), Matmul::Mmq { splits: 1, per: 10, mma: false });
+    assert_eq!(matmul(&mm(w(Q6_K, 151_936, 2560), 64), &t, o), Matmul::Mmq { splits: 1, per: 10, mma: true });
     assert_eq!(matmul(&mm(w(Q8_0, 151_936, 2560), 9), &t, o), Matmul::Mmq { splits: 1, per: 10, mma: false });
-    // Q4_K on matrix cores unless `mmq_mma=0` (the same split: same block and rows).
+    // Q4_K / Q6_K on matrix cores unless `mmq_mma=0` (the same split: same block and rows).
     let dp4a = Tuning { mmq_mma: false, ..t.clone() };
     assert_eq!(matmul(&mm(w(Q4_K, 2560, 2560), 32), &dp4a, o), Matmul::Mmq { splits: 5, per: 2, mma: false });
     // A type it does not read, one token, or a batch outside its range: as before.

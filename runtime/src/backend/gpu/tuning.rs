@@ -75,7 +75,7 @@ pub struct Tuning {
     /// `mmq`: `MIN-MAX` tokens (`0`: off, the default until measured) whose matmuls run the
     /// integer GEMM over int8 activation blocks (`plan::mmq`), ahead of `batch_gemm`.
     pub mmq: Option<(usize, usize)>,
-    /// `mmq_mma`: the integer GEMM on int8 matrix cores where its type has them (Q4_K;
+    /// `mmq_mma`: the integer GEMM on int8 matrix cores where its type has them (Q4_K, Q6_K;
     /// NVIDIA sm_80+, elsewhere the same kernels run dp4a); off: dp4a everywhere.
     pub mmq_mma: bool,
     /// `moe_group_min`: the fewest (token, expert) pairs whose expert matvecs run grouped

@@ -4,8 +4,9 @@
 //! weight read once for all rows, int8 dot products, scales per block, f32 out. Whether a
 //! matmul takes it, and its K split, is `plan.rs`'s choice (`Matmul::Mmq`).
 //!
-//! Types: Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 in the stored layout; every other
-//! type (and Row64) falls back to what the plan picks without it.
+//! Types: Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 in the stored layout (dp4a / sdot4;
+//! Q4_K and Q6_K also on int8 matrix cores, `mmq_mma_*`, NVIDIA sm_80+); every other type
+//! (and Row64) falls back to what the plan picks without it.
 
 use crate::backend::gpu::driver::DevPtr;
 use crate::backend::gpu::launch::{Family, Kernel, KernelSig, Launch};
@@ -67,7 +68,7 @@ macro_rules! set {
 const SETS: [Set; 8] = [
     set!(Q4_K, 64, "q4_K", mma),
     set!(Q5_K, 32, "q5_K"),
-    set!(Q6_K, 32, "q6_K"),
+    set!(Q6_K, 32, "q6_K", mma),
     set!(Q4_0, 32, "q4_0"),
     set!(Q4_1, 32, "q4_1"),
     set!(Q5_0, 32, "q5_0"),
@@ -77,7 +78,7 @@ const SETS: [Set; 8] = [
 const KSUM: Kernel<MmqSum> = Kernel::new("mmq_ksum");
 
 const N_SIGS: usize = 4 * SETS.len() + 1 + 4 * N_MMA;
-const N_MMA: usize = 1;
+const N_MMA: usize = 2;
 const fn sigs() -> [KernelSig; N_SIGS] {
     let mut out = [KSUM.sig(); N_SIGS];
     let (mut i, mut n) = (0, 4 * SETS.len() + 1);
@@ -189,7 +190,8 @@ mod tests {
         }
         assert_eq!(kernel_name(GgmlType::Q4_K, 2, false), Some("mmq_q4_K_c8"));
         assert_eq!(kernel_name(GgmlType::Q4_K, 17, true), Some("mmq_mma_q4_K_c32"));
-        assert_eq!(kernel_name(GgmlType::Q6_K, 9, true), Some("mmq_q6_K_c16"));
+        assert_eq!(kernel_name(GgmlType::Q6_K, 9, true), Some("mmq_mma_q6_K_c16"));
+        assert_eq!(kernel_name(GgmlType::Q5_K, 9, true), Some("mmq_q5_K_c16"));
         assert_eq!(kernel_name(GgmlType::Q8_0, 33, false), Some("mmq_q8_0_c64"));
         assert_eq!(kernel_name(GgmlType::Q4_K, 65, false), None);
         assert!(has_mma(GgmlType::Q4_K) && !has_mma(GgmlType::Q8_0));
