@@ -41,7 +41,7 @@ pub fn run_checks(d: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64) 
         if !filter.map(|f| name.contains(f)).unwrap_or(true) {
             continue;
         }
-        let mut rng = Rng::new(seed ^ (0x6d6d_71 + idx as u64 * 0x2b2b_5e5e));
+        let mut rng = Rng::new(seed ^ (0x6d_6d71 + idx as u64 * 0x2b2b_5e5e));
         out.push(check(d, &name, ty, mma, cases, &mut rng).unwrap_or_else(|e| {
             CheckReport { name: name.clone(), cases: 0, max_err: 0.0, worst_ratio: f64::INFINITY, skipped: false, failure: Some(e.to_string()) }
         }));
