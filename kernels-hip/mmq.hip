@@ -9,10 +9,11 @@
 // every column's eight activation blocks (288 bytes a column) in shared memory, each lane
 // loads its share of its row's weights for the step into registers (once), and multiplies
 // them by every column from shared memory with int8 dot products (dot4: dp4a / sdot4); the
-// lanes of a row read the same activation words (a broadcast), so one shared load serves R
-// rows. Scales are applied per block as the decode matvecs apply them (mv_dot.h /
-// mv_dot_b32.h, whose per-type products this reuses): integer sums within a block, then
-// f32. At the end the L lanes of a row are summed by shuffles.
+// lanes at one position of the warp's R rows read the same activation words (a broadcast),
+// so one shared load serves R rows. Scales are applied per block as the decode matvecs
+// apply them (mv_dot.h / mv_dot_b32.h, whose per-type products this reuses): integer sums
+// within a block, then f32. At the end the L lanes of a row are summed by shuffles.
+// mmq_mma_q4_K / mmq_mma_q6_K (below) are the same launches on int8 matrix cores.
 //   Q4_K: 4 lanes per row (R = 8), Q5_K / Q6_K: 8 lanes (R = 4), the 32-element types one
 //   lane per block (8 lanes, R = 4).
 // NC: the column capacity (8, 16, 32 or 64), ncols <= NC used. grid (ceil(M / (8 R)), 1,
