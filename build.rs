@@ -24,7 +24,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const FAMILIES: &[&str] = &["quantize", "matvec", "decode_mv", "head_mv", "norm_rope", "attention", "attn_decode", "elementwise", "gemm", "flash_attn", "dequant", "exact_matmul", "exact_ops", "moe", "delta", "kvq_attn"];
+const FAMILIES: &[&str] = &["quantize", "matvec", "decode_mv", "head_mv", "norm_rope", "attention", "attn_decode", "elementwise", "gemm", "flash_attn", "dequant", "exact_matmul", "exact_ops", "moe", "delta", "mmq", "kvq_attn"];
 /// The headers the families include, in `kernels::HEADERS`' order (the fingerprint's).
 const HEADERS: &[&str] = &["common.h", "mma.h", "mv_dot.h", "mv_dot_b32.h", "mv_dot_low.h", "dequant_low.h", "iq_grids.h"];
 const AMD_ARCHS: &[&str] = &["gfx1100", "gfx1151"];

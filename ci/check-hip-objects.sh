@@ -14,7 +14,7 @@ out=$(ls -td target/"$profile"/build/lode-*/out 2>/dev/null | while read d; do [
 if [ -z "$out" ]; then echo "check-hip-objects: no build output; run cargo build --$profile first" >&2; exit 1; fi
 fail=0
 for arch in gfx1100 gfx1151; do
-  for fam in quantize matvec decode_mv norm_rope attention attn_decode elementwise gemm flash_attn exact_matmul exact_ops moe delta kvq_attn; do
+  for fam in quantize matvec decode_mv norm_rope attention attn_decode elementwise gemm flash_attn exact_matmul exact_ops moe delta mmq kvq_attn; do
     co="$out/$fam.$arch.co"
     if [ ! -f "$co" ]; then echo "MISSING $co"; fail=1; continue; fi
     nk=$("$objdump" -t "$co" | grep -c '\.kd$' || true)

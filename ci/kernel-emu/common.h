@@ -59,22 +59,98 @@ DEV float sqrt_f(float x) { return sqrtf(x); }
 DEV float fmax_f(float a, float b) { return fmaxf(a, b); }
 DEV float exp_fast(float x) { return expf(x); }
 DEV float silu_f(float x) { return x / (1.0f + expf(-x)); }
-// What kvq_attn.hip uses beyond that (kvq_kernel_emulated.rs): the small integer types,
-// f16 conversions (_Float16), the math and the q8_1 block store of the device header, and
-// the AMD atomics and fences as host ones (blocks run one at a time here).
+// What kernels-hip/mmq.hip and the headers it includes (mv_dot.h, mv_dot_b32.h, their
+// gfx11 branches) use besides the above.
 typedef unsigned char u8;
 typedef signed char i8;
 typedef unsigned short u16;
+typedef int i32;
 DEV void pdl_entry() {}
-DEV float h2f(u16 h) { return (float)__builtin_bit_cast(_Float16, h); }
-DEV u16 f2h(float f) { return __builtin_bit_cast(u16, (_Float16)f); }
+inline int g_ixchg[1024];
+DEV int shfl_xor_i(int v, int m) {
+    int w = ctx.tid >> 5, l = ctx.tid & 31;
+    g_ixchg[ctx.tid] = v;
+    g_warp_bar[w]->arrive_and_wait();
+    int r = g_ixchg[w * 32 + (l ^ m)];
+    g_warp_bar[w]->arrive_and_wait();
+    return r;
+}
+// ds_bpermute: lane l reads lane (addr / 4)'s value.
+DEV int emu_bpermute(int addr, int v) {
+    int w = ctx.tid >> 5;
+    g_ixchg[ctx.tid] = v;
+    g_warp_bar[w]->arrive_and_wait();
+    int r = g_ixchg[w * 32 + ((addr >> 2) & 31)];
+    g_warp_bar[w]->arrive_and_wait();
+    return r;
+}
+#define __builtin_amdgcn_ds_bpermute(addr, v) emu_bpermute(addr, v)
+// sudot4: c + sum of the 4 byte products, each operand signed or unsigned as flagged.
+DEV int emu_sudot4(bool as, int a, bool bs, int b, int c) {
+    for (int i = 0; i < 4; ++i) {
+        int x = (a >> (8 * i)) & 0xff, y = (b >> (8 * i)) & 0xff;
+        if (as && x > 127) x -= 256;
+        if (bs && y > 127) y -= 256;
+        c += x * y;
+    }
+    return c;
+}
+#define __builtin_amdgcn_sudot4(as, a, bs, b, c, clamp) emu_sudot4(as, a, bs, b, c)
+DEV int dot4(int a, int b, int c) { return emu_sudot4(true, a, true, b, c); }
+DEV float add_rn(float a, float b) { return a + b; }
+DEV float fabs_f(float x) { return fabsf(x); }
+DEV float h2f(u16 h) {
+    u32 s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), (int)e - 25);
+    return s ? -v : v;
+}
+DEV u32 ld_u32_a2(const u8* p) { const u16* q = (const u16*)p; return (u32)q[0] | ((u32)q[1] << 16); }
 DEV u16 ld_u16(const u8* p) { return *(const u16*)p; }
+DEV u32 ld_u32(const u8* p) { return *(const u32*)p; }
+struct __attribute__((aligned(4))) block_q8_1 { u16 d; u16 s; i8 qs[32]; };
+DEV float q8k_scale(const block_q8_1* even) { return __builtin_bit_cast(float, (u32)even[0].d | ((u32)even[1].d << 16)); }
+DEV float q8k_bsum(const block_q8_1* b) { return (float)(short)b->s; }
+// mma.sync m16n8k32 .s8 (mmq.hip's mma_s8_k32) by its fragment layout in the PTX ISA:
+// lane (g, t) = (lane / 4, lane % 4); A regs 0-3: rows g, g + 8, g, g + 8 at k 4t .. 4t + 3
+// (regs 0, 1) and 16 + 4t .. (regs 2, 3); B regs 0-1: column g at k 4t .. and 16 + 4t ..;
+// C: rows g (0, 1) and g + 8 (2, 3) at columns 2t, 2t + 1. Byte i of a register is k + i.
+#define LODE_EMU_MMA 1
+inline u32 g_mma_a[1024][4], g_mma_b[1024][2];
+DEV void mma_s8_k32(int* c, const u32* a, const u32* b) {
+    const int w = ctx.tid >> 5, l = ctx.tid & 31;
+    for (int i = 0; i < 4; ++i) g_mma_a[ctx.tid][i] = a[i];
+    g_mma_b[ctx.tid][0] = b[0], g_mma_b[ctx.tid][1] = b[1];
+    g_warp_bar[w]->arrive_and_wait();
+    auto A = [&](int row, int k) { return (int)(signed char)(g_mma_a[w * 32 + (row % 8) * 4 + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)] >> (8 * (k % 4))); };
+    auto B = [&](int k, int col) { return (int)(signed char)(g_mma_b[w * 32 + col * 4 + (k % 16) / 4][k >= 16] >> (8 * (k % 4))); };
+    for (int i = 0; i < 4; ++i) {
+        const int row = (l >> 2) + (i >= 2 ? 8 : 0), col = 2 * (l & 3) + (i & 1);
+        for (int k = 0; k < 32; ++k) c[i] += A(row, k) * B(k, col);
+    }
+    g_warp_bar[w]->arrive_and_wait();
+}
+// mma.sync m16n8k16 .s8: A regs 0-1 rows g, g + 8 at k 4t .. 4t + 3; B column g at k 4t ..
+DEV void mma_s8_k16(int* c, const u32* a, u32 b) {
+    const int w = ctx.tid >> 5, l = ctx.tid & 31;
+    g_mma_a[ctx.tid][0] = a[0], g_mma_a[ctx.tid][1] = a[1], g_mma_b[ctx.tid][0] = b;
+    g_warp_bar[w]->arrive_and_wait();
+    auto A = [&](int row, int k) { return (int)(signed char)(g_mma_a[w * 32 + (row % 8) * 4 + k / 4][row >= 8] >> (8 * (k % 4))); };
+    auto B = [&](int k, int col) { return (int)(signed char)(g_mma_b[w * 32 + col * 4 + k / 4][0] >> (8 * (k % 4))); };
+    for (int i = 0; i < 4; ++i) {
+        const int row = (l >> 2) + (i >= 2 ? 8 : 0), col = 2 * (l & 3) + (i & 1);
+        for (int k = 0; k < 16; ++k) c[i] += A(row, k) * B(k, col);
+    }
+    g_warp_bar[w]->arrive_and_wait();
+}
+
+// What kvq_attn.hip uses beyond that (kvq_kernel_emulated.rs): the small integer types,
+// f16 conversions (_Float16), the math and the q8_1 block store of the device header, and
+// the AMD atomics and fences as host ones (blocks run one at a time here).
+DEV u16 f2h(float f) { return __builtin_bit_cast(u16, (_Float16)f); }
 DEV float exp2_fast(float x) { return exp2f(x); }
 DEV float fma_f(float a, float b, float c) { return fmaf(a, b, c); }
-DEV float fabs_f(float x) { return fabsf(x); }
 DEV float rint_f(float x) { return rintf(x); }
 DEV float warp_max(float v) { for (int m = 16; m > 0; m >>= 1) v = fmax_f(v, shfl_xor(v, m)); return v; }
-struct __attribute__((aligned(4))) block_q8_1 { u16 d; u16 s; i8 qs[32]; };
 DEV void q8_block_store(block_q8_1* b, float v) {
     const int lane = tid_x() & 31;
     const float amax = warp_max(fabs_f(v));

@@ -3,6 +3,9 @@
 //!
 //! - `profile`: every GPU launch synchronized and timed by kernel name (graphs off), a
 //!   table at exit;
+//! - `kernel-times`: every GPU launch between two GPU events, read at each step's end
+//!   (graphs off, no extra synchronization): device time per kernel name and the steps'
+//!   device span, a table at exit;
 //! - `host-times`: the host's share of a decode token, by span, at exit;
 //! - `launches`: every GPU launch printed before it is made (finding a crash);
 //! - `mem`: the driver's used-memory figure wherever lode's device footprint changes;
@@ -24,6 +27,7 @@ pub const ENV: &str = "LODE_DEBUG";
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Diag {
     pub profile: bool,
+    pub kernel_times: bool,
     pub host_times: bool,
     pub launches: bool,
     pub mem: bool,
@@ -46,6 +50,7 @@ impl Diag {
                     d.weights = true;
                 }
                 ("profile", None) => d.profile = true,
+                ("kernel-times", None) => d.kernel_times = true,
                 ("host-times", None) => d.host_times = true,
                 ("launches", None) => d.launches = true,
                 ("mem", None) => d.mem = true,
@@ -77,7 +82,7 @@ pub fn get() -> &'static Diag {
     D.get_or_init(|| {
         let (d, unknown) = Diag::parse(&std::env::var(ENV).unwrap_or_default());
         if !unknown.is_empty() {
-            eprintln!("lode: {ENV}: unknown entries {unknown:?} ignored (known: profile, host-times, launches, mem, weights, repeat=KERNEL[:N], cpu-dump=DIR[:N])");
+            eprintln!("lode: {ENV}: unknown entries {unknown:?} ignored (known: profile, kernel-times, host-times, launches, mem, weights, repeat=KERNEL[:N], cpu-dump=DIR[:N])");
         }
         d
     })
@@ -90,7 +95,8 @@ mod tests {
     #[test]
     fn parses_every_entry() {
         let (d, bad) = Diag::parse("profile, mem,repeat=attn_decode_d128:3,cpu-dump=/tmp/x:20,what");
-        assert!(d.profile && d.mem && !d.weights && !d.launches);
+        assert!(d.profile && d.mem && !d.weights && !d.launches && !d.kernel_times);
+        assert!(Diag::parse("kernel-times").0.kernel_times);
         assert_eq!(d.repeat, Some(("attn_decode_d128".into(), 3)));
         assert_eq!(d.cpu_dump, Some((PathBuf::from("/tmp/x"), 20)));
         assert_eq!(bad, ["what"]);

@@ -7,7 +7,7 @@
 /// (name, what it sets).
 pub const VARIABLES: &[(&str, &str)] = &[
     ("LODE_TUNE", "Overrides of the GPU tuning table, `key=value,...` (`backend::gpu::tuning::KEYS`), e.g. `graphs=0,blas_min=32`; for A/B runs."),
-    ("LODE_DEBUG", "Diagnostics, comma-separated: `profile`, `host-times`, `launches`, `mem`, `weights`, `repeat=KERNEL[:N]`, `cpu-dump=DIR[:N]` (`diag.rs`)."),
+    ("LODE_DEBUG", "Diagnostics, comma-separated: `profile`, `kernel-times`, `host-times`, `launches`, `mem`, `weights`, `repeat=KERNEL[:N]`, `cpu-dump=DIR[:N]` (`diag.rs`)."),
     ("LODE_DEVICE_ORDINAL", "Which GPU of its kind a run opens (default 0)."),
     ("LODE_HIP_ARCH", "The AMD GPU architecture (e.g. `gfx1100`) when the driver does not report it."),
     ("LODE_BLAS_LIB", "The cuBLAS / hipBLAS library file to open instead of searching for it."),

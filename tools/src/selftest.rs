@@ -129,6 +129,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             r.extend(gpu::selftest::swa::run(d, args.filter.as_deref(), args.seed));
             r.extend(gpu::selftest::upload::run(d, args.filter.as_deref()));
             r.extend(gpu::selftest::delta::run_checks(d, args.filter.as_deref(), args.seed));
+            r.extend(gpu::selftest::mmq::run_checks(d, args.filter.as_deref(), args.cases, args.seed));
             r
         }
         None => {

@@ -167,6 +167,20 @@ impl Timer {
         self.core.drv.event_sync(self.end)?;
         self.core.drv.event_elapsed_ms(self.start, self.end)
     }
+    /// Record the end without waiting (read later with [`Timer::elapsed_ms`]).
+    pub fn mark_end(&self) -> Result<()> {
+        self.core.drv.event_record(self.end, self.core.stream)
+    }
+    /// Milliseconds from `first`'s start to this timer's end (both recorded; waits for
+    /// the end). `first` may be this timer.
+    pub fn elapsed_since_ms(&self, first: &Timer) -> Result<f32> {
+        self.core.drv.event_sync(self.end)?;
+        self.core.drv.event_elapsed_ms(first.start, self.end)
+    }
+    /// Milliseconds between this timer's start and end (both recorded; waits for the end).
+    pub fn elapsed_ms(&self) -> Result<f32> {
+        self.elapsed_since_ms(self)
+    }
 }
 
 impl Drop for Timer {

@@ -84,7 +84,7 @@ pub use super::family::ALL as FAMILIES;
 /// (`Driver::launch_overlapped`). `kernel_sources_enter_with_pdl` (test) checks the
 /// sources; a family listed here with a kernel that does not wait would read its inputs
 /// before they are written.
-pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "attn_decode", "elementwise", "decode_mv", "head_mv", "moe", "kvq_attn"];
+pub const OVERLAPPED_FAMILIES: &[&str] = &["quantize", "matvec", "norm_rope", "attention", "attn_decode", "elementwise", "decode_mv", "head_mv", "moe", "mmq", "kvq_attn"];
 
 /// Overlapped families whose kernels issue their first loads of what no kernel of the step
 /// writes before `pdl_entry()`: weights (decode_mv, head_mv), and the position and earlier
@@ -256,7 +256,11 @@ mod tests {
                 let gemm = n.trim_start_matches("gemm_glu_").trim_start_matches("gemm_").trim_end_matches("_n64").trim_end_matches("_n16").trim_end_matches("_k64");
                 let flash2 = n.trim_start_matches("flash_attn2_f16_d");
                 let moe = gemm.trim_start_matches("moe_glu_").trim_start_matches("moe_");
-                let by_macro = full.contains(&format!("GEMM_KERNELS({gemm},")) || full.contains(&format!("GEMM_MOE_KERNELS({moe},")) || full.contains(&format!("FLASH2_KERNEL({flash2},"));
+                let mmq = n.rsplit_once("_c").map(|(b, _)| b).unwrap_or(n);
+                let by_macro = full.contains(&format!("GEMM_KERNELS({gemm},"))
+                    || full.contains(&format!("GEMM_MOE_KERNELS({moe},"))
+                    || full.contains(&format!("FLASH2_KERNEL({flash2},"))
+                    || full.contains(&format!("MMQ_FOUR({mmq},"));
                 assert!(full.contains(base) || by_macro, "{fam}: kernel {n} not in source");
             }
         }

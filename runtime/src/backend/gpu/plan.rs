@@ -9,7 +9,7 @@
 //! The measured reasons for each threshold are in BENCHMARKS.md and `benchmarks/`; the
 //! numbers a user may override are in [`Tuning`].
 
-use crate::backend::gpu::family::{attn_decode, decode_mv, dequant, flash_attn, gemm, head_mv, kvq_attn, matvec, quantize};
+use crate::backend::gpu::family::{attn_decode, decode_mv, dequant, flash_attn, gemm, head_mv, kvq_attn, matvec, mmq, quantize};
 use crate::backend::gpu::launch;
 use super::tuning::Tuning;
 use crate::quant::GgmlType;
@@ -90,6 +90,10 @@ pub enum Matmul {
     /// A decode batch: the GEMM with one 64-token tile, K split over `splits` blocks of
     /// `per` steps per row tile (`gemm::gemm_split`).
     GemmSplit { splits: usize, per: usize },
+    /// A decode batch in `Tuning::mmq`'s range: the integer GEMM over the input's int8
+    /// blocks, K split over `splits` ranges of `per` steps, on int8 matrix cores when `mma`
+    /// (`mmq::mmq`).
+    Mmq { splits: usize, per: usize, mma: bool },
 }
 
 /// What [`matmul`] is asked.
@@ -200,9 +204,25 @@ fn small_batch(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Option<Matmul
     Some(Matmul::GemmSplit { splits: steps.div_ceil(per), per })
 }
 
+/// Whether `Tuning::mmq` holds `n_tok` and the integer GEMM reads `w`.
+fn mmq_takes(w: &Weight, n_tok: usize, t: &Tuning) -> bool {
+    matches!(t.mmq, Some((lo, hi)) if (lo..=hi).contains(&n_tok)) && mmq::supports(w.ty, w.layout, w.k)
+}
+
+/// The integer GEMM for a decode batch, its K steps split so that the row blocks fill one
+/// wave (each split at least 2 steps). Ahead of `batch_gemm` where both ranges hold.
+fn mmq(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Option<Matmul> {
+    let mma = t.mmq_mma && mmq::has_mma(q.w.ty);
+    let name = mmq::kernel_name(q.w.ty, q.n_tok, mma).filter(|_| mmq_takes(&q.w, q.n_tok, t))?;
+    let (blocks, steps) = (mmq::row_blocks(q.w.ty, q.w.rows), mmq::k_steps(q.w.k));
+    let wave = o.sms() * o.per_sm(name, 256, 2).max(1);
+    let per = steps.div_ceil(wave.div_ceil(blocks).min(steps / 2).max(1));
+    Some(Matmul::Mmq { splits: steps.div_ceil(per), per, mma })
+}
+
 /// How one matmul runs.
 pub fn matmul(q: &MatmulIn, t: &Tuning, o: &mut dyn Occupancy) -> Matmul {
-    if let Some(m) = small_batch(q, t, o) {
+    if let Some(m) = mmq(q, t, o).or_else(|| small_batch(q, t, o)) {
         return m;
     }
     if q.blas && blas_candidate(&q.w, q.n_tok, t) {
@@ -279,8 +299,8 @@ pub enum GluPlan {
 pub fn matmul_glu(gate: &Weight, up: &Weight, n_tok: usize, blas: bool, t: &Tuning) -> GluPlan {
     let same = gate == up;
     let both_blas = blas && blas_candidate(gate, n_tok, t) && blas_candidate(up, n_tok, t);
-    // A decode batch splits K: each projection by itself, the GLU after.
-    if !both_blas && same && gemm_tile(gate, n_tok, t).is_some() && !is_small_batch(gate, n_tok, t) {
+    // A decode batch splits K (or runs the integer GEMM): each projection by itself, the GLU after.
+    if !both_blas && same && gemm_tile(gate, n_tok, t).is_some() && !is_small_batch(gate, n_tok, t) && !mmq_takes(gate, n_tok, t) {
         GluPlan::GemmGlu
     } else {
         GluPlan::Separate

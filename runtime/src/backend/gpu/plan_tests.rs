@@ -268,6 +268,36 @@ fn decode_batches_split_k_over_one_64_token_tile() {
     assert_eq!(k.apply("batch_gemm=8-100").len(), 1);
 }
 
+#[test]
+fn decode_batches_take_the_integer_gemm_in_its_range() {
+    let o = &mut Sm90::default();
+    let mut t = Tuning::default();
+    assert_eq!(t.mmq, None, "off until measured");
+    assert!(t.apply("mmq=2-64").is_empty());
+    // qwen3-4b at 32 sequences (264 blocks a wave on the H200's figures). The output
+    // projection: 40 blocks of 64 rows, 10 K steps → 7 splits wanted, capped at 5 (2 steps).
+    assert_eq!(matmul(&mm(w(Q4_K, 2560, 2560), 32), &t, o), Matmul::Mmq { splits: 5, per: 2, mma: true });
+    // Gate / up: 152 blocks → 2 splits of 5 steps; each a matmul of its own, the GLU after.
+    let g = w(Q4_K, 9728, 2560);
+    assert_eq!(matmul(&mm(g, 32), &t, o), Matmul::Mmq { splits: 2, per: 5, mma: true });
+    assert_eq!(matmul_glu(&g, &g, 40, false, &Tuning { batch_gemm: None, ..t.clone() }), GluPlan::Separate);
+    // Down (Q6_K, 32 rows a block): 80 blocks, 38 steps → 4 splits of 10.
+    assert_eq!(matmul(&mm(w(Q6_K, 2560, 9728), 2), &t, o), Matmul::Mmq { splits: 4, per: 10, mma: true });
+    // The LM head fills the wave by its rows: no split. A 32-element type likewise.
+    assert_eq!(matmul(&mm(w(Q6_K, 151_936, 2560), 64), &t, o), Matmul::Mmq { splits: 1, per: 10, mma: true });
+    assert_eq!(matmul(&mm(w(Q8_0, 151_936, 2560), 9), &t, o), Matmul::Mmq { splits: 1, per: 10, mma: false });
+    // Q4_K / Q6_K on matrix cores unless `mmq_mma=0` (the same split: same block and rows).
+    let dp4a = Tuning { mmq_mma: false, ..t.clone() };
+    assert_eq!(matmul(&mm(w(Q4_K, 2560, 2560), 32), &dp4a, o), Matmul::Mmq { splits: 5, per: 2, mma: false });
+    // A type it does not read, one token, or a batch outside its range: as before.
+    assert_eq!(matmul(&mm(w(Q3_K, 2560, 2560), 32), &t, o), Matmul::GemmSplit { splits: 14, per: 3 });
+    assert!(matches!(matmul(&mm(w(Q4_K, 2560, 2560), 1), &t, o), Matmul::QuantMv(_)));
+    assert!(t.apply("mmq=2-16").is_empty());
+    assert_eq!(matmul(&mm(w(Q4_K, 2560, 2560), 32), &t, o), Matmul::GemmSplit { splits: 14, per: 3 });
+    assert!(t.apply("mmq=0").is_empty() && t.mmq.is_none());
+    assert_eq!(t.apply("mmq=1-64").len(), 1);
+}
+
 /// qwen35's delta net: the device kernels for the shapes of every qwen35 file (4 taps, key
 /// heads of 128, the tiny preset's 64), the host default for what they do not take and
 /// under `LODE_TUNE=delta=0`.

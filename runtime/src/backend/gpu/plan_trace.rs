@@ -65,6 +65,10 @@ fn matmul_kernel(m: &Matmul, w: &plan::Weight) -> String {
         Matmul::Matvec => format!("matvec_{ty}"),
         Matmul::FloatTile => format!("matvec_{ty}_tile"),
         Matmul::GemmSplit { splits, per } => format!("gemm_{ty}_k64 ({splits} splits of {per} K steps) + gemm_ksum"),
+        Matmul::Mmq { splits, per, mma } => {
+            let k = if *mma { format!("mmq_mma_{ty}") } else { format!("mmq_{ty}") };
+            if *splits == 1 { k } else { format!("{k} ({splits} splits of {per} K steps) + mmq_ksum") }
+        }
     }
 }
 
@@ -213,7 +217,7 @@ impl Backend for PlanTrace {
             (Matmul::SplitWalk { .. }, _) => {
                 self.quantize(x, ActFmt::K, w.row_len(), 1);
             }
-            (Matmul::Matvec, Some(f)) => {
+            (Matmul::Matvec | Matmul::Mmq { .. }, Some(f)) => {
                 if self.quantize(x, f, w.row_len(), n_tok) {
                     kernel = format!("quantize_{} + {kernel}", fmt_name(f));
                 }

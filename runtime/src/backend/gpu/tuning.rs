@@ -74,6 +74,12 @@ pub struct Tuning {
     /// one 64-token tile and split K (`plan::small_batch`: decode batches), ahead of the
     /// BLAS and the 8-column matvec.
     pub batch_gemm: Option<(usize, usize)>,
+    /// `mmq`: `MIN-MAX` tokens (`0`: off, the default until measured) whose matmuls run the
+    /// integer GEMM over int8 activation blocks (`plan::mmq`), ahead of `batch_gemm`.
+    pub mmq: Option<(usize, usize)>,
+    /// `mmq_mma`: the integer GEMM on int8 matrix cores where its type has them (Q4_K, Q6_K;
+    /// NVIDIA sm_80+, elsewhere the same kernels run dp4a); off: dp4a everywhere.
+    pub mmq_mma: bool,
     /// `moe_group_min`: the fewest (token, expert) pairs whose expert matvecs run grouped
     /// by expert, 8 pairs per read of an expert's rows (below, one pair per read) (16).
     pub moe_group_min: usize,
@@ -139,6 +145,8 @@ impl Default for Tuning {
             blas_slab_bytes: 128 << 20,
             gemm_min_tokens: 32,
             batch_gemm: Some((9, 64)),
+            mmq: None,
+            mmq_mma: true,
             moe_group_min: 16,
             moe_gemm_min: 4,
             kernels_rtc: false,
@@ -183,6 +191,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("blas_slab", "BYTES: the BLAS path's f16 slab"),
     ("gemm_min", "N: fewest tokens sent to the matrix-core GEMM"),
     ("batch_gemm", "MIN-MAX tokens (≤ 64) through the split-K GEMM, or 0"),
+    ("mmq", "MIN-MAX tokens (≤ 64) through the integer GEMM (mmq.hip), or 0"),
+    ("mmq_mma", "0/1: the integer GEMM on int8 matrix cores where its type has them"),
     ("moe_group_min", "N: fewest expert pairs whose matvecs run grouped by expert"),
     ("moe_gemm_min", "N: fewest pairs per expert (mean) for the grouped GEMM"),
     ("kernels", "embedded or rtc"),
@@ -257,19 +267,9 @@ impl Tuning {
             "blas_min" => self.blas_min_tokens = num()?.max(2),
             "blas_slab" => self.blas_slab_bytes = bytes()?.max(1 << 20),
             "gemm_min" => self.gemm_min_tokens = num()?.max(1),
-            "batch_gemm" => {
-                self.batch_gemm = match v.split_once('-') {
-                    None if v == "0" => None,
-                    Some((a, b)) => {
-                        let (a, b) = (a.trim().parse::<usize>(), b.trim().parse::<usize>());
-                        match (a, b) {
-                            (Ok(a), Ok(b)) if a >= 2 && a <= b && b <= 64 => Some((a, b)),
-                            _ => return Err(format!("`{v}`: expected MIN-MAX with 2 ≤ MIN ≤ MAX ≤ 64, or 0")),
-                        }
-                    }
-                    None => return Err(format!("`{v}`: expected MIN-MAX with 2 ≤ MIN ≤ MAX ≤ 64, or 0")),
-                }
-            }
+            "batch_gemm" => self.batch_gemm = token_range(v)?,
+            "mmq" => self.mmq = token_range(v)?,
+            "mmq_mma" => self.mmq_mma = flag()?,
             "moe_group_min" => self.moe_group_min = num()?.max(1),
             "moe_gemm_min" => self.moe_gemm_min = num()?.max(1),
             "kernels" => {
@@ -317,6 +317,19 @@ impl Tuning {
     }
 }
 
+/// `MIN-MAX` with 2 ≤ MIN ≤ MAX ≤ 64, or `0` (None).
+fn token_range(v: &str) -> Result<Option<(usize, usize)>, String> {
+    let bad = || format!("`{v}`: expected MIN-MAX with 2 ≤ MIN ≤ MAX ≤ 64, or 0");
+    match v.split_once('-') {
+        None if v == "0" => Ok(None),
+        Some((a, b)) => match (a.trim().parse::<usize>(), b.trim().parse::<usize>()) {
+            (Ok(a), Ok(b)) if a >= 2 && a <= b && b <= 64 => Ok(Some((a, b))),
+            _ => Err(bad()),
+        },
+        None => Err(bad()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,7 +369,7 @@ mod tests {
                 "mapped_inject" => "stall:2",
                 "gpu_limits" => "driver",
                 "blas_slab" | "mapped_chunk" | "pinned_min" | "gpu_stack" => "2MiB",
-                "batch_gemm" => "9-64",
+                "batch_gemm" | "mmq" => "9-64",
                 _ => "1",
             };
             assert!(t.apply(&format!("{k}={v}")).is_empty(), "{k}");

@@ -4,7 +4,7 @@
 
 use super::probe::Probe;
 use super::{GpuBackend, GpuError};
-use crate::backend::gpu::family::{gemm, matvec, quantize};
+use crate::backend::gpu::family::{gemm, matvec, mmq, quantize};
 use crate::backend::gpu::plan::{self, Matmul};
 use crate::backend::{BackendError, Buf, Result};
 use crate::weights::WeightRef;
@@ -41,6 +41,13 @@ impl GpuBackend {
                 };
                 let part = self.split_part(gemm::split_bytes(rows, n_tok, splits))?;
                 gemm::gemm_split(&self.rec(), wp, ty, lay, rows, k, xa, part, yp, n_tok, splits, per).map_err(map)
+            }
+            Matmul::Mmq { splits, per, mma } => {
+                let wp = self.weight(w)?;
+                let f = quantize::act_fmt(ty).ok_or_else(|| map(GpuError::Unsupported(format!("mmq of {ty} weights"))))?;
+                let xa = self.act_blocks(x, f, k, n_tok, "matmul")?;
+                let part = if splits > 1 { self.split_part(mmq::split_bytes(rows, n_tok, splits))? } else { 0 };
+                mmq::mmq(&self.rec(), wp, ty, rows, k, xa, yp, n_tok, splits, per, part, mma).map_err(map)
             }
             Matmul::Matvec | Matmul::FloatTile => {
                 let wp = self.weight(w)?;

@@ -21,6 +21,7 @@ pub mod gemm;
 pub mod head_mv;
 pub mod kvq_attn;
 pub mod matvec;
+pub mod mmq;
 pub mod moe;
 pub mod norm_rope;
 pub mod quantize;
@@ -42,5 +43,6 @@ pub const ALL: &[Family] = &[
     exact_ops::FAMILY,
     moe::FAMILY,
     delta::FAMILY,
+    mmq::FAMILY,
     kvq_attn::FAMILY,
 ];

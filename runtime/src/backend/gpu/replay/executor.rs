@@ -7,7 +7,7 @@
 //! with results that come from actually executing the bound work.
 
 use super::Entry;
-use crate::backend::gpu::device::GpuDevice;
+use crate::backend::gpu::device::{GpuDevice, Timer};
 use crate::backend::gpu::driver::{DevPtr, DriverError, RawHandle};
 
 pub trait Executor {
@@ -32,6 +32,11 @@ pub trait Executor {
     /// Wait for everything issued (profiling only).
     fn sync(&self) -> Result<(), DriverError> {
         Ok(())
+    }
+    /// A pair of timing events on the work stream (`LODE_DEBUG=kernel-times`; `None`:
+    /// this executor cannot time).
+    fn kernel_timer(&self) -> Option<Timer> {
+        None
     }
 }
 
@@ -91,6 +96,9 @@ impl Executor for GpuDevice {
     }
     fn sync(&self) -> Result<(), DriverError> {
         GpuDevice::sync(self)
+    }
+    fn kernel_timer(&self) -> Option<Timer> {
+        self.timer().ok()
     }
     fn allocation(&self, p: DevPtr) -> Option<u64> {
         self.allocation_of(p)

@@ -32,6 +32,7 @@
 
 pub mod executor;
 pub mod instances;
+pub mod kernel_times;
 pub mod signature;
 
 pub use executor::Executor;
@@ -77,16 +78,20 @@ pub struct Replay {
     /// `LODE_DEBUG=profile`: every eager launch is synchronized and timed, by kernel name
     /// (graphs are then off: timing needs eager launches).
     prof: Option<std::collections::HashMap<&'static str, (u64, f64)>>,
+    /// `LODE_DEBUG=kernel-times`: GPU events around every eager launch (graphs off).
+    ktimes: Option<kernel_times::KernelTimes>,
 }
 
 impl Replay {
     /// As the tuning table says (`graphs`, `graph_cache`), with `LODE_DEBUG=profile`.
     pub fn new(t: &crate::backend::gpu::tuning::Tuning) -> Replay {
         let prof = crate::diag::get().profile.then(Default::default);
-        let enabled = t.graphs && prof.is_none();
+        let ktimes = (crate::diag::get().kernel_times && prof.is_none()).then(Default::default);
+        let enabled = t.graphs && prof.is_none() && ktimes.is_none();
         let mut r = Replay::with_capacity(t.graph_cache);
         r.enabled = enabled;
         r.prof = prof;
+        r.ktimes = ktimes;
         r
     }
 
@@ -104,6 +109,7 @@ impl Replay {
             spec_ok: false,
             stats: ReplayStats::default(),
             prof: None,
+            ktimes: None,
         }
     }
 
@@ -203,6 +209,8 @@ impl Replay {
             let s = prof.entry(name).or_insert((0, 0.0));
             s.0 += 1;
             s.1 += t.elapsed().as_secs_f64();
+        } else if let Some(kt) = &mut self.ktimes {
+            kt.issue(x, &e)?;
         } else {
             x.issue(&e)?;
         }
@@ -210,8 +218,11 @@ impl Replay {
         Ok(())
     }
 
-    /// The per-kernel profile (`LODE_DEBUG=profile`), most time first.
-    pub fn profile_report(&self) -> Option<String> {
+    /// The per-kernel profile (`LODE_DEBUG=profile` or `kernel-times`), most time first.
+    pub fn profile_report(&mut self) -> Option<String> {
+        if let Some(kt) = &mut self.ktimes {
+            return kt.report();
+        }
         let prof = self.prof.as_ref()?;
         let mut v: Vec<_> = prof.iter().collect();
         v.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
@@ -306,6 +317,9 @@ impl Replay {
     /// The step ends (a read-back follows): launch the matching instance, or capture one
     /// when two consecutive eager steps had the same signature.
     pub fn end_step<X: Executor>(&mut self, x: &X) -> Result<(), DriverError> {
+        if let Some(kt) = &mut self.ktimes {
+            kt.read()?;
+        }
         let step = std::mem::take(&mut self.step);
         if self.replaying {
             if let Some(c) = self.cand.filter(|&c| self.instances.get(c).record.len() == step.len()) {

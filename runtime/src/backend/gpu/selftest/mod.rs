@@ -20,6 +20,7 @@ pub mod exact;
 mod fused;
 pub mod kvq;
 pub mod kv_rot;
+pub mod mmq;
 pub mod swa;
 pub mod upload;
 pub mod delta;
