@@ -65,16 +65,7 @@ typedef unsigned char u8;
 typedef signed char i8;
 typedef unsigned short u16;
 typedef int i32;
-DEV void pdl_entry() {}
 inline int g_ixchg[1024];
-DEV int shfl_xor_i(int v, int m) {
-    int w = ctx.tid >> 5, l = ctx.tid & 31;
-    g_ixchg[ctx.tid] = v;
-    g_warp_bar[w]->arrive_and_wait();
-    int r = g_ixchg[w * 32 + (l ^ m)];
-    g_warp_bar[w]->arrive_and_wait();
-    return r;
-}
 // ds_bpermute: lane l reads lane (addr / 4)'s value.
 DEV int emu_bpermute(int addr, int v) {
     int w = ctx.tid >> 5;
@@ -150,7 +141,6 @@ DEV u16 f2h(float f) { return __builtin_bit_cast(u16, (_Float16)f); }
 DEV float exp2_fast(float x) { return exp2f(x); }
 DEV float fma_f(float a, float b, float c) { return fmaf(a, b, c); }
 DEV float rint_f(float x) { return rintf(x); }
-DEV float warp_max(float v) { for (int m = 16; m > 0; m >>= 1) v = fmax_f(v, shfl_xor(v, m)); return v; }
 DEV void q8_block_store(block_q8_1* b, float v) {
     const int lane = tid_x() & 31;
     const float amax = warp_max(fabs_f(v));

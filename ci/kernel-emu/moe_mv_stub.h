@@ -2,7 +2,6 @@
 // kernels-hip/moe.hip compiles on the host: moe_check.cpp runs its routing, activation and
 // weighted-sum kernels only, never the matvecs these would serve.
 #pragma once
-struct block_q8_1 { float d; };
 template <int A, int B = 0, typename... T> DEV void mv_b32(T...) {}
 template <bool A, int B, typename... T> DEV void mv_nl(T...) {}
 #define MOE_EMU_STUB(N) template <int B, typename... T> DEV void N(T...) {}
