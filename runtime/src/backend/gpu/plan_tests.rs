@@ -51,7 +51,7 @@ fn four_b_down_is_a_split_walk() {
 
 #[test]
 fn prefill_goes_to_the_blas_when_open_else_the_gemm() {
-    let t = Tuning::default();
+    let t = Tuning { mmq: None, ..Tuning::default() }; // the GEMM paths (the integer GEMM: its own test)
     let o = &mut Sm90::default();
     let q = mm(w(Q4_K, 4096, 4096), 512);
     assert_eq!(matmul(&q, &t, o), Matmul::Blas);
@@ -241,7 +241,7 @@ fn quantized_kv_caches_take_the_block_kernels() {
 
 #[test]
 fn decode_batches_split_k_over_one_64_token_tile() {
-    let t = Tuning::default();
+    let t = Tuning { mmq: None, ..Tuning::default() }; // split-K where the integer GEMM is off
     let o = &mut Sm90::default();
     // qwen3-4b's output projection at 32 sequences: 20 row tiles, 40 K steps → 14 splits
     // wanted, capped at 20 (2 steps each): 3 steps per split, 14 splits.
@@ -254,7 +254,7 @@ fn decode_batches_split_k_over_one_64_token_tile() {
     assert_eq!(matmul(&mm(w(Q4_K, 2560, 2560), 8), &t, o), Matmul::Matvec);
     assert_eq!(matmul(&mm(w(Q4_K, 2560, 2560), 65), &t, o), Matmul::Blas);
     // Off: the BLAS from 16 tokens, as before.
-    let off = Tuning { batch_gemm: None, ..Tuning::default() };
+    let off = Tuning { batch_gemm: None, ..t.clone() };
     assert_eq!(matmul(&mm(w(Q4_K, 2560, 2560), 32), &off, o), Matmul::Blas);
     // Gate and up of a decode batch run as separate split matmuls.
     let g = w(Q4_K, 9728, 2560);
@@ -272,7 +272,7 @@ fn decode_batches_split_k_over_one_64_token_tile() {
 fn decode_batches_take_the_integer_gemm_in_its_range() {
     let o = &mut Sm90::default();
     let mut t = Tuning::default();
-    assert_eq!(t.mmq, None, "off until measured");
+    assert_eq!(t.mmq, Some((2, 32)), "measured: the default takes 2-32 rows");
     assert!(t.apply("mmq=2-64").is_empty());
     // qwen3-4b at 32 sequences (264 blocks a wave on the H200's figures). The output
     // projection: 40 blocks of 64 rows, 10 K steps → 7 splits wanted, capped at 5 (2 steps).
