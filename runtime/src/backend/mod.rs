@@ -25,7 +25,7 @@ pub mod moe;
 pub mod kv;
 pub mod kv_rot;
 mod unfused;
-pub use unfused::{attention_rows_unfused, rope_kv_write_unfused};
+pub use unfused::{attention_rows_unfused, prepare_qk, rope_kv_write_unfused};
 pub mod recurrent;
 
 use crate::quant::{GgmlType, QuantError};

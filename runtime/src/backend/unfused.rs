@@ -39,6 +39,13 @@ pub fn attention_rows_unfused<B: Backend + ?Sized>(be: &mut B, q: Buf, k: Buf, v
 /// [`Backend::rope_kv_write`] as the separate ops (the default, and a backend's fallback).
 #[allow(clippy::too_many_arguments)]
 pub fn rope_kv_write_unfused<B: Backend + ?Sized>(be: &mut B, q: Buf, k: Buf, v: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &QkvPrep) -> Result<()> {
+    prepare_qk(be, p, q, k, pos)?;
+    be.kv_write(kv, layer, k, v, pos)
+}
+
+/// What [`Backend::rope_kv_write`] does before the store: the per-head q/k norms, RoPE of
+/// both and the query scale, in place.
+pub fn prepare_qk<B: Backend + ?Sized>(be: &mut B, p: &QkvPrep, q: Buf, k: Buf, pos: &[u32]) -> Result<()> {
     let n = pos.len();
     if let Some(qn) = &p.q_norm {
         be.rms_norm(q, q, n * p.n_head, p.head_dim, Some(qn), p.eps)?;
@@ -51,5 +58,5 @@ pub fn rope_kv_write_unfused<B: Backend + ?Sized>(be: &mut B, q: Buf, k: Buf, v:
     if let Some(qs) = p.q_scale {
         be.scale(q, n * p.n_head * p.head_dim, qs)?;
     }
-    be.kv_write(kv, layer, k, v, pos)
+    Ok(())
 }

@@ -307,14 +307,14 @@ impl Model {
             KvRows::One(cache) if !rot.any() => be.rope_kv_attention(s.q, s.k, s.v, cache, kl, pos, &prep, &attn, s.att)?,
             // A rotated (quantized) cache: the rotations between RoPE and the store.
             KvRows::One(cache) => {
-                prepare_qk(be, &prep, s.q, s.k, pos)?;
+                crate::backend::prepare_qk(be, &prep, s.q, s.k, pos)?;
                 rotate_qkv(be, c, rot, n, s)?;
                 be.kv_write(cache, kl, s.k, s.v, pos)?;
                 be.attention(s.q, cache, kl, pos, &attn, s.att)?;
             }
             // Per-row caches: the K/V store happens in `attention_rows`.
             KvRows::PerRow(caches) => {
-                prepare_qk(be, &prep, s.q, s.k, pos)?;
+                crate::backend::prepare_qk(be, &prep, s.q, s.k, pos)?;
                 rotate_qkv(be, c, rot, n, s)?;
                 be.attention_rows(s.q, s.k, s.v, caches, kl, pos, &attn, s.att)?;
             }
@@ -395,23 +395,6 @@ impl Model {
         be.rms_norm(s.xb2, s.xb2, n, self.cfg.n_embd, Some(&self.w(pn)), self.cfg.eps)?;
         Ok(true)
     }
-}
-
-/// q/k norms, RoPE and the query scale (what [`Backend::rope_kv_write`] does before the store).
-fn prepare_qk(be: &mut dyn Backend, p: &QkvPrep, q: Buf, k: Buf, pos: &[u32]) -> Result<(), ModelError> {
-    let n = pos.len();
-    if let Some(qn) = &p.q_norm {
-        be.rms_norm(q, q, n * p.n_head, p.head_dim, Some(qn), p.eps)?;
-    }
-    if let Some(kn) = &p.k_norm {
-        be.rms_norm(k, k, n * p.n_kv_head, p.head_dim, Some(kn), p.eps)?;
-    }
-    be.rope(q, p.n_head, p.head_dim, pos, &p.rope)?;
-    be.rope(k, p.n_kv_head, p.head_dim, pos, &p.rope)?;
-    if let Some(qs) = p.q_scale {
-        be.scale(q, n * p.n_head * p.head_dim, qs)?;
-    }
-    Ok(())
 }
 
 /// A quantized cache's rotations of `n` rows before the store: q and k (K quantized), v
