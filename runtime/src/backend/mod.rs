@@ -226,6 +226,12 @@ pub trait Backend: Send {
     fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
         None
     }
+    /// Opens (`true`) or closes a window over which the device's driver-reported use is
+    /// sampled for a peak, read from [`Backend::weight_stats`] (`lode bench`'s per-row
+    /// peak); `Ok(false)` where the backend has no device memory to sample.
+    fn memory_window(&mut self, _open: bool) -> Result<bool> {
+        Ok(false)
+    }
     /// The device's memory before the engine allocates anything (the engine refuses a
     /// model that would not fit, `engine::fit`); `None` where there is nothing to check
     /// against (the plain CPU backend, with no `--device-memory`).

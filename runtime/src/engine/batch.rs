@@ -65,6 +65,9 @@ pub struct BatchEngine {
     mtp_bufs: Option<MtpBufs>,
     /// Whether evaluations run the MTP block after the target ([`Self::set_mtp`]).
     mtp_on: bool,
+    /// The device's use before this engine allocated, plus its KV and recurrent state
+    /// as fit counts them ([`Self::memory_floor`]).
+    floor: Option<u64>,
 }
 
 impl BatchEngine {
@@ -124,6 +127,10 @@ impl BatchEngine {
         if let Some(target) = &planned {
             refuse(target)?;
         }
+        let floor = match &planned {
+            Some(t) => sized(t).ok().map(|e| t.used_at_open + e.kv + e.recurrent),
+            None => None,
+        };
         be.attach_weights(model.file(), &weights)?;
         // A backend that could not serve `mapped` falls back to copying the weights: count
         // the run again, still before anything is allocated.
@@ -135,7 +142,7 @@ impl BatchEngine {
                 })?;
             }
         }
-        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa, mtp_bufs: None, mtp_on: true };
+        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa, mtp_bufs: None, mtp_on: true, floor };
         // Built step by step so that Drop releases whatever was allocated if one fails.
         for _ in 0..n_seq {
             let kv = e.be.alloc_kv(&spec)?;
@@ -168,6 +175,18 @@ impl BatchEngine {
     /// The backend's weight-residency counters (`--memory-report`, `lode bench`).
     pub fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
         self.be.weight_stats()
+    }
+    /// The device memory a run cannot do without, weights aside: the driver's use before
+    /// this engine allocated (context, kernels, other processes) plus the KV cache and
+    /// recurrent state (`None` without a device). `lode bench` reports its peak above this
+    /// plus the resident weights as overhead.
+    pub fn memory_floor(&self) -> Option<u64> {
+        self.floor
+    }
+    /// Opens or closes a device-memory peak window ([`Backend::memory_window`]); the peak
+    /// reads from [`Self::weight_stats`]. `false`: no device memory to sample.
+    pub fn memory_window(&mut self, open: bool) -> Result<bool, EngineError> {
+        Ok(self.be.memory_window(open)?)
     }
     pub fn n_ctx(&self) -> usize {
         self.n_ctx

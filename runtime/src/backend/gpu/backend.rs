@@ -206,6 +206,12 @@ impl Backend for GpuBackend {
         self.target()
     }
 
+    fn memory_window(&mut self, open: bool) -> Result<bool> {
+        self.barrier()?;
+        self.dev.memory_window(open).map_err(derr("memory window"))?;
+        Ok(true)
+    }
+
     fn place_host_experts(&mut self, layers: usize, bytes: u64) -> Result<bool> {
         self.place_experts(layers, bytes)
     }
