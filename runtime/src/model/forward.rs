@@ -218,17 +218,18 @@ impl Model {
             }
             return Ok(());
         }
-        host.resize(OUT_ROWS_MAX.min(n - first) * c.n_vocab, 0.0);
         let mut r0 = first;
         while r0 < n {
             let m = OUT_ROWS_MAX.min(n - r0);
             be.copy(s.x, r0 * e, s.out_x, 0, m * e)?;
             be.rms_norm(s.out_x, s.out_x, m, e, Some(&norm), c.eps)?;
             be.matmul(&head, s.out_x, m, s.logits)?;
-            be.read(s.logits, &mut host[..m * c.n_vocab])?;
-            for (i, row) in host[..m * c.n_vocab].chunks_exact(c.n_vocab).enumerate() {
-                on_logits(r0 + i, row);
-            }
+            // Lent rows (the GPU's page-locked read buffer): no host copy of m × n_vocab.
+            be.read_with(s.logits, m * c.n_vocab, &mut host, &mut |l| {
+                for (i, row) in l.chunks_exact(c.n_vocab).enumerate() {
+                    on_logits(r0 + i, row);
+                }
+            })?;
             r0 += m;
         }
         Ok(())
