@@ -44,7 +44,8 @@ pub struct SpecArgs {
     /// Speculation without a draft model: none, ngram-simple (prompt lookup: propose the
     /// tokens that followed the latest earlier occurrence of the context's last n-gram) or
     /// draft-mtp (the model's own multi-token-prediction block, where the file has one:
-    /// Qwen3.5/3.6 MTP GGUFs).
+    /// Qwen3.5/3.6 MTP GGUFs; in lode serve, slots drafting together share its batched
+    /// rows).
     #[arg(long = "spec-type", value_name = "TYPE", default_value = "none")]
     pub spec_type: SpecType,
     /// ngram-simple: the longest n-gram looked up (shorter ones are tried down to 2).
