@@ -113,11 +113,14 @@ pub struct MtpState {
     own: Buf,
 }
 
-/// Buffers every sequence's MTP rows share: the hidden input `[n_max, n_embd]` and the
-/// concatenation `[n_max, 2·n_embd]`.
+/// Buffers every sequence's MTP rows share: the hidden input `[n_max, n_embd]`, the
+/// concatenation `[n_max, 2·n_embd]` and a row of zeros `[n_embd]` (the hidden input
+/// where there is none: copied, so a step writes nothing from the host and stays
+/// replayable as a device graph).
 pub struct MtpBufs {
     h: Buf,
     cat: Buf,
+    zero: Buf,
 }
 
 impl MtpState {
@@ -174,18 +177,34 @@ impl MtpBufs {
     pub fn new(be: &mut dyn Backend, model: &Model, n_max: usize) -> Result<MtpBufs, ModelError> {
         let e = model.cfg.n_embd;
         let h = be.alloc(n_max * e)?;
-        match be.alloc(n_max * 2 * e) {
-            Ok(cat) => Ok(MtpBufs { h, cat }),
+        let cat = match be.alloc(n_max * 2 * e) {
+            Ok(cat) => cat,
             Err(err) => {
                 let _ = be.free(h);
-                Err(err.into())
+                return Err(err.into());
             }
+        };
+        let zero = match be.alloc(e) {
+            Ok(z) => z,
+            Err(err) => {
+                let _ = be.free(h);
+                let _ = be.free(cat);
+                return Err(err.into());
+            }
+        };
+        if let Err(err) = be.write(zero, &vec![0f32; e]) {
+            for b in [h, cat, zero] {
+                let _ = be.free(b);
+            }
+            return Err(err.into());
         }
+        Ok(MtpBufs { h, cat, zero })
     }
 
     pub fn free(self, be: &mut dyn Backend) -> Result<(), ModelError> {
         be.free(self.h)?;
         be.free(self.cat)?;
+        be.free(self.zero)?;
         Ok(())
     }
 }
@@ -201,7 +220,7 @@ impl Model {
         let e = self.cfg.n_embd;
         match p.checked_sub(1) {
             Some(q) if q >= st.hid_pos && q < st.hid_pos + st.hid_len => be.copy(st.hid, (q - st.hid_pos) * e, b.h, 0, e)?,
-            _ => be.write(b.h, &vec![0f32; e])?,
+            _ => be.copy(b.zero, 0, b.h, 0, e)?,
         }
         Ok(())
     }
@@ -257,12 +276,12 @@ impl Model {
     /// state's last drafting row's `g` (not `first[i]`).
     fn mtp_inputs(&self, be: &mut dyn Backend, b: &MtpBufs, states: &[&mut MtpState], pos: &[u32], first: &[bool]) -> Result<(), ModelError> {
         let e = self.cfg.n_embd;
-        be.write(b.h, &vec![0f32; states.len() * e])?;
         for (i, st) in states.iter().enumerate() {
-            if !first[i] {
-                be.copy(st.own, 0, b.h, i * e, e)?;
-            } else if let Some(q) = (pos[i] as usize).checked_sub(1).filter(|&q| q >= st.hid_pos && q < st.hid_pos + st.hid_len) {
-                be.copy(st.hid, (q - st.hid_pos) * e, b.h, i * e, e)?;
+            let held = (pos[i] as usize).checked_sub(1).filter(|&q| q >= st.hid_pos && q < st.hid_pos + st.hid_len);
+            match (first[i], held) {
+                (false, _) => be.copy(st.own, 0, b.h, i * e, e)?,
+                (true, Some(q)) => be.copy(st.hid, (q - st.hid_pos) * e, b.h, i * e, e)?,
+                (true, None) => be.copy(b.zero, 0, b.h, i * e, e)?,
             }
         }
         Ok(())
