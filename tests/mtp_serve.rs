@@ -10,6 +10,8 @@
 //!   a plain server's token for token (log-probabilities included), with drafts verified
 //!   and counted in `/metrics`; a `response_format` request decodes plainly (no
 //!   drafts), as with the other drafters, and answers as the plain server does;
+//! - a prefix copied from another slot's cache (`-sps 0`) answers as the plain server's
+//!   and drafts; `lode fit --parallel 2` counts the block's cache per slot;
 //! - a sampled request (temperature 1, a fixed seed) completes, alone and beside another,
 //!   with the same tokens each time; its accepted drafts show in its `timings` and in
 //!   `lode_spec_accepted_tokens_total`;
@@ -215,10 +217,28 @@ fn draft_mtp_in_serve_leaves_greedy_completions_unchanged() {
         assert!(b.json()["timings"]["draft_n"].is_null(), "{preset}: a constrained request was drafted for: {}", b.body);
         assert_eq!(srv.metric("lode_spec_drafted_tokens_total", &[]), drafted as f64, "{preset}: the constrained request drafted");
     }
+    // The prefix cache: a one-token request leaves exactly its prompt in slot 0, and a
+    // prompt extending it goes to slot 1 (`-sps 0`) with that history copied (the block's
+    // cache and hidden row too); it answers as the plain server and still drafts.
+    let m = dir.join("qwen35-tiny-mtp-11.gguf");
+    let tok = lode_runtime::tokenizer::Tokenizer::from_gguf(&GgufFile::open(&m).unwrap()).unwrap();
+    let (a, longer) = ("The capital of France is Paris and", "The capital of France is Paris and the capital of Italy is");
+    let n_a = tok.encode(a, true, true).len() as u64;
+    assert!(tok.encode(longer, true, true).starts_with(&tok.encode(a, true, true)));
+    let copied = |extra: &[&str]| {
+        let srv = Server::start(&m, &[&["--parallel", "2", "-c", "256", "-b", "4", "-sps", "0"][..], extra].concat());
+        assert_eq!(srv.post_json("/v1/completions", &[], &json!({"prompt": a, "max_tokens": 1, "temperature": 0})).status, 200);
+        let r = srv.post_json("/v1/completions", &[], &body(longer, 0.0));
+        assert_eq!(r.json()["timings"]["cache_n"], n_a, "{}", r.body);
+        (answer(&r), r.json()["timings"]["draft_n"].clone())
+    };
+    let (want, _) = copied(&[]);
+    let (got, drafted) = copied(&["--spec-type", "draft-mtp", "--draft-max", "3", "--draft-p-min", "0"]);
+    assert_eq!(want, got, "after a copied prefix the answer differs under draft-mtp");
+    assert!(drafted.as_u64().is_some_and(|n| n > 0), "{drafted}");
     // `lode fit` sizes the server: the block's cache once per slot (f16 K and V of 2 KV
     // heads × 64 over 256 positions: 128 KiB a slot).
     let fit = |extra: &[&str]| {
-        let m = dir.join("qwen35-tiny-mtp-11.gguf");
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_lode"))
             .args(["fit", "--device", "cpu", "-c", "256", "--parallel", "2", "--json", "-m"])
             .arg(&m)
