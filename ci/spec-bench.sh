@@ -6,7 +6,7 @@
 # draft model of the same vocabulary), for `lode synth` presets and optional real models.
 # Everything printed is also written to $OUT/spec-report.txt.
 #   LODE=path/to/lode (default: carry/lode, else target/release/lode)
-#   PRESETS="llama-8b qwen3-32b" (also gemma3-27b, qwen35-27b; PRESET:MIX picks a synth mix)
+#   PRESETS="llama-8b qwen3-32b" (also gemma3-27b, qwen35-27b; PRESET:MIX picks a synth mix; "": none)
 #   DRAFT_FOR_qwen3_32b=qwen3-0.6b (a preset drafting for a preset: same vocabulary)
 #   REAL_MODELS="/tmp/smol.gguf" (real GGUFs: n-gram acceptance on real text, self-drafting;
 #     a file with a multi-token-prediction block also drafts with it, --spec-type draft-mtp)
@@ -23,7 +23,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
 LODE="${LODE:-$( [ -x carry/lode ] && echo carry/lode || echo target/release/lode)}"
-PRESETS="${PRESETS:-llama-8b qwen3-32b}"
+PRESETS="${PRESETS-llama-8b qwen3-32b}"
 K="${K:-4 8}"; N="${N:-128}"; REPS="${REPS:-2}"
 MD="${MODEL_TMP:-/tmp/lode-synth}"; mkdir -p "$MD"
 exec > >(tee -a "$OUT/spec-report.txt") 2>&1
