@@ -19,6 +19,8 @@ use crate::model::{KvRows, Model, MtpBufs, MtpState, OutputRows, RecurrentState,
 
 use super::{EngineError, EngineOptions, DEFAULT_CTX_CAP};
 
+mod mtp;
+
 /// One sequence: its cache and the tokens whose K/V it holds (slot = index).
 struct Seq {
     kv: KvCache,
@@ -324,12 +326,7 @@ impl BatchEngine {
         self.seqs[dst].history.clear();
         self.seqs[dst].rec.stop_log();
         self.be.copy_kv(self.seqs[src].kv, self.seqs[dst].kv, n)?;
-        if let (Some(a), Some(b)) = (&self.seqs[src].mtp, &self.seqs[dst].mtp) {
-            self.be.copy_kv(a.kv, b.kv, n)?;
-        }
-        if let Some(m) = &mut self.seqs[dst].mtp {
-            m.forget_hidden();
-        }
+        self.copy_mtp_prefix(src, dst, n)?;
         if recurrent {
             let (s, d) = (&self.seqs[src].rec, &self.seqs[dst].rec);
             d.copy_from(self.be.as_mut(), &self.model, s)?;
@@ -466,37 +463,6 @@ impl BatchEngine {
         r.map(|_| rows)
     }
 
-    /// Whether evaluations also run the MTP block (on by default where the model kept
-    /// one): off, a run that does not draft with it does not pay for it (`lode bench`'s
-    /// plain rows). Turned on again, a sequence's block sees zeros for the hidden state
-    /// of the positions evaluated while it was off (drafts then only score worse).
-    pub fn set_mtp(&mut self, on: bool) {
-        self.mtp_on = on;
-        if !on {
-            for m in self.seqs.iter_mut().filter_map(|s| s.mtp.as_mut()) {
-                m.forget_hidden();
-            }
-        }
-    }
-
-    /// The model's multi-token-prediction block drafting for `seq`: the logits for the
-    /// token after `tok`, where `tok` sits `j` places past the cached tokens (`j = 0`:
-    /// the token about to be evaluated, with the target's hidden state of the last cached
-    /// one; then the block's own drafts, each after the previous `j`). `None` for a model
-    /// without the block.
-    pub fn mtp_logits(&mut self, seq: usize, tok: u32, j: usize) -> Result<Option<Vec<f32>>, EngineError> {
-        self.check_seq(seq)?;
-        self.check_tokens(&[tok])?;
-        let len = self.seqs[seq].history.len();
-        let pos = len + j;
-        if pos >= self.n_ctx {
-            return Err(EngineError::PromptTooLong { n_prompt: j + 1, free: self.n_ctx - len, n_ctx: self.n_ctx });
-        }
-        let (Some(b), Some(st)) = (&self.mtp_bufs, &mut self.seqs[seq].mtp) else { return Ok(None) };
-        let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
-        Ok(Some(self.model.mtp_draft(self.be.as_mut(), scratch, b, st, tok, pos as u32, j == 0)?))
-    }
-
     /// One decode step of several sequences at once: `steps[i] = (seq, token)` appends
     /// `token` to `seq` and returns the logits after it, in the order of `steps`. Each
     /// sequence appears at most once.
@@ -565,11 +531,9 @@ impl BatchEngine {
                 s.rec.logged_rows(1);
             }
             s.history.push(tok);
-            // A batched step does not run the MTP block (single-sequence drafting only).
-            if let Some(m) = &mut s.mtp {
-                m.forget_hidden();
-            }
         }
+        // The MTP block follows the target over the step's rows too.
+        self.mtp_after_step(steps, &pos)?;
         Ok(())
     }
 }

@@ -321,8 +321,9 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
             bufs.extend(crate::backend::MoeScratch::lens(n, c.n_embd, x.n_expert, x.n_ff, x.n_used));
         }
         if model.mtp.is_some() {
-            // `MtpBufs` (hidden input, concatenation), then per sequence `MtpState`'s rows.
-            bufs.extend([n * c.n_embd, 2 * n * c.n_embd]);
+            // `MtpBufs` (hidden input, concatenation, a zero row), then per sequence
+            // `MtpState`'s rows.
+            bufs.extend([n * c.n_embd, 2 * n * c.n_embd, c.n_embd]);
             for _ in 0..n_seq {
                 bufs.extend([n * c.n_embd, c.n_embd]);
             }

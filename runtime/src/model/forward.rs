@@ -59,7 +59,7 @@ pub struct Scratch {
     moe: Option<MoeScratch>,
     /// qwen35's gated attention and delta net buffers.
     hybrid: Option<HybridScratch>,
-    out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
+    pub(super) out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
     pub(super) logits: Buf, // [OUT_ROWS_MAX, n_vocab]
     /// The quantized KV cache's rotation ([`KvRot`]): q/k/v rotated before the cache, the
     /// attention output rotated back.

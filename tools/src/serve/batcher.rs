@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lode_runtime::engine::{BatchEngine, EngineError, Sequence};
+use lode_runtime::engine::{draft_sampler, mtp_draft_batch, BatchEngine, Draft, Drafter, EngineError, Sampler, SamplerParams, Sequence};
 use lode_runtime::model::OutputRows;
 
 use super::metrics::Metrics;
@@ -42,6 +42,13 @@ enum Msg {
     /// A speculative verify chunk (the last token and the drafted ones), evaluated alone;
     /// every row's logits come back.
     Verify { seq: usize, tokens: Vec<u32>, reply: SyncSender<Result<Vec<Vec<f32>>, String>> },
+    /// A request starts drafting with the model's MTP block (`--spec-type draft-mtp`)
+    /// under these sampler settings: its drafting sampler (`engine::draft_sampler`).
+    MtpBegin { seq: usize, sampling: SamplerParams },
+    /// Up to `max` tokens to follow `token` (the one about to be evaluated after the
+    /// sequence's `n_hist` cached tokens) from the MTP block. Slots drafting together
+    /// share its batched rows.
+    MtpDraft { seq: usize, token: u32, n_hist: usize, max: usize, reply: DraftReply },
     /// Keep the first `n` cached tokens.
     /// With `reply`, the tokens kept are sent back (window-sized caches decide it).
     Truncate { seq: usize, n: usize, reply: Option<mpsc::SyncSender<usize>> },
@@ -73,8 +80,10 @@ impl EmbedHandle {
 }
 
 /// Starts the engine thread; returns one handle per slot sequence of `engine`, and with
-/// `embeddings` the handle of its last sequence, kept for embeddings.
-pub fn start(engine: BatchEngine, metrics: Arc<Metrics>, embeddings: bool) -> std::io::Result<(Vec<SeqHandle>, Option<EmbedHandle>)> {
+/// `embeddings` the handle of its last sequence, kept for embeddings. `mtp_p_min`: the
+/// slots draft with the model's MTP block ([`SeqHandle::mtp_drafter`]), stopping below
+/// that probability.
+pub fn start(engine: BatchEngine, metrics: Arc<Metrics>, embeddings: bool, mtp_p_min: Option<f32>) -> std::io::Result<(Vec<SeqHandle>, Option<EmbedHandle>)> {
     let (tx, rx) = mpsc::channel();
     let n_ctx = engine.n_ctx();
     let n_slots = engine.n_seq() - usize::from(embeddings);
@@ -91,7 +100,7 @@ pub fn start(engine: BatchEngine, metrics: Arc<Metrics>, embeddings: bool) -> st
         })
         .collect();
     let embed = embeddings.then(|| EmbedHandle { seq: n_slots, tx: tx.clone(), n_ctx });
-    std::thread::Builder::new().name("lode-engine".into()).spawn(move || engine_thread(engine, rx, metrics))?;
+    std::thread::Builder::new().name("lode-engine".into()).spawn(move || engine_thread(engine, rx, metrics, mtp_p_min))?;
     Ok((handles, embed))
 }
 
@@ -120,6 +129,51 @@ impl SeqHandle {
         let gone = || EngineError::InvalidArg("the engine thread has stopped".into());
         self.tx.send(msg(reply)).map_err(|_| gone())?;
         rx.recv().map_err(|_| gone())?.map_err(EngineError::InvalidArg)
+    }
+}
+
+impl SeqHandle {
+    /// This slot's drafter under `--spec-type draft-mtp`: the engine thread's MTP block
+    /// for this sequence.
+    pub fn mtp_drafter(&self) -> MtpHandle {
+        MtpHandle { seq: self.seq, tx: self.tx.clone(), sampling: SamplerParams::greedy() }
+    }
+}
+
+/// One slot's MTP drafter: drafts run on the engine thread, which holds the block's
+/// cache and the target's hidden rows of the slot's sequence, batched with the other
+/// slots drafting at the same time (`engine::mtp_draft_batch`). A greedy request gets
+/// argmax drafts; a sampled one draws them under its own settings, with their
+/// distribution, for the exact acceptance rule (as `lode generate`'s `MtpDrafter`).
+pub struct MtpHandle {
+    seq: usize,
+    tx: Sender<Msg>,
+    sampling: SamplerParams,
+}
+
+impl Drafter for MtpHandle {
+    fn name(&self) -> &'static str {
+        "mtp"
+    }
+
+    fn set_sampling(&mut self, params: &SamplerParams) {
+        self.sampling = params.clone();
+    }
+
+    fn begin(&mut self, _context: &[u32]) -> Result<(), EngineError> {
+        let msg = Msg::MtpBegin { seq: self.seq, sampling: self.sampling.clone() };
+        self.tx.send(msg).map_err(|_| EngineError::InvalidArg("the engine thread has stopped".into()))
+    }
+
+    fn draft(&mut self, context: &[u32], max: usize, out: &mut Draft) -> Result<(), EngineError> {
+        let Some((&token, cached)) = context.split_last() else { return Ok(()) };
+        let (reply, rx) = mpsc::sync_channel(1);
+        let gone = || EngineError::InvalidArg("the engine thread has stopped".into());
+        self.tx.send(Msg::MtpDraft { seq: self.seq, token, n_hist: cached.len(), max, reply }).map_err(|_| gone())?;
+        let d = rx.recv().map_err(|_| gone())?.map_err(EngineError::InvalidArg)?;
+        out.tokens.extend(d.tokens);
+        out.q.extend(d.q);
+        Ok(())
     }
 }
 
@@ -263,16 +317,49 @@ fn share_prefix(e: &mut BatchEngine, seq: usize, tokens: &[u32]) -> (Vec<u32>, u
     }
 }
 
-fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>) {
+type DraftReply = SyncSender<Result<Draft, String>>;
+
+/// Runs the waiting MTP drafts together (`engine::mtp_draft_batch`, with each sequence's
+/// drafting sampler): one batched row of the block per drafted position. A request whose
+/// sequence is not where its slot thinks gets no draft.
+fn run_mtp_drafts(
+    engine: &mut BatchEngine,
+    drafts: &mut Vec<(usize, u32, usize, usize, DraftReply)>,
+    samplers: &mut [Option<Sampler>],
+    p_min: Option<f32>,
+    m: &Metrics,
+) {
+    let Some(p_min) = p_min else {
+        drafts.drain(..).for_each(|d| drop(d.4.send(Err("the server does not draft with the MTP block (--spec-type draft-mtp)".into()))));
+        return;
+    };
+    let reqs: Vec<(usize, u32, usize)> =
+        drafts.iter().map(|&(seq, token, n_hist, max, _)| (seq, token, if engine.history(seq).len() == n_hist { max } else { 0 })).collect();
+    m.draft_batches.fetch_add(1, Relaxed);
+    m.draft_requests.fetch_add(reqs.len() as u64, Relaxed);
+    match guarded(engine, |e| mtp_draft_batch(e, &reqs, samplers, p_min)) {
+        Ok(out) => drafts.drain(..).zip(out).for_each(|(d, t)| drop(d.4.send(Ok(t)))),
+        Err(err) => drafts.drain(..).for_each(|d| drop(d.4.send(Err(err.clone())))),
+    }
+}
+
+fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>, mtp_p_min: Option<f32>) {
     publish_memory(&engine, &m);
     let mut decoding = vec![false; engine.n_seq()];
     let mut pending: Vec<(usize, u32, Reply)> = Vec::new();
+    // MTP drafts wait for each other as the steps do (`Msg::MtpDraft`).
+    let mut drafts: Vec<(usize, u32, usize, usize, DraftReply)> = Vec::new();
+    // Each sequence's drafting sampler (`Msg::MtpBegin`; `None`: argmax drafts).
+    let mut samplers: Vec<Option<Sampler>> = (0..engine.n_seq()).map(|_| None).collect();
     let mut deadline = Instant::now();
     let mut open = true;
-    while open || !pending.is_empty() {
-        let ready = !pending.is_empty()
-            && (!open || pending.len() >= decoding.iter().filter(|&&d| d).count() || Instant::now() >= deadline);
-        if ready {
+    while open || !pending.is_empty() || !drafts.is_empty() {
+        let waiting = pending.len() + drafts.len();
+        let ready = waiting > 0 && (!open || waiting >= decoding.iter().filter(|&&d| d).count() || Instant::now() >= deadline);
+        if ready && !drafts.is_empty() {
+            run_mtp_drafts(&mut engine, &mut drafts, &mut samplers, mtp_p_min, &m);
+        }
+        if ready && !pending.is_empty() {
             let steps: Vec<(usize, u32)> = pending.iter().map(|&(s, t, _)| (s, t)).collect();
             let n = m.batch_steps.fetch_add(1, Relaxed);
             m.batch_rows.fetch_add(steps.len() as u64, Relaxed);
@@ -285,7 +372,10 @@ fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>) {
             }
             continue;
         }
-        let msg = if pending.is_empty() {
+        if ready {
+            continue;
+        }
+        let msg = if pending.is_empty() && drafts.is_empty() {
             match rx.recv() {
                 Ok(m) => m,
                 Err(_) => break,
@@ -316,10 +406,18 @@ fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>) {
             }
             Msg::Step { seq, token, reply } => {
                 decoding[seq] = true;
-                if pending.is_empty() {
+                if pending.is_empty() && drafts.is_empty() {
                     deadline = Instant::now() + STEP_WINDOW;
                 }
                 pending.push((seq, token, reply));
+            }
+            Msg::MtpBegin { seq, sampling } => samplers[seq] = draft_sampler(&sampling),
+            Msg::MtpDraft { seq, token, n_hist, max, reply } => {
+                decoding[seq] = true;
+                if pending.is_empty() && drafts.is_empty() {
+                    deadline = Instant::now() + STEP_WINDOW;
+                }
+                drafts.push((seq, token, n_hist, max, reply));
             }
             Msg::Verify { seq, tokens, reply } => {
                 decoding[seq] = true;

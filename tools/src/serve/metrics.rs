@@ -45,8 +45,11 @@ pub struct Metrics {
     /// Speculative verify chunks run (`--spec-type`), and the drafted tokens they checked.
     pub spec_passes: AtomicU64,
     pub spec_drafted: AtomicU64,
-    /// `--model-draft`: drafting rounds of the draft thread and the slots' requests they
-    /// served together (requests / rounds is the mean draft batch).
+    /// Of those, the drafted tokens the target accepted (counted when a request ends).
+    pub spec_accepted: AtomicU64,
+    /// `--model-draft` / `--spec-type draft-mtp`: drafting rounds (of the draft thread,
+    /// or of the MTP block on the engine thread) and the slots' requests they served
+    /// together (requests / rounds is the mean draft batch).
     pub draft_batches: AtomicU64,
     pub draft_requests: AtomicU64,
     /// Token masks of structured output (`response_format`, `json_schema`, `grammar`).
@@ -80,6 +83,7 @@ impl Metrics {
             batch_rows: AtomicU64::new(0),
             spec_passes: AtomicU64::new(0),
             spec_drafted: AtomicU64::new(0),
+            spec_accepted: AtomicU64::new(0),
             draft_batches: AtomicU64::new(0),
             draft_requests: AtomicU64::new(0),
             grammar: Default::default(),
@@ -159,7 +163,8 @@ impl Metrics {
         metric("lode_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens.load(Relaxed).to_string());
         metric("lode_spec_verify_passes_total", "counter", "Speculative verify chunks run.", self.spec_passes.load(Relaxed).to_string());
         metric("lode_spec_drafted_tokens_total", "counter", "Drafted tokens checked by verify chunks.", self.spec_drafted.load(Relaxed).to_string());
-        metric("lode_spec_draft_batches_total", "counter", "Drafting rounds of the draft model (--model-draft).", self.draft_batches.load(Relaxed).to_string());
+        metric("lode_spec_accepted_tokens_total", "counter", "Drafted tokens the target accepted.", self.spec_accepted.load(Relaxed).to_string());
+        metric("lode_spec_draft_batches_total", "counter", "Drafting rounds of the draft model or the MTP block (--model-draft, --spec-type draft-mtp).", self.draft_batches.load(Relaxed).to_string());
         metric("lode_spec_draft_requests_total", "counter", "Slots' draft requests those rounds served together.", self.draft_requests.load(Relaxed).to_string());
         metric("lode_prompt_seconds_total", "counter", "Time spent evaluating prompts.", secs(&self.prompt_us));
         metric("lode_decode_seconds_total", "counter", "Time spent generating.", secs(&self.decode_us));

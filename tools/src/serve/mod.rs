@@ -81,10 +81,13 @@ pub struct Args {
     #[arg(long, value_name = "ORIGIN")]
     pub cors: Option<String>,
     /// Speculative decoding per slot (requests without a grammar or schema):
-    /// `--spec-type ngram-simple` or `--model-draft FILE` (one draft engine, a sequence per
-    /// slot; slots drafting together share its batched steps), `--draft-max`,
-    /// `--draft-min`, `--draft-p-min`, `--spec-ngram-size-n`; a verify chunk runs alone,
-    /// not batched with the other slots' steps.
+    /// `--spec-type ngram-simple`, `--model-draft FILE` (one draft engine, a sequence per
+    /// slot; slots drafting together share its batched steps) or `--spec-type draft-mtp`
+    /// (the model's own MTP block, where the GGUF has one: slots drafting together share
+    /// its batched rows), `--draft-max`, `--draft-min`, `--draft-p-min`,
+    /// `--spec-ngram-size-n`; a verify chunk runs alone, not batched with the other
+    /// slots' steps. `/metrics` counts drafted and accepted tokens, and each answer's
+    /// `timings` carries `draft_n` and `draft_n_accepted`.
     #[command(flatten)]
     pub spec: crate::spec::SpecArgs,
     /// Reuse cached prompt starts (the default): a slot's own last tokens, or a prefix
@@ -128,7 +131,10 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(note) = note {
         eprintln!("lode: {note}");
     }
-    let model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
+    // `--spec-type draft-mtp` keeps the model's multi-token-prediction block (its weights
+    // and a one-layer cache per sequence, which the engine's fit check counts).
+    let load = if args.spec.wants_mtp() { Model::load_with_mtp } else { Model::load };
+    let model = load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
     let engine = BatchEngine::new(model, be, opts, args.parallel + usize::from(args.embeddings))?;
     let (n_ctx, be_name) = (engine.n_ctx(), engine.backend_name());
     let c = &engine.model().cfg;
@@ -136,9 +142,14 @@ pub fn run(args: Args) -> Result<()> {
     let metrics = Arc::new(Metrics::new(args.parallel));
     // After the target, so a draft model is sized against what is left.
     let spec = args.spec.serve_drafter(&args.model, engine.model(), n_ctx, args.parallel)?;
-    let (handles, embed) = batcher::start(engine, metrics.clone(), args.embeddings).context("cannot start the engine thread")?;
+    let mtp_p_min = match &spec {
+        Some((ServeSpec::Mtp { p_min }, _)) => Some(*p_min),
+        _ => None,
+    };
+    let (handles, embed) = batcher::start(engine, metrics.clone(), args.embeddings, mtp_p_min).context("cannot start the engine thread")?;
     let (mut drafters, spec_params): (Vec<Box<dyn Drafter + Send>>, _) = match spec {
         None => (Vec::new(), None),
+        Some((ServeSpec::Mtp { .. }, sp)) => (handles.iter().map(|h| Box::new(h.mtp_drafter()) as Box<dyn Drafter + Send>).collect(), Some(sp)),
         Some((ServeSpec::Ngram(ngram), sp)) => ((0..args.parallel).map(|_| Box::new(ngram) as Box<dyn Drafter + Send>).collect(), Some(sp)),
         Some((ServeSpec::Model { engine, p_min }, sp)) => {
             let h = draft::start(engine, p_min, metrics.clone()).context("cannot start the draft model's thread")?;
@@ -152,6 +163,7 @@ pub fn run(args: Args) -> Result<()> {
         .map(|h| {
             let mut slot = EngineSlot::new(h, tok.clone(), metrics.grammar.clone());
             slot.spec = spec_params.and_then(|sp| drafters.pop().map(|d| (d, sp)));
+            slot.metrics = Some(metrics.clone());
             Box::new(slot) as Box<dyn SlotRunner>
         })
         .collect();
