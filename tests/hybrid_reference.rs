@@ -314,3 +314,64 @@ fn malformed_qwen35_files_are_refused_by_name() {
     assert!(e.contains("blk.3.attn_q_norm.weight"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// qwen3next (`lode synth --preset qwen3next-tiny`: qwen35moe-tiny's shapes with the value
+/// heads grouped by key head, q/k/v/z packed per key head group in `ssm_in` and beta/alpha
+/// in `ssm_ba`) against the same NumPy reference, at every position of a 96-token
+/// sequence: one prefill chunk, chunks of 40 (the state across two boundaries) and token
+/// by token, and prefill against decode. `qwen3next-tiny-qkv` (today's converter's
+/// `attn_qkv` + `attn_gate`) as one chunk. Reading the value heads as qwen35's (key head
+/// h mod n_k: the reference run with `--drop-grouping`) fails the bounds.
+#[test]
+fn qwen3next_tiny_matches_a_numpy_forward_pass() {
+    const M: usize = 96;
+    let dir = std::env::temp_dir().join(format!("lode-qwen3next-ref-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ids: Vec<u32> = (0..M as u64).map(|i| ((i * 2654435761) >> 8) as u32 % 151643).collect();
+    // 3/4 of the positions within MOST (90 to 94 of 96 are; the rest ≤ 1.9e-3, where
+    // qwen35's head order gives a median of 6.7e-4).
+    let most = (3, 4);
+    for (preset, seed) in [("qwen3next-tiny", "7"), ("qwen3next-tiny-qkv", "8")] {
+        let path = dir.join(format!("{preset}.gguf"));
+        lode(&["synth", "--preset", preset, "-o", path.to_str().unwrap(), "--seed", seed]);
+        let want = reference(&path, &ids, &dir.join("ref.f32"), None);
+        let file = Arc::new(GgufFile::open(&path).unwrap());
+        let m = Model::load(file.clone()).unwrap();
+        let c = &m.cfg;
+        assert_eq!(c.arch, lode_runtime::model::Arch::Qwen3Next);
+        assert_eq!(c.recurrent_layers, [true, true, true, false]);
+        let d = c.recurrent.expect("qwen3next has recurrent layers");
+        assert_eq!((d.n_k_heads, d.n_v_heads, d.head_k_dim, d.grouped), (2, 4, 64, true));
+        let dw = m.layers[0].delta.as_ref().expect("layer 0 is recurrent");
+        let packed = preset == "qwen3next-tiny";
+        assert_eq!(matches!(dw.proj, lode_runtime::model::DeltaProj::Packed(_)), packed, "{preset}: ssm_in");
+        assert!(matches!(dw.gates, lode_runtime::model::DeltaGates::Packed(_)), "{preset}: ssm_ba");
+        assert!(m.layers.iter().all(|l| l.shared.is_some() && l.router.is_some()));
+        let n_vocab = c.n_vocab;
+        let prefill = eval_all(&mut engine(&file, M, 1), 0, &ids);
+        let worst = compare_most(&format!("{preset} prefill"), &prefill, &want, n_vocab, most);
+        assert!(worst > 0.0, "bit-equal to a float64 reference would be suspicious");
+        if !packed {
+            continue;
+        }
+        compare_most("qwen3next chunks of 40", &eval_all(&mut engine(&file, 40, 1), 0, &ids), &want, n_vocab, most);
+        let mut e = engine(&file, M, 1);
+        let steps: Vec<Vec<f32>> = ids
+            .iter()
+            .map(|&t| {
+                let mut l = Vec::new();
+                e.eval_rows(0, &[t], lode_runtime::model::OutputRows::Last, &mut |_, x| l = x.to_vec()).unwrap();
+                l
+            })
+            .collect();
+        compare_most("qwen3next decode", &steps, &want, n_vocab, most);
+        let dd = deltas(&steps, &prefill.concat(), n_vocab);
+        eprintln!("qwen3next prefill vs decode: max |Δ| = {:.2e}", dd.iter().fold(0f32, |m, &x| m.max(x)));
+        assert!(within(&dd), "prefill and decode differ: {dd:?}");
+        let bad = reference(&path, &ids, &dir.join("bad.f32"), Some("--drop-grouping"));
+        let d = deltas(&prefill, &bad, n_vocab);
+        eprintln!("against the reference with qwen35's head order: max |Δ| = {:.2e}", d.iter().fold(0f32, |m, &x| m.max(x)));
+        assert!(!within(&d), "lode also matches a reference with the value heads tiled");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
