@@ -462,4 +462,21 @@ mod tests {
         let g = (softplus(-0.3 + 0.1) * -0.7f32).exp();
         assert!(g < 1.0 && g > 0.0);
     }
+
+    /// qwen3next's grouped value heads read key head h / (n_v/n_k), qwen35's h mod n_k; a
+    /// strided block moves (token, group) runs and leaves the rest of the destination.
+    #[test]
+    fn grouped_key_heads_and_strided_blocks() {
+        let d = DeltaDims { d_conv: 4, n_k_heads: 2, n_v_heads: 6, head_k_dim: 4, head_v_dim: 4, grouped: true };
+        assert_eq!((0..6).map(|h| d.key_head(h)).collect::<Vec<_>>(), [0, 0, 0, 1, 1, 1]);
+        let t = DeltaDims { grouped: false, ..d };
+        assert_eq!((0..6).map(|h| t.key_head(h)).collect::<Vec<_>>(), [0, 1, 0, 1, 0, 1]);
+        // Two rows of two groups [a a b b b]: the b runs to a destination of rows of 7 from 1.
+        let src: Vec<f32> = (0..20).map(|i| i as f32).collect();
+        let s = Strided { n: [2, 2, 3], src_off: 2, src_stride: [10, 5], dst_off: 1, dst_stride: [7, 3] };
+        assert_eq!((s.src_end(), s.dst_end()), (20, 14));
+        let mut dst = vec![-1f32; 14];
+        s.apply(&src, &mut dst);
+        assert_eq!(dst, [-1., 2., 3., 4., 7., 8., 9., -1., 12., 13., 14., 17., 18., 19.]);
+    }
 }

@@ -133,6 +133,7 @@ mod tests {
         assert_eq!(key("qwen3next.rope.dimension_count"), Some(MetaValue::U32(64)));
         assert_eq!(key("qwen3next.rope.dimension_sections"), None);
         let gb = data_bytes(&h, Quant::Q4KM).unwrap() as f64 / 1e9;
+        eprintln!("qwen3-next-80b-a3b Q4_K_M: {gb:.2} GB of tensor data");
         assert!((40.0..50.0).contains(&gb), "{gb} GB");
     }
 
