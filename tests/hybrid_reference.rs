@@ -264,36 +264,42 @@ fn qwen35moe_tiny_matches_a_numpy_forward_pass() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `src` written again with `key` set to `val` (None: dropped; added where absent) and
+/// tensor `skip` left out, then loaded.
+fn rewritten(src: &GgufFile, key: &str, val: Option<lode_runtime::gguf::MetaValue>, skip: &str) -> Result<Model, String> {
+    let mut w = lode_runtime::gguf::GgufWriter::new();
+    if let (false, Some(nv)) = (src.metadata().iter().any(|(k, _)| k == key), &val) {
+        w.add_kv(key.to_string(), nv.clone());
+    }
+    for (k, v) in src.metadata() {
+        match (k == key, &val) {
+            (true, Some(nv)) => {
+                w.add_kv(k.clone(), nv.clone());
+            }
+            (true, None) => {}
+            (false, _) => {
+                w.add_kv(k.clone(), v.clone());
+            }
+        }
+    }
+    for t in src.views().filter(|t| t.info.name != skip) {
+        w.add_tensor(&t.info.name, t.info.ty, &t.info.dims, t.data.to_vec());
+    }
+    let f = GgufFile::from_bytes(w.to_bytes().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    Model::load(Arc::new(f)).map_err(|e| e.to_string())
+}
+
 /// A qwen35 file written again with one key changed or dropped (or one tensor dropped):
 /// `Model::load` refuses it with an error naming the key or tensor, never a panic.
 #[test]
 fn malformed_qwen35_files_are_refused_by_name() {
-    use lode_runtime::gguf::{GgufWriter, MetaValue, ValueType};
+    use lode_runtime::gguf::{MetaValue, ValueType};
     let dir = std::env::temp_dir().join(format!("lode-hybrid-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("qwen35-tiny.gguf");
     lode(&["synth", "--preset", "qwen35-tiny", "-o", path.to_str().unwrap(), "--seed", "6"]);
     let src = GgufFile::open(&path).unwrap();
-    // The file again, with `key` set to `val` (None: dropped) and tensor `skip` left out.
-    let rewrite = |key: &str, val: Option<MetaValue>, skip: &str| -> Result<Model, String> {
-        let mut w = GgufWriter::new();
-        for (k, v) in src.metadata() {
-            match (k == key, &val) {
-                (true, Some(nv)) => {
-                    w.add_kv(k.clone(), nv.clone());
-                }
-                (true, None) => {}
-                (false, _) => {
-                    w.add_kv(k.clone(), v.clone());
-                }
-            }
-        }
-        for t in src.views().filter(|t| t.info.name != skip) {
-            w.add_tensor(&t.info.name, t.info.ty, &t.info.dims, t.data.to_vec());
-        }
-        let f = GgufFile::from_bytes(w.to_bytes().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-        Model::load(Arc::new(f)).map_err(|e| e.to_string())
-    };
+    let rewrite = |key: &str, val: Option<MetaValue>, skip: &str| rewritten(&src, key, val, skip);
     assert!(rewrite("", None, "").is_ok(), "the file as written loads");
     let err = |key: &str, val: Option<MetaValue>, skip: &str| rewrite(key, val, skip).err().unwrap_or_else(|| panic!("{key}/{skip} loaded"));
     let e = err("qwen35.ssm.conv_kernel", None, "");
@@ -373,5 +379,35 @@ fn qwen3next_tiny_matches_a_numpy_forward_pass() {
         eprintln!("against the reference with qwen35's head order: max |Δ| = {:.2e}", d.iter().fold(0f32, |m, &x| m.max(x)));
         assert!(!within(&d), "lode also matches a reference with the value heads tiled");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A qwen3next file without its experts, or without a packed projection, or with the
+/// recurrent layers listed by `attention.recurrent_layers`: refused by name, or read.
+#[test]
+fn qwen3next_files_are_checked_by_name() {
+    use lode_runtime::gguf::{MetaValue, ValueType};
+    let dir = std::env::temp_dir().join(format!("lode-qwen3next-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("qwen3next-tiny.gguf");
+    lode(&["synth", "--preset", "qwen3next-tiny", "-o", path.to_str().unwrap(), "--seed", "9"]);
+    let src = GgufFile::open(&path).unwrap();
+    let err = |key: &str, val: Option<MetaValue>, skip: &str| rewritten(&src, key, val, skip).err().unwrap_or_else(|| panic!("{key}/{skip} loaded"));
+    let e = err("qwen3next.expert_count", None, "");
+    assert!(e.contains("qwen3next") && e.contains("experts"), "{e}");
+    let e = err("", None, "blk.1.ssm_ba.weight");
+    assert!(e.contains("blk.1.ssm_ba.weight"), "{e}");
+    let e = err("", None, "blk.0.ssm_in.weight");
+    assert!(e.contains("blk.0.attn_qkv.weight") && e.contains("blk.0.ssm_in.weight"), "{e}");
+    // The per-block list (as today's converter writes it from `layer_types`) over the
+    // interval: here layers 0 and 2 recurrent, 1 and 3 attention, and the tensors do not
+    // match, so the load names attention's missing tensor.
+    let list = |v: &[bool]| Some(MetaValue::Array(ValueType::Bool, v.iter().map(|&b| MetaValue::Bool(b)).collect()));
+    let e = err("qwen3next.attention.recurrent_layers", list(&[true, false, true, false]), "");
+    assert!(e.contains("blk.1.attn_q.weight"), "{e}");
+    let e = err("qwen3next.attention.recurrent_layers", list(&[true, true]), "");
+    assert!(e.contains("recurrent_layers"), "{e}");
+    let m = rewritten(&src, "qwen3next.attention.recurrent_layers", list(&[true, true, true, false]), "").unwrap();
+    assert_eq!(m.cfg.recurrent_layers, [true, true, true, false]);
     std::fs::remove_dir_all(&dir).unwrap();
 }

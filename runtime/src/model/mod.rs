@@ -394,26 +394,27 @@ impl Model {
 }
 
 /// A recurrent layer's tensors, shape-checked (llama.cpp's `qwen35` / `qwen3next` names
-/// and shapes): qwen3next's packed `ssm_in` where the file has it instead of `attn_qkv`,
-/// its packed `ssm_ba` where it has that instead of `ssm_beta`.
+/// and shapes): for qwen3next ([`crate::backend::DeltaDims::grouped`]) its packed `ssm_in`
+/// where the file has no `attn_qkv`, its packed `ssm_ba` where it has no `ssm_beta`.
 fn delta_weights(get: &dyn Fn(&str, &[u64]) -> Result<WeightId, ModelError>, has: &dyn Fn(&str) -> bool, l: usize, e: u64, d: &crate::backend::DeltaDims) -> Result<DeltaWeights, ModelError> {
     let n = |s: &str| format!("blk.{l}.{s}");
     let (ch, vd, nv) = (d.channels() as u64, d.value_dim() as u64, d.n_v_heads as u64);
-    let proj = if !has(&n("attn_qkv.weight")) && has(&n("ssm_in.weight")) {
+    // qwen3next (grouped value heads) only: `ssm_in` where there is no `attn_qkv`.
+    let proj = if has(&n("attn_qkv.weight")) || !d.grouped {
+        DeltaProj::Split { qkv: get(&n("attn_qkv.weight"), &[e, ch])?, z: get(&n("attn_gate.weight"), &[e, vd])? }
+    } else if has(&n("ssm_in.weight")) {
         DeltaProj::Packed(get(&n("ssm_in.weight"), &[e, ch + vd])?)
     } else {
-        DeltaProj::Split { qkv: get(&n("attn_qkv.weight"), &[e, ch])?, z: get(&n("attn_gate.weight"), &[e, vd])? }
+        return Err(ModelError::MissingTensor(format!("{} (or {})", n("attn_qkv.weight"), n("ssm_in.weight"))));
     };
     let conv = get(&n("ssm_conv1d.weight"), &[d.d_conv as u64, ch])?;
     let (dt_bias, a) = (get(&n("ssm_dt.bias"), &[nv])?, get(&n("ssm_a"), &[nv])?);
-    let gates = if !has(&n("ssm_beta.weight")) && has(&n("ssm_ba.weight")) {
-        DeltaGates::Packed(get(&n("ssm_ba.weight"), &[e, 2 * nv])?)
-    } else {
+    // qwen3next: `ssm_ba` (llama.cpp requires it), or split gates where a file has them.
+    let gates = if has(&n("ssm_beta.weight")) || !d.grouped {
         DeltaGates::Split { beta: get(&n("ssm_beta.weight"), &[e, nv])?, alpha: get(&n("ssm_alpha.weight"), &[e, nv])? }
+    } else {
+        DeltaGates::Packed(get(&n("ssm_ba.weight"), &[e, 2 * nv])?)
     };
-    if (matches!(proj, DeltaProj::Packed(_)) || matches!(gates, DeltaGates::Packed(_))) && !d.grouped {
-        return Err(ModelError::BadConfig(format!("blk.{l}: qwen3next's packed `ssm_in` / `ssm_ba` in a file of another architecture")));
-    }
     Ok(DeltaWeights {
         proj,
         gates,
