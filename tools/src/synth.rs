@@ -90,6 +90,9 @@ pub enum Preset {
     /// qwen3next-tiny as llama.cpp's converter writes it today (`attn_qkv` + `attn_gate`).
     #[value(name = "qwen3next-tiny-qkv")]
     Qwen3NextTinyQkv,
+    /// qwen3next-tiny with a multi-token-prediction block (`blk.4.nextn.*`, as Qwen3-Next's).
+    #[value(name = "qwen3next-tiny-mtp")]
+    Qwen3NextTinyMtp,
     /// gpt-oss-20b: 24 layers, n_embd 2880, 64 q / 8 KV heads of 64, 32 experts of FFN
     /// 2880 (4 used), every other layer a 128-token sliding window, YaRN RoPE.
     #[value(name = "gpt-oss-20b")]
@@ -265,7 +268,7 @@ pub fn hparams(p: Preset) -> Hparams {
         Preset::Qwen3_30bA3b | Preset::Qwen3MoeTiny => moe::hparams(p),
         Preset::Qwen35_27b | Preset::Qwen35Tiny | Preset::Qwen35_35bA3b | Preset::Qwen35MoeTiny => hybrid::hparams(p),
         Preset::Qwen35TinyMtp | Preset::Qwen35MoeTinyMtp | Preset::Qwen35_27bMtp | Preset::Qwen35_35bA3bMtp => hybrid::hparams(p),
-        Preset::Qwen3NextTiny | Preset::Qwen3NextTinyQkv | Preset::Qwen3Next80bA3b => qwen3next::hparams(p),
+        Preset::Qwen3NextTiny | Preset::Qwen3NextTinyQkv | Preset::Qwen3NextTinyMtp | Preset::Qwen3Next80bA3b => qwen3next::hparams(p),
         Preset::GptOss20b | Preset::GptOssTiny => gpt_oss::hparams(p),
     }
 }

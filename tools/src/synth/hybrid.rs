@@ -151,7 +151,7 @@ pub fn hparams(p: Preset) -> Hparams {
         Preset::Qwen35MoeTinyMtp => with_mtp(qwen35moe_tiny(), "qwen35moe-tiny-mtp"),
         Preset::Qwen35_27bMtp => with_mtp(qwen35_27b(), "qwen35-27b-mtp"),
         Preset::Qwen35_35bA3bMtp => with_mtp(qwen35_35b_a3b(), "qwen35-35b-a3b-mtp"),
-        Preset::Qwen3NextTiny | Preset::Qwen3NextTinyQkv | Preset::Qwen3Next80bA3b => super::qwen3next::hparams(p),
+        Preset::Qwen3NextTiny | Preset::Qwen3NextTinyQkv | Preset::Qwen3NextTinyMtp | Preset::Qwen3Next80bA3b => super::qwen3next::hparams(p),
         _ => qwen35_27b(),
     }
 }

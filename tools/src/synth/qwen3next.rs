@@ -91,6 +91,10 @@ pub fn hparams(p: Preset) -> Hparams {
             let t = qwen3next_tiny();
             Hparams { name: "qwen3next-tiny-qkv", hybrid: t.hybrid.map(|x| HybridParams { packed_qkvz: false, ..x }), ..t }
         }
+        Preset::Qwen3NextTinyMtp => {
+            let t = qwen3next_tiny();
+            Hparams { name: "qwen3next-tiny-mtp", hybrid: t.hybrid.map(|x| HybridParams { nextn: 1, ..x }), ..t }
+        }
         _ => qwen3_next_80b_a3b(),
     }
 }
