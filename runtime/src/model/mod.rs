@@ -426,7 +426,6 @@ fn delta_weights(get: &dyn Fn(&str, &[u64]) -> Result<WeightId, ModelError>, has
     })
 }
 
-
 fn check_shape(name: &str, got: &[u64], expected: &[u64]) -> Result<(), ModelError> {
     // ggml allows trailing 1-dims.
     let trimmed: Vec<u64> = {
