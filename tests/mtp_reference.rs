@@ -4,7 +4,7 @@
 //! - its drafting logits (the first row after a prompt, with the target's hidden state,
 //!   then rows chained on its own output) against a NumPy computation over gguf-py
 //!   0.19.0's dequantized tensors (`tests/data/qwen35_mtp_reference.py`, which does not
-//!   call lode), on `lode synth`'s qwen35-tiny-mtp and qwen35moe-tiny-mtp: after the
+//!   call lode), on `lode synth`'s qwen35-tiny-mtp, qwen35moe-tiny-mtp and qwen3next-tiny-mtp: after the
 //!   prompt as one chunk, in chunks of 4 (the hidden state carried across chunk
 //!   boundaries), token by token (the decode path), and rewound into a verify chunk (the
 //!   kept row's hidden state). The same comparison against the reference with the
@@ -106,7 +106,7 @@ fn mtp_block_matches_a_numpy_reference() {
     std::fs::create_dir_all(&dir).unwrap();
     // Ids spread over the vocabulary, below the special tokens.
     let ids: Vec<u32> = (0..40u64).map(|i| ((i * 2654435761) >> 7) as u32 % 151643).collect();
-    for preset in ["qwen35-tiny-mtp", "qwen35moe-tiny-mtp"] {
+    for preset in ["qwen35-tiny-mtp", "qwen35moe-tiny-mtp", "qwen3next-tiny-mtp"] {
         let path = synth(&dir, preset, "3");
         let file = Arc::new(GgufFile::open(&path).unwrap());
         let n_vocab = Model::load(file.clone()).unwrap().cfg.n_vocab;

@@ -6,6 +6,7 @@
 mod blocks;
 pub mod gpt_oss;
 pub mod hybrid;
+pub mod qwen3next;
 mod presets;
 pub mod moe;
 mod vocab;
@@ -78,6 +79,20 @@ pub enum Preset {
     /// qwen35-35b-a3b with its multi-token-prediction block (`blk.40.nextn.*`).
     #[value(name = "qwen35-35b-a3b-mtp")]
     Qwen35_35bA3bMtp,
+    /// Qwen3-Next-80B-A3B / Qwen3-Coder-Next (qwen3next): 48 layers (36 gated delta net, 12
+    /// gated attention), n_embd 2048, 512 experts of FFN 512 (10 used) and a shared expert.
+    #[value(name = "qwen3-next-80b-a3b")]
+    Qwen3Next80bA3b,
+    /// A tiny qwen3next for tests: qwen35moe-tiny's shapes, value heads grouped by key head,
+    /// the packed `ssm_in` and `ssm_ba` of the older files.
+    #[value(name = "qwen3next-tiny")]
+    Qwen3NextTiny,
+    /// qwen3next-tiny as llama.cpp's converter writes it today (`attn_qkv` + `attn_gate`).
+    #[value(name = "qwen3next-tiny-qkv")]
+    Qwen3NextTinyQkv,
+    /// qwen3next-tiny with a multi-token-prediction block (`blk.4.nextn.*`, as Qwen3-Next's).
+    #[value(name = "qwen3next-tiny-mtp")]
+    Qwen3NextTinyMtp,
     /// gpt-oss-20b: 24 layers, n_embd 2880, 64 q / 8 KV heads of 64, 32 experts of FFN
     /// 2880 (4 used), every other layer a 128-token sliding window, YaRN RoPE.
     #[value(name = "gpt-oss-20b")]
@@ -253,6 +268,7 @@ pub fn hparams(p: Preset) -> Hparams {
         Preset::Qwen3_30bA3b | Preset::Qwen3MoeTiny => moe::hparams(p),
         Preset::Qwen35_27b | Preset::Qwen35Tiny | Preset::Qwen35_35bA3b | Preset::Qwen35MoeTiny => hybrid::hparams(p),
         Preset::Qwen35TinyMtp | Preset::Qwen35MoeTinyMtp | Preset::Qwen35_27bMtp | Preset::Qwen35_35bA3bMtp => hybrid::hparams(p),
+        Preset::Qwen3NextTiny | Preset::Qwen3NextTinyQkv | Preset::Qwen3NextTinyMtp | Preset::Qwen3Next80bA3b => qwen3next::hparams(p),
         Preset::GptOss20b | Preset::GptOssTiny => gpt_oss::hparams(p),
     }
 }
@@ -474,7 +490,11 @@ fn synth_with(h: &Hparams, mix: Quant, path: &std::path::Path, seed: u64, progre
             let bytes: Vec<u8> = rope.iter().flat_map(|f| f.to_le_bytes()).collect();
             return dst.write_all(&bytes);
         }
-        let map = if h.arch == "gpt-oss" { gpt_oss::f32_map(&info.name) } else { hybrid::f32_map(&info.name) };
+        let map = match h.arch {
+            "gpt-oss" => gpt_oss::f32_map(&info.name),
+            "qwen3next" => qwen3next::f32_map(&info.name),
+            _ => hybrid::f32_map(&info.name),
+        };
         if let Some(f) = map.filter(|_| info.ty == GgmlType::F32) {
             let mut v = Vec::with_capacity(info.n_bytes as usize);
             blocks::fill_tensor(info.ty, info.n_bytes, seed, i as u64, &mut v)?;

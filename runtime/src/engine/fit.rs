@@ -313,6 +313,10 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         }
         if let Some(d) = c.recurrent {
             bufs.extend([n * d.channels(), n * d.value_dim(), n * d.n_v_heads, n * d.n_v_heads, n * d.value_dim()]);
+            // qwen3next's packed projections' outputs (`HybridScratch::packed`).
+            if model.layers.iter().any(|l| l.delta.as_ref().is_some_and(|w| w.packed())) {
+                bufs.extend([n * (d.channels() + d.value_dim()), n * 2 * d.n_v_heads]);
+            }
         }
         if model.layers.iter().any(|l| l.shared.is_some()) {
             bufs.extend([n * c.n_ff_shared, n * c.n_ff_shared, n * c.n_embd, n]);

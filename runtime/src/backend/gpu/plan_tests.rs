@@ -304,7 +304,7 @@ fn decode_batches_take_the_integer_gemm_in_its_range() {
 #[test]
 fn gated_delta_net_on_the_device_where_the_kernels_take_it() {
     use crate::backend::DeltaDims;
-    let d = |d_conv, n_k_heads, n_v_heads, head_k_dim, head_v_dim| DeltaDims { d_conv, n_k_heads, n_v_heads, head_k_dim, head_v_dim };
+    let d = |d_conv, n_k_heads, n_v_heads, head_k_dim, head_v_dim| DeltaDims { d_conv, n_k_heads, n_v_heads, head_k_dim, head_v_dim, grouped: false };
     for dims in [d(4, 16, 48, 128, 128), d(4, 16, 32, 128, 128), d(4, 2, 4, 64, 64), d(4, 1, 3, 64, 40)] {
         assert_eq!(gated_delta_net(&dims, F32, &Tuning::default()), Delta::Device, "{dims:?}");
         assert_eq!(gated_delta_net(&dims, F32, &Tuning { delta: false, ..Tuning::default() }), Delta::Host, "{dims:?}");

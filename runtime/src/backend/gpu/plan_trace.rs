@@ -178,6 +178,11 @@ impl Backend for PlanTrace {
         self.touch(b);
         Ok(())
     }
+    fn copy_strided(&mut self, _src: Buf, dst: Buf, s: &crate::backend::Strided) -> Result<()> {
+        self.push("copy_strided", format!("{}×{}×{}", s.n[0], s.n[1], s.n[2]), "copy_strided_f32");
+        self.touch(dst);
+        Ok(())
+    }
     fn mul_sigmoid(&mut self, x: Buf, _gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
         self.push("mul_sigmoid", format!("{n_rows}×{row_len}{}", if per_row { " (a gate per row)" } else { "" }), "mul_sigmoid_f32");
         self.touch(x);
