@@ -370,14 +370,16 @@ fn fused(o: &mut dyn Occupancy, n: usize, glu: bool, ws: &[Weight], rows: &[usiz
     NormMv::Fused { threads, half: threads == decode_mv::WIDE && decode_mv::half_supports(n, &tys[..if glu { 1 } else { tys.len() }]) }
 }
 
-/// The resident row walk for a norm and 1–3 Q4_K matvecs (the last may be Q6_K).
+/// The resident row walk for a norm and 1–3 Q4_K matvecs (the last may be Q6_K), or 1–3
+/// of one of Q2_K / Q3_K / IQ4_XS (the last may be another K-quant): `decode_mv::walk_kernel`.
 fn walk(n: &NormIn, ws: &[Weight], o: &mut dyn Occupancy) -> Option<NormMv> {
     let tys: Vec<GgmlType> = ws.iter().map(|w| w.ty).collect();
-    if !decode_mv::walk_supports(n.n, &tys) || !norm_takes(n, ws) {
+    let kernel = decode_mv::walk_kernel(n.n, &tys)?;
+    if !norm_takes(n, ws) {
         return None;
     }
     let sms = o.sms();
-    let per_sm = o.per_sm(decode_mv::walk_kernel(&tys), decode_mv::BLOCK, 2);
+    let per_sm = o.per_sm(kernel, decode_mv::BLOCK, 2);
     (per_sm > 0).then_some(NormMv::Walk { blocks: sms * per_sm })
 }
 
