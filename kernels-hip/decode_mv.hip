@@ -530,7 +530,7 @@ NORM_WALK(decode_mv_norm_walk_v, 12)
 // for weights whose segments 0 and 1 are of type TA (Q2_K, Q3_K or IQ4_XS; ty2 == TA puts
 // segment 2 in the same walk). A warp's rows g, g + nw, ... of the TA segments are one
 // stream of steps (Mv<TA>: 4 super-blocks each), every step's loads issued two steps
-// ahead, across row ends too, the first two before pdl_entry, so DRAM latency overlaps the
+// ahead, across row ends too (three register sets in turn), the first two before pdl_entry, so DRAM latency overlaps the
 // wait and the norm, and a row's first step is never loaded cold. A row's arithmetic is
 // row_finish's (its steps in order into an accumulator from 0, then the warp sum): the
 // sums equal rmsnorm_q8_f32 + the unfused matvecs' bit for bit. Segment 2 of another
@@ -559,14 +559,21 @@ DEV void walk_low_run(const NormArgs& a, const Seg& s0, const Seg& s1, const Seg
     auto wrow = [&](int r) -> const u8* { return r < s0.rows ? s0.W + r * rb : r < r01 ? s1.W + (r - s0.rows) * rb : s2.W + (r - r01) * rb; };
     const int g0 = bid_x() * 8 + (tid_x() >> 5);
     const int n = g0 < arows ? (arows - g0 + nw - 1) / nw * spr : 0;  // the warp's steps
-    int lg = g0, lu = 0;  // the next step to load: row lg, step lu
+    // The next step to load: step lu of row lg, whose weights start at lw.
+    int lg = g0, lu = 0;
+    const u8* lw = wrow(g0 < arows ? g0 : 0);
     auto load_next = [&](W& w) {
-        M::load(wrow(lg), nu, lu * M::STEP, w);
-        if (++lu == spr) lu = 0, lg += nw;
+        M::load(lw, nu, lu * M::STEP, w);
+        if (++lu == spr) {
+            lu = 0, lg += nw;
+            if (lg < arows) lw = wrow(lg);
+        }
     };
-    W c0, c1;
-    if (n > 0) load_next(c0);
-    if (n > 1) load_next(c1);
+    // Three register sets in turn (X, Y, Z: the loop unrolled by three, so no set is
+    // copied into another), two steps loaded ahead of the one whose products run.
+    W X, Y, Z;
+    if (n > 0) load_next(X);
+    if (n > 1) load_next(Y);
     float wv[16];
     norm_wload<16, 256>(a, wv);
     pdl_entry();
@@ -574,10 +581,9 @@ DEV void walk_low_run(const NormArgs& a, const Seg& s0, const Seg& s1, const Seg
     norm_prologue<16, 256>(a, wv, false, true, sh, &ticket);
     float acc[1] = {0.0f};
     int g = g0, u = 0;
-    for (int i = 0; i < n; ++i) {
-        W n2;
-        if (i + 2 < n) load_next(n2);
-        M::dot(c0, sh.kf, nu, u * M::STEP, acc);
+    auto step = [&](const W& cur, W& ahead, int i) {
+        if (i + 2 < n) load_next(ahead);
+        M::dot(cur, sh.kf, nu, u * M::STEP, acc);
         if (++u == spr) {
             const float v = warp_sum(acc[0]);
             acc[0] = 0.0f;
@@ -586,8 +592,13 @@ DEV void walk_low_run(const NormArgs& a, const Seg& s0, const Seg& s1, const Seg
             u = 0;
             g += nw;
         }
-        c0 = c1;
-        c1 = n2;
+    };
+    for (int i = 0; i < n; i += 3) {
+        step(X, Z, i);
+        if (i + 1 >= n) break;
+        step(Y, X, i + 1);
+        if (i + 2 >= n) break;
+        step(Z, Y, i + 2);
     }
     if (s2.ty != TA && s2.rows > 0) {
         // The warp's segment-2 rows: the first row index >= r01 of its stride.
