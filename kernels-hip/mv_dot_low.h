@@ -118,7 +118,7 @@ DEV void mv_nl(const u8* wr, const block_q8_1* x, int kb, int ncols, float* acc)
     }
 }
 
-// ---- Q2_K (84 B) and Q3_K (110 B): 8 lanes per 256-element super-block, 4 a step ----
+// ---- Q2_K (84 B): 8 lanes per 256-element super-block, 4 a step; Q3_K (110 B): 4 lanes ----
 //
 // Lane = (super-block sb0 + lane / 8, half h = (lane / 4) % 2, quarter lq = lane % 4):
 // qs bytes 32h + 8lq .. + 7 hold at bit pair 2g (g < 4) the codes of elements
@@ -190,23 +190,26 @@ DEV void mv_q2_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
     }
 }
 
-// Q3_K. A super-block starts 2-byte aligned only: the lane reads aligned words from the
-// word at or below it (odd: it starts 2 mod 4) and funnel-shifts them by 0 or 16 bits in
-// the products (not at the load, so a step's loads stay in flight): 3 words of its qs
-// bytes, 3 of its hmask bytes, 3 (even) or 4 (odd) of the 12 scale bytes, d by itself
-// (an even super-block's fourth scale word would pass its end). Every word lies inside
-// the super-block or the one before it.
-struct q3k_w { u32 q[3], h[3], s[4], d; int odd; };
+// Q3_K: 4 lanes per super-block, 8 super-blocks a slot. Lane lq = lane % 4 of super-block
+// sb0 + lane / 4 takes elements l = 8lq .. 8lq + 7 of all eight 32-element groups
+// j = 4h + g (qs bytes 32h + 8lq .., bit pair 2g; hmask bytes 8lq .., bit j; sub-block
+// 8h + 2g + lq / 2) against K-form codes 8lq .. of block j. A super-block starts 2-byte
+// aligned only: the lane reads aligned words from the word at or below it (odd: it starts
+// 2 mod 4) and funnel-shifts them by 0 or 16 bits in the products (not at the load, so a
+// step's loads stay in flight): 3 words for each half's qs bytes, 3 of its hmask bytes,
+// 3 (even) or 4 (odd) of the 12 scale bytes, d by itself (an even super-block's fourth
+// scale word would pass its end). Every word lies inside the super-block or the one
+// before it.
+struct q3k_w { u32 q[2][3], h[3], s[4], d; int odd; };
 
-DEV void q3k_load(const u8* b, int h, int lq, q3k_w& r) {
+DEV void q3k_load(const u8* b, int lq, q3k_w& r) {
     r.odd = (int)(((u64)b >> 1) & 1);
     const u32* w = (const u32*)(b - 2 * r.odd);
-    const u32* pq = w + 8 + 8 * h + 2 * lq;  // qs[32h + 8lq ..]
-    const u32* ph = w + 2 * lq;              // hmask[8lq ..]
 #pragma unroll
     for (int i = 0; i < 3; ++i) {
-        r.q[i] = pq[i];
-        r.h[i] = ph[i];
+        r.q[0][i] = w[8 + 2 * lq + i];   // qs[8lq ..]
+        r.q[1][i] = w[16 + 2 * lq + i];  // qs[32 + 8lq ..]
+        r.h[i] = w[2 * lq + i];          // hmask[8lq ..]
     }
     r.s[0] = w[24];
     r.s[1] = w[25];
@@ -259,64 +262,70 @@ DEV int dot2s_hi(u32 a, u32 b, int c) {
 
 // One lane's Q3_K products for one super-block (xs: its first K-form block of the first
 // column). Per 4 weights: the 2-bit field shifted down (none for g = 0), the hmask word
-// shifted so the group's bit is each byte's bit 7, one byte permutation smearing it over
-// the byte, one LOP3 making the signed byte q − 4·!hbit (= field | 0xFC where the bit is
-// clear), one dp4a. The 4 group sums (each an i16) meet the scales 4·(sc − 32) as signed
-// bytes in two dp2a; the scales are unpacked once per super-block with two byte
-// permutations (is = 8h + 2g + lq / 2: low nibble from byte 2g + lq / 2, nibble h; high
-// bits from byte 8 + 2(g & 1) + lq / 2, pair 2h + g / 2). The integer sum is the CPU's
-// exactly (times 4, folded into d as 0.25·d).
+// shifted so the group's bit is each byte's bit 7 (none for j = 7), one byte permutation
+// smearing it over the byte, one LOP3 making the signed byte q − 4·!hbit (= field | 0xFC
+// where the bit is clear), one dp4a. The 8 group sums (each an i16) meet the scales
+// 4·(sc − 32) as signed bytes in four dp2a; the scales of both halves come from two byte
+// permutations (sub-block 8h + 2g + lq / 2: low nibble h of byte 2g + lq / 2, high pair
+// 2h + g / 2 of byte 8 + 2(g & 1) + lq / 2). The integer sum is the CPU's exactly (times
+// 4, folded into d as 0.25·d).
 template <int NC>
 DEV void q3k_dot(const q3k_w& r, const block_q8_1* xs, u64 xcol, int ncols, float* acc) {
-    const int lane = tid_x() & 31, h = (lane >> 2) & 1, lq = lane & 3;
+    const int lq = tid_x() & 3;
     const u32 sh = 16 * r.odd;
-    const u32 q0 = shr_pair(r.q[0], r.q[1], sh), q1 = shr_pair(r.q[1], r.q[2], sh);
-    // hmask bit 4h + g at bit 4 + g of each byte
-    const u32 h0 = shr_pair(r.h[0], r.h[1], sh) << (4 - 4 * h), h1 = shr_pair(r.h[1], r.h[2], sh) << (4 - 4 * h);
+    const u32 h0 = shr_pair(r.h[0], r.h[1], sh), h1 = shr_pair(r.h[1], r.h[2], sh);
     const u32 s0 = shr_pair(r.s[0], r.s[1], sh), s1 = shr_pair(r.s[1], r.s[2], sh), s2 = shr_pair(r.s[2], r.s[3], sh);
     const u32 sel = 0x6420u + 0x1111u * (u32)(lq >> 1);
-    const u32 lo = perm_bytes(s0, s1, sel) >> (4 * h);            // byte g: the low nibble at bits 0-3
-    const u32 hi = perm_bytes(s2, s2 >> 2, sel) << (6 - 4 * h);   // byte g: the high pair at bits 6-7
-    const u32 sc4 = q6k_code4(lo << 2, hi);                        // byte g: 4 (sc - 32), signed
-    u32 v0[4], v1[4];
+    const u32 lo = perm_bytes(s0, s1, sel);           // byte g: low nibbles of sub-blocks 2g + lq/2 and 8 + 2g + lq/2
+    const u32 hi = perm_bytes(s2, s2 >> 2, sel);      // byte g: their high pairs at bits 0-1 and 4-5
+    const u32 sc4[2] = {q6k_code4(lo << 2, hi << 6), q6k_code4(lo >> 2, hi << 2)};  // byte g: 4 (sc - 32), signed
+    u32 v[8][2];
 #pragma unroll
-    for (int g = 0; g < 4; ++g) {
-        const u32 m0 = smear7(h0 << (3 - g)), m1 = smear7(h1 << (3 - g));
-        const u32 f0 = q0 >> (2 * g), f1 = q1 >> (2 * g);
-        v0[g] = q3k_code(f0, m0);
-        v1[g] = q3k_code(f1, m1);
+    for (int hh = 0; hh < 2; ++hh) {
+        const u32 q0 = shr_pair(r.q[hh][0], r.q[hh][1], sh), q1 = shr_pair(r.q[hh][1], r.q[hh][2], sh);
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            const int j = 4 * hh + g;
+            v[j][0] = q3k_code(q0 >> (2 * g), smear7(h0 << (7 - j)));
+            v[j][1] = q3k_code(q1 >> (2 * g), smear7(h1 << (7 - j)));
+        }
     }
     const float d4 = 0.25f * h2f((u16)r.d);
 #pragma unroll
     for (int col = 0; col < NC; ++col) {
         if (col >= ncols) break;
         const block_q8_1* xb = (const block_q8_1*)((const u8*)xs + col * xcol);
-        int s[4];
+        int s[8];
 #pragma unroll
-        for (int g = 0; g < 4; ++g) {
-            const int* a = q8qs(xb + 4 * h + g) + 2 * lq;
-            s[g] = dot4((int)v0[g], a[0], dot4((int)v1[g], a[1], 0));
+        for (int j = 0; j < 8; ++j) {
+            const int* a = q8qs(xb + j) + 2 * lq;
+            s[j] = dot4((int)v[j][0], a[0], dot4((int)v[j][1], a[1], 0));
         }
-        int isum = dot2s_lo(perm_bytes((u32)s[0], (u32)s[1], 0x5410u), sc4, 0);
-        isum = dot2s_hi(perm_bytes((u32)s[2], (u32)s[3], 0x5410u), sc4, isum);
+        int isum = dot2s_lo(perm_bytes((u32)s[0], (u32)s[1], 0x5410u), sc4[0], 0);
+        isum = dot2s_hi(perm_bytes((u32)s[2], (u32)s[3], 0x5410u), sc4[0], isum);
+        isum = dot2s_lo(perm_bytes((u32)s[4], (u32)s[5], 0x5410u), sc4[1], isum);
+        isum = dot2s_hi(perm_bytes((u32)s[6], (u32)s[7], 0x5410u), sc4[1], isum);
         const float dx = q8k_scale(xb);
         acc_add<NC>(acc[col], (d4 * dx) * (float)isum);
     }
 }
 
+// Slots of 8 super-blocks, two loaded before their products (one with several columns,
+// whose products need more registers); a lane's super-blocks in the same order either way.
 template <int NC>
 DEV void mv_q3_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
-    const int lane = tid_x() & 31, h = (lane >> 2) & 1, lq = lane & 3;
-    for (int sb0 = 0; sb0 < nsb; sb0 += 8) {
-        q3k_w r[2];
+    constexpr int NS = NC == 1 ? 2 : 1;
+    const int lane = tid_x() & 31;
+    for (int sb0 = 0; sb0 < nsb; sb0 += 8 * NS) {
+        q3k_w r[NS];
 #pragma unroll
-        for (int it = 0; it < 2; ++it) {
-            const int sb = sb0 + (lane >> 3) + 4 * it;
-            if (sb < nsb) q3k_load(wr + (u64)sb * 110, h, lq, r[it]);
+        for (int it = 0; it < NS; ++it) {
+            const int sb = sb0 + (lane >> 2) + 8 * it;
+            if (sb < nsb) q3k_load(wr + (u64)sb * 110, lane & 3, r[it]);
         }
 #pragma unroll
-        for (int it = 0; it < 2; ++it) {
-            const int sb = sb0 + (lane >> 3) + 4 * it;
+        for (int it = 0; it < NS; ++it) {
+            const int sb = sb0 + (lane >> 2) + 8 * it;
             if (sb < nsb) q3k_dot<NC>(r[it], x + sb * 8, (u64)kb * 36, ncols, acc);
         }
     }

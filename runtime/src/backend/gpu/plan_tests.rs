@@ -338,9 +338,14 @@ fn low_bit_mixes_take_the_fused_walks() {
     // Its o (4096 rows of 4096) and down (4096 of 14336): the prologue-quantizing kernel.
     assert!(matches!(matmul(&mm(w(IQ4_XS, 4096, 4096), 1), &t, o), Matmul::QuantMv(QuantMv { wpr: 1, two: false, .. })));
     assert!(matches!(matmul(&mm(w(IQ4_XS, 4096, 14336), 1), &t, o), Matmul::QuantMv(_)));
-    // Small shapes: one wave of the norm kernels, any mix of the fused types.
-    let small = [w(Q3_K, 1024, 1024), w(IQ4_XS, 512, 1024), w(IQ4_NL, 512, 1024)];
+    // Small shapes: one wave of the norm kernels, any mix of their types; Q3_K (which
+    // they do not take) the walk even there.
+    let small = [w(Q2_K, 1024, 1024), w(IQ4_XS, 512, 1024), w(IQ4_NL, 512, 1024)];
     assert!(matches!(norm_multi(&norm(1024), &small, &t, o), NormMv::Fused { .. }));
+    let small_q3 = [w(Q3_K, 2048, 1024), w(Q3_K, 1024, 1024), w(Q4_K, 1024, 1024)];
+    assert!(matches!(norm_multi(&norm(1024), &small_q3, &t, o), NormMv::Walk { .. }));
+    assert!(matches!(norm_glu(&norm(1024), &w(Q3_K, 3072, 1024), &w(Q3_K, 3072, 1024), &t, o), NormMv::Walk { .. }));
+    assert_eq!(norm_multi(&norm(1024), &[w(Q3_K, 2048, 1024), w(IQ4_NL, 512, 1024)], &t, o), NormMv::Unfused);
     // What no walk takes: a Q4_K weight before a Q3_K one, MXFP4, the grid types.
     assert_eq!(decode_mv::walk_kernel(4096, &[Q4_K, Q3_K]), None);
     assert_eq!(decode_mv::walk_kernel(4096, &[Q3_K, IQ4_XS, Q4_K]), None);

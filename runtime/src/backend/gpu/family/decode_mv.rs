@@ -182,6 +182,13 @@ pub fn supports(ty: GgmlType, k: usize) -> bool {
     type_code(ty).is_some() && k > 0 && k % 32 == 0 && k % ty.block_elems() == 0
 }
 
+/// Whether the one-wave norm kernels (`decode_mv_norm*`, `decode_mv_glu*`) take weights of
+/// `ty` with rows of `k`: [`supports`] but Q3_K, whose body would cost those kernels
+/// registers for every type; its norm launches take [`norm_walk`] at any row count.
+pub fn norm_supports(ty: GgmlType, k: usize) -> bool {
+    supports(ty, k) && ty != GgmlType::Q3_K
+}
+
 /// The norm in front of the matvecs: `x += add` (when given), `out = x / rms(x) · w`.
 /// x, add, out: [n] f32; w: [n] f32 or none; counter: a zeroed device u32 the kernel
 /// leaves zeroed (the last-block ticket of the write-back of x).
@@ -250,7 +257,7 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
     let per = a.rows_per_block(false);
     let (mut nblk, mut rows_all) = (0, 0);
     for (slot, &(w, ty, rows, y)) in t.iter_mut().zip(segs) {
-        let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_multi: {ty} weights with rows of {}", a.n)))?;
+        let code = type_code(ty).filter(|_| norm_supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_multi: {ty} weights with rows of {}", a.n)))?;
         nblk += rows.div_ceil(per);
         rows_all += rows;
         *slot = (w, y, rows, code);
@@ -371,7 +378,7 @@ fn norm_walk_low(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, Dev
 #[allow(clippy::too_many_arguments)]
 pub fn norm_glu(d: &dyn Launch, a: &Norm, gate: DevPtr, up: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, gelu: bool) -> R {
     a.check("norm_glu")?;
-    let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_glu: {ty} weights with rows of {}", a.n)))?;
+    let code = type_code(ty).filter(|_| norm_supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_glu: {ty} weights with rows of {}", a.n)))?;
     a.check_half("norm_glu", &[ty])?;
     if rows == 0 {
         return Err(unsupported("norm_glu: no output rows".into()));

@@ -22,8 +22,8 @@
 //! - `norm_mv_low`: the mv_dot_low.h types in the same kernels, cycling through four ops:
 //!   `norm_matmul_multi` of 1–3 weights of Q3_K, IQ4_XS or Q2_K with a last one of that
 //!   type or another K-quant (Q3_K_M's q/k/v: Q3_K, Q3_K, Q4_K / Q5_K), rows of 1–300
-//!   (one wave of norm blocks) or 1,000–3,000 per weight (the walks
-//!   `decode_mv_norm_walk_{q2k,q3k,iq4xs}`); `norm_matmul_glu` of those types, few or
+//!   (one wave of norm blocks; Q3_K takes the walk there too) or 1,000–3,000 per weight
+//!   (the walks `decode_mv_norm_walk_{q2k,q3k,iq4xs}`); `norm_matmul_glu` of those types, few or
 //!   4,300–6,000 rows; `matmul` / `matmul_residual` of a fresh input over Q3_K, IQ4_XS,
 //!   Q2_K or IQ4_NL (`decode_mv_quant`); `norm_matmul_multi` of 1–3 IQ4_NL weights (the
 //!   q8_1 form) with rows of 32·r.
@@ -429,17 +429,19 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
                     Op::Glu { rows, .. } => (decode_mv::norm_kernel(c.n, true), *rows),
                     Op::Quant { rows, .. } => ("decode_mv_quant", *rows),
                 };
-                // The backend's own rule (with the driver's occupancy figure).
-                let expect = gpu.mv_fits(kernel, rows) as u64;
-                if taken != expect || plain_launches != 0 {
-                    acc.fail(format!("case {i} (n={} {:?}): {taken} fused launches with the fusion on, {plain_launches} with it off (expected {expect} and 0)", c.n, c.op));
-                }
-                // Where the one-wave kernel does not fit, Q4_K norm matvecs take the row walk.
                 let tys: Vec<GgmlType> = match &c.op {
                     Op::Multi(ws) => ws.iter().map(|w| files.get(w.0).ty()).collect(),
                     Op::Glu { gate, up, .. } => vec![files.get(*gate).ty(), files.get(*up).ty()],
                     Op::Quant { .. } => Vec::new(),
                 };
+                // The backend's own rule (with the driver's occupancy figure); the one-wave
+                // norm kernels take no Q3_K (`decode_mv::norm_supports`).
+                let expect = (gpu.mv_fits(kernel, rows) && tys.iter().all(|&t| decode_mv::norm_supports(t, c.n))) as u64;
+                if taken != expect || plain_launches != 0 {
+                    acc.fail(format!("case {i} (n={} {:?}): {taken} fused launches with the fusion on, {plain_launches} with it off (expected {expect} and 0)", c.n, c.op));
+                }
+                // Where the one-wave kernel does not take them, the row walk does (Q4_K, the
+                // last Q6_K; Q2_K / Q3_K / IQ4_XS, the last another K-quant).
                 let want_walk = (expect == 0 && decode_mv::walk_supports(c.n, &tys)) as u64;
                 if walk != want_walk || plain_walk != 0 {
                     acc.fail(format!("case {i} (n={} {:?}): {walk} row-walk launches with the fusion on, {plain_walk} with it off (expected {want_walk} and 0)", c.n, c.op));
