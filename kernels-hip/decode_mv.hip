@@ -86,9 +86,9 @@ template <int T> struct MvB {
     DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) { b32_wdot<T, 1, 2>(r, x, nu, u0, 1, acc); }
 };
 // mv_dot_low.h's types, each step the work of one slot of its plain matvec (the same
-// lanes, blocks and order: the sums are mv_any's bit for bit). Q2_K, IQ4_XS (K form): 4
-// super-blocks a step, 8 lanes each; Q3_K: 8 super-blocks, 4 lanes each; IQ4_NL (q8_1
-// form): 64 blocks, 2 lanes each.
+// lanes, blocks and order: the sums are mv_any's bit for bit). Q2_K (K form): 4
+// super-blocks a step, 8 lanes each; Q3_K, IQ4_XS (K form): 8 super-blocks, 4 lanes each;
+// IQ4_NL (q8_1 form): 64 blocks, 2 lanes each.
 template <> struct Mv<13> {
     typedef q23_w W;
     enum { BB = 84, STEP = 4, UNIT = 256 };
@@ -115,14 +115,14 @@ template <> struct Mv<14> {
 };
 template <> struct Mv<15> {
     typedef xs_w W;
-    enum { BB = 136, STEP = 4, UNIT = 256 };
+    enum { BB = 136, STEP = 8, UNIT = 256 };
     DEV void load(const u8* wr, int nu, int u0, W& r) {
-        const int lane = tid_x() & 31, sb = u0 + (lane >> 3);
-        if (sb < nu) xs_load(wr + (u64)sb * BB, lane & 7, r);
+        const int lane = tid_x() & 31, sb = u0 + (lane >> 2);
+        if (sb < nu) xs_load(wr + (u64)sb * BB, lane & 3, r);
     }
     DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) {
-        const int lane = tid_x() & 31, sb = u0 + (lane >> 3);
-        if (sb < nu) xs_dot<1>(r, x + sb * 8 + (lane & 7), 0, 1, acc);
+        const int lane = tid_x() & 31, sb = u0 + (lane >> 2);
+        if (sb < nu) xs_dot<1>(r, x + sb * 8 + 2 * (lane & 3), 0, 1, acc);
     }
 };
 struct nl4_w { nl_w<false> r[4]; };
@@ -532,7 +532,7 @@ NORM_WALK(decode_mv_norm_walk_v, 12)
 // 8B-shaped q/k/v and gate/up of Q3_K_M, Q2_K and IQ4_XS files: the norm_walk_run scheme
 // for weights whose segments 0 and 1 are of type TA (Q2_K, Q3_K or IQ4_XS; ty2 == TA puts
 // segment 2 in the same walk). A warp's rows g, g + nw, ... of the TA segments are one
-// stream of steps (Mv<TA>: 4 super-blocks each, Q3_K 8), every step's loads issued two steps
+// stream of steps (Mv<TA>: 8 super-blocks each, Q2_K 4), every step's loads issued two steps
 // ahead, across row ends too (three register sets in turn), the first two before pdl_entry, so DRAM latency overlaps the
 // wait and the norm, and a row's first step is never loaded cold. A row's arithmetic is
 // row_finish's (its steps in order into an accumulator from 0, then the warp sum): the

@@ -331,53 +331,70 @@ DEV void mv_q3_K(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, 
     }
 }
 
-// ---- IQ4_XS (136 B): 8 lanes per super-block (one 32-element sub-block each), 4 a step ----
+// ---- IQ4_XS (136 B): 4 lanes per super-block (two 32-element sub-blocks each), 8 a step ----
 //
-// Lane j = lane % 8 of super-block sb0 + lane / 8: qs bytes 16j .. 16j + 15 (element i < 16
-// the low nibble of byte i, i + 16 its high nibble) against K-form block 8 sb + j, scale
-// ls_j − 32 = (scales_l[j / 2] >> 4(j % 2)) & 15 | ((scales_h >> 2j) & 3) << 4, minus 32.
-struct xs_w { u32 q[4], hd0, hd1; };
+// Lane lq = lane % 4 of super-block sb0 + lane / 4: sub-blocks j = 2lq, 2lq + 1, qs bytes
+// 32lq .. 32lq + 31 (sub-block j's element i < 16 the low nibble of its byte i, i + 16 the
+// high nibble) against K-form blocks 8 sb + 2lq, + 1, scale ls_j − 32 = (scales_l[j / 2]
+// >> 4(j % 2)) & 15 | ((scales_h >> 2j) & 3) << 4, minus 32. A super-block is 8-byte
+// aligned: 5 loads of 8 bytes a lane. The two sub-block sums meet their scales in
+// integers, one float product per super-block (the per-super-block work, 8 lanes of one
+// sub-block each before, is paid once per 64 weights).
+struct xs_w { u32 q[8], hd0, hd1; };
 
-DEV void xs_load(const u8* b, int j, xs_w& r) {
+DEV void xs_load(const u8* b, int lq, xs_w& r) {
+    const u32x2* p = (const u32x2*)(b + 8 + 32 * lq);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) r.q[i] = ld_u32(b + 8 + 16 * j + 4 * i);
-    r.hd0 = ld_u32(b);      // d | scales_h << 16
-    r.hd1 = ld_u32(b + 4);  // scales_l[4]
+    for (int i = 0; i < 4; ++i) {
+        const u32x2 v = p[i];
+        r.q[2 * i] = v.x, r.q[2 * i + 1] = v.y;
+    }
+    const u32x2 h = *(const u32x2*)b;
+    r.hd0 = h.x;  // d | scales_h << 16
+    r.hd1 = h.y;  // scales_l[4]
 }
 
+// xb0: block 8 sb + 2lq of the first column.
 template <int NC>
 DEV void xs_dot(const xs_w& r, const block_q8_1* xb0, u64 xcol, int ncols, float* acc) {
-    const int j = tid_x() & 7;
-    const u32 sh = r.hd0 >> 16, sl = (r.hd1 >> (8 * (j >> 1))) & 0xff;
-    const int ls = (int)(((sl >> (4 * (j & 1))) & 15) | (((sh >> (2 * j)) & 3) << 4)) - 32;
+    const int lq = tid_x() & 3;
+    const u32 sh = r.hd0 >> (16 + 4 * lq), sl = r.hd1 >> (8 * lq);
+    const int ls0 = (int)((sl & 15) | ((sh & 3) << 4)) - 32;
+    const int ls1 = (int)(((sl >> 4) & 15) | ((sh & 12) << 2)) - 32;
     const float d = h2f((u16)(r.hd0 & 0xffff));
 #pragma unroll
     for (int col = 0; col < NC; ++col) {
         if (col >= ncols) break;
         const block_q8_1* xb = (const block_q8_1*)((const u8*)xb0 + col * xcol);
-        const int* a = q8qs(xb);
-        int s = nib_dot16<false>(r.q[0], r.q[1], a, 0);
-        s = nib_dot16<false>(r.q[2], r.q[3], a + 2, s);
-        // xb0 is block 8 sb + j; the super-block's scale sits in its first two blocks.
-        const float dx = q8k_scale(xb - j);
-        acc_add<NC>(acc[col], (d * dx) * (float)(ls * s));
+        const int* a0 = q8qs(xb);
+        const int* a1 = q8qs(xb + 1);
+        int s0 = nib_dot16<false>(r.q[0], r.q[1], a0, 0);
+        s0 = nib_dot16<false>(r.q[2], r.q[3], a0 + 2, s0);
+        int s1 = nib_dot16<false>(r.q[4], r.q[5], a1, 0);
+        s1 = nib_dot16<false>(r.q[6], r.q[7], a1 + 2, s1);
+        // The super-block's scale sits in its first two blocks.
+        const float dx = q8k_scale(xb - 2 * lq);
+        acc_add<NC>(acc[col], (d * dx) * (float)(ls0 * s0 + ls1 * s1));
     }
 }
 
+// Slots of 8 super-blocks, two loaded before their products with one column (one with
+// several); a lane's super-blocks in the same order either way.
 template <int NC>
 DEV void mv_iq4_xs(const u8* wr, const block_q8_1* x, int kb, int nsb, int ncols, float* acc) {
-    const int lane = tid_x() & 31, j = lane & 7;
-    for (int sb0 = 0; sb0 < nsb; sb0 += 8) {
-        xs_w r[2];
+    constexpr int NS = NC == 1 ? 2 : 1;
+    const int lane = tid_x() & 31, lq = lane & 3;
+    for (int sb0 = 0; sb0 < nsb; sb0 += 8 * NS) {
+        xs_w r[NS];
 #pragma unroll
-        for (int it = 0; it < 2; ++it) {
-            const int sb = sb0 + (lane >> 3) + 4 * it;
-            if (sb < nsb) xs_load(wr + (u64)sb * 136, j, r[it]);
+        for (int it = 0; it < NS; ++it) {
+            const int sb = sb0 + (lane >> 2) + 8 * it;
+            if (sb < nsb) xs_load(wr + (u64)sb * 136, lq, r[it]);
         }
 #pragma unroll
-        for (int it = 0; it < 2; ++it) {
-            const int sb = sb0 + (lane >> 3) + 4 * it;
-            if (sb < nsb) xs_dot<NC>(r[it], x + sb * 8 + j, (u64)kb * 36, ncols, acc);
+        for (int it = 0; it < NS; ++it) {
+            const int sb = sb0 + (lane >> 2) + 8 * it;
+            if (sb < nsb) xs_dot<NC>(r[it], x + sb * 8 + 2 * lq, (u64)kb * 36, ncols, acc);
         }
     }
 }
