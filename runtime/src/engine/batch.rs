@@ -19,6 +19,10 @@ use crate::model::{KvRows, Model, MtpBufs, MtpState, OutputRows, RecurrentState,
 
 use super::{EngineError, EngineOptions, DEFAULT_CTX_CAP};
 
+#[path = "mixed.rs"]
+mod mixed;
+pub(crate) use mixed::mix_rows;
+
 /// One sequence: its cache and the tokens whose K/V it holds (slot = index).
 struct Seq {
     kv: KvCache,
@@ -65,6 +69,9 @@ pub struct BatchEngine {
     mtp_bufs: Option<MtpBufs>,
     /// Whether evaluations run the MTP block after the target ([`Self::set_mtp`]).
     mtp_on: bool,
+    /// A mixed step's decode rows during attention (`[q, k, v, att]`, `n_seq` rows each;
+    /// `None` where [`Self::step_mixed`] cannot run).
+    mix: Option<[crate::backend::Buf; 4]>,
 }
 
 impl BatchEngine {
@@ -135,7 +142,7 @@ impl BatchEngine {
                 })?;
             }
         }
-        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa, mtp_bufs: None, mtp_on: true };
+        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa, mtp_bufs: None, mtp_on: true, mix: None };
         // Built step by step so that Drop releases whatever was allocated if one fails.
         for _ in 0..n_seq {
             let kv = e.be.alloc_kv(&spec)?;
@@ -156,6 +163,7 @@ impl BatchEngine {
         if e.model.mtp.is_some() {
             e.mtp_bufs = Some(MtpBufs::new(e.be.as_mut(), &e.model, rows)?);
         }
+        e.mix = mixed::alloc_mix_bufs(e.be.as_mut(), &e.model, n_seq)?;
         Ok(e)
     }
 
@@ -558,6 +566,9 @@ impl Drop for BatchEngine {
         }
         if let Some(b) = self.mtp_bufs.take() {
             let _ = b.free(self.be.as_mut());
+        }
+        for b in self.mix.take().into_iter().flatten() {
+            let _ = self.be.free(b);
         }
         for mut s in self.seqs.drain(..) {
             let _ = self.be.free_kv(s.kv);

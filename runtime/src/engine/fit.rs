@@ -320,6 +320,10 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         if let Some(x) = c.experts {
             bufs.extend(crate::backend::MoeScratch::lens(n, c.n_embd, x.n_expert, x.n_ff, x.n_used));
         }
+        if let Some(d) = super::batch::mix_rows(model, shape.n_seq) {
+            // A mixed step's decode rows moved for their attention (`BatchEngine::step_mixed`).
+            bufs.extend([d * c.n_head * c.head_dim_k, d * c.n_head_kv * c.head_dim_k, d * c.n_head_kv * c.head_dim_v, d * c.n_head * c.head_dim_v]);
+        }
         if model.mtp.is_some() {
             // `MtpBufs` (hidden input, concatenation), then per sequence `MtpState`'s rows.
             bufs.extend([n * c.n_embd, 2 * n * c.n_embd]);
