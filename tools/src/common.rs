@@ -99,7 +99,13 @@ impl KvArgs {
 /// llama.cpp's multi-letter single-dash flags (`-ctk q8_0`, `-ctv=q4_0`, `-sps 0.5`)
 /// rewritten as the long flags clap knows; everything else as given.
 pub fn llama_flags(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    const MAP: [(&str, &str); 3] = [("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v"), ("-sps", "--slot-prompt-similarity")];
+    const MAP: [(&str, &str); 5] = [
+        ("-ctk", "--cache-type-k"),
+        ("-ctv", "--cache-type-v"),
+        ("-sps", "--slot-prompt-similarity"),
+        ("-ub", "--ubatch-size"),
+        ("-np", "--parallel"),
+    ];
     args.into_iter()
         .map(|a| {
             let Some(s) = a.to_str() else { return a };

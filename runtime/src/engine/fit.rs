@@ -166,7 +166,9 @@ impl Estimate {
         if let Some(&(t, _)) = smaller {
             msg += &format!("; -ctk {t} -ctv {t} holds this context");
         }
-        if max >= 1 {
+        if max >= 1 && s.n_seq > 1 {
+            msg += &format!("; the largest context that fits is {max} tokens per sequence (lode serve: -c {} for its {} slots)", max * s.n_seq as u64, s.n_seq);
+        } else if max >= 1 {
             msg += &format!("; the largest context that fits is -c {max}");
         } else {
             // Not even one token: the weights must shrink (or stay in host memory).
