@@ -33,8 +33,8 @@ fn fit_adds_up() {
     assert_eq!(u("need_bytes"), u("weights_bytes") + u("kv_bytes") + u("scratch_bytes"));
     assert_eq!(j["fits"].as_bool().unwrap(), u("need_bytes") <= u("free_bytes"));
     assert_eq!(j["fits"].as_bool().unwrap(), u("max_ctx") >= 1000);
-    // `--parallel 3` (a server's slots): three KV caches of the context.
-    let out = lode(&["fit", "-m", m.to_str().unwrap(), "--ctx", "1000", "--device", "cpu", "--json", "--parallel", "3"]);
+    // `--parallel 3` (a server's slots): --ctx the total, three KV caches of a third of it.
+    let out = lode(&["fit", "-m", m.to_str().unwrap(), "--ctx", "3000", "--device", "cpu", "--json", "--parallel", "3"]);
     let j3: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j3["kv_bytes"].as_u64(), Some(3 * u("kv_bytes")), "{j3}");
     assert_eq!(j3["weights_bytes"].as_u64(), Some(u("weights_bytes")));

@@ -101,8 +101,9 @@ fn synthetic_presets_greedy_is_unchanged_by_speculation() {
 fn fit_counts_a_draft_sequence_per_slot() {
     let Some(m) = common::model(common::SMOL) else { return };
     let m = m.to_str().unwrap();
-    let fit = |p: &str| json_run(&["fit", "-m", m, "--model-draft", m, "--json", "-c", "1024", "--device", "cpu", "--parallel", p]);
-    let (one, three) = (fit("1"), fit("3"));
+    // -c is the total over the slots (as lode serve splits it): 1024 tokens each.
+    let fit = |p: &str, c: &str| json_run(&["fit", "-m", m, "--model-draft", m, "--json", "-c", c, "--device", "cpu", "--parallel", p]);
+    let (one, three) = (fit("1", "1024"), fit("3", "3072"));
     let kv = one["kv_bytes"].as_u64().unwrap();
     let (d1, d3) = (one["draft_need_bytes"].as_u64().unwrap(), three["draft_need_bytes"].as_u64().unwrap());
     assert_eq!(d3 - d1, 2 * kv, "the draft is the target's model here: two more slots add two of its KV caches ({d1} -> {d3})");

@@ -73,7 +73,7 @@ pub struct Args {
     /// Rows of one forward pass that carries a prompt chunk (also -ub): a long prompt is
     /// fed in chunks of up to this many tokens minus the decoding streams' next tokens,
     /// inside their decode steps, so their tokens wait one chunk, not a whole prefill.
-    /// At most --batch-size.
+    /// Capped at --batch-size (as llama.cpp caps it).
     #[arg(long = "ubatch-size", default_value_t = 512)]
     pub ubatch_size: usize,
     /// Another name for the model (listed in `/v1/models`' aliases; any `model` name
@@ -143,8 +143,8 @@ pub fn run(args: Args) -> Result<()> {
     let tok = Arc::new(Tokenizer::from_gguf(&file).with_context(|| format!("cannot read the tokenizer of {}", path.display()))?);
     let template = Arc::new(ChatTemplate::for_tokenizer(&tok).context("cannot use the model's chat template")?);
     let threads = args.model.threads.unwrap_or_else(common::physical_cores);
-    if args.ubatch_size == 0 || args.ubatch_size > args.model.batch_size {
-        bail!("--ubatch-size must be between 1 and --batch-size ({}), got {}", args.model.batch_size, args.ubatch_size);
+    if args.ubatch_size == 0 {
+        bail!("--ubatch-size must be at least 1");
     }
 
     // One backend and one copy of the weights; a KV cache per slot.
@@ -162,7 +162,7 @@ pub fn run(args: Args) -> Result<()> {
     let metrics = Arc::new(Metrics::new(args.parallel));
     // After the target, so a draft model is sized against what is left.
     let spec = args.spec.serve_drafter(&args.model, engine.model(), n_ctx, args.parallel)?;
-    let (handles, embed) = batcher::start(engine, metrics.clone(), args.embeddings, args.ubatch_size).context("cannot start the engine thread")?;
+    let (handles, embed) = batcher::start(engine, metrics.clone(), args.embeddings, args.ubatch_size.min(args.model.batch_size)).context("cannot start the engine thread")?;
     let (mut drafters, spec_params): (Vec<Box<dyn Drafter + Send>>, _) = match spec {
         None => (Vec::new(), None),
         Some((ServeSpec::Ngram(ngram), sp)) => ((0..args.parallel).map(|_| Box::new(ngram) as Box<dyn Drafter + Send>).collect(), Some(sp)),
