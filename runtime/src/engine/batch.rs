@@ -21,7 +21,6 @@ use super::{EngineError, EngineOptions, DEFAULT_CTX_CAP};
 
 #[path = "mixed.rs"]
 mod mixed;
-pub(crate) use mixed::mix_rows;
 
 /// One sequence: its cache and the tokens whose K/V it holds (slot = index).
 struct Seq {

@@ -187,6 +187,14 @@ impl Estimate {
     }
 }
 
+/// The decode rows a mixed step (`BatchEngine::step_mixed`) of an engine of `n_seq`
+/// sequences may carry (every sequence but the prefilling one), or `None` where the engine
+/// does not mix (one sequence, recurrent layers, an MTP block kept).
+pub(crate) fn mix_rows(model: &Model, n_seq: usize) -> Option<usize> {
+    let c = &model.cfg;
+    (n_seq > 1 && c.recurrent.is_none() && model.mtp.is_none()).then_some(n_seq - 1)
+}
+
 /// For a mixture-of-experts model that does not fit a GPU: the fewest layers whose
 /// experts must stay in host memory (`--n-cpu-moe`) for the run to fit, if any number does.
 pub fn fewest_host_expert_layers(model: &Model, target: &MemoryTarget, shape: RunShape) -> Option<usize> {
@@ -322,7 +330,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         if let Some(x) = c.experts {
             bufs.extend(crate::backend::MoeScratch::lens(n, c.n_embd, x.n_expert, x.n_ff, x.n_used));
         }
-        if let Some(d) = super::batch::mix_rows(model, shape.n_seq) {
+        if let Some(d) = mix_rows(model, shape.n_seq) {
             // A mixed step's decode rows moved for their attention (`BatchEngine::step_mixed`).
             bufs.extend([d * c.n_head * c.head_dim_k, d * c.n_head_kv * c.head_dim_k, d * c.n_head_kv * c.head_dim_v, d * c.n_head * c.head_dim_v]);
         }

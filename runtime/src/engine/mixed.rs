@@ -11,15 +11,9 @@
 //! sequence) and models that kept an MTP block (whose catch-up follows single-sequence
 //! chunks) do not mix: the server alternates chunks and steps for them.
 
+use super::super::fit::mix_rows;
 use super::{BatchEngine, EngineError, KvRows, Model, OutputRows};
 use crate::backend::{Backend, Buf};
-
-/// The decode rows a mixed step of an engine of `n_seq` sequences may carry (every
-/// sequence but the prefilling one), or `None` where the engine does not mix.
-pub(crate) fn mix_rows(model: &Model, n_seq: usize) -> Option<usize> {
-    let c = &model.cfg;
-    (n_seq > 1 && c.recurrent.is_none() && model.mtp.is_none()).then_some(n_seq - 1)
-}
 
 /// The buffers [`BatchEngine::step_mixed`] moves its decode rows to for their attention
 /// (`[q, k, v, att]`), where the engine mixes.
