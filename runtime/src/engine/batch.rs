@@ -20,6 +20,7 @@ use crate::model::{KvRows, Model, MtpBufs, MtpState, OutputRows, RecurrentState,
 use super::{EngineError, EngineOptions, DEFAULT_CTX_CAP};
 
 mod mtp;
+mod mixed;
 
 /// One sequence: its cache and the tokens whose K/V it holds (slot = index).
 struct Seq {
@@ -70,6 +71,9 @@ pub struct BatchEngine {
     /// The device's use before this engine allocated, plus its KV and recurrent state
     /// as fit counts them ([`Self::memory_floor`]).
     floor: Option<u64>,
+    /// A mixed step's decode rows during attention (`[q, k, v, att]`, `n_seq` rows each;
+    /// `None` where [`Self::step_mixed`] cannot run).
+    mix: Option<[crate::backend::Buf; 4]>,
 }
 
 impl BatchEngine {
@@ -144,7 +148,7 @@ impl BatchEngine {
                 })?;
             }
         }
-        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa, mtp_bufs: None, mtp_on: true, floor };
+        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa, mtp_bufs: None, mtp_on: true, floor, mix: None };
         // Built step by step so that Drop releases whatever was allocated if one fails.
         for _ in 0..n_seq {
             let kv = e.be.alloc_kv(&spec)?;
@@ -165,6 +169,7 @@ impl BatchEngine {
         if e.model.mtp.is_some() {
             e.mtp_bufs = Some(MtpBufs::new(e.be.as_mut(), &e.model, rows)?);
         }
+        e.mix = mixed::alloc_mix_bufs(e.be.as_mut(), &e.model, n_seq)?;
         Ok(e)
     }
 
@@ -545,6 +550,9 @@ impl Drop for BatchEngine {
         }
         if let Some(b) = self.mtp_bufs.take() {
             let _ = b.free(self.be.as_mut());
+        }
+        for b in self.mix.take().into_iter().flatten() {
+            let _ = self.be.free(b);
         }
         for mut s in self.seqs.drain(..) {
             let _ = self.be.free_kv(s.kv);
