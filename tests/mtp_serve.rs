@@ -237,7 +237,7 @@ fn draft_mtp_in_serve_leaves_greedy_completions_unchanged() {
     assert_eq!(want, got, "after a copied prefix the answer differs under draft-mtp");
     assert!(drafted.as_u64().is_some_and(|n| n > 0), "{drafted}");
     // `lode fit` sizes the server: the block's cache once per slot (f16 K and V of 2 KV
-    // heads × 64 over 256 positions: 128 KiB a slot).
+    // heads × 64 over 128 positions — `-c 256` is the total over the 2 slots: 64 KiB a slot).
     let fit = |extra: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_lode"))
             .args(["fit", "--device", "cpu", "-c", "256", "--parallel", "2", "--json", "-m"])
@@ -248,7 +248,7 @@ fn draft_mtp_in_serve_leaves_greedy_completions_unchanged() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["kv_bytes"].as_u64().unwrap()
     };
-    assert_eq!(fit(&["--spec-type", "draft-mtp"]) - fit(&[]), 2 * 256 * 2 * 64 * 2 * 2);
+    assert_eq!(fit(&["--spec-type", "draft-mtp"]) - fit(&[]), 2 * 128 * 2 * 64 * 2 * 2);
     // A model without the block: refused by name at start.
     let plain = synth(&dir, "qwen35-tiny", "11");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_lode"))
