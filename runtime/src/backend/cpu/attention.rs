@@ -80,15 +80,16 @@ impl KvData {
         })
     }
 
-    /// Slot `p`'s row `src`: down column `p` of a transposed plane (`n_ctx` slots per
-    /// row), else at row `p`.
-    fn put(&mut self, p: usize, n_ctx: usize, transposed: bool, src: &[f32]) -> Result<()> {
-        let (at, step) = if transposed { (p, n_ctx) } else { (p * src.len(), 1) };
+    /// Slot `p`'s row `src` (the first values of a row of `width`): down column `p` of a
+    /// transposed plane (`n_ctx` slots per row), else at row `p`.
+    fn put(&mut self, p: usize, n_ctx: usize, width: usize, transposed: bool, src: &[f32]) -> Result<()> {
+        let (at, step) = if transposed { (p, n_ctx) } else { (p * width, 1) };
         match self {
             KvData::F32(d) => src.iter().enumerate().for_each(|(i, &x)| d[at + i * step] = x),
             KvData::F16(d) => src.iter().enumerate().for_each(|(i, &x)| d[at + i * step] = f16::from_f32(x)),
             KvData::Q { ty, row_bytes, data } => {
-                crate::quant::quantize(*ty, src, &mut data[p * *row_bytes..][..*row_bytes])
+                let n = ty.bytes_for(src.len() as u64).unwrap_or(0) as usize;
+                crate::quant::quantize(*ty, src, &mut data[p * *row_bytes..][..n.min(*row_bytes)])
                     .map_err(|e| invalid(format!("KV store: {e}")))?;
             }
         }
@@ -176,6 +177,12 @@ impl Kv {
         if let Some(why) = spec.ty.unsupported(spec.head_dim_k, spec.head_dim_v) {
             return Err(BackendError::Invalid { op: "alloc_kv", msg: why });
         }
+        if let Some(a) = spec.alt {
+            let fits = a.n_kv_head * a.head_dim_k <= spec.n_kv_head * spec.head_dim_k && a.n_kv_head * a.head_dim_v <= spec.n_kv_head * spec.head_dim_v;
+            if let Some(why) = spec.ty.unsupported(a.head_dim_k, a.head_dim_v).or_else(|| (!fits).then(|| format!("layers of {a:?} do not fit rows of {spec:?}"))) {
+                return Err(BackendError::Invalid { op: "alloc_kv", msg: why });
+            }
+        }
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for l in 0..spec.n_layer {
             k.push(KvData::zeros(spec.ty.k, spec.slots(l), spec.n_kv_head * spec.head_dim_k)?);
@@ -245,7 +252,9 @@ impl Kv {
     /// Stores `k` `[n_tok, kv_k]` and `v` `[n_tok, kv_v]` at slots `pos`.
     pub fn write(&mut self, layer: usize, k: &[f32], v: &[f32], pos: &[u32]) -> Result<()> {
         let s = self.spec;
-        let (wk, wv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
+        let (nkv, dk, dv) = s.heads(layer);
+        let (wk, wv) = (nkv * dk, nkv * dv);
+        let (row_k, row_v) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
         if layer >= s.n_layer || k.len() < pos.len() * wk || v.len() < pos.len() * wv {
             return Err(invalid(format!(
                 "layer {layer} of {}, {} tokens: K/V buffers too small",
@@ -264,8 +273,8 @@ impl Kv {
             let at = p as usize - base;
             // K row (all heads: [n_kv_head * head_dim_k]) goes down column `at` (f16/f32).
             let kt = self.k_transposed();
-            self.k[layer].put(at, slots, kt, &k[t * wk..(t + 1) * wk])?;
-            self.v[layer].put(at, slots, false, &v[t * wv..(t + 1) * wv])?;
+            self.k[layer].put(at, slots, row_k, kt, &k[t * wk..(t + 1) * wk])?;
+            self.v[layer].put(at, slots, row_v, false, &v[t * wv..(t + 1) * wv])?;
         }
         Ok(())
     }
@@ -296,9 +305,7 @@ impl Kv {
         let s = self.spec;
         let (dk, dv) = (p.head_dim_k, p.head_dim_v);
         if layer >= s.n_layer
-            || dk != s.head_dim_k
-            || dv != s.head_dim_v
-            || p.n_kv_head != s.n_kv_head
+            || (p.n_kv_head, dk, dv) != s.heads(layer)
             || p.n_head % p.n_kv_head.max(1) != 0
             || q.len() < pos.len() * p.n_head * dk
             || out.len() < pos.len() * p.n_head * dv
@@ -321,7 +328,8 @@ impl Kv {
             }
         }
         let group = p.n_head / p.n_kv_head;
-        let wv = s.n_kv_head * dv;
+        // V rows are the cache's width (a layer of other heads uses their first values).
+        let wv = s.n_kv_head * s.head_dim_v;
         let (kd, vd) = (&self.k[layer], &self.v[layer]);
         let mode = Mode::of(s.ty, rows);
         let sinks = match &p.sinks {
