@@ -1,7 +1,7 @@
 //! gemma4 against an independent reference: `lode synth --preset gemma4-tiny` (4 layers:
-//! sliding, sliding, full, sliding; sliding heads of 64 over 2 KV heads with a 16-token
-//! window, full heads of 128 over 1 KV head with V taken from K and a quarter of each
-//! head rotated by `rope_freqs`) and `gemma4moe-tiny` (the same with 16 experts, 4 used,
+//! sliding, sliding, full, sliding; 8 query heads; sliding heads of 64 over 4 KV heads
+//! with a 16-token window, full heads of 128 over 1 KV head (K/V rows half as wide) with
+//! V taken from K and a quarter of each head rotated by `rope_freqs`) and `gemma4moe-tiny` (the same with 16 experts, 4 used,
 //! beside every layer's dense FFN), then a NumPy forward pass over gguf-py 0.19.0's
 //! dequantized tensors (`tests/data/gemma4_reference.py`, which does not call lode), and
 //! lode's CPU logits at every position of an 80-token sequence: as one prefill chunk, in
@@ -9,9 +9,16 @@
 //! by token.
 //!
 //! Tolerance (logits of order 1, soft-capped at 2): at every position max |lode − reference|
-//! ≤ 2e-2, and at no fewer than 3/4 of the positions ≤ 1e-4; the reference rounds the
+//! ≤ 4e-2, and at no fewer than half of the positions ≤ 1e-4. The reference rounds the
 //! activations to Q8_K as the CPU does, so a 1e-7 difference that lands a value on the
-//! other side of a rounding boundary moves a position further. Leaving out any one of
+//! other side of a rounding boundary moves that value by a Q8 step, and the norms after
+//! every block (gemma4 has four or six per layer) carry it on: the positions after such a
+//! flip differ by ~1e-2 while it stays in view (a run of up to a window's length, or longer
+//! through the full layer), the others by ~2e-7 (each flip grows about tenfold per layer as
+//! the next matmul's Q8_K rounding takes it up). When this was written: dense prefill 78 of
+//! 80 positions within 1e-4 (worst 1.3e-2), decode 49 (worst 3.2e-2); MoE prefill 75
+//! (1.1e-2), decode 61 (2.3e-2). The ablations move every position (the weakest, the RoPE
+//! factors, by up to 6.9e-2). Leaving out any one of
 //! the soft-capping, V's norm, the proportional RoPE factors, the layer output scales,
 //! and (MoE) the experts' output scales or the router's own input fails the bounds
 //! (checked below), so they are tight enough to see each.
@@ -30,8 +37,8 @@ use lode_runtime::model::{HeadGeo, Model, OutputRows};
 
 const N: usize = 80;
 /// Bound at every position.
-const EVERY: f32 = 2e-2;
-/// Bound at 3/4 of the positions.
+const EVERY: f32 = 4e-2;
+/// Bound at half of the positions.
 const MOST: f32 = 1e-4;
 
 fn lode(args: &[&str]) {
@@ -73,7 +80,7 @@ fn deltas(got: &[Vec<f32>], want: &[f32], n_vocab: usize) -> Vec<f32> {
 }
 
 fn within(d: &[f32]) -> bool {
-    d.iter().all(|&x| x <= EVERY) && 4 * d.iter().filter(|&&x| x <= MOST).count() >= 3 * d.len()
+    d.iter().all(|&x| x <= EVERY) && 2 * d.iter().filter(|&&x| x <= MOST).count() >= d.len()
 }
 
 fn compare(what: &str, got: &[Vec<f32>], want: &[f32], n_vocab: usize) -> f32 {
@@ -112,7 +119,7 @@ fn check(preset: &str, seed: &str, drops: &[&str]) {
     let m = Model::load(file.clone()).unwrap();
     let c = &m.cfg;
     assert_eq!(c.swa_layers, [true, true, false, true]);
-    assert_eq!((c.n_head_kv, c.head_dim_k, c.n_rot, c.n_swa), (2, 64, 64, 16));
+    assert_eq!((c.n_head, c.n_head_kv, c.head_dim_k, c.n_rot, c.n_swa), (8, 4, 64, 64, 16));
     let alt = c.alt_attn.as_ref().expect("the full layer has its own heads");
     assert_eq!(alt.geo, HeadGeo { n_head_kv: 1, head_dim_k: 128, head_dim_v: 128, n_rot: 128 });
     assert!(m.layers[2].attn.as_ref().unwrap().v_from_k && !m.layers[0].attn.as_ref().unwrap().v_from_k);
@@ -145,5 +152,5 @@ fn gemma4_tiny_matches_a_numpy_forward_pass() {
 fn gemma4moe_tiny_matches_a_numpy_forward_pass() {
     // A seed whose routing has no near-tie (the reference prints the smallest gap
     // between a token's k-th and (k+1)-th expert probabilities; checked below).
-    check("gemma4moe-tiny", "4", &["no-expert-scale", "router-on-expert-input"]);
+    check("gemma4moe-tiny", "3", &["no-expert-scale", "router-on-expert-input"]);
 }

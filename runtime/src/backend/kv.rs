@@ -135,9 +135,9 @@ pub struct KvSpec {
     /// Window-sized caches for the sliding-window layers (`None`: every layer holds
     /// `n_ctx` slots, llama.cpp's `--swa-full`).
     pub swa: Option<SwaKv>,
-    /// Layers whose heads are of another shape (gemma4's full-attention layers): stored
-    /// in the first values of each slot's row, which is never narrower than theirs.
-    /// `None`: every layer has `n_kv_head` heads of `head_dim_k` / `head_dim_v`.
+    /// Layers whose heads are of another shape (gemma4's full-attention layers), their
+    /// rows of their own width. `None`: every layer has `n_kv_head` heads of
+    /// `head_dim_k` / `head_dim_v`.
     pub alt: Option<AltHeads>,
 }
 
@@ -166,8 +166,13 @@ impl KvSpec {
 
     /// Bytes of the whole cache in the element types (no padding): every layer's slots.
     pub fn bytes(&self) -> u64 {
-        let row = self.ty.k.bytes(self.n_kv_head * self.head_dim_k) + self.ty.v.bytes(self.n_kv_head * self.head_dim_v);
-        (0..self.n_layer).map(|l| (self.slots(l) * row) as u64).sum()
+        (0..self.n_layer).map(|l| (self.slots(l) * self.row_bytes(l)) as u64).sum()
+    }
+
+    /// Bytes of one slot's K and V in layer `l`.
+    pub fn row_bytes(&self, l: usize) -> usize {
+        let (n, dk, dv) = self.heads(l);
+        self.ty.k.bytes(n * dk) + self.ty.v.bytes(n * dv)
     }
 
     /// Slots layer `layer` holds.

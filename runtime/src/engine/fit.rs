@@ -267,8 +267,10 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
     let swa_at = |ctx: usize| if shape.swa_full { None } else { window_kv(c, ctx, shape.batch.min(ctx).max(shape.n_seq).max(1)) };
     // Per token of context: the layers whose cache grows with it.
     let per_token = |ty: KvTypes, ctx: usize| {
-        let full = kv_layers - swa_at(ctx).map_or(0, |w| w.n_windowed()) + mtp_layers;
-        kv_bytes_per_token(ty, full, kh.n_head_kv, kh.head_dim_k, kh.head_dim_v) * n_seq
+        let swa = swa_at(ctx);
+        let spec = KvSpec { n_layer: kv_layers, n_ctx: ctx, n_kv_head: kh.n_head_kv, head_dim_k: kh.head_dim_k, head_dim_v: kh.head_dim_v, ty, swa, alt: kv_alt };
+        let full: u64 = (0..kv_layers).filter(|&l| swa.is_none_or(|w| !w.is_windowed(l))).map(|l| spec.row_bytes(l) as u64).sum();
+        (full + kv_bytes_per_token(ty, mtp_layers, kh.n_head_kv, kh.head_dim_k, kh.head_dim_v)) * n_seq
     };
     let kv_per_token = per_token(shape.kv_type, ctx);
     let kv_of = |ty: KvTypes, ctx: usize| -> u64 {
@@ -277,11 +279,12 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         if gpu {
             let plane = |t: KvType, d: usize, slots: usize| round_up(slots as u64 * row(t, d), 256);
             let layers: u64 = (0..kv_layers).map(|l| plane(ty.k, kh.head_dim_k, spec.slots(l)) + plane(ty.v, kh.head_dim_v, spec.slots(l))).sum();
+            // (The GPU refuses per-layer head shapes: `gpu::ALT_HEADS_NOT_YET`.)
             let mtp = mtp_layers as u64 * round_up(plane(ty.k, kh.head_dim_k, ctx) + plane(ty.v, kh.head_dim_v, ctx), GPU_PAGE);
             n_seq * (round_up(layers, GPU_PAGE) + mtp)
         } else {
             let mtp = (mtp_layers * ctx) as u64 * (row(ty.k, kh.head_dim_k) + row(ty.v, kh.head_dim_v));
-            n_seq * ((0..kv_layers).map(|l| spec.slots(l) as u64 * (row(ty.k, kh.head_dim_k) + row(ty.v, kh.head_dim_v))).sum::<u64>() + mtp)
+            n_seq * ((0..kv_layers).map(|l| spec.slots(l) as u64 * spec.row_bytes(l) as u64).sum::<u64>() + mtp)
         }
     };
     let kv = |ctx: usize| kv_of(shape.kv_type, ctx);

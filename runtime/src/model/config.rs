@@ -321,17 +321,15 @@ impl Config {
         HeadGeo { n_head_kv: self.n_head_kv, head_dim_k: self.head_dim_k, head_dim_v: self.head_dim_v, n_rot: self.n_rot }
     }
 
-    /// The KV cache's head shapes: the wider of the two kinds of layer for every slot row,
-    /// the other kind (if any) as [`crate::backend::AltHeads`] over the cache layers.
+    /// The KV cache's head shapes: the sliding (base) layers', and the full-attention
+    /// layers' (if they differ) as [`crate::backend::AltHeads`] over the cache layers.
     pub fn kv_heads(&self) -> (HeadGeo, Option<crate::backend::AltHeads>) {
         let base = self.heads_base();
         let Some(a) = &self.alt_attn else { return (base, None) };
-        let width = |h: &HeadGeo| h.n_head_kv * h.head_dim_k.max(h.head_dim_v);
         let attn_layers = (0..self.n_layer).filter(|&l| !self.recurrent_layers[l]);
-        let (wide, narrow, narrow_is_alt) = if width(&a.geo) > width(&base) { (a.geo, base, false) } else { (base, a.geo, true) };
-        let mask = attn_layers.enumerate().filter(|&(_, l)| a.layers[l] == narrow_is_alt).fold(0u128, |m, (i, _)| m | 1 << i.min(127));
-        let alt = crate::backend::AltHeads { n_kv_head: narrow.n_head_kv, head_dim_k: narrow.head_dim_k, head_dim_v: narrow.head_dim_v, layers: mask };
-        (wide, Some(alt))
+        let mask = attn_layers.enumerate().filter(|&(i, l)| a.layers[l] && i < 128).fold(0u128, |m, (i, _)| m | 1 << i);
+        let alt = crate::backend::AltHeads { n_kv_head: a.geo.n_head_kv, head_dim_k: a.geo.head_dim_k, head_dim_v: a.geo.head_dim_v, layers: mask };
+        (base, Some(alt))
     }
 
     /// RoPE base and frequency scale of layer `l`.

@@ -31,8 +31,9 @@
 //!   sliding ones over all of it (llama.cpp's converter, `Gemma4Model`).
 //!
 //! The tiny presets keep that layout at test size: 4 layers (sliding, sliding, full,
-//! sliding), a 16-token window, 64-value sliding heads (2 KV heads) and 128-value full
-//! heads (1 KV head, V from K, a quarter rotated), soft-capping at 2.
+//! sliding), 8 query heads, a 16-token window, 64-value sliding heads (4 KV heads) and
+//! 128-value full heads (1 KV head, so a full layer's K/V rows are half as wide, as in
+//! the 31B; V from K, a quarter rotated), soft-capping at 2.
 
 use lode_runtime::gguf::{MetaValue, ValueType};
 
@@ -90,8 +91,8 @@ pub fn hparams(p: Preset) -> Hparams {
         name: "gemma4-tiny",
         n_embd: 256,
         n_layer: 4,
-        n_head: 4,
-        n_head_kv: 2,
+        n_head: 8,
+        n_head_kv: 4,
         head_dim: 64,
         n_ff: 512,
         n_vocab: 16384,
@@ -195,10 +196,15 @@ pub fn rope_factors(g: &G4Params) -> Vec<f32> {
 
 /// The values of gemma4's F32 tensors, from the generator's [0.9, 1.1): the layer output
 /// scales near 0.5; the router centred on 0 (±2, so that its logits spread over a few
-/// units and the top-k has no near-ties); the router's input scale and the experts'
-/// output scales near 1 (±0.1, as they come); the norms as they come.
+/// units and the top-k has no near-ties); the q and k norms near 0.3 (gemma4 does not
+/// scale q·k: with norms near 1 the scores of 64- to 512-value heads would reach the
+/// hundreds and every softmax would be one key; 0.3² is about 1/√head_dim, as a trained
+/// model's norms make it); the router's input scale and the experts' output scales near
+/// 1 (±0.1, as they come); the other norms as they come.
 pub fn f32_map(name: &str) -> Option<fn(f32) -> f32> {
-    if name.ends_with(".layer_output_scale.weight") {
+    if name.ends_with(".attn_q_norm.weight") || name.ends_with(".attn_k_norm.weight") {
+        Some(|v| v * 0.3)
+    } else if name.ends_with(".layer_output_scale.weight") {
         Some(|v| v * 0.5)
     } else if name.ends_with(".ffn_gate_inp.weight") {
         Some(|v| (v - 1.0) * 20.0)

@@ -80,16 +80,15 @@ impl KvData {
         })
     }
 
-    /// Slot `p`'s row `src` (the first values of a row of `width`): down column `p` of a
-    /// transposed plane (`n_ctx` slots per row), else at row `p`.
-    fn put(&mut self, p: usize, n_ctx: usize, width: usize, transposed: bool, src: &[f32]) -> Result<()> {
-        let (at, step) = if transposed { (p, n_ctx) } else { (p * width, 1) };
+    /// Slot `p`'s row `src`: down column `p` of a transposed plane (`n_ctx` slots per
+    /// row), else at row `p`.
+    fn put(&mut self, p: usize, n_ctx: usize, transposed: bool, src: &[f32]) -> Result<()> {
+        let (at, step) = if transposed { (p, n_ctx) } else { (p * src.len(), 1) };
         match self {
             KvData::F32(d) => src.iter().enumerate().for_each(|(i, &x)| d[at + i * step] = x),
             KvData::F16(d) => src.iter().enumerate().for_each(|(i, &x)| d[at + i * step] = f16::from_f32(x)),
             KvData::Q { ty, row_bytes, data } => {
-                let n = ty.bytes_for(src.len() as u64).unwrap_or(0) as usize;
-                crate::quant::quantize(*ty, src, &mut data[p * *row_bytes..][..n.min(*row_bytes)])
+                crate::quant::quantize(*ty, src, &mut data[p * *row_bytes..][..*row_bytes])
                     .map_err(|e| invalid(format!("KV store: {e}")))?;
             }
         }
@@ -177,16 +176,15 @@ impl Kv {
         if let Some(why) = spec.ty.unsupported(spec.head_dim_k, spec.head_dim_v) {
             return Err(BackendError::Invalid { op: "alloc_kv", msg: why });
         }
-        if let Some(a) = spec.alt {
-            let fits = a.n_kv_head * a.head_dim_k <= spec.n_kv_head * spec.head_dim_k && a.n_kv_head * a.head_dim_v <= spec.n_kv_head * spec.head_dim_v;
-            if let Some(why) = spec.ty.unsupported(a.head_dim_k, a.head_dim_v).or_else(|| (!fits).then(|| format!("layers of {a:?} do not fit rows of {spec:?}"))) {
-                return Err(BackendError::Invalid { op: "alloc_kv", msg: why });
-            }
+        if let Some(why) = spec.alt.and_then(|a| spec.ty.unsupported(a.head_dim_k, a.head_dim_v)) {
+            return Err(BackendError::Invalid { op: "alloc_kv", msg: why });
         }
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for l in 0..spec.n_layer {
-            k.push(KvData::zeros(spec.ty.k, spec.slots(l), spec.n_kv_head * spec.head_dim_k)?);
-            v.push(KvData::zeros(spec.ty.v, spec.slots(l), spec.n_kv_head * spec.head_dim_v)?);
+            // Each layer's rows are its own heads' width (gemma4: two kinds of layer).
+            let (n, dk, dv) = spec.heads(l);
+            k.push(KvData::zeros(spec.ty.k, spec.slots(l), n * dk)?);
+            v.push(KvData::zeros(spec.ty.v, spec.slots(l), n * dv)?);
         }
         Ok(Kv { spec, k, v, base: vec![0; spec.n_layer] })
     }
@@ -208,7 +206,8 @@ impl Kv {
             return Ok(()); // unchanged, or the sequence starts again (nothing is kept)
         }
         let s = self.spec;
-        let (wk, wv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
+        let (n, dk, dv) = s.heads(layer);
+        let (wk, wv) = (n * dk, n * dv);
         let kt = self.k_transposed();
         // Rows new..min are read again (at most the window); older ones are dropped.
         let keep = min.saturating_sub(new).min(ring.slots - (new - old).min(ring.slots));
@@ -237,9 +236,10 @@ impl Kv {
                 )));
             }
         }
-        let (wk, wv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
         let kt = self.k_transposed();
         for l in 0..s.n_layer {
+            let (nh, dk, dv) = s.heads(l);
+            let (wk, wv) = (nh * dk, nh * dv);
             let (slots, b) = (s.slots(l), src.base[l]);
             let m = n.saturating_sub(b).min(slots);
             self.k[l].copy_slots(&src.k[l], m, slots, wk, kt);
@@ -254,7 +254,6 @@ impl Kv {
         let s = self.spec;
         let (nkv, dk, dv) = s.heads(layer);
         let (wk, wv) = (nkv * dk, nkv * dv);
-        let (row_k, row_v) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
         if layer >= s.n_layer || k.len() < pos.len() * wk || v.len() < pos.len() * wv {
             return Err(invalid(format!(
                 "layer {layer} of {}, {} tokens: K/V buffers too small",
@@ -273,8 +272,8 @@ impl Kv {
             let at = p as usize - base;
             // K row (all heads: [n_kv_head * head_dim_k]) goes down column `at` (f16/f32).
             let kt = self.k_transposed();
-            self.k[layer].put(at, slots, row_k, kt, &k[t * wk..(t + 1) * wk])?;
-            self.v[layer].put(at, slots, row_v, false, &v[t * wv..(t + 1) * wv])?;
+            self.k[layer].put(at, slots, kt, &k[t * wk..(t + 1) * wk])?;
+            self.v[layer].put(at, slots, false, &v[t * wv..(t + 1) * wv])?;
         }
         Ok(())
     }
@@ -328,8 +327,7 @@ impl Kv {
             }
         }
         let group = p.n_head / p.n_kv_head;
-        // V rows are the cache's width (a layer of other heads uses their first values).
-        let wv = s.n_kv_head * s.head_dim_v;
+        let wv = p.n_kv_head * dv;
         let (kd, vd) = (&self.k[layer], &self.v[layer]);
         let mode = Mode::of(s.ty, rows);
         let sinks = match &p.sinks {
