@@ -16,9 +16,13 @@
 //! flip differ by ~1e-2 while it stays in view (a run of up to a window's length, or longer
 //! through the full layer), the others by ~2e-7 (each flip grows about tenfold per layer as
 //! the next matmul's Q8_K rounding takes it up). When this was written: dense prefill 78 of
-//! 80 positions within 1e-4 (worst 1.3e-2), decode 49 (worst 3.2e-2); MoE prefill 75
-//! (1.1e-2), decode 61 (2.3e-2). The ablations move every position (the weakest, the RoPE
-//! factors, by up to 6.9e-2). Leaving out any one of
+//! 80 positions within 1e-4 (worst 1.3e-2), decode 49 (worst 3.2e-2); MoE (seed 6)
+//! prefill, chunks and decode 65 (worst 9.7e-3). A flip early in the sequence can carry
+//! through the full-attention layer to most later positions: with seeds 8 and 9 the MoE
+//! prefill kept only 9 and 19 of 80 positions within 1e-4 (worst 2.2e-2, 2.8e-2, the
+//! first seven positions at 2e-7), which these bounds refuse; seed 6 is one without such
+//! an early flip. The ablations move every position (the weakest, the RoPE factors, by
+//! up to 6.9e-2; the experts' scales by 2.3e-1). Leaving out any one of
 //! the soft-capping, V's norm, the proportional RoPE factors, the layer output scales,
 //! and (MoE) the experts' output scales or the router's own input fails the bounds
 //! (checked below), so they are tight enough to see each.
@@ -152,5 +156,5 @@ fn gemma4_tiny_matches_a_numpy_forward_pass() {
 fn gemma4moe_tiny_matches_a_numpy_forward_pass() {
     // A seed whose routing has no near-tie (the reference prints the smallest gap
     // between a token's k-th and (k+1)-th expert probabilities; checked below).
-    check("gemma4moe-tiny", "3", &["no-expert-scale", "router-on-expert-input"]);
+    check("gemma4moe-tiny", "6", &["no-expert-scale", "router-on-expert-input"]);
 }

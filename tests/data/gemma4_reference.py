@@ -20,7 +20,8 @@ GQA attention with an unscaled q.k (the sliding layers over the last
 count (`attention.key_length_swa` / `key_length`, the per-layer `head_count_kv`), the
 output projection, `post_attention_norm`, the residual; the FFN: `ffn_norm`, GELU(tanh)
 gate times up, down, and in a MoE layer beside it the experts (input
-`pre_ffw_norm_2`; the router's input an unweighted RMS norm times 1/sqrt(n_embd) times
+`pre_ffw_norm_2`; gate and up from `ffn_gate_up_exps` (each expert's gate rows, then
+its up rows) or the two separate tensors; the router's input an unweighted RMS norm times 1/sqrt(n_embd) times
 `ffn_gate_inp.scale`; softmax over all experts, the `expert_used_count` most probable
 renormalised, each expert's GELU FFN times its `ffn_down_exps.scale`), the dense part
 normed by `post_ffw_norm_1`, the experts' sum by `post_ffw_norm_2`, added; then
@@ -178,7 +179,14 @@ def forward(m, ids, drop=None):
             else:
                 xr = rms_norm(x, None, eps) / np.sqrt(E) * b("ffn_gate_inp.scale")[0]
             logits = matmul(b("ffn_gate_inp.weight"), xr)
-            gate, up, down = b("ffn_gate_exps.weight"), b("ffn_up_exps.weight"), b("ffn_down_exps.weight")
+            down = b("ffn_down_exps.weight")
+            if has(f"blk.{l}.ffn_gate_up_exps.weight"):
+                # One tensor: each expert's gate rows, then its up rows.
+                gu, ty = b("ffn_gate_up_exps.weight")
+                f = gu.shape[1] // 2
+                gate, up = (gu[:, :f, :], ty), (gu[:, f:, :], ty)
+            else:
+                gate, up = b("ffn_gate_exps.weight"), b("ffn_up_exps.weight")
             scale = b("ffn_down_exps.scale")[0] if drop != "no-expert-scale" else np.ones(logits.shape[1])
             out = np.zeros_like(x)
             for t in range(n):

@@ -39,6 +39,9 @@ pub struct MoeFfn<'a, 'w> {
     pub router_x: Option<Buf>,
     /// gemma4's `ffn_down_exps.scale` `[n_expert]`: each expert's output times its value.
     pub expert_scale: Option<&'a WeightRef<'w>>,
+    /// `gate` and `up` are one `ffn_gate_up_exps` tensor (`[n_embd, 2·n_ff, n_expert]`:
+    /// each expert's gate rows, then its up rows), as gemma4's files carry it.
+    pub gate_up_fused: bool,
 }
 
 /// llama.cpp's expert gating functions that lode runs.
@@ -87,8 +90,10 @@ impl MoeFfn<'_, '_> {
         let (Some(g), Some(u), Some(d)) = (d3(self.gate), d3(self.up), d3(self.down)) else {
             return bad(format!("`{}`, `{}`, `{}` must be whole 3-D expert tensors", self.gate.name(), self.up.name(), self.down.name()));
         };
-        let f = g.1;
+        let f = if self.gate_up_fused { g.1 / 2 } else { g.1 };
         let (e64, n64) = (e as u64, n_exp as u64);
+        let g = if self.gate_up_fused && g.1 == 2 * f { (g.0, f, g.2) } else { g };
+        let u = if self.gate_up_fused && u.1 == 2 * f { (u.0, f, u.2) } else { u };
         if g != (e64, f, n64) || u != g || d != (f, e64, n64) {
             return bad(format!(
                 "router `{}` maps {e} to {n_exp} experts; gate {g:?}, up {u:?}, down {d:?} do not match (want [{e}, F, {n_exp}] and [F, {e}, {n_exp}])",
@@ -118,7 +123,7 @@ impl MoeFfn<'_, '_> {
     /// this layer: not with biases, `swiglu_oai` or another gating (a backend then runs
     /// the CPU's arithmetic, [`crate::backend::cpu::moe::moe_host`]).
     pub fn plain(&self) -> bool {
-        self.biases.is_none() && !self.swiglu_oai && self.gating == Gating::Softmax && self.router_x.is_none() && self.expert_scale.is_none()
+        self.biases.is_none() && !self.swiglu_oai && self.gating == Gating::Softmax && self.router_x.is_none() && self.expert_scale.is_none() && !self.gate_up_fused
     }
 
     /// Every token's routing from its router logits (the router's bias already added),

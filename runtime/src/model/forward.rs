@@ -412,6 +412,7 @@ impl Model {
                     swiglu_oai: x.swiglu_oai,
                     router_x: None,
                     expert_scale: None,
+                    gate_up_fused: false,
                 };
                 be.moe_ffn(s.xb, n, &p, s.xb2, tmp)?;
                 if let (Some(sh), Some(hs)) = (&ly.shared, &s.hybrid) {

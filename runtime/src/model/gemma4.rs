@@ -115,7 +115,8 @@ pub struct ParExperts {
     /// `ffn_gate_inp` `[n_embd → n_expert]` and its input scale `ffn_gate_inp.scale` `[n_embd]`.
     pub router: WeightId,
     pub router_scale: WeightId,
-    /// `ffn_{gate,up,down}_exps`: the 3-D expert tensors.
+    /// `ffn_{gate,up,down}_exps`: the 3-D expert tensors (`gate` and `up` the same
+    /// `ffn_gate_up_exps` where the file has that).
     pub gate: WeightId,
     pub up: WeightId,
     pub down: WeightId,
@@ -145,14 +146,16 @@ pub(super) fn load_experts(get: &Get, opt: &Opt, l: usize, e: u64, x: &super::Ex
     let n = |s: &str| format!("blk.{l}.{s}");
     let (f, ne) = (x.n_ff as u64, x.n_expert as u64);
     let Some(router) = opt(&n("ffn_gate_inp.weight"), &[e, ne])? else { return Ok(None) };
-    if opt(&n("ffn_gate_up_exps.weight"), &[e, 2 * f, ne])?.is_some() {
-        return Err(ModelError::BadConfig(format!("{}: fused gate/up expert tensors are not supported; lode needs ffn_gate_exps and ffn_up_exps", n("ffn_gate_up_exps.weight"))));
-    }
+    // The files carry gate and up as one tensor (`ffn_gate_up_exps`), or as two.
+    let (gate, up) = match opt(&n("ffn_gate_up_exps.weight"), &[e, 2 * f, ne])? {
+        Some(gu) => (gu, gu),
+        None => (get(&n("ffn_gate_exps.weight"), &[e, f, ne])?, get(&n("ffn_up_exps.weight"), &[e, f, ne])?),
+    };
     Ok(Some(ParExperts {
         router,
         router_scale: get(&n("ffn_gate_inp.scale"), &[e])?,
-        gate: get(&n("ffn_gate_exps.weight"), &[e, f, ne])?,
-        up: get(&n("ffn_up_exps.weight"), &[e, f, ne])?,
+        gate,
+        up,
         down: get(&n("ffn_down_exps.weight"), &[f, e, ne])?,
         down_scale: opt(&n("ffn_down_exps.scale"), &[ne])?,
         pre_norm: get(&n("pre_ffw_norm_2.weight"), &[e])?,
@@ -214,6 +217,7 @@ impl super::Model {
             swiglu_oai: false,
             router_x: Some(xr),
             expert_scale: scale.as_ref(),
+            gate_up_fused: x.gate == x.up,
         };
         be.moe_ffn(xe, n, &p, s.xb, moe)?;
         be.rms_norm(s.xb, s.xb, n, e, Some(&self.w(x.post_norm_experts)), c.eps)?;

@@ -150,8 +150,10 @@ pub fn layer_tensors(h: &Hparams, g: &G4Params, i: u64) -> Vec<(String, Vec<u64>
             t("pre_ffw_norm_2.weight", &[e]),
             t("post_ffw_norm_1.weight", &[e]),
             t("post_ffw_norm_2.weight", &[e]),
-            t("ffn_gate_exps.weight", &[e, f, ne]),
-            t("ffn_up_exps.weight", &[e, f, ne]),
+            // Gate and up as one tensor, as gemma4's GGUF files carry them (llama.cpp's
+            // converter wrote `ffn_gate_up_exps` for gemma4 from the start; the 26B-A4B
+            // files' 658 tensors count it once per layer).
+            t("ffn_gate_up_exps.weight", &[e, 2 * f, ne]),
             t("ffn_down_exps.weight", &[f, e, ne]),
             t("ffn_down_exps.scale", &[ne]),
         ]);
@@ -219,3 +221,75 @@ pub const SPECIALS: &[(usize, &str)] = &[(0, "<pad>"), (1, "<eos>"), (2, "<bos>"
 /// Gemma 4's turns (the assistant's role is `model`; system turns allowed), without the
 /// thinking and tool parts of the real template.
 pub const TEMPLATE: &str = "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}{{ '<|turn>' + role + '\\n' + message['content'] | trim + '<turn|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|turn>model\\n' }}{% endif %}";
+
+#[cfg(test)]
+mod tests {
+    use super::super::{data_bytes, metadata as all_metadata, plan, Quant};
+    use super::*;
+    use lode_runtime::quant::GgmlType::*;
+
+    /// The 31B under Q4_K_M: 14 tensors per sliding layer, 13 per full one (no attn_v),
+    /// 833 in all as in the published GGUFs (llama.cpp's load log in
+    /// ggml-org/llama.cpp#21760), the full layers' q/k/output of 512-value heads over 4 KV
+    /// heads, every matrix quantized (the mix's rules found every name), and its size.
+    #[test]
+    fn gemma4_31b_layout() {
+        let h = super::super::hparams(Preset::Gemma4_31b);
+        let p = plan(&h, Quant::Q4KM);
+        assert_eq!(p.len(), 50 * 14 + 10 * 13 + 3);
+        assert_eq!(p.len(), 833);
+        let t = |n: &str| p.iter().find(|t| t.name == n).map(|t| (t.ty, t.dims.clone())).unwrap_or_else(|| panic!("no {n}"));
+        assert_eq!(t("blk.5.attn_q.weight").1, vec![5376, 16384]);
+        assert_eq!(t("blk.5.attn_k.weight").1, vec![5376, 2048]);
+        assert!(p.iter().all(|x| x.name != "blk.5.attn_v.weight"));
+        assert_eq!(t("blk.0.attn_v.weight").1, vec![5376, 4096]);
+        assert_eq!(t("blk.5.attn_output.weight").1, vec![16384, 5376]);
+        assert_eq!(t("blk.0.attn_q_norm.weight"), (F32, vec![256]));
+        assert_eq!(t("blk.5.attn_q_norm.weight"), (F32, vec![512]));
+        assert_eq!(t("rope_freqs.weight"), (F32, vec![256]));
+        assert!(p.iter().filter(|x| x.dims.len() >= 2).all(|x| x.ty != F32), "a matrix left F32: the mix did not apply");
+        let gb = data_bytes(&h, Quant::Q4KM).unwrap() as f64 / 1e9;
+        assert!((17.0..20.0).contains(&gb), "{gb} GB");
+    }
+
+    /// The 26B-A4B: the dense FFN and the experts in every layer, the router F32, and the
+    /// keys llama.cpp's loader reads.
+    #[test]
+    fn gemma4_26b_a4b_layout_and_keys() {
+        let h = super::super::hparams(Preset::Gemma4_26bA4b);
+        let p = plan(&h, Quant::Q4KM);
+        let t = |n: &str| p.iter().find(|t| t.name == n).map(|t| (t.ty, t.dims.clone())).unwrap_or_else(|| panic!("no {n}"));
+        assert_eq!(t("blk.0.ffn_gate.weight").1, vec![2816, 2112]);
+        assert_eq!(t("blk.0.ffn_gate_up_exps.weight").1, vec![2816, 1408, 128]);
+        assert!(t("blk.0.ffn_gate_up_exps.weight").0 != F32);
+        // The tensor count of the published 26B-A4B GGUFs (llama.cpp's load log in
+        // LostRuins/koboldcpp#2262: 658).
+        assert_eq!(p.len(), 658);
+        assert_eq!(t("blk.0.ffn_gate_inp.weight"), (F32, vec![2816, 128]));
+        assert_eq!(t("blk.29.ffn_down_exps.scale"), (F32, vec![128]));
+        assert_eq!(t("blk.5.attn_k.weight").1, vec![2816, 1024]);
+        let gb = data_bytes(&h, Quant::Q4KM).unwrap() as f64 / 1e9;
+        assert!((14.0..18.0).contains(&gb), "{gb} GB");
+        let m = all_metadata(&h, Quant::Q4KM);
+        let get = |k: &str| m.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no {k}"));
+        assert_eq!(get("gemma4.attention.key_length"), MetaValue::U32(512));
+        assert_eq!(get("gemma4.attention.key_length_swa"), MetaValue::U32(256));
+        assert_eq!(get("gemma4.rope.dimension_count_swa"), MetaValue::U32(256));
+        assert_eq!(get("gemma4.expert_feed_forward_length"), MetaValue::U32(704));
+        assert_eq!(get("gemma4.final_logit_softcapping"), MetaValue::F32(30.0));
+        let MetaValue::Array(_, kv) = get("gemma4.attention.head_count_kv") else { panic!("head_count_kv is not per layer") };
+        assert_eq!((kv[0].clone(), kv[5].clone(), kv.len()), (MetaValue::U32(8), MetaValue::U32(2), 30));
+        let MetaValue::Array(_, pat) = get("gemma4.attention.sliding_window_pattern") else { panic!("no pattern") };
+        assert_eq!(pat.iter().filter(|b| **b == MetaValue::Bool(false)).count(), 5);
+        assert_eq!(get("tokenizer.ggml.eos_token_id"), MetaValue::U32(106));
+    }
+
+    /// The proportional RoPE factors: a quarter of a 512-value head rotated.
+    #[test]
+    fn rope_factors_leave_three_quarters_unrotated() {
+        let Some(g) = super::super::hparams(Preset::Gemma4_31b).gemma4 else { panic!("no gemma4 params") };
+        let f = rope_factors(&g);
+        assert_eq!((f.len(), f.iter().filter(|&&x| x == 1.0).count()), (256, 64));
+        assert!(f[64..].iter().all(|&x| x == 1e30));
+    }
+}

@@ -77,7 +77,16 @@ pub fn moe_host(pool: &Team, isa: Isa, rowwise: bool, xs: &[f32], router_xs: Opt
                 xe.extend_from_slice(&xs[t * e..][..e]);
             }
             let (mut hg, mut hu) = (vec![0f32; m * f], vec![0f32; m * f]);
-            if quant::vec_dot_type(g.ty()) == quant::vec_dot_type(u.ty()) && !(rowwise && m > 1) {
+            if p.gate_up_fused {
+                // One product over the expert's 2·f rows (gate, then up), split per token.
+                let xq = quant::quantize_rows_on(pool, g.ty(), &xe, m, e).map_err(|er| quant_err("moe_ffn", &g, er))?;
+                let mut gu = vec![0f32; m * 2 * f];
+                mm(pool, g.data(), g.ty(), 2 * f, &xq, &mut gu, isa).map_err(|er| quant_err("moe_ffn", &g, er))?;
+                for (j, row) in gu.chunks_exact(2 * f).enumerate() {
+                    hg[j * f..][..f].copy_from_slice(&row[..f]);
+                    hu[j * f..][..f].copy_from_slice(&row[f..]);
+                }
+            } else if quant::vec_dot_type(g.ty()) == quant::vec_dot_type(u.ty()) && !(rowwise && m > 1) {
                 let xq = quant::quantize_rows_on(pool, g.ty(), &xe, m, e).map_err(|er| quant_err("moe_ffn", &g, er))?;
                 let mut items = [
                     BatchItem { w: g.data(), ty: g.ty(), rows: f, y: &mut hg },
