@@ -158,3 +158,34 @@ fn gemma4moe_tiny_matches_a_numpy_forward_pass() {
     // between a token's k-th and (k+1)-th expert probabilities; checked below).
     check("gemma4moe-tiny", "6", &["no-expert-scale", "router-on-expert-input"]);
 }
+
+/// One copy per weight: `--residency upload --memory-report` on gemma4moe-tiny makes one
+/// copy of each tensor the forward pass reads (the 90 of the file but the 4 one-value
+/// `layer_output_scale`s, read at load), the fused `ffn_gate_up_exps` once although
+/// it serves as gate and up, and no duplicate; `lode fit` counts the same tensors.
+#[test]
+fn gemma4moe_tiny_one_copy_per_weight() {
+    let dir = std::env::temp_dir().join(format!("lode-gemma4-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gemma4moe-tiny.gguf");
+    let p = path.to_str().unwrap();
+    lode(&["synth", "--preset", "gemma4moe-tiny", "-o", p, "--seed", "5"]);
+    let f = GgufFile::open(&path).unwrap();
+    assert_eq!(f.tensors().len(), 90);
+    let read: u64 = f.tensors().iter().filter(|t| !t.name.ends_with("layer_output_scale.weight")).map(|t| t.n_bytes).sum();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_lode")).args(args).output().unwrap();
+        assert!(out.status.success(), "lode {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    let out = run(&["bench", "-m", p, "-p", "8", "-n", "2", "-r", "1", "--device", "cpu", "-t", "2", "-o", "json", "--residency", "upload", "--memory-report"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().find(|l| l.starts_with("{\"memory_report\"")).unwrap_or_else(|| panic!("no report in:\n{err}"));
+    let r: serde_json::Value = serde_json::from_str(line).unwrap();
+    let r = &r["memory_report"];
+    assert_eq!((r["copies"].as_u64(), r["duplicates"].as_u64()), (Some(86), Some(0)), "{r}");
+    assert_eq!(r["resident_bytes"].as_u64(), Some(read), "{r}");
+    let j: serde_json::Value = serde_json::from_slice(&run(&["fit", "-m", p, "--device", "cpu", "--json"]).stdout).unwrap();
+    assert_eq!(j["weight_tensors"].as_u64(), Some(86), "{j}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

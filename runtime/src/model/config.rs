@@ -3,6 +3,7 @@
 use crate::backend::{DeltaDims, Gating, Glu, RopeMode, Yarn};
 use crate::gguf::{GgufFile, MetaValue};
 
+pub use super::gemma4::{AltAttn, HeadGeo};
 use super::ModelError;
 
 /// The architectures lode runs (`general.architecture` values).
@@ -110,23 +111,6 @@ pub struct Config {
     pub logit_softcap: Option<f32>,
     /// gemma4's MoE layers keep their dense FFN (`n_ff`) beside the routed experts.
     pub dense_with_experts: bool,
-}
-
-/// One attention layer's head shapes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HeadGeo {
-    pub n_head_kv: usize,
-    pub head_dim_k: usize,
-    pub head_dim_v: usize,
-    pub n_rot: usize,
-}
-
-/// Layers whose head shapes differ from [`Config`]'s (gemma4's full-attention layers).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AltAttn {
-    pub geo: HeadGeo,
-    /// Per layer: does it use `geo`?
-    pub layers: Vec<bool>,
 }
 
 /// The routed experts of a mixture-of-experts model.

@@ -5,7 +5,7 @@
 use crate::backend::kv_rot::KvRot;
 use crate::backend::{norm_in, Attention, Backend, Buf, KvCache, KvTypes, MoeBiases, MoeFfn, MoeScratch, NormIn, QkvPrep, Rope};
 
-use super::config::HeadGeo;
+use super::gemma4::HeadGeo;
 
 use super::hybrid::{HybridScratch, RecurrentState};
 use super::{Model, ModelError};

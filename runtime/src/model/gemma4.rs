@@ -25,12 +25,28 @@
 //! and per-layer embeddings (`embedding_length_per_layer_input` > 0), which only the
 //! E2B / E4B members use.
 
-use super::config::{AltAttn, HeadGeo};
 use super::{ModelError, Scratch};
 use crate::backend::{Backend, Buf, MoeFfn, MoeScratch, NormIn};
 use crate::gguf::{GgufFile, MetaValue};
 use crate::quant::GgmlType;
 use crate::weights::{view_at, WeightId, WeightRef};
+
+/// One attention layer's head shapes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadGeo {
+    pub n_head_kv: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    pub n_rot: usize,
+}
+
+/// Layers whose head shapes differ from [`Config`]'s (gemma4's full-attention layers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AltAttn {
+    pub geo: HeadGeo,
+    /// Per layer: does it use `geo`?
+    pub layers: Vec<bool>,
+}
 
 /// The keys gemma4 reads beyond the common ones.
 pub(super) struct G4Hparams {
