@@ -249,6 +249,7 @@ mod tests {
         assert_eq!(t("rope_freqs.weight"), (F32, vec![256]));
         assert!(p.iter().filter(|x| x.dims.len() >= 2).all(|x| x.ty != F32), "a matrix left F32: the mix did not apply");
         let gb = data_bytes(&h, Quant::Q4KM).unwrap() as f64 / 1e9;
+        eprintln!("gemma4-31b q4_k_m: {gb:.2} GB of tensor data");
         assert!((17.0..20.0).contains(&gb), "{gb} GB");
     }
 
@@ -269,6 +270,7 @@ mod tests {
         assert_eq!(t("blk.29.ffn_down_exps.scale"), (F32, vec![128]));
         assert_eq!(t("blk.5.attn_k.weight").1, vec![2816, 1024]);
         let gb = data_bytes(&h, Quant::Q4KM).unwrap() as f64 / 1e9;
+        eprintln!("gemma4-26b-a4b q4_k_m: {gb:.2} GB of tensor data");
         assert!((14.0..18.0).contains(&gb), "{gb} GB");
         let m = all_metadata(&h, Quant::Q4KM);
         let get = |k: &str| m.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no {k}"));
