@@ -8,7 +8,7 @@ aggregate generated tokens/s, time to first token p50 / p99, inter-token latency
 end-to-end latency, and the server's resident memory (/proc/PID/status, else /metrics) and
 device memory (/metrics `lode_device_memory_bytes`) sampled over the run.
 
-Two workloads (--mode):
+Three workloads (--mode):
   mixed   every request a distinct prompt of log-uniform length in [--prompt-min, --prompt-max]
           tokens (default 100 to 8,000, capped to the server's context): nothing to share but
           the chat template's own start (its default system line, where it has one).
@@ -18,6 +18,11 @@ Two workloads (--mode):
           `cache_prompt: false` (every prompt evaluated whole). Reports the hit rate
           (requests whose timings show cached tokens, and /metrics' lode_prompt_cache_*), the
           share of prompt tokens reused, and the TTFT the cache saves (p50 / p99, off − on).
+
+  stall   --clients streams decode short prompts back to back while one more client sends
+          --long-tokens prompts (default 8,000) one after another: the streams' inter-token latency
+          while a long prompt is prefilling (p50 / p99 / max) against the rest of the time, the long
+          prompts' TTFT, and /metrics' decode steps that waited for a prompt chunk (issue 26).
 
 --greedy-check N first sends N greedy requests sharing the system prompt one at a time with
 `cache_prompt: false`, then all at once with the cache, and compares the tokens (a difference
@@ -37,6 +42,9 @@ Examples:
     python3 ci/load-test.py --model ~/.cache/lode/models/SmolLM2-135M-Instruct.Q4_1.gguf \\
         --device cpu --threads 2 --parallel 4 --ctx-size 2048 --clients 1,4 --duration 30 \\
         --prompt-max 1500 --shared-tokens 500 --user-max 100 --max-tokens 32
+    # CPU, 4 streams while 8k-token prompts arrive (chunked prefill):
+    python3 ci/load-test.py --device cpu --threads 2 --parallel 5 --ctx-size 8704 --mode stall \\
+        --clients 4 --duration 120 --max-tokens 64 --user-max 60
     # GPU, a synthetic model (its tokens mostly print nothing: --logprobs makes every token
     # a chunk, so TTFT and inter-token latency see each one):
     python3 ci/load-test.py --lode carry/lode --model /tmp/qwen3-4b.gguf --device cuda \\
@@ -148,10 +156,12 @@ class Prompts:
 # ---------------------------------------------------------------- one streaming request
 
 class Result:
-    __slots__ = ("ok", "error", "ttft", "itl", "latency", "completion_tokens", "prompt_tokens", "cache_n")
+    __slots__ = ("ok", "error", "ttft", "itl", "itl_at", "latency", "completion_tokens", "prompt_tokens", "cache_n", "t0")
 
     def __init__(self):
         self.ok, self.error, self.ttft, self.itl, self.latency = False, None, None, [], None
+        self.itl_at = []  # when each inter-token gap ended (time.monotonic())
+        self.t0 = None
         self.completion_tokens = self.prompt_tokens = 0
         self.cache_n = None
 
@@ -169,7 +179,7 @@ def body_for(messages, args, cache_prompt, seed):
 def stream_http(target, body, res):
     """The standard library's client: SSE lines by hand."""
     conn = http.client.HTTPConnection(target.host, target.port, timeout=900)
-    t0 = time.monotonic()
+    t0 = res.t0 = time.monotonic()
     last = None
     try:
         conn.request("POST", "/v1/chat/completions", json.dumps(body), target.headers())
@@ -198,6 +208,7 @@ def stream_http(target, body, res):
                         res.ttft = now - t0
                     else:
                         res.itl.append(now - last)
+                        res.itl_at.append(now)
                     last = now
             if chunk.get("usage"):
                 res.completion_tokens = chunk["usage"].get("completion_tokens", 0)
@@ -218,7 +229,7 @@ def stream_openai(client, body, res):
     extra = {}
     if "cache_prompt" in body:
         extra["cache_prompt"] = body["cache_prompt"]
-    t0 = time.monotonic()
+    t0 = res.t0 = time.monotonic()
     last = None
     stream = client.chat.completions.create(
         model=body["model"], messages=body["messages"], max_tokens=body["max_tokens"], temperature=body["temperature"],
@@ -234,6 +245,7 @@ def stream_openai(client, body, res):
                     res.ttft = now - t0
                 else:
                     res.itl.append(now - last)
+                    res.itl_at.append(now)
                 last = now
         if chunk.usage:
             res.completion_tokens = chunk.usage.completion_tokens or 0
@@ -381,6 +393,108 @@ def show(r):
         print(f"   {r['no_token_chunks']} answers had tokens but no chunk with text: rerun with --logprobs", flush=True)
 
 
+# ---------------------------------------------------------------- stall: long prompts beside decoding streams
+
+def run_stall(target, prompts, args, clients, n_ctx):
+    """`clients` streams decode (short prompts, --max-tokens each, back to back) while one more
+    client sends a --long-tokens prompt, waits for its answer (--long-max-tokens), pauses
+    --long-gap seconds and sends another. Reports the decoding streams' inter-token latency
+    p50 / p99 / max while a long prompt was being prefilled (from its send to its first
+    token) and outside those windows, the long prompts' TTFT, and /metrics' prefill waits."""
+    room = (n_ctx or 10**9) - args.long_max_tokens - 64
+    deadline = time.monotonic() + args.duration
+    decoders, longs, lock = [], [], threading.Lock()
+
+    def one(messages, max_tokens, seed):
+        body = body_for(messages, args, True, seed)
+        body["max_tokens"] = max_tokens
+        res = Result()
+        try:
+            stream_http(target, body, res)
+        except Exception as e:  # noqa: BLE001 - every failure counts
+            res.ok, res.error = False, f"{type(e).__name__}: {str(e)[:160]}"
+        return res
+
+    def decoder(i):
+        rng = random.Random(f"stall-{clients}-{i}")
+        k = 0
+        while time.monotonic() < deadline:
+            k += 1
+            n = rng.randint(args.user_min, args.user_max)
+            msgs = [{"role": "user", "content": prompts.text(rng, n, f"Stream {i}-{k}:")}]
+            r = one(msgs, args.max_tokens, rng.randrange(1 << 30))
+            with lock:
+                decoders.append(r)
+
+    def long_client():
+        rng = random.Random(f"stall-long-{clients}")
+        time.sleep(args.long_gap)
+        k = 0
+        while time.monotonic() < deadline:
+            k += 1
+            msgs = [{"role": "user", "content": prompts.text(rng, min(args.long_tokens, room), f"Long {k}:")}]
+            r = one(msgs, args.long_max_tokens, rng.randrange(1 << 30))
+            with lock:
+                longs.append(r)
+            time.sleep(args.long_gap)
+
+    m0 = target.metrics()
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=decoder, args=(i,), daemon=True) for i in range(clients)]
+    threads.append(threading.Thread(target=long_client, daemon=True))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    m1 = target.metrics()
+    ok_long = [r for r in longs if r.ok and r.ttft is not None]
+    windows = [(r.t0, r.t0 + r.ttft) for r in ok_long]
+    inside, outside = [], []
+    for r in decoders:
+        if not r.ok:
+            continue
+        for gap, at in zip(r.itl, r.itl_at):
+            # A gap that overlaps a prefill window (it ends after the window opens and
+            # starts before it closes).
+            (inside if any(at > a and at - gap < b for a, b in windows) else outside).append(gap)
+    d = lambda k: m1.get(k, 0) - m0.get(k, 0)  # noqa: E731
+    bad = [r for r in decoders + longs if not r.ok]
+    out = {
+        "mode": "stall", "clients": clients, "cache_prompt": True, "duration_s": round(wall, 1),
+        "requests_ok": len(decoders) + len(longs) - len(bad), "requests_failed": len(bad),
+        "errors": {e: sum(1 for r in bad if r.error == e) for e in {r.error for r in bad}},
+        "long_prompts": len(ok_long), "long_prompt_tokens_mean": round(statistics.mean([r.prompt_tokens for r in ok_long]), 1) if ok_long else None,
+        "long_ttft_p50_s": round(pct([r.ttft for r in ok_long], 50), 3), "long_ttft_max_s": round(max((r.ttft for r in ok_long), default=float("nan")), 3),
+        "itl_during_prefill_n": len(inside),
+        "itl_during_prefill_p50_ms": round(pct(inside, 50) * 1e3, 1), "itl_during_prefill_p99_ms": round(pct(inside, 99) * 1e3, 1),
+        "itl_during_prefill_max_ms": round(max(inside, default=float("nan")) * 1e3, 1),
+        "itl_outside_p50_ms": round(pct(outside, 50) * 1e3, 1), "itl_outside_p99_ms": round(pct(outside, 99) * 1e3, 1),
+        "decode_tokens_per_s": round(sum(r.completion_tokens for r in decoders if r.ok) / wall, 1),
+    }
+    if "lode_decode_prefill_wait_seconds_count" in m1:
+        n = d("lode_decode_prefill_wait_seconds_count")
+        out["metrics_prefill_waits"] = n
+        out["metrics_prefill_wait_mean_ms"] = round(d("lode_decode_prefill_wait_seconds_sum") / n * 1e3, 1) if n else None
+        out["metrics_prefill_wait_max_ms"] = round(m1["lode_decode_prefill_wait_seconds_max"] * 1e3, 1)
+        out["metrics_prefill_chunks_mixed"] = d("lode_prefill_chunks_mixed_total")
+    return out
+
+
+def show_stall(r):
+    print(f"stall  x{r['clients']:<3} ok {r['requests_ok']} failed {r['requests_failed']} | {r['long_prompts']} long prompts "
+          f"(mean {r['long_prompt_tokens_mean']} tokens), TTFT p50/max {r['long_ttft_p50_s']}/{r['long_ttft_max_s']} s | "
+          f"decoding streams' ITL while one prefills ({r['itl_during_prefill_n']} gaps) p50/p99/max "
+          f"{r['itl_during_prefill_p50_ms']}/{r['itl_during_prefill_p99_ms']}/{r['itl_during_prefill_max_ms']} ms, "
+          f"otherwise p50/p99 {r['itl_outside_p50_ms']}/{r['itl_outside_p99_ms']} ms | {r['decode_tokens_per_s']} t/s", flush=True)
+    if "metrics_prefill_waits" in r:
+        print(f"   /metrics: {r['metrics_prefill_waits']:.0f} decode steps waited for a prompt chunk, mean "
+              f"{r['metrics_prefill_wait_mean_ms']} ms, max {r['metrics_prefill_wait_max_ms']} ms; "
+              f"{r['metrics_prefill_chunks_mixed']:.0f} chunks mixed into decode steps", flush=True)
+    if r["errors"]:
+        print(f"   errors: {r['errors']}", flush=True)
+
+
 # ---------------------------------------------------------------- greedy check
 
 def greedy_check(target, system, prompts, args):
@@ -437,7 +551,7 @@ def greedy_check(target, system, prompts, args):
 
 def start_server(args):
     cmd = [args.lode, "serve", "-m", args.model, "--port", "0", "--device", args.device,
-           "--parallel", str(args.parallel), "--ctx-size", str(args.ctx_size)]
+           "--parallel", str(args.parallel), "--ctx-size", str(args.ctx_size if args.ctx_per_slot else args.ctx_size * args.parallel)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     cmd += shlex.split(args.server_args)
@@ -458,14 +572,18 @@ def main():
     ap.add_argument("--model", default=os.path.expanduser("~/.cache/lode/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--parallel", type=int, default=8)
-    ap.add_argument("--ctx-size", type=int, default=8704, help="per slot (lode's --ctx-size)")
+    ap.add_argument("--ctx-size", type=int, default=8704, help="per slot: the server gets --parallel times this (lode's --ctx-size is the total, as llama-server's)")
+    ap.add_argument("--ctx-per-slot", action="store_true", help="pass --ctx-size as it is (a lode from before --ctx-size became the total)")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--server-args", default="", help="more `lode serve` arguments, e.g. '-ctk q8_0 -ctv q8_0'")
     ap.add_argument("--url", help="attach to a running server (host:port) instead of starting one")
     ap.add_argument("--pid", type=int, help="the attached server's pid (for its RSS; else /metrics)")
     ap.add_argument("--api-key")
     ap.add_argument("--client", choices=["auto", "openai", "http"], default="auto")
-    ap.add_argument("--mode", default="mixed,shared", help="mixed, shared or both (comma-separated; empty: none)")
+    ap.add_argument("--mode", default="mixed,shared", help="mixed, shared, both or stall (comma-separated; empty: none)")
+    ap.add_argument("--long-tokens", type=int, default=8000, help="stall mode: the long prompts' length")
+    ap.add_argument("--long-max-tokens", type=int, default=8, help="stall mode: tokens generated for each long prompt")
+    ap.add_argument("--long-gap", type=float, default=2.0, help="stall mode: seconds between a long answer and the next long prompt")
     ap.add_argument("--clients", default="1,8,32,64", help="concurrent clients per level, comma-separated")
     ap.add_argument("--duration", type=float, default=120, help="seconds per level (and per phase in shared mode)")
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -546,8 +664,11 @@ def main():
                     print(f"shared x{c}: prompt cache hit rate {saved['hit_rate_requests']} (/metrics {saved['metrics_hit_rate']}); "
                           f"TTFT saved p50 {saved['ttft_p50_saved_s']:.3f} s, p99 {saved['ttft_p99_saved_s']:.3f} s", flush=True)
                     results += [on, off, saved]
+                elif mode == "stall":
+                    results.append(run_stall(target, prompts, args, c, n_ctx))
+                    show_stall(results[-1])
                 else:
-                    raise SystemExit(f"unknown mode {mode!r} (mixed, shared, both)")
+                    raise SystemExit(f"unknown mode {mode!r} (mixed, shared, both, stall)")
     finally:
         if proc:
             proc.terminate()

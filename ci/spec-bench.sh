@@ -6,13 +6,16 @@
 # draft model of the same vocabulary), for `lode synth` presets and optional real models.
 # Everything printed is also written to $OUT/spec-report.txt.
 #   LODE=path/to/lode (default: carry/lode, else target/release/lode)
-#   PRESETS="llama-8b qwen3-32b" (also gemma3-27b, qwen35-27b; PRESET:MIX picks a synth mix)
+#   PRESETS="llama-8b qwen3-32b" (also gemma3-27b, qwen35-27b; PRESET:MIX picks a synth mix; "": none)
 #   DRAFT_FOR_qwen3_32b=qwen3-0.6b (a preset drafting for a preset: same vocabulary)
 #   REAL_MODELS="/tmp/smol.gguf" (real GGUFs: n-gram acceptance on real text, self-drafting;
 #     a file with a multi-token-prediction block also drafts with it, --spec-type draft-mtp)
 #   MTP_PRESETS="qwen35-27b-mtp" (presets with an MTP block: the block's drafting cost
 #     beside plain decoding and the oracle; random weights make its acceptance near 0)
 #   K="4 8" (draft lengths)  N=128 (generated tokens per row)  REPS=2
+#   SERVE_CLIENTS="1,4" (lode serve with draft-mtp on each MTP preset, and n-gram lookup,
+#     beside a plain server: aggregate tokens/s, acceptance, the mean drafting batch and
+#     whether greedy answers equal the plain server's; ci/spec-serve.py; empty: skipped)
 # Synthetic weights make greedy output one repeated token, so n-gram acceptance on them
 # is near 100 % and a random draft's near 0: the ceiling and the floor; the real models'
 # rows are the measured acceptance on text.
@@ -20,7 +23,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
 LODE="${LODE:-$( [ -x carry/lode ] && echo carry/lode || echo target/release/lode)}"
-PRESETS="${PRESETS:-llama-8b qwen3-32b}"
+PRESETS="${PRESETS-llama-8b qwen3-32b}"
 K="${K:-4 8}"; N="${N:-128}"; REPS="${REPS:-2}"
 MD="${MODEL_TMP:-/tmp/lode-synth}"; mkdir -p "$MD"
 exec > >(tee -a "$OUT/spec-report.txt") 2>&1
@@ -62,6 +65,16 @@ for P in ${MTP_PRESETS-qwen35-27b-mtp}; do
     bench "$F" --spec-type draft-mtp --draft-p-min 0 --spec-oracle --draft-max "$k"
   done
 done
+if [ -n "${SERVE_CLIENTS-1,4}" ]; then
+  for P in ${MTP_PRESETS-qwen35-27b-mtp}; do
+    F=$(file_of "$P"); [ -f "$F" ] || continue
+    echo "== $P in lode serve (--parallel 4): plain, the MTP block drafting, n-gram lookup"
+    timeout -k 10 560 python3 ci/spec-serve.py --lode "$LODE" --model "$F" --device "${DEVICE:-auto}" --parallel 4 \
+      --clients "${SERVE_CLIENTS-1,4}" --max-tokens "$N" --rounds 1 \
+      --spec "--spec-type draft-mtp --draft-max 3 --draft-p-min 0" --spec "--spec-type ngram-simple --draft-max 8" ||
+      echo "-- spec-serve $P failed"
+  done
+fi
 PROMPT="Repeat after me, word for word: the quick brown fox jumps over the lazy dog, and the lazy dog sleeps in the warm sun. Again: the quick brown fox jumps over the lazy dog, and the lazy dog"
 for G in ${REAL_MODELS:-}; do
   [ -f "$G" ] || { echo "-- $G absent"; continue; }

@@ -25,7 +25,7 @@ if [ -z "$M" ]; then
   [ -f "$M" ] || timeout 600 "$LODE" synth --preset "${P%%:*}" --quant "${P#*:}" -o "$M" >/dev/null || { echo "synth $P failed"; exit 1; }
 fi
 echo "model: $M"
-"$LODE" serve -m "$M" --device "$DEV" --parallel 8 --ctx-size "${CTX:-2048}" --port "$PORT" > "$OUT/structured-serve.log" 2>&1 &
+"$LODE" serve -m "$M" --device "$DEV" --parallel 8 --ctx-size "$((8 * ${CTX:-2048}))" --port "$PORT" > "$OUT/structured-serve.log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT
 up=0

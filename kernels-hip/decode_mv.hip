@@ -28,11 +28,14 @@
 // One warp per output row, 8 rows per 256-thread block; the _1k kernels (rows of at most
 // 1024 values) 32 rows per 1024-thread block, one block per multiprocessor, so the prologue
 // runs once per SM (the H200 measured 0.6B's decode +9 % from them). Type codes (per
-// weight): 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0, 10 Q4_K, 11 Q5_K, 12 Q6_K.
+// weight): 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0, 5 IQ4_NL, 10 Q4_K, 11 Q5_K, 12 Q6_K,
+// 13 Q2_K, 14 Q3_K, 15 IQ4_XS (the last four: mv_dot_low.h's bodies).
 #include "common.h"
 
 #include "mv_dot.h"
 #include "mv_dot_b32.h"
+#include "dequant_low.h"
+#include "mv_dot_low.h"
 
 struct __attribute__((aligned(16))) f32x4 { float x, y, z, w; };
 
@@ -81,6 +84,67 @@ template <int T> struct MvB {
     enum { BB = b32_bytes<T>::BB, STEP = 32, UNIT = 32 };
     DEV void load(const u8* wr, int nu, int u0, W& r) { b32_wload<T, 2>(wr, nu, u0, r); }
     DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) { b32_wdot<T, 1, 2>(r, x, nu, u0, 1, acc); }
+};
+// mv_dot_low.h's types, each step the work of one slot of its plain matvec (the same
+// lanes, blocks and order: the sums are mv_any's bit for bit). Q2_K (K form): 4
+// super-blocks a step, 8 lanes each; Q3_K, IQ4_XS (K form): 8 super-blocks, 4 lanes each;
+// IQ4_NL (q8_1 form): 64 blocks, 2 lanes each.
+template <> struct Mv<13> {
+    typedef q23_w W;
+    enum { BB = 84, STEP = 4, UNIT = 256 };
+    DEV void load(const u8* wr, int nu, int u0, W& r) {
+        const int lane = tid_x() & 31, sb = u0 + (lane >> 3);
+        if (sb < nu) q2k_load(wr + (u64)sb * BB, (lane >> 2) & 1, lane & 3, r);
+    }
+    DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) {
+        const int sb = u0 + ((tid_x() & 31) >> 3);
+        if (sb < nu) q2k_dot<1>(r, x + sb * 8, 0, 1, acc);
+    }
+};
+template <> struct Mv<14> {
+    typedef q3k_w W;
+    enum { BB = 110, STEP = 8, UNIT = 256 };
+    DEV void load(const u8* wr, int nu, int u0, W& r) {
+        const int lane = tid_x() & 31, sb = u0 + (lane >> 2);
+        if (sb < nu) q3k_load(wr + (u64)sb * BB, lane & 3, r);
+    }
+    DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) {
+        const int sb = u0 + ((tid_x() & 31) >> 2);
+        if (sb < nu) q3k_dot<1>(r, x + sb * 8, 0, 1, acc);
+    }
+};
+template <> struct Mv<15> {
+    typedef xs_w W;
+    enum { BB = 136, STEP = 8, UNIT = 256 };
+    DEV void load(const u8* wr, int nu, int u0, W& r) {
+        const int lane = tid_x() & 31, sb = u0 + (lane >> 2);
+        if (sb < nu) xs_load(wr + (u64)sb * BB, lane & 3, r);
+    }
+    DEV void dot(const W& r, const block_q8_1* x, int nu, int u0, float* acc) {
+        const int lane = tid_x() & 31, sb = u0 + (lane >> 2);
+        if (sb < nu) xs_dot<1>(r, x + sb * 8 + 2 * (lane & 3), 0, 1, acc);
+    }
+};
+struct nl4_w { nl_w<false> r[4]; };
+template <> struct Mv<5> {
+    typedef nl4_w W;
+    enum { BB = 18, STEP = 64, UNIT = 32 };
+    DEV void load(const u8* wr, int nu, int u0, W& w) {
+        const int lane = tid_x() & 31;
+#pragma unroll
+        for (int it = 0; it < 4; ++it) {
+            const int blk = u0 + (lane >> 1) + 16 * it;
+            if (blk < nu) nl_load<false>(wr + (u64)blk * BB, lane & 1, w.r[it]);
+        }
+    }
+    DEV void dot(const W& w, const block_q8_1* x, int nu, int u0, float* acc) {
+        const int lane = tid_x() & 31;
+#pragma unroll
+        for (int it = 0; it < 4; ++it) {
+            const int blk = u0 + (lane >> 1) + 16 * it;
+            if (blk < nu) nl_dot<false, 1>(w.r[it], x + blk, 0, 1, acc);
+        }
+    }
 };
 template <> struct Mv<0> : MvB<0> {};
 template <> struct Mv<1> : MvB<1> {};
@@ -359,6 +423,12 @@ DEV void norm_multi(const NormArgs& a, Seg s0, Seg s1, Seg s2) {
     case 10: norm_multi_run<Q, 10, NT>(a, s, b, need_q8, need_k, sh); break;
     case 11: norm_multi_run<Q, 11, NT>(a, s, b, need_q8, need_k, sh); break;
     case 12: norm_multi_run<Q, 12, NT>(a, s, b, need_q8, need_k, sh); break;
+    case 5: norm_multi_run<Q, 5, NT>(a, s, b, need_q8, need_k, sh); break;
+    // (Q3_K has no case here nor in norm_glu: its body took these kernels from 64 / 80
+    // registers to 77 / 80 with more spills, one block per SM fewer for every type. Its
+    // norm launches take the walk, decode_mv_norm_walk_q3k, at any row count.)
+    case 13: norm_multi_run<Q, 13, NT>(a, s, b, need_q8, need_k, sh); break;
+    case 15: norm_multi_run<Q, 15, NT>(a, s, b, need_q8, need_k, sh); break;
     default: break;
     }
 }
@@ -457,6 +527,114 @@ NORM_WALK(decode_mv_norm_walk, 10)
 // SM; Q5_K_M files' v rows take the unfused path.)
 NORM_WALK(decode_mv_norm_walk_v, 12)
 
+// ---- norm + a row walk of the mv_dot_low.h types (launches too large for one wave) ----
+
+// 8B-shaped q/k/v and gate/up of Q3_K_M, Q2_K and IQ4_XS files: the norm_walk_run scheme
+// for weights whose segments 0 and 1 are of type TA (Q2_K, Q3_K or IQ4_XS; ty2 == TA puts
+// segment 2 in the same walk). A warp's rows g, g + nw, ... of the TA segments are one
+// stream of steps (Mv<TA>: 8 super-blocks each, Q2_K 4), every step's loads issued two steps
+// ahead, across row ends too (three register sets in turn), the first two before pdl_entry, so DRAM latency overlaps the
+// wait and the norm, and a row's first step is never loaded cold. A row's arithmetic is
+// row_finish's (its steps in order into an accumulator from 0, then the warp sum): the
+// sums equal rmsnorm_q8_f32 + the unfused matvecs' bit for bit. Segment 2 of another
+// K-form type (Q3_K_M's v: Q4_K or Q5_K; IQ4_XS's v: Q5_K; Q2_K's: Q3_K) goes through
+// row_finish after the stream, its first step loaded cold.
+template <int TY>
+DEV void walk_rows_after(const Seg& s2, int g, int r01, int total, int nw, int n, const block_q8_1* kf) {
+    typedef Mv<TY> M;
+    const int nu = n / M::UNIT;
+    for (; g < total; g += nw) {
+        const u8* wr = s2.W + (u64)(g - r01) * nu * M::BB;
+        typename M::W cur;
+        M::load(wr, nu, 0, cur);
+        const float v = row_finish<TY>(cur, wr, kf, nu);
+        if ((tid_x() & 31) == 0) s2.y[g - r01] = v;
+    }
+}
+
+template <int TA>
+DEV void walk_low_run(const NormArgs& a, const Seg& s0, const Seg& s1, const Seg& s2, int nw, NormSh<16>& sh) {
+    typedef Mv<TA> M;
+    typedef typename M::W W;
+    const int lane = tid_x() & 31, nu = a.n / M::UNIT, spr = (nu + M::STEP - 1) / M::STEP;
+    const int r01 = s0.rows + s1.rows, total = r01 + s2.rows, arows = s2.ty == TA ? total : r01;
+    const u64 rb = (u64)nu * M::BB;
+    auto wrow = [&](int r) -> const u8* { return r < s0.rows ? s0.W + r * rb : r < r01 ? s1.W + (r - s0.rows) * rb : s2.W + (r - r01) * rb; };
+    const int g0 = bid_x() * 8 + (tid_x() >> 5);
+    const int n = g0 < arows ? (arows - g0 + nw - 1) / nw * spr : 0;  // the warp's steps
+    // The next step to load: step lu of row lg, whose weights start at lw.
+    int lg = g0, lu = 0;
+    const u8* lw = wrow(g0 < arows ? g0 : 0);
+    auto load_next = [&](W& w) {
+        M::load(lw, nu, lu * M::STEP, w);
+        if (++lu == spr) {
+            lu = 0, lg += nw;
+            if (lg < arows) lw = wrow(lg);
+        }
+    };
+    // Three register sets in turn (X, Y, Z: the loop unrolled by three, so no set is
+    // copied into another), two steps loaded ahead of the one whose products run.
+    W X, Y, Z;
+    if (n > 0) load_next(X);
+    if (n > 1) load_next(Y);
+    float wv[16];
+    norm_wload<16, 256>(a, wv);
+    pdl_entry();
+    u32 ticket = 0;
+    norm_prologue<16, 256>(a, wv, false, true, sh, &ticket);
+    float acc[1] = {0.0f};
+    int g = g0, u = 0;
+    auto step = [&](const W& cur, W& ahead, int i) {
+        if (i + 2 < n) load_next(ahead);
+        M::dot(cur, sh.kf, nu, u * M::STEP, acc);
+        if (++u == spr) {
+            const float v = warp_sum(acc[0]);
+            acc[0] = 0.0f;
+            float* y = g < s0.rows ? s0.y + g : g < r01 ? s1.y + (g - s0.rows) : s2.y + (g - r01);
+            if (lane == 0) *y = v;
+            u = 0;
+            g += nw;
+        }
+    };
+    for (int i = 0; i < n; i += 3) {
+        step(X, Z, i);
+        if (i + 1 >= n) break;
+        step(Y, X, i + 1);
+        if (i + 2 >= n) break;
+        step(Z, Y, i + 2);
+    }
+    if (s2.ty != TA && s2.rows > 0) {
+        // The warp's segment-2 rows: the first row index >= r01 of its stride.
+        const int g2 = g0 >= r01 ? g0 : g0 + (r01 - g0 + nw - 1) / nw * nw;
+        switch (s2.ty) {
+        case 10: walk_rows_after<10>(s2, g2, r01, total, nw, a.n, sh.kf); break;
+        case 11: walk_rows_after<11>(s2, g2, r01, total, nw, a.n, sh.kf); break;
+        case 12: walk_rows_after<12>(s2, g2, r01, total, nw, a.n, sh.kf); break;
+        case 13: walk_rows_after<13>(s2, g2, r01, total, nw, a.n, sh.kf); break;
+        case 14: walk_rows_after<14>(s2, g2, r01, total, nw, a.n, sh.kf); break;
+        case 15: walk_rows_after<15>(s2, g2, r01, total, nw, a.n, sh.kf); break;
+        default: break;
+        }
+    }
+    norm_tail(a, sh, ticket);
+}
+
+// W0, W1: [rows, n] of type TA; W2: [rows2, n] of type code ty2 (TA, or a K-form type
+// 10-15); n % 256 == 0, n <= 4096; nw: the grid's warps; grid (resident blocks) = nblk,
+// block 256.
+#define NORM_WALK_LOW(NAME, TA)                                                                                              \
+    KERNEL LAUNCH_BOUNDS_MIN(256, 2) void NAME(const float* x, const float* add, const float* nw_, float* out, u32* counter, \
+                                               int nblk, int n, float eps, const u8* W0, float* y0, int rows0, const u8* W1, \
+                                               float* y1, int rows1, const u8* W2, float* y2, int rows2, int ty2, int nw) {    \
+        __shared__ NormSh<16> sh;                                                                                            \
+        const NormArgs a = {x, add, nw_, out, counter, nblk, n, eps};                                                        \
+        const Seg s0{W0, y0, rows0, TA}, s1{W1, y1, rows1, TA}, s2{W2, y2, rows2, ty2};                                      \
+        walk_low_run<TA>(a, s0, s1, s2, nw, sh);                                                                             \
+    }
+NORM_WALK_LOW(decode_mv_norm_walk_q2k, 13)
+NORM_WALK_LOW(decode_mv_norm_walk_q3k, 14)
+NORM_WALK_LOW(decode_mv_norm_walk_iq4xs, 15)
+
 // ---- norm + gate/up + GLU ----
 
 template <int Q, int TY, int NT>
@@ -499,6 +677,9 @@ DEV void norm_glu(const NormArgs& a, const u8* Wg, const u8* Wu, float* y, int r
     case 10: norm_glu_run<Q, 10, NT>(a, Wg, Wu, y, rows, act, sh); break;
     case 11: norm_glu_run<Q, 11, NT>(a, Wg, Wu, y, rows, act, sh); break;
     case 12: norm_glu_run<Q, 12, NT>(a, Wg, Wu, y, rows, act, sh); break;
+    case 5: norm_glu_run<Q, 5, NT>(a, Wg, Wu, y, rows, act, sh); break;
+    case 13: norm_glu_run<Q, 13, NT>(a, Wg, Wu, y, rows, act, sh); break;
+    case 15: norm_glu_run<Q, 15, NT>(a, Wg, Wu, y, rows, act, sh); break;
     default: break;
     }
 }
@@ -701,6 +882,10 @@ KERNEL LAUNCH_BOUNDS(1024) void decode_mv_quant(const float* x, int k, const u8*
     case 10: quant_run<10>(x, k, W, y, rows, acc, wpr, rpb, sa, part); break;
     case 11: quant_run<11>(x, k, W, y, rows, acc, wpr, rpb, sa, part); break;
     case 12: quant_run<12>(x, k, W, y, rows, acc, wpr, rpb, sa, part); break;
+    case 5: quant_run<5>(x, k, W, y, rows, acc, 1, rpb, sa, part); break;
+    case 13: quant_run<13>(x, k, W, y, rows, acc, 1, rpb, sa, part); break;
+    case 14: quant_run<14>(x, k, W, y, rows, acc, 1, rpb, sa, part); break;
+    case 15: quant_run<15>(x, k, W, y, rows, acc, 1, rpb, sa, part); break;
     default: break;
     }
 }

@@ -72,16 +72,18 @@ KERNEL LAUNCH_BOUNDS(128) void delta_conv_k4(float* qkv, const float* w, float* 
 #define DELTA_WARPS 4
 
 // Value head h (grid.x), rows 16 grid.y + 4 warp + r (r < DELTA_ROWS, below hv) of one
-// state (grid.z). Lane l holds elements l + 32 e (e < K, head_k_dim = 32 K) of its rows.
+// state (grid.z); the head reads key head h mod n_kh (qwen35: tiled) or, with grouped,
+// h / (nv / n_kh) (qwen3next: value heads grouped by key head). Lane l holds elements
+// l + 32 e (e < K, head_k_dim = 32 K) of its rows.
 // xc: [n, 2 kd + vd] after the convolution (q, k of each key head, then v of each value
 // head); out: [n, vd] (o before the norm); beta, alpha: [n, nv]; ssm: [nv][hv][hk].
 template <int K>
 DEV void delta_rule_run(const float* xc, const float* beta, const float* alpha, const float* dt_bias, const float* a, float* out, float* ssm0,
-                        const u64* table, int per, int n_kh, int nv, int hv, float eps) {
+                        const u64* table, int per, int n_kh, int nv, int hv, float eps, int grouped) {
     const int h = bid_x(), s = bid_z(), lane = tid_x() & 31, warp = tid_x() >> 5;
     const int j0 = bid_y() * (DELTA_ROWS * DELTA_WARPS) + warp * DELTA_ROWS;
     if (j0 >= hv) return;
-    const int hk = 32 * K, kd = n_kh * hk, vd = nv * hv, ch = 2 * kd + vd, kh = h % n_kh;
+    const int hk = 32 * K, kd = n_kh * hk, vd = nv * hv, ch = 2 * kd + vd, kh = grouped ? h / (nv / n_kh) : h % n_kh;
     float* S = (table ? (float*)table[2 * s + 1] : ssm0) + (u64)h * hv * hk;
     float st[DELTA_ROWS][K];
 #pragma unroll
@@ -149,12 +151,12 @@ DEV void delta_rule_run(const float* xc, const float* beta, const float* alpha, 
 
 // grid (nv, ceil(hv / 16), n_states), block 128.
 KERNEL LAUNCH_BOUNDS(128) void delta_rule_h64(const float* xc, const float* beta, const float* alpha, const float* dt_bias, const float* a, float* out,
-                                              float* ssm0, const u64* table, int per, int n_kh, int nv, int hv, float eps) {
-    delta_rule_run<2>(xc, beta, alpha, dt_bias, a, out, ssm0, table, per, n_kh, nv, hv, eps);
+                                              float* ssm0, const u64* table, int per, int n_kh, int nv, int hv, float eps, int grouped) {
+    delta_rule_run<2>(xc, beta, alpha, dt_bias, a, out, ssm0, table, per, n_kh, nv, hv, eps, grouped);
 }
 KERNEL LAUNCH_BOUNDS(128) void delta_rule_h128(const float* xc, const float* beta, const float* alpha, const float* dt_bias, const float* a, float* out,
-                                               float* ssm0, const u64* table, int per, int n_kh, int nv, int hv, float eps) {
-    delta_rule_run<4>(xc, beta, alpha, dt_bias, a, out, ssm0, table, per, n_kh, nv, hv, eps);
+                                               float* ssm0, const u64* table, int per, int n_kh, int nv, int hv, float eps, int grouped) {
+    delta_rule_run<4>(xc, beta, alpha, dt_bias, a, out, ssm0, table, per, n_kh, nv, hv, eps, grouped);
 }
 
 // The gated RMS norm in place: for each of the n_rows = n * nv rows of hv outputs,
@@ -189,4 +191,16 @@ KERNEL void mul_sigmoid_f32(float* x, const float* gate, int n, int row_len, int
     const int i = bid_x() * 256 + tid_x();
     if (i >= n) return;
     x[i] *= sigmoid_f(gate[per_row ? i / row_len : i]);
+}
+
+// ---- qwen3next's packed projections ----
+
+// Element (i, j, e) of a 3-D block (e < n2 contiguous) from src[i ss0 + j ss1 + e] to
+// dst[i ds0 + j ds1 + e] (both pointers at the block's first element).
+// grid (ceil(n0 n1 n2 / 256)), block 256.
+KERNEL void copy_strided_f32(const float* src, float* dst, int n0, int n1, int n2, int ss0, int ss1, int ds0, int ds1) {
+    const int t = bid_x() * 256 + tid_x();
+    if (t >= n0 * n1 * n2) return;
+    const int e = t % n2, r = t / n2, j = r % n1, i = r / n1;
+    dst[(u64)i * ds0 + (u64)j * ds1 + e] = src[(u64)i * ss0 + (u64)j * ss1 + e];
 }

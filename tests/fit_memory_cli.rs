@@ -33,11 +33,21 @@ fn fit_adds_up() {
     assert_eq!(u("need_bytes"), u("weights_bytes") + u("kv_bytes") + u("scratch_bytes"));
     assert_eq!(j["fits"].as_bool().unwrap(), u("need_bytes") <= u("free_bytes"));
     assert_eq!(j["fits"].as_bool().unwrap(), u("max_ctx") >= 1000);
-    // `--parallel 3` (a server's slots): three KV caches of the context.
-    let out = lode(&["fit", "-m", m.to_str().unwrap(), "--ctx", "1000", "--device", "cpu", "--json", "--parallel", "3"]);
+    // `--parallel 3` (a server's slots): --ctx the total, three KV caches of a third of it.
+    let out = lode(&["fit", "-m", m.to_str().unwrap(), "--ctx", "3000", "--device", "cpu", "--json", "--parallel", "3"]);
     let j3: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j3["kv_bytes"].as_u64(), Some(3 * u("kv_bytes")), "{j3}");
     assert_eq!(j3["weights_bytes"].as_u64(), Some(u("weights_bytes")));
+    assert_eq!((j3["ctx"].as_u64(), j3["ctx_per_sequence"].as_u64()), (Some(3000), Some(1000)), "{j3}");
+    // Without -c, the training context (8192) split four ways, as lode serve sizes its
+    // slots; fewer tokens than slots is an error naming the flags.
+    let out = lode(&["fit", "-m", m.to_str().unwrap(), "--device", "cpu", "--json", "--parallel", "4"]);
+    let j4: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((j4["ctx"].as_u64(), j4["ctx_per_sequence"].as_u64()), (Some(8192), Some(2048)), "{j4}");
+    assert_eq!(j4["max_ctx"].as_u64().unwrap(), 4 * j4["max_ctx_per_sequence"].as_u64().unwrap());
+    let out = lode(&["fit", "-m", m.to_str().unwrap(), "--device", "cpu", "-c", "3", "--parallel", "4"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--ctx-size 3") && err.contains("--parallel 4"), "{err}");
 }
 
 #[test]

@@ -264,36 +264,42 @@ fn qwen35moe_tiny_matches_a_numpy_forward_pass() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `src` written again with `key` set to `val` (None: dropped; added where absent) and
+/// tensor `skip` left out, then loaded.
+fn rewritten(src: &GgufFile, key: &str, val: Option<lode_runtime::gguf::MetaValue>, skip: &str) -> Result<Model, String> {
+    let mut w = lode_runtime::gguf::GgufWriter::new();
+    if let (false, Some(nv)) = (src.metadata().iter().any(|(k, _)| k == key), &val) {
+        w.add_kv(key.to_string(), nv.clone());
+    }
+    for (k, v) in src.metadata() {
+        match (k == key, &val) {
+            (true, Some(nv)) => {
+                w.add_kv(k.clone(), nv.clone());
+            }
+            (true, None) => {}
+            (false, _) => {
+                w.add_kv(k.clone(), v.clone());
+            }
+        }
+    }
+    for t in src.views().filter(|t| t.info.name != skip) {
+        w.add_tensor(&t.info.name, t.info.ty, &t.info.dims, t.data.to_vec());
+    }
+    let f = GgufFile::from_bytes(w.to_bytes().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    Model::load(Arc::new(f)).map_err(|e| e.to_string())
+}
+
 /// A qwen35 file written again with one key changed or dropped (or one tensor dropped):
 /// `Model::load` refuses it with an error naming the key or tensor, never a panic.
 #[test]
 fn malformed_qwen35_files_are_refused_by_name() {
-    use lode_runtime::gguf::{GgufWriter, MetaValue, ValueType};
+    use lode_runtime::gguf::{MetaValue, ValueType};
     let dir = std::env::temp_dir().join(format!("lode-hybrid-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("qwen35-tiny.gguf");
     lode(&["synth", "--preset", "qwen35-tiny", "-o", path.to_str().unwrap(), "--seed", "6"]);
     let src = GgufFile::open(&path).unwrap();
-    // The file again, with `key` set to `val` (None: dropped) and tensor `skip` left out.
-    let rewrite = |key: &str, val: Option<MetaValue>, skip: &str| -> Result<Model, String> {
-        let mut w = GgufWriter::new();
-        for (k, v) in src.metadata() {
-            match (k == key, &val) {
-                (true, Some(nv)) => {
-                    w.add_kv(k.clone(), nv.clone());
-                }
-                (true, None) => {}
-                (false, _) => {
-                    w.add_kv(k.clone(), v.clone());
-                }
-            }
-        }
-        for t in src.views().filter(|t| t.info.name != skip) {
-            w.add_tensor(&t.info.name, t.info.ty, &t.info.dims, t.data.to_vec());
-        }
-        let f = GgufFile::from_bytes(w.to_bytes().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-        Model::load(Arc::new(f)).map_err(|e| e.to_string())
-    };
+    let rewrite = |key: &str, val: Option<MetaValue>, skip: &str| rewritten(&src, key, val, skip);
     assert!(rewrite("", None, "").is_ok(), "the file as written loads");
     let err = |key: &str, val: Option<MetaValue>, skip: &str| rewrite(key, val, skip).err().unwrap_or_else(|| panic!("{key}/{skip} loaded"));
     let e = err("qwen35.ssm.conv_kernel", None, "");
@@ -312,5 +318,96 @@ fn malformed_qwen35_files_are_refused_by_name() {
     assert!(e.contains("blk.1.ssm_a"), "{e}");
     let e = err("", None, "blk.3.attn_q_norm.weight");
     assert!(e.contains("blk.3.attn_q_norm.weight"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// qwen3next (`lode synth --preset qwen3next-tiny`: qwen35moe-tiny's shapes with the value
+/// heads grouped by key head, q/k/v/z packed per key head group in `ssm_in` and beta/alpha
+/// in `ssm_ba`) against the same NumPy reference, at every position of a 96-token
+/// sequence: one prefill chunk, chunks of 40 (the state across two boundaries) and token
+/// by token, and prefill against decode. `qwen3next-tiny-qkv` (today's converter's
+/// `attn_qkv` + `attn_gate`) as one chunk. Reading the value heads as qwen35's (key head
+/// h mod n_k: the reference run with `--drop-grouping`) fails the bounds.
+#[test]
+fn qwen3next_tiny_matches_a_numpy_forward_pass() {
+    const M: usize = 96;
+    let dir = std::env::temp_dir().join(format!("lode-qwen3next-ref-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ids: Vec<u32> = (0..M as u64).map(|i| ((i * 2654435761) >> 8) as u32 % 151643).collect();
+    // 3/4 of the positions within MOST (90 to 94 of 96 are; the rest ≤ 1.9e-3, where
+    // qwen35's head order gives a median of 6.7e-4).
+    let most = (3, 4);
+    for (preset, seed) in [("qwen3next-tiny", "7"), ("qwen3next-tiny-qkv", "8")] {
+        let path = dir.join(format!("{preset}.gguf"));
+        lode(&["synth", "--preset", preset, "-o", path.to_str().unwrap(), "--seed", seed]);
+        let want = reference(&path, &ids, &dir.join("ref.f32"), None);
+        let file = Arc::new(GgufFile::open(&path).unwrap());
+        let m = Model::load(file.clone()).unwrap();
+        let c = &m.cfg;
+        assert_eq!(c.arch, lode_runtime::model::Arch::Qwen3Next);
+        assert_eq!(c.recurrent_layers, [true, true, true, false]);
+        let d = c.recurrent.expect("qwen3next has recurrent layers");
+        assert_eq!((d.n_k_heads, d.n_v_heads, d.head_k_dim, d.grouped), (2, 4, 64, true));
+        let dw = m.layers[0].delta.as_ref().expect("layer 0 is recurrent");
+        let packed = preset == "qwen3next-tiny";
+        assert_eq!(matches!(dw.proj, lode_runtime::model::DeltaProj::Packed(_)), packed, "{preset}: ssm_in");
+        assert!(matches!(dw.gates, lode_runtime::model::DeltaGates::Packed(_)), "{preset}: ssm_ba");
+        assert!(m.layers.iter().all(|l| l.shared.is_some() && l.router.is_some()));
+        let n_vocab = c.n_vocab;
+        let prefill = eval_all(&mut engine(&file, M, 1), 0, &ids);
+        let worst = compare_most(&format!("{preset} prefill"), &prefill, &want, n_vocab, most);
+        assert!(worst > 0.0, "bit-equal to a float64 reference would be suspicious");
+        if !packed {
+            continue;
+        }
+        compare_most("qwen3next chunks of 40", &eval_all(&mut engine(&file, 40, 1), 0, &ids), &want, n_vocab, most);
+        let mut e = engine(&file, M, 1);
+        let steps: Vec<Vec<f32>> = ids
+            .iter()
+            .map(|&t| {
+                let mut l = Vec::new();
+                e.eval_rows(0, &[t], lode_runtime::model::OutputRows::Last, &mut |_, x| l = x.to_vec()).unwrap();
+                l
+            })
+            .collect();
+        compare_most("qwen3next decode", &steps, &want, n_vocab, most);
+        let dd = deltas(&steps, &prefill.concat(), n_vocab);
+        eprintln!("qwen3next prefill vs decode: max |Δ| = {:.2e}", dd.iter().fold(0f32, |m, &x| m.max(x)));
+        assert!(within(&dd), "prefill and decode differ: {dd:?}");
+        let bad = reference(&path, &ids, &dir.join("bad.f32"), Some("--drop-grouping"));
+        let d = deltas(&prefill, &bad, n_vocab);
+        eprintln!("against the reference with qwen35's head order: max |Δ| = {:.2e}", d.iter().fold(0f32, |m, &x| m.max(x)));
+        assert!(!within(&d), "lode also matches a reference with the value heads tiled");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A qwen3next file without its experts, or without a packed projection, or with the
+/// recurrent layers listed by `attention.recurrent_layers`: refused by name, or read.
+#[test]
+fn qwen3next_files_are_checked_by_name() {
+    use lode_runtime::gguf::{MetaValue, ValueType};
+    let dir = std::env::temp_dir().join(format!("lode-qwen3next-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("qwen3next-tiny.gguf");
+    lode(&["synth", "--preset", "qwen3next-tiny", "-o", path.to_str().unwrap(), "--seed", "9"]);
+    let src = GgufFile::open(&path).unwrap();
+    let err = |key: &str, val: Option<MetaValue>, skip: &str| rewritten(&src, key, val, skip).err().unwrap_or_else(|| panic!("{key}/{skip} loaded"));
+    let e = err("qwen3next.expert_count", None, "");
+    assert!(e.contains("qwen3next") && e.contains("experts"), "{e}");
+    let e = err("", None, "blk.1.ssm_ba.weight");
+    assert!(e.contains("blk.1.ssm_ba.weight"), "{e}");
+    let e = err("", None, "blk.0.ssm_in.weight");
+    assert!(e.contains("blk.0.attn_qkv.weight") && e.contains("blk.0.ssm_in.weight"), "{e}");
+    // The per-block list (as today's converter writes it from `layer_types`) over the
+    // interval: here layers 0 and 2 recurrent, 1 and 3 attention, and the tensors do not
+    // match, so the load names attention's missing tensor.
+    let list = |v: &[bool]| Some(MetaValue::Array(ValueType::Bool, v.iter().map(|&b| MetaValue::Bool(b)).collect()));
+    let e = err("qwen3next.attention.recurrent_layers", list(&[true, false, true, false]), "");
+    assert!(e.contains("blk.1.attn_q.weight"), "{e}");
+    let e = err("qwen3next.attention.recurrent_layers", list(&[true, true]), "");
+    assert!(e.contains("recurrent_layers"), "{e}");
+    let m = rewritten(&src, "qwen3next.attention.recurrent_layers", list(&[true, true, true, false]), "").unwrap();
+    assert_eq!(m.cfg.recurrent_layers, [true, true, true, false]);
     std::fs::remove_dir_all(&dir).unwrap();
 }

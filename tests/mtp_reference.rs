@@ -4,7 +4,7 @@
 //! - its drafting logits (the first row after a prompt, with the target's hidden state,
 //!   then rows chained on its own output) against a NumPy computation over gguf-py
 //!   0.19.0's dequantized tensors (`tests/data/qwen35_mtp_reference.py`, which does not
-//!   call lode), on `lode synth`'s qwen35-tiny-mtp and qwen35moe-tiny-mtp: after the
+//!   call lode), on `lode synth`'s qwen35-tiny-mtp, qwen35moe-tiny-mtp and qwen3next-tiny-mtp: after the
 //!   prompt as one chunk, in chunks of 4 (the hidden state carried across chunk
 //!   boundaries), token by token (the decode path), and rewound into a verify chunk (the
 //!   kept row's hidden state). The same comparison against the reference with the
@@ -12,8 +12,8 @@
 //! - every token speculation with it emits, and the logits it was chosen from, are plain
 //!   decoding's (without the block), bit for bit, greedy and sampled; and `lode generate
 //!   --spec-type draft-mtp` prints plain greedy's tokens;
-//! - a file without the block is refused by name, and so is `lode serve --spec-type
-//!   draft-mtp`; `lode fit` counts the block's KV cache
+//! - a file without the block is refused by name (`lode serve --spec-type draft-mtp`:
+//!   `tests/mtp_serve.rs`); `lode fit` counts the block's KV cache
 //!   (one more full-context layer) and, with speculation on a hybrid model, the rewind
 //!   logs; `lode inspect` names the block.
 //!
@@ -106,7 +106,7 @@ fn mtp_block_matches_a_numpy_reference() {
     std::fs::create_dir_all(&dir).unwrap();
     // Ids spread over the vocabulary, below the special tokens.
     let ids: Vec<u32> = (0..40u64).map(|i| ((i * 2654435761) >> 7) as u32 % 151643).collect();
-    for preset in ["qwen35-tiny-mtp", "qwen35moe-tiny-mtp"] {
+    for preset in ["qwen35-tiny-mtp", "qwen35moe-tiny-mtp", "qwen3next-tiny-mtp"] {
         let path = synth(&dir, preset, "3");
         let file = Arc::new(GgufFile::open(&path).unwrap());
         let n_vocab = Model::load(file.clone()).unwrap().cfg.n_vocab;
@@ -253,11 +253,6 @@ fn generate_with_draft_mtp_is_plain_greedy() {
     let out = common::lode(&["generate", "--device", "cpu", "-m", &plain, "-p", "hi", "-n", "4", "--spec-type", "draft-mtp"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("multi-token-prediction"), "{err}");
-    // lode serve's batched steps do not run the block: refused by name at start.
-    let p = dir.join("qwen35-tiny-mtp-11.gguf");
-    let out = common::lode(&["serve", "--device", "cpu", "-m", p.to_str().unwrap(), "--port", "0", "--spec-type", "draft-mtp"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("draft-mtp is not available in lode serve"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

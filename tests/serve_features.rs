@@ -21,7 +21,7 @@ fn cosine(a: &Value, b: &Value) -> f64 {
 #[test]
 fn llama_server_endpoints_cors_and_embeddings() {
     let Some(model) = smol() else { return };
-    let srv = Server::start(&model, &["--parallel", "2", "--ctx-size", "512", "--embeddings", "--cors", "http://ui.example"]);
+    let srv = Server::start(&model, &["--parallel", "2", "--ctx-size", "1024", "--embeddings", "--cors", "http://ui.example"]);
     let none: &[(&str, &str)] = &[];
 
     // Preflight: answered with the origin, before routing (no 405).
@@ -77,7 +77,7 @@ fn llama_server_endpoints_cors_and_embeddings() {
 #[test]
 fn model_names_roles_logprobs_and_n() {
     let Some(model) = smol() else { return };
-    let srv = Server::start(&model, &["--parallel", "3", "--ctx-size", "512"]);
+    let srv = Server::start(&model, &["--parallel", "3", "--ctx-size", "1536"]);
     let none: &[(&str, &str)] = &[];
     let chat = "/v1/chat/completions";
     let msgs = json!([{"role": "user", "content": "Name a color."}]);
@@ -199,7 +199,7 @@ fn tool_calls_whole_and_streamed_and_tool_results_in() {
 #[test]
 fn structured_output_schema_grammar_and_refusals() {
     let Some(model) = smol() else { return };
-    let srv = Server::start(&model, &["--parallel", "3", "--ctx-size", "512"]);
+    let srv = Server::start(&model, &["--parallel", "3", "--ctx-size", "1536"]);
     let none: &[(&str, &str)] = &[];
     let chat = "/v1/chat/completions";
     let msgs = json!([{"role": "user", "content": "Invent a city and its population. Answer in JSON."}]);

@@ -69,7 +69,7 @@ fn completion_at(addr: &str, prompt: &str, stream: bool) -> (String, serde_json:
 #[test]
 fn greedy_text_matches_the_engine_streamed_or_not_and_concurrently() {
     let Some(model) = smol() else { return };
-    let srv = Server::start(&model, &["--parallel", "2", "--ctx-size", "512"]);
+    let srv = Server::start(&model, &["--parallel", "2", "--ctx-size", "1024"]);
     let p1 = "The capital of France is";
     let p2 = "Here is a list of fruits: apple, banana,";
 

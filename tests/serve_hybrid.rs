@@ -78,7 +78,9 @@ fn recurrent_slots_reuse_only_whole_histories() {
     // copy of a's history could give it a start.
     for extra in [&["--parallel", "1"][..], &["--parallel", "2"], &["--parallel", "2", "-sps", "0"]] {
         let parallel = extra.join(" ");
-        let srv = Server::start(&model, &[extra, &["--ctx-size", "512"]].concat());
+        // 512 tokens a slot (--ctx-size is the total).
+        let ctx = if extra[1] == "2" { "1024" } else { "512" };
+        let srv = Server::start(&model, &[extra, &["--ctx-size", ctx]].concat());
         // a, then b (sharing a's first words but not a's history), then a again, twice.
         for (p, want) in [(a, &want_a), (b, &want_b), (a, &want_a), (a, &want_a)] {
             let (got, cached) = completion(&srv, p);
@@ -96,7 +98,7 @@ fn recurrent_slots_reuse_only_whole_histories() {
     let (ids_a, ids_long) = (tok.encode(a, true, true), tok.encode(&longer, true, true));
     assert!(ids_long.starts_with(&ids_a), "{ids_a:?} {ids_long:?}");
     let want_long = reference(&model, &longer);
-    let srv = Server::start(&model, &["--parallel", "2", "--ctx-size", "512", "-sps", "0"]);
+    let srv = Server::start(&model, &["--parallel", "2", "--ctx-size", "1024", "-sps", "0"]);
     let r = srv.post_json("/v1/completions", &[], &json!({"prompt": a, "max_tokens": 1, "temperature": 0}));
     assert_eq!(r.status, 200, "{}", r.body);
     let (got, cached) = completion(&srv, &longer);

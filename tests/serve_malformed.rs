@@ -20,7 +20,7 @@ fn chat_body() -> serde_json::Value {
 #[test]
 fn malformed_requests_get_errors_and_the_server_keeps_serving() {
     let Some(model) = smol() else { return };
-    let mut srv = Server::start(&model, &["--api-key", KEY, "--parallel", "2", "--ctx-size", "256"]);
+    let mut srv = Server::start(&model, &["--api-key", KEY, "--parallel", "2", "--ctx-size", "512"]);
     let chat = "/v1/chat/completions";
     let a = &[AUTH];
 

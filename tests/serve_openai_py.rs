@@ -18,7 +18,7 @@ fn openai_python_client_works_against_the_server() {
         eprintln!("SKIP: python3 with the `openai` package is not available (python3 -m pip install openai)");
         return;
     }
-    let srv = Server::start(&model, &["--parallel", "2", "--ctx-size", "512", "--api-key", "py-key"]);
+    let srv = Server::start(&model, &["--parallel", "2", "--ctx-size", "1024", "--api-key", "py-key"]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/ci/serve_client_test.py");
     let out = Command::new("python3")
         .arg(script)
@@ -46,7 +46,7 @@ fn openai_python_client_tools_logprobs_n_embeddings_cors() {
         return;
     }
     let origin = "http://ui.example";
-    let srv = Server::start(&model, &["--parallel", "3", "--ctx-size", "1024", "--embeddings", "--cors", origin]);
+    let srv = Server::start(&model, &["--parallel", "3", "--ctx-size", "3072", "--embeddings", "--cors", origin]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/ci/serve_features_test.py");
     let out = Command::new("python3")
         .arg(script)

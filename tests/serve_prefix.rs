@@ -77,7 +77,7 @@ fn shared_system_prompt_is_reused_and_answers_equal_cold_ones() {
     let none: &[(&str, &str)] = &[];
 
     // Cold answers: no prompt cache at all, the system prompt evaluated every time.
-    let cold = Server::start(&model, &["--parallel", "2", "--ctx-size", "1024", "--kv-type", "f32", "--no-cache-prompt"]);
+    let cold = Server::start(&model, &["--parallel", "2", "--ctx-size", "2048", "--kv-type", "f32", "--no-cache-prompt"]);
     let sys = system_tokens(&cold);
     assert!(sys > 200, "{sys}");
     let want: Vec<String> = QUESTIONS
@@ -96,7 +96,7 @@ fn shared_system_prompt_is_reused_and_answers_equal_cold_ones() {
 
     // Four requests at once on a fresh server: the engine evaluates one prompt first; the
     // other three copy the system prompt's K/V from that live sequence.
-    let srv = Server::start(&model, &["--parallel", "4", "--ctx-size", "1024", "--kv-type", "f32"]);
+    let srv = Server::start(&model, &["--parallel", "4", "--ctx-size", "4096", "--kv-type", "f32"]);
     let handles: Vec<_> = (0..4)
         .map(|i| {
             let addr = srv.addr.clone();
@@ -131,7 +131,7 @@ fn shared_system_prompt_is_reused_and_answers_equal_cold_ones() {
 
     // Least recently used slots only (-sps 0): the second request goes to the empty
     // slot and copies the system prompt from the idle one.
-    let lru = Server::start(&model, &["--parallel", "2", "--ctx-size", "1024", "--kv-type", "f32", "-sps", "0"]);
+    let lru = Server::start(&model, &["--parallel", "2", "--ctx-size", "2048", "--kv-type", "f32", "-sps", "0"]);
     assert_eq!(chat(&lru.addr, QUESTIONS[1], None).text, want[1]);
     let a = chat(&lru.addr, QUESTIONS[2], None);
     assert_eq!(a.text, want[2], "after a copy from an idle slot");

@@ -101,9 +101,13 @@ fn synthetic_presets_greedy_is_unchanged_by_speculation() {
 fn fit_counts_a_draft_sequence_per_slot() {
     let Some(m) = common::model(common::SMOL) else { return };
     let m = m.to_str().unwrap();
-    let fit = |p: &str| json_run(&["fit", "-m", m, "--model-draft", m, "--json", "-c", "1024", "--device", "cpu", "--parallel", p]);
-    let (one, three) = (fit("1"), fit("3"));
+    // -c is the total over the slots (as lode serve splits it): 1024 tokens each.
+    let fit = |p: &str, c: &str| json_run(&["fit", "-m", m, "--model-draft", m, "--json", "-c", c, "--device", "cpu", "--parallel", p]);
+    let (one, three) = (fit("1", "1024"), fit("3", "3072"));
     let kv = one["kv_bytes"].as_u64().unwrap();
     let (d1, d3) = (one["draft_need_bytes"].as_u64().unwrap(), three["draft_need_bytes"].as_u64().unwrap());
-    assert_eq!(d3 - d1, 2 * kv, "the draft is the target's model here: two more slots add two of its KV caches ({d1} -> {d3})");
+    // And the rows a mixed step moves (`BatchEngine::step_mixed`): SmolLM2's q, k, v and
+    // attention rows (9 × 64, 3 × 64, 3 × 64, 9 × 64 f32) for two more decode rows.
+    let mixed = 2 * (576 + 192 + 192 + 576) * 4;
+    assert_eq!(d3 - d1, 2 * kv + mixed, "the draft is the target's model here: two more slots add two of its KV caches ({d1} -> {d3})");
 }

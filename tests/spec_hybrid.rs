@@ -1,4 +1,4 @@
-//! Speculative decoding on the hybrid (recurrent) models, qwen35 and qwen35moe: a verify
+//! Speculative decoding on the hybrid (recurrent) models, qwen35, qwen35moe and qwen3next: a verify
 //! chunk's rejected tail is rolled back through the rewind log (`model/rewind.rs`), so
 //!
 //! - a sequence rewound into a verify chunk continues exactly (bit for bit) as one that
@@ -156,7 +156,8 @@ fn speculation_emits_plain_decodings_tokens_and_logits() {
     let dir = std::env::temp_dir().join(format!("lode-spec-logits-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let prompt: Vec<u32> = [420, 258, 362, 32, 256].repeat(4);
-    for preset in ["qwen35-tiny", "qwen35moe-tiny"] {
+    // qwen3next-tiny: its rewind log holds the rows its packed projections were taken apart into.
+    for preset in ["qwen35-tiny", "qwen35moe-tiny", "qwen3next-tiny"] {
         let p = synth(&dir, preset, "11");
         let other = synth(&dir, preset, "12");
         let (mut partial, mut rejected) = (0, 0);

@@ -49,10 +49,10 @@ fn all(addr: &str) -> Vec<(String, Vec<f64>)> {
 fn ngram_speculation_leaves_greedy_completions_unchanged() {
     let Some(m) = smol() else { return };
     let plain = {
-        let srv = Server::start(&m, &["--parallel", "2", "-c", "512"]);
+        let srv = Server::start(&m, &["--parallel", "2", "-c", "1024"]);
         all(&srv.addr)
     };
-    let srv = Server::start(&m, &["--parallel", "2", "-c", "512", "--spec-type", "ngram-simple", "--draft-max", "5"]);
+    let srv = Server::start(&m, &["--parallel", "2", "-c", "1024", "--spec-type", "ngram-simple", "--draft-max", "5"]);
     let spec = all(&srv.addr);
     assert!(srv.metric("lode_spec_drafted_tokens_total", &[]) > 0.0, "no draft was verified");
     for (i, (a, b)) in plain.iter().zip(&spec).enumerate() {
@@ -71,11 +71,11 @@ fn ngram_speculation_leaves_greedy_completions_unchanged() {
 fn a_draft_model_leaves_greedy_completions_unchanged() {
     let Some(m) = smol() else { return };
     let plain = {
-        let srv = Server::start(&m, &["--parallel", "2", "-c", "512"]);
+        let srv = Server::start(&m, &["--parallel", "2", "-c", "1024"]);
         all(&srv.addr)
     };
     let ms = m.to_str().unwrap();
-    let srv = Server::start(&m, &["--parallel", "2", "-c", "512", "--model-draft", ms, "--draft-max", "6", "--draft-p-min", "0"]);
+    let srv = Server::start(&m, &["--parallel", "2", "-c", "1024", "--model-draft", ms, "--draft-max", "6", "--draft-p-min", "0"]);
     let spec = all(&srv.addr);
     let (drafted, rounds, reqs) = (
         srv.metric("lode_spec_drafted_tokens_total", &[]),
@@ -111,7 +111,7 @@ fn speculation_on_a_recurrent_model_in_serve() {
         p
     };
     let (m, other) = (synth("11"), synth("12"));
-    let base = ["--parallel", "2", "-c", "256", "-b", "4"];
+    let base = ["--parallel", "2", "-c", "512", "-b", "4"];
     let plain = hybrid_answers(&Server::start(&m, &base));
     assert!(plain.iter().all(|a| a.1.len() == 20), "{plain:?}");
     let ngram = Server::start(&m, &[&base[..], &["--spec-type", "ngram-simple", "--spec-ngram-size-n", "2"]].concat());

@@ -1,4 +1,4 @@
-//! `kernels-hip/delta.hip` (qwen35's conv and delta rule kernels) run on the host: g++
+//! `kernels-hip/delta.hip` (qwen35's and qwen3next's conv and delta rule kernels) run on the host: g++
 //! compiles the source with `ci/kernel-emu/common.h` in place of the device header (one OS
 //! thread per GPU thread, real block barriers and warp shuffles) and
 //! `ci/kernel-emu/delta_check.cpp` compares two chunks of output and both states with a
@@ -33,7 +33,17 @@ fn delta_kernels_match_the_reference_on_the_host() {
     // (key heads, value heads, head_k, head_v, tokens, one state per row): the tiny
     // preset's heads over a chunk, a batched step, heads of 128, value heads of 40 (a
     // partial group of rows) and 21 tokens (the conv's loads in groups of 8).
-    let cases: [[&str; 6]; 5] = [["2", "4", "64", "64", "5", "0"], ["2", "4", "64", "64", "3", "1"], ["1", "2", "128", "128", "9", "0"], ["1", "3", "64", "40", "4", "0"], ["1", "2", "64", "64", "21", "0"]];
+    // The last two: qwen3next's grouped value heads (head h reads key head h / 2), a
+    // chunk and a batched step.
+    let cases: [[&str; 7]; 7] = [
+        ["2", "4", "64", "64", "5", "0", "0"],
+        ["2", "4", "64", "64", "3", "1", "0"],
+        ["1", "2", "128", "128", "9", "0", "0"],
+        ["1", "3", "64", "40", "4", "0", "0"],
+        ["1", "2", "64", "64", "21", "0", "0"],
+        ["2", "4", "64", "64", "6", "0", "1"],
+        ["2", "4", "128", "128", "3", "1", "1"],
+    ];
     for c in cases {
         let e = run(&dir, &c);
         assert!(e <= 1e-4, "delta kernels {c:?}: max relative error {e:.3e}");

@@ -424,3 +424,63 @@ fn window_sized_cache_equals_the_full_context_and_cuts_back_safely() {
         assert!(run(&mut ring, 0) == run(&mut full, 0), "{kv_type:?}: a sequence evaluated again from the start");
     }
 }
+
+/// Chunked prefill mixed with decode (`step_mixed`): a prompt fed in chunks inside the
+/// decode steps of two other sequences gives each sequence the logits it gets alone
+/// (f32 caches round alike at every chunk shape), the chunk's last row only when asked,
+/// and a bad mixed step is an error that leaves every history alone.
+#[test]
+fn a_prompt_chunked_into_decode_steps_changes_no_sequence() {
+    for arch in ["llama", "qwen3", "gemma3"] {
+        let opts = EngineOptions { ctx_size: Some(48), batch_size: 8, kv_type: KvType::F32.into(), swa_full: false };
+        let mut b = BatchEngine::new(load(tiny(arch, &[])).unwrap(), Box::new(CpuBackend::new(2).unwrap()), opts, 3).unwrap();
+        assert!(b.can_mix() && b.max_rows() == 8);
+        let mut alone: Vec<Engine> = (0..3).map(|_| engine(arch, 48, 8, KvType::F32)).collect();
+        let mut next = [0u32; 3];
+        for s in 0..2 {
+            let p: Vec<u32> = (0..6 + s as u32).map(|i| (i * 11 + s as u32 * 5 + 1) % V as u32).collect();
+            b.eval_rows(s, &p, lode_runtime::model::OutputRows::Last, &mut |_, _| {}).unwrap();
+            next[s] = lode_runtime::engine::argmax_logits(&alone[s].eval(&p).unwrap());
+        }
+        let long: Vec<u32> = (0..23u32).map(|i| (i * 5 + 2) % V as u32).collect();
+        let want = alone[2].eval(&long).unwrap();
+        let close = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-4);
+        let mut fed = 0;
+        while fed < long.len() {
+            // Six rows of prompt beside the two decode rows, as a batch of 8 leaves.
+            let part = &long[fed..(fed + 6).min(long.len())];
+            let last = fed + part.len() == long.len();
+            let steps = [(1, next[1]), (0, next[0])];
+            let (first, rows) = b.step_mixed(2, part, last, &steps).unwrap();
+            fed += part.len();
+            assert_eq!(first.is_some(), last, "{arch}: the chunk's logits only at the prompt's end");
+            if let Some(l) = first {
+                assert!(close(&l, &want), "{arch}: the prompt's last logits");
+                next[2] = lode_runtime::engine::argmax_logits(&l);
+            }
+            for (&(s, t), got) in steps.iter().zip(&rows) {
+                let a = alone[s].eval(&[t]).unwrap();
+                assert!(close(got, &a), "{arch}: sequence {s} beside prompt tokens {fed}");
+                next[s] = lode_runtime::engine::argmax_logits(&a);
+            }
+        }
+        for s in 0..3 {
+            assert_eq!(b.history(s), alone[s].history(), "{arch}: sequence {s}");
+        }
+        // The prompt's sequence then decodes with the others as usual.
+        let got = b.step(&[(2, next[2]), (0, next[0])]).unwrap();
+        assert!(close(&got[0], &alone[2].eval(&[next[2]]).unwrap()), "{arch}: the step after the prompt");
+        // Bad mixed steps: the chunk's sequence also stepping, more rows than the batch, an
+        // empty chunk, a token outside the vocabulary.
+        let lens: Vec<usize> = (0..3).map(|s| b.history(s).len()).collect();
+        assert!(b.step_mixed(2, &[1, 2], false, &[(2, 3)]).is_err());
+        assert!(b.step_mixed(2, &[1; 7], false, &[(0, 3), (1, 3)]).is_err());
+        assert!(b.step_mixed(2, &[], false, &[(0, 3)]).is_err());
+        assert!(b.step_mixed(2, &[1, V as u32], false, &[(0, 3)]).is_err());
+        assert_eq!(lens, (0..3).map(|s| b.history(s).len()).collect::<Vec<_>>(), "{arch}: a refused step changes no history");
+    }
+    // One sequence has nothing to mix with.
+    let opts = EngineOptions { ctx_size: Some(48), batch_size: 8, ..Default::default() };
+    let one = BatchEngine::new(load(tiny("llama", &[])).unwrap(), Box::new(CpuBackend::new(2).unwrap()), opts, 1).unwrap();
+    assert!(!one.can_mix());
+}

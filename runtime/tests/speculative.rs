@@ -268,6 +268,42 @@ fn gemma3_with_ngram_lookup_equals_plain_greedy() {
     assert!(accepted > 0, "n-gram lookup never hit, even on the repeated passage");
 }
 
+/// Each drafter on each real model: Gemma 3 drafting for itself (a draft model whose
+/// cache has window-sized layers, caught up and cut back with the target's) and SmolLM2
+/// with n-gram lookup, greedy output plain greedy's token for token. (SmolLM2 drafting
+/// for itself and Gemma with n-gram lookup are above; neither file has an MTP block:
+/// draft-mtp is checked on the synthetic presets, `tests/mtp_reference.rs`.)
+#[test]
+fn gemma3_drafting_for_itself_and_smollm2_with_ngram_equal_plain_greedy() {
+    let greedy = SamplerParams::greedy();
+    let params = GenParams { max_tokens: 32, eog: vec![] };
+    if let (Some(m), Some(d)) = (real("gemma-3-270m-q4_k_m.gguf"), real("gemma-3-270m-q4_k_m.gguf")) {
+        let prompts = real_prompts(&m);
+        let mut target = engine_of(m, 512);
+        let mut dm = ModelDrafter::new(engine_of(d, 512), target.model(), &greedy, 0.0).unwrap();
+        for (i, p) in prompts.iter().enumerate() {
+            let want = plain(&mut target, p, &params, &greedy);
+            let got = spec(&mut target, &mut dm, 6, p, &params, &greedy);
+            eprintln!("gemma3 self-draft prompt {i}: {:?}", got.stats);
+            assert_same(&want, &got, &format!("gemma3 self-draft prompt {i}"), target.history(), p);
+            assert!(got.stats.acceptance() > 0.95, "self-drafting accepted only {:?}", got.stats);
+        }
+    }
+    if let Some(m) = real("SmolLM2-135M-Instruct.Q4_1.gguf") {
+        let prompts = real_prompts(&m);
+        let mut target = engine_of(m, 512);
+        let mut accepted = 0;
+        for (i, p) in prompts.iter().enumerate() {
+            let want = plain(&mut target, p, &params, &greedy);
+            let got = spec(&mut target, &mut NgramDrafter::new(8, 1).unwrap(), 8, p, &params, &greedy);
+            eprintln!("smollm2 n-gram prompt {i}: {:?}", got.stats);
+            assert_same(&want, &got, &format!("smollm2 n-gram prompt {i}"), target.history(), p);
+            accepted += got.stats.accepted;
+        }
+        assert!(accepted > 0, "n-gram lookup never hit, even on the repeated passage");
+    }
+}
+
 /// The same on a window-sized cache (chunks of 64: 640 slots for Gemma's 512-token
 /// window) past its base moves: a long repeated passage, so drafts are accepted while the
 /// cache drops old keys, and a rolled-back verify chunk keeps its prefix.

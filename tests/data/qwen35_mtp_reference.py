@@ -50,7 +50,7 @@ def chain_logits(m, prompt, chain, drop):
         x = q.matmul(b("nextn.eh_proj.weight"), c)
         x = x + q.attention(m, b, q.rms_norm(x, b("attn_norm.weight")[0], eps), eps, np.arange(len(tokens)))
         hf = q.rms_norm(x, b("post_attention_norm.weight")[0], eps)
-        x = x + (q.moe(m, b, hf, None) if m.arch == "qwen35moe" else q.swiglu(b, hf, ""))
+        x = x + (q.moe(m, b, hf, None) if m.arch in ("qwen35moe", "qwen3next") else q.swiglu(b, hf, ""))
         return q.rms_norm(x, head_norm, eps)
 
     # Causal attention: a row's output depends only on the rows before it, so the chain

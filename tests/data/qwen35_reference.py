@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""An independent qwen35 / qwen35moe (Qwen3.5 / 3.6) forward pass in NumPy, for
-`tests/hybrid_reference.rs`.
+"""An independent qwen35 / qwen35moe (Qwen3.5 / 3.6) and qwen3next (Qwen3-Next) forward
+pass in NumPy, for `tests/hybrid_reference.rs` and `tests/qwen3next_reference.rs`.
 
-    python3 tests/data/qwen35_reference.py MODEL.gguf ID,ID,... OUT.f32 [--drop-conv|--drop-beta|--drop-shared-gate]
+    python3 tests/data/qwen35_reference.py MODEL.gguf ID,ID,... OUT.f32 [--drop-conv|--drop-beta|--drop-shared-gate|--drop-grouping]
 
 Reads the tensors with gguf-py (0.19.0) and dequantizes them with `gguf.quants`; it does
 not call lode. Writes the logits of every position ([n_tokens, n_vocab] little-endian
 f32) to OUT. `--drop-conv` / `--drop-beta` compute a deliberately wrong model (no
 convolution: each channel is its current input; beta fixed at 1; the shared expert
-ungated), which the test uses to
-show its bounds can fail.
+ungated; `--drop-grouping`: qwen3next's value heads read as qwen35's, key head h mod
+n_k), which the tests use to show their bounds can fail.
 
 The arithmetic is llama.cpp's qwen35 graph, written from its math:
 - every layer: x += mixer(rms_norm(x) * attn_norm); x += ffn(rms_norm(x) *
@@ -29,6 +29,12 @@ The arithmetic is llama.cpp's qwen35 graph, written from its math:
   expert_used_count most probable, their probabilities divided by their sum (clamped
   below at 2^-14), each selected expert's SwiGLU FFN weighted and summed, plus the shared
   expert's SwiGLU FFN times sigmoid(ffn_gate_inp_shexp . x).
+- qwen3next (llama.cpp's qwen3next graph): qwen35moe's layers, except that the value
+  heads are grouped by key head (value head h reads key head h // (n_v / n_k), the
+  checkpoint's order), the gates come from one `ssm_ba` matrix whose output holds, per key
+  head group, its value heads' beta logits then their alpha logits, and an older file's
+  `ssm_in` replaces attn_qkv and attn_gate: per key head group its q (head_k_dim), k
+  (head_k_dim), v and z (each n_v / n_k value heads wide); no rope sections (plain NeoX).
 Like llama.cpp's CPU backend (and lode's), each matrix product first rounds its
 activations to the weight's dot type (Q8_K for the K-quants); everything else is float64.
 """
@@ -111,10 +117,23 @@ def delta_net(m, b, l, h, eps, drop):
     hk = m.kv("ssm.state_size")
     hv = m.kv("ssm.inner_size") // nv
     kd = nk * hk
-    qkv = matmul(b("attn_qkv.weight"), h)
-    z = matmul(b("attn_gate.weight"), h).reshape(n, nv, hv)
-    beta = sigmoid(matmul(b("ssm_beta.weight"), h))
-    alpha = matmul(b("ssm_alpha.weight"), h)
+    r = nv // nk
+    if f"blk.{l}.ssm_in.weight" in m.t:
+        # Per key head group: q, k, then the group's v heads and z heads.
+        g = matmul(b("ssm_in.weight"), h).reshape(n, nk, 2 * hk + 2 * r * hv)
+        q_, k_ = g[:, :, :hk], g[:, :, hk : 2 * hk]
+        v_, z_ = g[:, :, 2 * hk : 2 * hk + r * hv], g[:, :, 2 * hk + r * hv :]
+        qkv = np.concatenate([q_.reshape(n, kd), k_.reshape(n, kd), v_.reshape(n, nv * hv)], axis=1)
+        z = z_.reshape(n, nv, hv)
+    else:
+        qkv = matmul(b("attn_qkv.weight"), h)
+        z = matmul(b("attn_gate.weight"), h).reshape(n, nv, hv)
+    if f"blk.{l}.ssm_ba.weight" in m.t:
+        ba = matmul(b("ssm_ba.weight"), h).reshape(n, nk, 2 * r)
+        beta, alpha = sigmoid(ba[:, :, :r].reshape(n, nv)), ba[:, :, r:].reshape(n, nv)
+    else:
+        beta = sigmoid(matmul(b("ssm_beta.weight"), h))
+        alpha = matmul(b("ssm_alpha.weight"), h)
     if drop == "--drop-beta":
         beta = np.ones_like(beta)
     conv_w = b("ssm_conv1d.weight")[0]  # [channels, K]
@@ -129,7 +148,10 @@ def delta_net(m, b, l, h, eps, drop):
     k = l2(xc[:, kd : 2 * kd].reshape(n, nk, hk))
     v = xc[:, 2 * kd :].reshape(n, nv, hv)
     decay = np.exp(softplus(alpha + b("ssm_dt.bias")[0]) * b("ssm_a")[0])
-    kh = np.arange(nv) % nk  # value head h reads key head h mod n_k (ggml's repeat)
+    if m.arch == "qwen3next" and drop != "--drop-grouping":
+        kh = np.arange(nv) // r  # grouped by key head (llama.cpp's interleaved repeat)
+    else:
+        kh = np.arange(nv) % nk  # value head h reads key head h mod n_k (ggml's repeat)
     S = np.zeros((nv, hv, hk))
     o = np.zeros((n, nv, hv))
     for t in range(n):
@@ -216,7 +238,7 @@ def trunk(m, ids, drop):
         else:
             x = x + attention(m, b, h, eps, pos)
         h = rms_norm(x, b("post_attention_norm.weight")[0], eps)
-        x = x + (moe(m, b, h, drop) if m.arch == "qwen35moe" else swiglu(b, h, ""))
+        x = x + (moe(m, b, h, drop) if m.arch in ("qwen35moe", "qwen3next") else swiglu(b, h, ""))
     return x
 
 

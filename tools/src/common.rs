@@ -96,10 +96,16 @@ impl KvArgs {
     }
 }
 
-/// llama.cpp's multi-letter single-dash flags (`-ctk q8_0`, `-ctv=q4_0`, `-sps 0.5`)
+/// llama.cpp's multi-letter single-dash flags (`-ctk q8_0`, `-ctv=q4_0`, `-sps 0.5`, `-ub 128`, `-np 4`)
 /// rewritten as the long flags clap knows; everything else as given.
 pub fn llama_flags(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    const MAP: [(&str, &str); 3] = [("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v"), ("-sps", "--slot-prompt-similarity")];
+    const MAP: [(&str, &str); 5] = [
+        ("-ctk", "--cache-type-k"),
+        ("-ctv", "--cache-type-v"),
+        ("-sps", "--slot-prompt-similarity"),
+        ("-ub", "--ubatch-size"),
+        ("-np", "--parallel"),
+    ];
     args.into_iter()
         .map(|a| {
             let Some(s) = a.to_str() else { return a };
@@ -516,9 +522,10 @@ mod kv_flag_tests {
     /// `--kv-type` sets both, the per-half flags win.
     #[test]
     fn ctk_ctv_are_rewritten_and_resolved() {
-        let args = ["lode", "bench", "-ctk", "q8_0", "-ctv=q4_0", "-c", "512", "-ctkx", "-sps", "0.5"];
+        let args = ["lode", "bench", "-ctk", "q8_0", "-ctv=q4_0", "-c", "512", "-ctkx", "-sps", "0.5", "-ub", "64", "-np=3"];
         let got: Vec<String> = llama_flags(args.iter().map(std::ffi::OsString::from)).into_iter().map(|a| a.into_string().unwrap()).collect();
-        assert_eq!(got, ["lode", "bench", "--cache-type-k", "q8_0", "--cache-type-v=q4_0", "-c", "512", "-ctkx", "--slot-prompt-similarity", "0.5"]);
+        let want = ["lode", "bench", "--cache-type-k", "q8_0", "--cache-type-v=q4_0", "-c", "512", "-ctkx", "--slot-prompt-similarity", "0.5", "--ubatch-size", "64", "--parallel=3"];
+        assert_eq!(got, want);
         let kv = KvArgs { kv_type: Some(KvType::F32), cache_type_k: None, cache_type_v: None, swa_full: false };
         assert_eq!(kv.types(), KvTypes { k: KvType::F32, v: KvType::F32 });
         let kv = KvArgs { kv_type: Some(KvType::Q4_0), cache_type_k: Some(KvType::Q8_0), cache_type_v: None, swa_full: false };

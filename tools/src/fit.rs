@@ -49,8 +49,9 @@ pub struct Args {
     /// Prompt tokens per forward chunk (sizes the activation scratch).
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
-    /// Sequences sharing the model, each with its own KV cache of the context (as
-    /// `lode serve --parallel N`).
+    /// Sequences sharing the model (as `lode serve --parallel N`, also -np): the context
+    /// is then the total, each sequence's KV cache holding context / N tokens (without -c:
+    /// the training context split N ways, at most 4096 each), as `lode serve` sizes them.
     #[arg(long = "parallel", default_value_t = 1)]
     pub parallel: usize,
     /// Weight residency to plan for (default: the device's, as a run would pick).
@@ -91,8 +92,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     let mut target = target(args.device, args.residency, args.n_cpu_moe.unwrap_or(0))?;
     let c = &model.cfg;
-    let ctx = args.ctx.unwrap_or_else(|| c.n_ctx_train.min(lode_runtime::engine::DEFAULT_CTX_CAP)).max(1);
-    let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq: args.parallel.max(1), kv_type: args.kv.types(), swa_full: args.kv.swa_full };
+    let n_seq = args.parallel.max(1);
+    let ctx = crate::serve::slot_ctx(args.ctx, n_seq, c.n_ctx_train)?;
+    let shape = RunShape { ctx, batch: args.batch_size.max(1), n_seq, kv_type: args.kv.types(), swa_full: args.kv.swa_full };
     // The draft model's engine (one sequence per slot at the same context, as `lode
     // serve --model-draft` runs it; one for generate) takes its share first.
     let draft = match &args.model_draft {
@@ -132,7 +134,8 @@ pub fn run(args: Args) -> Result<()> {
             "model": path.display().to_string(),
             "device": target.name,
             "residency": target.residency,
-            "ctx": ctx,
+            "ctx": ctx * n_seq,
+            "ctx_per_sequence": ctx,
             "parallel": shape.n_seq,
             "weights_bytes": e.weights,
             "weights_per_layout": e.per_layout,
@@ -155,7 +158,8 @@ pub fn run(args: Args) -> Result<()> {
             "device_used_at_open_bytes": e.used_at_open,
             "predicted_device_used_bytes": e.predicted_device_used(),
             "fits": fits,
-            "max_ctx": max_ctx,
+            "max_ctx": max_ctx * n_seq as u64,
+            "max_ctx_per_sequence": max_ctx,
             "max_ctx_memory": e.max_ctx_memory,
             "cache_type_k": shape.kv_type.k.name(),
             "cache_type_v": shape.kv_type.v.name(),
@@ -170,7 +174,8 @@ pub fn run(args: Args) -> Result<()> {
         return verdict(&e);
     }
     let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    println!("{name} on {}, residency {}, context {ctx}", target.name, target.residency);
+    let per = if n_seq > 1 { format!(" ({n_seq} sequences of {ctx}, as lode serve --parallel {n_seq} -c {} splits it)", ctx * n_seq) } else { String::new() };
+    println!("{name} on {}, residency {}, context {}{per}", target.name, target.residency, ctx * n_seq);
     println!("  weights   {:>11}  ({} tensors)", human(e.weights), e.n_tensors);
     for (l, b) in &e.per_layout {
         println!("            {:>11}  {l}", human(*b));
@@ -235,12 +240,14 @@ pub fn run(args: Args) -> Result<()> {
     if !by_kv.is_empty() {
         println!("  largest context by KV type (-ctk/-ctv, K and V alike): {}", by_kv.join(", "));
     }
+    // With several sequences, the largest total (-c) and each sequence's share.
+    let largest = if n_seq > 1 { format!("{} ({n_seq} sequences of {max_ctx})", max_ctx * n_seq as u64) } else { max_ctx.to_string() };
     if fits {
-        println!("fits: yes; the largest context that fits is {max_ctx}{trained}");
+        println!("fits: yes; the largest context that fits is {largest}{trained}");
     } else if max_ctx == 0 {
         println!("fits: no; the weights and scratch alone need {} more than is free", human(e.fixed().saturating_sub(e.free)));
     } else {
-        println!("fits: no ({} short); the largest context that fits is {max_ctx}{trained}", human(e.need - e.free));
+        println!("fits: no ({} short); the largest context that fits is {largest}{trained}", human(e.need - e.free));
     }
     if let Some(n) = fit::fewest_host_expert_layers(&model, &target, shape) {
         println!("      with --n-cpu-moe {n} it fits: the first {n} layers' experts stay in host memory, computed by the CPU");

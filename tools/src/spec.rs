@@ -44,7 +44,8 @@ pub struct SpecArgs {
     /// Speculation without a draft model: none, ngram-simple (prompt lookup: propose the
     /// tokens that followed the latest earlier occurrence of the context's last n-gram) or
     /// draft-mtp (the model's own multi-token-prediction block, where the file has one:
-    /// Qwen3.5/3.6 MTP GGUFs).
+    /// Qwen3.5/3.6 MTP GGUFs; in lode serve, slots drafting together share its batched
+    /// rows).
     #[arg(long = "spec-type", value_name = "TYPE", default_value = "none")]
     pub spec_type: SpecType,
     /// ngram-simple: the longest n-gram looked up (shorter ones are tried down to 2).
@@ -112,23 +113,30 @@ impl SpecArgs {
     }
 }
 
-/// `lode serve`'s drafting: n-gram lookup per slot, or one draft model for all slots.
+/// `lode serve`'s drafting: n-gram lookup per slot, one draft model for all slots, or
+/// the target's own MTP block (on the engine thread, batched across slots).
 pub enum ServeSpec {
     Ngram(NgramDrafter),
     /// The draft model's engine, one sequence per slot.
     Model { engine: BatchEngine, p_min: f32 },
+    /// `--spec-type draft-mtp`: the target (loaded with [`Model::load_with_mtp`]) drafts
+    /// with its block, stopping below `p_min`.
+    Mtp { p_min: f32 },
 }
 
 impl SpecArgs {
     /// `lode serve`'s drafting for `n_slots` slots of `target` (opened first, so that the
-    /// draft is sized against what is left).
+    /// draft is sized against what is left; with draft-mtp, loaded with its block).
     pub fn serve_drafter(&self, margs: &ModelArgs, target: &Model, n_ctx: usize, n_slots: usize) -> Result<Option<(ServeSpec, SpecParams)>> {
         if !self.enabled() {
             return Ok(None);
         }
         self.check()?;
         if self.wants_mtp() {
-            bail!("--spec-type draft-mtp is not available in lode serve yet (its batched steps do not run the MTP block); use it with lode generate, chat or bench");
+            if target.mtp.is_none() {
+                bail!("the model carries no multi-token-prediction block (`nextn_predict_layers` and `blk.N.nextn.*` tensors): --spec-type draft-mtp needs one");
+            }
+            return Ok(Some((ServeSpec::Mtp { p_min: self.draft_p_min }, self.params())));
         }
         if let Some(path) = &self.model_draft {
             let (model, be, opts) = draft_parts(margs, path, n_ctx)?;

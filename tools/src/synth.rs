@@ -7,6 +7,7 @@ mod blocks;
 pub mod gemma4;
 pub mod gpt_oss;
 pub mod hybrid;
+pub mod qwen3next;
 mod presets;
 pub mod moe;
 mod vocab;
@@ -79,6 +80,20 @@ pub enum Preset {
     /// qwen35-35b-a3b with its multi-token-prediction block (`blk.40.nextn.*`).
     #[value(name = "qwen35-35b-a3b-mtp")]
     Qwen35_35bA3bMtp,
+    /// Qwen3-Next-80B-A3B / Qwen3-Coder-Next (qwen3next): 48 layers (36 gated delta net, 12
+    /// gated attention), n_embd 2048, 512 experts of FFN 512 (10 used) and a shared expert.
+    #[value(name = "qwen3-next-80b-a3b")]
+    Qwen3Next80bA3b,
+    /// A tiny qwen3next for tests: qwen35moe-tiny's shapes, value heads grouped by key head,
+    /// the packed `ssm_in` and `ssm_ba` of the older files.
+    #[value(name = "qwen3next-tiny")]
+    Qwen3NextTiny,
+    /// qwen3next-tiny as llama.cpp's converter writes it today (`attn_qkv` + `attn_gate`).
+    #[value(name = "qwen3next-tiny-qkv")]
+    Qwen3NextTinyQkv,
+    /// qwen3next-tiny with a multi-token-prediction block (`blk.4.nextn.*`, as Qwen3-Next's).
+    #[value(name = "qwen3next-tiny-mtp")]
+    Qwen3NextTinyMtp,
     /// gpt-oss-20b: 24 layers, n_embd 2880, 64 q / 8 KV heads of 64, 32 experts of FFN
     /// 2880 (4 used), every other layer a 128-token sliding window, YaRN RoPE.
     #[value(name = "gpt-oss-20b")]
@@ -270,6 +285,7 @@ pub fn hparams(p: Preset) -> Hparams {
         Preset::Qwen3_30bA3b | Preset::Qwen3MoeTiny => moe::hparams(p),
         Preset::Qwen35_27b | Preset::Qwen35Tiny | Preset::Qwen35_35bA3b | Preset::Qwen35MoeTiny => hybrid::hparams(p),
         Preset::Qwen35TinyMtp | Preset::Qwen35MoeTinyMtp | Preset::Qwen35_27bMtp | Preset::Qwen35_35bA3bMtp => hybrid::hparams(p),
+        Preset::Qwen3NextTiny | Preset::Qwen3NextTinyQkv | Preset::Qwen3NextTinyMtp | Preset::Qwen3Next80bA3b => qwen3next::hparams(p),
         Preset::GptOss20b | Preset::GptOssTiny => gpt_oss::hparams(p),
         Preset::Gemma4_31b | Preset::Gemma4_26bA4b | Preset::Gemma4Tiny | Preset::Gemma4MoeTiny => gemma4::hparams(p),
     }
@@ -511,6 +527,7 @@ fn synth_with(h: &Hparams, mix: Quant, path: &std::path::Path, seed: u64, progre
         let map = match h.arch {
             "gpt-oss" => gpt_oss::f32_map(&info.name),
             "gemma4" => gemma4::f32_map(&info.name),
+            "qwen3next" => qwen3next::f32_map(&info.name),
             _ => hybrid::f32_map(&info.name),
         };
         if let Some(f) = map.filter(|_| info.ty == GgmlType::F32) {

@@ -358,6 +358,9 @@ impl Backend for CachedBackend {
     fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
         self.inner.mul_sigmoid(x, gate, n_rows, row_len, per_row)
     }
+    fn copy_strided(&mut self, src: Buf, dst: Buf, s: &super::Strided) -> Result<()> {
+        self.inner.copy_strided(src, dst, s)
+    }
     #[allow(clippy::too_many_arguments)]
     fn attention_rows(&mut self, q: Buf, k: Buf, v: Buf, kvs: &[KvCache], layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         let sinks = match &p.sinks {

@@ -32,7 +32,7 @@ use crate::quant::{GgmlType, QuantError};
 use crate::weights::WeightRef;
 pub use moe::{Gating, MoeBiases, MoeFfn, MoeScratch};
 pub use kv::{AltHeads, KvSpec, KvType, KvTypes, SwaKv};
-pub use recurrent::{DeltaDims, DeltaIn, DeltaNet, DeltaState};
+pub use recurrent::{DeltaDims, DeltaIn, DeltaNet, DeltaState, Strided};
 
 /// Handle to an f32 activation buffer owned by a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -225,6 +225,12 @@ pub trait Backend: Send {
     /// place without a cache.
     fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
         None
+    }
+    /// Opens (`true`) or closes a window over which the device's driver-reported use is
+    /// sampled for a peak, read from [`Backend::weight_stats`] (`lode bench`'s per-row
+    /// peak); `Ok(false)` where the backend has no device memory to sample.
+    fn memory_window(&mut self, _open: bool) -> Result<bool> {
+        Ok(false)
     }
     /// The device's memory before the engine allocates anything (the engine refuses a
     /// model that would not fit, `engine::fit`); `None` where there is nothing to check
@@ -432,6 +438,11 @@ pub trait Backend: Send {
     /// (second): qwen35's query and output gate, interleaved per head. Default: host.
     fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> {
         recurrent::split_halves_host(self, src, n_rows, half, a, b)
+    }
+    /// The 3-D block `s` of `src` into `dst` (qwen3next's packed projections taken apart
+    /// per token and key head group). Default: host.
+    fn copy_strided(&mut self, src: Buf, dst: Buf, s: &Strided) -> Result<()> {
+        recurrent::copy_strided_host(self, src, dst, s)
     }
     /// Rows of `a` and `b` (`half` values each) side by side into `dst` (`2·half` a row):
     /// the MTP block's `[enorm(embedding), hnorm(hidden)]`. Default: two copies per row.

@@ -16,8 +16,9 @@
 //!    (`x / max(‖x‖, eps)`);
 //! 3. gates per value head: `β = σ(ssm_beta · x)`, decay `exp(g)` with
 //!    `g = softplus(ssm_alpha · x + ssm_dt.bias) · ssm_a` (`ssm_a` is `−exp(A_log)`);
-//! 4. value head `h` reads key head `h mod n_k_heads` (ggml broadcasts by repeating);
-//!    its state `S` (`head_v_dim` rows of `head_k_dim`) becomes `S ← exp(g)·S`,
+//! 4. value head `h` reads key head `h mod n_k_heads` (ggml broadcasts by repeating;
+//!    qwen3next's value heads are grouped by key head instead, `h / (n_v/n_k)`,
+//!    [`DeltaDims::grouped`]); its state `S` (`head_v_dim` rows of `head_k_dim`) becomes `S ← exp(g)·S`,
 //!    `d = β·(v − S k)`, `S ← S + d kᵀ`, and the output is `o = S q / √head_k_dim`;
 //! 5. `o` of each head is RMS-normed with `ssm_norm` and multiplied by `silu(z)`, `z` the
 //!    `attn_gate` projection.
@@ -44,9 +45,21 @@ pub struct DeltaDims {
     pub head_k_dim: usize,
     /// `ssm.inner_size / time_step_rank`: value head width.
     pub head_v_dim: usize,
+    /// The value heads come grouped by key head (qwen3next: value head `h` reads key head
+    /// `h / (n_v_heads / n_k_heads)`, llama.cpp's interleaved repeat) rather than tiled
+    /// (qwen35: `h mod n_k_heads`, as its converter reorders them).
+    pub grouped: bool,
 }
 
 impl DeltaDims {
+    /// The key head value head `h` reads.
+    pub fn key_head(&self, h: usize) -> usize {
+        if self.grouped {
+            h / (self.n_v_heads / self.n_k_heads).max(1)
+        } else {
+            h % self.n_k_heads
+        }
+    }
     pub fn key_dim(&self) -> usize {
         self.n_k_heads * self.head_k_dim
     }
@@ -227,7 +240,7 @@ pub fn delta_net_seq(d: &DeltaDims, w: &HostWeights, eps: f32, x: &SeqIn, n: usi
     }
     par_chunks(par, &mut work, sl + n * hv, &|h, piece| {
         let (s, o) = piece.split_at_mut(sl);
-        let kh = h % d.n_k_heads;
+        let kh = d.key_head(h);
         for t in 0..n {
             let row = &xc[t * ch..(t + 1) * ch];
             let q = &row[kh * hk..(kh + 1) * hk];
@@ -300,6 +313,67 @@ pub fn gated_delta_net_host<B: Backend + ?Sized>(be: &mut B, p: &DeltaNet, x: &D
     be.write(out, &o)
 }
 
+/// A 3-D block of f32 values that [`Backend::copy_strided`] moves: element `(i, j, e)`
+/// (`i < n[0]`, `j < n[1]`, `e < n[2]`, `e` contiguous) goes from
+/// `src_off + i·src_stride[0] + j·src_stride[1] + e` to
+/// `dst_off + i·dst_stride[0] + j·dst_stride[1] + e`. qwen3next's packed projections
+/// (`ssm_in`: q, k, v, z per key head group) are taken apart this way, per token and group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strided {
+    pub n: [usize; 3],
+    pub src_off: usize,
+    pub src_stride: [usize; 2],
+    pub dst_off: usize,
+    pub dst_stride: [usize; 2],
+}
+
+impl Strided {
+    fn end(&self, off: usize, st: [usize; 2]) -> usize {
+        if self.n.contains(&0) {
+            return 0;
+        }
+        off + (self.n[0] - 1) * st[0] + (self.n[1] - 1) * st[1] + self.n[2]
+    }
+    /// One past the last source index read (0 for an empty block).
+    pub fn src_end(&self) -> usize {
+        self.end(self.src_off, self.src_stride)
+    }
+    /// One past the last destination index written (0 for an empty block).
+    pub fn dst_end(&self) -> usize {
+        self.end(self.dst_off, self.dst_stride)
+    }
+    /// `f(src_index, dst_index)` for the start of each contiguous run of `n[2]` values.
+    pub fn runs(&self, mut f: impl FnMut(usize, usize)) {
+        for i in 0..self.n[0] {
+            for j in 0..self.n[1] {
+                f(self.src_off + i * self.src_stride[0] + j * self.src_stride[1], self.dst_off + i * self.dst_stride[0] + j * self.dst_stride[1]);
+            }
+        }
+    }
+    /// The block on host slices (each long enough: [`Self::src_end`], [`Self::dst_end`]).
+    pub fn apply(&self, src: &[f32], dst: &mut [f32]) {
+        let w = self.n[2];
+        self.runs(|s, d| dst[d..d + w].copy_from_slice(&src[s..s + w]));
+    }
+}
+
+/// [`Backend::copy_strided`] through host read-back (the default): the source and the
+/// destination's prefix read, the block moved, the prefix written back.
+pub fn copy_strided_host<B: Backend + ?Sized>(be: &mut B, src: Buf, dst: Buf, s: &Strided) -> Result<()> {
+    if src == dst {
+        return Err(BackendError::Invalid { op: "copy_strided", msg: "source and destination must be different buffers".into() });
+    }
+    let (se, de) = (s.src_end(), s.dst_end());
+    if de == 0 {
+        return Ok(());
+    }
+    let (mut sv, mut dv) = (vec![0f32; se], vec![0f32; de]);
+    be.read(src, &mut sv)?;
+    be.read(dst, &mut dv)?;
+    s.apply(&sv, &mut dv);
+    be.write(dst, &dv)
+}
+
 /// [`Backend::join_halves`] as device copies, two per row (the default).
 pub fn join_halves_copies<B: Backend + ?Sized>(be: &mut B, a: Buf, b: Buf, n_rows: usize, half: usize, dst: Buf) -> Result<()> {
     for r in 0..n_rows {
@@ -353,7 +427,7 @@ mod tests {
     /// over two tokens, against the same arithmetic written out step by step.
     #[test]
     fn two_tokens_by_hand() {
-        let d = DeltaDims { d_conv: 2, n_k_heads: 1, n_v_heads: 1, head_k_dim: 2, head_v_dim: 2 };
+        let d = DeltaDims { d_conv: 2, n_k_heads: 1, n_v_heads: 1, head_k_dim: 2, head_v_dim: 2, grouped: false };
         let w = HostWeights {
             conv: Cow::Owned(vec![0.5, 1.0, 0.25, 1.0, 1.0, -1.0, 2.0, 0.5, -0.5, 1.5, 1.0, 1.0]),
             dt_bias: Cow::Owned(vec![0.1]),
@@ -387,5 +461,22 @@ mod tests {
         assert!((out[0] - want[0]).abs() < 1e-5 && (out[1] - want[1]).abs() < 1e-5, "{out:?} vs {want:?}");
         let g = (softplus(-0.3 + 0.1) * -0.7f32).exp();
         assert!(g < 1.0 && g > 0.0);
+    }
+
+    /// qwen3next's grouped value heads read key head h / (n_v/n_k), qwen35's h mod n_k; a
+    /// strided block moves (token, group) runs and leaves the rest of the destination.
+    #[test]
+    fn grouped_key_heads_and_strided_blocks() {
+        let d = DeltaDims { d_conv: 4, n_k_heads: 2, n_v_heads: 6, head_k_dim: 4, head_v_dim: 4, grouped: true };
+        assert_eq!((0..6).map(|h| d.key_head(h)).collect::<Vec<_>>(), [0, 0, 0, 1, 1, 1]);
+        let t = DeltaDims { grouped: false, ..d };
+        assert_eq!((0..6).map(|h| t.key_head(h)).collect::<Vec<_>>(), [0, 1, 0, 1, 0, 1]);
+        // Two rows of two groups [a a b b b]: the b runs to a destination of rows of 7 from 1.
+        let src: Vec<f32> = (0..20).map(|i| i as f32).collect();
+        let s = Strided { n: [2, 2, 3], src_off: 2, src_stride: [10, 5], dst_off: 1, dst_stride: [7, 3] };
+        assert_eq!((s.src_end(), s.dst_end()), (20, 14));
+        let mut dst = vec![-1f32; 14];
+        s.apply(&src, &mut dst);
+        assert_eq!(dst, [-1., 2., 3., 4., 7., 8., 9., -1., 12., 13., 14., 17., 18., 19.]);
     }
 }

@@ -19,6 +19,9 @@ use crate::model::{KvRows, Model, MtpBufs, MtpState, OutputRows, RecurrentState,
 
 use super::{EngineError, EngineOptions, DEFAULT_CTX_CAP};
 
+mod mtp;
+mod mixed;
+
 /// One sequence: its cache and the tokens whose K/V it holds (slot = index).
 struct Seq {
     kv: KvCache,
@@ -65,6 +68,12 @@ pub struct BatchEngine {
     mtp_bufs: Option<MtpBufs>,
     /// Whether evaluations run the MTP block after the target ([`Self::set_mtp`]).
     mtp_on: bool,
+    /// The device's use before this engine allocated, plus its KV and recurrent state
+    /// as fit counts them ([`Self::memory_floor`]).
+    floor: Option<u64>,
+    /// A mixed step's decode rows during attention (`[q, k, v, att]`, `n_seq` rows each;
+    /// `None` where [`Self::step_mixed`] cannot run).
+    mix: Option<[crate::backend::Buf; 4]>,
 }
 
 impl BatchEngine {
@@ -126,6 +135,10 @@ impl BatchEngine {
         if let Some(target) = &planned {
             refuse(target)?;
         }
+        let floor = match &planned {
+            Some(t) => sized(t).ok().map(|e| t.used_at_open + e.kv + e.recurrent),
+            None => None,
+        };
         be.attach_weights(model.file(), &weights)?;
         // A backend that could not serve `mapped` falls back to copying the weights: count
         // the run again, still before anything is allocated.
@@ -137,7 +150,7 @@ impl BatchEngine {
                 })?;
             }
         }
-        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa, mtp_bufs: None, mtp_on: true };
+        let mut e = BatchEngine { model, be, seqs: Vec::with_capacity(n_seq), scratch: None, n_ctx, swa: spec.swa, mtp_bufs: None, mtp_on: true, floor, mix: None };
         // Built step by step so that Drop releases whatever was allocated if one fails.
         for _ in 0..n_seq {
             let kv = e.be.alloc_kv(&spec)?;
@@ -158,6 +171,7 @@ impl BatchEngine {
         if e.model.mtp.is_some() {
             e.mtp_bufs = Some(MtpBufs::new(e.be.as_mut(), &e.model, rows)?);
         }
+        e.mix = mixed::alloc_mix_bufs(e.be.as_mut(), &e.model, n_seq)?;
         Ok(e)
     }
 
@@ -170,6 +184,18 @@ impl BatchEngine {
     /// The backend's weight-residency counters (`--memory-report`, `lode bench`).
     pub fn weight_stats(&self) -> Option<crate::weights::WeightStats> {
         self.be.weight_stats()
+    }
+    /// The device memory a run cannot do without, weights aside: the driver's use before
+    /// this engine allocated (context, kernels, other processes) plus the KV cache and
+    /// recurrent state (`None` without a device). `lode bench` reports its peak above this
+    /// plus the resident weights as overhead.
+    pub fn memory_floor(&self) -> Option<u64> {
+        self.floor
+    }
+    /// Opens or closes a device-memory peak window ([`Backend::memory_window`]); the peak
+    /// reads from [`Self::weight_stats`]. `false`: no device memory to sample.
+    pub fn memory_window(&mut self, open: bool) -> Result<bool, EngineError> {
+        Ok(self.be.memory_window(open)?)
     }
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
@@ -307,12 +333,7 @@ impl BatchEngine {
         self.seqs[dst].history.clear();
         self.seqs[dst].rec.stop_log();
         self.be.copy_kv(self.seqs[src].kv, self.seqs[dst].kv, n)?;
-        if let (Some(a), Some(b)) = (&self.seqs[src].mtp, &self.seqs[dst].mtp) {
-            self.be.copy_kv(a.kv, b.kv, n)?;
-        }
-        if let Some(m) = &mut self.seqs[dst].mtp {
-            m.forget_hidden();
-        }
+        self.copy_mtp_prefix(src, dst, n)?;
         if recurrent {
             let (s, d) = (&self.seqs[src].rec, &self.seqs[dst].rec);
             d.copy_from(self.be.as_mut(), &self.model, s)?;
@@ -449,41 +470,17 @@ impl BatchEngine {
         r.map(|_| rows)
     }
 
-    /// Whether evaluations also run the MTP block (on by default where the model kept
-    /// one): off, a run that does not draft with it does not pay for it (`lode bench`'s
-    /// plain rows). Turned on again, a sequence's block sees zeros for the hidden state
-    /// of the positions evaluated while it was off (drafts then only score worse).
-    pub fn set_mtp(&mut self, on: bool) {
-        self.mtp_on = on;
-        if !on {
-            for m in self.seqs.iter_mut().filter_map(|s| s.mtp.as_mut()) {
-                m.forget_hidden();
-            }
-        }
-    }
-
-    /// The model's multi-token-prediction block drafting for `seq`: the logits for the
-    /// token after `tok`, where `tok` sits `j` places past the cached tokens (`j = 0`:
-    /// the token about to be evaluated, with the target's hidden state of the last cached
-    /// one; then the block's own drafts, each after the previous `j`). `None` for a model
-    /// without the block.
-    pub fn mtp_logits(&mut self, seq: usize, tok: u32, j: usize) -> Result<Option<Vec<f32>>, EngineError> {
-        self.check_seq(seq)?;
-        self.check_tokens(&[tok])?;
-        let len = self.seqs[seq].history.len();
-        let pos = len + j;
-        if pos >= self.n_ctx {
-            return Err(EngineError::PromptTooLong { n_prompt: j + 1, free: self.n_ctx - len, n_ctx: self.n_ctx });
-        }
-        let (Some(b), Some(st)) = (&self.mtp_bufs, &mut self.seqs[seq].mtp) else { return Ok(None) };
-        let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
-        Ok(Some(self.model.mtp_draft(self.be.as_mut(), scratch, b, st, tok, pos as u32, j == 0)?))
-    }
-
     /// One decode step of several sequences at once: `steps[i] = (seq, token)` appends
     /// `token` to `seq` and returns the logits after it, in the order of `steps`. Each
     /// sequence appears at most once.
     pub fn step(&mut self, steps: &[(usize, u32)]) -> Result<Vec<Vec<f32>>, EngineError> {
+        let mut out = vec![Vec::new(); steps.len()];
+        self.step_with(steps, &mut |i, l| out[i] = l.to_vec())?;
+        Ok(out)
+    }
+    /// [`Self::step`] handing row `i`'s logits to `on_row(i, logits)` as they are read, lent
+    /// (no copy, no allocation: a 32-sequence step of a 152k vocabulary reads 19 MB).
+    pub fn step_with(&mut self, steps: &[(usize, u32)], on_row: &mut dyn FnMut(usize, &[f32])) -> Result<(), EngineError> {
         let n = steps.len();
         let n_max = self.scratch.as_ref().expect("scratch lives as long as the engine").n_max;
         if n == 0 || n > n_max {
@@ -522,12 +519,9 @@ impl BatchEngine {
         }
         let scratch = self.scratch.as_ref().expect("scratch lives as long as the engine");
         let states: Vec<&RecurrentState> = steps.iter().map(|&(seq, _)| &self.seqs[seq].rec).filter(|r| !r.is_empty()).collect();
-        let mut out = vec![Vec::new(); n];
         // One sequence: the single-sequence path (no per-row copies), bit-identical to `eval`.
         let kv = if n == 1 { KvRows::One(caches[0]) } else { KvRows::PerRow(&caches) };
-        let res = self.model.forward(self.be.as_mut(), scratch, kv, &states, &tokens, &pos, OutputRows::All, &mut |i, l| {
-            out[i] = l.to_vec()
-        });
+        let res = self.model.forward(self.be.as_mut(), scratch, kv, &states, &tokens, &pos, OutputRows::All, on_row);
         if let Err(err) = res {
             // The stepped sequences' recurrent states may be half advanced: they start over.
             if !states.is_empty() {
@@ -544,12 +538,10 @@ impl BatchEngine {
                 s.rec.logged_rows(1);
             }
             s.history.push(tok);
-            // A batched step does not run the MTP block (single-sequence drafting only).
-            if let Some(m) = &mut s.mtp {
-                m.forget_hidden();
-            }
         }
-        Ok(out)
+        // The MTP block follows the target over the step's rows too.
+        self.mtp_after_step(steps, &pos)?;
+        Ok(())
     }
 }
 
@@ -560,6 +552,9 @@ impl Drop for BatchEngine {
         }
         if let Some(b) = self.mtp_bufs.take() {
             let _ = b.free(self.be.as_mut());
+        }
+        for b in self.mix.take().into_iter().flatten() {
+            let _ = self.be.free(b);
         }
         for mut s in self.seqs.drain(..) {
             let _ = self.be.free_kv(s.kv);

@@ -182,10 +182,47 @@ pub fn draft_greedy(e: &mut BatchEngine, reqs: &[(usize, &[u32], usize)], p_min:
     }
 }
 
+/// Drafting with the target's own MTP block for several sequences of one engine at
+/// once (`lode serve --spec-type draft-mtp`'s slots): `reqs[i] = (seq, token, max)`,
+/// `token` being the one about to be evaluated after `seq`'s cached tokens. Every request
+/// still drafting picks its token and advances in ONE batched row of the block for all
+/// of them ([`BatchEngine::mtp_draft_rows`]), so the block's weights and the LM head are
+/// read once per drafted position, not once per slot. `samplers[seq]`: that sequence's
+/// drafting sampler ([`draft_sampler`] of its request's settings; `None`: argmax), whose
+/// draws come with their distribution (`Draft::q`) as [`MtpDrafter`]'s do. A request
+/// stops after `max` tokens, at the context's end, or before a token whose probability
+/// is below `p_min`. Each sequence appears at most once.
+pub fn mtp_draft_batch(e: &mut BatchEngine, reqs: &[(usize, u32, usize)], samplers: &mut [Option<Sampler>], p_min: f32) -> Result<Vec<Draft>, EngineError> {
+    let mut out = vec![Draft::default(); reqs.len()];
+    // (request, its last token, tokens it may still draft)
+    let mut live: Vec<(usize, u32, usize)> = reqs
+        .iter()
+        .enumerate()
+        .map(|(i, &(seq, tok, max))| (i, tok, max.min(e.n_ctx().saturating_sub(e.history(seq).len()))))
+        .filter(|r| r.2 > 0)
+        .collect();
+    let mut j = 0;
+    while !live.is_empty() {
+        let rows: Vec<(usize, u32, usize)> = live.iter().map(|&(i, tok, _)| (reqs[i].0, tok, j)).collect();
+        let logits = e.mtp_draft_rows(&rows)?;
+        let mut next = Vec::with_capacity(live.len());
+        for (&(i, _, max), l) in live.iter().zip(&logits) {
+            let sampler = samplers.get_mut(reqs[i].0).and_then(Option::as_mut);
+            let Some(t) = pick_draft(sampler, l, p_min, &mut out[i]) else { continue };
+            if out[i].tokens.len() < max {
+                next.push((i, t, max));
+            }
+        }
+        live = next;
+        j += 1;
+    }
+    Ok(out)
+}
+
 /// The sampler a drafter draws with under the target's settings `params`: none for a
 /// greedy target (argmax drafts), else the same truncation and temperature without
 /// penalties, its own seed.
-fn draft_sampler(params: &SamplerParams) -> Option<Sampler> {
+pub fn draft_sampler(params: &SamplerParams) -> Option<Sampler> {
     (params.temp > 0.0).then(|| {
         let own = SamplerParams {
             repeat_penalty: 1.0,

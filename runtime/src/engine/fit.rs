@@ -166,7 +166,9 @@ impl Estimate {
         if let Some(&(t, _)) = smaller {
             msg += &format!("; -ctk {t} -ctv {t} holds this context");
         }
-        if max >= 1 {
+        if max >= 1 && s.n_seq > 1 {
+            msg += &format!("; the largest context that fits is {max} tokens per sequence (lode serve: -c {} for its {} slots)", max * s.n_seq as u64, s.n_seq);
+        } else if max >= 1 {
             msg += &format!("; the largest context that fits is -c {max}");
         } else {
             // Not even one token: the weights must shrink (or stay in host memory).
@@ -183,6 +185,14 @@ impl Estimate {
         }
         Some(msg)
     }
+}
+
+/// The decode rows a mixed step (`BatchEngine::step_mixed`) of an engine of `n_seq`
+/// sequences may carry (every sequence but the prefilling one), or `None` where the engine
+/// does not mix (one sequence, recurrent layers, an MTP block kept).
+pub(crate) fn mix_rows(model: &Model, n_seq: usize) -> Option<usize> {
+    let c = &model.cfg;
+    (n_seq > 1 && c.recurrent.is_none() && model.mtp.is_none()).then_some(n_seq - 1)
 }
 
 /// For a mixture-of-experts model that does not fit a GPU: the fewest layers whose
@@ -319,6 +329,10 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         }
         if let Some(d) = c.recurrent {
             bufs.extend([n * d.channels(), n * d.value_dim(), n * d.n_v_heads, n * d.n_v_heads, n * d.value_dim()]);
+            // qwen3next's packed projections' outputs (`HybridScratch::packed`).
+            if model.layers.iter().any(|l| l.delta.as_ref().is_some_and(|w| w.packed())) {
+                bufs.extend([n * (d.channels() + d.value_dim()), n * 2 * d.n_v_heads]);
+            }
         }
         if model.layers.iter().any(|l| l.shared.is_some()) {
             bufs.extend([n * c.n_ff_shared, n * c.n_ff_shared, n * c.n_embd, n]);
@@ -330,9 +344,14 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
                 bufs.extend([n * c.n_embd, n * c.n_embd]);
             }
         }
+        if let Some(d) = mix_rows(model, shape.n_seq) {
+            // A mixed step's decode rows moved for their attention (`BatchEngine::step_mixed`).
+            bufs.extend([d * c.n_head * c.head_dim_k, d * c.n_head_kv * c.head_dim_k, d * c.n_head_kv * c.head_dim_v, d * c.n_head * c.head_dim_v]);
+        }
         if model.mtp.is_some() {
-            // `MtpBufs` (hidden input, concatenation), then per sequence `MtpState`'s rows.
-            bufs.extend([n * c.n_embd, 2 * n * c.n_embd]);
+            // `MtpBufs` (hidden input, concatenation, a zero row), then per sequence
+            // `MtpState`'s rows.
+            bufs.extend([n * c.n_embd, 2 * n * c.n_embd, c.n_embd]);
             for _ in 0..n_seq {
                 bufs.extend([n * c.n_embd, c.n_embd]);
             }

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 pub use batch::{kept_after_truncate, kept_with_window, BatchEngine};
 pub use constraint::{Constraint, TokenMask};
-pub use drafters::{catch_up, check_same_vocab, draft_greedy, ModelDrafter, MtpDrafter, NgramDrafter};
+pub use drafters::{catch_up, check_same_vocab, draft_greedy, draft_sampler, mtp_draft_batch, ModelDrafter, MtpDrafter, NgramDrafter};
 pub use sampler::{argmax_logits, Sampler, SamplerParams};
 pub use speculative::{generate_speculative, generate_speculative_with_logits, BatchSequence, Draft, Drafter, SpecOutput, SpecParams, SpecStats};
 pub use stop::StopStrings;

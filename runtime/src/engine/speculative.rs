@@ -34,6 +34,9 @@ use crate::model::OutputRows;
 pub trait Drafter {
     /// A short name for logs and reports (`ngram`, `draft-model`).
     fn name(&self) -> &'static str;
+    /// Called before a generation with its sampler settings: a drafter that samples its
+    /// drafts (handing their distribution over) draws under them.
+    fn set_sampling(&mut self, _params: &super::SamplerParams) {}
     /// Called once with the prompt (every cached token) before generation starts: a
     /// draft model evaluates it here, in the prompt's time.
     fn begin(&mut self, _context: &[u32]) -> Result<(), EngineError> {

@@ -7,7 +7,7 @@ pub use super::gemma4::{AltAttn, HeadGeo};
 use super::ModelError;
 
 /// The architectures lode runs (`general.architecture` values).
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35", "qwen35moe", "gpt-oss", "gemma4"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "gpt-oss", "gemma4"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -23,6 +23,10 @@ pub enum Arch {
     /// Qwen3.5 / 3.6 mixture of experts (35B-A3B): qwen35's layers with routed experts and
     /// a gated shared expert.
     Qwen35Moe,
+    /// Qwen3-Next (80B-A3B, Qwen3-Coder-Next): qwen35moe's layers with its value heads
+    /// grouped by key head and its projections packed (`ssm_in`: q, k, v, z per key head
+    /// group, or `attn_qkv` + `attn_gate`; `ssm_ba`: beta and alpha per group).
+    Qwen3Next,
     /// OpenAI's gpt-oss (llama.cpp's `openai_moe`): biased attention with sinks and an
     /// alternating sliding window, YaRN RoPE, biased experts with a clamped SwiGLU.
     GptOss,
@@ -42,6 +46,7 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Qwen35 => "qwen35",
             Arch::Qwen35Moe => "qwen35moe",
+            Arch::Qwen3Next => "qwen3next",
             Arch::GptOss => "gpt-oss",
             Arch::Gemma4 => "gemma4",
         }
@@ -145,6 +150,7 @@ impl Config {
             "gemma3" => Arch::Gemma3,
             "qwen35" => Arch::Qwen35,
             "qwen35moe" => Arch::Qwen35Moe,
+            "qwen3next" => Arch::Qwen3Next,
             "gpt-oss" => Arch::GptOss,
             "gemma4" => Arch::Gemma4,
             other => {
@@ -203,13 +209,16 @@ impl Config {
 
         let gemma = arch == Arch::Gemma3;
         let gemma4 = arch == Arch::Gemma4;
-        let hybrid = matches!(arch, Arch::Qwen35 | Arch::Qwen35Moe);
+        let hybrid = matches!(arch, Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next);
+        if arch == Arch::Qwen3Next && experts.is_none() {
+            return Err(ModelError::BadConfig(format!("{a}: a qwen3next model needs experts ({a}.expert_count > 0), as llama.cpp's loader does")));
+        }
         if let Some(sc) = optf("expert_weights_scale")? {
             if sc != 0.0 && sc != 1.0 {
                 return Err(ModelError::BadConfig(format!("{a}.expert_weights_scale {sc} is not supported (0 or 1)")));
             }
         }
-        let (recurrent, recurrent_layers) = if hybrid { delta_net(&req, &opt, a, n_layer)? } else { (None, vec![false; n_layer]) };
+        let (recurrent, recurrent_layers) = if hybrid { delta_net(file, &req, &opt, a, n_layer, arch == Arch::Qwen3Next)? } else { (None, vec![false; n_layer]) };
         if hybrid {
             rope_sections_plain(file, a, n_rot)?;
         }
@@ -343,13 +352,17 @@ fn experts(opt: &dyn Fn(&str) -> Result<Option<usize>, ModelError>, a: &str) -> 
 }
 
 /// qwen35's gated delta net: its dimensions from the `ssm.*` keys, and which layers are
-/// recurrent: all but every `full_attention_interval`-th (default 4, as llama.cpp).
+/// recurrent: `attention.recurrent_layers` (one bool per block) where the file has it, else
+/// all but every `full_attention_interval`-th (default 4, as llama.cpp). `grouped`:
+/// qwen3next's value heads grouped by key head ([`DeltaDims::grouped`]).
 #[allow(clippy::type_complexity)]
 fn delta_net(
+    file: &GgufFile,
     req: &dyn Fn(&str) -> Result<usize, ModelError>,
     opt: &dyn Fn(&str) -> Result<Option<usize>, ModelError>,
     a: &str,
     n_layer: usize,
+    grouped: bool,
 ) -> Result<(Option<DeltaDims>, Vec<bool>), ModelError> {
     let (d_conv, inner, state) = (req("ssm.conv_kernel")?, req("ssm.inner_size")?, req("ssm.state_size")?);
     let (n_v_heads, n_k_heads) = (req("ssm.time_step_rank")?, req("ssm.group_count")?);
@@ -361,12 +374,26 @@ fn delta_net(
              inner_size = time_step_rank × state_size (square states)"
         )));
     }
-    let interval = opt("full_attention_interval")?.unwrap_or(4);
-    if interval == 0 {
-        return Err(ModelError::BadConfig(format!("{a}.full_attention_interval is 0")));
-    }
-    let layers = (0..n_layer).map(|i| (i + 1) % interval != 0).collect();
-    Ok((Some(DeltaDims { d_conv, n_k_heads, n_v_heads, head_k_dim: state, head_v_dim: inner / n_v_heads }), layers))
+    let key = format!("{a}.attention.recurrent_layers");
+    let layers = match file.get(&key) {
+        // The blocks past the layers (multi-token prediction) are listed too, as attention.
+        Some(MetaValue::Array(_, items)) => {
+            let v: Vec<bool> = items.iter().filter_map(|x| if let MetaValue::Bool(b) = x { Some(*b) } else { None }).collect();
+            if v.len() != items.len() || v.len() < n_layer {
+                return Err(ModelError::BadConfig(format!("{key}: expected at least {n_layer} bools, got {} entries", items.len())));
+            }
+            v[..n_layer].to_vec()
+        }
+        Some(_) => return Err(ModelError::BadConfig(format!("{key}: expected an array of bools"))),
+        None => {
+            let interval = opt("full_attention_interval")?.unwrap_or(4);
+            if interval == 0 {
+                return Err(ModelError::BadConfig(format!("{a}.full_attention_interval is 0")));
+            }
+            (0..n_layer).map(|i| (i + 1) % interval != 0).collect()
+        }
+    };
+    Ok((Some(DeltaDims { d_conv, n_k_heads, n_v_heads, head_k_dim: state, head_v_dim: inner / n_v_heads, grouped }), layers))
 }
 
 /// qwen35's multi-section RoPE (`rope.dimension_sections`, interleaved as ggml's IMROPE):

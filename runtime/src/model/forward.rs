@@ -19,10 +19,17 @@ pub const OUT_ROWS_MAX: usize = 16;
 /// chunks, single-sequence decode), or one cache per row — a batched decode step in which
 /// row `t` is the next token of the sequence whose cache is `caches[t]` (continuous
 /// batching: the weights are read once for all sequences, attention stays per sequence).
+///
+/// `Mixed` is a decode step carrying a prompt chunk (chunked prefill): rows
+/// `0..n_chunk` are the next prompt tokens of the sequence whose cache is `chunk`, at
+/// consecutive positions; row `n_chunk + i` is the next token of the sequence whose cache
+/// is `rows[i]`. `tmp` (`[q, k, v, att]`, at least `rows.len()` rows each) is where the
+/// per-row rows move for their attention (the chunk's runs at row 0, as a prompt chunk's).
 #[derive(Clone, Copy, Debug)]
 pub enum KvRows<'a> {
     One(KvCache),
     PerRow(&'a [KvCache]),
+    Mixed { chunk: KvCache, n_chunk: usize, rows: &'a [KvCache], tmp: [Buf; 4] },
 }
 
 /// Where an attention layer sits: its RoPE base and frequency scale, its window (`None`:
@@ -45,6 +52,9 @@ pub enum OutputRows {
     /// Every position's last hidden state after the output norm (`[n_embd]`, no LM
     /// head): what embeddings pool.
     Hidden,
+    /// The last `k` rows (a mixed step: its decode rows, and the prompt chunk's last row
+    /// when the chunk ends the prompt).
+    Tail(usize),
 }
 
 /// Activation buffers for chunks of up to `n_max` tokens, owned by the backend.
@@ -65,7 +75,7 @@ pub struct Scratch {
     hybrid: Option<HybridScratch>,
     /// gemma4's experts' and router's inputs (`[n, n_embd]` each; MoE members only).
     g4: Option<[Buf; 2]>,
-    out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
+    pub(super) out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
     pub(super) logits: Buf, // [OUT_ROWS_MAX, n_vocab]
     /// The quantized KV cache's rotation ([`KvRot`]): q/k/v rotated before the cache, the
     /// attention output rotated back.
@@ -157,10 +167,13 @@ impl Model {
         let per_row_ok = match kv {
             KvRows::One(_) => true,
             KvRows::PerRow(caches) => caches.len() == n,
+            KvRows::Mixed { n_chunk, rows, .. } => n_chunk >= 1 && n_chunk + rows.len() == n,
         };
         let n_states = match kv {
             KvRows::One(_) => 1,
             KvRows::PerRow(caches) => caches.len(),
+            // The delta net takes one sequence's rows or one row per sequence, not both.
+            KvRows::Mixed { .. } => usize::MAX,
         };
         let states_ok = if c.recurrent.is_some() { states.len() == n_states } else { states.is_empty() };
         if n == 0 || n > s.n_max || pos.len() != n || !per_row_ok || !states_ok {
@@ -206,7 +219,7 @@ impl Model {
             }
         }
         let (norm, head) = (self.w(self.output_norm), self.w(self.output));
-        if n == 1 && matches!(rows, OutputRows::Last | OutputRows::All) {
+        if n == 1 && matches!(rows, OutputRows::Last | OutputRows::All | OutputRows::Tail(1..)) {
             // One token (decode): the last residual add, the output norm and the LM head
             // as one fused op (one launch on the GPU instead of four).
             let out_norm = NormIn { x: s.x, add: pending_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&norm), eps: c.eps };
@@ -228,8 +241,9 @@ impl Model {
         }
 
         let first = match rows {
-            OutputRows::None => return Ok(()),
+            OutputRows::None | OutputRows::Tail(0) => return Ok(()),
             OutputRows::Last => n - 1,
+            OutputRows::Tail(k) => n.saturating_sub(k),
             OutputRows::All | OutputRows::Hidden => 0,
         };
         let mut host = s.host.borrow_mut();
@@ -246,20 +260,29 @@ impl Model {
             }
             return Ok(());
         }
-        host.resize(OUT_ROWS_MAX.min(n - first) * c.n_vocab, 0.0);
         let mut r0 = first;
         while r0 < n {
             let m = OUT_ROWS_MAX.min(n - r0);
             be.copy(s.x, r0 * e, s.out_x, 0, m * e)?;
             be.rms_norm(s.out_x, s.out_x, m, e, Some(&norm), c.eps)?;
             be.matmul(&head, s.out_x, m, s.logits)?;
-            be.read(s.logits, &mut host[..m * c.n_vocab])?;
-            if let Some(cap) = c.logit_softcap {
-                super::gemma4::softcap(&mut host[..m * c.n_vocab], cap);
-            }
-            for (i, row) in host[..m * c.n_vocab].chunks_exact(c.n_vocab).enumerate() {
-                on_logits(r0 + i, row);
-            }
+            // Lent rows (the GPU's page-locked read buffer): no host copy of m × n_vocab,
+            // except where gemma4's soft-cap rewrites them.
+            let mut capped: Vec<f32> = Vec::new();
+            be.read_with(s.logits, m * c.n_vocab, &mut host, &mut |l| {
+                let l = match c.logit_softcap {
+                    Some(cap) => {
+                        capped.clear();
+                        capped.extend_from_slice(l);
+                        super::gemma4::softcap(&mut capped, cap);
+                        &capped[..]
+                    }
+                    None => l,
+                };
+                for (i, row) in l.chunks_exact(c.n_vocab).enumerate() {
+                    on_logits(r0 + i, row);
+                }
+            })?;
             r0 += m;
         }
         Ok(())
@@ -359,6 +382,21 @@ impl Model {
                 crate::backend::prepare_qk(be, &prep, s.q, s.k, pos)?;
                 rotate_qkv(be, c, h, rot, n, s)?;
                 be.attention_rows(s.q, s.k, s.v, caches, kl, pos, &attn, s.att)?;
+            }
+            // A prompt chunk (rows from 0, one cache) and decode rows (moved to `tmp`).
+            KvRows::Mixed { chunk, n_chunk: m, rows, tmp: [tq, tk, tv, ta] } => {
+                crate::backend::prepare_qk(be, &prep, s.q, s.k, pos)?;
+                rotate_qkv(be, c, rot, n, s)?;
+                be.kv_write(chunk, kl, s.k, s.v, &pos[..m])?;
+                be.attention(s.q, chunk, kl, &pos[..m], &attn, s.att)?;
+                let d = rows.len();
+                let (qd, kd) = (c.n_head * c.head_dim_k, c.n_head_kv * c.head_dim_k);
+                let (vd, ad) = (c.n_head_kv * c.head_dim_v, c.n_head * c.head_dim_v);
+                be.copy(s.q, m * qd, tq, 0, d * qd)?;
+                be.copy(s.k, m * kd, tk, 0, d * kd)?;
+                be.copy(s.v, m * vd, tv, 0, d * vd)?;
+                be.attention_rows(tq, tk, tv, rows, kl, &pos[m..], &attn, ta)?;
+                be.copy(ta, 0, s.att, m * ad, d * ad)?;
             }
         }
         if let Some(b) = rot.v {

@@ -3,10 +3,10 @@
 //! attention need ([`HybridScratch`]), and the recurrent state a sequence carries beside
 //! its KV cache ([`RecurrentState`]).
 
-use crate::backend::{Backend, Buf, DeltaIn, DeltaNet, DeltaState, NormIn};
+use crate::backend::{Backend, Buf, DeltaDims, DeltaIn, DeltaNet, DeltaState, NormIn, Strided};
 
 use super::rewind::RewindLog;
-use super::{DeltaWeights, Model, ModelError};
+use super::{DeltaGates, DeltaProj, DeltaWeights, Model, ModelError};
 
 /// One sequence's recurrent state: per layer, the conv and delta-rule state of a gated
 /// delta net layer (`None` for attention layers). Zero for an empty sequence; it holds
@@ -158,6 +158,9 @@ pub struct HybridScratch {
     /// A shared expert's gate and up `[n, n_ff_shared]`, its output `[n, n_embd]` and its
     /// gate logits `[n]` (qwen35moe).
     pub shared: Option<[Buf; 4]>,
+    /// qwen3next's packed projections' outputs before they are taken apart: `ssm_in`'s
+    /// `[n, channels + value_dim]` and `ssm_ba`'s `[n, 2·n_v_heads]`.
+    pub packed: Option<[Buf; 2]>,
 }
 
 impl HybridScratch {
@@ -185,13 +188,20 @@ impl HybridScratch {
             }
             _ => None,
         };
-        Ok(Some(HybridScratch { qg, gate, delta, shared }))
+        let packed = match c.recurrent {
+            Some(d) if model.layers.iter().any(|l| l.delta.as_ref().is_some_and(|w| w.packed())) => {
+                Some([be.alloc(n * (d.channels() + d.value_dim()))?, be.alloc(n * 2 * d.n_v_heads)?])
+            }
+            _ => None,
+        };
+        Ok(Some(HybridScratch { qg, gate, delta, shared, packed }))
     }
 
     pub fn bufs(&self) -> Vec<Buf> {
         let mut v = vec![self.qg, self.gate];
         v.extend(self.delta.iter().flatten());
         v.extend(self.shared.iter().flatten());
+        v.extend(self.packed.iter().flatten());
         v
     }
 }
@@ -224,8 +234,29 @@ impl Model {
         if st.len() != states.len() || st.is_empty() {
             return Err(ModelError::BadConfig(format!("layer {l}: {} recurrent states for {} sequences", st.len(), states.len())));
         }
-        let (wqkv, wz, wb, wa) = (self.w(dw.qkv), self.w(dw.z), self.w(dw.beta), self.w(dw.alpha));
-        be.norm_matmul_multi(norm, n, &[(&wqkv, qkv), (&wz, z), (&wb, beta), (&wa, alpha)])?;
+        // The projections, each into its buffer or (qwen3next's packed ones) into `packed`,
+        // then taken apart.
+        let pk = hs.packed;
+        let mut outs = Vec::with_capacity(4);
+        match (dw.proj, pk) {
+            (DeltaProj::Split { qkv: wq, z: wz }, _) => outs.extend([(self.w(wq), qkv), (self.w(wz), z)]),
+            (DeltaProj::Packed(w), Some([p, _])) => outs.push((self.w(w), p)),
+            (DeltaProj::Packed(_), None) => return Err(ModelError::BadConfig(format!("layer {l}: a packed ssm_in without its buffer"))),
+        }
+        match (dw.gates, pk) {
+            (DeltaGates::Split { beta: wb, alpha: wa }, _) => outs.extend([(self.w(wb), beta), (self.w(wa), alpha)]),
+            (DeltaGates::Packed(w), Some([_, p])) => outs.push((self.w(w), p)),
+            (DeltaGates::Packed(_), None) => return Err(ModelError::BadConfig(format!("layer {l}: a packed ssm_ba without its buffer"))),
+        }
+        let refs: Vec<(&crate::weights::WeightRef, Buf)> = outs.iter().map(|(w, b)| (w, *b)).collect();
+        be.norm_matmul_multi(norm, n, &refs)?;
+        if let (DeltaProj::Packed(_), Some([p, _])) = (dw.proj, pk) {
+            unpack_qkvz(be, &d, p, n, qkv, z)?;
+        }
+        if let (DeltaGates::Packed(_), Some([_, p])) = (dw.gates, pk) {
+            // Per key head group: its value heads' beta, then their alpha.
+            be.split_halves(p, n * d.n_k_heads, d.n_v_heads / d.n_k_heads, beta, alpha)?;
+        }
         let (conv, dt_bias, a, nw) = (self.w(dw.conv), self.w(dw.dt_bias), self.w(dw.a), self.w(dw.norm));
         let p = DeltaNet { conv: &conv, dt_bias: &dt_bias, a: &a, norm: &nw, dims: d, eps: self.cfg.eps };
         let x = DeltaIn { qkv, z, beta, alpha };
@@ -245,4 +276,20 @@ impl Model {
         be.gated_delta_net(&p, &x, n, &st, core)?;
         Ok(core)
     }
+}
+
+/// qwen3next's `ssm_in` output `packed` (`[n, channels + value_dim]`: per key head group
+/// its q, k, v and z) into `qkv` (`[n, channels]`: every q, every k, every v) and `z`
+/// (`[n, value_dim]`), with four strided copies over (token, group).
+fn unpack_qkvz(be: &mut dyn Backend, d: &DeltaDims, packed: Buf, n: usize, qkv: Buf, z: Buf) -> Result<(), ModelError> {
+    let (hk, nk, ch, vd) = (d.head_k_dim, d.n_k_heads, d.channels(), d.value_dim());
+    let gv = vd / nk; // v (and z) values of one group
+    let g = 2 * hk + 2 * gv;
+    let src_stride = [nk * g, g];
+    let part = |width: usize, src_off: usize, dst_off: usize, row: usize| Strided { n: [n, nk, width], src_off, src_stride, dst_off, dst_stride: [row, width] };
+    be.copy_strided(packed, qkv, &part(hk, 0, 0, ch))?;
+    be.copy_strided(packed, qkv, &part(hk, hk, nk * hk, ch))?;
+    be.copy_strided(packed, qkv, &part(gv, 2 * hk, 2 * nk * hk, ch))?;
+    be.copy_strided(packed, z, &part(gv, 2 * hk + gv, 0, vd))?;
+    Ok(())
 }

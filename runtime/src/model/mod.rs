@@ -115,13 +115,10 @@ pub struct AttnWeights {
 /// has the arithmetic).
 #[derive(Clone, Debug)]
 pub struct DeltaWeights {
-    /// `attn_qkv` `[n_embd → channels]`: the convolution's input.
-    pub qkv: WeightId,
-    /// `attn_gate` `[n_embd → value_dim]`: z, the output gate.
-    pub z: WeightId,
-    /// `ssm_beta`, `ssm_alpha` `[n_embd → n_v_heads]`.
-    pub beta: WeightId,
-    pub alpha: WeightId,
+    /// The convolution's input and z (the output gate).
+    pub proj: DeltaProj,
+    /// The gates' logits, beta and alpha.
+    pub gates: DeltaGates,
     /// `ssm_conv1d` `[d_conv, channels]`, `ssm_dt.bias`, `ssm_a` `[n_v_heads]`,
     /// `ssm_norm` `[head_v_dim]`.
     pub conv: WeightId,
@@ -130,6 +127,44 @@ pub struct DeltaWeights {
     pub norm: WeightId,
     /// `ssm_out` `[value_dim → n_embd]`.
     pub out: WeightId,
+}
+
+/// A delta net's input projections: `attn_qkv` `[n_embd → channels]` and `attn_gate`
+/// `[n_embd → value_dim]`, or qwen3next's older files' one `ssm_in` `[n_embd → channels +
+/// value_dim]` whose rows hold, per key head group, that group's q, k, v and z (one
+/// matmul; its output taken apart by [`crate::backend::Backend::copy_strided`]).
+#[derive(Clone, Copy, Debug)]
+pub enum DeltaProj {
+    Split { qkv: WeightId, z: WeightId },
+    Packed(WeightId),
+}
+
+/// A delta net's gate projections: `ssm_beta` and `ssm_alpha` `[n_embd → n_v_heads]`, or
+/// qwen3next's `ssm_ba` `[n_embd → 2·n_v_heads]`, per key head group its value heads'
+/// beta then their alpha (one matmul; taken apart by `split_halves`).
+#[derive(Clone, Copy, Debug)]
+pub enum DeltaGates {
+    Split { beta: WeightId, alpha: WeightId },
+    Packed(WeightId),
+}
+
+impl DeltaWeights {
+    /// The matrices read by the projections (one or two of each kind).
+    pub fn proj_weights(&self) -> Vec<WeightId> {
+        let mut v = match self.proj {
+            DeltaProj::Split { qkv, z } => vec![qkv, z],
+            DeltaProj::Packed(w) => vec![w],
+        };
+        match self.gates {
+            DeltaGates::Split { beta, alpha } => v.extend([beta, alpha]),
+            DeltaGates::Packed(w) => v.push(w),
+        }
+        v
+    }
+    /// Whether a projection's output must be taken apart (qwen3next).
+    pub fn packed(&self) -> bool {
+        matches!(self.proj, DeltaProj::Packed(_)) || matches!(self.gates, DeltaGates::Packed(_))
+    }
 }
 
 /// A loaded model: configuration plus weight ids into the mapped file.
@@ -198,7 +233,7 @@ impl Model {
         // gemma4: the full-attention layers' factors (proportional RoPE).
         let freq_pairs = c.alt_attn.as_ref().filter(|_| c.rope_freqs_global_only).map_or(c.n_rot, |a| a.geo.n_rot) / 2;
         let rope_freqs = opt("rope_freqs.weight", &[freq_pairs as u64])?;
-        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 | Arch::Qwen35 | Arch::Qwen35Moe | Arch::Gemma4);
+        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 | Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next | Arch::Gemma4);
         let gemma = matches!(c.arch, Arch::Gemma3 | Arch::Gemma4);
         let gemma4 = c.arch == Arch::Gemma4;
         let oss = c.arch == Arch::GptOss;
@@ -217,7 +252,7 @@ impl Model {
             // With an output gate, attn_q holds each head's query then its gate.
             let qd_w = if c.attn_out_gate { 2 * qd } else { qd };
             let (attn, delta) = match (recurrent, c.recurrent) {
-                (true, Some(d)) => (None, Some(delta_weights(&get, l, e, &d)?)),
+                (true, Some(d)) => (None, Some(delta_weights(&get, &|s| find(s).is_some(), l, e, &d)?)),
                 _ => {
                     if find(&n("attn_q.weight")).is_none() && find(&n("attn_qkv.weight")).is_some() {
                         return Err(ModelError::BadConfig(
@@ -369,7 +404,8 @@ impl Model {
                 v.extend([x.router, x.gate, x.up, x.down]);
             }
             if let Some(d) = &l.delta {
-                v.extend([d.qkv, d.z, d.beta, d.alpha, d.conv, d.dt_bias, d.a, d.norm, d.out]);
+                v.extend(d.proj_weights());
+                v.extend([d.conv, d.dt_bias, d.a, d.norm, d.out]);
             }
             if let Some(sh) = &l.shared {
                 v.extend([sh.gate_inp, sh.gate, sh.up, sh.down]);
@@ -381,18 +417,34 @@ impl Model {
     }
 }
 
-/// A recurrent layer's tensors, shape-checked (llama.cpp's `qwen35` names and shapes).
-fn delta_weights(get: &dyn Fn(&str, &[u64]) -> Result<WeightId, ModelError>, l: usize, e: u64, d: &crate::backend::DeltaDims) -> Result<DeltaWeights, ModelError> {
+/// A recurrent layer's tensors, shape-checked (llama.cpp's `qwen35` / `qwen3next` names
+/// and shapes): for qwen3next ([`crate::backend::DeltaDims::grouped`]) its packed `ssm_in`
+/// where the file has no `attn_qkv`, its packed `ssm_ba` where it has no `ssm_beta`.
+fn delta_weights(get: &dyn Fn(&str, &[u64]) -> Result<WeightId, ModelError>, has: &dyn Fn(&str) -> bool, l: usize, e: u64, d: &crate::backend::DeltaDims) -> Result<DeltaWeights, ModelError> {
     let n = |s: &str| format!("blk.{l}.{s}");
     let (ch, vd, nv) = (d.channels() as u64, d.value_dim() as u64, d.n_v_heads as u64);
+    // qwen3next (grouped value heads) only: `ssm_in` where there is no `attn_qkv`.
+    let proj = if has(&n("attn_qkv.weight")) || !d.grouped {
+        DeltaProj::Split { qkv: get(&n("attn_qkv.weight"), &[e, ch])?, z: get(&n("attn_gate.weight"), &[e, vd])? }
+    } else if has(&n("ssm_in.weight")) {
+        DeltaProj::Packed(get(&n("ssm_in.weight"), &[e, ch + vd])?)
+    } else {
+        return Err(ModelError::MissingTensor(format!("{} (or {})", n("attn_qkv.weight"), n("ssm_in.weight"))));
+    };
+    let conv = get(&n("ssm_conv1d.weight"), &[d.d_conv as u64, ch])?;
+    let (dt_bias, a) = (get(&n("ssm_dt.bias"), &[nv])?, get(&n("ssm_a"), &[nv])?);
+    // qwen3next: `ssm_ba` (llama.cpp requires it), or split gates where a file has them.
+    let gates = if has(&n("ssm_beta.weight")) || !d.grouped {
+        DeltaGates::Split { beta: get(&n("ssm_beta.weight"), &[e, nv])?, alpha: get(&n("ssm_alpha.weight"), &[e, nv])? }
+    } else {
+        DeltaGates::Packed(get(&n("ssm_ba.weight"), &[e, 2 * nv])?)
+    };
     Ok(DeltaWeights {
-        qkv: get(&n("attn_qkv.weight"), &[e, ch])?,
-        z: get(&n("attn_gate.weight"), &[e, vd])?,
-        conv: get(&n("ssm_conv1d.weight"), &[d.d_conv as u64, ch])?,
-        dt_bias: get(&n("ssm_dt.bias"), &[nv])?,
-        a: get(&n("ssm_a"), &[nv])?,
-        beta: get(&n("ssm_beta.weight"), &[e, nv])?,
-        alpha: get(&n("ssm_alpha.weight"), &[e, nv])?,
+        proj,
+        gates,
+        conv,
+        dt_bias,
+        a,
         norm: get(&n("ssm_norm.weight"), &[d.head_v_dim as u64])?,
         out: get(&n("ssm_out.weight"), &[vd, e])?,
     })

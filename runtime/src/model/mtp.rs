@@ -12,8 +12,10 @@
 //! position 0 has no previous hidden state and takes zeros.
 //!
 //! [`Model::mtp_catch_up`] runs the block over every chunk the target evaluates (the
-//! prompt's, a verify chunk's), with the target's hidden states, so its cache holds
-//! every position the target holds; [`Model::mtp_draft`] runs one drafting row. A rejected
+//! prompt's, a verify chunk's; [`Model::mtp_catch_up_rows`] over a batched decode step
+//! of several sequences), with the target's hidden states, so its cache holds every
+//! position the target holds; [`Model::mtp_draft`] runs one drafting row
+//! ([`Model::mtp_draft_rows`]: one row of each of several sequences at once). A rejected
 //! draft needs no rollback here: the cache rows past the kept tokens are written again
 //! before any query reads them, as in the target's cache.
 
@@ -22,7 +24,7 @@ use crate::gguf::GgufFile;
 use crate::weights::WeightId;
 
 use super::forward::LayerGeo;
-use super::{Config, KvRows, Layer, Model, ModelError, Scratch};
+use super::{Config, KvRows, Layer, Model, ModelError, Scratch, OUT_ROWS_MAX};
 
 /// The multi-token-prediction block's weights.
 #[derive(Clone, Debug)]
@@ -111,11 +113,14 @@ pub struct MtpState {
     own: Buf,
 }
 
-/// Buffers every sequence's MTP rows share: the hidden input `[n_max, n_embd]` and the
-/// concatenation `[n_max, 2·n_embd]`.
+/// Buffers every sequence's MTP rows share: the hidden input `[n_max, n_embd]`, the
+/// concatenation `[n_max, 2·n_embd]` and a row of zeros `[n_embd]` (the hidden input
+/// where there is none: copied, so a step writes nothing from the host and stays
+/// replayable as a device graph).
 pub struct MtpBufs {
     h: Buf,
     cat: Buf,
+    zero: Buf,
 }
 
 impl MtpState {
@@ -147,6 +152,19 @@ impl MtpState {
         self.hid_len = 0;
     }
 
+    /// After `src`'s first `n` positions were copied into this sequence (the prefix
+    /// cache): takes `src`'s hidden row of position `n − 1` where `src` still holds it,
+    /// so the next row sees what it would after evaluating the prefix itself; else
+    /// forgets (zeros).
+    pub fn copy_hidden_from(&mut self, be: &mut dyn Backend, src: &MtpState, n: usize, n_embd: usize) -> Result<(), ModelError> {
+        self.hid_len = 0;
+        if let Some(q) = n.checked_sub(1).filter(|&q| q >= src.hid_pos && q < src.hid_pos + src.hid_len) {
+            be.copy(src.hid, (q - src.hid_pos) * n_embd, self.hid, 0, n_embd)?;
+            (self.hid_pos, self.hid_len) = (q, 1);
+        }
+        Ok(())
+    }
+
     pub fn free(self, be: &mut dyn Backend) -> Result<(), ModelError> {
         be.free_kv(self.kv)?;
         be.free(self.hid)?;
@@ -159,18 +177,34 @@ impl MtpBufs {
     pub fn new(be: &mut dyn Backend, model: &Model, n_max: usize) -> Result<MtpBufs, ModelError> {
         let e = model.cfg.n_embd;
         let h = be.alloc(n_max * e)?;
-        match be.alloc(n_max * 2 * e) {
-            Ok(cat) => Ok(MtpBufs { h, cat }),
+        let cat = match be.alloc(n_max * 2 * e) {
+            Ok(cat) => cat,
             Err(err) => {
                 let _ = be.free(h);
-                Err(err.into())
+                return Err(err.into());
             }
+        };
+        let zero = match be.alloc(e) {
+            Ok(z) => z,
+            Err(err) => {
+                let _ = be.free(h);
+                let _ = be.free(cat);
+                return Err(err.into());
+            }
+        };
+        if let Err(err) = be.write(zero, &vec![0f32; e]) {
+            for b in [h, cat, zero] {
+                let _ = be.free(b);
+            }
+            return Err(err.into());
         }
+        Ok(MtpBufs { h, cat, zero })
     }
 
     pub fn free(self, be: &mut dyn Backend) -> Result<(), ModelError> {
         be.free(self.h)?;
         be.free(self.cat)?;
+        be.free(self.zero)?;
         Ok(())
     }
 }
@@ -186,7 +220,7 @@ impl Model {
         let e = self.cfg.n_embd;
         match p.checked_sub(1) {
             Some(q) if q >= st.hid_pos && q < st.hid_pos + st.hid_len => be.copy(st.hid, (q - st.hid_pos) * e, b.h, 0, e)?,
-            _ => be.write(b.h, &vec![0f32; e])?,
+            _ => be.copy(b.zero, 0, b.h, 0, e)?,
         }
         Ok(())
     }
@@ -207,11 +241,85 @@ impl Model {
         if n > 1 {
             be.copy(st.hid, 0, b.h, e, (n - 1) * e)?;
         }
-        let pending = self.mtp_block(be, s, b, st.kv, tokens, pos)?;
+        let pending = self.mtp_block(be, s, b, KvRows::One(st.kv), tokens, pos)?;
         if pending {
             be.add(s.x, s.xb2, s.x, n * e)?;
         }
         Ok(())
+    }
+
+    /// [`Self::mtp_catch_up`] after a batched decode step of several sequences: row `i`
+    /// (`tokens[i]` at `pos[i]`, its residual in `s.x`) is the next token of the sequence
+    /// whose block state is `states[i]`. Each keeps its own normed hidden row, and the
+    /// block runs over every row at once, each into its own cache.
+    pub fn mtp_catch_up_rows(&self, be: &mut dyn Backend, s: &Scratch, b: &MtpBufs, states: &mut [&mut MtpState], tokens: &[u32], pos: &[u32]) -> Result<(), ModelError> {
+        let (c, n) = (&self.cfg, tokens.len());
+        let e = c.n_embd;
+        if n == 0 || n > s.n_max || pos.len() != n || states.len() != n {
+            return Err(ModelError::BadConfig(format!("mtp_catch_up_rows: {n} tokens, {} positions, {} states, chunk limit {}", pos.len(), states.len(), s.n_max)));
+        }
+        let firsts = vec![true; n];
+        self.mtp_inputs(be, b, states, pos, &firsts)?;
+        // The rows' normed hidden states (through `b.cat`, free until the block joins).
+        be.rms_norm(s.x, b.cat, n, e, Some(&self.w(self.output_norm)), c.eps)?;
+        for (i, st) in states.iter_mut().enumerate() {
+            be.copy(b.cat, i * e, st.hid, 0, e)?;
+            (st.hid_pos, st.hid_len) = (pos[i] as usize, 1);
+        }
+        let caches: Vec<KvCache> = states.iter().map(|st| st.kv).collect();
+        self.mtp_block(be, s, b, KvRows::PerRow(&caches), tokens, pos)?;
+        Ok(())
+    }
+
+    /// Row `i` of `b.h`: `states[i]`'s hidden input for position `pos[i]`: the target's
+    /// row before it where the state still holds it (`first[i]`), else zeros; or the
+    /// state's last drafting row's `g` (not `first[i]`).
+    fn mtp_inputs(&self, be: &mut dyn Backend, b: &MtpBufs, states: &[&mut MtpState], pos: &[u32], first: &[bool]) -> Result<(), ModelError> {
+        let e = self.cfg.n_embd;
+        for (i, st) in states.iter().enumerate() {
+            let held = (pos[i] as usize).checked_sub(1).filter(|&q| q >= st.hid_pos && q < st.hid_pos + st.hid_len);
+            match (first[i], held) {
+                (false, _) => be.copy(st.own, 0, b.h, i * e, e)?,
+                (true, Some(q)) => be.copy(st.hid, (q - st.hid_pos) * e, b.h, i * e, e)?,
+                (true, None) => be.copy(b.zero, 0, b.h, i * e, e)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::mtp_draft`] for several sequences at once (`lode serve`'s slots drafting
+    /// together): row `i` is `toks[i]` at `pos[i]` for the sequence whose block state is
+    /// `states[i]`, `first[i]` as `mtp_draft`'s `first`. One pass of the block and one
+    /// LM head read (per [`OUT_ROWS_MAX`] rows) for all of them; returns each row's
+    /// logits and keeps each row's `g` in its state.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mtp_draft_rows(&self, be: &mut dyn Backend, s: &Scratch, b: &MtpBufs, states: &mut [&mut MtpState], toks: &[u32], pos: &[u32], first: &[bool]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let m = self.mtp_block_of()?;
+        let (c, n, e) = (&self.cfg, toks.len(), self.cfg.n_embd);
+        if n == 0 || n > s.n_max || pos.len() != n || states.len() != n || first.len() != n {
+            return Err(ModelError::BadConfig(format!("mtp_draft_rows: {n} tokens, {} positions, {} states, chunk limit {}", pos.len(), states.len(), s.n_max)));
+        }
+        self.mtp_inputs(be, b, states, pos, first)?;
+        let caches: Vec<KvCache> = states.iter().map(|st| st.kv).collect();
+        let pending = self.mtp_block(be, s, b, KvRows::PerRow(&caches), toks, pos)?;
+        // Every row's `g` (through `b.cat`), kept for its next row.
+        let hn = self.w(m.head_norm);
+        crate::backend::norm_in(be, &NormIn { x: s.x, add: pending.then_some(s.xb2), out: b.cat, row_len: e, w: Some(&hn), eps: c.eps }, n)?;
+        for (i, st) in states.iter_mut().enumerate() {
+            be.copy(b.cat, i * e, st.own, 0, e)?;
+        }
+        let (head, v) = (self.w(m.head), c.n_vocab);
+        let mut out = Vec::with_capacity(n);
+        let mut host = s.host.borrow_mut();
+        host.resize(OUT_ROWS_MAX.min(n) * v, 0.0);
+        for r0 in (0..n).step_by(OUT_ROWS_MAX) {
+            let k = OUT_ROWS_MAX.min(n - r0);
+            be.copy(b.cat, r0 * e, s.out_x, 0, k * e)?;
+            be.matmul(&head, s.out_x, k, s.logits)?;
+            be.read(s.logits, &mut host[..k * v])?;
+            out.extend(host[..k * v].chunks_exact(v).map(<[f32]>::to_vec));
+        }
+        Ok(out)
     }
 
     /// One drafting row: `tok` at `pos`, with the target's hidden state before it
@@ -226,7 +334,7 @@ impl Model {
         } else {
             be.copy(st.own, 0, b.h, 0, e)?;
         }
-        let pending = self.mtp_block(be, s, b, st.kv, &[tok], &[pos])?;
+        let pending = self.mtp_block(be, s, b, KvRows::One(st.kv), &[tok], &[pos])?;
         let (hn, head) = (self.w(m.head_norm), self.w(m.head));
         let norm = NormIn { x: s.x, add: pending.then_some(s.xb2), out: st.own, row_len: e, w: Some(&hn), eps: c.eps };
         be.norm_matmul_multi(&norm, 1, &[(&head, s.logits)])?;
@@ -240,7 +348,7 @@ impl Model {
     /// hidden norms, their concatenation, `eh_proj` into `s.x`, the decoder block. Returns
     /// whether `s.xb2` is still to be added to `s.x`.
     #[allow(clippy::too_many_arguments)]
-    fn mtp_block(&self, be: &mut dyn Backend, s: &Scratch, b: &MtpBufs, kv: KvCache, tokens: &[u32], pos: &[u32]) -> Result<bool, ModelError> {
+    fn mtp_block(&self, be: &mut dyn Backend, s: &Scratch, b: &MtpBufs, kv: KvRows<'_>, tokens: &[u32], pos: &[u32]) -> Result<bool, ModelError> {
         let m = self.mtp_block_of()?;
         let (c, n, e) = (&self.cfg, tokens.len(), self.cfg.n_embd);
         be.get_rows(&self.w(m.embed), tokens, s.xb)?;
@@ -251,7 +359,7 @@ impl Model {
         let attn_norm = self.w(m.layer.attn_norm);
         let norm = NormIn { x: s.x, add: None, out: s.xb, row_len: e, w: Some(&attn_norm), eps: c.eps };
         let geo = LayerGeo { rope: (c.rope_base, c.rope_freq_scale), window: None, kv_slot: 0, heads: c.heads(c.n_layer) };
-        let attn_add = self.attention_block(be, s, &norm, &m.layer, geo, KvRows::One(kv), pos, n)?;
+        let attn_add = self.attention_block(be, s, &norm, &m.layer, geo, kv, pos, n)?;
         self.ffn_block(be, m.index, &m.layer, attn_add, n, s)
     }
 }

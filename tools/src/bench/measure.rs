@@ -151,7 +151,8 @@ impl<'e> Runner<'e> {
                             .eval_rows(0, &[steps[0].1], OutputRows::Last, &mut |_, _| {})
                             .with_context(|| format!("{}: decode step", t.name()))?;
                     } else {
-                        self.engine.step(&steps).with_context(|| format!("{}: decode step", t.name()))?;
+                        // The logits are read (as llama-batched-bench reads them) and lent, not kept.
+                        self.engine.step_with(&steps, &mut |_, _| {}).with_context(|| format!("{}: decode step", t.name()))?;
                     }
                     for s in steps.iter_mut() {
                         s.1 = self.rng.gen_range(0..self.n_vocab);

@@ -180,6 +180,7 @@ pub fn measure_rows(args: &Args) -> Result<Vec<Row>> {
             let steps_per_s = row.avg_ts / t.seqs.max(1) as f64;
             row.roofline_frac = Some(info.bytes_per_step(t.seqs) as f64 * steps_per_s / (bw * 1e9));
         }
+        measure_peak(&mut runner, t, &mut row)?;
         let util = match (row.cpu_util, row.cpu_norm_ts) {
             (Some(u), Some(n)) => format!(" (process CPU {:.0} % of {threads} threads; {n:.2} t/s per {threads} CPU-s/s)", u * 100.0),
             _ => String::new(),
@@ -227,7 +228,28 @@ pub(crate) fn new_row(args: &Args, info: &ModelInfo, backend: &str, threads: usi
         roofline_frac: None,
         graphs: None,
         spec_acceptance: None,
+        device_peak_bytes: None,
+        device_overhead_bytes: None,
     }
+}
+
+/// A GPU row's peak device memory: one more run of `t`, untimed, with the driver's use
+/// sampled at every allocation, read-back and sync (sampling is off in the timed runs),
+/// and that peak's excess over the floor (weights, KV, recurrent state, context).
+fn measure_peak(runner: &mut Runner<'_>, t: &TestSpec, row: &mut Row) -> Result<()> {
+    if !runner.engine.memory_window(true)? {
+        return Ok(());
+    }
+    let ran = runner.run_once(t, None);
+    runner.engine.memory_window(false)?;
+    ran?;
+    let stats = runner.engine.weight_stats();
+    let peak = stats.as_ref().and_then(|s| s.device.as_ref()).and_then(|d| d.driver_peak_used_bytes);
+    row.device_peak_bytes = peak;
+    if let (Some(p), Some(floor), Some(s)) = (peak, runner.engine.memory_floor(), &stats) {
+        row.device_overhead_bytes = Some(p as i64 - (floor + s.resident_bytes) as i64);
+    }
+    Ok(())
 }
 
 /// llama-bench's backend names: `cpu (2 threads)` → `CPU`, `cuda:0 (NVIDIA H200)` → `CUDA`.

@@ -147,6 +147,15 @@ pub struct Row {
     /// Speculative rows: drafted tokens the target accepted, over all samples.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub spec_acceptance: Option<f64>,
+    /// GPU: the driver's highest used bytes over one more, untimed run of the test
+    /// (sampled at every allocation, read-back and sync; the timed runs do not sample).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub device_peak_bytes: Option<u64>,
+    /// That peak above the floor: the resident weights, the KV cache and recurrent state,
+    /// and the driver's use before the engine allocated (context, kernels). What lode
+    /// holds besides: activations, scratch, library workspaces, the BLAS slab.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub device_overhead_bytes: Option<i64>,
 }
 
 fn one() -> usize {
@@ -193,11 +202,14 @@ impl Row {
 /// Markdown table in llama-bench's layout (plus a roofline column when known).
 pub fn markdown(rows: &[Row]) -> String {
     let roof = rows.iter().any(|r| r.roofline_frac.is_some());
+    let mem = rows.iter().any(|r| r.device_peak_bytes.is_some());
     let mut s = String::new();
     s += "| model                          |       size |     params | backend    | threads |            test |                  t/s |";
-    s += if roof { " roofline |\n" } else { "\n" };
+    s += if roof { " roofline |" } else { "" };
+    s += if mem { "   peak MiB | over MiB |\n" } else { "\n" };
     s += "| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |";
-    s += if roof { " -------: |\n" } else { "\n" };
+    s += if roof { " -------: |" } else { "" };
+    s += if mem { " ---------: | -------: |\n" } else { "\n" };
     for r in rows {
         s += &format!(
             "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
@@ -215,6 +227,17 @@ pub fn markdown(rows: &[Row]) -> String {
         if roof {
             match r.roofline_frac {
                 Some(f) => s += &format!(" {:>7.1}% |", f * 100.0),
+                None => s += "          |",
+            }
+        }
+        if mem {
+            let mib = |b: f64| b / (1u64 << 20) as f64;
+            match r.device_peak_bytes {
+                Some(p) => s += &format!(" {:>10.0} |", mib(p as f64)),
+                None => s += "            |",
+            }
+            match r.device_overhead_bytes {
+                Some(o) => s += &format!(" {:>8.0} |", mib(o as f64)),
                 None => s += "          |",
             }
         }
@@ -268,5 +291,22 @@ mod tests {
         assert!(m.bytes_per_step(64) >= 1099 && m.bytes_per_step(64) <= 1100);
         let dense = ModelInfo { expert_bytes: 0, expert_used_frac: 0.0, weight_bytes_per_token: 100, ..m };
         assert_eq!(dense.bytes_per_step(32), 100);
+    }
+
+    #[test]
+    fn peak_columns_only_where_a_row_has_one() {
+        let mut r = Row {
+            model_filename: String::new(), model_type: "llama 8B".into(), model_size: 1 << 30, model_n_params: 8, backends: "CUDA".into(),
+            n_batch: 512, n_ubatch: 512, n_threads: 1, type_k: "f16".into(), type_v: "f16".into(), n_prompt: 512, n_gen: 0, n_seq: 1,
+            n_depth: 0, test_time: String::new(), test: "pp512".into(), avg_ns: 1, stddev_ns: 0, avg_ts: 1.0, stddev_ts: 0.0,
+            samples_ns: vec![], samples_ts: vec![], weight_bytes_per_token: 0, samples_cpu_ns: vec![], cpu_util: None, cpu_norm_ts: None,
+            roofline_frac: None, graphs: None, spec_acceptance: None, device_peak_bytes: None, device_overhead_bytes: None,
+        };
+        assert!(!markdown(std::slice::from_ref(&r)).contains("peak MiB"));
+        r.device_peak_bytes = Some(5641 << 20);
+        r.device_overhead_bytes = Some(-(3 << 20));
+        let md = markdown(&[r]);
+        assert!(md.contains("peak MiB | over MiB"), "{md}");
+        assert!(md.contains("5641 |") && md.contains("-3 |"), "{md}");
     }
 }

@@ -42,11 +42,22 @@ pub struct Metrics {
     /// mean batch size).
     pub batch_steps: AtomicU64,
     pub batch_rows: AtomicU64,
+    /// Prompt chunks evaluated (chunked prefill), and those carried by a decode step.
+    pub prefill_chunks: AtomicU64,
+    pub prefill_chunks_mixed: AtomicU64,
+    /// Decode steps that waited for a prompt chunk (one in their pass, or one evaluated
+    /// alone while they waited): their count, summed and longest wait (ask to logits).
+    prefill_waits: AtomicU64,
+    prefill_wait_us: AtomicU64,
+    prefill_wait_max_us: AtomicU64,
     /// Speculative verify chunks run (`--spec-type`), and the drafted tokens they checked.
     pub spec_passes: AtomicU64,
     pub spec_drafted: AtomicU64,
-    /// `--model-draft`: drafting rounds of the draft thread and the slots' requests they
-    /// served together (requests / rounds is the mean draft batch).
+    /// Of those, the drafted tokens the target accepted (counted when a request ends).
+    pub spec_accepted: AtomicU64,
+    /// `--model-draft` / `--spec-type draft-mtp`: drafting rounds (of the draft thread,
+    /// or of the MTP block on the engine thread) and the slots' requests they served
+    /// together (requests / rounds is the mean draft batch).
     pub draft_batches: AtomicU64,
     pub draft_requests: AtomicU64,
     /// Token masks of structured output (`response_format`, `json_schema`, `grammar`).
@@ -78,13 +89,27 @@ impl Metrics {
             weight_copies: AtomicU64::new(0),
             batch_steps: AtomicU64::new(0),
             batch_rows: AtomicU64::new(0),
+            prefill_chunks: AtomicU64::new(0),
+            prefill_chunks_mixed: AtomicU64::new(0),
+            prefill_waits: AtomicU64::new(0),
+            prefill_wait_us: AtomicU64::new(0),
+            prefill_wait_max_us: AtomicU64::new(0),
             spec_passes: AtomicU64::new(0),
             spec_drafted: AtomicU64::new(0),
+            spec_accepted: AtomicU64::new(0),
             draft_batches: AtomicU64::new(0),
             draft_requests: AtomicU64::new(0),
             grammar: Default::default(),
             recent: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// A decode step that waited `d` (from its ask to its logits) for a prompt chunk.
+    pub fn prefill_wait(&self, d: std::time::Duration) {
+        let us = d.as_micros() as u64;
+        self.prefill_waits.fetch_add(1, Relaxed);
+        self.prefill_wait_us.fetch_add(us, Relaxed);
+        self.prefill_wait_max_us.fetch_max(us, Relaxed);
     }
 
     pub fn request(&self, endpoint: &str, status: u16) {
@@ -159,7 +184,8 @@ impl Metrics {
         metric("lode_generated_tokens_total", "counter", "Tokens generated.", self.generated_tokens.load(Relaxed).to_string());
         metric("lode_spec_verify_passes_total", "counter", "Speculative verify chunks run.", self.spec_passes.load(Relaxed).to_string());
         metric("lode_spec_drafted_tokens_total", "counter", "Drafted tokens checked by verify chunks.", self.spec_drafted.load(Relaxed).to_string());
-        metric("lode_spec_draft_batches_total", "counter", "Drafting rounds of the draft model (--model-draft).", self.draft_batches.load(Relaxed).to_string());
+        metric("lode_spec_accepted_tokens_total", "counter", "Drafted tokens the target accepted.", self.spec_accepted.load(Relaxed).to_string());
+        metric("lode_spec_draft_batches_total", "counter", "Drafting rounds of the draft model or the MTP block (--model-draft, --spec-type draft-mtp).", self.draft_batches.load(Relaxed).to_string());
         metric("lode_spec_draft_requests_total", "counter", "Slots' draft requests those rounds served together.", self.draft_requests.load(Relaxed).to_string());
         metric("lode_prompt_seconds_total", "counter", "Time spent evaluating prompts.", secs(&self.prompt_us));
         metric("lode_decode_seconds_total", "counter", "Time spent generating.", secs(&self.decode_us));
@@ -198,6 +224,23 @@ impl Metrics {
             "Sequences carried by those steps (divided by the steps: the mean batch size).",
             self.batch_rows.load(Relaxed).to_string(),
         );
+        metric("lode_prefill_chunks_total", "counter", "Prompt chunks evaluated (chunked prefill: at most --ubatch-size rows a pass).", self.prefill_chunks.load(Relaxed).to_string());
+        metric(
+            "lode_prefill_chunks_mixed_total",
+            "counter",
+            "Of those, chunks carried by a decode step (one forward pass with the decoding streams' next tokens).",
+            self.prefill_chunks_mixed.load(Relaxed).to_string(),
+        );
+        let _ = writeln!(
+            o,
+            "# HELP lode_decode_prefill_wait_seconds Decode steps that waited for a prompt chunk (one in their forward pass, or one evaluated alone while they waited): time from the step's ask to its logits.\n# TYPE lode_decode_prefill_wait_seconds summary\nlode_decode_prefill_wait_seconds_sum {}\nlode_decode_prefill_wait_seconds_count {}",
+            secs(&self.prefill_wait_us),
+            self.prefill_waits.load(Relaxed)
+        );
+        let mut metric = |name: &str, kind: &str, help: &str, v: String| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        };
+        metric("lode_decode_prefill_wait_seconds_max", "gauge", "The longest of those waits since start.", secs(&self.prefill_wait_max_us));
         let g = &self.grammar;
         metric("lode_grammar_masks_total", "counter", "Token masks computed for structured output.", g.masks.load(Relaxed).to_string());
         metric(
@@ -255,5 +298,11 @@ mod tests {
         assert!(t.contains("lode_generated_tokens_total 5"));
         assert!(t.contains("lode_slots_total 2"));
         assert!(m.tokens_per_second() > 0.0);
+        m.prefill_wait(std::time::Duration::from_millis(30));
+        m.prefill_wait(std::time::Duration::from_millis(10));
+        let t = m.render();
+        assert!(t.contains("lode_decode_prefill_wait_seconds_count 2"), "{t}");
+        assert!(t.contains("lode_decode_prefill_wait_seconds_sum 0.04\n"), "{t}");
+        assert!(t.contains("lode_decode_prefill_wait_seconds_max 0.03\n"), "{t}");
     }
 }

@@ -25,6 +25,7 @@ pub mod gbnf;
 pub mod harmony;
 pub mod logprobs;
 pub mod metrics;
+pub mod prefill;
 pub mod respond;
 pub mod routes;
 pub mod scheduler;
@@ -64,16 +65,23 @@ pub struct Args {
     /// Require `Authorization: Bearer KEY` on every endpoint but /health.
     #[arg(long = "api-key", env = "LODE_API_KEY")]
     pub api_key: Option<String>,
-    /// Requests generated at once; each slot has its own KV cache of --ctx-size tokens.
-    /// Requests beyond this wait in a first-come first-served queue.
+    /// Requests generated at once (also -np). --ctx-size is the total KV budget, split
+    /// evenly: each slot has its own KV cache of --ctx-size / N tokens (llama-server's
+    /// meaning). Requests beyond this wait in a first-come first-served queue.
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
+    /// Rows of one forward pass that carries a prompt chunk (also -ub): a long prompt is
+    /// fed in chunks of up to this many tokens minus the decoding streams' next tokens,
+    /// inside their decode steps, so their tokens wait one chunk, not a whole prefill.
+    /// Capped at --batch-size (as llama.cpp caps it).
+    #[arg(long = "ubatch-size", default_value_t = 512)]
+    pub ubatch_size: usize,
     /// Another name for the model (listed in `/v1/models`' aliases; any `model` name
     /// is accepted, since one model is served).
     #[arg(long)]
     pub alias: Option<String>,
     /// Serve `/v1/embeddings` (mean-pooled, L2-normalised last hidden states; one more
-    /// KV cache of --ctx-size tokens).
+    /// KV cache of a slot's size).
     #[arg(long)]
     pub embeddings: bool,
     /// Answer browsers calling from ORIGIN (`*`: any origin) with CORS headers, and
@@ -81,10 +89,13 @@ pub struct Args {
     #[arg(long, value_name = "ORIGIN")]
     pub cors: Option<String>,
     /// Speculative decoding per slot (requests without a grammar or schema):
-    /// `--spec-type ngram-simple` or `--model-draft FILE` (one draft engine, a sequence per
-    /// slot; slots drafting together share its batched steps), `--draft-max`,
-    /// `--draft-min`, `--draft-p-min`, `--spec-ngram-size-n`; a verify chunk runs alone,
-    /// not batched with the other slots' steps.
+    /// `--spec-type ngram-simple`, `--model-draft FILE` (one draft engine, a sequence per
+    /// slot; slots drafting together share its batched steps) or `--spec-type draft-mtp`
+    /// (the model's own MTP block, where the GGUF has one: slots drafting together share
+    /// its batched rows), `--draft-max`, `--draft-min`, `--draft-p-min`,
+    /// `--spec-ngram-size-n`; a verify chunk runs alone, not batched with the other
+    /// slots' steps. `/metrics` counts drafted and accepted tokens, and each answer's
+    /// `timings` carries `draft_n` and `draft_n_accepted`.
     #[command(flatten)]
     pub spec: crate::spec::SpecArgs,
     /// Reuse cached prompt starts (the default): a slot's own last tokens, or a prefix
@@ -112,6 +123,20 @@ fn similarity(s: &str) -> Result<f32, String> {
 /// Most slots one server runs.
 const MAX_PARALLEL: usize = 256;
 
+/// Each slot's context for `--ctx-size total` over `parallel` slots: the total split
+/// evenly, as llama-server splits it (without a unified KV cache; it also rounds each
+/// share up to a multiple of 256, which lode does not). Without --ctx-size: the model's
+/// training context split the same way (llama-server's `-c 0`), at most
+/// [`DEFAULT_CTX_CAP`](lode_runtime::engine::DEFAULT_CTX_CAP) tokens per slot.
+pub fn slot_ctx(total: Option<usize>, parallel: usize, n_ctx_train: usize) -> Result<usize> {
+    let parallel = parallel.max(1);
+    match total {
+        Some(t) if t < parallel => bail!("--ctx-size {t} is the total over --parallel {parallel} slots: less than one token per slot"),
+        Some(t) => Ok(t / parallel),
+        None => Ok((n_ctx_train / parallel).clamp(1, lode_runtime::engine::DEFAULT_CTX_CAP)),
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
     if args.parallel == 0 || args.parallel > MAX_PARALLEL {
         bail!("--parallel must be between 1 and {MAX_PARALLEL}, got {}", args.parallel);
@@ -121,14 +146,21 @@ pub fn run(args: Args) -> Result<()> {
     let tok = Arc::new(Tokenizer::from_gguf(&file).with_context(|| format!("cannot read the tokenizer of {}", path.display()))?);
     let template = Arc::new(ChatTemplate::for_tokenizer(&tok).context("cannot use the model's chat template")?);
     let threads = args.model.threads.unwrap_or_else(common::physical_cores);
-    let opts = EngineOptions { ctx_size: args.model.ctx_size, batch_size: args.model.batch_size, kv_type: args.model.kv.types(), swa_full: args.model.kv.swa_full };
+    if args.ubatch_size == 0 {
+        bail!("--ubatch-size must be at least 1");
+    }
 
     // One backend and one copy of the weights; a KV cache per slot.
     let (be, note) = backend::open_with(args.model.device, threads, &args.model.weights.options()?, &common::gpu_options())?;
     if let Some(note) = note {
         eprintln!("lode: {note}");
     }
-    let model = Model::load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
+    // `--spec-type draft-mtp` keeps the model's multi-token-prediction block (its weights
+    // and a one-layer cache per sequence, which the engine's fit check counts).
+    let load = if args.spec.wants_mtp() { Model::load_with_mtp } else { Model::load };
+    let model = load(file.clone()).with_context(|| format!("cannot load model {}", path.display()))?;
+    let ctx = slot_ctx(args.model.ctx_size, args.parallel, model.cfg.n_ctx_train)?;
+    let opts = EngineOptions { ctx_size: Some(ctx), batch_size: args.model.batch_size, kv_type: args.model.kv.types(), swa_full: args.model.kv.swa_full };
     let engine = BatchEngine::new(model, be, opts, args.parallel + usize::from(args.embeddings))?;
     let (n_ctx, be_name) = (engine.n_ctx(), engine.backend_name());
     let c = &engine.model().cfg;
@@ -136,9 +168,15 @@ pub fn run(args: Args) -> Result<()> {
     let metrics = Arc::new(Metrics::new(args.parallel));
     // After the target, so a draft model is sized against what is left.
     let spec = args.spec.serve_drafter(&args.model, engine.model(), n_ctx, args.parallel)?;
-    let (handles, embed) = batcher::start(engine, metrics.clone(), args.embeddings).context("cannot start the engine thread")?;
+    let mtp_p_min = match &spec {
+        Some((ServeSpec::Mtp { p_min }, _)) => Some(*p_min),
+        _ => None,
+    };
+    let ubatch = args.ubatch_size.min(args.model.batch_size);
+    let (handles, embed) = batcher::start(engine, metrics.clone(), args.embeddings, ubatch, mtp_p_min).context("cannot start the engine thread")?;
     let (mut drafters, spec_params): (Vec<Box<dyn Drafter + Send>>, _) = match spec {
         None => (Vec::new(), None),
+        Some((ServeSpec::Mtp { .. }, sp)) => (handles.iter().map(|h| Box::new(h.mtp_drafter()) as Box<dyn Drafter + Send>).collect(), Some(sp)),
         Some((ServeSpec::Ngram(ngram), sp)) => ((0..args.parallel).map(|_| Box::new(ngram) as Box<dyn Drafter + Send>).collect(), Some(sp)),
         Some((ServeSpec::Model { engine, p_min }, sp)) => {
             let h = draft::start(engine, p_min, metrics.clone()).context("cannot start the draft model's thread")?;
@@ -152,6 +190,7 @@ pub fn run(args: Args) -> Result<()> {
         .map(|h| {
             let mut slot = EngineSlot::new(h, tok.clone(), metrics.grammar.clone());
             slot.spec = spec_params.and_then(|sp| drafters.pop().map(|d| (d, sp)));
+            slot.metrics = Some(metrics.clone());
             Box::new(slot) as Box<dyn SlotRunner>
         })
         .collect();
@@ -225,8 +264,9 @@ pub fn run(args: Args) -> Result<()> {
             .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
         let local: SocketAddr = listener.local_addr()?;
         eprintln!(
-            "lode: serving {model_id} on {be_name}: {} slot(s) of {n_ctx} tokens, {threads} thread(s){}",
+            "lode: serving {model_id} on {be_name}: {} slot(s) of {n_ctx} tokens ({} in all), {threads} thread(s){}",
             args.parallel,
+            args.parallel * n_ctx,
             if state.api_key.is_some() { ", API key required" } else { "" }
         );
         // Tests and scripts read this line for the port.

@@ -16,6 +16,7 @@ use lode_runtime::tokenizer::{StreamDecoder, Tokenizer};
 use super::api::{Timings, Usage};
 use super::errors::ApiError;
 use super::logprobs::token_logprob;
+use super::metrics::Metrics;
 use super::scheduler::{Finish, Job, Piece, SlotRunner};
 use super::structured::{ErrorCell, GrammarConstraint, GrammarStats};
 
@@ -43,12 +44,14 @@ pub struct EngineSlot<S: SlotSequence> {
     /// Speculation for requests without a constraint: `--spec-type ngram-simple` (prompt
     /// lookup) or `--model-draft` (this slot's handle on the draft thread).
     pub spec: Option<(Box<dyn Drafter + Send>, SpecParams)>,
+    /// Where accepted drafts are counted (`lode_spec_accepted_tokens_total`).
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 impl<S: SlotSequence> EngineSlot<S> {
     pub fn new(engine: S, tok: Arc<Tokenizer>, grammar_stats: Arc<GrammarStats>) -> EngineSlot<S> {
         let eog = tok.eog_ids();
-        EngineSlot { engine, tok, eog, grammar_stats, spec: None }
+        EngineSlot { engine, tok, eog, grammar_stats, spec: None, metrics: None }
     }
 }
 
@@ -78,7 +81,7 @@ impl<S: SlotSequence> SlotRunner for EngineSlot<S> {
 
 impl<S: SlotSequence> EngineSlot<S> {
     fn generate(&mut self, job: &Job, emit: &mut dyn FnMut(Piece) -> bool) -> Result<Finish, ApiError> {
-        let EngineSlot { engine, tok, eog, grammar_stats, spec } = self;
+        let EngineSlot { engine, tok, eog, grammar_stats, spec, metrics } = self;
         let prompt = &job.prompt;
         // `cache_prompt: false` (or `--no-cache-prompt`): the whole prompt is evaluated.
         let keep = if job.cache_prompt { reusable_prefix(engine.history(), prompt) } else { 0 };
@@ -117,13 +120,21 @@ impl<S: SlotSequence> EngineSlot<S> {
             }
             Flow::Continue
         };
+        let mut drafted = None;
         let result = match spec {
             // A constraint cannot be rolled back past a rejected draft: plain decoding.
             Some((drafter, sp)) if job.grammar.is_none() => {
-                generate_speculative_with_logits(engine, drafter.as_mut(), sp, &prompt[cached..], &params, &mut sampler, &mut on_token).map(|r| r.out)
+                drafter.set_sampling(&job.sampling);
+                generate_speculative_with_logits(engine, drafter.as_mut(), sp, &prompt[cached..], &params, &mut sampler, &mut on_token).map(|r| {
+                    drafted = Some((r.stats.drafted, r.stats.accepted));
+                    r.out
+                })
             }
             _ => generate_with_logits(engine, &prompt[cached..], &params, &mut sampler, &mut on_token),
         };
+        if let (Some((_, accepted)), Some(m)) = (drafted, metrics.as_ref()) {
+            m.spec_accepted.fetch_add(accepted as u64, std::sync::atomic::Ordering::Relaxed);
+        }
         let out = match result {
             Ok(out) => out,
             Err(e) => {
@@ -162,10 +173,12 @@ impl<S: SlotSequence> EngineSlot<S> {
         let n_gen = out.tokens.len();
         // The prompt's start copied from another sequence's cache counts as cached.
         let cached = cached + engine.take_copied();
+        let mut timings = Timings::new(cached, prompt.len() - cached, out.prompt_secs, n_gen, out.gen_secs);
+        (timings.draft_n, timings.draft_n_accepted) = (drafted.map(|d| d.0), drafted.map(|d| d.1));
         Ok(Finish {
             finish_reason,
             usage: Usage { prompt_tokens: prompt.len(), completion_tokens: n_gen, total_tokens: prompt.len() + n_gen },
-            timings: Timings::new(cached, prompt.len() - cached, out.prompt_secs, n_gen, out.gen_secs),
+            timings,
         })
     }
 

@@ -27,6 +27,11 @@ pub struct Timings {
     pub predicted_ms: f64,
     pub predicted_per_token_ms: f64,
     pub predicted_per_second: f64,
+    /// Speculative decoding (llama-server's names): tokens drafted, and of those accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_n: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_n_accepted: Option<usize>,
 }
 
 impl Timings {
@@ -43,6 +48,8 @@ impl Timings {
             predicted_ms: predicted_secs * 1e3,
             predicted_per_token_ms: per_tok_ms(predicted_n, predicted_secs),
             predicted_per_second: per(predicted_n, predicted_secs),
+            draft_n: None,
+            draft_n_accepted: None,
         }
     }
 }

@@ -39,6 +39,9 @@ pub struct HybridParams {
     /// `nextn.eh_proj` / `enorm` / `hnorm` / `shared_head_norm` tensors of the Qwen3.5 /
     /// 3.6 MTP GGUFs (their LM head and embeddings are the trunk's).
     pub nextn: u64,
+    /// qwen3next's older files' one `ssm_in` (q, k, v, z per key head group) instead of
+    /// `attn_qkv` + `attn_gate` (`super::qwen3next`).
+    pub packed_qkvz: bool,
 }
 
 impl HybridParams {
@@ -79,7 +82,7 @@ pub fn qwen35_27b() -> Hparams {
         rms_eps: 1e-6,
         tied: false,
         qk_norm: true,
-        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 48, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0], n_ff_shared: 0, nextn: 0 }),
+        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 48, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0], n_ff_shared: 0, nextn: 0, packed_qkvz: false }),
         ..Default::default()
     }
 }
@@ -101,7 +104,7 @@ pub fn qwen35_35b_a3b() -> Hparams {
         n_head_kv: 2,
         n_ff: 0,
         moe: Some(super::moe::MoeParams { n_expert: 256, n_used: 8, n_ff: 512 }),
-        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 32, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0], n_ff_shared: 512, nextn: 0 }),
+        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 16, n_v_heads: 32, head_dim: 128, interval: 4, n_rot: 64, sections: [11, 11, 10, 0], n_ff_shared: 512, nextn: 0, packed_qkvz: false }),
         ..qwen35_27b()
     }
 }
@@ -134,7 +137,7 @@ pub fn qwen35_tiny() -> Hparams {
         n_ff: 512,
         n_vocab: 151936,
         context_length: 4096,
-        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 2, n_v_heads: 4, head_dim: 64, interval: 4, n_rot: 16, sections: [3, 3, 2, 0], n_ff_shared: 0, nextn: 0 }),
+        hybrid: Some(HybridParams { d_conv: 4, n_k_heads: 2, n_v_heads: 4, head_dim: 64, interval: 4, n_rot: 16, sections: [3, 3, 2, 0], n_ff_shared: 0, nextn: 0, packed_qkvz: false }),
         ..qwen35_27b()
     }
 }
@@ -148,6 +151,7 @@ pub fn hparams(p: Preset) -> Hparams {
         Preset::Qwen35MoeTinyMtp => with_mtp(qwen35moe_tiny(), "qwen35moe-tiny-mtp"),
         Preset::Qwen35_27bMtp => with_mtp(qwen35_27b(), "qwen35-27b-mtp"),
         Preset::Qwen35_35bA3bMtp => with_mtp(qwen35_35b_a3b(), "qwen35-35b-a3b-mtp"),
+        Preset::Qwen3NextTiny | Preset::Qwen3NextTinyQkv | Preset::Qwen3NextTinyMtp | Preset::Qwen3Next80bA3b => super::qwen3next::hparams(p),
         _ => qwen35_27b(),
     }
 }
@@ -179,17 +183,19 @@ fn block_tensors(h: &Hparams, x: &HybridParams, i: u64, recurrent: bool) -> Vec<
     let mut v = vec![(b("attn_norm"), vec![e]), (b("post_attention_norm"), vec![e])];
     if recurrent {
         let (ch, vd, nv) = (x.channels(), x.value_dim(), x.n_v_heads);
-        v.extend([
-            (b("attn_qkv"), vec![e, ch]),
-            (b("attn_gate"), vec![e, vd]),
-            (b("ssm_conv1d"), vec![x.d_conv, ch]),
-            (format!("blk.{i}.ssm_dt.bias"), vec![nv]),
-            (format!("blk.{i}.ssm_a"), vec![nv]),
-            (b("ssm_beta"), vec![e, nv]),
-            (b("ssm_alpha"), vec![e, nv]),
-            (b("ssm_norm"), vec![x.head_dim]),
-            (b("ssm_out"), vec![vd, e]),
-        ]);
+        // qwen3next: `ssm_in` or `attn_qkv` + `attn_gate`, and `ssm_ba` (llama.cpp's order).
+        if x.packed_qkvz {
+            v.push((b("ssm_in"), vec![e, ch + vd]));
+        } else {
+            v.extend([(b("attn_qkv"), vec![e, ch]), (b("attn_gate"), vec![e, vd])]);
+        }
+        v.extend([(b("ssm_conv1d"), vec![x.d_conv, ch]), (format!("blk.{i}.ssm_dt.bias"), vec![nv]), (format!("blk.{i}.ssm_a"), vec![nv])]);
+        if h.arch == "qwen3next" {
+            v.push((b("ssm_ba"), vec![e, 2 * nv]));
+        } else {
+            v.extend([(b("ssm_beta"), vec![e, nv]), (b("ssm_alpha"), vec![e, nv])]);
+        }
+        v.extend([(b("ssm_norm"), vec![x.head_dim]), (b("ssm_out"), vec![vd, e])]);
     } else {
         let (q, kv) = (h.n_head * h.head_dim, h.n_head_kv * h.head_dim);
         v.extend([
@@ -234,9 +240,10 @@ pub fn metadata(a: &str, x: &HybridParams) -> Vec<(String, MetaValue)> {
         (format!("{a}.ssm.time_step_rank"), u(x.n_v_heads)),
         (format!("{a}.ssm.group_count"), u(x.n_k_heads)),
         (format!("{a}.full_attention_interval"), u(x.interval)),
-        (format!("{a}.rope.dimension_sections"), MetaValue::Array(ValueType::I32, x.sections.iter().map(|&s| MetaValue::I32(s)).collect())),
     ]
     .into_iter()
+    // qwen3next's RoPE is plain NeoX: no sections.
+    .chain((a != "qwen3next").then(|| (format!("{a}.rope.dimension_sections"), MetaValue::Array(ValueType::I32, x.sections.iter().map(|&s| MetaValue::I32(s)).collect()))))
     .chain((x.n_ff_shared > 0).then(|| (format!("{a}.expert_shared_feed_forward_length"), u(x.n_ff_shared))))
     .chain((x.nextn > 0).then(|| (format!("{a}.nextn_predict_layers"), u(x.nextn))))
     .collect()

@@ -172,7 +172,7 @@ pub fn tokenizer(h: &Hparams) -> TokSpec {
         },
         // qwen35 files stand in with Qwen3's ChatML specials (ids inside their larger
         // vocabulary); Qwen3.5's own tokenizer places them elsewhere.
-        (Tok::Arch, "qwen3" | "qwen3moe" | "qwen35" | "qwen35moe") => TokSpec {
+        (Tok::Arch, "qwen3" | "qwen3moe" | "qwen35" | "qwen35moe" | "qwen3next") => TokSpec {
             pre: "qwen2",
             specials: &[(151643, "<|endoftext|>"), (151644, "<|im_start|>"), (151645, "<|im_end|>")],
             bos: 151643,

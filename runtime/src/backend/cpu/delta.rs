@@ -3,7 +3,7 @@
 //! backend's own buffers (no read-back copies), the delta rule's heads spread over the team.
 
 use crate::backend::recurrent::{check_states, delta_net_seq, mul_sigmoid_slice, SeqIn};
-use crate::backend::{Buf, DeltaIn, DeltaNet, DeltaState, Result};
+use crate::backend::{Buf, DeltaIn, DeltaNet, DeltaState, Result, Strided};
 
 use super::{invalid, span, span_mut, CpuBackend};
 
@@ -72,6 +72,21 @@ impl CpuBackend {
         self.put(a, va);
         self.put(b, vb);
         r
+    }
+
+    pub(super) fn copy_strided_direct(&mut self, src: Buf, dst: Buf, s: &Strided) -> Result<()> {
+        if src == dst {
+            return Err(invalid("copy_strided", "source and destination must be different buffers".into()));
+        }
+        let (se, de) = (s.src_end(), s.dst_end());
+        if de == 0 {
+            return Ok(());
+        }
+        self.with_io(src, dst, |sv, dv, _| {
+            let sv = span(sv.unwrap_or(&[]), 0, se, "copy_strided")?;
+            s.apply(sv, span_mut(dv, 0, de, "copy_strided")?);
+            Ok(())
+        })
     }
 
     pub(super) fn mul_sigmoid_direct(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {

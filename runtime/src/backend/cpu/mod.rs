@@ -525,6 +525,9 @@ impl Backend for CpuBackend {
     fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
         self.mul_sigmoid_direct(x, gate, n_rows, row_len, per_row)
     }
+    fn copy_strided(&mut self, src: Buf, dst: Buf, s: &crate::backend::Strided) -> Result<()> {
+        self.copy_strided_direct(src, dst, s)
+    }
 
     fn attention(&mut self, q: Buf, kv: KvCache, layer: usize, pos: &[u32], p: &Attention, out: Buf) -> Result<()> {
         if q == out {

@@ -206,6 +206,12 @@ impl Backend for GpuBackend {
         self.target()
     }
 
+    fn memory_window(&mut self, open: bool) -> Result<bool> {
+        self.barrier()?;
+        self.dev.memory_window(open).map_err(derr("memory window"))?;
+        Ok(true)
+    }
+
     fn place_host_experts(&mut self, layers: usize, bytes: u64) -> Result<bool> {
         self.place_experts(layers, bytes)
     }
@@ -542,6 +548,7 @@ impl Backend for GpuBackend {
     fn gated_delta_net(&mut self, p: &DeltaNet, x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> { self.delta_net_device(p, x, n_tok, states, out) }
     fn split_halves(&mut self, src: Buf, n_rows: usize, half: usize, a: Buf, b: Buf) -> Result<()> { self.split_halves_device(src, n_rows, half, a, b) }
     fn mul_sigmoid(&mut self, x: Buf, gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> { self.mul_sigmoid_device(x, gate, n_rows, row_len, per_row) }
+    fn copy_strided(&mut self, src: Buf, dst: Buf, s: &crate::backend::Strided) -> Result<()> { self.copy_strided_device(src, dst, s) }
     fn hadamard(&mut self, x: Buf, n: usize, block: usize) -> Result<()> { self.hadamard_device(x, n, block) }
 }
 

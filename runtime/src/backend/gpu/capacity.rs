@@ -31,6 +31,8 @@ pub struct Capacity {
     samples: AtomicU64,
     /// The over-the-cap warning was printed.
     warned: AtomicBool,
+    /// `watch` before a peak window opened.
+    window_prev: AtomicBool,
 }
 
 impl Capacity {
@@ -52,6 +54,18 @@ impl Capacity {
     pub fn observe(&self, used: u64) {
         self.peak.fetch_max(used, Ordering::Relaxed);
         self.samples.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Opens a peak window (`lode bench`'s per-row peak): samples from now on and starts
+    /// the peak afresh from `used`, the driver's use now.
+    pub fn open_window(&self, used: u64) {
+        let was = self.watch.swap(true, Ordering::Relaxed);
+        self.window_prev.store(was, Ordering::Relaxed);
+        self.peak.store(used, Ordering::Relaxed);
+        self.samples.store(1, Ordering::Relaxed);
+    }
+    /// Closes it: sampling as it was asked before the window.
+    pub fn close_window(&self) {
+        self.watch.store(self.window_prev.load(Ordering::Relaxed), Ordering::Relaxed);
     }
     /// Highest used bytes sampled, and how many samples (`None` before the first).
     pub fn peak(&self) -> Option<(u64, u64)> {
@@ -153,5 +167,23 @@ mod tests {
             c.observe(used * GIB);
         }
         assert_eq!(c.peak(), Some((9 * GIB, 3)));
+    }
+
+    #[test]
+    fn a_window_has_its_own_peak_and_restores_the_sampling() {
+        let c = Capacity::default();
+        c.observe(9 * GIB);
+        c.open_window(5 * GIB);
+        assert!(c.watching());
+        assert_eq!(c.peak(), Some((5 * GIB, 1)));
+        c.observe(7 * GIB);
+        c.observe(6 * GIB);
+        assert_eq!(c.peak(), Some((7 * GIB, 3)));
+        c.close_window();
+        assert!(!c.watching(), "sampling was not asked before the window");
+        c.set_watch(true);
+        c.open_window(GIB);
+        c.close_window();
+        assert!(c.watching(), "a memory report's sampling survives a window");
     }
 }

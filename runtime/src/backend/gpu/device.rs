@@ -336,6 +336,14 @@ impl GpuDevice {
             self.core.capacity.set_watch(true);
         }
     }
+    /// A peak window (`lode bench`'s per-row peak, `Capacity::open_window`): `open`
+    /// samples from the driver's use now; closing restores the sampling asked before.
+    pub fn memory_window(&self, open: bool) -> Result<()> {
+        let c = &self.core.capacity;
+        let used = if open { self.core.drv.mem_info().map(|(free, total)| total.saturating_sub(free))? } else { 0 };
+        if open { c.open_window(used) } else { c.close_window() }
+        Ok(())
+    }
     /// The highest driver use sampled and the number of samples (`None`: none taken).
     pub fn driver_peak_used(&self) -> Option<(u64, u64)> {
         self.core.capacity.peak()

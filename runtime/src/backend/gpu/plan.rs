@@ -345,9 +345,11 @@ pub fn norm_buffers_ok(n: &crate::backend::NormIn, outs: &[crate::backend::Buf])
     w_ok && seen.iter().enumerate().all(|(i, a)| !seen[..i].contains(a))
 }
 
-/// Whether the norm kernels take weights `ws` behind a norm of rows of `n`.
-fn norm_takes(n: &NormIn, ws: &[Weight]) -> bool {
-    n.buffers_ok && n.n <= decode_mv::NORM_MAX && ws.iter().all(|w| w.k == n.n && decode_mv::supports(w.ty, n.n))
+/// Whether the norm kernels take weights `ws` behind a norm of rows of `n` (`one_wave`:
+/// the one-wave kernels, which take no Q3_K: `decode_mv::norm_supports`).
+fn norm_takes(n: &NormIn, ws: &[Weight], one_wave: bool) -> bool {
+    let ok = |ty| if one_wave { decode_mv::norm_supports(ty, n.n) } else { decode_mv::supports(ty, n.n) };
+    n.buffers_ok && n.n <= decode_mv::NORM_MAX && ws.iter().all(|w| w.k == n.n && ok(w.ty))
 }
 
 /// Threads per block of a fused norm launch over segments of `rows`: the wide kernel when
@@ -370,14 +372,16 @@ fn fused(o: &mut dyn Occupancy, n: usize, glu: bool, ws: &[Weight], rows: &[usiz
     NormMv::Fused { threads, half: threads == decode_mv::WIDE && decode_mv::half_supports(n, &tys[..if glu { 1 } else { tys.len() }]) }
 }
 
-/// The resident row walk for a norm and 1–3 Q4_K matvecs (the last may be Q6_K).
+/// The resident row walk for a norm and 1–3 Q4_K matvecs (the last may be Q6_K), or 1–3
+/// of one of Q2_K / Q3_K / IQ4_XS (the last may be another K-quant): `decode_mv::walk_kernel`.
 fn walk(n: &NormIn, ws: &[Weight], o: &mut dyn Occupancy) -> Option<NormMv> {
     let tys: Vec<GgmlType> = ws.iter().map(|w| w.ty).collect();
-    if !decode_mv::walk_supports(n.n, &tys) || !norm_takes(n, ws) {
+    let kernel = decode_mv::walk_kernel(n.n, &tys)?;
+    if !norm_takes(n, ws, false) {
         return None;
     }
     let sms = o.sms();
-    let per_sm = o.per_sm(decode_mv::walk_kernel(&tys), decode_mv::BLOCK, 2);
+    let per_sm = o.per_sm(kernel, decode_mv::BLOCK, 2);
     (per_sm > 0).then_some(NormMv::Walk { blocks: sms * per_sm })
 }
 
@@ -387,15 +391,20 @@ pub fn norm_multi(n: &NormIn, ws: &[Weight], t: &Tuning, o: &mut dyn Occupancy) 
         return NormMv::Unfused;
     }
     let rows: usize = ws.iter().map(|w| w.rows).sum();
-    if (1..=3).contains(&ws.len()) && fits(o, decode_mv::norm_kernel(n.n, false), rows) {
+    let fit = (1..=3).contains(&ws.len()) && fits(o, decode_mv::norm_kernel(n.n, false), rows);
+    if fit && norm_takes(n, ws, true) {
         let seg_rows: Vec<usize> = ws.iter().map(|w| w.rows).collect();
-        return if norm_takes(n, ws) { fused(o, n.n, false, ws, &seg_rows) } else { NormMv::Unfused };
+        return fused(o, n.n, false, ws, &seg_rows);
     }
+    // Rows past one wave, or Q3_K weights (which the one-wave kernels do not take).
     if let Some(p) = walk(n, ws, o) {
         return p;
     }
+    if fit {
+        return NormMv::Unfused;
+    }
     if let [w] = ws {
-        if head_mv::supports(w.ty, n.n, w.rows, n.w_addr) && norm_takes(n, ws) {
+        if head_mv::supports(w.ty, n.n, w.rows, n.w_addr) && norm_takes(n, ws, false) {
             let sms = o.sms();
             let per_sm = o.per_sm(head_mv::kernel(n.n), head_mv::BLOCK, 3);
             return NormMv::Head { blocks: head_mv::grid(w.rows, sms, per_sm) };
@@ -409,8 +418,8 @@ pub fn norm_glu(n: &NormIn, gate: &Weight, up: &Weight, t: &Tuning, o: &mut dyn 
     if !fused_mv(t) || n.n_tok != 1 || gate != up {
         return NormMv::Unfused;
     }
-    if fits(o, decode_mv::norm_kernel(n.n, true), gate.rows) {
-        return if norm_takes(n, &[*gate, *up]) { fused(o, n.n, true, &[*gate], &[gate.rows]) } else { NormMv::Unfused };
+    if fits(o, decode_mv::norm_kernel(n.n, true), gate.rows) && norm_takes(n, &[*gate, *up], true) {
+        return fused(o, n.n, true, &[*gate], &[gate.rows]);
     }
     walk(n, &[*gate, *up], o).unwrap_or(NormMv::Unfused)
 }

@@ -304,7 +304,7 @@ fn decode_batches_take_the_integer_gemm_in_its_range() {
 #[test]
 fn gated_delta_net_on_the_device_where_the_kernels_take_it() {
     use crate::backend::DeltaDims;
-    let d = |d_conv, n_k_heads, n_v_heads, head_k_dim, head_v_dim| DeltaDims { d_conv, n_k_heads, n_v_heads, head_k_dim, head_v_dim };
+    let d = |d_conv, n_k_heads, n_v_heads, head_k_dim, head_v_dim| DeltaDims { d_conv, n_k_heads, n_v_heads, head_k_dim, head_v_dim, grouped: false };
     for dims in [d(4, 16, 48, 128, 128), d(4, 16, 32, 128, 128), d(4, 2, 4, 64, 64), d(4, 1, 3, 64, 40)] {
         assert_eq!(gated_delta_net(&dims, F32, &Tuning::default()), Delta::Device, "{dims:?}");
         assert_eq!(gated_delta_net(&dims, F32, &Tuning { delta: false, ..Tuning::default() }), Delta::Host, "{dims:?}");
@@ -314,4 +314,44 @@ fn gated_delta_net_on_the_device_where_the_kernels_take_it() {
     for (dims, ty) in [(d(3, 16, 48, 128, 128), F32), (d(4, 16, 48, 256, 128), F32), (d(4, 16, 48, 128, 128), F16), (d(4, 16, 40, 128, 128), F32)] {
         assert_eq!(gated_delta_net(&dims, ty, &Tuning::default()), Delta::Host, "{dims:?} {ty}");
     }
+}
+
+#[test]
+fn low_bit_mixes_take_the_fused_walks() {
+    let t = Tuning::default();
+    let o = &mut Sm90::default();
+    // llama-8b Q3_K_M: q/k Q3_K, v Q4_K (Q5_K in the first layers): the Q3_K walk.
+    for v in [Q4_K, Q5_K, Q3_K] {
+        let qkv = [w(Q3_K, 4096, 4096), w(Q3_K, 1024, 4096), w(v, 1024, 4096)];
+        assert!(matches!(norm_multi(&norm(4096), &qkv, &t, o), NormMv::Walk { .. }), "{v}");
+        assert_eq!(decode_mv::walk_kernel(4096, &[Q3_K, Q3_K, v]), Some("decode_mv_norm_walk_q3k"));
+    }
+    // Gate/up (14336 rows each) of Q3_K, IQ4_XS, Q2_K: the walk of that type.
+    for (ty, k) in [(Q3_K, "decode_mv_norm_walk_q3k"), (IQ4_XS, "decode_mv_norm_walk_iq4xs"), (Q2_K, "decode_mv_norm_walk_q2k")] {
+        let (g, u) = (w(ty, 14336, 4096), w(ty, 14336, 4096));
+        assert!(matches!(norm_glu(&norm(4096), &g, &u, &t, o), NormMv::Walk { .. }), "{ty}");
+        assert_eq!(decode_mv::walk_kernel(4096, &[ty, ty]), Some(k));
+    }
+    // IQ4_XS's v is Q5_K.
+    let qkv = [w(IQ4_XS, 4096, 4096), w(IQ4_XS, 1024, 4096), w(Q5_K, 1024, 4096)];
+    assert!(matches!(norm_multi(&norm(4096), &qkv, &t, o), NormMv::Walk { .. }));
+    // Its o (4096 rows of 4096) and down (4096 of 14336): the prologue-quantizing kernel.
+    assert!(matches!(matmul(&mm(w(IQ4_XS, 4096, 4096), 1), &t, o), Matmul::QuantMv(QuantMv { wpr: 1, two: false, .. })));
+    assert!(matches!(matmul(&mm(w(IQ4_XS, 4096, 14336), 1), &t, o), Matmul::QuantMv(_)));
+    // Small shapes: one wave of the norm kernels, any mix of their types; Q3_K (which
+    // they do not take) the walk even there.
+    let small = [w(Q2_K, 1024, 1024), w(IQ4_XS, 512, 1024), w(IQ4_NL, 512, 1024)];
+    assert!(matches!(norm_multi(&norm(1024), &small, &t, o), NormMv::Fused { .. }));
+    let small_q3 = [w(Q3_K, 2048, 1024), w(Q3_K, 1024, 1024), w(Q4_K, 1024, 1024)];
+    assert!(matches!(norm_multi(&norm(1024), &small_q3, &t, o), NormMv::Walk { .. }));
+    assert!(matches!(norm_glu(&norm(1024), &w(Q3_K, 3072, 1024), &w(Q3_K, 3072, 1024), &t, o), NormMv::Walk { .. }));
+    assert_eq!(norm_multi(&norm(1024), &[w(Q3_K, 2048, 1024), w(IQ4_NL, 512, 1024)], &t, o), NormMv::Unfused);
+    // What no walk takes: a Q4_K weight before a Q3_K one, MXFP4, the grid types.
+    assert_eq!(decode_mv::walk_kernel(4096, &[Q4_K, Q3_K]), None);
+    assert_eq!(decode_mv::walk_kernel(4096, &[Q3_K, IQ4_XS, Q4_K]), None);
+    assert_eq!(decode_mv::walk_kernel(4096, &[Q3_K, MXFP4]), None);
+    let grid = [w(IQ3_S, 4096, 4096), w(IQ3_S, 1024, 4096)];
+    assert_eq!(norm_multi(&norm(4096), &grid, &t, o), NormMv::Unfused);
+    // Rows past NORM_MAX: no walk.
+    assert_eq!(decode_mv::walk_kernel(5120, &[Q3_K, Q3_K]), None);
 }

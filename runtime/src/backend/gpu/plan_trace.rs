@@ -178,6 +178,11 @@ impl Backend for PlanTrace {
         self.touch(b);
         Ok(())
     }
+    fn copy_strided(&mut self, _src: Buf, dst: Buf, s: &crate::backend::Strided) -> Result<()> {
+        self.push("copy_strided", format!("{}×{}×{}", s.n[0], s.n[1], s.n[2]), "copy_strided_f32");
+        self.touch(dst);
+        Ok(())
+    }
     fn mul_sigmoid(&mut self, x: Buf, _gate: Buf, n_rows: usize, row_len: usize, per_row: bool) -> Result<()> {
         self.push("mul_sigmoid", format!("{n_rows}×{row_len}{}", if per_row { " (a gate per row)" } else { "" }), "mul_sigmoid_f32");
         self.touch(x);
@@ -392,7 +397,7 @@ impl Backend for PlanTrace {
                 return self.matmul_multi(norm.out, n_tok, outs);
             }
             NormMv::Fused { threads, half } => norm_kernel(norm.row_len, false, threads, half),
-            NormMv::Walk { blocks } => format!("{} ({blocks} blocks)", decode_mv::walk_kernel(&ws.iter().map(|w| w.ty).collect::<Vec<_>>())),
+            NormMv::Walk { blocks } => format!("{} ({blocks} blocks)", decode_mv::walk_kernel(norm.row_len, &ws.iter().map(|w| w.ty).collect::<Vec<_>>()).unwrap_or("?")),
             NormMv::Head { blocks } => format!("{} ({blocks} blocks)", head_mv::kernel(norm.row_len)),
         };
         let names: Vec<&WeightRef> = outs.iter().map(|(w, _)| *w).collect();
@@ -412,7 +417,7 @@ impl Backend for PlanTrace {
                 Ok(())
             }
             NormMv::Walk { blocks } => {
-                self.push("norm_matmul_glu", what, format!("{} ({blocks} blocks)", decode_mv::walk_kernel(&[gate.ty(), up.ty()])));
+                self.push("norm_matmul_glu", what, format!("{} ({blocks} blocks)", decode_mv::walk_kernel(norm.row_len, &[gate.ty(), up.ty()]).unwrap_or("?")));
                 norm_done(self, norm, &[out, tmp]);
                 self.glu(out, tmp, out, gate.n_rows(), act)
             }

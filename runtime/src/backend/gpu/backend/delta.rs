@@ -1,7 +1,7 @@
 //! qwen35's ops on the GPU: [`Backend::gated_delta_net`] as `family/delta.rs`'s three
 //! launches per layer (the conv in place over `qkv`, the delta rule per value head and
 //! group of state rows, the gated norm) over states that stay in device memory, and `split_halves` / `mul_sigmoid` as one
-//! element-wise launch each. No host round trip, so a qwen35 decode step replays as a
+//! element-wise launch each (`copy_strided`, qwen3next's unpacking, too). No host round trip, so a qwen35 decode step replays as a
 //! graph; `plan::gated_delta_net` sends the layers the kernels do not take to the
 //! trait's default (the host).
 //!
@@ -12,8 +12,8 @@
 use super::{err, GpuBackend};
 use crate::backend::gpu::family::delta::{self as fam, Operands, States};
 use crate::backend::gpu::plan::{self, Delta};
-use crate::backend::recurrent::{check_states, gated_delta_net_host, mul_sigmoid_host, split_halves_host};
-use crate::backend::{BackendError, Buf, DeltaIn, DeltaNet, DeltaState, Result};
+use crate::backend::recurrent::{check_states, copy_strided_host, gated_delta_net_host, mul_sigmoid_host, split_halves_host};
+use crate::backend::{BackendError, Buf, DeltaIn, DeltaNet, DeltaState, Result, Strided};
 use crate::weights::WeightRef;
 
 const OP: &str = "gated_delta_net";
@@ -96,6 +96,26 @@ impl GpuBackend {
         let r = fam::split_halves(&self.rec(), sp, ap, bp, n_rows, half).map_err(err("split_halves"));
         self.touch(a);
         self.touch(b);
+        r
+    }
+
+    pub(super) fn copy_strided_device(&mut self, src: Buf, dst: Buf, s: &Strided) -> Result<()> {
+        if src == dst {
+            return Err(invalid("copy_strided", "source and destination must be different buffers".into()));
+        }
+        let (sp, sn) = self.buf(src)?;
+        let (dp, dn) = self.buf(dst)?;
+        let (se, de) = (s.src_end(), s.dst_end());
+        if de == 0 {
+            return Ok(());
+        }
+        Self::check_len("copy_strided", src, sn, se)?;
+        Self::check_len("copy_strided", dst, dn, de)?;
+        if se.max(de) > i32::MAX as usize {
+            return copy_strided_host(self, src, dst, s);
+        }
+        let r = fam::copy_strided(&self.rec(), sp + 4 * s.src_off as u64, dp + 4 * s.dst_off as u64, s.n, s.src_stride, s.dst_stride).map_err(err("copy_strided"));
+        self.touch(dst);
         r
     }
 

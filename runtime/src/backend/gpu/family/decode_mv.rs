@@ -59,6 +59,9 @@ const GLU: [Kernel<NormGlu>; 4] =
     [Kernel::new("decode_mv_glu4"), Kernel::new("decode_mv_glu16"), Kernel::new("decode_mv_glu4_1k"), Kernel::new("decode_mv_glu4_h1k")];
 const WALK: Kernel<NormWalk> = Kernel::new("decode_mv_norm_walk");
 const WALK_V: Kernel<NormWalk> = Kernel::new("decode_mv_norm_walk_v");
+/// The row walks of the mv_dot_low.h types (Q2_K, Q3_K, IQ4_XS segments; see [`walk_kernel`]).
+const WALK_LOW: [Kernel<NormWalk>; 3] =
+    [Kernel::new("decode_mv_norm_walk_q2k"), Kernel::new("decode_mv_norm_walk_q3k"), Kernel::new("decode_mv_norm_walk_iq4xs")];
 const QUANT: Kernel<Quant> = Kernel::new("decode_mv_quant");
 const QUANT2: Kernel<Quant2> = Kernel::new("decode_mv_quant2");
 const SPLIT: Kernel<Split> = Kernel::new("decode_mv_split");
@@ -70,6 +73,7 @@ pub const FAMILY: Family = Family {
         &[NORM[0].sig(), NORM[1].sig(), NORM[2].sig(), NORM[3].sig()],
         &[GLU[0].sig(), GLU[1].sig(), GLU[2].sig(), GLU[3].sig()],
         &[WALK.sig(), WALK_V.sig(), QUANT.sig(), QUANT2.sig(), SPLIT.sig()],
+        &[WALK_LOW[0].sig(), WALK_LOW[1].sig(), WALK_LOW[2].sig()],
     ],
 };
 
@@ -163,19 +167,26 @@ fn unsupported(what: String) -> GpuError {
     GpuError::Unsupported(what)
 }
 
-/// The kernels' weight type code (None: a type they do not take): the decode matvecs' one
-/// numbering.
-/// The type code of a weight the fused kernels take (`matvec::mv_type_code`'s numbering):
-/// the mv_dot.h types, Q4_0 … Q8_0 and Q4_K … Q6_K; the mv_dot_low.h types (Q2_K, Q3_K,
-/// IQ4_NL, IQ4_XS, MXFP4) run through `matvec_multi4_n1` and the plain matvecs.
+/// The type code of a weight the fused kernels take (`matvec::mv_type_code`'s numbering;
+/// None: a type they do not take): the mv_dot.h types, Q4_0 … Q8_0 and Q4_K … Q6_K, and
+/// mv_dot_low.h's IQ4_NL (5), Q2_K (13), Q3_K (14) and IQ4_XS (15), whose steps in
+/// decode_mv.hip are their plain matvecs' slots. MXFP4 and the grid types run through
+/// `matvec_multi4_n1` and the plain matvecs.
 pub fn type_code(ty: GgmlType) -> Option<i32> {
-    super::matvec::mv_type_code(ty).filter(|&c| c <= 4 || (10..=12).contains(&c))
+    super::matvec::mv_type_code(ty).filter(|&c| c <= 5 || (10..=15).contains(&c))
 }
 
 /// Whether the fused kernels take weights of `ty` with rows of `k` (whole blocks, whole
 /// 32-value activation blocks).
 pub fn supports(ty: GgmlType, k: usize) -> bool {
     type_code(ty).is_some() && k > 0 && k % 32 == 0 && k % ty.block_elems() == 0
+}
+
+/// Whether the one-wave norm kernels (`decode_mv_norm*`, `decode_mv_glu*`) take weights of
+/// `ty` with rows of `k`: [`supports`] but Q3_K, whose body would cost those kernels
+/// registers for every type; its norm launches take [`norm_walk`] at any row count.
+pub fn norm_supports(ty: GgmlType, k: usize) -> bool {
+    supports(ty, k) && ty != GgmlType::Q3_K
 }
 
 /// The norm in front of the matvecs: `x += add` (when given), `out = x / rms(x) · w`.
@@ -246,7 +257,7 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
     let per = a.rows_per_block(false);
     let (mut nblk, mut rows_all) = (0, 0);
     for (slot, &(w, ty, rows, y)) in t.iter_mut().zip(segs) {
-        let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_multi: {ty} weights with rows of {}", a.n)))?;
+        let code = type_code(ty).filter(|_| norm_supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_multi: {ty} weights with rows of {}", a.n)))?;
         nblk += rows.div_ceil(per);
         rows_all += rows;
         *slot = (w, y, rows, code);
@@ -265,24 +276,42 @@ pub fn norm_multi(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, De
     kernel.launch(d, [nblk as u32, 1, 1], [a.threads, 1, 1], &args)
 }
 
-/// Whether [`norm_walk`] takes weights of these types with rows of `n`: rows of whole
-/// super-blocks, at most 16 of them (the two slots of the row walk's warp body); every
-/// weight Q4_K but the last, which may also be Q6_K (Q4_K_M's attn_v in half the layers)
-/// when it follows a Q4_K one (a Q6_K weight alone, the LM head, is `head_mv.rs`'s: the
-/// walk loads only the first of a warp's Q6_K rows ahead).
+/// Whether [`norm_walk`] takes weights of these types with rows of `n` ([`walk_kernel`]).
 pub fn walk_supports(n: usize, tys: &[GgmlType]) -> bool {
-    let Some((last, rest)) = tys.split_last() else { return false };
-    let last_ok = *last == GgmlType::Q4_K || (*last == GgmlType::Q6_K && !rest.is_empty());
-    n > 0 && n % 256 == 0 && n <= NORM_MAX && tys.len() <= 3 && rest.iter().all(|&t| t == GgmlType::Q4_K) && last_ok
+    walk_kernel(n, tys).is_some()
 }
 
-/// The kernel of a [`norm_walk`] over weights of these types: `_v` when the last is Q6_K.
-pub fn walk_kernel(tys: &[GgmlType]) -> &'static str {
-    if tys.last() == Some(&GgmlType::Q6_K) {
-        "decode_mv_norm_walk_v"
-    } else {
-        "decode_mv_norm_walk"
+/// The row walk of a type whose steps decode_mv.hip walks as one stream (`walk_low_run`).
+fn low_walk(ty: GgmlType) -> Option<Kernel<NormWalk>> {
+    match ty {
+        GgmlType::Q2_K => Some(WALK_LOW[0]),
+        GgmlType::Q3_K => Some(WALK_LOW[1]),
+        GgmlType::IQ4_XS => Some(WALK_LOW[2]),
+        _ => None,
     }
+}
+
+/// The kernel of a [`norm_walk`] over 1 to 3 weights of these types with rows of `n`
+/// (whole super-blocks, at most [`NORM_MAX`] values), None where no walk takes them:
+/// - every weight Q4_K but the last, which may also be Q6_K (Q4_K_M's attn_v in half the
+///   layers) when it follows a Q4_K one: `decode_mv_norm_walk` (`_v`); a Q6_K weight
+///   alone, the LM head, is `head_mv.rs`'s (the walk loads only the first of a warp's
+///   Q6_K rows ahead);
+/// - every weight of one mv_dot_low.h type T (Q2_K, Q3_K, IQ4_XS) but the last, which may
+///   also be any K-form type of the fused kernels when it follows a T one (Q3_K_M's v:
+///   Q4_K / Q5_K; IQ4_XS's: Q5_K; Q2_K's: Q3_K): `decode_mv_norm_walk_{q2k,q3k,iq4xs}`.
+pub fn walk_kernel(n: usize, tys: &[GgmlType]) -> Option<&'static str> {
+    let (last, rest) = tys.split_last()?;
+    if n == 0 || n % 256 != 0 || n > NORM_MAX || tys.len() > 3 {
+        return None;
+    }
+    if rest.iter().all(|&t| t == GgmlType::Q4_K) && (*last == GgmlType::Q4_K || (*last == GgmlType::Q6_K && !rest.is_empty())) {
+        return Some(if *last == GgmlType::Q6_K { "decode_mv_norm_walk_v" } else { "decode_mv_norm_walk" });
+    }
+    let main = tys[0];
+    let k = low_walk(main)?;
+    let last_ok = *last == main || (!rest.is_empty() && matches!(type_code(*last), Some(10..=15)));
+    (rest.iter().all(|&t| t == main) && last_ok).then_some(k.name)
 }
 
 /// One launch of `blocks` resident 256-thread blocks (`decode_mv_norm_walk`, or `_v` with a
@@ -292,11 +321,18 @@ pub fn walk_kernel(tys: &[GgmlType]) -> &'static str {
 pub fn norm_walk(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, DevPtr)], blocks: usize) -> R {
     a.check("norm_walk")?;
     let tys: Vec<GgmlType> = segs.iter().map(|s| s.1).collect();
-    if !walk_supports(a.n, &tys) || blocks == 0 {
-        return Err(unsupported(format!("norm_walk: {} weights ({tys:?}) with rows of {} (1 to 3, Q4_K but a last Q6_K, rows of whole super-blocks up to {NORM_MAX})", segs.len(), a.n)));
+    let Some(name) = walk_kernel(a.n, &tys).filter(|_| blocks > 0) else {
+        return Err(unsupported(format!(
+            "norm_walk: {} weights ({tys:?}) with rows of {} (1 to 3, Q4_K but a last Q6_K, or Q2_K / Q3_K / IQ4_XS but a last K-quant, rows of whole super-blocks up to {NORM_MAX})",
+            segs.len(),
+            a.n
+        )));
+    };
+    if let Some(k) = low_walk(tys[0]).filter(|k| k.name == name) {
+        return norm_walk_low(d, a, segs, blocks, k);
     }
     // The kernel's segment 2 is the one that may be Q6_K: a Q6_K last weight goes there.
-    let v = walk_kernel(&tys) == "decode_mv_norm_walk_v";
+    let v = name == "decode_mv_norm_walk_v";
     let mut t = [(0u64, 0u64, 0usize); 3];
     for (i, &(w, _, rows, y)) in segs.iter().enumerate() {
         t[if v && i + 1 == segs.len() { 2 } else { i }] = (w, y, rows);
@@ -312,12 +348,37 @@ pub fn norm_walk(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, Dev
     (if v { WALK_V } else { WALK }).launch(d, [blocks as u32, 1, 1], [BLOCK, 1, 1], &args)
 }
 
+/// [`norm_walk`] by a `decode_mv_norm_walk_{q2k,q3k,iq4xs}` kernel: segments 0 and 1 are of
+/// its type; segment 2 holds a last weight of another type (its code as ty2), or of the
+/// same type when there are three.
+fn norm_walk_low(d: &dyn Launch, a: &Norm, segs: &[(DevPtr, GgmlType, usize, DevPtr)], blocks: usize, k: Kernel<NormWalk>) -> R {
+    let main = segs[0].1;
+    let mut t = [(0u64, 0u64, 0usize); 3];
+    let mut ty2 = type_code(main).ok_or_else(|| unsupported(format!("norm_walk: {main}")))?;
+    for (i, &(w, ty, rows, y)) in segs.iter().enumerate() {
+        let slot = if ty != main { 2 } else { i };
+        if ty != main || slot == 2 {
+            ty2 = type_code(ty).ok_or_else(|| unsupported(format!("norm_walk: {ty}")))?;
+        }
+        t[slot] = (w, y, rows);
+    }
+    let args = NormWalk {
+        x: a.x, add: a.add, w: a.w, out: a.out, counter: a.counter, nblk: blocks, n: a.n, eps: a.eps,
+        w0: t[0].0, y0: t[0].1, rows0: t[0].2,
+        w1: t[1].0, y1: t[1].1, rows1: t[1].2,
+        w2: t[2].0, y2: t[2].1, rows2: t[2].2,
+        ty2,
+        nw: blocks * (BLOCK as usize / 32),
+    };
+    k.launch(d, [blocks as u32, 1, 1], [BLOCK, 1, 1], &args)
+}
+
 /// One launch: the norm, then y[r] = act(gate_r · out) · (up_r · out) (act SiLU, or
 /// GELU-tanh when `gelu`). gate, up: [rows, n] of one type; y: [rows] f32.
 #[allow(clippy::too_many_arguments)]
 pub fn norm_glu(d: &dyn Launch, a: &Norm, gate: DevPtr, up: DevPtr, ty: GgmlType, rows: usize, y: DevPtr, gelu: bool) -> R {
     a.check("norm_glu")?;
-    let code = type_code(ty).filter(|_| supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_glu: {ty} weights with rows of {}", a.n)))?;
+    let code = type_code(ty).filter(|_| norm_supports(ty, a.n)).ok_or_else(|| unsupported(format!("norm_glu: {ty} weights with rows of {}", a.n)))?;
     a.check_half("norm_glu", &[ty])?;
     if rows == 0 {
         return Err(unsupported("norm_glu: no output rows".into()));

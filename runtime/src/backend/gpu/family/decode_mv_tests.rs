@@ -186,3 +186,27 @@ fn warps_per_row_follow_the_steps() {
     assert_eq!(quant_warps_per_row(GgmlType::Q4_K, 9728), 1);
     assert_eq!(quant_warps_per_row(GgmlType::Q8_0, 3072), 1);
 }
+
+#[test]
+fn low_walks_put_another_type_last_in_segment_two() {
+    use crate::quant::GgmlType::*;
+    let c = Cap(Default::default());
+    let a = Norm { x: 1, add: None, w: None, out: 2, counter: 3, n: 4096, eps: 1e-6, threads: BLOCK, half: false };
+    // q, k Q3_K, v Q4_K: the Q3_K walk; q and v alone (segment 1 empty) too.
+    norm_walk(&c, &a, &[(10, Q3_K, 4096, 11), (12, Q3_K, 1024, 13), (14, Q4_K, 1024, 15)], 264).unwrap();
+    norm_walk(&c, &a, &[(10, IQ4_XS, 4096, 11), (14, Q5_K, 1024, 15)], 264).unwrap();
+    norm_walk(&c, &a, &[(10, Q2_K, 14336, 11), (12, Q2_K, 14336, 13)], 264).unwrap();
+    assert_eq!(
+        c.0.into_inner(),
+        vec![
+            ("decode_mv_norm_walk_q3k", [264, 1, 1], [256, 1, 1]),
+            ("decode_mv_norm_walk_iq4xs", [264, 1, 1], [256, 1, 1]),
+            ("decode_mv_norm_walk_q2k", [264, 1, 1], [256, 1, 1]),
+        ]
+    );
+    // A Q3_K weight after a Q4_K one, or after another low type: refused, not misread.
+    let c = Cap(Default::default());
+    assert!(norm_walk(&c, &a, &[(10, Q4_K, 4096, 11), (12, Q3_K, 1024, 13)], 264).is_err());
+    assert!(norm_walk(&c, &a, &[(10, Q3_K, 4096, 11), (12, IQ4_XS, 1024, 13), (14, Q4_K, 1024, 15)], 264).is_err());
+    assert!(c.0.into_inner().is_empty());
+}

@@ -3,7 +3,7 @@
 //! per value head and group of 16 state rows (`delta_rule_h<head_k_dim>`: the L2 norms,
 //! gates, state update and output read, the rows held in registers over the chunk) and the
 //! gated RMS norm (`delta_norm`) — and the gated attention's `split_halves_f32` /
-//! `mul_sigmoid_f32`.
+//! `mul_sigmoid_f32`, and `copy_strided_f32` (qwen3next's packed projections taken apart).
 //!
 //! A chunk's states are one sequence's ([`States::One`]) or one per row of a batched
 //! step ([`States::Table`]: a device table of `(conv, ssm)` addresses, row by row).
@@ -26,10 +26,10 @@ kernel_args! {
     pub struct Conv { qkv: DevPtr, w: DevPtr, conv0: Option<DevPtr>, table: Option<DevPtr>, ch: usize, per: usize }
 }
 kernel_args! {
-    /// `delta_rule_h<hk>(xc, beta, alpha, dt_bias, a, out, ssm0, table, per, n_kh, nv, hv, eps)`.
+    /// `delta_rule_h<hk>(xc, beta, alpha, dt_bias, a, out, ssm0, table, per, n_kh, nv, hv, eps, grouped)`.
     pub struct Rule {
         xc: DevPtr, beta: DevPtr, alpha: DevPtr, dt_bias: DevPtr, a: DevPtr,
-        out: DevPtr, ssm0: Option<DevPtr>, table: Option<DevPtr>, per: usize, n_kh: usize, nv: usize, hv: usize, eps: f32,
+        out: DevPtr, ssm0: Option<DevPtr>, table: Option<DevPtr>, per: usize, n_kh: usize, nv: usize, hv: usize, eps: f32, grouped: bool,
     }
 }
 kernel_args! {
@@ -41,6 +41,10 @@ kernel_args! {
     pub struct Split { src: DevPtr, a: DevPtr, b: DevPtr, n_rows: usize, half: usize }
 }
 kernel_args! {
+    /// `copy_strided_f32(src, dst, n0, n1, n2, ss0, ss1, ds0, ds1)`.
+    pub struct Copy3 { src: DevPtr, dst: DevPtr, n0: usize, n1: usize, n2: usize, ss0: usize, ss1: usize, ds0: usize, ds1: usize }
+}
+kernel_args! {
     /// `mul_sigmoid_f32(x, gate, n, row_len, per_row)`.
     pub struct MulSigmoid { x: DevPtr, gate: DevPtr, n: usize, row_len: usize, per_row: bool }
 }
@@ -50,11 +54,12 @@ const RULE: [(usize, Kernel<Rule>); 2] = [(64, Kernel::new("delta_rule_h64")), (
 const NORM: Kernel<Norm> = Kernel::new("delta_norm");
 const SPLIT: Kernel<Split> = Kernel::new("split_halves_f32");
 const MUL_SIGMOID: Kernel<MulSigmoid> = Kernel::new("mul_sigmoid_f32");
+const COPY3: Kernel<Copy3> = Kernel::new("copy_strided_f32");
 
 pub const FAMILY: Family = Family {
     name: "delta",
     source: include_str!("../../../../../kernels-hip/delta.hip"),
-    kernels: &[&[CONV.sig(), RULE[0].1.sig(), RULE[1].1.sig(), NORM.sig(), SPLIT.sig(), MUL_SIGMOID.sig()]],
+    kernels: &[&[CONV.sig(), RULE[0].1.sig(), RULE[1].1.sig(), NORM.sig(), SPLIT.sig(), MUL_SIGMOID.sig(), COPY3.sig()]],
 };
 
 /// Whether the kernels take a layer of these dimensions.
@@ -111,7 +116,7 @@ pub fn gated_delta_net(dev: &dyn Launch, d: &DeltaDims, x: &Operands, st: States
     let kernel = RULE.iter().find(|r| r.0 == d.head_k_dim).map(|r| r.1).ok_or_else(|| GpuError::Unsupported(format!("delta rule: heads of {}", d.head_k_dim)))?;
     let args = Rule {
         xc: x.qkv, beta: x.beta, alpha: x.alpha, dt_bias: x.dt_bias, a: x.a,
-        out: x.out, ssm0, table, per, n_kh: d.n_k_heads, nv: d.n_v_heads, hv: d.head_v_dim, eps,
+        out: x.out, ssm0, table, per, n_kh: d.n_k_heads, nv: d.n_v_heads, hv: d.head_v_dim, eps, grouped: d.grouped,
     };
     let groups = d.head_v_dim.div_ceil(ROWS_PER_BLOCK) as u32;
     kernel.launch(dev, [d.n_v_heads as u32, groups, n_states as u32], [128, 1, 1], &args)?;
@@ -135,4 +140,15 @@ pub fn mul_sigmoid(dev: &dyn Launch, x: DevPtr, gate: DevPtr, n_rows: usize, row
         return Ok(());
     }
     MUL_SIGMOID.launch(dev, [n.div_ceil(256) as u32, 1, 1], [256, 1, 1], &MulSigmoid { x, gate, n, row_len, per_row })
+}
+
+/// The 3-D block `n` (`n[2]` contiguous) from `src` (strides `ss`) to `dst` (strides `ds`),
+/// both already offset to the block's first element.
+pub fn copy_strided(dev: &dyn Launch, src: DevPtr, dst: DevPtr, n: [usize; 3], ss: [usize; 2], ds: [usize; 2]) -> R {
+    let total = n[0] * n[1] * n[2];
+    if total == 0 {
+        return Ok(());
+    }
+    let args = Copy3 { src, dst, n0: n[0], n1: n[1], n2: n[2], ss0: ss[0], ss1: ss[1], ds0: ds[0], ds1: ds[1] };
+    COPY3.launch(dev, [total.div_ceil(256) as u32, 1, 1], [256, 1, 1], &args)
 }

@@ -10,14 +10,16 @@
 //! cases give every row its own sequence (a batched decode step). Shapes: the tiny synth
 //! preset's heads, Qwen3.5-27B's (48 value heads over 16 key heads of 128) and
 //! Qwen3.5-35B-A3B's (32 over 16), 1 to 2048 tokens per chunk (odd lengths among them).
-//! `split_halves` and `mul_sigmoid` are exact moves and one sigmoid: within 1e-6.
+//! qwen3next's grouped value heads: its tiny preset's and Qwen3-Next-80B-A3B's (32 over 16).
+//! `split_halves` and `mul_sigmoid` are exact moves and one sigmoid, and `copy_strided`
+//! (qwen3next's unpacking of `ssm_in`) an exact move: within 1e-6.
 
 use super::report::{Acc, CheckReport, Rng};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::device::GpuDevice;
 use crate::backend::gpu::GpuBackend;
 use crate::backend::recurrent::gated_delta_net_host;
-use crate::backend::{Backend, Buf, DeltaDims, DeltaIn, DeltaNet, DeltaState};
+use crate::backend::{Backend, Buf, DeltaDims, DeltaIn, DeltaNet, DeltaState, Strided};
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::quant::GgmlType;
 use crate::weights::{WeightId, WeightRef};
@@ -31,16 +33,23 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let d = |n_k_heads, n_v_heads, hd| DeltaDims { d_conv: 4, n_k_heads, n_v_heads, head_k_dim: hd, head_v_dim: hd };
+    let d = |n_k_heads, n_v_heads, hd| DeltaDims { d_conv: 4, n_k_heads, n_v_heads, head_k_dim: hd, head_v_dim: hd, grouped: false };
+    // qwen3next's value heads grouped by key head (head h reads key head h / (n_v/n_k)).
+    let g = |n_k_heads, n_v_heads, hd| DeltaDims { grouped: true, ..d(n_k_heads, n_v_heads, hd) };
     let c = |d, n_tok, rows| Case { d, n_tok, rows };
     let mut v = vec![c(d(2, 4, 64), 1, false), c(d(2, 4, 64), 37, false), c(d(2, 4, 64), 5, true), c(d(16, 48, 128), 3, true), c(d(16, 32, 128), 8, true)];
     v.extend([1, 2, 7, 64, 129, 511, 2048].map(|n| c(d(16, 48, 128), n, false)));
     v.extend([1, 255].map(|n| c(d(16, 32, 128), n, false)));
+    // Qwen3-Next-80B-A3B's (32 value heads over 16 key heads of 128, grouped) and the tiny
+    // qwen3next preset's.
+    v.extend([c(g(2, 4, 64), 37, false), c(g(2, 4, 64), 5, true), c(g(16, 32, 128), 6, true)]);
+    v.extend([1, 129, 2048].map(|n| c(g(16, 32, 128), n, false)));
     v
 }
 
 fn name(c: &Case) -> String {
-    format!("gated_delta_net_v{}k{}_d{}_t{}{}", c.d.n_v_heads, c.d.n_k_heads, c.d.head_k_dim, c.n_tok, if c.rows { "_rows" } else { "" })
+    let g = if c.d.grouped { "_grouped" } else { "" };
+    format!("gated_delta_net_v{}k{}_d{}{g}_t{}{}", c.d.n_v_heads, c.d.n_k_heads, c.d.head_k_dim, c.n_tok, if c.rows { "_rows" } else { "" })
 }
 
 /// The case's four vectors as one file (`ssm_a` negative, as the converter writes it).
@@ -159,6 +168,7 @@ fn check_small<G: Backend>(under: &mut G, host: bool, cpu: &mut CpuBackend, rng:
     let (rows, half) = (3 * 24, 256);
     let src = rng.vec(rows * 2 * half, 2.0);
     let x = rng.vec(rows * half, 1.0);
+    let fill = rng.vec(rows * 256 + 60, 1.0);
     let run = |be: &mut dyn Backend| -> crate::backend::Result<Vec<f32>> {
         let (s, a, b, xb) = (be.alloc(src.len())?, be.alloc(rows * half)?, be.alloc(rows * half)?, be.alloc(rows * half)?);
         be.write(s, &src)?;
@@ -169,21 +179,29 @@ fn check_small<G: Backend>(under: &mut G, host: bool, cpu: &mut CpuBackend, rng:
         be.mul_sigmoid(xb, b, rows, half, false)?;
         // One gate per row (the first `rows` values of `a`) over the gated rows.
         be.mul_sigmoid(xb, a, rows, half, true)?;
-        let mut out = vec![0f32; 3 * rows * half];
+        // qwen3next's unpacking: per row of `src` (as 4 groups of 128), the 40 values at 16
+        // of each group into a destination row of 256 from 60 (groups 40 apart); the rest
+        // of the destination stays as written.
+        let cs = Strided { n: [rows, 4, 40], src_off: 16, src_stride: [2 * half, 128], dst_off: 60, dst_stride: [256, 40] };
+        let cd = be.alloc(rows * 256 + 60)?;
+        be.write(cd, &fill)?;
+        be.copy_strided(s, cd, &cs)?;
+        let mut out = vec![0f32; 4 * rows * half + 60];
         be.read(a, &mut out[..rows * half])?;
         be.read(b, &mut out[rows * half..2 * rows * half])?;
-        be.read(xb, &mut out[2 * rows * half..])?;
-        for h in [s, a, b, xb] {
+        be.read(xb, &mut out[2 * rows * half..3 * rows * half])?;
+        be.read(cd, &mut out[3 * rows * half..])?;
+        for h in [s, a, b, xb, cd] {
             be.free(h)?;
         }
         Ok(out)
     };
     let (g, w) = (run(under)?, run(cpu)?);
     if host {
-        acc.cmp_bits("split_halves + mul_sigmoid", &g, &w);
+        acc.cmp_bits("split_halves + mul_sigmoid + copy_strided", &g, &w);
     } else {
         let w64: Vec<f64> = w.iter().map(|&v| v as f64).collect();
-        acc.cmp("split_halves + mul_sigmoid", &g, &w64, |j| 1e-6 * (1.0 + w64[j].abs()));
+        acc.cmp("split_halves + mul_sigmoid + copy_strided", &g, &w64, |j| 1e-6 * (1.0 + w64[j].abs()));
     }
     Ok(())
 }

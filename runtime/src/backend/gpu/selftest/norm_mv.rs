@@ -18,7 +18,15 @@
 //!   other case) and `norm_matmul_glu` (Q4_K) with weights of more rows than one wave of norm blocks holds (1,000–7,000 per weight),
 //!   rows of 2560 / 4096 / 1024 / 2048 / 256·r: the resident row walk
 //!   (`decode_mv::norm_walk`), whose launch must have run exactly where the one-wave
-//!   kernel does not fit.
+//!   kernel does not fit;
+//! - `norm_mv_low`: the mv_dot_low.h types in the same kernels, cycling through four ops:
+//!   `norm_matmul_multi` of 1–3 weights of Q3_K, IQ4_XS or Q2_K with a last one of that
+//!   type or another K-quant (Q3_K_M's q/k/v: Q3_K, Q3_K, Q4_K / Q5_K), rows of 1–300
+//!   (one wave of norm blocks; Q3_K takes the walk there too) or 1,000–3,000 per weight
+//!   (the walks `decode_mv_norm_walk_{q2k,q3k,iq4xs}`); `norm_matmul_glu` of those types, few or
+//!   4,300–6,000 rows; `matmul` / `matmul_residual` of a fresh input over Q3_K, IQ4_XS,
+//!   Q2_K or IQ4_NL (`decode_mv_quant`); `norm_matmul_multi` of 1–3 IQ4_NL weights (the
+//!   q8_1 form) with rows of 32·r.
 //!
 //! Each case runs on the GPU with the fusion on, the GPU with it off (the unfused
 //! kernels) and the CPU backend, outputs poisoned (NaN) first. Against the CPU: the
@@ -244,8 +252,15 @@ fn pick_type(rng: &mut Rng, n: usize) -> GgmlType {
 
 /// Case `i` of check `name`.
 fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case, String> {
-    let quant = name == "norm_mv_quant";
-    let n = if quant {
+    let low = name == "norm_mv_low";
+    let quant = name == "norm_mv_quant" || (low && i % 4 == 2);
+    let n = if low {
+        if i % 4 == 3 {
+            32 * rng.range(1, 128)
+        } else {
+            [4096, 2560, 1024, 2048, 256 * rng.range(1, 16), 4096, 3072, 512][i % 8]
+        }
+    } else if quant {
         [2048, 3072, 9728, 1024, 576, 14336, 640, if i % 16 == 7 { 4096 } else { 32 * rng.range(1, 512) }][i % 8]
     } else if name == "norm_mv_walk" {
         [2560, 4096, 1024, 2560, 2048, 4096, 256 * rng.range(1, 16), 2560][i % 8]
@@ -308,6 +323,7 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
             let act = if i % 2 == 0 { Glu::Silu } else { Glu::GeluTanh };
             Op::Glu { gate: f.add(rng, ty, r, n, 1.0)?, up: f.add(rng, ty, r, n, 1.0)?, rows: r, act }
         }
+        "norm_mv_low" => low_op(i, n, rng, f)?,
         // Qwen3-4B's o (Q4_K rows of 4096, 2560 of them: one warp per row, decode_mv_quant2).
         _ if i % 16 == 7 => Op::Quant { w: f.add(rng, GgmlType::Q4_K, 2560, n, 1.0)?, rows: 2560 },
         _ => {
@@ -316,10 +332,49 @@ fn make_case(name: &str, i: usize, rng: &mut Rng, f: &mut Files) -> Result<Case,
         }
     };
     let residual = match &op {
-        Op::Quant { rows, .. } if i % 2 == 1 => Some(rng.vec(*rows, 4.0)),
+        Op::Quant { rows, .. } if i % 2 == 1 || (low && i % 8 == 6) => Some(rng.vec(*rows, 4.0)),
         _ => None,
     };
     Ok(Case { n, x, add, norm_w, op, residual })
+}
+
+/// Case `i` of `norm_mv_low`: its op over the mv_dot_low.h types (see the module header).
+fn low_op(i: usize, n: usize, rng: &mut Rng, f: &mut Files) -> Result<Op, String> {
+    const MAIN: [GgmlType; 3] = [GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::Q2_K];
+    const LAST: [GgmlType; 4] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q3_K];
+    let main = MAIN[(i / 4) % 3];
+    // Every other case of the first two ops more rows than one wave of norm blocks: a walk.
+    let big = (i / 4) % 2 == 0;
+    Ok(match i % 4 {
+        0 => {
+            let m = rng.range(1, 3);
+            let mut ws = Vec::new();
+            for j in 0..m {
+                let r = if big { rng.range(1_000, 3_000) } else { rng.range(1, 300) };
+                let ty = if j + 1 == m && m > 1 && rng.range(0, 1) == 0 { LAST[rng.range(0, 3)] } else { main };
+                ws.push((f.add(rng, ty, r, n, 1.0)?, r));
+            }
+            Op::Multi(ws)
+        }
+        1 => {
+            let r = if big { rng.range(4_300, 6_000) } else { rng.range(1, 300) };
+            let act = if i % 8 == 1 { Glu::Silu } else { Glu::GeluTanh };
+            Op::Glu { gate: f.add(rng, main, r, n, 1.0)?, up: f.add(rng, main, r, n, 1.0)?, rows: r, act }
+        }
+        2 => {
+            let ty = [GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::IQ4_NL][(i / 4) % 4];
+            let r = if rng.range(0, 1) == 0 { rng.range(1, 300) } else { rng.range(2_000, 4_096) };
+            Op::Quant { w: f.add(rng, ty, r, n, 1.0)?, rows: r }
+        }
+        _ => {
+            let mut ws = Vec::new();
+            for _ in 0..rng.range(1, 3) {
+                let r = rng.range(1, 300);
+                ws.push((f.add(rng, GgmlType::IQ4_NL, r, n, 1.0)?, r));
+            }
+            Op::Multi(ws)
+        }
+    })
 }
 
 /// `files` lives as long as the backends: a weight file dropped while the GPU backend
@@ -330,7 +385,11 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
     let mut bits = Acc::new(&format!("{name}_bits"));
     // The walk's weights are large (up to 7,000 rows of 4096 per weight): 8 cases cover
     // its row lengths and both ops.
-    let n_cases = if name == "norm_mv_walk" { 8 } else { cases.max(8) };
+    let n_cases = match name {
+        "norm_mv_walk" => 8,
+        "norm_mv_low" => cases.clamp(8, 24),
+        _ => cases.max(8),
+    };
     for i in 0..n_cases {
         let c = match make_case(name, i, rng, files) {
             Ok(c) => c,
@@ -370,17 +429,19 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
                     Op::Glu { rows, .. } => (decode_mv::norm_kernel(c.n, true), *rows),
                     Op::Quant { rows, .. } => ("decode_mv_quant", *rows),
                 };
-                // The backend's own rule (with the driver's occupancy figure).
-                let expect = gpu.mv_fits(kernel, rows) as u64;
-                if taken != expect || plain_launches != 0 {
-                    acc.fail(format!("case {i} (n={} {:?}): {taken} fused launches with the fusion on, {plain_launches} with it off (expected {expect} and 0)", c.n, c.op));
-                }
-                // Where the one-wave kernel does not fit, Q4_K norm matvecs take the row walk.
                 let tys: Vec<GgmlType> = match &c.op {
                     Op::Multi(ws) => ws.iter().map(|w| files.get(w.0).ty()).collect(),
                     Op::Glu { gate, up, .. } => vec![files.get(*gate).ty(), files.get(*up).ty()],
                     Op::Quant { .. } => Vec::new(),
                 };
+                // The backend's own rule (with the driver's occupancy figure); the one-wave
+                // norm kernels take no Q3_K (`decode_mv::norm_supports`).
+                let expect = (gpu.mv_fits(kernel, rows) && tys.iter().all(|&t| decode_mv::norm_supports(t, c.n))) as u64;
+                if taken != expect || plain_launches != 0 {
+                    acc.fail(format!("case {i} (n={} {:?}): {taken} fused launches with the fusion on, {plain_launches} with it off (expected {expect} and 0)", c.n, c.op));
+                }
+                // Where the one-wave kernel does not take them, the row walk does (Q4_K, the
+                // last Q6_K; Q2_K / Q3_K / IQ4_XS, the last another K-quant).
                 let want_walk = (expect == 0 && decode_mv::walk_supports(c.n, &tys)) as u64;
                 if walk != want_walk || plain_walk != 0 {
                     acc.fail(format!("case {i} (n={} {:?}): {walk} row-walk launches with the fusion on, {plain_walk} with it off (expected {want_walk} and 0)", c.n, c.op));
@@ -399,7 +460,7 @@ fn check(gpu: &mut GpuBackend, cpu: &mut CpuBackend, files: &mut Files, name: &s
 /// Every `norm_mv_*` check whose name contains `filter` (`cases` random cases each, at
 /// least 8 so every row length of the list runs).
 pub fn run(dev: &GpuDevice, filter: Option<&str>, cases: usize, seed: u64) -> Vec<CheckReport> {
-    let names = ["norm_mv_multi", "norm_mv_glu", "norm_mv_quant", "norm_mv_head", "norm_mv_half", "norm_mv_walk"];
+    let names = ["norm_mv_multi", "norm_mv_glu", "norm_mv_quant", "norm_mv_head", "norm_mv_half", "norm_mv_walk", "norm_mv_low"];
     let chosen: Vec<&str> = names.iter().copied().filter(|n| filter.map(|f| n.contains(f) || format!("{n}_bits").contains(f)).unwrap_or(true)).collect();
     if chosen.is_empty() || cases == 0 {
         return Vec::new();
