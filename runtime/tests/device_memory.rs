@@ -96,7 +96,7 @@ fn allocations_past_the_capacity_fail_and_the_backend_stays_usable() {
     assert_eq!(be.used(), 800_000, "a refused allocation holds nothing");
     // 2 layers × 64 slots × (8 + 8) values × 2 bytes = 4,096 bytes of f16 KV: fits; a
     // 1 << 20-slot cache does not.
-    let spec = KvSpec { n_layer: 2, n_ctx: 64, n_kv_head: 1, head_dim_k: 8, head_dim_v: 8, ty: KvType::F16.into(), swa: None };
+    let spec = KvSpec { n_layer: 2, n_ctx: 64, n_kv_head: 1, head_dim_k: 8, head_dim_v: 8, ty: KvType::F16.into(), swa: None, alt: None };
     let kv = be.alloc_kv(&spec).unwrap();
     assert_eq!(be.used(), 804_096);
     assert!(matches!(be.alloc_kv(&KvSpec { n_ctx: 1 << 20, ..spec }), Err(BackendError::OutOfMemory { what: "KV cache", .. })));

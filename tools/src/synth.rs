@@ -4,6 +4,7 @@
 //! of that size can be fetched; such a file loads in lode and in llama.cpp alike.
 
 mod blocks;
+pub mod gemma4;
 pub mod gpt_oss;
 pub mod hybrid;
 pub mod qwen3next;
@@ -101,6 +102,20 @@ pub enum Preset {
     /// a 16-token window.
     #[value(name = "gpt-oss-tiny")]
     GptOssTiny,
+    /// Gemma-4-31B (gemma4): 60 layers, n_embd 5376, 32 q heads; sliding layers 16 KV
+    /// heads of 256, full layers (1 in 6) 4 KV heads of 512 with V from K; tied.
+    #[value(name = "gemma4-31b")]
+    Gemma4_31b,
+    /// Gemma-4-26B-A4B (gemma4): 30 layers, n_embd 2816, 128 experts of FFN 704 (8 used)
+    /// beside a dense FFN of 2112 in every layer.
+    #[value(name = "gemma4-26b-a4b")]
+    Gemma4_26bA4b,
+    /// A tiny gemma4 for tests: 4 layers (sliding, sliding, full, sliding), n_embd 256.
+    #[value(name = "gemma4-tiny")]
+    Gemma4Tiny,
+    /// gemma4-tiny's layers with 16 experts of 256 (4 used) beside the dense FFN.
+    #[value(name = "gemma4moe-tiny")]
+    Gemma4MoeTiny,
 }
 
 /// Quantization mixes: llama.cpp's `llama-quantize` presets as it applies them without an
@@ -211,6 +226,8 @@ pub struct Hparams {
     pub moe: Option<moe::MoeParams>,
     /// qwen35's gated delta net layers (and gated attention in the others).
     pub hybrid: Option<hybrid::HybridParams>,
+    /// gemma4's two kinds of attention layer and the rest of its layout.
+    pub gemma4: Option<gemma4::G4Params>,
 }
 
 impl Hparams {
@@ -270,6 +287,7 @@ pub fn hparams(p: Preset) -> Hparams {
         Preset::Qwen35TinyMtp | Preset::Qwen35MoeTinyMtp | Preset::Qwen35_27bMtp | Preset::Qwen35_35bA3bMtp => hybrid::hparams(p),
         Preset::Qwen3NextTiny | Preset::Qwen3NextTinyQkv | Preset::Qwen3NextTinyMtp | Preset::Qwen3Next80bA3b => qwen3next::hparams(p),
         Preset::GptOss20b | Preset::GptOssTiny => gpt_oss::hparams(p),
+        Preset::Gemma4_31b | Preset::Gemma4_26bA4b | Preset::Gemma4Tiny | Preset::Gemma4MoeTiny => gemma4::hparams(p),
     }
 }
 
@@ -321,7 +339,16 @@ pub fn plan(h: &Hparams, q: Quant) -> Vec<Planned> {
     if h.rope_freqs {
         add("rope_freqs.weight".into(), &[h.head_dim / 2]);
     }
+    if let Some(g) = &h.gemma4 {
+        add("rope_freqs.weight".into(), &[g.head_dim_full / 2]);
+    }
     for i in 0..h.n_layer {
+        if let Some(g) = &h.gemma4 {
+            for (name, dims) in gemma4::layer_tensors(h, g, i) {
+                add(name, &dims);
+            }
+            continue;
+        }
         if let Some(x) = &h.hybrid {
             for (name, dims) in hybrid::layer_tensors(h, x, i) {
                 add(name, &dims);
@@ -418,6 +445,9 @@ pub fn metadata(h: &Hparams, mix: Quant) -> Vec<(String, MetaValue)> {
     if a == "gpt-oss" {
         m.extend(gpt_oss::metadata(a));
     }
+    if let Some(g) = &h.gemma4 {
+        gemma4::metadata(h, g, &mut m);
+    }
     if h.rope_linear > 0.0 {
         m.push((format!("{a}.rope.scaling.type"), s("linear")));
         m.push((format!("{a}.rope.scaling.factor"), MetaValue::F32(h.rope_linear)));
@@ -481,7 +511,11 @@ fn synth_with(h: &Hparams, mix: Quant, path: &std::path::Path, seed: u64, progre
         indicatif::ProgressStyle::with_template("writing {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta} left)")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let rope = if h.rope_freqs { presets::llama3_rope_factors(h) } else { Vec::new() };
+    let rope = match &h.gemma4 {
+        Some(g) => gemma4::rope_factors(g),
+        None if h.rope_freqs => presets::llama3_rope_factors(h),
+        None => Vec::new(),
+    };
     let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut out = std::io::BufWriter::with_capacity(8 << 20, file);
     w.write_stream(&mut out, &path.display().to_string(), |i, info, dst| {
@@ -492,6 +526,7 @@ fn synth_with(h: &Hparams, mix: Quant, path: &std::path::Path, seed: u64, progre
         }
         let map = match h.arch {
             "gpt-oss" => gpt_oss::f32_map(&info.name),
+            "gemma4" => gemma4::f32_map(&info.name),
             "qwen3next" => qwen3next::f32_map(&info.name),
             _ => hybrid::f32_map(&info.name),
         };

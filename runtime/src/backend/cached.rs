@@ -317,6 +317,7 @@ impl Backend for CachedBackend {
         if let Some(b) = &p.biases {
             ws.extend([b.router, b.gate, b.up, b.down]);
         }
+        ws.extend(p.expert_scale);
         let mut layouts = Vec::with_capacity(ws.len());
         for &w in &ws {
             // Under `--device-memory`, refused before anything is made if it does not fit.
@@ -329,7 +330,9 @@ impl Backend for CachedBackend {
         let c = &self.cache;
         let v = ws.iter().zip(&layouts).map(|(w, &l)| view_in(c, w, l)).collect::<Result<Vec<_>>>()?;
         let biases = p.biases.map(|_| MoeBiases { router: &v[4], gate: &v[5], up: &v[6], down: &v[7] });
-        let r = MoeFfn { router: &v[0], gate: &v[1], up: &v[2], down: &v[3], biases, ..*p };
+        // gemma4's expert scales: the last one, when present.
+        let expert_scale = p.expert_scale.map(|_| &v[v.len() - 1]);
+        let r = MoeFfn { router: &v[0], gate: &v[1], up: &v[2], down: &v[3], biases, expert_scale, ..*p };
         self.inner.moe_ffn(x, n_tok, &r, out, tmp)
     }
     fn gated_delta_net(&mut self, p: &DeltaNet, x: &DeltaIn, n_tok: usize, states: &[DeltaState], out: Buf) -> Result<()> {

@@ -135,9 +135,30 @@ pub struct KvSpec {
     /// Window-sized caches for the sliding-window layers (`None`: every layer holds
     /// `n_ctx` slots, llama.cpp's `--swa-full`).
     pub swa: Option<SwaKv>,
+    /// Layers whose heads are of another shape (gemma4's full-attention layers), their
+    /// rows of their own width. `None`: every layer has `n_kv_head` heads of
+    /// `head_dim_k` / `head_dim_v`.
+    pub alt: Option<AltHeads>,
+}
+
+/// The heads of some layers of a [`KvSpec`] (bit `l` of `layers`: cache layer `l`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AltHeads {
+    pub n_kv_head: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    pub layers: u128,
 }
 
 impl KvSpec {
+    /// Layer `layer`'s (KV heads, K head size, V head size).
+    pub fn heads(&self, layer: usize) -> (usize, usize, usize) {
+        match self.alt {
+            Some(a) if layer < 128 && a.layers >> layer & 1 == 1 => (a.n_kv_head, a.head_dim_k, a.head_dim_v),
+            _ => (self.n_kv_head, self.head_dim_k, self.head_dim_v),
+        }
+    }
+
     /// Bytes of one slot's K and V over all layers, in the element types (no padding).
     pub fn bytes_per_token(&self) -> u64 {
         kv_bytes_per_token(self.ty, self.n_layer, self.n_kv_head, self.head_dim_k, self.head_dim_v)
@@ -145,8 +166,13 @@ impl KvSpec {
 
     /// Bytes of the whole cache in the element types (no padding): every layer's slots.
     pub fn bytes(&self) -> u64 {
-        let row = self.ty.k.bytes(self.n_kv_head * self.head_dim_k) + self.ty.v.bytes(self.n_kv_head * self.head_dim_v);
-        (0..self.n_layer).map(|l| (self.slots(l) * row) as u64).sum()
+        (0..self.n_layer).map(|l| (self.slots(l) * self.row_bytes(l)) as u64).sum()
+    }
+
+    /// Bytes of one slot's K and V in layer `l`.
+    pub fn row_bytes(&self, l: usize) -> usize {
+        let (n, dk, dv) = self.heads(l);
+        self.ty.k.bytes(n * dk) + self.ty.v.bytes(n * dv)
     }
 
     /// Slots layer `layer` holds.
@@ -294,7 +320,7 @@ mod tests {
         assert!(SwaKv::new(4000, 512, 4096, &[true]).is_none());
         assert!(SwaKv::new(100, 16, 4096, &[false]).is_none());
         // A spec's bytes count each layer's slots.
-        let spec = KvSpec { n_layer: 3, n_ctx: 4096, n_kv_head: 2, head_dim_k: 32, head_dim_v: 32, ty: KvType::F16.into(), swa: Some(w) };
+        let spec = KvSpec { n_layer: 3, n_ctx: 4096, n_kv_head: 2, head_dim_k: 32, head_dim_v: 32, ty: KvType::F16.into(), swa: Some(w), alt: None };
         assert_eq!(spec.bytes(), (2 * 180 + 4096) * 2 * 128);
         assert_eq!(KvSpec { swa: None, ..spec }.bytes(), spec.bytes_per_token() * 4096);
     }

@@ -31,7 +31,7 @@ pub mod recurrent;
 use crate::quant::{GgmlType, QuantError};
 use crate::weights::WeightRef;
 pub use moe::{Gating, MoeBiases, MoeFfn, MoeScratch};
-pub use kv::{KvSpec, KvType, KvTypes, SwaKv};
+pub use kv::{AltHeads, KvSpec, KvType, KvTypes, SwaKv};
 pub use recurrent::{DeltaDims, DeltaIn, DeltaNet, DeltaState, Strided};
 
 /// Handle to an f32 activation buffer owned by a backend.

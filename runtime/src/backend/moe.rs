@@ -34,6 +34,14 @@ pub struct MoeFfn<'a, 'w> {
     /// llama.cpp's `swiglu_oai` (gpt-oss) in place of `act`: `min(g, 7)·σ(1.702·min(g, 7))`
     /// times `clamp(up, −7, 7) + 1`.
     pub swiglu_oai: bool,
+    /// gemma4: the router reads these rows (`[n_tok, n_embd]`) instead of the experts'
+    /// input.
+    pub router_x: Option<Buf>,
+    /// gemma4's `ffn_down_exps.scale` `[n_expert]`: each expert's output times its value.
+    pub expert_scale: Option<&'a WeightRef<'w>>,
+    /// `gate` and `up` are one `ffn_gate_up_exps` tensor (`[n_embd, 2·n_ff, n_expert]`:
+    /// each expert's gate rows, then its up rows), as gemma4's files carry it.
+    pub gate_up_fused: bool,
 }
 
 /// llama.cpp's expert gating functions that lode runs.
@@ -82,8 +90,10 @@ impl MoeFfn<'_, '_> {
         let (Some(g), Some(u), Some(d)) = (d3(self.gate), d3(self.up), d3(self.down)) else {
             return bad(format!("`{}`, `{}`, `{}` must be whole 3-D expert tensors", self.gate.name(), self.up.name(), self.down.name()));
         };
-        let f = g.1;
+        let f = if self.gate_up_fused { g.1 / 2 } else { g.1 };
         let (e64, n64) = (e as u64, n_exp as u64);
+        let g = if self.gate_up_fused && g.1 == 2 * f { (g.0, f, g.2) } else { g };
+        let u = if self.gate_up_fused && u.1 == 2 * f { (u.0, f, u.2) } else { u };
         if g != (e64, f, n64) || u != g || d != (f, e64, n64) {
             return bad(format!(
                 "router `{}` maps {e} to {n_exp} experts; gate {g:?}, up {u:?}, down {d:?} do not match (want [{e}, F, {n_exp}] and [F, {e}, {n_exp}])",
@@ -103,6 +113,9 @@ impl MoeFfn<'_, '_> {
                 ));
             }
         }
+        if let Some(sc) = self.expert_scale.filter(|w| w.row_len() * w.n_rows() != n_exp) {
+            return bad(format!("expert scale `{}` has {} values for {n_exp} experts", sc.name(), sc.row_len() * sc.n_rows()));
+        }
         Ok((e, n_exp, f as usize))
     }
 
@@ -110,7 +123,7 @@ impl MoeFfn<'_, '_> {
     /// this layer: not with biases, `swiglu_oai` or another gating (a backend then runs
     /// the CPU's arithmetic, [`crate::backend::cpu::moe::moe_host`]).
     pub fn plain(&self) -> bool {
-        self.biases.is_none() && !self.swiglu_oai && self.gating == Gating::Softmax
+        self.biases.is_none() && !self.swiglu_oai && self.gating == Gating::Softmax && self.router_x.is_none() && self.expert_scale.is_none() && !self.gate_up_fused
     }
 
     /// Every token's routing from its router logits (the router's bias already added),
@@ -272,7 +285,7 @@ fn not_plain(p: &MoeFfn) -> Result<()> {
     if p.plain() {
         return Ok(());
     }
-    Err(BackendError::Invalid { op: "moe_ffn", msg: format!("`{}`: expert biases, swiglu_oai and softmax-weight gating run only in the CPU's MoE arithmetic (moe_host)", p.gate.name()) })
+    Err(BackendError::Invalid { op: "moe_ffn", msg: format!("`{}`: expert biases, swiglu_oai, softmax-weight gating, a separate router input and expert scales run only in the CPU's MoE arithmetic (moe_host)", p.gate.name()) })
 }
 
 /// Matrix `e` of the 3-D tensor `w`, or an error naming it.

@@ -92,14 +92,16 @@ impl BatchEngine {
             tracing::warn!("context {n_ctx} exceeds the model's training context {}", c.n_ctx_train);
         }
         let rows = opts.batch_size.min(n_ctx).max(n_seq);
+        let (kh, alt) = c.kv_heads();
         let spec = KvSpec {
             n_layer: c.kv_layers(),
             n_ctx,
-            n_kv_head: c.n_head_kv,
-            head_dim_k: c.head_dim_k,
-            head_dim_v: c.head_dim_v,
+            n_kv_head: kh.n_head_kv,
+            head_dim_k: kh.head_dim_k,
+            head_dim_v: kh.head_dim_v,
             ty: opts.kv_type,
             swa: if opts.swa_full { None } else { super::fit::window_kv(c, n_ctx, rows) },
+            alt,
         };
         let weights: Vec<_> = model.weight_ids().into_iter().map(|id| model.w(id)).collect();
         crate::backend::check_weight_types(be.as_ref(), &weights)?;

@@ -270,26 +270,31 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
     let n_seq = shape.n_seq.max(1) as u64;
     let ctx = shape.ctx.max(1);
     let kv_layers = c.kv_layers();
+    // The cache's rows: every layer at the widest layer's heads (gemma4: `Config::kv_heads`).
+    let (kh, kv_alt) = c.kv_heads();
     // The MTP block's cache: one more full-context layer, its own allocation.
     let mtp_layers = model.mtp.is_some() as usize;
     let swa_at = |ctx: usize| if shape.swa_full { None } else { window_kv(c, ctx, shape.batch.min(ctx).max(shape.n_seq).max(1)) };
     // Per token of context: the layers whose cache grows with it.
     let per_token = |ty: KvTypes, ctx: usize| {
-        let full = kv_layers - swa_at(ctx).map_or(0, |w| w.n_windowed()) + mtp_layers;
-        kv_bytes_per_token(ty, full, c.n_head_kv, c.head_dim_k, c.head_dim_v) * n_seq
+        let swa = swa_at(ctx);
+        let spec = KvSpec { n_layer: kv_layers, n_ctx: ctx, n_kv_head: kh.n_head_kv, head_dim_k: kh.head_dim_k, head_dim_v: kh.head_dim_v, ty, swa, alt: kv_alt };
+        let full: u64 = (0..kv_layers).filter(|&l| swa.is_none_or(|w| !w.is_windowed(l))).map(|l| spec.row_bytes(l) as u64).sum();
+        (full + kv_bytes_per_token(ty, mtp_layers, kh.n_head_kv, kh.head_dim_k, kh.head_dim_v)) * n_seq
     };
     let kv_per_token = per_token(shape.kv_type, ctx);
     let kv_of = |ty: KvTypes, ctx: usize| -> u64 {
-        let spec = KvSpec { n_layer: kv_layers, n_ctx: ctx, n_kv_head: c.n_head_kv, head_dim_k: c.head_dim_k, head_dim_v: c.head_dim_v, ty, swa: swa_at(ctx) };
-        let row = |t: KvType, d: usize| t.bytes(c.n_head_kv * d) as u64;
+        let spec = KvSpec { n_layer: kv_layers, n_ctx: ctx, n_kv_head: kh.n_head_kv, head_dim_k: kh.head_dim_k, head_dim_v: kh.head_dim_v, ty, swa: swa_at(ctx), alt: kv_alt };
+        let row = |t: KvType, d: usize| t.bytes(kh.n_head_kv * d) as u64;
         if gpu {
             let plane = |t: KvType, d: usize, slots: usize| round_up(slots as u64 * row(t, d), 256);
-            let layers: u64 = (0..kv_layers).map(|l| plane(ty.k, c.head_dim_k, spec.slots(l)) + plane(ty.v, c.head_dim_v, spec.slots(l))).sum();
-            let mtp = mtp_layers as u64 * round_up(plane(ty.k, c.head_dim_k, ctx) + plane(ty.v, c.head_dim_v, ctx), GPU_PAGE);
+            let layers: u64 = (0..kv_layers).map(|l| plane(ty.k, kh.head_dim_k, spec.slots(l)) + plane(ty.v, kh.head_dim_v, spec.slots(l))).sum();
+            // (The GPU refuses per-layer head shapes: `gpu::ALT_HEADS_NOT_YET`.)
+            let mtp = mtp_layers as u64 * round_up(plane(ty.k, kh.head_dim_k, ctx) + plane(ty.v, kh.head_dim_v, ctx), GPU_PAGE);
             n_seq * (round_up(layers, GPU_PAGE) + mtp)
         } else {
-            let mtp = (mtp_layers * ctx) as u64 * (row(ty.k, c.head_dim_k) + row(ty.v, c.head_dim_v));
-            n_seq * ((0..kv_layers).map(|l| spec.slots(l) as u64 * (row(ty.k, c.head_dim_k) + row(ty.v, c.head_dim_v))).sum::<u64>() + mtp)
+            let mtp = (mtp_layers * ctx) as u64 * (row(ty.k, kh.head_dim_k) + row(ty.v, kh.head_dim_v));
+            n_seq * ((0..kv_layers).map(|l| spec.slots(l) as u64 * spec.row_bytes(l) as u64).sum::<u64>() + mtp)
         }
     };
     let kv = |ctx: usize| kv_of(shape.kv_type, ctx);
@@ -297,22 +302,23 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
     // largest layer's slots (`kvq_attn::prefill_scratch_bytes`), shared by every sequence:
     // scratch that grows with the context.
     let kvq_scratch = |ty: KvTypes, ctx: usize| -> u64 {
-        let spec = KvSpec { n_layer: kv_layers, n_ctx: ctx, n_kv_head: c.n_head_kv, head_dim_k: c.head_dim_k, head_dim_v: c.head_dim_v, ty, swa: swa_at(ctx) };
+        let spec = KvSpec { n_layer: kv_layers, n_ctx: ctx, n_kv_head: kh.n_head_kv, head_dim_k: kh.head_dim_k, head_dim_v: kh.head_dim_v, ty, swa: swa_at(ctx), alt: kv_alt };
         let bytes = kvq_attn::prefill_scratch_bytes(&spec) as u64;
         if gpu && bytes > 0 { round_up(bytes, GPU_PAGE) } else { 0 }
     };
     let scratch = |ctx: usize| -> u64 {
         let n = shape.batch.min(ctx).max(shape.n_seq).max(1);
         // A MoE model has no dense FFN buffers but the experts' (`backend::MoeScratch`).
-        let ff = if c.experts.is_some() { 1 } else { c.n_ff };
+        let ff = if c.experts.is_some() && !c.dense_with_experts { 1 } else { c.n_ff };
+        let (wq, wk, wv, wo) = c.max_widths();
         let mut bufs = vec![
             n * c.n_embd,
             n * c.n_embd,
             n * c.n_embd,
-            n * c.n_head * c.head_dim_k,
-            n * c.n_head_kv * c.head_dim_k,
-            n * c.n_head_kv * c.head_dim_v,
-            n * c.n_head * c.head_dim_v,
+            n * wq,
+            n * wk,
+            n * wv,
+            n * wo,
             n * ff,
             n * ff,
             crate::model::OUT_ROWS_MAX * c.n_embd,
@@ -333,6 +339,10 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         }
         if let Some(x) = c.experts {
             bufs.extend(crate::backend::MoeScratch::lens(n, c.n_embd, x.n_expert, x.n_ff, x.n_used));
+            if c.dense_with_experts {
+                // gemma4: the experts' and the router's inputs (`model/gemma4.rs`).
+                bufs.extend([n * c.n_embd, n * c.n_embd]);
+            }
         }
         if let Some(d) = mix_rows(model, shape.n_seq) {
             // A mixed step's decode rows moved for their attention (`BatchEngine::step_mixed`).
@@ -354,7 +364,7 @@ pub fn estimate(model: &Model, target: &MemoryTarget, shape: RunShape) -> Result
         // power of two, and what launching costs.
         let n_ff = c.experts.map_or(c.n_ff, |x| x.n_ff);
         let q8 = ((n * c.n_embd.max(n_ff)).div_ceil(32) as u64 * 36).next_power_of_two();
-        let widest = c.n_embd.max(n_ff).max(c.n_head * c.head_dim_v);
+        let widest = c.n_embd.max(n_ff).max(if c.dense_with_experts { c.n_ff } else { 0 }).max(wo);
         act + round_up(q8, GPU_PAGE) + prefill_scratch(n, widest, max_slab, tuning) + GPU_LAUNCH_OVERHEAD
     };
     // Each recurrent layer's two states, per sequence (one allocation each on a GPU).

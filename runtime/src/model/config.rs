@@ -3,10 +3,11 @@
 use crate::backend::{DeltaDims, Gating, Glu, RopeMode, Yarn};
 use crate::gguf::{GgufFile, MetaValue};
 
+pub use super::gemma4::{AltAttn, HeadGeo};
 use super::ModelError;
 
 /// The architectures lode runs (`general.architecture` values).
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "gpt-oss"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "gpt-oss", "gemma4"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -29,6 +30,10 @@ pub enum Arch {
     /// OpenAI's gpt-oss (llama.cpp's `openai_moe`): biased attention with sinks and an
     /// alternating sliding window, YaRN RoPE, biased experts with a clamped SwiGLU.
     GptOss,
+    /// Gemma 4 (text): sliding and full-attention layers of different head shapes, V
+    /// normed (or taken from K), final logit soft-capping; the MoE members add routed
+    /// experts beside each layer's dense FFN (`model/gemma4.rs`).
+    Gemma4,
 }
 
 impl Arch {
@@ -43,6 +48,7 @@ impl Arch {
             Arch::Qwen35Moe => "qwen35moe",
             Arch::Qwen3Next => "qwen3next",
             Arch::GptOss => "gpt-oss",
+            Arch::Gemma4 => "gemma4",
         }
     }
 }
@@ -99,6 +105,17 @@ pub struct Config {
     /// Rows of a shared expert's gate and up (`{arch}.expert_shared_feed_forward_length`;
     /// llama.cpp's default: `feed_forward_length`), used where a layer has one.
     pub n_ff_shared: usize,
+    /// gemma4: the full-attention layers' head shapes where they differ from the sliding
+    /// layers' (which the fields above hold); `None`: every layer alike.
+    pub alt_attn: Option<AltAttn>,
+    /// gemma4: V is RMS-normed per head (no weight) before the cache.
+    pub v_norm: bool,
+    /// gemma4: `rope_freqs.weight` applies to the full-attention layers only.
+    pub rope_freqs_global_only: bool,
+    /// `{arch}.final_logit_softcapping`: logits become `cap·tanh(logit/cap)`.
+    pub logit_softcap: Option<f32>,
+    /// gemma4's MoE layers keep their dense FFN (`n_ff`) beside the routed experts.
+    pub dense_with_experts: bool,
 }
 
 /// The routed experts of a mixture-of-experts model.
@@ -135,6 +152,7 @@ impl Config {
             "qwen35moe" => Arch::Qwen35Moe,
             "qwen3next" => Arch::Qwen3Next,
             "gpt-oss" => Arch::GptOss,
+            "gemma4" => Arch::Gemma4,
             other => {
                 return Err(ModelError::UnsupportedArch {
                     arch: other.to_string(),
@@ -160,18 +178,22 @@ impl Config {
         let oss = arch == Arch::GptOss;
         let experts = experts(&opt, a)?.map(|x| if oss { Experts { norm_top_k: false, gating: Gating::SoftmaxWeight, swiglu_oai: true, ..x } } else { x });
         // A MoE model's dense `feed_forward_length` is informational (no dense FFN reads it).
-        let n_ff = if experts.is_some() { opt("feed_forward_length")?.unwrap_or(0) } else { req("feed_forward_length")? };
+        let g4 = if arch == Arch::Gemma4 { Some(super::gemma4::hparams(file, a, n_layer)?) } else { None };
+        let n_ff = if experts.is_some() && g4.is_none() { opt("feed_forward_length")?.unwrap_or(0) } else { req("feed_forward_length")? };
         let n_head = req("attention.head_count")?;
-        let n_head_kv = opt("attention.head_count_kv")?.unwrap_or(n_head);
+        let n_head_kv = match &g4 {
+            Some(g) => g.swa.n_head_kv,
+            None => opt("attention.head_count_kv")?.unwrap_or(n_head),
+        };
         if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 || n_layer == 0 || n_embd == 0 {
             return Err(ModelError::BadConfig(format!(
                 "{a}: n_head {n_head}, n_head_kv {n_head_kv}, n_layer {n_layer}, n_embd {n_embd}: \
                  need positive sizes and n_head a multiple of n_head_kv"
             )));
         }
-        let head_dim_k = opt("attention.key_length")?.unwrap_or(n_embd / n_head);
-        let head_dim_v = opt("attention.value_length")?.unwrap_or(n_embd / n_head);
-        let n_rot = opt("rope.dimension_count")?.unwrap_or(head_dim_k);
+        let head_dim_k = g4.as_ref().map_or(opt("attention.key_length")?.unwrap_or(n_embd / n_head), |g| g.swa.head_dim_k);
+        let head_dim_v = g4.as_ref().map_or(opt("attention.value_length")?.unwrap_or(n_embd / n_head), |g| g.swa.head_dim_v);
+        let n_rot = g4.as_ref().map_or(opt("rope.dimension_count")?.unwrap_or(head_dim_k), |g| g.swa.n_rot);
         if n_rot > head_dim_k || n_rot % 2 != 0 {
             return Err(ModelError::BadConfig(format!("{a}: rope dimension {n_rot} with head_dim {head_dim_k}")));
         }
@@ -186,6 +208,7 @@ impl Config {
         }
 
         let gemma = arch == Arch::Gemma3;
+        let gemma4 = arch == Arch::Gemma4;
         let hybrid = matches!(arch, Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next);
         if arch == Arch::Qwen3Next && experts.is_none() {
             return Err(ModelError::BadConfig(format!("{a}: a qwen3next model needs experts ({a}.expert_count > 0), as llama.cpp's loader does")));
@@ -200,14 +223,17 @@ impl Config {
             rope_sections_plain(file, a, n_rot)?;
         }
         let n_swa = match arch {
-            Arch::Gemma3 => opt("attention.sliding_window")?.unwrap_or(0),
+            Arch::Gemma3 | Arch::Gemma4 => opt("attention.sliding_window")?.unwrap_or(0),
             Arch::GptOss => req("attention.sliding_window")?,
             _ => 0,
         };
         // Gemma 3: five local layers in six; gpt-oss: every other layer from layer 0.
-        let swa_layers = if (gemma || oss) && n_swa > 0 { swa_pattern(file, a, n_layer, if oss { 2 } else { 6 })? } else { vec![false; n_layer] };
+        let swa_layers = if (gemma || gemma4 || oss) && n_swa > 0 { swa_pattern(file, a, n_layer, if oss { 2 } else { 6 })? } else { vec![false; n_layer] };
         let explicit_scale = if gemma { None } else { optf("attention.scale")? };
-        let (attn_scale, q_scale, embd_scale) = if gemma {
+        let (attn_scale, q_scale, embd_scale) = if gemma4 {
+            // Gemma 4's q/k norms carry the scale: q·k is not scaled (llama.cpp's 1.0).
+            (1.0, None, Some((n_embd as f32).sqrt()))
+        } else if gemma {
             // llama.cpp derives Gemma 3's query scale from the model size (27B: 62 layers).
             let s = if n_layer == 62 { 1.0 / ((n_embd / n_head) as f32).sqrt() } else { 1.0 / (head_dim_k as f32).sqrt() };
             (1.0, Some(s), Some((n_embd as f32).sqrt()))
@@ -239,13 +265,18 @@ impl Config {
             attn_scale,
             q_scale,
             embd_scale,
-            act: if gemma { Glu::GeluTanh } else { Glu::Silu },
+            act: if gemma || gemma4 { Glu::GeluTanh } else { Glu::Silu },
             experts,
             recurrent,
             recurrent_layers,
             attn_out_gate: hybrid,
             ffn_norm_name: if hybrid || oss { "post_attention_norm" } else { "ffn_norm" },
             n_ff_shared: opt("expert_shared_feed_forward_length")?.unwrap_or(n_ff),
+            alt_attn: g4.as_ref().and_then(|g| g.alt.clone()),
+            v_norm: gemma4,
+            rope_freqs_global_only: gemma4,
+            logit_softcap: if gemma4 { optf("final_logit_softcapping")?.filter(|&c| c > 0.0) } else { None },
+            dense_with_experts: gemma4,
         })
     }
 
@@ -262,6 +293,36 @@ impl Config {
     pub fn recurrent_state_len(&self) -> usize {
         let n = self.recurrent_layers.iter().filter(|&&r| r).count();
         self.recurrent.map_or(0, |d| n * (d.conv_state_len() + d.ssm_state_len()))
+    }
+
+    /// Layer `l`'s head shapes.
+    pub fn heads(&self, l: usize) -> HeadGeo {
+        match &self.alt_attn {
+            Some(a) if a.layers.get(l) == Some(&true) => a.geo,
+            _ => HeadGeo { n_head_kv: self.n_head_kv, head_dim_k: self.head_dim_k, head_dim_v: self.head_dim_v, n_rot: self.n_rot },
+        }
+    }
+
+    /// The widest q, k and v rows (per token) of any layer: the activation buffers' widths.
+    pub fn max_widths(&self) -> (usize, usize, usize, usize) {
+        let g = [Some(self.heads_base()), self.alt_attn.as_ref().map(|a| a.geo)];
+        let m = |f: &dyn Fn(&HeadGeo) -> usize| g.iter().flatten().map(f).max().unwrap_or(0);
+        (m(&|h| self.n_head * h.head_dim_k), m(&|h| h.n_head_kv * h.head_dim_k), m(&|h| h.n_head_kv * h.head_dim_v), m(&|h| self.n_head * h.head_dim_v))
+    }
+
+    fn heads_base(&self) -> HeadGeo {
+        HeadGeo { n_head_kv: self.n_head_kv, head_dim_k: self.head_dim_k, head_dim_v: self.head_dim_v, n_rot: self.n_rot }
+    }
+
+    /// The KV cache's head shapes: the sliding (base) layers', and the full-attention
+    /// layers' (if they differ) as [`crate::backend::AltHeads`] over the cache layers.
+    pub fn kv_heads(&self) -> (HeadGeo, Option<crate::backend::AltHeads>) {
+        let base = self.heads_base();
+        let Some(a) = &self.alt_attn else { return (base, None) };
+        let attn_layers = (0..self.n_layer).filter(|&l| !self.recurrent_layers[l]);
+        let mask = attn_layers.enumerate().filter(|&(i, l)| a.layers[l] && i < 128).fold(0u128, |m, (i, _)| m | 1 << i);
+        let alt = crate::backend::AltHeads { n_kv_head: a.geo.n_head_kv, head_dim_k: a.geo.head_dim_k, head_dim_v: a.geo.head_dim_v, layers: mask };
+        (base, Some(alt))
     }
 
     /// RoPE base and frequency scale of layer `l`.

@@ -5,6 +5,8 @@
 use crate::backend::kv_rot::KvRot;
 use crate::backend::{norm_in, Attention, Backend, Buf, KvCache, KvTypes, MoeBiases, MoeFfn, MoeScratch, NormIn, QkvPrep, Rope};
 
+use super::gemma4::HeadGeo;
+
 use super::hybrid::{HybridScratch, RecurrentState};
 use super::{Model, ModelError};
 
@@ -37,6 +39,8 @@ pub(super) struct LayerGeo {
     pub rope: (f32, f32),
     pub window: Option<usize>,
     pub kv_slot: usize,
+    /// The layer's heads ([`super::Config::heads`]).
+    pub heads: HeadGeo,
 }
 
 /// Which positions of a chunk need logits.
@@ -63,17 +67,21 @@ pub struct Scratch {
     k: Buf,      // [n, n_head_kv * head_dim_k]
     v: Buf,      // [n, n_head_kv * head_dim_v]
     att: Buf,    // [n, n_head * head_dim_v]
-    hb: Buf,     // [n, n_ff]
-    hb2: Buf,    // [n, n_ff]
+    pub(super) hb: Buf,     // [n, n_ff]
+    pub(super) hb2: Buf,    // [n, n_ff]
     /// The mixture-of-experts op's working space (MoE models only).
     moe: Option<MoeScratch>,
     /// qwen35's gated attention and delta net buffers.
     hybrid: Option<HybridScratch>,
+    /// gemma4's experts' and router's inputs (`[n, n_embd]` each; MoE members only).
+    g4: Option<[Buf; 2]>,
     pub(super) out_x: Buf,  // [OUT_ROWS_MAX, n_embd]
     pub(super) logits: Buf, // [OUT_ROWS_MAX, n_vocab]
     /// The quantized KV cache's rotation ([`KvRot`]): q/k/v rotated before the cache, the
     /// attention output rotated back.
     kv_rot: KvRot,
+    /// The cache's element types (a layer's rotation follows its own heads).
+    kv_ty: KvTypes,
     /// Host copy of `logits`, kept between calls (a fresh 1 MiB per decode step showed
     /// in profiles). [≤ OUT_ROWS_MAX, n_vocab] f32
     pub(super) host: std::cell::RefCell<Vec<f32>>,
@@ -91,7 +99,8 @@ impl Scratch {
         let c = &model.cfg;
         let n = n_max.max(1);
         // A MoE model has no dense FFN: its gate/up rows live in `moe`.
-        let n_ff = if c.experts.is_some() { 1 } else { c.n_ff };
+        let n_ff = if c.experts.is_some() && !c.dense_with_experts { 1 } else { c.n_ff };
+        let (wq, wk, wv, wo) = c.max_widths();
         let moe = match c.experts {
             Some(x) => Some(MoeScratch::new(be, n, c.n_embd, x.n_expert, x.n_ff, x.n_used)?),
             None => None,
@@ -101,17 +110,19 @@ impl Scratch {
             x: be.alloc(n * c.n_embd)?,
             xb: be.alloc(n * c.n_embd)?,
             xb2: be.alloc(n * c.n_embd)?,
-            q: be.alloc(n * c.n_head * c.head_dim_k)?,
-            k: be.alloc(n * c.n_head_kv * c.head_dim_k)?,
-            v: be.alloc(n * c.n_head_kv * c.head_dim_v)?,
-            att: be.alloc(n * c.n_head * c.head_dim_v)?,
+            q: be.alloc(n * wq)?,
+            k: be.alloc(n * wk)?,
+            v: be.alloc(n * wv)?,
+            att: be.alloc(n * wo)?,
             hb: be.alloc(n * n_ff)?,
             hb2: be.alloc(n * n_ff)?,
             moe,
             hybrid: HybridScratch::new(be, model, n)?,
+            g4: if c.experts.is_some() && c.dense_with_experts { Some([be.alloc(n * c.n_embd)?, be.alloc(n * c.n_embd)?]) } else { None },
             out_x: be.alloc(OUT_ROWS_MAX * c.n_embd)?,
             logits: be.alloc_readback(OUT_ROWS_MAX * c.n_vocab)?,
             kv_rot: KvRot::for_cache(kv, c.head_dim_k, c.head_dim_v),
+            kv_ty: kv,
             host: Default::default(),
         })
     }
@@ -125,6 +136,7 @@ impl Scratch {
         .into_iter()
         .chain(self.moe.iter().flat_map(|m| m.bufs()))
         .chain(self.hybrid.iter().flat_map(|h| h.bufs()))
+        .chain(self.g4.into_iter().flatten())
         {
             be.free(b)?;
         }
@@ -192,11 +204,19 @@ impl Model {
                 }
                 _ => {
                     // The cache holds the attention layers only.
-                    let geo = LayerGeo { rope: c.rope_for_layer(l), window: c.swa_layers[l].then_some(c.n_swa), kv_slot: c.kv_slot(l) };
+                    let geo = LayerGeo { rope: c.rope_for_layer(l), window: c.swa_layers[l].then_some(c.n_swa), kv_slot: c.kv_slot(l), heads: c.heads(l) };
                     self.attention_block(be, s, &norm, ly, geo, kv, pos, n)?
                 }
             };
             pending_add = self.ffn_block(be, l, ly, attn_add, n, s)?;
+            // gemma4: the layer's output (residual included) times its scale.
+            if let Some(sc) = ly.out_scale {
+                if pending_add {
+                    be.add(s.x, s.xb2, s.x, n * e)?;
+                    pending_add = false;
+                }
+                be.scale(s.x, n * e, sc)?;
+            }
         }
         let (norm, head) = (self.w(self.output_norm), self.w(self.output));
         if n == 1 && matches!(rows, OutputRows::Last | OutputRows::All | OutputRows::Tail(1..)) {
@@ -205,7 +225,15 @@ impl Model {
             let out_norm = NormIn { x: s.x, add: pending_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&norm), eps: c.eps };
             be.norm_matmul_multi(&out_norm, 1, &[(&head, s.logits)])?;
             let mut host = s.host.borrow_mut();
-            be.read_with(s.logits, c.n_vocab, &mut host, &mut |l| on_logits(0, l))?;
+            match c.logit_softcap {
+                Some(cap) => {
+                    let mut row = Vec::new();
+                    be.read_with(s.logits, c.n_vocab, &mut host, &mut |l| row = l.to_vec())?;
+                    super::gemma4::softcap(&mut row, cap);
+                    on_logits(0, &row);
+                }
+                None => be.read_with(s.logits, c.n_vocab, &mut host, &mut |l| on_logits(0, l))?,
+            }
             return Ok(());
         }
         if pending_add {
@@ -238,8 +266,19 @@ impl Model {
             be.copy(s.x, r0 * e, s.out_x, 0, m * e)?;
             be.rms_norm(s.out_x, s.out_x, m, e, Some(&norm), c.eps)?;
             be.matmul(&head, s.out_x, m, s.logits)?;
-            // Lent rows (the GPU's page-locked read buffer): no host copy of m × n_vocab.
+            // Lent rows (the GPU's page-locked read buffer): no host copy of m × n_vocab,
+            // except where gemma4's soft-cap rewrites them.
+            let mut capped: Vec<f32> = Vec::new();
             be.read_with(s.logits, m * c.n_vocab, &mut host, &mut |l| {
+                let l = match c.logit_softcap {
+                    Some(cap) => {
+                        capped.clear();
+                        capped.extend_from_slice(l);
+                        super::gemma4::softcap(&mut capped, cap);
+                        &capped[..]
+                    }
+                    None => l,
+                };
                 for (i, row) in l.chunks_exact(c.n_vocab).enumerate() {
                     on_logits(r0 + i, row);
                 }
@@ -270,7 +309,9 @@ impl Model {
             return Err(ModelError::BadConfig("a layer has neither attention nor a delta net".into()));
         };
         let hs = &s.hybrid;
-        let rope_freqs = self.rope_freqs.map(|id| self.w(id));
+        let h = geo.heads;
+        // gemma4's proportional RoPE factors are the full-attention layers' alone.
+        let rope_freqs = self.rope_freqs.filter(|_| !(c.rope_freqs_global_only && geo.window.is_some())).map(|id| self.w(id));
         let (wq, wk, wv) = (self.w(aw.wq), self.w(aw.wk), self.w(aw.wv));
         // A gated attention's q projection holds each head's query then its gate.
         let gated = match hs {
@@ -278,9 +319,18 @@ impl Model {
             _ => None,
         };
         let q_dst = gated.map_or(s.q, |h| h.qg);
-        be.norm_matmul_multi(&norm, n, &[(&wq, q_dst), (&wk, s.k), (&wv, s.v)])?;
-        if let Some(h) = gated {
-            be.split_halves(h.qg, n * c.n_head, c.head_dim_k, s.q, h.gate)?;
+        if aw.v_from_k {
+            // gemma4: V is K's projection, before K's norm and RoPE.
+            be.norm_matmul_multi(&norm, n, &[(&wq, q_dst), (&wk, s.k)])?;
+            be.copy(s.k, 0, s.v, 0, n * h.n_head_kv * h.head_dim_k)?;
+        } else {
+            be.norm_matmul_multi(&norm, n, &[(&wq, q_dst), (&wk, s.k), (&wv, s.v)])?;
+        }
+        if c.v_norm {
+            be.rms_norm(s.v, s.v, n * h.n_head_kv, h.head_dim_v, None, c.eps)?;
+        }
+        if let Some(g) = gated {
+            be.split_halves(g.qg, n * c.n_head, h.head_dim_k, s.q, g.gate)?;
         }
         for (b, dst) in [(aw.bq, s.q), (aw.bk, s.k), (aw.bv, s.v)] {
             if let Some(b) = b {
@@ -290,7 +340,7 @@ impl Model {
         let (base, scale) = geo.rope;
         let rope = Rope {
             mode: c.rope_mode,
-            n_rot: c.n_rot,
+            n_rot: h.n_rot,
             freq_base: base,
             freq_scale: scale,
             freq_factors: rope_freqs,
@@ -298,8 +348,8 @@ impl Model {
         };
         let prep = QkvPrep {
             n_head: c.n_head,
-            n_kv_head: c.n_head_kv,
-            head_dim: c.head_dim_k,
+            n_kv_head: h.n_head_kv,
+            head_dim: h.head_dim_k,
             q_norm: aw.q_norm.map(|id| self.w(id)),
             k_norm: aw.k_norm.map(|id| self.w(id)),
             eps: c.eps,
@@ -308,29 +358,29 @@ impl Model {
         };
         let attn = Attention {
             n_head: c.n_head,
-            n_kv_head: c.n_head_kv,
-            head_dim_k: c.head_dim_k,
-            head_dim_v: c.head_dim_v,
+            n_kv_head: h.n_head_kv,
+            head_dim_k: h.head_dim_k,
+            head_dim_v: h.head_dim_v,
             scale: c.attn_scale,
             window: geo.window,
             sinks: aw.sinks.map(|id| self.w(id)),
         };
         let kl = geo.kv_slot;
-        let rot = s.kv_rot;
+        let rot = if h.head_dim_k == c.head_dim_k && h.head_dim_v == c.head_dim_v { s.kv_rot } else { KvRot::for_cache(s.kv_ty, h.head_dim_k, h.head_dim_v) };
         match kv {
             // One cache: q/k norms, RoPE, the K/V store and attention in one (fused) op.
             KvRows::One(cache) if !rot.any() => be.rope_kv_attention(s.q, s.k, s.v, cache, kl, pos, &prep, &attn, s.att)?,
             // A rotated (quantized) cache: the rotations between RoPE and the store.
             KvRows::One(cache) => {
                 crate::backend::prepare_qk(be, &prep, s.q, s.k, pos)?;
-                rotate_qkv(be, c, rot, n, s)?;
+                rotate_qkv(be, c, h, rot, n, s)?;
                 be.kv_write(cache, kl, s.k, s.v, pos)?;
                 be.attention(s.q, cache, kl, pos, &attn, s.att)?;
             }
             // Per-row caches: the K/V store happens in `attention_rows`.
             KvRows::PerRow(caches) => {
                 crate::backend::prepare_qk(be, &prep, s.q, s.k, pos)?;
-                rotate_qkv(be, c, rot, n, s)?;
+                rotate_qkv(be, c, h, rot, n, s)?;
                 be.attention_rows(s.q, s.k, s.v, caches, kl, pos, &attn, s.att)?;
             }
             // A prompt chunk (rows from 0, one cache) and decode rows (moved to `tmp`).
@@ -350,10 +400,10 @@ impl Model {
             }
         }
         if let Some(b) = rot.v {
-            be.hadamard(s.att, n * c.n_head * c.head_dim_v, b)?;
+            be.hadamard(s.att, n * c.n_head * h.head_dim_v, b)?;
         }
-        if let Some(h) = gated {
-            be.mul_sigmoid(s.att, h.gate, n, c.n_head * c.head_dim_v, false)?;
+        if let Some(g) = gated {
+            be.mul_sigmoid(s.att, g.gate, n, c.n_head * h.head_dim_v, false)?;
         }
         Ok(match aw.bo {
             // gpt-oss: the output projection's bias, added before the residual.
@@ -373,6 +423,9 @@ impl Model {
         let (c, e) = (&self.cfg, self.cfg.n_embd);
         let ffn_norm = self.w(ly.ffn_norm);
         let norm = NormIn { x: s.x, add: attn_add.then_some(s.xb2), out: s.xb, row_len: e, w: Some(&ffn_norm), eps: c.eps };
+        if let (Some(x), Some(bufs), Some(moe)) = (&ly.par_experts, s.g4, &s.moe) {
+            return self.par_experts_ffn(be, ly, x, attn_add, n, s, bufs, moe);
+        }
         let (gate, up) = (self.w(ly.gate), self.w(ly.up));
         match ly.router {
             Some(r) => {
@@ -395,6 +448,9 @@ impl Model {
                     gating: x.gating,
                     biases,
                     swiglu_oai: x.swiglu_oai,
+                    router_x: None,
+                    expert_scale: None,
+                    gate_up_fused: false,
                 };
                 be.moe_ffn(s.xb, n, &p, s.xb2, tmp)?;
                 if let (Some(sh), Some(hs)) = (&ly.shared, &s.hybrid) {
@@ -429,13 +485,13 @@ impl Model {
 
 /// A quantized cache's rotations of `n` rows before the store: q and k (K quantized), v
 /// (V quantized).
-fn rotate_qkv(be: &mut dyn Backend, c: &super::Config, rot: KvRot, n: usize, s: &Scratch) -> Result<(), ModelError> {
+fn rotate_qkv(be: &mut dyn Backend, c: &super::Config, h: HeadGeo, rot: KvRot, n: usize, s: &Scratch) -> Result<(), ModelError> {
     if let Some(b) = rot.k {
-        be.hadamard(s.q, n * c.n_head * c.head_dim_k, b)?;
-        be.hadamard(s.k, n * c.n_head_kv * c.head_dim_k, b)?;
+        be.hadamard(s.q, n * c.n_head * h.head_dim_k, b)?;
+        be.hadamard(s.k, n * h.n_head_kv * h.head_dim_k, b)?;
     }
     if let Some(b) = rot.v {
-        be.hadamard(s.v, n * c.n_head_kv * c.head_dim_v, b)?;
+        be.hadamard(s.v, n * h.n_head_kv * h.head_dim_v, b)?;
     }
     Ok(())
 }

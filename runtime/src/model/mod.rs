@@ -7,6 +7,7 @@
 
 mod config;
 mod forward;
+mod gemma4;
 mod hybrid;
 mod mtp;
 mod rewind;
@@ -14,7 +15,8 @@ mod rewind;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use config::{Arch, Config, Experts, SUPPORTED_ARCHS};
+pub use config::{AltAttn, Arch, Config, Experts, HeadGeo, SUPPORTED_ARCHS};
+pub use gemma4::ParExperts;
 pub use forward::{KvRows, OutputRows, Scratch, OUT_ROWS_MAX};
 pub use hybrid::RecurrentState;
 pub use mtp::{Mtp, MtpBufs, MtpState};
@@ -72,6 +74,10 @@ pub struct Layer {
     /// `ffn_{gate,up,down}_exps.bias`.
     pub moe_bias: Option<[WeightId; 4]>,
     pub post_ffw_norm: Option<WeightId>,
+    /// gemma4's routed experts beside the dense FFN (`gate`, `up`, `down` stay dense).
+    pub par_experts: Option<ParExperts>,
+    /// gemma4's `layer_output_scale`: the layer's output times this value.
+    pub out_scale: Option<f32>,
 }
 
 /// A shared expert: a gated FFN every token takes, times `sigmoid(gate_inp · x)`.
@@ -101,6 +107,8 @@ pub struct AttnWeights {
     pub bo: Option<WeightId>,
     /// `attn_sinks.weight` `[n_head]` (gpt-oss).
     pub sinks: Option<WeightId>,
+    /// No `attn_v` (gemma4's full-attention layers): V is K's projection (`wv` is `wk`).
+    pub v_from_k: bool,
 }
 
 /// A gated delta net block's weights (llama.cpp's names; [`crate::backend::recurrent`]
@@ -206,12 +214,6 @@ impl Model {
             }
         };
         let (e, ff) = (c.n_embd as u64, c.n_ff as u64);
-        let (qd, kd, vd) = (
-            (c.n_head * c.head_dim_k) as u64,
-            (c.n_head_kv * c.head_dim_k) as u64,
-            (c.n_head_kv * c.head_dim_v) as u64,
-        );
-        let od = (c.n_head * c.head_dim_v) as u64;
 
         let tok_embd = find("token_embd.weight")
             .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
@@ -228,12 +230,13 @@ impl Model {
         cfg.n_vocab = n_vocab as usize;
         let output_norm = get("output_norm.weight", &[e])?;
         let output = opt("output.weight", &[e, n_vocab])?.unwrap_or(tok_embd);
-        let rope_freqs = opt("rope_freqs.weight", &[(c.n_rot / 2) as u64])?;
-        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 | Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next);
-        let gemma = c.arch == Arch::Gemma3;
+        // gemma4: the full-attention layers' factors (proportional RoPE).
+        let freq_pairs = c.alt_attn.as_ref().filter(|_| c.rope_freqs_global_only).map_or(c.n_rot, |a| a.geo.n_rot) / 2;
+        let rope_freqs = opt("rope_freqs.weight", &[freq_pairs as u64])?;
+        let qk_norm = matches!(c.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 | Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next | Arch::Gemma4);
+        let gemma = matches!(c.arch, Arch::Gemma3 | Arch::Gemma4);
+        let gemma4 = c.arch == Arch::Gemma4;
         let oss = c.arch == Arch::GptOss;
-        // With an output gate, attn_q holds each head's query then its gate.
-        let qd_w = if c.attn_out_gate { 2 * qd } else { qd };
         // Block `l`'s weights (`recurrent`: a gated delta net instead of attention).
         let load_layer = |l: usize, recurrent: bool| -> Result<Layer, ModelError> {
             let n = |s: &str| format!("blk.{l}.{s}");
@@ -242,6 +245,12 @@ impl Model {
             };
             // In the order a file's tensors are looked up (the first missing one is named).
             let attn_norm = get(&n("attn_norm.weight"), &[e])?;
+            // This layer's heads (gemma4's full-attention layers have their own).
+            let h = c.heads(l);
+            let (hk, hv) = (h.head_dim_k as u64, h.head_dim_v as u64);
+            let (qd, kd, vd, od) = (c.n_head as u64 * hk, h.n_head_kv as u64 * hk, h.n_head_kv as u64 * hv, c.n_head as u64 * hv);
+            // With an output gate, attn_q holds each head's query then its gate.
+            let qd_w = if c.attn_out_gate { 2 * qd } else { qd };
             let (attn, delta) = match (recurrent, c.recurrent) {
                 (true, Some(d)) => (None, Some(delta_weights(&get, &|s| find(s).is_some(), l, e, &d)?)),
                 _ => {
@@ -250,23 +259,26 @@ impl Model {
                             "fused `attn_qkv` weights are not supported; lode needs separate attn_q/attn_k/attn_v".into(),
                         ));
                     }
-                    let (wq, wk, wv) = (get(&n("attn_q.weight"), &[e, qd_w])?, get(&n("attn_k.weight"), &[e, kd])?, get(&n("attn_v.weight"), &[e, vd])?);
+                    let (wq, wk) = (get(&n("attn_q.weight"), &[e, qd_w])?, get(&n("attn_k.weight"), &[e, kd])?);
+                    // gemma4 may leave `attn_v` out: V is then K's projection.
+                    let v_from_k = gemma4 && find(&n("attn_v.weight")).is_none() && kd == vd;
+                    let wv = if v_from_k { wk } else { get(&n("attn_v.weight"), &[e, vd])? };
                     let bq = req_if(c.arch == Arch::Qwen2, "attn_q.bias", &[qd])?;
                     let bk = req_if(c.arch == Arch::Qwen2, "attn_k.bias", &[kd])?;
                     let bv = req_if(c.arch == Arch::Qwen2, "attn_v.bias", &[vd])?;
-                    let q_norm = req_if(qk_norm, "attn_q_norm.weight", &[c.head_dim_k as u64])?;
-                    let k_norm = req_if(qk_norm, "attn_k_norm.weight", &[c.head_dim_k as u64])?;
+                    let q_norm = req_if(qk_norm, "attn_q_norm.weight", &[hk])?;
+                    let k_norm = req_if(qk_norm, "attn_k_norm.weight", &[hk])?;
                     let wo = get(&n("attn_output.weight"), &[od, e])?;
                     let bo = req_if(oss, "attn_output.bias", &[e])?;
                     let sinks = req_if(oss, "attn_sinks.weight", &[c.n_head as u64])?;
-                    (Some(AttnWeights { wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, sinks }), None)
+                    (Some(AttnWeights { wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, sinks, v_from_k }), None)
                 }
             };
             // Gemma's norm after attention (qwen35's tensor of that name is its FFN norm).
             let post_attn_norm = if c.ffn_norm_name == "post_attention_norm" { None } else { req_if(gemma, "post_attention_norm.weight", &[e])? };
             let ffn_norm = get(&n(&format!("{}.weight", c.ffn_norm_name)), &[e])?;
             // Dense, or the experts' 3-D tensors and their router.
-            let (gate, up, down, router) = match c.experts {
+            let (gate, up, down, router) = match c.experts.filter(|_| !c.dense_with_experts) {
                 None => (get(&n("ffn_gate.weight"), &[e, ff])?, get(&n("ffn_up.weight"), &[e, ff])?, get(&n("ffn_down.weight"), &[ff, e])?, None),
                 Some(x) => {
                     let (f, ne) = (x.n_ff as u64, x.n_expert as u64);
@@ -299,7 +311,12 @@ impl Model {
                 _ => None,
             };
             let post_ffw_norm = req_if(gemma, "post_ffw_norm.weight", &[e])?;
-            Ok(Layer { attn_norm, attn, delta, post_attn_norm, ffn_norm, gate, up, down, router, shared, moe_bias, post_ffw_norm })
+            let par_experts = match c.experts.filter(|_| c.dense_with_experts) {
+                Some(x) => gemma4::load_experts(&get, &opt, l, e, &x)?,
+                None => None,
+            };
+            let out_scale = if gemma4 { gemma4::out_scale(&file, &find, l)? } else { None };
+            Ok(Layer { attn_norm, attn, delta, post_attn_norm, ffn_norm, gate, up, down, router, shared, moe_bias, post_ffw_norm, par_experts, out_scale })
         };
         let layers = (0..c.n_layer).map(|l| load_layer(l, c.recurrent_layers[l])).collect::<Result<Vec<_>, _>>()?;
         // The multi-token-prediction block after them, if the file has one (qwen35).
@@ -337,6 +354,9 @@ impl Model {
                 vecs.extend([a.bq, a.bk, a.bv, a.q_norm, a.k_norm, a.bo, a.sinks].into_iter().flatten());
             }
             vecs.extend(l.moe_bias.iter().flatten());
+            if let Some(x) = &l.par_experts {
+                vecs.extend(x.vectors());
+            }
             if let Some(d) = &l.delta {
                 vecs.extend([d.conv, d.dt_bias, d.a, d.norm]);
             }
@@ -379,6 +399,10 @@ impl Model {
                 v.extend([a.bq, a.bk, a.bv, a.q_norm, a.k_norm, a.bo, a.sinks].into_iter().flatten());
             }
             v.extend(l.moe_bias.iter().flatten());
+            if let Some(x) = &l.par_experts {
+                v.extend(x.vectors());
+                v.extend([x.router, x.gate, x.up, x.down]);
+            }
             if let Some(d) = &l.delta {
                 v.extend(d.proj_weights());
                 v.extend([d.conv, d.dt_bias, d.a, d.norm, d.out]);

@@ -358,7 +358,7 @@ impl Model {
         be.matmul(&self.w(m.eh_proj), b.cat, n, s.x)?;
         let attn_norm = self.w(m.layer.attn_norm);
         let norm = NormIn { x: s.x, add: None, out: s.xb, row_len: e, w: Some(&attn_norm), eps: c.eps };
-        let geo = LayerGeo { rope: (c.rope_base, c.rope_freq_scale), window: None, kv_slot: 0 };
+        let geo = LayerGeo { rope: (c.rope_base, c.rope_freq_scale), window: None, kv_slot: 0, heads: c.heads(c.n_layer) };
         let attn_add = self.attention_block(be, s, &norm, &m.layer, geo, kv, pos, n)?;
         self.ffn_block(be, m.index, &m.layer, attn_add, n, s)
     }

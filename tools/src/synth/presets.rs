@@ -15,6 +15,8 @@ pub enum Tok {
     Gemma,
     /// Mistral's `[INST]` / `[/INST]`, `<s>` = 1, `</s>` = 2.
     Mistral,
+    /// Gemma 4's `<|turn>` / `<turn|>` turns, `<bos>` = 2, `<eos>` = 1.
+    Gemma4,
 }
 
 /// google/gemma-3-27b-it, `text_config`: hidden 5376, intermediate 21504, 62 layers,
@@ -49,6 +51,7 @@ pub fn gemma3_27b() -> Hparams {
         tok: Tok::Gemma,
         moe: None,
         hybrid: None,
+        gemma4: None,
     }
 }
 
@@ -146,6 +149,17 @@ pub fn tokenizer(h: &Hparams) -> TokSpec {
             pad: 0,
             add_bos: true,
             template: GEMMA,
+        },
+        // A byte-level stand-in for Gemma 4's own tokenizer (`gemma4`: BPE over
+        // ▁-escaped text), with its specials and turn markers at their ids.
+        (Tok::Gemma4, _) => TokSpec {
+            pre: "default",
+            specials: super::gemma4::SPECIALS,
+            bos: 2,
+            eos: 106,
+            pad: 0,
+            add_bos: true,
+            template: super::gemma4::TEMPLATE,
         },
         (Tok::Mistral, _) => TokSpec {
             pre: "llama-bpe",

@@ -176,10 +176,15 @@ impl Kv {
         if let Some(why) = spec.ty.unsupported(spec.head_dim_k, spec.head_dim_v) {
             return Err(BackendError::Invalid { op: "alloc_kv", msg: why });
         }
+        if let Some(why) = spec.alt.and_then(|a| spec.ty.unsupported(a.head_dim_k, a.head_dim_v)) {
+            return Err(BackendError::Invalid { op: "alloc_kv", msg: why });
+        }
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for l in 0..spec.n_layer {
-            k.push(KvData::zeros(spec.ty.k, spec.slots(l), spec.n_kv_head * spec.head_dim_k)?);
-            v.push(KvData::zeros(spec.ty.v, spec.slots(l), spec.n_kv_head * spec.head_dim_v)?);
+            // Each layer's rows are its own heads' width (gemma4: two kinds of layer).
+            let (n, dk, dv) = spec.heads(l);
+            k.push(KvData::zeros(spec.ty.k, spec.slots(l), n * dk)?);
+            v.push(KvData::zeros(spec.ty.v, spec.slots(l), n * dv)?);
         }
         Ok(Kv { spec, k, v, base: vec![0; spec.n_layer] })
     }
@@ -201,7 +206,8 @@ impl Kv {
             return Ok(()); // unchanged, or the sequence starts again (nothing is kept)
         }
         let s = self.spec;
-        let (wk, wv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
+        let (n, dk, dv) = s.heads(layer);
+        let (wk, wv) = (n * dk, n * dv);
         let kt = self.k_transposed();
         // Rows new..min are read again (at most the window); older ones are dropped.
         let keep = min.saturating_sub(new).min(ring.slots - (new - old).min(ring.slots));
@@ -230,9 +236,10 @@ impl Kv {
                 )));
             }
         }
-        let (wk, wv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
         let kt = self.k_transposed();
         for l in 0..s.n_layer {
+            let (nh, dk, dv) = s.heads(l);
+            let (wk, wv) = (nh * dk, nh * dv);
             let (slots, b) = (s.slots(l), src.base[l]);
             let m = n.saturating_sub(b).min(slots);
             self.k[l].copy_slots(&src.k[l], m, slots, wk, kt);
@@ -245,7 +252,8 @@ impl Kv {
     /// Stores `k` `[n_tok, kv_k]` and `v` `[n_tok, kv_v]` at slots `pos`.
     pub fn write(&mut self, layer: usize, k: &[f32], v: &[f32], pos: &[u32]) -> Result<()> {
         let s = self.spec;
-        let (wk, wv) = (s.n_kv_head * s.head_dim_k, s.n_kv_head * s.head_dim_v);
+        let (nkv, dk, dv) = s.heads(layer);
+        let (wk, wv) = (nkv * dk, nkv * dv);
         if layer >= s.n_layer || k.len() < pos.len() * wk || v.len() < pos.len() * wv {
             return Err(invalid(format!(
                 "layer {layer} of {}, {} tokens: K/V buffers too small",
@@ -296,9 +304,7 @@ impl Kv {
         let s = self.spec;
         let (dk, dv) = (p.head_dim_k, p.head_dim_v);
         if layer >= s.n_layer
-            || dk != s.head_dim_k
-            || dv != s.head_dim_v
-            || p.n_kv_head != s.n_kv_head
+            || (p.n_kv_head, dk, dv) != s.heads(layer)
             || p.n_head % p.n_kv_head.max(1) != 0
             || q.len() < pos.len() * p.n_head * dk
             || out.len() < pos.len() * p.n_head * dv
@@ -321,7 +327,7 @@ impl Kv {
             }
         }
         let group = p.n_head / p.n_kv_head;
-        let wv = s.n_kv_head * dv;
+        let wv = p.n_kv_head * dv;
         let (kd, vd) = (&self.k[layer], &self.v[layer]);
         let mode = Mode::of(s.ty, rows);
         let sinks = match &p.sinks {

@@ -4,7 +4,7 @@ use super::*;
 use crate::backend::SwaKv;
 
 fn spec(ty: KvType) -> KvSpec {
-    KvSpec { n_layer: 1, n_ctx: 8, n_kv_head: 1, head_dim_k: 2, head_dim_v: 2, ty: ty.into(), swa: None }
+    KvSpec { n_layer: 1, n_ctx: 8, n_kv_head: 1, head_dim_k: 2, head_dim_v: 2, ty: ty.into(), swa: None, alt: None }
 }
 
 fn attn(window: Option<usize>) -> Attention<'static> {
@@ -37,7 +37,7 @@ fn single_key_returns_its_value_and_window_masks_old_keys() {
 #[test]
 fn quantized_caches_attend_like_the_f32_cache_and_copy() {
     let (n_ctx, nkv, d) = (40, 2, 32);
-    let shape = |ty: KvTypes| KvSpec { n_layer: 1, n_ctx, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, ty, swa: None };
+    let shape = |ty: KvTypes| KvSpec { n_layer: 1, n_ctx, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, ty, swa: None, alt: None };
     let a = Attention { n_head: 4, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, scale: 0.2, window: Some(30), sinks: None };
     let val = |i: usize, s: usize| ((i * s % 29) as f32 - 14.0) * 0.07;
     let (k, v): (Vec<f32>, Vec<f32>) = ((0..n_ctx * nkv * d).map(|i| val(i, 7)).collect(), (0..n_ctx * nkv * d).map(|i| val(i, 11)).collect());
@@ -81,7 +81,7 @@ fn quantized_caches_attend_like_the_f32_cache_and_copy() {
 #[test]
 fn window_sized_cache_attends_as_the_full_cache() {
     let (n_ctx, nkv, d, window, chunk) = (700, 2, 32, 90, 70);
-    let full = |ty: KvTypes| KvSpec { n_layer: 2, n_ctx, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, ty, swa: None };
+    let full = |ty: KvTypes| KvSpec { n_layer: 2, n_ctx, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, ty, swa: None, alt: None };
     let a = Attention { n_head: 4, n_kv_head: nkv, head_dim_k: d, head_dim_v: d, scale: 0.2, window: Some(window), sinks: None };
     let val = |i: usize, s: usize| ((i * s % 29) as f32 - 14.0) * 0.07;
     let (ty_f, ty_q) = (KvTypes::from(KvType::F16), KvTypes { k: KvType::Q8_0, v: KvType::Q4_0 });

@@ -19,7 +19,11 @@ impl CpuBackend {
         let (e, n_exp, f) = p.dims()?;
         let k = p.n_used;
         let mut o = self.take(out)?;
-        let r = span(self.buf(x)?, 0, n * e, "moe_ffn").and_then(|xs| moe_host(&self.pool, self.isa, self.rowwise, xs, n, p, (e, n_exp, f, k), &mut o));
+        let rx = match p.router_x {
+            Some(b) => Some(span(self.buf(b)?, 0, n * e, "moe_ffn")?.to_vec()),
+            None => None,
+        };
+        let r = span(self.buf(x)?, 0, n * e, "moe_ffn").and_then(|xs| moe_host(&self.pool, self.isa, self.rowwise, xs, rx.as_deref(), n, p, (e, n_exp, f, k), &mut o));
         self.put(out, o);
         r?;
         self.dump("moe_ffn", out, n * e);
@@ -33,14 +37,16 @@ impl CpuBackend {
 /// (`--n-cpu-moe`). (e, n_exp, f, k): [`MoeFfn::dims`] and the experts used; `rowwise`:
 /// every token's rows sum as a one-token product (`round_rows_as_decode`).
 #[allow(clippy::too_many_arguments)]
-pub fn moe_host(pool: &Team, isa: Isa, rowwise: bool, xs: &[f32], n: usize, p: &MoeFfn, (e, n_exp, f, k): (usize, usize, usize, usize), o: &mut [f32]) -> Result<()> {
+pub fn moe_host(pool: &Team, isa: Isa, rowwise: bool, xs: &[f32], router_xs: Option<&[f32]>, n: usize, p: &MoeFfn, (e, n_exp, f, k): (usize, usize, usize, usize), o: &mut [f32]) -> Result<()> {
     {
         let mm = if rowwise { quant::matmul_quantized_rowwise_on } else { quant::matmul_quantized_on };
         let xs = span(xs, 0, n * e, "moe_ffn")?;
         let o = span_mut(o, 0, n * e, "moe_ffn")?;
 
         let router = p.router;
-        let xq = quant::quantize_rows_on(pool, router.ty(), xs, n, e).map_err(|er| quant_err("moe_ffn", router, er))?;
+        // gemma4: the router has its own input rows.
+        let rxs = span(router_xs.unwrap_or(xs), 0, n * e, "moe_ffn")?;
+        let xq = quant::quantize_rows_on(pool, router.ty(), rxs, n, e).map_err(|er| quant_err("moe_ffn", router, er))?;
         let mut logits = vec![0f32; n * n_exp];
         mm(pool, router.data(), router.ty(), n_exp, &xq, &mut logits, isa).map_err(|er| quant_err("moe_ffn", router, er))?;
         // gpt-oss: the biases as f32 (router [n_exp], gate/up [n_exp, f], down [n_exp, e]).
@@ -52,6 +58,10 @@ pub fn moe_host(pool: &Team, isa: Isa, rowwise: bool, xs: &[f32], n: usize, p: &
             logits.chunks_exact_mut(n_exp).for_each(|row| row.iter_mut().zip(b[0].iter()).for_each(|(l, c)| *l += c));
         }
         let routes = p.routes(&logits, n_exp);
+        let scales = match p.expert_scale {
+            Some(w) => Some(super::f32_weight(w, "moe_ffn")?),
+            None => None,
+        };
         let add_rows = |y: &mut [f32], b: &[f32]| y.chunks_exact_mut(b.len()).for_each(|r| r.iter_mut().zip(b).for_each(|(a, c)| *a += c));
 
         // [k, n, e]: slot s of token t at (s·n + t)·e.
@@ -67,7 +77,16 @@ pub fn moe_host(pool: &Team, isa: Isa, rowwise: bool, xs: &[f32], n: usize, p: &
                 xe.extend_from_slice(&xs[t * e..][..e]);
             }
             let (mut hg, mut hu) = (vec![0f32; m * f], vec![0f32; m * f]);
-            if quant::vec_dot_type(g.ty()) == quant::vec_dot_type(u.ty()) && !(rowwise && m > 1) {
+            if p.gate_up_fused {
+                // One product over the expert's 2·f rows (gate, then up), split per token.
+                let xq = quant::quantize_rows_on(pool, g.ty(), &xe, m, e).map_err(|er| quant_err("moe_ffn", &g, er))?;
+                let mut gu = vec![0f32; m * 2 * f];
+                mm(pool, g.data(), g.ty(), 2 * f, &xq, &mut gu, isa).map_err(|er| quant_err("moe_ffn", &g, er))?;
+                for (j, row) in gu.chunks_exact(2 * f).enumerate() {
+                    hg[j * f..][..f].copy_from_slice(&row[..f]);
+                    hu[j * f..][..f].copy_from_slice(&row[f..]);
+                }
+            } else if quant::vec_dot_type(g.ty()) == quant::vec_dot_type(u.ty()) && !(rowwise && m > 1) {
                 let xq = quant::quantize_rows_on(pool, g.ty(), &xe, m, e).map_err(|er| quant_err("moe_ffn", &g, er))?;
                 let mut items = [
                     BatchItem { w: g.data(), ty: g.ty(), rows: f, y: &mut hg },
@@ -98,6 +117,9 @@ pub fn moe_host(pool: &Team, isa: Isa, rowwise: bool, xs: &[f32], n: usize, p: &
             mm(pool, d.data(), d.ty(), e, &hq, &mut ye, isa).map_err(|er| quant_err("moe_ffn", &d, er))?;
             if let Some(b) = &biases {
                 add_rows(&mut ye, &b[3][ex * e..][..e]);
+            }
+            if let Some(sc) = &scales {
+                ye.iter_mut().for_each(|y| *y *= sc[ex]);
             }
             for (j, &(t, s)) in toks.iter().enumerate() {
                 let w = routes[t * k + s].1;

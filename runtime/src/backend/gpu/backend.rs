@@ -275,6 +275,10 @@ impl Backend for GpuBackend {
         if spec.head_dim_k != spec.head_dim_v {
             return Err(BackendError::Invalid { op: "alloc_kv", msg: format!("head_dim_k {} != head_dim_v {}", spec.head_dim_k, spec.head_dim_v) });
         }
+        if let Some(a) = spec.alt {
+            return Err(BackendError::Unavailable(crate::backend::gpu::ALT_HEADS_NOT_YET.replace("{}", &format!("{a:?}"))));
+        }
+
         // Each plane slot-major: n_ctx (or a window-sized layer's) rows of n_kv_head·head_dim values (f16, or blocks).
         let total = ring::layout(spec).1;
         let mem = self.dev.alloc(total).map_err(|_| BackendError::OutOfMemory { what: "KV cache", bytes: total as u64 })?;

@@ -33,6 +33,12 @@ pub mod upload;
 
 pub use backend::{ExactBackend, GpuBackend};
 pub use exact::Numerics;
+
+/// The GPU's refusal of a KV cache whose layers have heads of two shapes (gemma4's
+/// full-attention layers beside its sliding ones: `KvSpec::alt`). Its store and
+/// attention kernels read rows of one width and heads of at most 256 values (gemma4's
+/// full layers have 512); the CPU runs such a model.
+pub const ALT_HEADS_NOT_YET: &str = "gemma4's full-attention layers ({}) have other heads than its sliding layers: a KV cache of per-layer head shapes (alloc_kv, kv_write) and attention over heads of more than 256 values (attention, rope_kv_attention) are not on the GPU yet; run it with --device cpu";
 use crate::backend::DeviceKind;
 use tuning::Tuning;
 pub use device::{DeviceBuffer, GpuDevice};

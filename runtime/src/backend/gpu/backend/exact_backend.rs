@@ -84,6 +84,9 @@ impl Backend for ExactBackend {
         self.0.read_with(buf, n, host, f)
     }
     fn alloc_kv(&mut self, spec: &KvSpec) -> Result<KvCache> {
+        if let Some(a) = spec.alt {
+            return Err(BackendError::Unavailable(crate::backend::gpu::ALT_HEADS_NOT_YET.replace("{}", &format!("{a:?}"))));
+        }
         if spec.ty.any_quantized() {
             return Err(BackendError::Invalid {
                 op: "alloc_kv",
@@ -147,7 +150,15 @@ impl Backend for ExactBackend {
             // gpt-oss's biases and clamped SwiGLU: the CPU's arithmetic on the rows read back.
             let pool = crate::backend::cpu::CpuBackend::build_pool(1)?;
             let mut o = vec![0f32; n_tok * e];
-            crate::backend::cpu::moe::moe_host(&pool, crate::quant::Isa::best(), false, &xs, n_tok, p, p.dims().map(|(e, n, f)| (e, n, f, p.n_used))?, &mut o)?;
+            let rx = match p.router_x {
+                Some(b) => {
+                    let mut v = vec![0f32; n_tok * e];
+                    self.0.read(b, &mut v)?;
+                    Some(v)
+                }
+                None => None,
+            };
+            crate::backend::cpu::moe::moe_host(&pool, crate::quant::Isa::best(), false, &xs, rx.as_deref(), n_tok, p, p.dims().map(|(e, n, f)| (e, n, f, p.n_used))?, &mut o)?;
             return self.0.write(out, &o);
         }
         let logits = router_logits_host(p.router, &xs, n_tok)?;

@@ -53,8 +53,16 @@ impl GpuBackend {
             let pool = self.cpu_experts.as_ref().map(|c| c.1.clone()).ok_or_else(|| BackendError::Invalid { op: OP, msg: "no host pool".into() })?;
             let mut xs = vec![0f32; n_tok * e];
             self.read(x, &mut xs)?;
+            let rx = match p.router_x {
+                Some(b) => {
+                    let mut v = vec![0f32; n_tok * e];
+                    self.read(b, &mut v)?;
+                    Some(v)
+                }
+                None => None,
+            };
             let mut o = vec![0f32; n_tok * e];
-            crate::backend::cpu::moe::moe_host(&pool, crate::quant::Isa::best(), false, &xs, n_tok, p, (e, n_exp, f, k), &mut o)?;
+            crate::backend::cpu::moe::moe_host(&pool, crate::quant::Isa::best(), false, &xs, rx.as_deref(), n_tok, p, (e, n_exp, f, k), &mut o)?;
             return self.write(out, &o);
         }
         if choice == Moe::Unfused || n_tok == 0 {

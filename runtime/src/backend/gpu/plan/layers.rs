@@ -40,7 +40,9 @@ pub struct MoeForm {
 /// `p`'s [`MoeForm`], its experts on the host when `host_experts`.
 pub fn moe_form(p: &crate::backend::MoeFfn, host_experts: bool) -> MoeForm {
     let f32s = |b: &crate::backend::MoeBiases| [b.router, b.gate, b.up, b.down].iter().all(|w| w.ty() == GgmlType::F32);
-    MoeForm { host_experts, plain: p.plain(), device_extras: p.biases.as_ref().is_none_or(|b| p.swiglu_oai && f32s(b)) }
+    // gemma4's separate router input and expert scales: the host's arithmetic for now.
+    let gemma4 = p.router_x.is_some() || p.expert_scale.is_some() || p.gate_up_fused;
+    MoeForm { host_experts, plain: p.plain(), device_extras: !gemma4 && p.biases.as_ref().is_none_or(|b| p.swiglu_oai && f32s(b)) }
 }
 
 /// How a MoE FFN over `n_tok` tokens runs: `n_exp` experts, `k` used, `experts`: the

@@ -184,7 +184,7 @@ fn elementwise(p: &mut Pair, rng: &mut Rng, which: &str) -> Outcome {
 /// K/V of positions `0..=last` stored, then `n_tok` query rows ending at `last`.
 #[allow(clippy::too_many_arguments)]
 fn attention_case(p: &mut Pair, rng: &mut Rng, n_tok: usize, last: usize, n_head: usize, n_kv: usize, hd: usize, window: Option<usize>) -> Outcome {
-    let spec = KvSpec { n_layer: 1, n_ctx: last + 1, n_kv_head: n_kv, head_dim_k: hd, head_dim_v: hd, ty: KvType::F16.into(), swa: None };
+    let spec = KvSpec { n_layer: 1, n_ctx: last + 1, n_kv_head: n_kv, head_dim_k: hd, head_dim_v: hd, ty: KvType::F16.into(), swa: None, alt: None };
     let kv_pos: Vec<u32> = (0..=last as u32).collect();
     let (k, v) = (rng.vec(kv_pos.len() * n_kv * hd, 2.0), rng.vec(kv_pos.len() * n_kv * hd, 1.5));
     let q = rng.vec(n_tok * n_head * hd, 2.0);
@@ -223,7 +223,7 @@ fn attention(p: &mut Pair, rng: &mut Rng) -> Outcome {
 fn attention_rows(p: &mut Pair, rng: &mut Rng) -> Outcome {
     let (n_head, n_kv, hd) = (4, 2, 64);
     let lens = [5usize, 120, 300];
-    let spec = KvSpec { n_layer: 1, n_ctx: 320, n_kv_head: n_kv, head_dim_k: hd, head_dim_v: hd, ty: KvType::F16.into(), swa: None };
+    let spec = KvSpec { n_layer: 1, n_ctx: 320, n_kv_head: n_kv, head_dim_k: hd, head_dim_v: hd, ty: KvType::F16.into(), swa: None, alt: None };
     let hist: Vec<(Vec<f32>, Vec<f32>)> = lens.iter().map(|&l| (rng.vec(l * n_kv * hd, 2.0), rng.vec(l * n_kv * hd, 1.5))).collect();
     let (q, k, v) = (rng.vec(3 * n_head * hd, 2.0), rng.vec(3 * n_kv * hd, 2.0), rng.vec(3 * n_kv * hd, 1.5));
     let pos: Vec<u32> = lens.iter().map(|&l| l as u32).collect();

@@ -107,7 +107,7 @@ fn stored(t: KvType, x: &[f32]) -> Result<Vec<u8>, String> {
 /// Writes the rows and runs the attention on `be`; returns the output (with `c.rope`, also
 /// q and k as RoPE left them, appended).
 fn run_on<B: Backend + ?Sized>(be: &mut B, c: &Case, k: &[f32], v: &[f32], q: &[f32]) -> crate::backend::Result<(crate::backend::KvCache, Vec<f32>, Vec<Buf>)> {
-    let spec = KvSpec { n_layer: 1, n_ctx: c.rows + 3, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: c.ty, swa: None };
+    let spec = KvSpec { n_layer: 1, n_ctx: c.rows + 3, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: c.ty, swa: None, alt: None };
     let attn = Attention { n_head: c.n_head, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, scale: 1.0 / (c.hd as f32).sqrt(), window: c.window, sinks: None };
     let kv = be.alloc_kv(&spec)?;
     let mut bufs = Vec::new();
@@ -177,7 +177,7 @@ fn check_case(gpu: &mut GpuBackend, cpu: &mut CpuBackend, rng: &mut Rng, c: &Cas
         3e-2 * r.iter().fold(0f32, |m, x| m.max(x.abs())) as f64 + 1e-4
     });
     // A copied prefix is the source's bytes.
-    let spec = KvSpec { n_layer: 1, n_ctx: c.rows + 3, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: c.ty, swa: None };
+    let spec = KvSpec { n_layer: 1, n_ctx: c.rows + 3, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: c.ty, swa: None, alt: None };
     let dst = gpu.alloc_kv(&spec).map_err(|e| e.to_string())?;
     let n = c.rows.div_ceil(2);
     gpu.copy_kv(gkv, dst, n).map_err(|e| e.to_string())?;

@@ -150,7 +150,7 @@ fn run<B: Backend + ?Sized>(be: &mut B, unfused: bool, c: &Case, x: &[f32], ws: 
         be.write(b, &vec![f32::NAN; len])?;
     }
     let biases = MoeBiases { router: &ws[4], gate: &ws[5], up: &ws[6], down: &ws[7] };
-    let plain = MoeFfn { router: &ws[0], gate: &ws[1], up: &ws[2], down: &ws[3], n_used: c.k, norm_top_k: right, act: Glu::Silu, gating: Gating::Softmax, biases: None, swiglu_oai: false };
+    let plain = MoeFfn { router: &ws[0], gate: &ws[1], up: &ws[2], down: &ws[3], n_used: c.k, norm_top_k: right, act: Glu::Silu, gating: Gating::Softmax, biases: None, swiglu_oai: false, router_x: None, expert_scale: None, gate_up_fused: false };
     // gpt-oss's layer, or (`!right`) its plain softmax over every logit instead.
     let oss = MoeFfn { norm_top_k: false, gating: if right { Gating::SoftmaxWeight } else { Gating::Softmax }, biases: Some(biases), swiglu_oai: true, ..plain };
     let p = if c.oss { oss } else { plain };

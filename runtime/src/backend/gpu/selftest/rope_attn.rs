@@ -193,7 +193,7 @@ fn ids(i: usize) -> [u32; 5] {
 #[allow(clippy::type_complexity)]
 fn run_steps<B: Backend + ?Sized>(be: &mut B, c: &Case, d: &Data, f: &GgufFile, id: [u32; 5], snap: &mut dyn FnMut(&mut B, KvCache) -> crate::backend::Result<Option<(Vec<u16>, Vec<u16>)>>) -> crate::backend::Result<Vec<Step>> {
     let row = c.n_kv * c.hd;
-    let spec = KvSpec { n_layer: 1, n_ctx: c.n_ctx, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: KvType::F16.into(), swa: None };
+    let spec = KvSpec { n_layer: 1, n_ctx: c.n_ctx, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: KvType::F16.into(), swa: None, alt: None };
     let (qn, kn, ff, w8) = (wref(f, "qn", id[0]), wref(f, "kn", id[1]), wref(f, "ff", id[2]), wref(f, "w8", id[3]));
     let rope = Rope { mode: c.mode, n_rot: c.n_rot, freq_base: 1_000_000.0, freq_scale: c.freq_scale, freq_factors: c.freq_factors.then_some(ff), yarn: c.yarn.then_some(crate::backend::Yarn { ext_factor: 1.0, beta_fast: 32.0, beta_slow: 1.0, n_ctx_orig: 4096 }) };
     let prep = QkvPrep { n_head: c.n_head, n_kv_head: c.n_kv, head_dim: c.hd, q_norm: c.norms.then_some(qn), k_norm: c.norms.then_some(kn), eps: 1e-6, rope, q_scale: c.q_scale };

@@ -66,7 +66,7 @@ fn chunk_on<B: Backend + ?Sized>(be: &mut B, kv: KvCache, c: &Case, qkv: [&[f32]
 fn check_case(gpu: &mut GpuBackend, cpu: &mut CpuBackend, rng: &mut Rng, c: &Case, acc: &mut Acc) -> Result<(), String> {
     let n_ctx = 2048;
     let ring = SwaKv::new(c.window, c.chunk, n_ctx, &[true]).ok_or("no window-sized cache for this case")?;
-    let spec = KvSpec { n_layer: 1, n_ctx, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: c.ty, swa: Some(ring) };
+    let spec = KvSpec { n_layer: 1, n_ctx, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: c.ty, swa: Some(ring), alt: None };
     let gkv = gpu.alloc_kv(&spec).map_err(|e| format!("gpu: {e}"))?;
     let ckv = cpu.alloc_kv(&spec).map_err(|e| format!("cpu: {e}"))?;
     let mut p0 = 0usize;
@@ -137,7 +137,7 @@ mod tests {
             let ring = SwaKv::new(c.window, c.chunk, 2048, &[true]).unwrap();
             let total: usize = c.prompt.iter().sum::<usize>() + c.steps;
             assert!(total >= 2 * ring.slots && c.prompt.iter().all(|&n| n <= c.chunk), "{}: {total} positions, {} slots", name(&c), ring.slots);
-            let spec = KvSpec { n_layer: 1, n_ctx: 2048, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: c.ty, swa: Some(ring) };
+            let spec = KvSpec { n_layer: 1, n_ctx: 2048, n_kv_head: c.n_kv, head_dim_k: c.hd, head_dim_v: c.hd, ty: c.ty, swa: Some(ring), alt: None };
             let kv = cpu.alloc_kv(&spec).unwrap();
             let mut p0 = 0;
             for n in c.prompt.iter().copied().chain(std::iter::repeat_n(1, c.steps)) {
