@@ -189,10 +189,11 @@ impl Estimate {
 
 /// The decode rows a mixed step (`BatchEngine::step_mixed`) of an engine of `n_seq`
 /// sequences may carry (every sequence but the prefilling one), or `None` where the engine
-/// does not mix (one sequence, recurrent layers, an MTP block kept).
+/// does not mix (one sequence, recurrent layers, an MTP block kept, gemma4's layers of
+/// their own head shapes: the decode rows' buffers have the model's one width).
 pub(crate) fn mix_rows(model: &Model, n_seq: usize) -> Option<usize> {
     let c = &model.cfg;
-    (n_seq > 1 && c.recurrent.is_none() && model.mtp.is_none()).then_some(n_seq - 1)
+    (n_seq > 1 && c.recurrent.is_none() && model.mtp.is_none() && c.alt_attn.is_none()).then_some(n_seq - 1)
 }
 
 /// For a mixture-of-experts model that does not fit a GPU: the fewest layers whose

@@ -386,7 +386,7 @@ impl Model {
             // A prompt chunk (rows from 0, one cache) and decode rows (moved to `tmp`).
             KvRows::Mixed { chunk, n_chunk: m, rows, tmp: [tq, tk, tv, ta] } => {
                 crate::backend::prepare_qk(be, &prep, s.q, s.k, pos)?;
-                rotate_qkv(be, c, rot, n, s)?;
+                rotate_qkv(be, c, h, rot, n, s)?;
                 be.kv_write(chunk, kl, s.k, s.v, &pos[..m])?;
                 be.attention(s.q, chunk, kl, &pos[..m], &attn, s.att)?;
                 let d = rows.len();
