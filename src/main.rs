@@ -71,6 +71,7 @@ fn env_help() -> String {
 include!(concat!(env!("OUT_DIR"), "/kernels_embedded.rs"));
 
 fn main() -> std::process::ExitCode {
+    lode_runtime::engine::keep_freed_memory();
     lode_runtime::backend::gpu::kernels::register_embedded(EMBEDDED, EMBEDDED_SOURCES);
     let cli = Cli::parse_from(tools::common::llama_flags(std::env::args_os()));
     tools::common::set_gpu_options(lode_runtime::backend::GpuOptions {
