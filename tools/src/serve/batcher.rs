@@ -438,6 +438,9 @@ fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>, ub
         if !prefills.is_empty() && (chunk_due || quiet) {
             if let Some(c) = prefills.next_chunk(&mut engine, &m, ubatch.min(max_rows)) {
                 let r = guarded(&mut engine, |e| e.step_mixed(c.seq, &c.tokens, c.last, &[]).map(|(first, _)| first));
+                // Its end, taken before the reply: the prompt's own slot may ask for its
+                // first step at once, and that step did not wait behind this chunk.
+                chunk_end = Some(Instant::now());
                 prefills.chunk_done(&mut engine, &m, c.tokens.len(), r);
                 if c.last {
                     publish_memory(&engine, &m);
@@ -445,7 +448,6 @@ fn engine_thread(mut engine: BatchEngine, rx: Receiver<Msg>, m: Arc<Metrics>, ub
             }
             chunk_due = false;
             last_pass = Instant::now();
-            chunk_end = Some(last_pass);
             continue;
         }
         let wait_until = if !pending.is_empty() || !drafts.is_empty() {
