@@ -34,41 +34,20 @@ activations to the weight's dot type (Q8_K for the K-quants, Q8_0 for Q8_0 and t
 legacy types, none for F32), and GELU is read from ggml's f16 table (its input rounded
 to f16, its result stored as f16). Everything else is float64.
 """
+import os
 import sys
 
 import numpy as np
 from gguf import GGUFReader, GGMLQuantizationType as T
 from gguf.quants import dequantize
 
+# The activation rounding (Q8_K / Q8_0 and back) is the same as the qwen3moe reference's.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3moe_reference import q8_0, q8_k  # noqa: E402
+
 K_QUANTS = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K}
 Q8_0_DOT = {T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1}
 ABLATIONS = ("no-softcap", "no-vnorm", "no-rope-factors", "no-out-scale", "no-expert-scale", "router-on-expert-input")
-
-
-def q8_k(x):
-    """Rows of x (float32) through Q8_K and back: per 256 values, the signed value of
-    largest magnitude sets iscale = -127/max; codes min(127, round-half-even)."""
-    b = x.astype(np.float32).reshape(-1, 256)
-    idx = np.abs(b).argmax(axis=1)
-    mx = b[np.arange(len(b)), idx]
-    out = np.zeros_like(b)
-    nz = mx != 0
-    iscale = (np.float32(-127.0) / mx[nz]).astype(np.float32)
-    q = np.minimum(127, np.rint(b[nz] * iscale[:, None]))
-    d = (np.float32(1.0) / iscale).astype(np.float32)
-    out[nz] = (d[:, None] * q.astype(np.float32)).astype(np.float32)
-    return out.reshape(x.shape)
-
-
-def q8_0(x):
-    """Rows of x through Q8_0 and back: per 32 values d = max|x|/127 (stored f16), codes
-    round(x*127/max)."""
-    b = x.astype(np.float32).reshape(-1, 32)
-    amax = np.abs(b).max(axis=1)
-    idv = np.where(amax > 0, np.float32(127.0) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
-    q = np.rint(b * idv[:, None])
-    d = (amax / np.float32(127.0)).astype(np.float16).astype(np.float32)
-    return (q * d[:, None]).astype(np.float32).reshape(x.shape)
 
 
 def gelu_f16(x):
