@@ -227,8 +227,8 @@ pub trait Backend: Send {
         None
     }
     /// Opens (`true`) or closes a window over which the device's driver-reported use is
-    /// sampled for a peak, read from [`Backend::weight_stats`] (`lode bench`'s per-row
-    /// peak); `Ok(false)` where the backend has no device memory to sample.
+    /// sampled for a peak, read from [`Backend::weight_stats`] before closing (`lode
+    /// bench`'s per-row peak); `Ok(false)` where the backend has no device memory to sample.
     fn memory_window(&mut self, _open: bool) -> Result<bool> {
         Ok(false)
     }

@@ -241,9 +241,10 @@ fn measure_peak(runner: &mut Runner<'_>, t: &TestSpec, row: &mut Row) -> Result<
         return Ok(());
     }
     let ran = runner.run_once(t, None);
+    // Read inside the window: closing it folds the window's peak back into the run's.
+    let stats = runner.engine.weight_stats();
     runner.engine.memory_window(false)?;
     ran?;
-    let stats = runner.engine.weight_stats();
     let peak = stats.as_ref().and_then(|s| s.device.as_ref()).and_then(|d| d.driver_peak_used_bytes);
     row.device_peak_bytes = peak;
     if let (Some(p), Some(floor), Some(s)) = (peak, runner.engine.memory_floor(), &stats) {

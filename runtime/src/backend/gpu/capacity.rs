@@ -31,8 +31,10 @@ pub struct Capacity {
     samples: AtomicU64,
     /// The over-the-cap warning was printed.
     warned: AtomicBool,
-    /// `watch` before a peak window opened.
+    /// `watch`, the peak and the sample count before a peak window opened.
     window_prev: AtomicBool,
+    window_peak: AtomicU64,
+    window_samples: AtomicU64,
 }
 
 impl Capacity {
@@ -55,17 +57,20 @@ impl Capacity {
         self.peak.fetch_max(used, Ordering::Relaxed);
         self.samples.fetch_add(1, Ordering::Relaxed);
     }
-    /// Opens a peak window (`lode bench`'s per-row peak): samples from now on and starts
-    /// the peak afresh from `used`, the driver's use now.
+    /// Opens a peak window (`lode bench`'s per-row peak, read before closing it): samples
+    /// from now on and starts the peak afresh from `used`, the driver's use now.
     pub fn open_window(&self, used: u64) {
         let was = self.watch.swap(true, Ordering::Relaxed);
         self.window_prev.store(was, Ordering::Relaxed);
-        self.peak.store(used, Ordering::Relaxed);
-        self.samples.store(1, Ordering::Relaxed);
+        self.window_peak.store(self.peak.swap(used, Ordering::Relaxed), Ordering::Relaxed);
+        self.window_samples.store(self.samples.swap(1, Ordering::Relaxed), Ordering::Relaxed);
     }
-    /// Closes it: sampling as it was asked before the window.
+    /// Closes it: sampling as it was asked before the window, and the run's peak (what a
+    /// memory report prints) again the highest of before and during the window.
     pub fn close_window(&self) {
         self.watch.store(self.window_prev.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.peak.fetch_max(self.window_peak.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.samples.fetch_add(self.window_samples.load(Ordering::Relaxed), Ordering::Relaxed);
     }
     /// Highest used bytes sampled, and how many samples (`None` before the first).
     pub fn peak(&self) -> Option<(u64, u64)> {
@@ -181,6 +186,7 @@ mod tests {
         assert_eq!(c.peak(), Some((7 * GIB, 3)));
         c.close_window();
         assert!(!c.watching(), "sampling was not asked before the window");
+        assert_eq!(c.peak(), Some((9 * GIB, 4)), "the run's peak survives the window");
         c.set_watch(true);
         c.open_window(GIB);
         c.close_window();

@@ -337,7 +337,7 @@ impl GpuDevice {
         }
     }
     /// A peak window (`lode bench`'s per-row peak, `Capacity::open_window`): `open`
-    /// samples from the driver's use now; closing restores the sampling asked before.
+    /// samples from the driver's use now; closing restores the sampling and the run's peak.
     pub fn memory_window(&self, open: bool) -> Result<()> {
         let c = &self.core.capacity;
         let used = if open { self.core.drv.mem_info().map(|(free, total)| total.saturating_sub(free))? } else { 0 };
